@@ -1,0 +1,1 @@
+"""corral's data layer: the pool, procedure calls, migrations and invariants."""

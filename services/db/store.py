@@ -1,0 +1,149 @@
+"""Typed calls of corral's stored procedures.
+
+One method per procedure; arguments are plain Python values and the JSON
+payloads documented at the top of each `sql/procedures/*.sql`. Every method
+raises a `ProcedureError` subclass when the procedure refuses. The clock is
+injected (`now_ms`) so tests and loops control time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from services.db.database import Database
+
+Row = dict[str, Any]
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, the default clock."""
+    return int(time.time() * 1000)
+
+
+class JobStore:
+    """The state machine of batches, jobs and instances, as procedure calls."""
+
+    def __init__(self, db: Database, clock_ms: Callable[[], int] = wall_clock_ms):
+        self.db = db
+        self.clock_ms = clock_ms
+
+    # -- billing projects (plain rows: no concurrency to arbitrate) --------
+
+    async def create_billing_project(self, name: str, members: Sequence[str], limit_usd: float | None = None) -> None:
+        """Create an open billing project with its first members."""
+        await self.db.execute(
+            "INSERT INTO billing_projects (name, limit_usd, time_created_ms) VALUES (%s, %s, %s)",
+            (name, limit_usd, self.clock_ms()),
+            name="create_billing_project",
+        )
+        for user in members:
+            await self.db.execute(
+                "INSERT INTO billing_project_members (billing_project, user) VALUES (%s, %s)",
+                (name, user),
+                name="add_billing_project_member",
+            )
+
+    # -- submission (frontend) --------------------------------------------
+
+    async def create_batch(
+        self,
+        user: str,
+        billing_project: str,
+        idempotency_token: str | None = None,
+        callback_url: str | None = None,
+        cancel_after_n_failures: int | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> Row:
+        """Create a batch (and its root group 0); returns batch_id, created."""
+        attrs = [{"key": k, "value": v} for k, v in (attributes or {}).items()]
+        status, _ = await self.db.call(
+            "create_batch", user, billing_project, idempotency_token, callback_url,
+            cancel_after_n_failures, attrs, self.clock_ms(),
+        )
+        return status
+
+    async def create_update(
+        self, batch_id: int, n_jobs: int, n_job_groups: int = 0, idempotency_token: str | None = None
+    ) -> Row:
+        """Reserve ids for an update; returns update_id, start_job_id, start_job_group_id."""
+        status, _ = await self.db.call(
+            "create_update", batch_id, idempotency_token, n_jobs, n_job_groups, self.clock_ms()
+        )
+        return status
+
+    async def insert_job_groups(self, batch_id: int, update_id: int, groups: list[Row]) -> Row:
+        """Add job groups to an uncommitted update."""
+        status, _ = await self.db.call("insert_job_groups", batch_id, update_id, groups, self.clock_ms())
+        return status
+
+    async def insert_jobs(self, batch_id: int, update_id: int, jobs: list[Row]) -> Row:
+        """Add one bunch of jobs to an uncommitted update."""
+        status, _ = await self.db.call("insert_jobs", batch_id, update_id, jobs, self.clock_ms())
+        return status
+
+    async def commit_update(self, batch_id: int, update_id: int) -> Row:
+        """Make an update's jobs visible and runnable."""
+        status, _ = await self.db.call("commit_update", batch_id, update_id, self.clock_ms())
+        return status
+
+    async def cancel_job_group(self, batch_id: int, job_group_id: int, user: str, reason: str) -> Row:
+        """Cancel a job group (0 = the whole batch) in O(1)."""
+        status, _ = await self.db.call("cancel_job_group", batch_id, job_group_id, user, reason, self.clock_ms())
+        return status
+
+    # -- driver ------------------------------------------------------------
+
+    async def elect_leader(self, name: str) -> int:
+        """Start a new leader epoch; returns it."""
+        status, _ = await self.db.call("elect_leader", name, self.clock_ms())
+        return int(status["epoch"])
+
+    async def create_instance(
+        self, epoch: int, name: str, inst_coll: str, cores_mcpu: int, activation_token: str,
+        region: str = "local", machine_type: str | None = None, memory_bytes: int = 0,
+    ) -> None:
+        """Record a machine about to be created (state pending)."""
+        await self.db.call(
+            "create_instance", epoch, name, inst_coll, region, machine_type, cores_mcpu, memory_bytes,
+            activation_token, self.clock_ms(),
+        )
+
+    async def activate_instance(self, epoch: int, name: str, activation_token: str, ip_address: str = "127.0.0.1") -> None:
+        """pending -> active, when the worker presents its activation token."""
+        await self.db.call("activate_instance", epoch, name, activation_token, ip_address, self.clock_ms())
+
+    async def deactivate_instance(self, epoch: int, name: str, reason: str) -> Row:
+        """The machine is gone: its running jobs go back to Ready."""
+        status, _ = await self.db.call("deactivate_instance", epoch, name, reason, self.clock_ms())
+        return status
+
+    async def schedule_jobs(self, epoch: int, instance_name: str, jobs: list[Row]) -> list[Row]:
+        """SJ: [{batch_id, job_id, attempt_id}] -> per-job outcomes."""
+        _, result_sets = await self.db.call("schedule_jobs", epoch, instance_name, jobs, self.clock_ms())
+        return result_sets[0]
+
+    async def mark_jobs_started(self, epoch: int, instance_name: str, jobs: list[Row]) -> Row:
+        """MJS: [{batch_id, job_id, attempt_id, start_time_ms}]."""
+        status, _ = await self.db.call("mark_jobs_started", epoch, instance_name, jobs)
+        return status
+
+    async def add_attempt_resources(self, epoch: int, resources: list[Row]) -> None:
+        """[{batch_id, job_id, attempt_id, resource, quantity}]."""
+        await self.db.call("add_attempt_resources", epoch, resources)
+
+    async def mark_jobs_complete(self, epoch: int, instance_name: str | None, jobs: list[Row]) -> list[Row]:
+        """MJC: [{batch_id, job_id, attempt_id, state, exit_code, start_time_ms, end_time_ms}]."""
+        _, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs, self.clock_ms())
+        return result_sets[0]
+
+    async def heartbeat_rollup(self, epoch: int, instance_name: str, attempts: list[Row]) -> Row:
+        """[{batch_id, job_id, attempt_id, rollup_time_ms}] from a heartbeat."""
+        status, _ = await self.db.call("heartbeat_rollup", epoch, instance_name, attempts, self.clock_ms())
+        return status
+
+    async def cancel_ready_jobs(self, epoch: int, batch_id: int, limit: int) -> int:
+        """The canceller's drain of one batch; returns how many were cancelled."""
+        status, _ = await self.db.call("cancel_ready_jobs", epoch, batch_id, limit, self.clock_ms())
+        return int(status["n_cancelled"])

@@ -1,0 +1,42 @@
+-- The canceller's set-based drain: up to in_limit jobs of one batch that are
+-- Ready (or Creating without a running attempt) and must not run, because
+-- their group or an ancestor is cancelled or a parent ended in a state they
+-- do not accept, become Cancelled in one transaction; always_run jobs are
+-- never taken. Their children are updated in the same pass, so a cancelled
+-- chain drains one level per call.
+-- Returns the status row with n_cancelled.
+DROP PROCEDURE IF EXISTS cancel_ready_jobs;
+DELIMITER $$
+CREATE PROCEDURE cancel_ready_jobs(IN in_epoch BIGINT, IN in_batch_id BIGINT, IN in_limit INT, IN in_now_ms BIGINT)
+proc: BEGIN
+  DECLARE v_ok BOOLEAN;
+  DECLARE v_n INT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  CALL create_completion_tables();
+  START TRANSACTION;
+  CALL check_epoch(in_epoch, v_ok);
+  IF NOT v_ok THEN
+    ROLLBACK;
+    SELECT 4 AS rc, 'stale leader epoch' AS message;
+    LEAVE proc;
+  END IF;
+  INSERT INTO tmp_job_completions (batch_id, job_id, new_state, reason)
+    SELECT j.batch_id, j.job_id, 'Cancelled', 'cancelled'
+    FROM jobs j
+    WHERE j.batch_id = in_batch_id AND j.state = 'Ready' AND NOT j.always_run
+      AND (j.dependency_failed
+           OR j.job_group_id IN (SELECT a.job_group_id
+                                 FROM job_group_self_and_ancestors a
+                                 JOIN job_groups_cancelled c
+                                   ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
+                                 WHERE a.batch_id = in_batch_id))
+    ORDER BY j.job_id
+    LIMIT in_limit;
+  CALL complete_jobs_core(in_now_ms);
+  SELECT COUNT(*) INTO v_n FROM tmp_job_completions WHERE outcome = 'completed';
+  COMMIT;
+  CALL check_completions(in_now_ms);
+  SELECT 0 AS rc, 'ok' AS message, v_n AS n_cancelled;
+END $$
+DELIMITER ;

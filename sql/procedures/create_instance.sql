@@ -1,0 +1,35 @@
+-- The autoscaler records a machine it is about to create (state 'pending').
+-- Idempotent on the name: a repeat with the same name returns rc 0.
+DROP PROCEDURE IF EXISTS create_instance;
+DELIMITER $$
+CREATE PROCEDURE create_instance(IN in_epoch BIGINT, IN in_name VARCHAR(100), IN in_inst_coll VARCHAR(100),
+                                 IN in_region VARCHAR(64), IN in_machine_type VARCHAR(64),
+                                 IN in_cores_mcpu INT, IN in_memory_bytes BIGINT,
+                                 IN in_activation_token VARCHAR(100), IN in_now_ms BIGINT)
+proc: BEGIN
+  DECLARE v_ok BOOLEAN;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  IF in_cores_mcpu IS NULL OR in_cores_mcpu <= 0 THEN
+    SELECT 3 AS rc, 'cores_mcpu must be positive' AS message;
+    LEAVE proc;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM instance_collections WHERE name = in_inst_coll) THEN
+    SELECT 1 AS rc, CONCAT('no instance collection ', in_inst_coll) AS message;
+    LEAVE proc;
+  END IF;
+  START TRANSACTION;
+  CALL check_epoch(in_epoch, v_ok);
+  IF NOT v_ok THEN
+    ROLLBACK;
+    SELECT 4 AS rc, 'stale leader epoch' AS message;
+    LEAVE proc;
+  END IF;
+  INSERT INTO instances (name, inst_coll, region, machine_type, state, cores_mcpu, free_cores_mcpu, memory_bytes,
+                         activation_token, time_created_ms)
+    VALUES (in_name, in_inst_coll, in_region, in_machine_type, 'pending', in_cores_mcpu, in_cores_mcpu,
+            COALESCE(in_memory_bytes, 0), in_activation_token, in_now_ms)
+  ON DUPLICATE KEY UPDATE name = instances.name;
+  COMMIT;
+  SELECT 0 AS rc, 'ok' AS message;
+END $$
+DELIMITER ;

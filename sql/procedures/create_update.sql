@@ -1,0 +1,61 @@
+-- Reserves a contiguous block of job ids and job group ids for a new update
+-- of a batch, so several clients can then insert its jobs in parallel
+-- without touching the batch row. Idempotent under (batch, token). Refused
+-- for a cancelled or deleted batch.
+DROP PROCEDURE IF EXISTS create_update;
+DELIMITER $$
+CREATE PROCEDURE create_update(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
+                               IN in_n_jobs INT, IN in_n_job_groups INT, IN in_now_ms BIGINT)
+proc: BEGIN
+  DECLARE v_update_id INT;
+  DECLARE v_start_job_id INT;
+  DECLARE v_start_job_group_id INT;
+  DECLARE v_deleted BOOLEAN;
+  DECLARE v_missing BOOLEAN DEFAULT FALSE;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  IF in_n_jobs IS NULL OR in_n_jobs < 0 OR in_n_job_groups IS NULL OR in_n_job_groups < 0 THEN
+    SELECT 3 AS rc, 'n_jobs and n_job_groups must be non-negative' AS message;
+    LEAVE proc;
+  END IF;
+  START TRANSACTION;
+  SELECT deleted INTO v_deleted FROM batches WHERE batch_id = in_batch_id FOR UPDATE;
+  IF v_missing OR v_deleted THEN
+    ROLLBACK;
+    SELECT 1 AS rc, CONCAT('no batch ', in_batch_id) AS message;
+    LEAVE proc;
+  END IF;
+  IF in_idempotency_token IS NOT NULL THEN
+    SELECT update_id, start_job_id, start_job_group_id INTO v_update_id, v_start_job_id, v_start_job_group_id
+      FROM batch_updates WHERE batch_id = in_batch_id AND idempotency_token = in_idempotency_token;
+    IF NOT v_missing THEN
+      COMMIT;
+      SELECT 0 AS rc, 'exists' AS message, v_update_id AS update_id, v_start_job_id AS start_job_id,
+             v_start_job_group_id AS start_job_group_id;
+      LEAVE proc;
+    END IF;
+    SET v_missing = FALSE;
+  END IF;
+  IF EXISTS (SELECT 1 FROM job_groups_cancelled WHERE batch_id = in_batch_id AND job_group_id = 0) THEN
+    ROLLBACK;
+    SELECT 2 AS rc, CONCAT('batch ', in_batch_id, ' is cancelled') AS message;
+    LEAVE proc;
+  END IF;
+  SELECT n_updates + 1, n_reserved_jobs + 1, n_reserved_job_groups + 1
+    INTO v_update_id, v_start_job_id, v_start_job_group_id
+    FROM batches WHERE batch_id = in_batch_id;
+  UPDATE batches
+    SET n_updates = n_updates + 1,
+        n_reserved_jobs = n_reserved_jobs + in_n_jobs,
+        n_reserved_job_groups = n_reserved_job_groups + in_n_job_groups
+    WHERE batch_id = in_batch_id;
+  INSERT INTO batch_updates (batch_id, update_id, idempotency_token, start_job_id, n_jobs,
+                             start_job_group_id, n_job_groups, time_created_ms)
+    VALUES (in_batch_id, v_update_id, in_idempotency_token, v_start_job_id, in_n_jobs,
+            v_start_job_group_id, in_n_job_groups, in_now_ms);
+  COMMIT;
+  SELECT 0 AS rc, 'created' AS message, v_update_id AS update_id, v_start_job_id AS start_job_id,
+         v_start_job_group_id AS start_job_group_id;
+END $$
+DELIMITER ;

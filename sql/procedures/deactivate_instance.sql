@@ -1,0 +1,56 @@
+-- The instance is gone (dead worker, preemption, idle shutdown): its running
+-- and creating jobs go back to Ready and will run again under a new attempt;
+-- their attempts end now (billing stops). Idempotent: deactivating an
+-- inactive instance changes nothing.
+DROP PROCEDURE IF EXISTS deactivate_instance;
+DELIMITER $$
+CREATE PROCEDURE deactivate_instance(IN in_epoch BIGINT, IN in_name VARCHAR(100), IN in_reason VARCHAR(255),
+                                     IN in_now_ms BIGINT)
+proc: BEGIN
+  DECLARE v_ok BOOLEAN;
+  DECLARE v_locked INT;
+  DECLARE v_state VARCHAR(20);
+  DECLARE v_n INT;
+  DECLARE v_missing BOOLEAN DEFAULT FALSE;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL check_epoch(in_epoch, v_ok);
+  IF NOT v_ok THEN
+    ROLLBACK;
+    SELECT 4 AS rc, 'stale leader epoch' AS message;
+    LEAVE proc;
+  END IF;
+  -- Jobs first, in key order (lock order: jobs before attempts and instances).
+  SELECT COUNT(*) INTO v_locked
+    FROM attempts a
+    JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
+    WHERE a.instance_name = in_name AND a.end_time_ms IS NULL AND j.state IN ('Running', 'Creating')
+    ORDER BY j.batch_id, j.job_id
+    FOR UPDATE;
+  SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
+  IF v_missing THEN
+    ROLLBACK;
+    SELECT 1 AS rc, CONCAT('no instance ', in_name) AS message;
+    LEAVE proc;
+  END IF;
+  UPDATE jobs j
+    JOIN attempts a ON a.batch_id = j.batch_id AND a.job_id = j.job_id AND a.attempt_id = j.attempt_id
+    SET j.state = 'Ready'
+    WHERE a.instance_name = in_name AND a.end_time_ms IS NULL AND j.state IN ('Running', 'Creating');
+  SET v_n = ROW_COUNT();
+  UPDATE attempts
+    SET rollup_time_ms = IF(start_time_ms IS NULL, NULL, GREATEST(COALESCE(rollup_time_ms, start_time_ms), in_now_ms)),
+        end_time_ms = GREATEST(in_now_ms, COALESCE(start_time_ms, 0)),
+        reason = 'instance deactivated'
+    WHERE instance_name = in_name AND end_time_ms IS NULL;
+  IF v_state IN ('pending', 'active') THEN
+    UPDATE instances
+      SET state = 'inactive', free_cores_mcpu = cores_mcpu, time_deactivated_ms = in_now_ms,
+          deactivation_reason = in_reason
+      WHERE name = in_name;
+  END IF;
+  COMMIT;
+  SELECT 0 AS rc, 'ok' AS message, v_n AS n_rescheduled;
+END $$
+DELIMITER ;

@@ -1,0 +1,64 @@
+-- MJC, bulk: the driver records final states reported by a worker (or by the
+-- canceller for running jobs it stopped). in_jobs is a JSON array of
+--   {"batch_id", "job_id", "attempt_id", "state": "Success"|"Failed"|"Error"|"Cancelled",
+--    "exit_code", "start_time_ms", "end_time_ms", "reason"}
+-- for attempts on instance in_instance_name. Idempotent and order-tolerant:
+-- a repeat is 'already_complete', MJC before MJS records the start time, MJC
+-- after a cancel leaves the job Cancelled and only closes the attempt.
+-- Returns one row per job (batch_id, job_id, outcome), then the status row.
+DROP PROCEDURE IF EXISTS mark_jobs_complete;
+DELIMITER $$
+CREATE PROCEDURE mark_jobs_complete(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
+                                    IN in_jobs JSON, IN in_now_ms BIGINT)
+proc: BEGIN
+  DECLARE v_ok BOOLEAN;
+  DECLARE v_n INT;
+  DECLARE v_n_distinct INT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
+    SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
+    LEAVE proc;
+  END IF;
+  CALL create_completion_tables();
+  SELECT COUNT(*), COUNT(DISTINCT jt.batch_id, jt.job_id) INTO v_n, v_n_distinct
+    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id',
+                                              job_id INT PATH '$.job_id')) jt;
+  IF v_n <> v_n_distinct THEN
+    SELECT 3 AS rc, 'a job appears twice in one call' AS message;
+    LEAVE proc;
+  END IF;
+  INSERT INTO tmp_job_completions
+      (batch_id, job_id, attempt_id, instance_name, new_state, exit_code, start_time_ms, end_time_ms, reason)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, in_instance_name, jt.state, jt.exit_code,
+           jt.start_time_ms, GREATEST(COALESCE(jt.end_time_ms, in_now_ms), COALESCE(jt.start_time_ms, 0)), jt.reason
+    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
+      batch_id BIGINT PATH '$.batch_id',
+      job_id INT PATH '$.job_id',
+      attempt_id VARCHAR(40) PATH '$.attempt_id',
+      state VARCHAR(20) PATH '$.state',
+      exit_code INT PATH '$.exit_code',
+      start_time_ms BIGINT PATH '$.start_time_ms',
+      end_time_ms BIGINT PATH '$.end_time_ms',
+      reason VARCHAR(64) PATH '$.reason')) jt;
+  IF EXISTS (SELECT 1 FROM tmp_job_completions WHERE batch_id IS NULL OR job_id IS NULL OR new_state IS NULL) THEN
+    SELECT 3 AS rc, 'every job needs batch_id, job_id and state' AS message;
+    LEAVE proc;
+  END IF;
+
+  START TRANSACTION;
+  CALL check_epoch(in_epoch, v_ok);
+  IF NOT v_ok THEN
+    ROLLBACK;
+    SELECT 4 AS rc, 'stale leader epoch' AS message;
+    LEAVE proc;
+  END IF;
+  CALL complete_jobs_core(in_now_ms);
+  COMMIT;
+
+  CALL check_completions(in_now_ms);
+  SELECT batch_id, job_id, outcome FROM tmp_job_completions ORDER BY batch_id, job_id;
+  SELECT 0 AS rc, 'ok' AS message,
+         (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'completed') AS n_completed;
+END $$
+DELIMITER ;

@@ -1,0 +1,139 @@
+-- SJ, bulk: put Ready jobs on one instance. in_jobs is a JSON array of
+-- {"batch_id", "job_id", "attempt_id"} (attempt ids are chosen by the driver).
+-- On an active instance a Ready job becomes Running under a new attempt; on
+-- a pending (job-private, still booting) instance it becomes Creating, and a
+-- later SJ with the same attempt id moves it to Running once the instance is
+-- active. Jobs are taken in key order while their cores fit.
+-- Per-job outcome: scheduled, creating, already_scheduled, not_found,
+-- not_ready, cancelled (its group is cancelled or a dependency failed, and
+-- it is not always_run), no_capacity.
+-- A refused instance (unknown, inactive) refuses the whole call.
+DROP PROCEDURE IF EXISTS schedule_jobs;
+DELIMITER $$
+CREATE PROCEDURE schedule_jobs(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
+                               IN in_jobs JSON, IN in_now_ms BIGINT)
+proc: BEGIN
+  DECLARE v_ok BOOLEAN;
+  DECLARE v_locked INT;
+  DECLARE v_instance_state VARCHAR(20);
+  DECLARE v_free_mcpu INT;
+  DECLARE v_used_mcpu INT DEFAULT 0;
+  DECLARE v_done BOOLEAN DEFAULT FALSE;
+  DECLARE v_batch_id BIGINT;
+  DECLARE v_job_id INT;
+  DECLARE v_cores INT;
+  DECLARE candidates CURSOR FOR
+    SELECT batch_id, job_id, cores_mcpu FROM tmp_schedule WHERE outcome = 'candidate' ORDER BY batch_id, job_id;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+
+  IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
+    SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
+    LEAVE proc;
+  END IF;
+  DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
+  CREATE TEMPORARY TABLE tmp_schedule (
+    batch_id BIGINT NOT NULL,
+    job_id INT NOT NULL,
+    attempt_id VARCHAR(40) NOT NULL,
+    found BOOLEAN NOT NULL DEFAULT FALSE,
+    old_state VARCHAR(20) NULL,
+    old_attempt_id VARCHAR(40) NULL,
+    always_run BOOLEAN NULL,
+    dependency_failed BOOLEAN NULL,
+    job_group_id INT NULL,
+    cores_mcpu INT NULL,
+    group_cancelled BOOLEAN NOT NULL DEFAULT FALSE,
+    outcome VARCHAR(32) NULL,
+    PRIMARY KEY (batch_id, job_id)
+  );
+  INSERT INTO tmp_schedule (batch_id, job_id, attempt_id)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id
+    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',
+                                              attempt_id VARCHAR(40) PATH '$.attempt_id')) jt
+  ON DUPLICATE KEY UPDATE batch_id = tmp_schedule.batch_id;
+  IF EXISTS (SELECT 1 FROM tmp_schedule WHERE attempt_id IS NULL OR attempt_id = '') THEN
+    SELECT 3 AS rc, 'every job needs an attempt_id' AS message;
+    LEAVE proc;
+  END IF;
+
+  START TRANSACTION;
+  CALL check_epoch(in_epoch, v_ok);
+  IF NOT v_ok THEN
+    ROLLBACK;
+    SELECT 4 AS rc, 'stale leader epoch' AS message;
+    LEAVE proc;
+  END IF;
+
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_schedule t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    FOR UPDATE;
+  UPDATE tmp_schedule t
+    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id, t.always_run = j.always_run,
+        t.dependency_failed = j.dependency_failed, t.job_group_id = j.job_group_id, t.cores_mcpu = j.cores_mcpu;
+  UPDATE tmp_schedule t
+    SET t.group_cancelled = EXISTS (
+      SELECT 1 FROM job_group_self_and_ancestors a
+      JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
+      WHERE a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id);
+
+  SET v_done = FALSE;
+  SELECT state, free_cores_mcpu INTO v_instance_state, v_free_mcpu
+    FROM instances WHERE name = in_instance_name FOR UPDATE;
+  IF v_done THEN
+    ROLLBACK;
+    SELECT 1 AS rc, CONCAT('no instance ', in_instance_name) AS message;
+    LEAVE proc;
+  END IF;
+  IF v_instance_state NOT IN ('pending', 'active') THEN
+    ROLLBACK;
+    SELECT 2 AS rc, CONCAT('instance ', in_instance_name, ' is ', v_instance_state) AS message;
+    LEAVE proc;
+  END IF;
+
+  UPDATE tmp_schedule SET outcome = CASE
+      WHEN NOT found THEN 'not_found'
+      WHEN old_state = 'Running' AND old_attempt_id = attempt_id THEN 'already_scheduled'
+      WHEN old_state = 'Creating' AND old_attempt_id = attempt_id AND v_instance_state = 'pending' THEN 'already_scheduled'
+      WHEN old_state = 'Creating' AND old_attempt_id = attempt_id THEN 'start_created'
+      WHEN old_state <> 'Ready' THEN 'not_ready'
+      WHEN NOT always_run AND (group_cancelled OR dependency_failed) THEN 'cancelled'
+      ELSE 'candidate' END;
+
+  -- Fit new attempts into the free cores, in key order.
+  OPEN candidates;
+  fit: LOOP
+    FETCH candidates INTO v_batch_id, v_job_id, v_cores;
+    IF v_done THEN LEAVE fit; END IF;
+    IF v_used_mcpu + v_cores <= v_free_mcpu THEN
+      SET v_used_mcpu = v_used_mcpu + v_cores;
+      UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
+        WHERE batch_id = v_batch_id AND job_id = v_job_id;
+    ELSE
+      UPDATE tmp_schedule SET outcome = 'no_capacity' WHERE batch_id = v_batch_id AND job_id = v_job_id;
+    END IF;
+  END LOOP;
+  CLOSE candidates;
+
+  INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name)
+    SELECT batch_id, job_id, attempt_id, in_instance_name
+    FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') ORDER BY batch_id, job_id;
+  UPDATE jobs j
+    JOIN tmp_schedule t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
+    SET j.state = IF(t.outcome = 'creating', 'Creating', 'Running'),
+        j.attempt_id = t.attempt_id,
+        j.n_attempts = j.n_attempts + IF(t.outcome = 'start_created', 0, 1)
+    WHERE t.outcome IN ('scheduled', 'creating', 'start_created');
+  IF v_used_mcpu > 0 THEN
+    UPDATE instances SET free_cores_mcpu = free_cores_mcpu - v_used_mcpu WHERE name = in_instance_name;
+  END IF;
+  COMMIT;
+
+  SELECT batch_id, job_id, attempt_id,
+         IF(outcome = 'start_created', 'scheduled', outcome) AS outcome
+    FROM tmp_schedule ORDER BY batch_id, job_id;
+  SELECT 0 AS rc, 'ok' AS message, v_used_mcpu AS scheduled_cores_mcpu;
+  DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
+END $$
+DELIMITER ;

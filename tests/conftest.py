@@ -1,0 +1,56 @@
+"""Fixtures shared by every tier: a private MariaDB for the session and a
+fresh, migrated database for each test that asks for one."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pymysql
+import pytest
+
+from services.db.database import Database, DatabaseConfig
+from services.db.migrations import migrate
+from tests.mariadb import PrivateMariaDB
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[DatabaseConfig]:
+    """Connection settings of a server the tests may create databases on."""
+    url = os.environ.get("CORRAL_TEST_DATABASE_URL")
+    if url:
+        yield DatabaseConfig.from_url(url)
+        return
+    server = PrivateMariaDB()
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def db_config(mariadb_server: DatabaseConfig) -> Iterator[DatabaseConfig]:
+    """A fresh database with every migration applied, dropped afterwards."""
+    config = dataclasses.replace(mariadb_server, database=f"corral_test_{uuid.uuid4().hex[:12]}", pool_size=40)
+    migrate(config, create_database=True)
+    try:
+        yield config
+    finally:
+        conn = pymysql.connect(**config.connect_kwargs(with_database=False))
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+async def db(db_config: DatabaseConfig) -> AsyncIterator[Database]:
+    """A pool on the test's own database."""
+    database = await Database.connect(db_config)
+    try:
+        yield database
+    finally:
+        await database.close()

@@ -1,0 +1,90 @@
+"""A private MariaDB server for the test session.
+
+Started in a temporary directory with its own data dir and socket, no TCP
+port, and stopped by its pid when the session ends. Set
+CORRAL_TEST_DATABASE_URL to use an existing server instead: tests then only
+create and drop databases named corral_test_*.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pymysql
+
+from services.db.database import DatabaseConfig
+
+_SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin")
+
+
+def _find(program: str) -> str:
+    found = shutil.which(program) or next(
+        (str(Path(d) / program) for d in _SBIN if (Path(d) / program).exists()), None
+    )
+    if found is None:
+        raise RuntimeError(f"{program} not found: run scripts/setup.sh (it installs mariadb-server)")
+    return found
+
+
+class PrivateMariaDB:
+    """One mariadbd process serving a throwaway data directory."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="corral-mariadb-"))
+        self.socket = str(self.root / "mysqld.sock")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> DatabaseConfig:
+        datadir = self.root / "data"
+        user_args = ["--user=root"] if os.geteuid() == 0 else []
+        subprocess.run(
+            [_find("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
+             "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
+            check=True, capture_output=True,
+        )
+        self.process = subprocess.Popen(
+            [_find("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={self.socket}",
+             f"--pid-file={self.root / 'mysqld.pid'}", "--skip-networking", f"--log-error={self.root / 'error.log'}",
+             "--innodb-buffer-pool-size=512M", "--innodb-log-file-size=256M",
+             # Tests need no durability across a crash of this throwaway server.
+             "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--skip-log-bin",
+             "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        config = DatabaseConfig(unix_socket=self.socket, user="root", password="", database="mysql")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mariadbd exited: {self.error_log()}")
+            try:
+                # Probe with a plain socket first: pymysql leaks the socket of
+                # a connection attempt that fails.
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.connect(self.socket)
+                pymysql.connect(unix_socket=self.socket, user="root").close()
+                return config
+            except (OSError, pymysql.err.OperationalError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"mariadbd did not come up: {self.error_log()}") from None
+                time.sleep(0.05)
+
+    def error_log(self) -> str:
+        path = self.root / "error.log"
+        return path.read_text()[-2000:] if path.exists() else "(no error log)"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
