@@ -13,6 +13,12 @@
 --   leader_epoch (shared) -> billing_projects -> batches -> batch_updates ->
 --   job_groups -> jobs (targets, ascending key) -> jobs (children, ascending)
 --   -> attempts -> instances -> token rows of counters and aggregates.
+--
+-- The tokenized counter and aggregate tables have no foreign keys on
+-- purpose: a foreign-key check takes a shared lock on the parent row (the
+-- job group, the job), which deadlocks with the completion check and with
+-- the jobs' own updates. Their rows are removed with their batch by the
+-- cleanup procedure instead of by ON DELETE CASCADE.
 
 CREATE TABLE leader_epoch (
   singleton TINYINT NOT NULL PRIMARY KEY DEFAULT 1,
@@ -327,9 +333,7 @@ CREATE TABLE job_groups_n_jobs_in_complete_states (
   n_failed INT NOT NULL DEFAULT 0,
   n_errored INT NOT NULL DEFAULT 0,
   n_cancelled INT NOT NULL DEFAULT 0,
-  PRIMARY KEY (batch_id, job_group_id, token),
-  CONSTRAINT job_groups_n_complete_group FOREIGN KEY (batch_id, job_group_id)
-    REFERENCES job_groups (batch_id, job_group_id) ON DELETE CASCADE
+  PRIMARY KEY (batch_id, job_group_id, token)
 ) ENGINE=InnoDB;
 
 -- TOKENIZED live resource counts per user, instance collection, batch and
@@ -366,9 +370,7 @@ CREATE TABLE aggregated_job_resources (
   job_id INT NOT NULL,
   resource_id INT NOT NULL,
   `usage` BIGINT NOT NULL DEFAULT 0,
-  PRIMARY KEY (batch_id, job_id, resource_id),
-  CONSTRAINT aggregated_job_resources_job FOREIGN KEY (batch_id, job_id)
-    REFERENCES jobs (batch_id, job_id) ON DELETE CASCADE
+  PRIMARY KEY (batch_id, job_id, resource_id)
 ) ENGINE=InnoDB;
 
 -- Per job group, for every ancestor; the batch's cost is group 0's.
@@ -378,9 +380,7 @@ CREATE TABLE aggregated_job_group_resources (
   resource_id INT NOT NULL,
   token TINYINT NOT NULL,
   `usage` BIGINT NOT NULL DEFAULT 0,
-  PRIMARY KEY (batch_id, job_group_id, resource_id, token),
-  CONSTRAINT aggregated_job_group_resources_group FOREIGN KEY (batch_id, job_group_id)
-    REFERENCES job_groups (batch_id, job_group_id) ON DELETE CASCADE
+  PRIMARY KEY (batch_id, job_group_id, resource_id, token)
 ) ENGINE=InnoDB;
 
 CREATE TABLE aggregated_billing_project_resources (

@@ -141,12 +141,14 @@ BEGIN
            WHERE s.batch_id = g.batch_id AND s.job_group_id = g.job_group_id) >= g.cancel_after_n_failures
   ON DUPLICATE KEY UPDATE batch_id = job_groups_cancelled.batch_id;
 
-  -- The groups whose completion the caller checks after COMMIT.
+  -- The groups whose completion the caller checks after COMMIT. Repeats
+  -- ('already_complete') are checked too: a call retried after its check
+  -- failed must not leave a finished group running.
   INSERT INTO tmp_groups_to_check (batch_id, job_group_id)
     SELECT DISTINCT t.batch_id, a.ancestor_id
     FROM tmp_job_completions t
     JOIN job_group_self_and_ancestors a ON a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id
-    WHERE t.outcome = 'completed'
+    WHERE t.outcome IN ('completed', 'already_complete')
   ON DUPLICATE KEY UPDATE batch_id = tmp_groups_to_check.batch_id;
 END $$
 DELIMITER ;

@@ -24,6 +24,13 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
+  SELECT state INTO v_state FROM instances WHERE name = in_instance_name;
+  IF v_state IS NULL OR v_state <> 'active' THEN
+    ROLLBACK;
+    SELECT IF(v_state IS NULL, 1, 2) AS rc,
+           CONCAT('instance ', in_instance_name, IF(v_state IS NULL, ' does not exist', ' is not active')) AS message;
+    LEAVE proc;
+  END IF;
   -- Attempts first (lock order: attempts before instances).
   UPDATE attempts a
     JOIN JSON_TABLE(in_attempts, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',
@@ -35,13 +42,7 @@ proc: BEGIN
       AND jt.rollup_time_ms > COALESCE(a.rollup_time_ms, a.start_time_ms);
   SET v_n = ROW_COUNT();
   UPDATE instances SET last_heartbeat_ms = GREATEST(COALESCE(last_heartbeat_ms, 0), in_now_ms)
-    WHERE name = in_instance_name AND state = 'active';
-  IF ROW_COUNT() = 0 THEN
-    SELECT state INTO v_state FROM instances WHERE name = in_instance_name;
-    COMMIT;
-    SELECT 2 AS rc, CONCAT('instance ', in_instance_name, ' is not active') AS message, v_n AS n_rolled_up;
-    LEAVE proc;
-  END IF;
+    WHERE name = in_instance_name;
   COMMIT;
   SELECT 0 AS rc, 'ok' AS message, v_n AS n_rolled_up;
 END $$

@@ -33,6 +33,9 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   START TRANSACTION;
+  -- Lock order: the batch (shared) before its update row, as commit_update
+  -- takes them exclusively in that order.
+  SELECT COUNT(*) INTO v_count FROM batches WHERE batch_id = in_batch_id LOCK IN SHARE MODE;
   SELECT start_job_group_id, n_job_groups, committed INTO v_start, v_n, v_committed
     FROM batch_updates WHERE batch_id = in_batch_id AND update_id = in_update_id LOCK IN SHARE MODE;
   IF v_done THEN

@@ -57,6 +57,9 @@ proc: BEGIN
   );
 
   START TRANSACTION;
+  -- Lock order: the batch (shared) before its update row, as commit_update
+  -- takes them exclusively in that order.
+  SELECT COUNT(*) INTO v_count FROM batches WHERE batch_id = in_batch_id LOCK IN SHARE MODE;
   -- Shared lock: commit_update takes it exclusively, so no bunch lands in a
   -- committed update.
   SELECT start_job_id, n_jobs, committed INTO v_start, v_n, v_committed
