@@ -35,7 +35,7 @@ proc: BEGIN
   CREATE TEMPORARY TABLE tmp_schedule (
     batch_id BIGINT NOT NULL,
     job_id INT NOT NULL,
-    attempt_id VARCHAR(40) NOT NULL,
+    attempt_id VARCHAR(40) NULL,
     found BOOLEAN NOT NULL DEFAULT FALSE,
     old_state VARCHAR(20) NULL,
     old_attempt_id VARCHAR(40) NULL,
