@@ -162,7 +162,7 @@ class DatabaseConfig:
             kwargs["host"] = self.host
             kwargs["port"] = self.port
         if with_database:
-            kwargs["db"] = self.database
+            kwargs["database"] = self.database
         return kwargs
 
 

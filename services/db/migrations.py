@@ -24,11 +24,10 @@ from pathlib import Path
 import pymysql
 
 from services.db.database import DatabaseConfig
-from services.db.sqlfile import split_statements
+from services.db.sqlfile import SqlFileError, split_statements
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK_NAME = "corral_migrate"
 _ROUTINE_KINDS = ("procedures", "triggers")
 
 
@@ -68,6 +67,11 @@ def migration_files(sql_dir: Path = SQL_DIR) -> list[SqlFile]:
         if not match:
             raise MigrationError(f"{path.name}: migration files are named NNNN_lowercase_name.sql")
         files.append(SqlFile.load(match.group(1), path))
+    seen: dict[str, Path] = {}
+    for f in files:
+        if f.key in seen:
+            raise MigrationError(f"two migrations are numbered {f.key}: {seen[f.key].name} and {f.path.name}")
+        seen[f.key] = f.path
     for expected, f in enumerate(files, start=1):
         if int(f.key) != expected:
             raise MigrationError(f"migrations must be numbered 0001, 0002, ... without gaps; found {f.path.name}")
@@ -100,9 +104,11 @@ def connect(config: DatabaseConfig, create_database: bool = False) -> pymysql.Co
 
 
 @contextmanager
-def _migration_lock(conn: pymysql.Connection) -> Iterator[None]:
+def _migration_lock(conn: pymysql.Connection, database: str) -> Iterator[None]:
+    # Named locks are server-wide: name it after the schema being migrated.
+    lock_name = f"corral_migrate:{database}"[:64]
     with conn.cursor() as cursor:
-        cursor.execute("SELECT GET_LOCK(%s, 60)", (_LOCK_NAME,))
+        cursor.execute("SELECT GET_LOCK(%s, 60)", (lock_name,))
         (got,) = cursor.fetchone()
         if got != 1:
             raise MigrationError("another migration runner holds the lock")
@@ -110,7 +116,7 @@ def _migration_lock(conn: pymysql.Connection) -> Iterator[None]:
         yield
     finally:
         with conn.cursor() as cursor:
-            cursor.execute("SELECT RELEASE_LOCK(%s)", (_LOCK_NAME,))
+            cursor.execute("SELECT RELEASE_LOCK(%s)", (lock_name,))
 
 
 def _ensure_bookkeeping(conn: pymysql.Connection) -> None:
@@ -159,8 +165,12 @@ def check_history(conn: pymysql.Connection, sql_dir: Path = SQL_DIR) -> list[Sql
 
 
 def _apply_file(conn: pymysql.Connection, f: SqlFile) -> None:
+    try:
+        statements = split_statements(f.path.read_text())
+    except SqlFileError as e:
+        raise MigrationError(f"{f.path.name}: {e}") from e
     with conn.cursor() as cursor:
-        for statement in split_statements(f.path.read_text()):
+        for statement in statements:
             try:
                 cursor.execute(statement)
                 while cursor.nextset():
@@ -175,7 +185,7 @@ def migrate(config: DatabaseConfig, sql_dir: Path = SQL_DIR, create_database: bo
     report = MigrationReport()
     conn = connect(config, create_database=create_database)
     try:
-        with _migration_lock(conn):
+        with _migration_lock(conn, config.database):
             _ensure_bookkeeping(conn)
             for f in check_history(conn, sql_dir):
                 _apply_file(conn, f)
@@ -207,7 +217,8 @@ class MigrationStatus:
 
     name: str
     state: str
-    """'applied', 'pending', 'edited' or 'changed' (a routine to re-apply)."""
+    """'applied', 'pending', 'edited', 'missing' (applied, file removed) or
+    'changed' (a routine to re-apply)."""
 
 
 def status(config: DatabaseConfig, sql_dir: Path = SQL_DIR) -> list[MigrationStatus]:
@@ -222,10 +233,14 @@ def status(config: DatabaseConfig, sql_dir: Path = SQL_DIR) -> list[MigrationSta
     finally:
         conn.close()
     lines = []
-    for f in migration_files(sql_dir):
+    files = migration_files(sql_dir)
+    for f in files:
         recorded = migrations.get(f.key)
         state = "pending" if recorded is None else ("applied" if recorded == f.checksum else "edited")
         lines.append(MigrationStatus(f.path.name, state))
+    present = {f.key for f in files}
+    lines += [MigrationStatus(f"{version} (file removed)", "missing") for version in sorted(migrations)
+              if version not in present]
     for f in routine_files(sql_dir):
         recorded = routines.get(f.key)
         state = "pending" if recorded is None else ("applied" if recorded == f.checksum else "changed")

@@ -23,16 +23,16 @@ def split_statements(text: str) -> list[str]:
     n = len(text)
     at_line_start = True
     while i < n:
-        if at_line_start:
-            # A DELIMITER directive is a whole line of its own.
+        if at_line_start and not "".join(current).strip():
+            # Like the client, DELIMITER is read only where a statement
+            # starts; the new delimiter is its first word.
             line_end = text.find("\n", i)
             line_end = n if line_end == -1 else line_end
-            line = text[i:line_end].strip()
-            if line.upper().startswith("DELIMITER ") or line.upper() == "DELIMITER":
-                parts = line.split()
-                if len(parts) != 2:
-                    raise SqlFileError(f"bad DELIMITER line: {line!r}")
-                _flush(current, statements)
+            parts = text[i:line_end].split()
+            if parts and parts[0].upper() == "DELIMITER":
+                if len(parts) < 2:
+                    raise SqlFileError(f"bad DELIMITER line: {text[i:line_end]!r}")
+                current.clear()
                 delimiter = parts[1]
                 i = line_end + 1
                 continue
@@ -50,6 +50,7 @@ def split_statements(text: str) -> list[str]:
             end = text.find("*/", i + 2)
             if end == -1:
                 raise SqlFileError("unterminated /* comment")
+            current.append(" ")  # a comment separates tokens
             i = end + 2
         elif ch in ("'", '"', "`"):
             end = _string_end(text, i)

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Install what corral's tests need on a Debian/Ubuntu machine. Idempotent:
+# each step runs only when its result is missing or out of date.
+#   - Debian packages: MariaDB (tests start a private server of their own; the
+#     system service is neither started nor configured here), the OCI tools of
+#     the container runtime (runc, umoci, skopeo), and Node.js for buf;
+#   - .venv with corral installed editable, re-installed when pyproject.toml
+#     changes;
+#   - the buf CLI in .tools/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo nodejs npm)
+BUF_VERSION=1.75.0
+STAMP=.venv/.corral-pyproject.sha256
+
+say() { echo "setup: $*"; }
+
+as_root() {
+    if [[ $(id -u) -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null; then
+        sudo "$@"
+    else
+        echo "setup: need root (or sudo) to run: $*" >&2
+        exit 1
+    fi
+}
+
+is_installed() {
+    [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]] && return 0
+    # NodeSource's nodejs package ships npm itself and conflicts with Debian's
+    # npm package, so an npm on the PATH counts.
+    [[ $1 == npm ]] && command -v npm >/dev/null
+}
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+    is_installed "$package" || missing+=("$package")
+done
+if ((${#missing[@]})); then
+    say "installing ${missing[*]}"
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    say "Debian packages present"
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+    if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+        echo "setup: corral needs Python 3.11 or newer; python3 is $(python3 --version 2>&1)" >&2
+        exit 1
+    fi
+    say "creating .venv with $(python3 --version)"
+    python3 -m venv .venv
+fi
+
+pyproject_sha256=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ ! -f $STAMP || $(cat "$STAMP") != "$pyproject_sha256" ]]; then
+    say "installing corral into .venv (pip install -e '.[dev]')"
+    .venv/bin/pip install -q -e '.[dev]'
+    echo "$pyproject_sha256" >"$STAMP"
+else
+    say ".venv up to date with pyproject.toml"
+fi
+
+if [[ ! -x .tools/node_modules/.bin/buf ]]; then
+    say "installing buf $BUF_VERSION into .tools"
+    npm install --no-save --prefix .tools "@bufbuild/buf@$BUF_VERSION"
+else
+    say "buf present"
+fi
