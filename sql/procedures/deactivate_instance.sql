@@ -26,7 +26,6 @@ proc: BEGIN
     FROM attempts a
     JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
     WHERE a.instance_name = in_name AND a.end_time_ms IS NULL AND j.state IN ('Running', 'Creating')
-    ORDER BY j.batch_id, j.job_id
     FOR UPDATE;
   SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
   IF v_missing THEN
