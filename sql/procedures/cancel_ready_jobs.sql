@@ -1,5 +1,5 @@
 -- The canceller's set-based drain: up to in_limit jobs of one batch that are
--- Ready (or Creating without a running attempt) and must not run, because
+-- Ready and must not run, because
 -- their group or an ancestor is cancelled or a parent ended in a state they
 -- do not accept, become Cancelled in one transaction; always_run jobs are
 -- never taken. Their children are updated in the same pass, so a cancelled

@@ -37,6 +37,9 @@ proc: BEGIN
   END IF;
   IF v_committed THEN
     COMMIT;
+    -- A retry after the first call's completion check failed: check again.
+    CALL queue_update_groups_for_check(in_batch_id, in_update_id);
+    CALL check_completions(in_now_ms);
     SELECT 0 AS rc, 'already committed' AS message;
     LEAVE proc;
   END IF;
@@ -77,15 +80,7 @@ proc: BEGIN
     ORDER BY job_id;
   COMMIT;
 
-  -- The root, and this update's groups with their ancestors (an empty
-  -- update or group completes at once).
-  INSERT INTO tmp_groups_to_check (batch_id, job_group_id) VALUES (in_batch_id, 0);
-  INSERT INTO tmp_groups_to_check (batch_id, job_group_id)
-    SELECT DISTINCT a.batch_id, a.ancestor_id
-    FROM job_groups g
-    JOIN job_group_self_and_ancestors a ON a.batch_id = g.batch_id AND a.job_group_id = g.job_group_id
-    WHERE g.batch_id = in_batch_id AND g.update_id = in_update_id
-  ON DUPLICATE KEY UPDATE batch_id = tmp_groups_to_check.batch_id;
+  CALL queue_update_groups_for_check(in_batch_id, in_update_id);
   CALL check_completions(in_now_ms);
   SELECT 0 AS rc, 'committed' AS message, v_n AS n_jobs;
 END $$

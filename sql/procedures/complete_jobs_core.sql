@@ -37,6 +37,29 @@ BEGIN
       WHEN old_state = 'Ready' AND attempt_id IS NULL AND new_state <> 'Cancelled' THEN 'not_runnable'
       ELSE 'completed' END;
 
+  -- Lock the children too, before any other row (lock order: targets,
+  -- children, attempts, instances, token rows); they are updated below.
+  DROP TEMPORARY TABLE IF EXISTS tmp_children;
+  CREATE TEMPORARY TABLE tmp_children (
+    batch_id BIGINT NOT NULL,
+    job_id INT NOT NULL,
+    n_done INT NOT NULL,
+    n_unaccepted INT NOT NULL,
+    PRIMARY KEY (batch_id, job_id)
+  );
+  INSERT INTO tmp_children (batch_id, job_id, n_done, n_unaccepted)
+    SELECT e.batch_id, e.job_id, COUNT(*),
+           SUM((e.accepted_states & CASE t.new_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
+                                                    WHEN 'Error' THEN 4 ELSE 8 END) = 0)
+    FROM tmp_job_completions t
+    JOIN job_parents e ON e.batch_id = t.batch_id AND e.parent_id = t.job_id
+    WHERE t.outcome = 'completed'
+    GROUP BY e.batch_id, e.job_id;
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_children c
+    JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
+    FOR UPDATE;
+
   -- Record the reporting attempt's start and end, once (MJC may come before
   -- MJS, twice, or for an attempt the job no longer points at).
   INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, rollup_time_ms, reason)
@@ -48,7 +71,9 @@ BEGIN
     ORDER BY batch_id, job_id
   ON DUPLICATE KEY UPDATE
     -- Assignments run left to right: later ones see the new start time.
-    start_time_ms = COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
+    -- A closed attempt keeps its times: a late report changes nothing.
+    start_time_ms = IF(attempts.end_time_ms IS NULL, COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
+                       attempts.start_time_ms),
     rollup_time_ms = IF(attempts.end_time_ms IS NULL,
                         GREATEST(COALESCE(attempts.rollup_time_ms, 0), COALESCE(VALUES(rollup_time_ms), 0),
                                  COALESCE(attempts.start_time_ms, 0)),
@@ -92,26 +117,6 @@ BEGIN
   -- Children: one fewer pending parent per completed parent; remember an
   -- unaccepted parent state; Ready when nothing is pending and the child's
   -- update is committed (jobs of an uncommitted update stay invisible).
-  DROP TEMPORARY TABLE IF EXISTS tmp_children;
-  CREATE TEMPORARY TABLE tmp_children (
-    batch_id BIGINT NOT NULL,
-    job_id INT NOT NULL,
-    n_done INT NOT NULL,
-    n_unaccepted INT NOT NULL,
-    PRIMARY KEY (batch_id, job_id)
-  );
-  INSERT INTO tmp_children (batch_id, job_id, n_done, n_unaccepted)
-    SELECT e.batch_id, e.job_id, COUNT(*),
-           SUM((e.accepted_states & CASE t.new_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
-                                                    WHEN 'Error' THEN 4 ELSE 8 END) = 0)
-    FROM tmp_job_completions t
-    JOIN job_parents e ON e.batch_id = t.batch_id AND e.parent_id = t.job_id
-    WHERE t.outcome = 'completed'
-    GROUP BY e.batch_id, e.job_id;
-  SELECT COUNT(*) INTO v_locked
-    FROM tmp_children c
-    JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
-    FOR UPDATE;
   UPDATE jobs j
     JOIN tmp_children c ON c.batch_id = j.batch_id AND c.job_id = j.job_id
     SET j.n_pending_parents = j.n_pending_parents - c.n_done,

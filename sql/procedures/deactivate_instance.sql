@@ -21,11 +21,13 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
-  -- Jobs first, in key order (lock order: jobs before attempts and instances).
+  -- Jobs first (lock order: jobs before attempts and instances). The
+  -- attempts are only read here: the subquery takes no locks.
   SELECT COUNT(*) INTO v_locked
-    FROM attempts a
-    JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
-    WHERE a.instance_name = in_name AND a.end_time_ms IS NULL AND j.state IN ('Running', 'Creating')
+    FROM jobs j
+    WHERE (j.batch_id, j.job_id) IN (SELECT a.batch_id, a.job_id FROM attempts a
+                                     WHERE a.instance_name = in_name AND a.end_time_ms IS NULL)
+      AND j.state IN ('Running', 'Creating')
     FOR UPDATE;
   SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
   IF v_missing THEN

@@ -29,7 +29,8 @@ proc: BEGIN
       ON a.batch_id = jt.batch_id AND a.job_id = jt.job_id AND a.attempt_id = jt.attempt_id
     SET a.rollup_time_ms = COALESCE(a.rollup_time_ms, jt.start_time_ms),
         a.start_time_ms = COALESCE(a.start_time_ms, jt.start_time_ms)
-    WHERE a.instance_name = in_instance_name AND a.start_time_ms IS NULL AND jt.start_time_ms IS NOT NULL;
+    WHERE a.instance_name = in_instance_name AND a.start_time_ms IS NULL AND a.end_time_ms IS NULL
+      AND jt.start_time_ms IS NOT NULL;
   SET v_n = ROW_COUNT();
   COMMIT;
   SELECT 0 AS rc, 'ok' AS message, v_n AS n_started;
