@@ -13,12 +13,16 @@ import pytest
 
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
-from tests.mariadb import PrivateMariaDB
+from services.db.server import PrivateMariaDB
 
 
 @pytest.fixture(scope="session")
 def mariadb_server() -> Iterator[DatabaseConfig]:
-    """Connection settings of a server the tests may create databases on."""
+    """Connection settings of a server the tests may create databases on.
+
+    A private server in a temporary directory, unless CORRAL_TEST_DATABASE_URL
+    names an existing one: tests then only create and drop corral_test_*
+    databases there."""
     url = os.environ.get("CORRAL_TEST_DATABASE_URL")
     if url:
         yield DatabaseConfig.from_url(url)

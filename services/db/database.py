@@ -144,7 +144,8 @@ class DatabaseConfig:
         return cls(**fields)
 
     def connect_kwargs(self, with_database: bool = True) -> dict[str, Any]:
-        """Keyword arguments for aiomysql/pymysql `connect`."""
+        """Keyword arguments for aiomysql `connect` (pymysql takes them too
+        when `with_database` is False)."""
         kwargs: dict[str, Any] = {
             "user": self.user,
             "password": self.password,
@@ -162,7 +163,7 @@ class DatabaseConfig:
             kwargs["host"] = self.host
             kwargs["port"] = self.port
         if with_database:
-            kwargs["database"] = self.database
+            kwargs["db"] = self.database  # aiomysql's name for it
         return kwargs
 
 

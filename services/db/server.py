@@ -1,9 +1,9 @@
-"""A private MariaDB server for the test session.
+"""A private MariaDB server: its own data directory and socket, no TCP port.
 
-Started in a temporary directory with its own data dir and socket, no TCP
-port, and stopped by its pid when the session ends. Set
-CORRAL_TEST_DATABASE_URL to use an existing server instead: tests then only
-create and drop databases named corral_test_*.
+Tests, benchmarks and the embedded `corral up` start one instead of touching
+a system server. `PrivateMariaDB(root)` keeps its data under `root` (kept
+across restarts); without a root it uses a temporary directory and removes
+it on stop. The process is stopped by its pid.
 """
 
 from __future__ import annotations
@@ -36,25 +36,30 @@ def _find(program: str) -> str:
 class PrivateMariaDB:
     """One mariadbd process serving a throwaway data directory."""
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="corral-mariadb-"))
+    def __init__(self, root: Path | None = None, fast_unsafe: bool = True) -> None:
+        self._temporary = root is None
+        self.root = Path(tempfile.mkdtemp(prefix="corral-mariadb-")) if root is None else root
         self.socket = str(self.root / "mysqld.sock")
+        self.fast_unsafe = fast_unsafe
+        """Trade crash durability for speed (tests, benchmarks)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> DatabaseConfig:
+        """Initialise the data directory if new, start mariadbd, wait until it answers."""
         datadir = self.root / "data"
         user_args = ["--user=root"] if os.geteuid() == 0 else []
-        subprocess.run(
-            [_find("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
-             "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
-            check=True, capture_output=True,
-        )
+        if not (datadir / "mysql").is_dir():
+            self.root.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                [_find("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
+                 "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
+                check=True, capture_output=True,
+            )
+        durability = (["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"] if self.fast_unsafe else [])
         self.process = subprocess.Popen(
             [_find("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={self.socket}",
              f"--pid-file={self.root / 'mysqld.pid'}", "--skip-networking", f"--log-error={self.root / 'error.log'}",
-             "--innodb-buffer-pool-size=512M", "--innodb-log-file-size=256M",
-             # Tests need no durability across a crash of this throwaway server.
-             "--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0", "--skip-log-bin",
+             "--innodb-buffer-pool-size=512M", "--innodb-log-file-size=256M", *durability, "--skip-log-bin",
              "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -80,6 +85,7 @@ class PrivateMariaDB:
         return path.read_text()[-2000:] if path.exists() else "(no error log)"
 
     def stop(self) -> None:
+        """SIGTERM the server by its pid and wait; remove a temporary root."""
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -87,4 +93,5 @@ class PrivateMariaDB:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self._temporary:
+            shutil.rmtree(self.root, ignore_errors=True)
