@@ -57,8 +57,8 @@ fi
 
 pyproject_sha256=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ ! -f $STAMP || $(cat "$STAMP") != "$pyproject_sha256" ]]; then
-    say "installing corral into .venv (pip install -e '.[dev]')"
-    .venv/bin/pip install -q -e '.[dev]'
+    say "installing corral into .venv (pip install -e '.[dev,bench]')"
+    .venv/bin/pip install -q -e '.[dev,bench]'
     echo "$pyproject_sha256" >"$STAMP"
 else
     say ".venv up to date with pyproject.toml"
