@@ -15,7 +15,7 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 import aiomysql
 import pymysql
@@ -142,6 +142,13 @@ class DatabaseConfig:
             fields["pool_size"] = int(query["pool_size"][0])
         fields.update(overrides)
         return cls(**fields)
+
+    def to_url(self) -> str:
+        """The mysql:// URL of this configuration (what `from_url` parses)."""
+        auth = quote(self.user, safe="") + (f":{quote(self.password, safe='')}" if self.password else "")
+        if self.unix_socket:
+            return f"mysql://{auth}@localhost/{self.database}?unix_socket={quote(self.unix_socket)}"
+        return f"mysql://{auth}@{self.host}:{self.port}/{self.database}"
 
     def connect_kwargs(self, with_database: bool = True) -> dict[str, Any]:
         """Keyword arguments for aiomysql `connect` (pymysql takes them too

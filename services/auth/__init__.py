@@ -1,0 +1,1 @@
+"""The auth service: users, logins, bearer tokens and roles."""

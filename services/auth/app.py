@@ -1,0 +1,86 @@
+"""Wiring of the auth service: database, servicer and its two listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import signal
+from pathlib import Path
+
+from corral.auth.v1 import auth_service_pb2_grpc
+from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
+from services.auth.store import AuthStore
+from services.common.identity import BearerAuthenticator, peer_certificate
+from services.common.server import Listener, RunningServers, Service, serve
+from services.common.tls import DevCertificateAuthority
+from services.db.database import Database, DatabaseConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AuthConfig:
+    """How to run the auth service."""
+
+    database_url: str
+    """mysql://... of corral's database."""
+    certs_dir: Path
+    """Directory of the CA and the service certificates (see services.common.tls)."""
+    public_address: str = "127.0.0.1:0"
+    """Listener for people: TLS and bearer tokens (Login needs none)."""
+    internal_address: str = "127.0.0.1:0"
+    """Listener for corral services: mutual TLS (VerifyToken)."""
+    identity: str = "auth"
+    """Common name of this service's certificate."""
+    ports_file: Path | None = None
+    """Where to write the bound ports as JSON once serving (for `corral up`)."""
+
+
+@dataclasses.dataclass
+class AuthApp:
+    """A running auth service."""
+
+    db: Database
+    servers: RunningServers
+    public_port: int
+    internal_port: int
+
+    async def stop(self) -> None:
+        """Stop accepting calls, let running ones finish, then close the pool."""
+        await self.servers.stop()
+        await self.db.close()
+
+
+async def start(config: AuthConfig) -> AuthApp:
+    """Open the database, start both listeners, and report the ports."""
+    db = await Database.connect(DatabaseConfig.from_url(config.database_url))
+    servicer = AuthServicer(AuthStore(db))
+    tls = DevCertificateAuthority(config.certs_dir).issue(config.identity)
+    public = BearerAuthenticator(servicer.verify_principal, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
+    servers = await serve(
+        [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],
+        [Listener(config.public_address, tls, public, internal=False),
+         Listener(config.internal_address, tls, peer_certificate, internal=True)],
+    )
+    app = AuthApp(db, servers, *servers.ports)
+    if config.ports_file is not None:
+        config.ports_file.write_text(json.dumps({"public": app.public_port, "internal": app.internal_port}))
+    log.info("auth serving: public port %d, internal port %d", app.public_port, app.internal_port)
+    return app
+
+
+async def run(config: AuthConfig) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    app = await start(config)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        await stopping.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await app.stop()

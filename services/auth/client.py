@@ -1,0 +1,30 @@
+"""How other services resolve a person's bearer token: VerifyToken over mTLS."""
+
+from __future__ import annotations
+
+import grpc
+
+from corral.auth.v1 import auth_service_pb2 as pb
+from corral.auth.v1 import auth_service_pb2_grpc, user_pb2
+from services.common.identity import Principal
+
+_ROLES = {user_pb2.ROLE_USER: "user", user_pb2.ROLE_DEVELOPER: "developer", user_pb2.ROLE_ADMIN: "admin"}
+
+
+class RemoteTokenVerifier:
+    """Calls the auth service's VerifyToken; use inside a BearerAuthenticator (which caches)."""
+
+    def __init__(self, channel: grpc.aio.Channel, timeout_s: float = 5.0):
+        self._stub = auth_service_pb2_grpc.AuthServiceStub(channel)
+        self._timeout_s = timeout_s
+
+    async def __call__(self, token: str) -> Principal | None:
+        try:
+            response = await self._stub.VerifyToken(pb.VerifyTokenRequest(token=token), timeout=self._timeout_s)
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.UNAUTHENTICATED:
+                return None
+            raise
+        kind = "service" if response.user.kind == user_pb2.USER_KIND_SERVICE else "person"
+        return Principal(response.user.username, kind, frozenset(_ROLES[r] for r in response.user.roles),
+                         response.token_id)

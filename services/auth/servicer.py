@@ -1,0 +1,203 @@
+"""AuthService: translates protos to AuthStore calls and enforces roles."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import grpc
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from corral.auth.v1 import auth_service_pb2 as pb
+from corral.auth.v1 import auth_service_pb2_grpc, token_pb2, user_pb2
+from services.auth.store import DEFAULT_TOKEN_TTL_MS, AuthStore, Token, User, UserExists
+from services.common.errors import AlreadyExists, FieldViolation, InvalidRequest, NotFound, Unauthenticated
+from services.common.identity import Principal, current_principal
+
+_USERNAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_ROLE_NAMES = {user_pb2.ROLE_USER: "user", user_pb2.ROLE_DEVELOPER: "developer", user_pb2.ROLE_ADMIN: "admin"}
+_ROLE_ENUMS = {v: k for k, v in _ROLE_NAMES.items()}
+_KINDS = {user_pb2.USER_KIND_PERSON: "person", user_pb2.USER_KIND_SERVICE: "service"}
+MAX_PAGE_SIZE = 1000
+CACHE_TTL_S = 10
+
+ANONYMOUS_METHODS = frozenset({"/corral.auth.v1.AuthService/Login"})
+"""Methods a caller may use without a token."""
+
+
+def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
+    if ms is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return ts
+
+
+def user_proto(user: User) -> user_pb2.User:
+    return user_pb2.User(
+        username=user.username,
+        kind=user_pb2.USER_KIND_SERVICE if user.kind == "service" else user_pb2.USER_KIND_PERSON,
+        roles=sorted(_ROLE_ENUMS[r] for r in user.roles),
+        state=user_pb2.USER_STATE_ACTIVE if user.state == "active" else user_pb2.USER_STATE_DEACTIVATED,
+        display_name=user.display_name, email=user.email,
+        created_at=_timestamp(user.created_at_ms), deactivated_at=_timestamp(user.deactivated_at_ms),
+    )
+
+
+def token_proto(token: Token) -> token_pb2.Token:
+    return token_pb2.Token(
+        token_id=token.token_id, username=token.username, name=token.name,
+        kind=token_pb2.TOKEN_KIND_SESSION if token.kind == "session" else token_pb2.TOKEN_KIND_API,
+        created_at=_timestamp(token.created_at_ms), expires_at=_timestamp(token.expires_at_ms),
+        revoked_at=_timestamp(token.revoked_at_ms),
+    )
+
+
+def principal_of(user: User, token: Token | None = None) -> Principal:
+    return Principal(user.username, user.kind, user.roles, token.token_id if token else None)
+
+
+def _page(page_size: int, page_token: str) -> tuple[int, str]:
+    if page_size < 0 or page_size > MAX_PAGE_SIZE:
+        raise InvalidRequest(FieldViolation("page_size", f"must be between 0 and {MAX_PAGE_SIZE}"))
+    try:
+        after = base64.urlsafe_b64decode(page_token.encode()).decode() if page_token else ""
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidRequest(FieldViolation("page_token", "not a token this service returned")) from None
+    return page_size or 100, after
+
+
+def _next_page(keys: list[str], limit: int) -> str:
+    return base64.urlsafe_b64encode(keys[-1].encode()).decode() if len(keys) == limit else ""
+
+
+class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
+    """Users, logins and tokens."""
+
+    def __init__(self, store: AuthStore):
+        self.store = store
+
+    async def verify_principal(self, secret: str) -> Principal | None:
+        """Local token verification, for this service's own public listener."""
+        found = await self.store.verify(secret)
+        return principal_of(*found) if found else None
+
+    async def Login(self, request: pb.LoginRequest, context: grpc.aio.ServicerContext) -> pb.LoginResponse:
+        user = await self.store.check_login(request.username, request.password)
+        if user is None:
+            raise Unauthenticated("wrong username or password")
+        token, secret = await self.store.create_token(user.username, "session", name="login")
+        return pb.LoginResponse(token=secret, expires_at=_timestamp(token.expires_at_ms), user=user_proto(user))
+
+    async def Logout(self, request: pb.LogoutRequest, context: grpc.aio.ServicerContext) -> pb.LogoutResponse:
+        principal = current_principal()
+        if principal.token_id:
+            await self.store.revoke_token(principal.token_id)
+        return pb.LogoutResponse()
+
+    async def WhoAmI(self, request: pb.WhoAmIRequest, context: grpc.aio.ServicerContext) -> pb.WhoAmIResponse:
+        principal = current_principal()
+        user = await self.store.get_user(principal.name)
+        if user is None:
+            raise NotFound(f"no user {principal.name}")
+        token = await self.store.get_token(principal.token_id) if principal.token_id else None
+        return pb.WhoAmIResponse(user=user_proto(user), token=token_proto(token) if token else None)
+
+    async def CreateUser(self, request: pb.CreateUserRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.CreateUserResponse:
+        current_principal().require_admin()
+        violations = []
+        if not _USERNAME.match(request.username):
+            violations.append(FieldViolation("username", "lower-case letters, digits, '_', '.', '-'; 1-64 long"))
+        if any(r not in _ROLE_NAMES for r in request.roles):
+            violations.append(FieldViolation("roles", "unknown role"))
+        if request.kind != user_pb2.USER_KIND_SERVICE and request.password and len(request.password) < 8:
+            violations.append(FieldViolation("password", "at least 8 characters"))
+        if violations:
+            raise InvalidRequest(violations)
+        roles = frozenset(_ROLE_NAMES[r] for r in request.roles) or frozenset({"user"})
+        try:
+            user = await self.store.create_user(
+                request.username, _KINDS.get(request.kind, "person"), roles, request.password or None,
+                request.display_name, request.email)
+        except UserExists:
+            raise AlreadyExists(f"user {request.username} exists") from None
+        return pb.CreateUserResponse(user=user_proto(user))
+
+    async def GetUser(self, request: pb.GetUserRequest, context: grpc.aio.ServicerContext) -> pb.GetUserResponse:
+        principal = current_principal()
+        if principal.name != request.username:
+            principal.require_admin()
+        user = await self.store.get_user(request.username)
+        if user is None:
+            raise NotFound(f"no user {request.username}")
+        return pb.GetUserResponse(user=user_proto(user))
+
+    async def ListUsers(self, request: pb.ListUsersRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.ListUsersResponse:
+        current_principal().require_admin()
+        limit, after = _page(request.page_size, request.page_token)
+        state = {user_pb2.USER_STATE_ACTIVE: "active", user_pb2.USER_STATE_DEACTIVATED: "deactivated"}.get(
+            request.state)
+        users = await self.store.list_users(state, after, limit)
+        return pb.ListUsersResponse(users=[user_proto(u) for u in users],
+                                    next_page_token=_next_page([u.username for u in users], limit))
+
+    async def DeactivateUser(self, request: pb.DeactivateUserRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.DeactivateUserResponse:
+        current_principal().require_admin()
+        if await self.store.get_user(request.username) is None:
+            raise NotFound(f"no user {request.username}")
+        await self.store.deactivate_user(request.username)
+        user = await self.store.get_user(request.username)
+        assert user is not None
+        return pb.DeactivateUserResponse(user=user_proto(user))
+
+    async def CreateToken(self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.CreateTokenResponse:
+        principal = current_principal()
+        username = request.username or principal.name
+        if username != principal.name:
+            principal.require_admin()
+        ttl_ms = request.ttl.ToMilliseconds() if request.HasField("ttl") else DEFAULT_TOKEN_TTL_MS
+        if not 0 < ttl_ms <= 366 * 24 * 3600 * 1000:
+            raise InvalidRequest(FieldViolation("ttl", "must be positive and at most a year"))
+        if await self.store.get_user(username) is None:
+            raise NotFound(f"no user {username}")
+        token, secret = await self.store.create_token(username, "api", request.name, ttl_ms)
+        return pb.CreateTokenResponse(token=token_proto(token), secret=secret)
+
+    async def ListTokens(self, request: pb.ListTokensRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.ListTokensResponse:
+        principal = current_principal()
+        username = request.username or principal.name
+        if username != principal.name:
+            principal.require_admin()
+        limit, after = _page(request.page_size, request.page_token)
+        tokens = await self.store.list_tokens(username, request.include_invalid, after, limit)
+        return pb.ListTokensResponse(tokens=[token_proto(t) for t in tokens],
+                                     next_page_token=_next_page([t.token_id for t in tokens], limit))
+
+    async def RevokeToken(self, request: pb.RevokeTokenRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.RevokeTokenResponse:
+        principal = current_principal()
+        token = await self.store.get_token(request.token_id)
+        if token is None or (token.username != principal.name and not principal.is_admin):
+            raise NotFound(f"no token {request.token_id}")
+        await self.store.revoke_token(token.token_id)
+        token = await self.store.get_token(token.token_id)
+        assert token is not None
+        return pb.RevokeTokenResponse(token=token_proto(token))
+
+    async def VerifyToken(self, request: pb.VerifyTokenRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.VerifyTokenResponse:
+        # Only corral services (mutual TLS) resolve other people's tokens.
+        current_principal().require_service()
+        found = await self.store.verify(request.token)
+        if found is None:
+            raise Unauthenticated("invalid, expired or revoked token")
+        user, token = found
+        return pb.VerifyTokenResponse(
+            user=user_proto(user), token_id=token.token_id, expires_at=_timestamp(token.expires_at_ms),
+            cache_ttl=duration_pb2.Duration(seconds=CACHE_TTL_S))
+

@@ -1,0 +1,1 @@
+"""What every corral service shares: TLS, identity, errors, serving."""

@@ -1,0 +1,128 @@
+"""Who is calling: a principal per request, set by the request interceptor.
+
+On an internal (mutual TLS) listener the caller is the service named by the
+common name of its verified client certificate. On a public listener the
+caller is the person (or service identity) behind the bearer token in the
+`authorization` metadata.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+
+import grpc
+
+from services.common.errors import PermissionDenied, Unauthenticated
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    """An authenticated caller."""
+
+    name: str
+    """Username, or the service identity of a certificate."""
+    kind: str
+    """'person' or 'service'."""
+    roles: frozenset[str] = frozenset()
+    """'user', 'developer', 'admin' (services: empty)."""
+    token_id: str | None = None
+    """The token the call used, for a person."""
+
+    @property
+    def is_admin(self) -> bool:
+        return "admin" in self.roles
+
+    def require_admin(self) -> None:
+        """Refuse unless the caller is an administrator."""
+        if not self.is_admin:
+            raise PermissionDenied(f"{self.name} is not an administrator")
+
+    def require_service(self) -> None:
+        """Refuse unless the caller is a corral service (mutual TLS)."""
+        if self.kind != "service":
+            raise PermissionDenied("only corral services may call this")
+
+
+_current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("corral_principal", default=None)
+
+
+def current_principal() -> Principal:
+    """The caller of the RPC being served; raises if the call is anonymous."""
+    principal = _current.get()
+    if principal is None:
+        raise Unauthenticated("this call needs credentials")
+    return principal
+
+
+def set_principal(principal: Principal | None) -> contextvars.Token[Principal | None]:
+    """Used by the interceptor around each call."""
+    return _current.set(principal)
+
+
+def reset_principal(token: contextvars.Token[Principal | None]) -> None:
+    _current.reset(token)
+
+
+Authenticator = Callable[[grpc.aio.ServicerContext, str], Awaitable[Principal | None]]
+"""Given a call's context and full method name, its principal (None = anonymous)."""
+
+
+async def peer_certificate(context: grpc.aio.ServicerContext, method: str) -> Principal:
+    """The service behind the verified client certificate of a mutual-TLS call."""
+    names = context.auth_context().get("x509_common_name") or []
+    if not names:
+        raise Unauthenticated("a client certificate is required")
+    return Principal(name=names[0].decode(), kind="service")
+
+
+def bearer_token(context: grpc.aio.ServicerContext) -> str | None:
+    """The token of an `authorization: Bearer <token>` metadata entry."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.lower().startswith("bearer "):
+            return value[7:].strip()
+    return None
+
+
+class BearerAuthenticator:
+    """Authenticates people by bearer token, with a short cache of answers.
+
+    `verify` resolves a token to its principal (None if unknown, expired or
+    revoked). Positive answers are cached for `cache_s` seconds so every
+    call does not cost a round trip to the auth service; revocation takes
+    effect within that time.
+    """
+
+    def __init__(
+        self,
+        verify: Callable[[str], Awaitable[Principal | None]],
+        anonymous_methods: frozenset[str] = frozenset(),
+        cache_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self._verify = verify
+        self._anonymous = anonymous_methods
+        self._cache_s = cache_s
+        self._clock = clock
+        self._cache: dict[str, tuple[float, Principal]] = {}
+
+    async def __call__(self, context: grpc.aio.ServicerContext, method: str) -> Principal | None:
+        token = bearer_token(context)
+        if token is None:
+            if method in self._anonymous:
+                return None
+            raise Unauthenticated("missing bearer token (log in with `corral login`)")
+        now = self._clock()
+        cached = self._cache.get(token)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        principal = await self._verify(token)
+        if principal is None:
+            self._cache.pop(token, None)
+            raise Unauthenticated("invalid, expired or revoked token")
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[token] = (now + self._cache_s, principal)
+        return principal

@@ -1,0 +1,173 @@
+"""Serving corral's gRPC services: listeners, interceptors, health, reflection.
+
+A service process serves the same servicers on one or two listeners:
+- *internal*: mutual TLS; the caller is the service named by its client
+  certificate. Other corral services (and workers) call here.
+- *public*: TLS and a bearer token; people call here.
+Each listener is its own `grpc.aio.Server`, so the authentication rule is a
+property of the port, not something each handler has to remember. Every
+server also serves gRPC health checking and server reflection, and traces
+each call with OpenTelemetry when a tracer provider is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_status import rpc_status
+from opentelemetry.instrumentation.grpc import aio_server_interceptor
+from opentelemetry.sdk.trace import TracerProvider
+
+from services.common.errors import to_status
+from services.common.identity import Authenticator, reset_principal, set_principal
+from services.common.tls import TlsFiles
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Service:
+    """One gRPC service to serve: its full name and how to register it."""
+
+    name: str
+    """Full service name, e.g. 'corral.auth.v1.AuthService'."""
+    servicer: object
+    """The servicer instance."""
+    register: Callable[[Any, grpc.aio.Server], None]
+    """The generated `add_XServicer_to_server` function."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Listener:
+    """Where and how to listen."""
+
+    address: str
+    """host:port; port 0 picks a free port."""
+    tls: TlsFiles
+    """This service's certificate and the CA."""
+    authenticate: Authenticator
+    """Who the caller is (see services.common.identity)."""
+    internal: bool
+    """Mutual TLS (client certificate required) when True."""
+
+
+class RequestInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates each call, sets its principal, and maps errors to statuses."""
+
+    def __init__(self, authenticate: Authenticator):
+        self._authenticate = authenticate
+
+    async def intercept_service(
+        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(("/grpc.health.", "/grpc.reflection.")):
+            return handler
+        method = details.method
+        authenticate = self._authenticate
+
+        async def begin(context: grpc.aio.ServicerContext) -> Any:
+            return set_principal(await authenticate(context, method))
+
+        async def fail(context: grpc.aio.ServicerContext, error: Exception) -> None:
+            status = to_status(error)
+            if status is None:
+                log.exception("unexpected error in %s", method, exc_info=error)
+                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}")
+            await context.abort_with_status(rpc_status.to_status(status))
+
+        def unary_response(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                token = None
+                try:
+                    token = await begin(context)
+                    return await behavior(request, context)
+                except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
+                    if isinstance(error, grpc.aio.AbortError):
+                        raise
+                    await fail(context, error)
+                finally:
+                    if token is not None:
+                        reset_principal(token)
+
+            return wrapped
+
+        def stream_response(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
+            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                token = None
+                try:
+                    token = await begin(context)
+                    async for response in behavior(request, context):
+                        yield response
+                except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
+                    if isinstance(error, grpc.aio.AbortError):
+                        raise
+                    await fail(context, error)
+                finally:
+                    if token is not None:
+                        reset_principal(token)
+
+            return wrapped
+
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                unary_response(handler.unary_unary), handler.request_deserializer, handler.response_serializer)
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                stream_response(handler.unary_stream), handler.request_deserializer, handler.response_serializer)
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                unary_response(handler.stream_unary), handler.request_deserializer, handler.response_serializer)
+        return grpc.stream_stream_rpc_method_handler(
+            stream_response(handler.stream_stream), handler.request_deserializer, handler.response_serializer)
+
+
+@dataclasses.dataclass
+class RunningServers:
+    """The started servers of one process and the ports they bound."""
+
+    servers: list[grpc.aio.Server]
+    ports: list[int]
+    health: health.aio.HealthServicer
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Report NOT_SERVING, then stop accepting calls and let running ones finish."""
+        await self.health.enter_graceful_shutdown()
+        for server in self.servers:
+            await server.stop(grace_s)
+
+
+async def serve(
+    services: Sequence[Service],
+    listeners: Sequence[Listener],
+    tracer_provider: TracerProvider | None = None,
+) -> RunningServers:
+    """Start one server per listener with every service, health and reflection."""
+    health_servicer = health.aio.HealthServicer()
+    servers, ports = [], []
+    names = [s.name for s in services] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
+    for listener in listeners:
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if tracer_provider is not None:
+            interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
+        interceptors.append(RequestInterceptor(listener.authenticate))
+        server = grpc.aio.server(interceptors=interceptors)
+        for service in services:
+            service.register(service.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(names, server)
+        port = server.add_secure_port(listener.address, listener.tls.server_credentials(listener.internal))
+        await server.start()
+        servers.append(server)
+        ports.append(port)
+    for service in services:
+        await health_servicer.set(service.name, health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    return RunningServers(servers, ports, health_servicer)

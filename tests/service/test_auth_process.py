@@ -1,0 +1,43 @@
+"""`python -m services.auth` runs as its own process and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from services.common.tls import DevCertificateAuthority
+from services.db.database import DatabaseConfig
+from tests.service.conftest import person_channel
+
+
+async def test_auth_process_serves_and_stops_on_sigterm(db_config: DatabaseConfig, tmp_path: Path) -> None:
+    certs = DevCertificateAuthority(tmp_path / "certs")
+    ports_file = tmp_path / "auth.ports"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.auth", "--database-url", db_config.to_url(),
+         "--certs-dir", str(certs.directory), "--ports-file", str(ports_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(200):
+            if ports_file.exists() or process.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
+        ports = json.loads(ports_file.read_text())
+        async with person_channel(certs.issue("probe"), ports["public"]) as channel:
+            health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        if process.stdout:
+            process.stdout.close()
