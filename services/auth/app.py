@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
-import signal
 from pathlib import Path
 
 from corral.auth.v1 import auth_service_pb2_grpc
 from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
 from services.auth.store import AuthStore
 from services.common.identity import BearerAuthenticator, peer_certificate
-from services.common.server import Listener, RunningServers, Service, serve
+from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 
@@ -74,13 +71,4 @@ async def start(config: AuthConfig) -> AuthApp:
 
 async def run(config: AuthConfig) -> None:
     """Serve until SIGTERM or SIGINT."""
-    app = await start(config)
-    stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping.set)
-    try:
-        await stopping.wait()
-    finally:
-        with contextlib.suppress(Exception):
-            await app.stop()
+    await run_until_signalled(await start(config))

@@ -12,10 +12,13 @@ each call with OpenTelemetry when a tracer provider is given.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import logging
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -171,3 +174,22 @@ async def serve(
         await health_servicer.set(service.name, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     return RunningServers(servers, ports, health_servicer)
+
+
+class Stoppable(Protocol):
+    """A running service app."""
+
+    async def stop(self) -> None: ...
+
+
+async def run_until_signalled(app: Stoppable) -> None:
+    """Serve until SIGTERM or SIGINT, then stop `app` (its stop() drains calls)."""
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        await stopping.wait()
+    finally:
+        with contextlib.suppress(Exception):
+            await app.stop()

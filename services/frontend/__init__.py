@@ -1,0 +1,1 @@
+"""The frontend: the public batch, job and billing API (stateless, several replicas)."""

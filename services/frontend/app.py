@@ -1,0 +1,90 @@
+"""Wiring of the frontend: database, spec storage, auth client, servicers, listeners."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import grpc
+
+from corral.batch.v1 import batch_service_pb2_grpc
+from services.auth.client import RemoteTokenVerifier
+from services.common.identity import BearerAuthenticator, peer_certificate
+from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.tls import DevCertificateAuthority
+from services.db.database import Database, DatabaseConfig
+from services.db.store import JobStore
+from services.frontend.batch_store import BatchStore
+from services.frontend.batches import BatchServicer
+from services.frontend.specs import SpecStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontendConfig:
+    """How to run one frontend replica (it is stateless; run several)."""
+
+    database_url: str
+    """mysql://... of corral's database."""
+    certs_dir: Path
+    """Directory of the CA and service certificates."""
+    auth_address: str
+    """host:port of the auth service's internal (mutual TLS) listener."""
+    spec_root_url: str
+    """fsspec URL under which job specs are stored, e.g. file:///var/lib/corral/blobs."""
+    public_address: str = "127.0.0.1:0"
+    """Listener for people: TLS and bearer tokens."""
+    internal_address: str | None = None
+    """Optional listener for services (mutual TLS)."""
+    identity: str = "frontend"
+    """Common name of this service's certificate."""
+    token_cache_s: float = 10.0
+    """How long a verified token is trusted before asking auth again."""
+    ports_file: Path | None = None
+    """Where to write the bound ports as JSON once serving."""
+
+
+@dataclasses.dataclass
+class FrontendApp:
+    """A running frontend."""
+
+    db: Database
+    auth_channel: grpc.aio.Channel
+    servers: RunningServers
+    public_port: int
+
+    async def stop(self) -> None:
+        """Stop serving (letting calls finish), then close the auth channel and the pool."""
+        await self.servers.stop()
+        await self.auth_channel.close()
+        await self.db.close()
+
+
+async def start(config: FrontendConfig) -> FrontendApp:
+    """Connect to the database and auth, then serve."""
+    db = await Database.connect(DatabaseConfig.from_url(config.database_url))
+    tls = DevCertificateAuthority(config.certs_dir).issue(config.identity)
+    auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
+    authenticate = BearerAuthenticator(RemoteTokenVerifier(auth_channel), cache_s=config.token_cache_s)
+    services = [
+        Service("corral.batch.v1.BatchService",
+                BatchServicer(JobStore(db), BatchStore(db), SpecStore(config.spec_root_url)),
+                batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
+    ]
+    listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
+    if config.internal_address:
+        listeners.append(Listener(config.internal_address, tls, peer_certificate, internal=True))
+    servers = await serve(services, listeners)
+    app = FrontendApp(db, auth_channel, servers, servers.ports[0])
+    if config.ports_file is not None:
+        config.ports_file.write_text(json.dumps({"public": servers.ports[0], "internal": servers.ports[1:]}))
+    log.info("frontend serving on port %d", app.public_port)
+    return app
+
+
+async def run(config: FrontendConfig) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    await run_until_signalled(await start(config))

@@ -1,0 +1,106 @@
+"""Reads of batches and updates for the frontend, and the visibility rule.
+
+A batch is visible to members of its billing project and to administrators
+and developers; to anybody else it does not exist (NOT_FOUND, never
+PERMISSION_DENIED, so ids do not leak). Counts come from the tokenized
+counters, never from scanning a batch's jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from services.common.identity import Principal
+from services.db.database import Database
+
+_BATCH_SELECT = """
+SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms,
+       g.cancel_after_n_failures,
+       (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_job_group_resources x
+          JOIN resources r ON r.resource_id = x.resource_id
+          WHERE x.batch_id = b.batch_id AND x.job_group_id = 0) AS cost_usd
+FROM batches b
+JOIN job_groups g ON g.batch_id = b.batch_id AND g.job_group_id = 0
+LEFT JOIN job_groups_cancelled c ON c.batch_id = b.batch_id AND c.job_group_id = 0
+"""
+
+_VISIBLE = """
+(%s OR EXISTS (SELECT 1 FROM billing_project_members m
+               WHERE m.billing_project = b.billing_project AND m.user = %s))
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchCounts:
+    """Jobs of a batch by state, from the counters."""
+
+    n_jobs: int
+    n_ready: int
+    n_running: int
+    n_succeeded: int
+    n_failed: int
+    n_errored: int
+    n_cancelled: int
+
+    @property
+    def n_pending(self) -> int:
+        done = self.n_succeeded + self.n_failed + self.n_errored + self.n_cancelled
+        return max(0, self.n_jobs - done - self.n_ready - self.n_running)
+
+
+def sees_everything(principal: Principal) -> bool:
+    return bool(principal.roles & {"admin", "developer"})
+
+
+class BatchStore:
+    """SQL reads behind GetBatch, ListBatches and the update RPCs."""
+
+    def __init__(self, db: Database):
+        self.db = db
+
+    async def get_batch(self, batch_id: int, principal: Principal) -> dict[str, Any] | None:
+        """The batch row (with cancellation and cost) if the caller may see it."""
+        return await self.db.fetchone(
+            f"{_BATCH_SELECT} WHERE b.batch_id = %s AND NOT b.deleted AND {_VISIBLE}",
+            (batch_id, sees_everything(principal), principal.name), name="get_batch")
+
+    async def list_batches(self, where_sql: str, params: list[Any], principal: Principal, before_id: int | None,
+                           limit: int) -> list[dict[str, Any]]:
+        """Newest first; `where_sql` comes from the query language (parameterized)."""
+        return await self.db.fetchall(
+            f"""{_BATCH_SELECT}
+                WHERE NOT b.deleted AND {_VISIBLE} AND ({where_sql}) AND (%s IS NULL OR b.batch_id < %s)
+                ORDER BY b.batch_id DESC LIMIT %s""",
+            (sees_everything(principal), principal.name, *params, before_id, before_id, limit), name="list_batches")
+
+    async def attributes(self, batch_ids: list[int]) -> dict[int, dict[str, str]]:
+        if not batch_ids:
+            return {}
+        rows = await self.db.fetchall(
+            f"SELECT batch_id, `key`, `value` FROM batch_attributes WHERE batch_id IN ({', '.join(['%s'] * len(batch_ids))})",
+            tuple(batch_ids), name="batch_attributes")
+        found: dict[int, dict[str, str]] = {i: {} for i in batch_ids}
+        for row in rows:
+            found[row["batch_id"]][row["key"]] = row["value"] or ""
+        return found
+
+    async def counts(self, batch_id: int, n_jobs: int) -> BatchCounts:
+        done = await self.db.fetchone(
+            """SELECT COALESCE(SUM(n_succeeded), 0) s, COALESCE(SUM(n_failed), 0) f,
+                      COALESCE(SUM(n_errored), 0) e, COALESCE(SUM(n_cancelled), 0) c
+               FROM job_groups_n_jobs_in_complete_states WHERE batch_id = %s AND job_group_id = 0""",
+            (batch_id,), name="batch_completion_counts")
+        live = await self.db.fetchone(
+            """SELECT COALESCE(SUM(n_ready_cancellable_jobs + n_ready_always_run_jobs + n_ready_dependency_failed_jobs), 0) r,
+                      COALESCE(SUM(n_running_jobs + n_creating_jobs), 0) n
+               FROM user_inst_coll_resources_by_job_group WHERE batch_id = %s""",
+            (batch_id,), name="batch_live_counts")
+        assert done is not None and live is not None
+        return BatchCounts(n_jobs, int(live["r"]), int(live["n"]), int(done["s"]), int(done["f"]), int(done["e"]),
+                           int(done["c"]))
+
+    async def get_update(self, batch_id: int, update_id: int) -> dict[str, Any] | None:
+        return await self.db.fetchone(
+            "SELECT * FROM batch_updates WHERE batch_id = %s AND update_id = %s", (batch_id, update_id),
+            name="get_update")

@@ -1,0 +1,276 @@
+"""BatchService: submitting, reading and cancelling batches.
+
+Submission of a large batch: CreateBatch (or CreateUpdate) reserves a block
+of job ids; clients send AddJobs bunches in parallel (each bunch's ids are
+fixed by its `first_index`, so a re-sent bunch is recognised); CommitUpdate
+makes the jobs visible. SubmitBatch does all of it in one call for small
+batches. Every step is idempotent under the client's tokens.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, update_pb2
+from corral.batch.v1 import batch_service_pb2 as pb
+from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, NotFound, PermissionDenied
+from services.common.identity import Principal, current_principal
+from services.db.store import JobStore
+from services.frontend import query as query_language
+from services.frontend.batch_store import BatchStore
+from services.frontend.specs import SpecStore
+from services.frontend.validate import MAX_JOBS_PER_BUNCH, UpdateBlock, check_bunch, job_row
+
+MAX_PAGE_SIZE = 1000
+MAX_TOKEN_LENGTH = 100
+
+Notify = Callable[[str, int], Awaitable[None]]
+"""Tells the driver that something changed: (kind, batch_id)."""
+
+
+async def _no_notify(kind: str, batch_id: int) -> None:
+    return None
+
+
+def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
+    if ms is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return ts
+
+
+def update_proto(row: dict[str, Any]) -> update_pb2.Update:
+    return update_pb2.Update(
+        batch_id=row["batch_id"], update_id=row["update_id"], start_job_id=row["start_job_id"],
+        n_jobs=row["n_jobs"], start_job_group_id=row["start_job_group_id"], n_job_groups=row["n_job_groups"],
+        state=update_pb2.UPDATE_STATE_COMMITTED if row["committed"] else update_pb2.UPDATE_STATE_OPEN,
+        created_at=_timestamp(row["time_created_ms"]), committed_at=_timestamp(row["time_committed_ms"]),
+    )
+
+
+_BATCH_STATES = {"open": batch_pb2.BATCH_STATE_OPEN, "running": batch_pb2.BATCH_STATE_RUNNING,
+                 "complete": batch_pb2.BATCH_STATE_COMPLETE}
+
+
+class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
+    """The batch half of the frontend."""
+
+    def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = _no_notify):
+        self.jobs = jobs
+        self.batches = batches
+        self.specs = specs
+        self.notify = notify
+
+    # -- helpers -------------------------------------------------------------
+
+    async def _batch_row(self, batch_id: int, principal: Principal) -> dict[str, Any]:
+        row = await self.batches.get_batch(batch_id, principal)
+        if row is None:
+            raise NotFound(f"no batch {batch_id}")
+        return row
+
+    async def _own_batch(self, batch_id: int, principal: Principal) -> dict[str, Any]:
+        """A batch the caller may change: their own (administrators: any)."""
+        row = await self._batch_row(batch_id, principal)
+        if row["user"] != principal.name and not principal.is_admin:
+            raise PermissionDenied(f"batch {batch_id} belongs to {row['user']}")
+        return row
+
+    async def batch_proto(self, row: dict[str, Any]) -> batch_pb2.Batch:
+        counts = await self.batches.counts(row["batch_id"], row["n_jobs"])
+        attributes = (await self.batches.attributes([row["batch_id"]]))[row["batch_id"]]
+        cancellation = None
+        if row["cancelled_by"] is not None:
+            cause = (batch_pb2.CANCELLATION_CAUSE_FAILURE_LIMIT if row["cancel_reason"].startswith("cancel_after")
+                     else batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
+            cancellation = batch_pb2.CancellationInfo(
+                cancelled_by=row["cancelled_by"], reason=row["cancel_reason"],
+                cancelled_at=_timestamp(row["time_cancelled_ms"]), cause=cause)
+        return batch_pb2.Batch(
+            batch_id=row["batch_id"], user=row["user"], billing_project=row["billing_project"],
+            attributes=attributes, state=_BATCH_STATES[row["state"]], cancellation=cancellation,
+            counts=batch_pb2.JobCounts(
+                n_jobs=counts.n_jobs, n_pending=counts.n_pending, n_ready=counts.n_ready,
+                n_running=counts.n_running, n_succeeded=counts.n_succeeded, n_failed=counts.n_failed,
+                n_errored=counts.n_errored, n_cancelled=counts.n_cancelled),
+            cost_micro_usd=round(float(row["cost_usd"]) * 1_000_000),
+            created_at=_timestamp(row["time_created_ms"]), completed_at=_timestamp(row["time_completed_ms"]),
+            callback_url=row["callback_url"] or "", cancel_after_n_failures=row["cancel_after_n_failures"],
+        )
+
+    @staticmethod
+    def _check_token(token: str, field: str = "idempotency_token") -> str | None:
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise InvalidRequest(FieldViolation(field, f"at most {MAX_TOKEN_LENGTH} characters"))
+        return token or None
+
+    async def _create_batch(self, principal: Principal, request: Any) -> int:
+        violations = []
+        if not request.billing_project:
+            violations.append(FieldViolation("billing_project", "required"))
+        if request.HasField("cancel_after_n_failures") and request.cancel_after_n_failures < 1:
+            violations.append(FieldViolation("cancel_after_n_failures", "must be at least 1"))
+        if request.callback_url and not request.callback_url.startswith(("http://", "https://")):
+            violations.append(FieldViolation("callback_url", "must be an http(s) URL"))
+        if violations:
+            raise InvalidRequest(violations)
+        status = await self.jobs.create_batch(
+            principal.name, request.billing_project, self._check_token(request.idempotency_token),
+            request.callback_url or None,
+            request.cancel_after_n_failures if request.HasField("cancel_after_n_failures") else None,
+            dict(request.attributes))
+        return int(status["batch_id"])
+
+    async def _create_update(self, batch_id: int, n_jobs: int, n_job_groups: int, token: str | None
+                             ) -> dict[str, Any]:
+        if n_jobs < 0 or n_job_groups < 0:
+            raise InvalidRequest(FieldViolation("n_jobs", "n_jobs and n_job_groups must not be negative"))
+        status = await self.jobs.create_update(batch_id, n_jobs, n_job_groups, token)
+        row = await self.batches.get_update(batch_id, int(status["update_id"]))
+        assert row is not None
+        return row
+
+    async def _add_jobs(self, batch_id: int, update: dict[str, Any], first_index: int, jobs: Any,
+                        field: str = "jobs") -> bool:
+        """Validate, store specs, insert; returns whether the bunch was already received."""
+        block = UpdateBlock(update["start_job_id"], update["n_jobs"], update["start_job_group_id"],
+                            update["n_job_groups"])
+        first_job_id = block.start_job_id + first_index
+        specs = list(jobs)
+        violations = check_bunch(specs, first_job_id, block, field)
+        if violations:
+            raise InvalidRequest(violations)
+        refs = await self.specs.write_bunch(batch_id, update["update_id"], first_job_id, specs)
+        rows = [job_row(spec, first_job_id + i, block, refs[i]) for i, spec in enumerate(specs)]
+        status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows)
+        return status["message"] == "duplicate"
+
+    async def _create_job_groups(self, batch_id: int, update: dict[str, Any], first_index: int, specs: Any) -> None:
+        start = update["start_job_group_id"] + first_index
+        groups, violations = [], []
+        for i, spec in enumerate(specs):
+            group_id = start + i
+            ref = spec.parent.WhichOneof("ref")
+            parent = (spec.parent.job_group_id if ref == "job_group_id"
+                      else update["start_job_group_id"] + spec.parent.in_update_index if ref == "in_update_index"
+                      else 0)
+            if parent >= group_id:
+                violations.append(FieldViolation(f"job_groups[{i}].parent", "a parent group comes before its child"))
+            group: dict[str, Any] = {"job_group_id": group_id, "parent_id": parent,
+                                     "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())]}
+            if spec.HasField("cancel_after_n_failures"):
+                group["cancel_after_n_failures"] = spec.cancel_after_n_failures
+            groups.append(group)
+        if violations:
+            raise InvalidRequest(violations)
+        if groups:
+            await self.jobs.insert_job_groups(batch_id, update["update_id"], groups)
+
+    async def _open_update(self, batch_id: int, update_id: int, principal: Principal) -> dict[str, Any]:
+        await self._own_batch(batch_id, principal)
+        update = await self.batches.get_update(batch_id, update_id)
+        if update is None:
+            raise NotFound(f"no update {update_id} of batch {batch_id}")
+        return update
+
+    # -- RPCs ----------------------------------------------------------------
+
+    async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.CreateBatchResponse:
+        principal = current_principal()
+        batch_id = await self._create_batch(principal, request)
+        update = None
+        if request.n_jobs or request.n_job_groups:
+            token = f"{request.idempotency_token}/first" if request.idempotency_token else None
+            update = update_proto(await self._create_update(batch_id, request.n_jobs, request.n_job_groups, token))
+        batch = await self.batch_proto(await self._batch_row(batch_id, principal))
+        return pb.CreateBatchResponse(batch=batch, update=update)
+
+    async def CreateUpdate(self, request: pb.CreateUpdateRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.CreateUpdateResponse:
+        principal = current_principal()
+        await self._own_batch(request.batch_id, principal)
+        row = await self._create_update(request.batch_id, request.n_jobs, request.n_job_groups,
+                                        self._check_token(request.idempotency_token))
+        return pb.CreateUpdateResponse(update=update_proto(row))
+
+    async def CreateJobGroups(self, request: pb.CreateJobGroupsRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.CreateJobGroupsResponse:
+        update = await self._open_update(request.batch_id, request.update_id, current_principal())
+        await self._create_job_groups(request.batch_id, update, request.first_index, request.job_groups)
+        return pb.CreateJobGroupsResponse(first_job_group_id=update["start_job_group_id"] + request.first_index)
+
+    async def AddJobs(self, request: pb.AddJobsRequest, context: grpc.aio.ServicerContext) -> pb.AddJobsResponse:
+        update = await self._open_update(request.batch_id, request.update_id, current_principal())
+        if update["committed"]:
+            raise FailedPrecondition(f"update {request.update_id} is already committed")
+        already = await self._add_jobs(request.batch_id, update, request.first_index, request.jobs)
+        return pb.AddJobsResponse(first_job_id=update["start_job_id"] + request.first_index, already_received=already)
+
+    async def CommitUpdate(self, request: pb.CommitUpdateRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.CommitUpdateResponse:
+        principal = current_principal()
+        await self._open_update(request.batch_id, request.update_id, principal)
+        await self.jobs.commit_update(request.batch_id, request.update_id)
+        await self.notify("jobs_ready", request.batch_id)
+        update = await self.batches.get_update(request.batch_id, request.update_id)
+        assert update is not None
+        batch = await self.batch_proto(await self._batch_row(request.batch_id, principal))
+        return pb.CommitUpdateResponse(update=update_proto(update), batch=batch)
+
+    async def SubmitBatch(self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.SubmitBatchResponse:
+        principal = current_principal()
+        if len(request.jobs) > MAX_JOBS_PER_BUNCH:
+            raise InvalidRequest(FieldViolation(
+                "jobs", f"SubmitBatch takes at most {MAX_JOBS_PER_BUNCH} jobs; use CreateBatch and AddJobs"))
+        batch_id = await self._create_batch(principal, request)
+        token = f"{request.idempotency_token}/submit" if request.idempotency_token else None
+        update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
+        if not update["committed"]:
+            await self._create_job_groups(batch_id, update, 0, request.job_groups)
+            if request.jobs:
+                await self._add_jobs(batch_id, update, 0, request.jobs)
+            await self.jobs.commit_update(batch_id, update["update_id"])
+            await self.notify("jobs_ready", batch_id)
+        update = await self.batches.get_update(batch_id, update["update_id"])
+        assert update is not None
+        batch = await self.batch_proto(await self._batch_row(batch_id, principal))
+        return pb.SubmitBatchResponse(batch=batch, update=update_proto(update))
+
+    async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetBatchResponse:
+        return pb.GetBatchResponse(batch=await self.batch_proto(await self._batch_row(request.batch_id,
+                                                                                       current_principal())))
+
+    async def ListBatches(self, request: pb.ListBatchesRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.ListBatchesResponse:
+        principal = current_principal()
+        if not 0 <= request.page_size <= MAX_PAGE_SIZE:
+            raise InvalidRequest(FieldViolation("page_size", f"between 0 and {MAX_PAGE_SIZE}"))
+        limit = request.page_size or 100
+        try:
+            before = int(base64.urlsafe_b64decode(request.page_token).decode()) if request.page_token else None
+        except ValueError:
+            raise InvalidRequest(FieldViolation("page_token", "not a token this service returned")) from None
+        try:
+            where, params = query_language.to_sql(query_language.parse(request.query, "batches"))
+        except query_language.QuerySyntaxError as e:
+            raise InvalidRequest(FieldViolation("query", f"at character {e.position}: {e}")) from None
+        rows = await self.batches.list_batches(where, params, principal, before, limit)
+        next_token = base64.urlsafe_b64encode(str(rows[-1]["batch_id"]).encode()).decode() if len(rows) == limit else ""
+        return pb.ListBatchesResponse(batches=[await self.batch_proto(r) for r in rows], next_page_token=next_token)
+
+    async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.CancelBatchResponse:
+        principal = current_principal()
+        await self._own_batch(request.batch_id, principal)
+        await self.jobs.cancel_job_group(request.batch_id, 0, principal.name, request.reason or "cancelled by user")
+        await self.notify("batch_cancelled", request.batch_id)
+        batch = await self.batch_proto(await self._batch_row(request.batch_id, principal))
+        return pb.CancelBatchResponse(batch=batch)

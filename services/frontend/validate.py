@@ -1,0 +1,187 @@
+"""Checking job specs and turning them into rows for `insert_jobs`.
+
+Pure functions over protos: every problem of a bunch is reported at once as
+field violations (`jobs[3].parents[0].job_id`), and nothing is written
+unless the whole bunch is valid. The database re-checks what only it can
+(parents in earlier updates, known regions and pools).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from corral.batch.v1 import job_spec_pb2 as spec_pb
+from corral.batch.v1 import job_state_pb2
+from services.common.errors import FieldViolation
+
+MAX_JOBS_PER_BUNCH = 5_000
+"""A bigger submission goes up in several AddJobs calls (bunches)."""
+MAX_SPEC_BYTES = 256 * 1024
+"""One job's spec, serialized."""
+DEFAULT_CORES_MCPU = 1_000
+MAX_CORES_MCPU = 64_000
+GIB = 1024**3
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ACCEPTED_BITS = {
+    job_state_pb2.JOB_STATE_SUCCEEDED: 1,
+    job_state_pb2.JOB_STATE_FAILED: 2,
+    job_state_pb2.JOB_STATE_ERROR: 4,
+    job_state_pb2.JOB_STATE_CANCELLED: 8,
+}
+_LOCK_MODES = {
+    spec_pb.LOCK_MODE_SHARED: "shared",
+    spec_pb.LOCK_MODE_UNKNOWN_SHARED: "unknown_shared",
+    spec_pb.LOCK_MODE_ALL_SHARED: "all_shared",
+    spec_pb.LOCK_MODE_EXCLUSIVE: "exclusive",
+    spec_pb.LOCK_MODE_UNKNOWN_EXCLUSIVE: "unknown_exclusive",
+    spec_pb.LOCK_MODE_ALL_EXCLUSIVE: "all_exclusive",
+}
+_NAMED_MODES = {spec_pb.LOCK_MODE_SHARED, spec_pb.LOCK_MODE_EXCLUSIVE}
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateBlock:
+    """The ids an update reserved: jobs [start_job_id, +n_jobs), groups likewise."""
+
+    start_job_id: int
+    n_jobs: int
+    start_job_group_id: int
+    n_job_groups: int
+
+
+def cores_mcpu(spec: spec_pb.JobSpec) -> int:
+    if spec.WhichOneof("size") == "resources" and spec.resources.cores_mcpu:
+        return spec.resources.cores_mcpu
+    return DEFAULT_CORES_MCPU
+
+
+def instance_collection(spec: spec_pb.JobSpec) -> str:
+    """The pool a job runs in: a machine type gets a job-private machine,
+    otherwise memory per core picks highcpu, standard or highmem."""
+    if spec.WhichOneof("size") == "machine_type":
+        return "job-private"
+    memory_per_core = spec.resources.memory_bytes * 1000 / cores_mcpu(spec)
+    if memory_per_core <= 1 * GIB:
+        return "highcpu"
+    if memory_per_core <= 4 * GIB:
+        return "standard"
+    return "highmem"
+
+
+def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str) -> list[FieldViolation]:
+    v: list[FieldViolation] = []
+    if not spec.image.strip():
+        v.append(FieldViolation(f"{at}.image", "an image is required"))
+    command = spec.WhichOneof("command")
+    if command is None or (command == "argv" and not spec.argv.args) or (command == "script" and not spec.script):
+        v.append(FieldViolation(f"{at}.command", "a command is required (argv or script)"))
+    if spec.WhichOneof("size") == "resources":
+        r = spec.resources
+        if not 0 <= r.cores_mcpu <= MAX_CORES_MCPU:
+            v.append(FieldViolation(f"{at}.resources.cores_mcpu", f"must be between 0 and {MAX_CORES_MCPU}"))
+        if r.memory_bytes < 0:
+            v.append(FieldViolation(f"{at}.resources.memory_bytes", "must not be negative"))
+        if r.storage_bytes < 0:
+            v.append(FieldViolation(f"{at}.resources.storage_bytes", "must not be negative"))
+    elif spec.WhichOneof("size") == "machine_type" and not spec.machine_type.strip():
+        v.append(FieldViolation(f"{at}.machine_type", "must not be empty"))
+    if spec.timeout.seconds < 0 or spec.timeout.nanos < 0:
+        v.append(FieldViolation(f"{at}.timeout", "must not be negative"))
+    if spec.max_attempts < 0:
+        v.append(FieldViolation(f"{at}.max_attempts", "must not be negative (0 means the default)"))
+    for name in spec.env:
+        if not _ENV_NAME.match(name):
+            v.append(FieldViolation(f"{at}.env", f"{name!r} is not a valid variable name"))
+    for i, region in enumerate(spec.regions):
+        if not region.strip():
+            v.append(FieldViolation(f"{at}.regions[{i}]", "must not be empty"))
+    for i, lock in enumerate(spec.locks):
+        if not lock.level:
+            v.append(FieldViolation(f"{at}.locks[{i}].level", "a lock names its level"))
+        if lock.mode not in _LOCK_MODES and lock.mode != spec_pb.LOCK_MODE_NONE:
+            v.append(FieldViolation(f"{at}.locks[{i}].mode", "unknown lock mode"))
+        elif (lock.mode in _NAMED_MODES) != bool(lock.names):
+            v.append(FieldViolation(f"{at}.locks[{i}].names", "shared and exclusive locks (only) name resources"))
+    ref = spec.job_group.WhichOneof("ref")
+    if ref == "job_group_id" and spec.job_group.job_group_id < 0:
+        v.append(FieldViolation(f"{at}.job_group.job_group_id", "must not be negative"))
+    if ref == "in_update_index" and not 0 <= spec.job_group.in_update_index < block.n_job_groups:
+        v.append(FieldViolation(f"{at}.job_group.in_update_index",
+                                f"the update has {block.n_job_groups} job groups"))
+    for i, parent in enumerate(spec.parents):
+        where = f"{at}.parents[{i}]"
+        kind = parent.WhichOneof("ref")
+        if kind is None:
+            v.append(FieldViolation(where, "a parent names job_id or in_update_offset"))
+        elif kind == "job_id" and not 1 <= parent.job_id < job_id:
+            v.append(FieldViolation(f"{where}.job_id", f"must be at least 1 and smaller than the job's id {job_id}"))
+        elif kind == "in_update_offset" and not (parent.in_update_offset < 0
+                                                 and job_id + parent.in_update_offset >= block.start_job_id):
+            v.append(FieldViolation(f"{where}.in_update_offset",
+                                    "must be negative and point inside the same update"))
+        for state in parent.accepted_states:
+            if state not in _ACCEPTED_BITS:
+                v.append(FieldViolation(f"{where}.accepted_states",
+                                        "only final states: SUCCEEDED, FAILED, ERROR, CANCELLED"))
+                break
+    if spec.ByteSize() > MAX_SPEC_BYTES:
+        v.append(FieldViolation(at, f"the spec is larger than {MAX_SPEC_BYTES} bytes"))
+    return v
+
+
+def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBlock,
+                field: str = "jobs") -> list[FieldViolation]:
+    """Every violation in a bunch whose first job gets id `first_job_id`."""
+    if not specs:
+        return [FieldViolation(field, "a bunch holds at least one job")]
+    if len(specs) > MAX_JOBS_PER_BUNCH:
+        return [FieldViolation(field, f"at most {MAX_JOBS_PER_BUNCH} jobs per bunch; send several bunches")]
+    last = first_job_id + len(specs) - 1
+    if first_job_id < block.start_job_id or last >= block.start_job_id + block.n_jobs:
+        return [FieldViolation("first_index", f"the update reserved {block.n_jobs} jobs")]
+    violations: list[FieldViolation] = []
+    for i, spec in enumerate(specs):
+        violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]")
+    return violations
+
+
+def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str) -> dict[str, Any]:
+    """The insert_jobs JSON object of one valid job."""
+    ref = spec.job_group.WhichOneof("ref")
+    if ref == "job_group_id":
+        job_group_id = spec.job_group.job_group_id
+    elif ref == "in_update_index":
+        job_group_id = block.start_job_group_id + spec.job_group.in_update_index
+    else:
+        job_group_id = 0
+    parents = []
+    for parent in spec.parents:
+        accepted = sum(_ACCEPTED_BITS[s] for s in set(parent.accepted_states)) or 1
+        if parent.WhichOneof("ref") == "job_id":
+            parents.append({"job_id": parent.job_id, "accepted_states": accepted})
+        else:
+            parents.append({"in_update_offset": parent.in_update_offset, "accepted_states": accepted})
+    locks = []
+    for lock in spec.locks:
+        if lock.mode == spec_pb.LOCK_MODE_NONE:
+            continue
+        for name in sorted(set(lock.names)) or [""]:
+            locks.append({"level": lock.level, "mode": _LOCK_MODES[lock.mode], "name": name})
+    return {
+        "job_id": job_id,
+        "job_group_id": job_group_id,
+        "always_run": spec.always_run,
+        "cores_mcpu": cores_mcpu(spec),
+        "memory_bytes": spec.resources.memory_bytes if spec.WhichOneof("size") == "resources" else 0,
+        "inst_coll": instance_collection(spec),
+        "regions": list(spec.regions),
+        "priority": spec.priority,
+        "max_attempts": spec.max_attempts or 3,
+        "spec_ref": spec_ref,
+        "parents": parents,
+        "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())],
+        "locks": locks,
+    }
