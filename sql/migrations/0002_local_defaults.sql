@@ -15,7 +15,8 @@ VALUES
 
 -- Rates are USD per unit: cpu per mcpu-ms ($0.04 per core-hour), memory per
 -- MiB-ms ($0.005 per GiB-hour), storage per GiB-ms ($0.0001 per GiB-hour).
+-- The e0 makes each a DOUBLE division: as DECIMAL it would round to 0.
 INSERT INTO resources (name, product, unit, rate_usd) VALUES
-  ('cpu/local/1', 'cpu', 'mcpu_ms', 0.04 / (1000 * 3600000)),
-  ('memory/local/1', 'memory', 'mib_ms', 0.005 / (1024 * 3600000)),
-  ('storage/local/1', 'storage', 'gib_ms', 0.0001 / 3600000);
+  ('cpu/local/1', 'cpu', 'mcpu_ms', 0.04e0 / (1000 * 3600000)),
+  ('memory/local/1', 'memory', 'mib_ms', 0.005e0 / (1024 * 3600000)),
+  ('storage/local/1', 'storage', 'gib_ms', 0.0001e0 / 3600000);

@@ -244,7 +244,12 @@ class Scenario:
 
 async def rates(world: World) -> dict[str, float]:
     rows = await world.db.fetchall("SELECT name, rate_usd FROM resources")
-    return {r["name"]: float(r["rate_usd"]) for r in rows}
+    found = {r["name"]: float(r["rate_usd"]) for r in rows}
+    # The seeded prices: $0.04 per core-hour, $0.005 per GiB-hour (a DECIMAL
+    # division in the migration once stored them as 0).
+    assert found["cpu/local/1"] == pytest.approx(0.04 / (1000 * 3600000), rel=1e-12)
+    assert found["memory/local/1"] == pytest.approx(0.005 / (1024 * 3600000), rel=1e-12)
+    return found
 
 
 def nonzero(d: dict[Any, int]) -> dict[Any, int]:
