@@ -1,0 +1,1 @@
+"""The driver: the leader-elected owner of every background loop."""
