@@ -12,6 +12,14 @@ proc: BEGIN
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  -- 1062 (duplicate key): a concurrent call with the same token committed
+  -- first; return its batch.
+  DECLARE EXIT HANDLER FOR 1062
+  BEGIN
+    ROLLBACK;
+    SELECT 0 AS rc, 'exists' AS message, batch_id, 0 AS created
+      FROM batches WHERE user = in_user AND idempotency_token = in_idempotency_token;
+  END;
 
   IF in_attributes IS NOT NULL AND JSON_TYPE(in_attributes) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'attributes must be a JSON array of {key, value}' AS message;

@@ -1,7 +1,7 @@
 -- Reserves a contiguous block of job ids and job group ids for a new update
 -- of a batch, so several clients can then insert its jobs in parallel
 -- without touching the batch row. Idempotent under (batch, token). Refused
--- for a cancelled or deleted batch.
+-- for a cancelled or deleted batch, or one whose billing project is not open.
 DROP PROCEDURE IF EXISTS create_update;
 DELIMITER $$
 CREATE PROCEDURE create_update(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
@@ -11,6 +11,8 @@ proc: BEGIN
   DECLARE v_start_job_id INT;
   DECLARE v_start_job_group_id INT;
   DECLARE v_deleted BOOLEAN;
+  DECLARE v_billing_project VARCHAR(100);
+  DECLARE v_project_state VARCHAR(20);
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -20,6 +22,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   START TRANSACTION;
+  -- Lock order: the billing project (shared: it must stay open while we
+  -- add work to it) before the batch.
+  SELECT billing_project INTO v_billing_project FROM batches WHERE batch_id = in_batch_id;
+  SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project LOCK IN SHARE MODE;
   SELECT deleted INTO v_deleted FROM batches WHERE batch_id = in_batch_id FOR UPDATE;
   IF v_missing OR v_deleted THEN
     ROLLBACK;
@@ -36,6 +42,11 @@ proc: BEGIN
       LEAVE proc;
     END IF;
     SET v_missing = FALSE;
+  END IF;
+  IF v_project_state <> 'open' THEN
+    ROLLBACK;
+    SELECT 2 AS rc, CONCAT('billing project ', v_billing_project, ' is ', v_project_state) AS message;
+    LEAVE proc;
   END IF;
   IF EXISTS (SELECT 1 FROM job_groups_cancelled WHERE batch_id = in_batch_id AND job_group_id = 0) THEN
     ROLLBACK;

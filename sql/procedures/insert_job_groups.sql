@@ -27,6 +27,12 @@ proc: BEGIN
     ORDER BY jt.job_group_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  -- 1062 (duplicate key): the same groups sent concurrently committed first.
+  DECLARE EXIT HANDLER FOR 1062
+  BEGIN
+    ROLLBACK;
+    SELECT 0 AS rc, 'duplicate' AS message;
+  END;
 
   IF in_groups IS NULL OR JSON_TYPE(in_groups) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'groups must be a JSON array' AS message;

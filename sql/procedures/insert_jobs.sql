@@ -26,6 +26,16 @@ proc: BEGIN
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  -- 1062 (duplicate key): a copy of this bunch sent concurrently committed
+  -- first (both saw no job before inserting); answer as for a re-sent bunch.
+  DECLARE EXIT HANDLER FOR 1062
+  BEGIN
+    ROLLBACK;
+    SELECT IF(COUNT(*) = (SELECT COUNT(*) FROM tmp_new_jobs), 0, 5) AS rc,
+           IF(COUNT(*) = (SELECT COUNT(*) FROM tmp_new_jobs), 'duplicate',
+              'some jobs of this bunch were inserted before, others not') AS message
+      FROM jobs j JOIN tmp_new_jobs t ON j.batch_id = in_batch_id AND j.job_id = t.job_id;
+  END;
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
@@ -67,11 +77,6 @@ proc: BEGIN
   IF v_missing THEN
     ROLLBACK;
     SELECT 1 AS rc, CONCAT('no update ', in_update_id, ' of batch ', in_batch_id) AS message;
-    LEAVE proc;
-  END IF;
-  IF v_committed THEN
-    ROLLBACK;
-    SELECT 2 AS rc, 'the update is already committed' AS message;
     LEAVE proc;
   END IF;
 
@@ -116,6 +121,13 @@ proc: BEGIN
     LEAVE proc;
   END IF;
 
+  -- Checked after the duplicate test: re-sending a bunch of an update that
+  -- has been committed since is still just a duplicate.
+  IF v_committed THEN
+    ROLLBACK;
+    SELECT 2 AS rc, 'the update is already committed' AS message;
+    LEAVE proc;
+  END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs WHERE job_id < v_start OR job_id >= v_start + v_n;
   IF v_bad > 0 THEN
     ROLLBACK;

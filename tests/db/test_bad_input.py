@@ -81,8 +81,9 @@ CASES: list[tuple[str, Call, type[ProcedureError], str]] = [
      InvalidArgumentError, "twice"),
     ("jobs not a list",
      lambda w, c: w.db.call("insert_jobs", c["batch"], c["update"], {"job_id": 1}, 0), InvalidArgumentError, "array"),
-    ("jobs into a committed update",
-     lambda w, c: w.store.insert_jobs(c["batch"], 1, [job_spec(c["first"])]), FailedPreconditionError, "committed"),
+    ("new jobs into a committed update",
+     lambda w, c: w.store.insert_jobs(c["batch"], 1, [job_spec(c["first"] + 2)]), FailedPreconditionError,
+     "committed"),
     ("commit with missing bunches",
      lambda w, c: w.store.commit_update(c["batch"], c["update"]), FailedPreconditionError, "missing"),
     ("group outside the block",
@@ -119,6 +120,14 @@ async def test_refused_call_writes_nothing(world: World, case: tuple[str, Call, 
     assert await snapshot(world) == before
 
 
+async def test_a_resent_bunch_of_a_committed_update_is_a_duplicate(world: World) -> None:
+    context = await prepared(world)
+    before = await snapshot(world)
+    status = await world.store.insert_jobs(context["batch"], 1, [job_spec(context["first"])])
+    assert status["message"] == "duplicate"
+    assert await snapshot(world) == before
+
+
 async def test_conflicting_bunch_is_refused(world: World) -> None:
     context = await prepared(world)
     await world.store.insert_jobs(context["batch"], context["update"], [job_spec(context["start"])])
@@ -126,4 +135,13 @@ async def test_conflicting_bunch_is_refused(world: World) -> None:
     with pytest.raises(ConflictError, match="before"):
         await world.store.insert_jobs(
             context["batch"], context["update"], [job_spec(context["start"]), job_spec(context["start"] + 1)])
+    assert await snapshot(world) == before
+
+
+async def test_no_update_for_a_batch_of_a_closed_project(world: World) -> None:
+    context = await prepared(world)
+    await world.db.execute("UPDATE billing_projects SET state = 'closed' WHERE name = 'proj'")
+    before = await snapshot(world)
+    with pytest.raises(FailedPreconditionError, match="proj is closed"):
+        await world.store.create_update(context["batch"], 1)
     assert await snapshot(world) == before
