@@ -18,7 +18,7 @@ from google.protobuf import timestamp_pb2
 
 from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, update_pb2
 from corral.batch.v1 import batch_service_pb2 as pb
-from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, NotFound, PermissionDenied
+from services.common.errors import FieldViolation, InvalidRequest, NotFound, PermissionDenied
 from services.common.identity import Principal, current_principal
 from services.db.store import JobStore
 from services.frontend import query as query_language
@@ -208,8 +208,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
 
     async def AddJobs(self, request: pb.AddJobsRequest, context: grpc.aio.ServicerContext) -> pb.AddJobsResponse:
         update = await self._open_update(request.batch_id, request.update_id, current_principal())
-        if update["committed"]:
-            raise FailedPrecondition(f"update {request.update_id} is already committed")
+        # A committed update refuses new jobs in insert_jobs, but still
+        # recognises a re-sent bunch.
         already = await self._add_jobs(request.batch_id, update, request.first_index, request.jobs)
         return pb.AddJobsResponse(first_job_id=update["start_job_id"] + request.first_index, already_received=already)
 

@@ -1,0 +1,110 @@
+"""Describing a batch in Python before submitting it.
+
+    b = BatchBuilder("my-project", attributes={"name": "align"})
+    first = b.job("busybox", ["sh", "-c", "echo hi"])
+    b.job("busybox", ["true"], parents=[first], accept=("succeeded", "failed"))
+
+Parents added in the same builder become negative in-update offsets, so a
+submission never needs to know job ids in advance; an `int` parent names a
+job of the batch that already exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+
+from google.protobuf import duration_pb2
+
+from corral.batch.v1 import job_spec_pb2, job_state_pb2
+
+_STATES = {
+    "succeeded": job_state_pb2.JOB_STATE_SUCCEEDED,
+    "success": job_state_pb2.JOB_STATE_SUCCEEDED,
+    "failed": job_state_pb2.JOB_STATE_FAILED,
+    "error": job_state_pb2.JOB_STATE_ERROR,
+    "cancelled": job_state_pb2.JOB_STATE_CANCELLED,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class JobHandle:
+    """A job added to a builder; pass it as a parent of later jobs."""
+
+    index: int
+    """Position in the builder (0-based)."""
+
+
+class BatchBuilder:
+    """Jobs and batch settings, turned into protos by `specs()`."""
+
+    def __init__(self, billing_project: str, attributes: Mapping[str, str] | None = None,
+                 callback_url: str | None = None, cancel_after_n_failures: int | None = None,
+                 idempotency_token: str | None = None):
+        self.billing_project = billing_project
+        self.attributes = dict(attributes or {})
+        self.callback_url = callback_url
+        self.cancel_after_n_failures = cancel_after_n_failures
+        self.idempotency_token = idempotency_token or uuid.uuid4().hex
+        """Retrying a submission with the same builder never makes a second batch."""
+        self._specs: list[job_spec_pb2.JobSpec] = []
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def job(
+        self,
+        image: str,
+        command: Sequence[str] | str,
+        *,
+        parents: Iterable[JobHandle | int] = (),
+        accept: Iterable[str] = ("succeeded",),
+        always_run: bool = False,
+        cores: float = 1.0,
+        memory_bytes: int = 0,
+        env: Mapping[str, str] | None = None,
+        attributes: Mapping[str, str] | None = None,
+        regions: Sequence[str] = (),
+        timeout_s: float | None = None,
+        max_attempts: int = 0,
+        priority: int = 0,
+    ) -> JobHandle:
+        """Add a job; `command` is an argv list or a shell script string."""
+        index = len(self._specs)
+        accepted = [_STATES[s.lower()] for s in accept]
+        refs = []
+        for parent in parents:
+            if isinstance(parent, JobHandle):
+                if parent.index >= index:
+                    raise ValueError("a parent must be added before its child")
+                refs.append(job_spec_pb2.ParentRef(in_update_offset=parent.index - index, accepted_states=accepted))
+            else:
+                refs.append(job_spec_pb2.ParentRef(job_id=parent, accepted_states=accepted))
+        spec = job_spec_pb2.JobSpec(
+            image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
+            max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, parents=refs,
+            resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes),
+        )
+        if isinstance(command, str):
+            spec.script = command
+        else:
+            spec.argv.args.extend(command)
+        if timeout_s is not None:
+            spec.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s), nanos=int(timeout_s % 1 * 1e9)))
+        self._specs.append(spec)
+        return JobHandle(index)
+
+    def batch_fields(self) -> dict[str, object]:
+        """The batch settings as fields of SubmitBatch/CreateBatch requests."""
+        return dict(billing_project=self.billing_project, attributes=self.attributes,
+                    callback_url=self.callback_url or "", idempotency_token=self.idempotency_token,
+                    cancel_after_n_failures=self.cancel_after_n_failures)
+
+    def specs(self) -> list[job_spec_pb2.JobSpec]:
+        """The job specs in order (relative parents already resolved to offsets)."""
+        return list(self._specs)
+
+    def bunches(self, size: int) -> list[tuple[int, list[job_spec_pb2.JobSpec]]]:
+        """(first_index, specs) slices for parallel AddJobs calls."""
+        return [(i, self._specs[i:i + size]) for i in range(0, len(self._specs), size)]

@@ -1,0 +1,75 @@
+"""The Python client (sync and asyncio) against a real frontend and auth."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import corral
+from corral import aio
+from services.common.tls import DevCertificateAuthority
+from services.frontend.app import FrontendApp
+from tests.service.test_batches import frontend, tokens  # noqa: F401 - fixtures
+
+
+def dag(n_fan_out: int, billing_project: str = "proj", token: str | None = None) -> corral.BatchBuilder:
+    b = corral.BatchBuilder(billing_project, attributes={"name": "fan"}, idempotency_token=token)
+    root = b.job("busybox", ["echo", "start"])
+    middle = [b.job("busybox", "echo $RANDOM", parents=[root]) for _ in range(n_fan_out)]
+    b.job("busybox", ["echo", "done"], parents=middle, accept=("succeeded", "failed"), always_run=True)
+    return b
+
+
+async def test_async_client_small_and_large_submissions(frontend: FrontendApp, tokens,  # noqa: F811
+                                                        certs: DevCertificateAuthority) -> None:
+    async with aio.Client(f"localhost:{frontend.public_port}", tokens["alice"], certs.ca_cert_path) as client:
+        small = await client.submit(dag(3))
+        assert (small.counts.n_jobs, small.counts.n_ready) == (5, 1)
+        # Large: more than one SubmitBatch's worth, in parallel bunches.
+        large = await client.submit(dag(aio.SMALL_BATCH + 500), bunch_size=400)
+        assert (large.counts.n_jobs, large.counts.n_ready) == (aio.SMALL_BATCH + 502, 1)
+        edges = await frontend.db.fetchone(
+            "SELECT COUNT(*) n FROM job_parents WHERE batch_id = %s", (large.batch_id,))
+        assert edges["n"] == 2 * (aio.SMALL_BATCH + 500)
+        names = [b.batch_id async for b in client.list_batches("name=fan")]
+        assert names == [large.batch_id, small.batch_id]
+        cancelled = await client.cancel_batch(small.batch_id, "test")
+        assert cancelled.cancellation.reason == "test"
+
+
+async def test_retried_submission_is_one_batch(frontend: FrontendApp, tokens,  # noqa: F811
+                                               certs: DevCertificateAuthority) -> None:
+    builder = dag(aio.SMALL_BATCH + 10, token="same-token")
+    async with aio.Client(f"localhost:{frontend.public_port}", tokens["alice"], certs.ca_cert_path) as client:
+        first, second = await asyncio.gather(client.submit(builder, bunch_size=300),
+                                             client.submit(builder, bunch_size=300))
+    assert first.batch_id == second.batch_id
+    count = await frontend.db.fetchone("SELECT COUNT(*) n FROM jobs")
+    assert count["n"] == aio.SMALL_BATCH + 12
+
+
+async def test_sync_client_and_typed_errors(frontend: FrontendApp, tokens,  # noqa: F811
+                                            certs: DevCertificateAuthority) -> None:
+    address = f"localhost:{frontend.public_port}"
+
+    def use_it() -> None:
+        with corral.Client(address, tokens["alice"], certs.ca_cert_path) as client:
+            batch = client.submit(dag(2))
+            assert client.get_batch(batch.batch_id).counts.n_jobs == 4
+            assert [b.batch_id for b in client.list_batches()] == [batch.batch_id]
+            bad = corral.BatchBuilder("proj")
+            bad.job("", ["true"])
+            with pytest.raises(corral.InvalidArgument) as error:
+                client.submit(bad)
+            assert [v.field for v in error.value.field_violations] == ["jobs[0].image"]
+            with pytest.raises(corral.NotFound):
+                client.get_batch(10_000)
+        with corral.Client(address, tokens["bob"], certs.ca_cert_path) as client:
+            with pytest.raises(corral.PermissionDenied):
+                client.submit(dag(1))
+        with corral.Client(address, "wrong", certs.ca_cert_path) as client:
+            with pytest.raises(corral.Unauthenticated):
+                client.get_batch(1)
+
+    await asyncio.to_thread(use_it)
