@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 
 from corral.batch.v1 import batch_service_pb2_grpc
+from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
 from services.common.identity import BearerAuthenticator, peer_certificate
 from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
@@ -18,6 +19,8 @@ from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.frontend.batch_store import BatchStore
 from services.frontend.batches import BatchServicer
+from services.frontend.billing import BillingServicer
+from services.frontend.billing_store import BillingStore
 from services.frontend.specs import SpecStore
 
 log = logging.getLogger(__name__)
@@ -73,6 +76,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
         Service("corral.batch.v1.BatchService",
                 BatchServicer(JobStore(db), BatchStore(db), SpecStore(config.spec_root_url)),
                 batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
+        Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(db)),
+                billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
     ]
     listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
     if config.internal_address:

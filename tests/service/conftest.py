@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 
 import grpc
 import pytest
 
+from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.app import AuthApp, AuthConfig, start
+from services.auth.client import RemoteTokenVerifier
 from services.auth.store import AuthStore
+from services.common.identity import BearerAuthenticator
+from services.common.server import Listener, RunningServers, Service, serve
 from services.common.tls import DevCertificateAuthority, TlsFiles
-from services.db.database import DatabaseConfig
+from services.db.database import Database, DatabaseConfig
+from services.frontend.billing import BillingServicer
+from services.frontend.billing_store import BillingStore
 
 
 @pytest.fixture
@@ -46,3 +53,51 @@ def service_channel(tls: TlsFiles, port: int) -> grpc.aio.Channel:
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
+
+
+UserToken = Callable[..., Awaitable[str]]
+"""`await user_token(name, roles=("user",))`: a new user and an API token for them."""
+
+
+@pytest.fixture
+def user_token(auth_app: AuthApp) -> UserToken:
+    store = AuthStore(auth_app.db)
+
+    async def create(name: str, roles: Iterable[str] = ("user",)) -> str:
+        await store.create_user(name, roles=frozenset(roles))
+        _, secret = await store.create_token(name, "api", name="test")
+        return secret
+
+    return create
+
+
+@dataclasses.dataclass
+class FrontendServer:
+    """A frontend's public listener serving the services under test."""
+
+    port: int
+    db: Database
+    servers: RunningServers
+    billing: BillingServicer
+
+
+@pytest.fixture
+async def frontend_billing(db_config: DatabaseConfig, certs: DevCertificateAuthority,
+                           auth_app: AuthApp) -> AsyncIterator[FrontendServer]:
+    """BillingService as the frontend serves it: TLS for people, each bearer token
+    verified by the auth service over mutual TLS with the 'frontend' certificate."""
+    tls = certs.issue("frontend")
+    db = await Database.connect(db_config)
+    auth_channel = service_channel(tls, auth_app.internal_port)
+    billing = BillingServicer(BillingStore(db))
+    servers = await serve(
+        [Service("corral.billing.v1.BillingService", billing,
+                 billing_service_pb2_grpc.add_BillingServiceServicer_to_server)],
+        [Listener("127.0.0.1:0", tls, BearerAuthenticator(RemoteTokenVerifier(auth_channel)), internal=False)],
+    )
+    try:
+        yield FrontendServer(servers.ports[0], db, servers, billing)
+    finally:
+        await servers.stop(grace_s=1.0)
+        await auth_channel.close()
+        await db.close()

@@ -1,0 +1,362 @@
+"""BillingService: translates protos to BillingStore calls and enforces who may do what.
+
+The rules (readers, administrators, NOT_FOUND for everybody else) are in
+the docstring of `services.frontend.billing_store`. Checks run in this
+order: the caller's role for RPCs no reader may use (create), then the
+request's fields (INVALID_ARGUMENT with every violation at once), then
+whether the caller may see the project (NOT_FOUND), then whether they may
+change it (PERMISSION_DENIED), then the project's state
+(FAILED_PRECONDITION).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from corral.billing.v1 import billing_project_pb2 as project_pb
+from corral.billing.v1 import billing_service_pb2 as pb
+from corral.billing.v1 import billing_service_pb2_grpc, spend_pb2
+from services.common.errors import AlreadyExists, FailedPrecondition, FieldViolation, InvalidRequest, NotFound
+from services.common.identity import Principal, current_principal
+from services.frontend.billing_store import (
+    MAX_MICRO_USD,
+    BatchCostTracker,
+    BillingProject,
+    BillingStore,
+    ProjectExists,
+    StateRefuses,
+    may_read,
+    micro_from_usd,
+    sees_every_project,
+    usd_from_micro,
+)
+
+_PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# The auth service's username rule (services/auth/servicer.py).
+_USERNAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_MAX_NAME_CHARS = 100  # billing_projects.name is VARCHAR(100)
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+DEFAULT_WATCH_INTERVAL_S = 10.0
+"""WatchSpend's min_interval when unset (the contract's default)."""
+MIN_WATCH_INTERVAL_S = 1.0
+MAX_WATCH_INTERVAL_S = 3600.0
+MAX_BATCH_DELTAS = 100
+
+_STATES = {"open": project_pb.BILLING_PROJECT_STATE_OPEN, "closed": project_pb.BILLING_PROJECT_STATE_CLOSED,
+           "deleted": project_pb.BILLING_PROJECT_STATE_DELETED}
+_LIST_STATES = {project_pb.BILLING_PROJECT_STATE_UNSPECIFIED: ("open", "closed"),
+                project_pb.BILLING_PROJECT_STATE_OPEN: ("open",),
+                project_pb.BILLING_PROJECT_STATE_CLOSED: ("closed",),
+                project_pb.BILLING_PROJECT_STATE_DELETED: ("deleted",)}
+_BREAKDOWNS = {spend_pb2.SPEND_BREAKDOWN_DAY: "day", spend_pb2.SPEND_BREAKDOWN_BATCH: "batch",
+               spend_pb2.SPEND_BREAKDOWN_USER: "user"}
+
+
+def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
+    if ms is None:
+        return None
+    ts = timestamp_pb2.Timestamp()
+    ts.FromMilliseconds(ms)
+    return ts
+
+
+def project_proto(project: BillingProject) -> project_pb.BillingProject:
+    # reserved_micro_usd stays 0 until admission reserves worst-case cost
+    # (design §9); closed_at stays unset: the schema records no close time.
+    return project_pb.BillingProject(
+        name=project.name, state=_STATES[project.state], members=list(project.members),
+        limit_micro_usd=None if project.limit_usd is None else micro_from_usd(project.limit_usd),
+        spend_micro_usd=micro_from_usd(project.spend_usd), reserved_micro_usd=0,
+        created_at=_timestamp(project.created_at_ms))
+
+
+def _raise_if(violations: list[FieldViolation]) -> None:
+    if violations:
+        raise InvalidRequest(violations)
+
+
+def _reference(name: str, field: str = "billing_project") -> list[FieldViolation]:
+    """A name that refers to an existing project: anything else is simply not found."""
+    if not name:
+        return [FieldViolation(field, "required")]
+    if len(name) > _MAX_NAME_CHARS:
+        return [FieldViolation(field, f"at most {_MAX_NAME_CHARS} characters")]
+    return []
+
+
+def _username(username: str, field: str) -> list[FieldViolation]:
+    if not _USERNAME.match(username):
+        return [FieldViolation(field, "a username: lower-case letters, digits, '_', '.', '-'; 1-64 long")]
+    return []
+
+
+def _limit(request: pb.CreateBillingProjectRequest | pb.SetLimitRequest) -> list[FieldViolation]:
+    if request.HasField("limit_micro_usd") and not 0 <= request.limit_micro_usd <= MAX_MICRO_USD:
+        return [FieldViolation("limit_micro_usd", f"must be between 0 and {MAX_MICRO_USD} (1e9 USD)")]
+    return []
+
+
+def _limit_usd(request: pb.CreateBillingProjectRequest | pb.SetLimitRequest) -> float | None:
+    return usd_from_micro(request.limit_micro_usd) if request.HasField("limit_micro_usd") else None
+
+
+def _page_size(page_size: int) -> tuple[int, list[FieldViolation]]:
+    if page_size < 0:
+        return 0, [FieldViolation("page_size", "must not be negative")]
+    return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), []
+
+
+def _encode_token(key: str) -> str:
+    return base64.urlsafe_b64encode(key.encode()).decode()
+
+
+def _decode_token(token: str) -> str | None:
+    try:
+        return base64.urlsafe_b64decode(token.encode()).decode()
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def _day(text: str, field: str) -> tuple[datetime.date | None, list[FieldViolation]]:
+    if not text:
+        return None, []
+    try:
+        if _DAY.match(text):
+            return datetime.date.fromisoformat(text), []
+    except ValueError:
+        pass
+    return None, [FieldViolation(field, "a UTC day, YYYY-MM-DD")]
+
+
+class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
+    """Billing projects, their members, limits and spend."""
+
+    def __init__(self, store: BillingStore, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        self.store = store
+        self._sleep = sleep
+        self.active_watches = 0
+        """WatchSpend streams being served (a gauge; tests check streams end)."""
+
+    async def _readable(self, name: str, principal: Principal) -> BillingProject:
+        """The project if the caller may see it; NOT_FOUND alike whether it is missing or hidden."""
+        project = await self.store.get_project(name)
+        if project is None or not may_read(principal, project):
+            raise NotFound(f"no billing project {name}")
+        return project
+
+    async def _changed(self, name: str) -> BillingProject:
+        project = await self.store.get_project(name)
+        assert project is not None  # rows are never removed
+        return project
+
+    async def _change(self, name: str, principal: Principal, change: Callable[[], Awaitable[None]],
+                      allowed: Callable[[BillingProject], bool] | None = None) -> BillingProject:
+        """Run `change` for an administrator (or when `allowed`); the project afterwards."""
+        project = await self._readable(name, principal)
+        if allowed is None or not allowed(project):
+            principal.require_admin()
+        try:
+            await change()
+        except StateRefuses as e:
+            raise FailedPrecondition(e.message) from None
+        return await self._changed(name)
+
+    async def CreateBillingProject(self, request: pb.CreateBillingProjectRequest, context: grpc.aio.ServicerContext
+                                   ) -> pb.CreateBillingProjectResponse:
+        principal = current_principal()
+        principal.require_admin()
+        violations = []
+        if not _PROJECT_NAME.match(request.name):
+            violations.append(FieldViolation(
+                "name", "1-64 characters: lower-case letters, digits, '-', '_', starting with a letter or digit"))
+        violations += _limit(request)
+        for i, member in enumerate(request.members):
+            violations += _username(member, f"members[{i}]")
+        _raise_if(violations)
+        try:
+            project = await self.store.create_project(
+                request.name, {*request.members, principal.name}, _limit_usd(request))
+        except ProjectExists:
+            raise AlreadyExists(f"billing project {request.name} exists") from None
+        return pb.CreateBillingProjectResponse(billing_project=project_proto(project))
+
+    async def GetBillingProject(self, request: pb.GetBillingProjectRequest, context: grpc.aio.ServicerContext
+                                ) -> pb.GetBillingProjectResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project))
+        project = await self._readable(request.billing_project, principal)
+        return pb.GetBillingProjectResponse(billing_project=project_proto(project))
+
+    async def ListBillingProjects(self, request: pb.ListBillingProjectsRequest, context: grpc.aio.ServicerContext
+                                  ) -> pb.ListBillingProjectsResponse:
+        principal = current_principal()
+        limit, violations = _page_size(request.page_size)
+        states = _LIST_STATES.get(request.state)
+        if states is None:
+            violations.append(FieldViolation("state", "unknown state"))
+        if len(request.member) > _MAX_NAME_CHARS:
+            violations.append(FieldViolation("member", f"at most {_MAX_NAME_CHARS} characters"))
+        after = _decode_token(request.page_token) if request.page_token else ""
+        if after is None:
+            violations.append(FieldViolation("page_token", "not a token this service returned"))
+        _raise_if(violations)
+        assert states is not None and after is not None
+        projects = await self.store.list_projects(
+            states, request.member or None, None if sees_every_project(principal) else principal.name, after, limit)
+        return pb.ListBillingProjectsResponse(
+            billing_projects=[project_proto(p) for p in projects],
+            next_page_token=_encode_token(projects[-1].name) if len(projects) == limit else "")
+
+    async def AddMember(self, request: pb.AddMemberRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.AddMemberResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project) + _username(request.username, "username"))
+        project = await self._change(request.billing_project, principal,
+                                     lambda: self.store.add_member(request.billing_project, request.username))
+        return pb.AddMemberResponse(billing_project=project_proto(project))
+
+    async def RemoveMember(self, request: pb.RemoveMemberRequest, context: grpc.aio.ServicerContext
+                           ) -> pb.RemoveMemberResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project) + _username(request.username, "username"))
+        project = await self._change(request.billing_project, principal,
+                                     lambda: self.store.remove_member(request.billing_project, request.username),
+                                     allowed=lambda _: request.username == principal.name)
+        return pb.RemoveMemberResponse(billing_project=project_proto(project))
+
+    async def SetLimit(self, request: pb.SetLimitRequest, context: grpc.aio.ServicerContext) -> pb.SetLimitResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project) + _limit(request))
+        project = await self._change(request.billing_project, principal,
+                                     lambda: self.store.set_limit(request.billing_project, _limit_usd(request)))
+        return pb.SetLimitResponse(billing_project=project_proto(project))
+
+    async def CloseBillingProject(self, request: pb.CloseBillingProjectRequest, context: grpc.aio.ServicerContext
+                                  ) -> pb.CloseBillingProjectResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project))
+        project = await self._change(request.billing_project, principal,
+                                     lambda: self.store.set_open(request.billing_project, False))
+        return pb.CloseBillingProjectResponse(billing_project=project_proto(project))
+
+    async def ReopenBillingProject(self, request: pb.ReopenBillingProjectRequest, context: grpc.aio.ServicerContext
+                                   ) -> pb.ReopenBillingProjectResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project))
+        project = await self._change(request.billing_project, principal,
+                                     lambda: self.store.set_open(request.billing_project, True))
+        return pb.ReopenBillingProjectResponse(billing_project=project_proto(project))
+
+    async def DeleteBillingProject(self, request: pb.DeleteBillingProjectRequest, context: grpc.aio.ServicerContext
+                                   ) -> pb.DeleteBillingProjectResponse:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project))
+        await self._change(request.billing_project, principal,
+                           lambda: self.store.delete_project(request.billing_project))
+        return pb.DeleteBillingProjectResponse()
+
+    async def GetSpend(self, request: pb.GetSpendRequest, context: grpc.aio.ServicerContext) -> pb.GetSpendResponse:
+        principal = current_principal()
+        violations = _reference(request.billing_project)
+        first_day, bad_first = _day(request.first_day, "first_day")
+        last_day, bad_last = _day(request.last_day, "last_day")
+        violations += bad_first + bad_last
+        if first_day and last_day and first_day > last_day:
+            violations.append(FieldViolation("first_day", "after last_day"))
+        limit, bad_size = _page_size(request.page_size)
+        violations += bad_size
+        breakdown = _BREAKDOWNS.get(request.breakdown)
+        if breakdown is None and request.breakdown != spend_pb2.SPEND_BREAKDOWN_UNSPECIFIED:
+            violations.append(FieldViolation("breakdown", "unknown breakdown"))
+        if breakdown == "batch":
+            # A batch's cost is kept for its whole life, not by day.
+            violations += [FieldViolation(f, "must be empty with SPEND_BREAKDOWN_BATCH: batch costs are not kept "
+                                             "by day") for f in ("first_day", "last_day") if getattr(request, f)]
+        after = self._spend_after(breakdown, request.page_token, violations)
+        _raise_if(violations)
+        project = await self._readable(request.billing_project, principal)
+        name = project.name
+        today = datetime.datetime.fromtimestamp(self.store.clock_ms() / 1000, tz=datetime.timezone.utc).date()
+        last_day = last_day or today
+        lines: list[spend_pb2.SpendLine] = []
+        keys: list[str] = []
+        if breakdown == "batch":
+            total_usd = project.spend_usd
+            for batch_id, cost in await self.store.spend_lines_by_batch(name, int(after or 0), limit):
+                lines.append(spend_pb2.SpendLine(batch_id=batch_id, cost_micro_usd=micro_from_usd(cost)))
+                keys.append(str(batch_id))
+        else:
+            total_usd = await self.store.spend_by_date(name, first_day, last_day)
+            if breakdown == "day":
+                after_day = datetime.date.fromisoformat(after) if after else None
+                for day, cost in await self.store.spend_lines_by_day(name, first_day, last_day, after_day, limit):
+                    lines.append(spend_pb2.SpendLine(day=day.isoformat(), cost_micro_usd=micro_from_usd(cost)))
+                    keys.append(day.isoformat())
+            elif breakdown == "user":
+                for user, cost in await self.store.spend_lines_by_user(name, first_day, last_day, after or "", limit):
+                    lines.append(spend_pb2.SpendLine(username=user, cost_micro_usd=micro_from_usd(cost)))
+                    keys.append(user)
+        next_token = _encode_token(f"{breakdown}:{keys[-1]}") if breakdown and len(keys) == limit else ""
+        return pb.GetSpendResponse(total_micro_usd=micro_from_usd(total_usd), lines=lines, next_page_token=next_token)
+
+    @staticmethod
+    def _spend_after(breakdown: str | None, token: str, violations: list[FieldViolation]) -> str | None:
+        """The last key of the previous page; a token of another breakdown is refused."""
+        if not token or breakdown is None:
+            return None
+        decoded = _decode_token(token) or ""
+        kind, _, key = decoded.partition(":")
+        valid = kind == breakdown and bool(key) and (
+            (kind == "batch" and key.isdigit()) or (kind == "day" and _day(key, "")[0] is not None)
+            or kind == "user")
+        if not valid:
+            violations.append(FieldViolation("page_token", "not a token this service returned for this breakdown"))
+            return None
+        return key
+
+    async def WatchSpend(self, request: pb.WatchSpendRequest, context: grpc.aio.ServicerContext
+                         ) -> AsyncIterator[pb.WatchSpendResponse]:
+        principal = current_principal()
+        _raise_if(_reference(request.billing_project))
+        interval_s = DEFAULT_WATCH_INTERVAL_S
+        if request.HasField("min_interval"):
+            interval_s = min(max(request.min_interval.ToNanoseconds() / 1e9, MIN_WATCH_INTERVAL_S),
+                             MAX_WATCH_INTERVAL_S)
+        name = request.billing_project
+        project = await self._readable(name, principal)
+        tracker = BatchCostTracker()
+        sent: tuple[int, int | None] | None = None
+        self.active_watches += 1
+        try:
+            while True:
+                at_ms = self.store.clock_ms()
+                spend = micro_from_usd(project.spend_usd)
+                limit = None if project.limit_usd is None else micro_from_usd(project.limit_usd)
+                if (spend, limit) != sent:
+                    grown: list[tuple[int, int]] = []
+                    if sent is None or spend != sent[0]:
+                        # Read the highest id before the costs: see BatchCostTracker.
+                        max_batch_id = await self.store.max_batch_id()
+                        costs = await self.store.batch_costs(name, tracker.tracked(), tracker.after_id)
+                        grown = tracker.sample(costs, max_batch_id)
+                    yield pb.WatchSpendResponse(update=spend_pb2.SpendUpdate(
+                        billing_project=name, at=_timestamp(at_ms), spend_micro_usd=spend,
+                        delta_micro_usd=0 if sent is None else spend - sent[0], reserved_micro_usd=0,
+                        limit_micro_usd=limit,
+                        batch_deltas=[spend_pb2.SpendLine(batch_id=b, cost_micro_usd=d)
+                                      for b, d in grown[:MAX_BATCH_DELTAS]]))
+                    sent = (spend, limit)
+                await self._sleep(interval_s)
+                # Membership is re-checked at every poll: a removed member's stream ends (NOT_FOUND).
+                project = await self._readable(name, principal)
+        finally:
+            self.active_watches -= 1
