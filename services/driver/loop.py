@@ -1,0 +1,67 @@
+"""The shape of every driver loop: a named object that runs one cycle at a time.
+
+A loop wakes when notified (work appeared, a batch was cancelled) or when its
+period passes, runs `cycle()`, and tells anyone waiting that a cycle
+finished (tests wait on that instead of sleeping). A failing cycle is
+logged and retried after a growing back-off; the loop itself never dies
+silently.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class Loop(abc.ABC):
+    """Subclasses implement `cycle()`; `run()` drives it until cancelled."""
+
+    name: str = "loop"
+
+    def __init__(self, period_s: float, max_backoff_s: float = 30.0):
+        self.period_s = period_s
+        self.max_backoff_s = max_backoff_s
+        self._wake = asyncio.Event()
+        self._cycle_done = asyncio.Condition()
+        self.cycles = 0
+        """Cycles finished, successful or not."""
+        self.failures = 0
+        """Consecutive failed cycles."""
+
+    @abc.abstractmethod
+    async def cycle(self) -> None:
+        """One pass of the loop's work."""
+
+    def notify(self) -> None:
+        """Run the next cycle now rather than at the end of the period."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Cycle until cancelled."""
+        while True:
+            self._wake.clear()
+            try:
+                await self.cycle()
+                self.failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a loop logs, backs off and goes on
+                self.failures += 1
+                log.exception("%s: cycle failed (%d in a row)", self.name, self.failures)
+            async with self._cycle_done:
+                self.cycles += 1
+                self._cycle_done.notify_all()
+            delay = self.period_s if not self.failures else min(self.max_backoff_s, self.period_s * 2**self.failures)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+
+    async def wait_cycles(self, n: int = 1, timeout_s: float = 30.0) -> None:
+        """Wait until `n` more cycles have finished (for tests and shutdown)."""
+        async with self._cycle_done:
+            target = self.cycles + n
+            await asyncio.wait_for(self._cycle_done.wait_for(lambda: self.cycles >= target), timeout_s)
