@@ -1,0 +1,77 @@
+"""The scheduler against a real MariaDB, with a recording dispatcher standing in
+for the worker sessions (the one I/O boundary it has)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from services.db.invariants import check_invariants
+from services.driver.scheduler import Placement, Scheduler
+from tests.db.conftest import World
+
+
+class RecordingDispatcher:
+    """Workers that are all connected and take every Run command."""
+
+    def __init__(self, live: set[str]):
+        self.live = live
+        self.sent: list[Placement] = []
+
+    def live_instances(self) -> set[str]:
+        return self.live
+
+    async def run(self, placements: Sequence[Placement]) -> None:
+        self.sent += placements
+
+
+async def test_two_users_share_the_cores_evenly(world: World) -> None:
+    await world.store.create_billing_project("other", ["bob"])
+    await world.instance("i1", cores_mcpu=4000)
+    await world.instance("i2", cores_mcpu=4000)
+    alice, _, _ = await world.batch([{} for _ in range(20)], user="alice")
+    bob_batch = await world.store.create_batch("bob", "other")
+    update = await world.store.create_update(bob_batch["batch_id"], 20)
+    await world.store.insert_jobs(bob_batch["batch_id"], update["update_id"],
+                                  [{"job_id": update["start_job_id"] + i, "cores_mcpu": 1000, "inst_coll": "standard"}
+                                   for i in range(20)])
+    await world.store.commit_update(bob_batch["batch_id"], update["update_id"])
+
+    dispatcher = RecordingDispatcher({"i1", "i2"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch)
+    await scheduler.cycle()
+    per_batch = {}
+    for p in dispatcher.sent:
+        per_batch[p.batch_id] = per_batch.get(p.batch_id, 0) + 1
+    assert per_batch == {alice: 4, bob_batch["batch_id"]: 4}
+    free = await world.db.fetchall("SELECT free_cores_mcpu FROM instances")
+    assert [r["free_cores_mcpu"] for r in free] == [0, 0]
+    assert await check_invariants(world.db) == []
+
+
+async def test_only_live_instances_and_runnable_jobs_are_used(world: World) -> None:
+    await world.instance("i1", cores_mcpu=8000)
+    await world.instance("i2", cores_mcpu=8000)  # no session: never used
+    batch_id, _, s = await world.batch([{}, {"always_run": True}, {}, {"priority": 5}])
+    group = await world.store.create_update(batch_id, 0, n_job_groups=0)
+    assert group["update_id"] == 2
+    await world.store.cancel_job_group(batch_id, 0, "alice", "stop")
+    dispatcher = RecordingDispatcher({"i1"})
+    await Scheduler(world.db, world.store, dispatcher, lambda: world.epoch).cycle()
+    # Cancelled batch: only the always_run job runs.
+    assert [(p.job_id, p.instance) for p in dispatcher.sent] == [(s + 1, "i1")]
+
+    other, _, t = await world.batch([{}, {"priority": 5}, {"cores_mcpu": 9000}])
+    dispatcher.sent.clear()
+    await Scheduler(world.db, world.store, dispatcher, lambda: world.epoch).cycle()
+    # Priority first; a job bigger than any live instance waits.
+    assert [p.job_id for p in dispatcher.sent] == [t + 1, t]
+    assert await world.state(other, t + 2) == "Ready"
+    assert await check_invariants(world.db) == []
+
+
+async def test_no_epoch_no_scheduling(world: World) -> None:
+    await world.instance("i1")
+    await world.batch([{}])
+    dispatcher = RecordingDispatcher({"i1"})
+    await Scheduler(world.db, world.store, dispatcher, lambda: None).cycle()
+    assert dispatcher.sent == []
