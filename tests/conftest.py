@@ -14,6 +14,8 @@ import pytest
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
 from services.db.server import PrivateMariaDB
+from services.db.store import JobStore
+from tests.world import FakeClock, World
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +60,15 @@ async def db(db_config: DatabaseConfig) -> AsyncIterator[Database]:
         yield database
     finally:
         await database.close()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """Milliseconds that move only when the test moves them."""
+    return FakeClock()
+
+
+@pytest.fixture
+async def world(db: Database, clock: FakeClock) -> World:
+    """A billing project 'proj' (alice, bob) and an elected leader epoch."""
+    return await World(db, JobStore(db, clock), clock).setup()

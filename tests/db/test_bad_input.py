@@ -20,7 +20,7 @@ from services.db.database import (
     PermissionDeniedError,
     ProcedureError,
 )
-from tests.db.conftest import World, job_spec
+from tests.world import World, job_spec
 
 
 async def snapshot(world: World) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import pytest
 
 from services.db.database import FailedPreconditionError, InvalidArgumentError, StaleEpochError
 from services.db.invariants import check_invariants
-from tests.db.conftest import World, job_spec
+from tests.world import World, job_spec
 
 MIN_MS = 60_000
 DAY_MS = 86_400_000

@@ -13,7 +13,7 @@ from typing import Any
 import aiomysql
 
 from services.db.invariants import check_invariants
-from tests.db.conftest import World, job_spec
+from tests.world import World, job_spec
 
 HANDLERS = ("Handler_write", "Handler_update", "Handler_delete", "Handler_read_key", "Handler_read_next",
             "Handler_read_rnd_next")

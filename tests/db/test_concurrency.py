@@ -14,7 +14,7 @@ import asyncio
 import random
 
 from services.db.invariants import check_invariants
-from tests.db.conftest import World, job_spec
+from tests.world import World, job_spec
 
 N_JOBS = 2000
 N_CONNECTIONS = 32

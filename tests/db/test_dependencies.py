@@ -9,7 +9,7 @@ import pytest
 
 from services.db.database import InvalidArgumentError
 from services.db.invariants import check_invariants
-from tests.db.conftest import World, job_spec
+from tests.world import World, job_spec
 
 STATE_BITS = {"Success": 1, "Failed": 2, "Error": 4, "Cancelled": 8}
 OUTCOMES = tuple(STATE_BITS)

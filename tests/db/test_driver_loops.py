@@ -12,7 +12,7 @@ from services.db.store import JobStore
 from services.driver.canceller import ReadyCanceller
 from services.driver.leader import LeaderElection
 from services.driver.loop import Loop
-from tests.db.conftest import World, job_spec
+from tests.world import World, job_spec
 
 
 async def eventually(predicate, timeout_s: float = 10.0) -> None:

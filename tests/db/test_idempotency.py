@@ -12,7 +12,7 @@ import pytest
 
 from services.db.database import FailedPreconditionError, StaleEpochError
 from services.db.invariants import check_invariants
-from tests.db.conftest import World
+from tests.world import World
 
 
 async def attempt_row(world: World, batch_id: int, job_id: int, attempt: str) -> dict:

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from services.frontend.query import parse, to_sql
-from tests.db.conftest import World
+from tests.world import World
 
 EVIL = "x'); DROP TABLE batches; -- \\ %s %% \"é\""
 

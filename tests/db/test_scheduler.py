@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from services.db.invariants import check_invariants
 from services.driver.scheduler import Placement, Scheduler
-from tests.db.conftest import World
+from tests.world import World
 
 
 class RecordingDispatcher:

@@ -16,7 +16,7 @@ import pytest
 
 from services.db.database import FailedPreconditionError
 from services.db.invariants import check_invariants
-from tests.db.conftest import World
+from tests.world import World
 
 FINAL = ("Success", "Failed", "Error", "Cancelled")
 

@@ -29,7 +29,7 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, FailedPreconditionError
 from services.db.store import JobStore
 from services.frontend.billing_store import MAX_MICRO_USD, micro_from_usd, usd_from_micro
-from tests.db.conftest import FakeClock, World
+from tests.world import FakeClock, World
 from tests.service.conftest import FrontendServer, UserToken, bearer, person_channel
 
 OPEN, CLOSED, DELETED = (project_pb.BILLING_PROJECT_STATE_OPEN, project_pb.BILLING_PROJECT_STATE_CLOSED,

@@ -1,0 +1,101 @@
+"""Live worker sessions: where Run and Cancel commands go.
+
+Each connected worker has one `Session`: a queue of commands the driver's
+WorkerSession handler streams down to it. The registry is the scheduler's
+`Dispatcher`: putting a command on a queue never waits on the worker, so a
+slow worker cannot hold up a scheduling cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import hmac
+import itertools
+from collections.abc import Callable, Sequence
+
+from google.protobuf import timestamp_pb2
+
+from corral.driver.v1 import driver_service_pb2 as pb
+from corral.driver.v1 import worker_session_pb2 as ws
+from services.db.database import Database
+from services.db.store import wall_clock_ms
+from services.driver.scheduler import Placement
+from services.frontend.specs import SpecStore
+
+RUN_DEADLINE_MS = 60_000
+"""A Run command not started by then is refused by the worker."""
+
+
+def instance_token(activation_token: str) -> str:
+    """The session token of an activated instance, derived from its (secret)
+    activation token so every driver can check it without storing more."""
+    return hmac.new(activation_token.encode(), b"corral worker session", hashlib.sha256).hexdigest()
+
+
+@dataclasses.dataclass
+class Session:
+    """One worker's connection."""
+
+    instance: str
+    commands: asyncio.Queue[pb.WorkerSessionResponse] = dataclasses.field(default_factory=asyncio.Queue)
+
+
+class SessionRegistry:
+    """The sessions of this driver; implements the scheduler's Dispatcher."""
+
+    def __init__(self, db: Database, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms):
+        self._db = db
+        self._specs = specs
+        self._sessions: dict[str, Session] = {}
+        self._command_ids = itertools.count(1)
+        self._clock_ms = clock_ms
+
+    def open(self, instance: str) -> Session:
+        """A new session for `instance`, replacing an older one (a reconnect)."""
+        session = Session(instance)
+        self._sessions[instance] = session
+        return session
+
+    def close(self, session: Session) -> None:
+        if self._sessions.get(session.instance) is session:
+            del self._sessions[session.instance]
+
+    def live_instances(self) -> set[str]:
+        return set(self._sessions)
+
+    def send(self, instance: str, command: pb.WorkerSessionResponse) -> bool:
+        """Queue a command for a connected worker; False if it has no session."""
+        session = self._sessions.get(instance)
+        if session is None:
+            return False
+        command.command_id = next(self._command_ids)
+        session.commands.put_nowait(command)
+        return True
+
+    async def run(self, placements: Sequence[Placement]) -> None:
+        """Send a RunJob per placement, with the job's spec and accounting."""
+        if not placements:
+            return
+        keys = ", ".join(["(%s, %s)"] * len(placements))
+        rows = await self._db.fetchall(
+            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, b.user, b.billing_project
+                FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
+                WHERE (j.batch_id, j.job_id) IN ({keys})""",
+            tuple(v for p in placements for v in (p.batch_id, p.job_id)), name="run_job_details")
+        details = {(r["batch_id"], r["job_id"]): r for r in rows}
+        deadline = timestamp_pb2.Timestamp()
+        deadline.FromMilliseconds(self._clock_ms() + RUN_DEADLINE_MS)
+        for p in placements:
+            row = details[(p.batch_id, p.job_id)]
+            spec = await self._specs.read(row["spec_ref"])
+            self.send(p.instance, pb.WorkerSessionResponse(run_job=ws.RunJob(
+                attempt=ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id),
+                user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,
+                memory_bytes=row["memory_bytes"], deadline=deadline)))
+
+    def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
+        """Ask a worker to stop an attempt."""
+        return self.send(instance, pb.WorkerSessionResponse(cancel_job=ws.CancelJob(
+            attempt=ws.AttemptRef(batch_id=batch_id, job_id=job_id, attempt_id=attempt_id), reason=reason)))

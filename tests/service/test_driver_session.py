@@ -1,0 +1,130 @@
+"""The driver's worker protocol over real gRPC and mutual TLS: activation, the
+session stream, Run commands from the scheduler, acknowledged job events."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import timestamp_pb2
+
+from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from corral.driver.v1 import driver_service_pb2 as pb
+from corral.driver.v1 import driver_service_pb2_grpc
+from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.identity import peer_certificate
+from services.common.server import Listener, Service, serve
+from services.common.tls import DevCertificateAuthority
+from services.db.invariants import check_invariants
+from services.driver.scheduler import Scheduler
+from services.driver.servicer import DriverServicer
+from services.driver.sessions import SessionRegistry
+from services.frontend.specs import SpecStore
+from tests.world import World
+from tests.service.conftest import service_channel
+
+
+def ts(ms: int) -> timestamp_pb2.Timestamp:
+    out = timestamp_pb2.Timestamp()
+    out.FromMilliseconds(ms)
+    return out
+
+
+@pytest.fixture
+async def driver(world: World, certs: DevCertificateAuthority, tmp_path: Path) -> AsyncIterator[dict]:
+    specs = SpecStore(f"file://{tmp_path / 'blobs'}")
+    registry = SessionRegistry(world.db, specs, world.clock)
+    leading = {"epoch": world.epoch}
+    servicer = DriverServicer(world.db, world.store, registry, lambda: leading["epoch"], lambda: "driver-0:1",
+                              lambda kind: None)
+    servers = await serve([Service("corral.driver.v1.DriverService", servicer,
+                                   driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
+                          [Listener("127.0.0.1:0", certs.issue("driver"), peer_certificate, internal=True)])
+    try:
+        yield {"port": servers.ports[0], "registry": registry, "specs": specs, "leading": leading}
+    finally:
+        await servers.stop(0)
+
+
+async def read_until(call, kind: str) -> pb.WorkerSessionResponse:
+    while True:
+        message = await asyncio.wait_for(call.read(), timeout=10)
+        assert message is not grpc.aio.EOF
+        if message.WhichOneof("payload") == kind:
+            return message
+
+
+async def test_a_job_runs_through_the_session(world: World, driver: dict, certs: DevCertificateAuthority) -> None:
+    refs = await driver["specs"].write_bunch(1, 1, 1, [job_spec_pb2.JobSpec(
+        image="busybox", argv=job_spec_pb2.Argv(args=["true"]))])
+    batch_id, _, job_id = await world.batch([{"spec_ref": refs[0]}])
+    await world.store.create_instance(world.epoch, "i1", "standard", 2000, "activation-secret")
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        stub = driver_service_pb2_grpc.DriverServiceStub(channel)
+        activated = await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
+                                                                       activation_token="activation-secret"))
+        call = stub.WorkerSession()
+        await call.write(pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1",
+                                                                instance_token=activated.instance_token)))
+        welcome = await read_until(call, "welcome")
+        assert welcome.welcome.epoch == world.epoch
+
+        scheduler = Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch)
+        await scheduler.cycle()
+        run = (await read_until(call, "run_job")).run_job
+        assert (run.attempt.batch_id, run.attempt.job_id, run.user, list(run.spec.argv.args)) == (
+            batch_id, job_id, "alice", ["true"])
+        attempt = run.attempt
+        start, end = world.clock(), world.clock.advance(3000)
+        await call.write(pb.WorkerSessionRequest(event_id=1, job_started=ws.JobStarted(attempt=attempt,
+                                                                                      start_time=ts(start))))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 1
+        # Sent twice (the worker did not see the ack): recorded once, acked again.
+        await call.write(pb.WorkerSessionRequest(event_id=1, job_started=ws.JobStarted(attempt=attempt,
+                                                                                      start_time=ts(start))))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 1
+        await call.write(pb.WorkerSessionRequest(event_id=2, job_completed=ws.JobCompleted(
+            attempt=attempt, state=job_state_pb2.JOB_STATE_SUCCEEDED, exit_code=0, start_time=ts(start),
+            end_time=ts(end))))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 2
+        await call.done_writing()
+
+    assert (await world.batch_row(batch_id))["state"] == "complete"
+    usage = await world.db.fetchone(
+        "SELECT `usage` FROM aggregated_job_resources a JOIN resources r ON r.resource_id = a.resource_id "
+        "WHERE r.name = 'cpu/local/1'")
+    assert usage["usage"] == 1000 * 3000  # 1 core for 3 s, billed once
+    assert await check_invariants(world.db) == []
+    await asyncio.sleep(0)  # the session closed when the stream ended
+    assert driver["registry"].live_instances() == set()
+
+
+async def test_a_standby_refuses_workers_and_names_the_leader(world: World, driver: dict,
+                                                             certs: DevCertificateAuthority) -> None:
+    driver["leading"]["epoch"] = None
+    await world.store.create_instance(world.epoch, "i1", "standard", 2000, "activation-secret")
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        stub = driver_service_pb2_grpc.DriverServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
+                                                               activation_token="activation-secret"))
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "driver-0:1" in error.value.details()
+        leader = await stub.GetLeader(pb.GetLeaderRequest())
+        assert leader.leader_address == "driver-0:1"
+
+
+async def test_a_session_with_a_forged_token_is_refused(world: World, driver: dict,
+                                                       certs: DevCertificateAuthority) -> None:
+    await world.store.create_instance(world.epoch, "i1", "standard", 2000, "activation-secret")
+    await world.store.activate_instance(world.epoch, "i1", "activation-secret")
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = driver_service_pb2_grpc.DriverServiceStub(channel).WorkerSession()
+        await call.write(pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1", instance_token="forged")))
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await call.read()
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert driver["registry"].live_instances() == set()
