@@ -1,0 +1,189 @@
+"""Machines: the provider interface, the local provider, the autoscaler and the
+dead-worker detector.
+
+`InstanceProvider` is the one seam between the driver and a cloud (design
+§6); `LocalProvider` makes a "machine" a worker process on this host with a
+declared number of cores, and the autoscaler drives it exactly as it will
+drive a cloud: it records the instance (pending) with a fresh activation
+token, then asks the provider to create it; the worker activates itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import secrets
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from services.db.database import Database
+from services.db.store import JobStore, wall_clock_ms
+from services.driver.loop import Loop
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceRequest:
+    """What the autoscaler asks a provider for."""
+
+    name: str
+    inst_coll: str
+    cores_mcpu: int
+    memory_bytes: int
+    region: str
+    activation_token: str
+
+
+class InstanceProvider(Protocol):
+    """Creates and deletes machines that run a corral worker."""
+
+    async def create(self, request: InstanceRequest) -> None:
+        """Start a machine; its worker will call ActivateWorker with the token."""
+
+    async def delete(self, name: str) -> None:
+        """Stop a machine (idempotent)."""
+
+    async def alive(self) -> set[str]:
+        """Names of machines that exist (for cleaning up orphans)."""
+
+
+class LocalProvider:
+    """Worker processes on this host; `command(request)` builds each one's argv."""
+
+    def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path):
+        self._command = command
+        self._log_dir = log_dir
+        self._processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    async def create(self, request: InstanceRequest) -> None:
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self._log_dir / f"{request.name}.log", "ab") as log_file:
+            self._processes[request.name] = subprocess.Popen(
+                list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+
+    async def delete(self, name: str) -> None:
+        process = self._processes.pop(name, None)
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    async def alive(self) -> set[str]:
+        for name in [n for n, p in self._processes.items() if p.poll() is not None]:
+            self._processes.pop(name).wait()
+        return set(self._processes)
+
+    def pid(self, name: str) -> int | None:
+        process = self._processes.get(name)
+        return process.pid if process else None
+
+    async def close(self) -> None:
+        """Stop every worker process this provider started."""
+        for name in list(self._processes):
+            await self.delete(name)
+
+
+_POOLS = """
+SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.max_instances, c.max_new_instances_per_loop,
+       (SELECT COALESCE(SUM(f.ready_cores_mcpu), 0) FROM user_inst_coll_fair_share f WHERE f.inst_coll = c.name)
+         AS ready_cores_mcpu,
+       (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
+          WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active')) AS free_cores_mcpu,
+       (SELECT COUNT(*) FROM instances i WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active'))
+         AS n_live
+FROM instance_collections c
+WHERE c.is_pool AND c.enabled
+"""
+
+
+def instances_to_create(ready_mcpu: int, free_mcpu: int, worker_cores_mcpu: int, n_live: int, max_instances: int,
+                        max_new: int) -> int:
+    """How many machines to start: enough for the ready demand that does not
+    fit in free cores, bounded per loop and by the pool's maximum."""
+    missing = max(0, ready_mcpu - free_mcpu)
+    wanted = math.ceil(missing / worker_cores_mcpu) if worker_cores_mcpu > 0 else 0
+    return max(0, min(wanted, max_new, max_instances - n_live))
+
+
+class Autoscaler(Loop):
+    """Starts machines per pool when ready demand exceeds free cores."""
+
+    name = "autoscaler"
+
+    def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, epoch: Callable[[], int | None],
+                 region: str = "local", period_s: float = 15.0):
+        super().__init__(period_s)
+        self._db = db
+        self._store = store
+        self._provider = provider
+        self._epoch = epoch
+        self._region = region
+        self.created: list[str] = []
+
+    async def cycle(self) -> None:
+        epoch = self._epoch()
+        if epoch is None:
+            return
+        for pool in await self._db.fetchall(_POOLS, name="autoscaler_pools"):
+            cores_mcpu = int(pool["worker_cores"]) * 1000
+            n = instances_to_create(int(pool["ready_cores_mcpu"]), int(pool["free_cores_mcpu"]), cores_mcpu,
+                                    int(pool["n_live"]), int(pool["max_instances"]),
+                                    int(pool["max_new_instances_per_loop"]))
+            for _ in range(n):
+                request = InstanceRequest(f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
+                                          int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16))
+                await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
+                                                  request.activation_token, region=request.region,
+                                                  memory_bytes=request.memory_bytes)
+                await self._provider.create(request)
+                self.created.append(request.name)
+                log.info("autoscaler: created %s in %s", request.name, pool["name"])
+
+
+class DeadWorkerDetector(Loop):
+    """Deactivates instances whose session is gone and whose heartbeats stopped;
+    their running jobs go back to Ready and run again as a new attempt."""
+
+    name = "dead-workers"
+
+    def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, live: Callable[[], set[str]],
+                 epoch: Callable[[], int | None], heartbeat_timeout_s: float = 30.0,
+                 activation_timeout_s: float = 120.0, clock_ms: Callable[[], int] = wall_clock_ms,
+                 period_s: float = 5.0):
+        super().__init__(period_s)
+        self._db = db
+        self._store = store
+        self._provider = provider
+        self._live = live
+        self._epoch = epoch
+        self._timeout_ms = int(heartbeat_timeout_s * 1000)
+        self._activation_timeout_ms = int(activation_timeout_s * 1000)
+        self._clock_ms = clock_ms
+        self.deactivated: list[str] = []
+
+    async def cycle(self) -> None:
+        epoch = self._epoch()
+        if epoch is None:
+            return
+        now = self._clock_ms()
+        rows = await self._db.fetchall(
+            """SELECT name, state, COALESCE(last_heartbeat_ms, time_activated_ms, time_created_ms) AS seen_ms
+               FROM instances WHERE state IN ('pending', 'active')""", name="dead_worker_candidates")
+        live = self._live()
+        for row in rows:
+            limit = self._timeout_ms if row["state"] == "active" else self._activation_timeout_ms
+            if row["name"] in live or now - row["seen_ms"] < limit:
+                continue
+            reason = "missed heartbeats" if row["state"] == "active" else "never activated"
+            await self._store.deactivate_instance(epoch, row["name"], reason)
+            await self._provider.delete(row["name"])
+            self.deactivated.append(row["name"])
+            log.warning("deactivated %s: %s", row["name"], reason)

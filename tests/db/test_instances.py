@@ -1,0 +1,93 @@
+"""The autoscaler, the local provider and the dead-worker detector."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from services.db.invariants import check_invariants
+from services.driver.instances import (
+    Autoscaler,
+    DeadWorkerDetector,
+    InstanceRequest,
+    LocalProvider,
+    instances_to_create,
+)
+from tests.world import World
+
+
+@given(st.integers(0, 10**7), st.integers(0, 10**7), st.integers(1, 64_000), st.integers(0, 50), st.integers(0, 50),
+       st.integers(0, 10))
+def test_instances_to_create_is_bounded_and_enough(ready: int, free: int, cores: int, live: int, maximum: int,
+                                                   per_loop: int) -> None:
+    n = instances_to_create(ready, free, cores, live, maximum, per_loop)
+    assert 0 <= n <= per_loop and live + n <= max(live, maximum)
+    if n < per_loop and live + n < maximum:  # not capped: the new cores cover the missing demand
+        assert free + n * cores >= ready
+
+
+def sleeper(request: InstanceRequest) -> list[str]:
+    """Stands in for a worker process (the provider only manages processes)."""
+    return [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+async def test_local_provider_starts_and_stops_processes(tmp_path: Path) -> None:
+    provider = LocalProvider(sleeper, tmp_path / "logs")
+    request = InstanceRequest("w1", "standard", 2000, 0, "local", "t")
+    await provider.create(request)
+    pid = provider.pid("w1")
+    assert pid is not None and await provider.alive() == {"w1"}
+    await provider.delete("w1")
+    assert await provider.alive() == set()
+    try:
+        os.kill(pid, 0)
+        raise AssertionError("the worker process is still running")
+    except ProcessLookupError:
+        pass
+
+
+async def test_autoscaler_starts_what_the_demand_needs(world: World, tmp_path: Path) -> None:
+    await world.batch([{"cores_mcpu": 1000} for _ in range(5)])  # 5 cores in 'standard' (2-core workers)
+    provider = LocalProvider(sleeper, tmp_path / "logs")
+    autoscaler = Autoscaler(world.db, world.store, provider, lambda: world.epoch)
+    try:
+        await autoscaler.cycle()
+        assert len(autoscaler.created) == 2  # max_new_instances_per_loop of 'standard'
+        await autoscaler.cycle()
+        assert len(autoscaler.created) == 3  # 6 cores pending cover the 5 ready
+        await autoscaler.cycle()
+        assert len(autoscaler.created) == 3
+        assert await provider.alive() == set(autoscaler.created)
+        rows = await world.db.fetchall("SELECT state, cores_mcpu FROM instances")
+        assert {(r["state"], r["cores_mcpu"]) for r in rows} == {("pending", 2000)}
+    finally:
+        await provider.close()
+
+
+async def test_dead_worker_jobs_run_again_as_a_new_attempt(world: World, tmp_path: Path) -> None:
+    await world.instance("i1", cores_mcpu=4000)
+    batch_id, _, job_id = await world.batch([{}])
+    first = await world.run(batch_id, job_id)
+    provider = LocalProvider(sleeper, tmp_path / "logs")
+    live = {"i1"}
+    detector = DeadWorkerDetector(world.db, world.store, provider, lambda: live, lambda: world.epoch,
+                                  heartbeat_timeout_s=30, clock_ms=world.clock)
+    await detector.cycle()
+    assert detector.deactivated == []  # connected
+    live.clear()
+    world.clock.advance(10_000)
+    await detector.cycle()
+    assert detector.deactivated == []  # session gone, but heartbeats are recent
+    world.clock.advance(30_000)
+    await detector.cycle()
+    assert detector.deactivated == ["i1"]
+    job = await world.job(batch_id, job_id)
+    assert (job["state"], job["attempt_id"]) == ("Ready", first)
+    await world.instance("i2")
+    second = await world.run(batch_id, job_id, instance="i2")
+    assert second != first and (await world.job(batch_id, job_id))["n_attempts"] == 2
+    assert await check_invariants(world.db) == []
