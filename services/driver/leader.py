@@ -33,9 +33,11 @@ class Leadership:
     """What this driver knows about the election."""
 
     name: str
-    """This driver's name (host:port of its internal listener, for standbys' hints)."""
+    """This driver's advertised address (host:port of its internal listener)."""
     epoch: int | None = None
     """The epoch while we lead; None while standing by."""
+    leader: str = ""
+    """The leader's advertised address, as last seen (our own while we lead)."""
 
 
 class LeaderElection:
@@ -64,6 +66,13 @@ class LeaderElection:
             (held,) = await cursor.fetchone()
         return bool(held)
 
+    async def _current_leader(self) -> str:
+        assert self._conn is not None
+        async with self._conn.cursor() as cursor:
+            await cursor.execute("SELECT leader_name FROM leader_epoch")
+            (name,) = await cursor.fetchone()
+        return name or ""
+
     async def _try_acquire(self) -> bool:
         if self._conn is None:
             self._conn = await self._connect()
@@ -81,8 +90,11 @@ class LeaderElection:
                     if not self.is_leader:
                         if await self._try_acquire():
                             self.state.epoch = await self._store.elect_leader(self.state.name)
+                            self.state.leader = self.state.name
                             log.info("%s leads with epoch %d", self.state.name, self.state.epoch)
                             await on_elected(self.state.epoch)
+                        else:
+                            self.state.leader = await self._current_leader()
                     elif not await self._holds_lock():
                         raise ConnectionError("the leader lock was lost")
                 except (pymysql.MySQLError, ConnectionError, OSError) as e:

@@ -1,0 +1,22 @@
+"""python -m services.driver --database-url URL --certs-dir DIR --spec-root-url URL --data-dir DIR"""
+
+import argparse
+import asyncio
+import logging
+from pathlib import Path
+
+from services.driver.app import DriverConfig, run
+
+parser = argparse.ArgumentParser(prog="python -m services.driver", description=__doc__)
+parser.add_argument("--database-url", required=True)
+parser.add_argument("--certs-dir", type=Path, required=True)
+parser.add_argument("--spec-root-url", required=True)
+parser.add_argument("--data-dir", type=Path, required=True)
+parser.add_argument("--internal-address", default="127.0.0.1:0")
+parser.add_argument("--driver-addresses", default="", help="every driver's address, comma-separated (for workers)")
+parser.add_argument("--ports-file", type=Path)
+args = parser.parse_args()
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
+                             args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
+                             ports_file=args.ports_file)))

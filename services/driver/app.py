@@ -1,0 +1,152 @@
+"""Wiring of a driver process: election, loops, worker sessions, provider.
+
+Every driver process campaigns; the one holding the leader lock runs the
+loops (scheduler, canceller, autoscaler, dead-worker detector) and serves
+workers; the others stand by, answer GetLeader, and take over within a poll
+period if the leader's connection to the database goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from corral.driver.v1 import driver_service_pb2_grpc
+from services.common.identity import peer_certificate
+from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.tls import DevCertificateAuthority
+from services.db.database import Database, DatabaseConfig
+from services.db.store import JobStore
+from services.driver.canceller import ReadyCanceller
+from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
+from services.driver.leader import LeaderElection
+from services.driver.loop import Loop
+from services.driver.scheduler import Scheduler
+from services.driver.servicer import DriverServicer, SessionSettings
+from services.driver.sessions import SessionRegistry
+from services.frontend.specs import SpecStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class DriverConfig:
+    """How to run one driver (run two or more: one leads)."""
+
+    database_url: str
+    """mysql://... of corral's database."""
+    certs_dir: Path
+    """Directory of the CA and service certificates."""
+    spec_root_url: str
+    """fsspec URL of blob storage (job specs, logs)."""
+    data_dir: Path
+    """Where local workers keep their scratch space and logs."""
+    internal_address: str = "127.0.0.1:0"
+    """Listener for workers and the frontend (mutual TLS)."""
+    name: str = "driver"
+    """This driver's name and certificate identity."""
+    driver_addresses: tuple[str, ...] = ()
+    """Every driver's internal address, given to local workers so they find the leader."""
+    autoscaler_period_s: float = 2.0
+    """How often the autoscaler looks at demand."""
+    session: SessionSettings = SessionSettings()
+    """Heartbeat and idle settings sent to workers."""
+    ports_file: Path | None = None
+    """Where to write the bound port as JSON once serving."""
+
+
+@dataclasses.dataclass
+class DriverApp:
+    """A running driver."""
+
+    db: Database
+    servers: RunningServers
+    election: LeaderElection
+    provider: LocalProvider
+    loops: list[Loop]
+    tasks: list[asyncio.Task[None]]
+    port: int
+
+    async def stop(self) -> None:
+        """Stop the loops, resign (a standby takes over at once), stop workers started here, close."""
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.election.resign()
+        await self.servers.stop()
+        await self.provider.close()
+        await self.db.close()
+
+
+def local_worker_command(config: DriverConfig) -> Callable[[InstanceRequest], list[str]]:
+    """argv of a local worker process for an instance request."""
+
+    def command(request: InstanceRequest) -> list[str]:
+        return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
+                "--activation-token", request.activation_token, "--cores-mcpu", str(request.cores_mcpu),
+                "--memory-bytes", str(request.memory_bytes), "--region", request.region,
+                "--driver-addresses", ",".join(config.driver_addresses), "--certs-dir", str(config.certs_dir),
+                "--scratch-dir", str(config.data_dir / "workers" / request.name),
+                "--log-root-url", config.spec_root_url]
+
+    return command
+
+
+async def start(config: DriverConfig) -> DriverApp:
+    """Serve the driver API, campaign for leadership, run the loops while leading."""
+    db_config = DatabaseConfig.from_url(config.database_url)
+    db = await Database.connect(db_config)
+    store = JobStore(db)
+    specs = SpecStore(config.spec_root_url)
+    registry = SessionRegistry(db, specs)
+    tls = DevCertificateAuthority(config.certs_dir).issue(config.name)
+    provider = LocalProvider(local_worker_command(config), config.data_dir / "worker-logs")
+    election = LeaderElection(db_config, store, config.name)
+    state = election.state
+
+    def epoch() -> int | None:
+        return state.epoch
+
+    scheduler = Scheduler(db, store, registry, epoch)
+    canceller = ReadyCanceller(db, store, epoch)
+    autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
+    dead = DeadWorkerDetector(db, store, provider, registry.live_instances, epoch,
+                              heartbeat_timeout_s=config.session.heartbeat_timeout_s)
+    loops: list[Loop] = [scheduler, canceller, autoscaler, dead]
+
+    def on_change(kind: str) -> None:
+        for loop in (scheduler, canceller, autoscaler):
+            loop.notify()
+
+    async def on_elected(new_epoch: int) -> None:
+        on_change("elected")
+
+    async def on_deposed() -> None:
+        return None
+
+    servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
+    servers = await serve([Service("corral.driver.v1.DriverService", servicer,
+                                   driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
+                          [Listener(config.internal_address, tls, peer_certificate, internal=True)])
+    # Campaign under the address workers and standbys can reach us at.
+    state.name = f"localhost:{servers.ports[0]}"
+    tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
+    tasks += [asyncio.create_task(loop.run()) for loop in loops]
+    app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0])
+    if config.ports_file is not None:
+        config.ports_file.write_text(json.dumps({"internal": app.port}))
+    log.info("driver %s serving on port %d", config.name, app.port)
+    return app
+
+
+async def run(config: DriverConfig) -> None:
+    """Serve until SIGTERM or SIGINT."""
+    app = await start(config)
+    with contextlib.suppress(asyncio.CancelledError):
+        await run_until_signalled(app)
