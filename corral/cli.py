@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from corral import __version__, cli_db
+from corral import __version__, cli_batches, cli_db
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"corral {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     cli_db.add_commands(commands)
+    cli_batches.add_commands(commands)
     return parser
 
 

@@ -1,0 +1,84 @@
+"""The `corral` command line as a real subprocess against real services."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.auth.app import AuthApp
+from services.auth.store import AuthStore
+from services.common.tls import DevCertificateAuthority
+from services.db.store import JobStore
+from services.frontend.app import FrontendApp
+from tests.service.test_batches import frontend  # noqa: F401 - fixture
+
+BATCH_YAML = """
+billing_project: proj
+attributes: {name: cli-dag}
+jobs:
+  - name: fetch
+    image: busybox
+    command: [echo, fetch]
+  - name: work
+    image: busybox
+    command: "echo work"
+    parents: [fetch]
+  - image: busybox
+    command: [echo, cleanup]
+    parents: [fetch, work]
+    accept: [succeeded, failed]
+    always_run: true
+"""
+
+
+async def corral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "corral.cli", *args], env=env,
+                                   capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+async def cli_env(frontend: FrontendApp, auth_app: AuthApp, certs: DevCertificateAuthority,  # noqa: F811
+                  tmp_path: Path) -> dict[str, str]:
+    await AuthStore(auth_app.db).create_user("alice", password="correct horse")
+    await JobStore(auth_app.db).create_billing_project("proj", ["alice"])
+    certs.ensure()
+    return {**os.environ, "CORRAL_CONFIG": str(tmp_path / "config.json"), "CORRAL_PASSWORD": "correct horse"}
+
+
+async def test_login_submit_ls_status_cancel(cli_env, frontend: FrontendApp, auth_app: AuthApp,  # noqa: F811
+                                             certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    login = await corral(cli_env, "login", "alice", "--frontend", f"localhost:{frontend.public_port}",
+                         "--auth", f"localhost:{auth_app.public_port}", "--ca-cert", str(certs.ca_cert_path))
+    assert login.returncode == 0, login.stderr
+    assert oct(Path(cli_env["CORRAL_CONFIG"]).stat().st_mode & 0o777) == "0o600"
+
+    batch_file = tmp_path / "dag.yaml"
+    batch_file.write_text(BATCH_YAML)
+    submitted = await corral(cli_env, "submit", str(batch_file), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    batch = json.loads(submitted.stdout)[0]
+    assert (batch["counts"]["nJobs"], batch["attributes"]["name"]) == ("3", "cli-dag")
+
+    listed = await corral(cli_env, "ls", "name=cli-dag")
+    assert listed.returncode == 0 and f"batch {batch['batchId']}" in listed.stdout
+    status = await corral(cli_env, "status", batch["batchId"])
+    assert "running" in status.stdout and "jobs=3" in status.stdout
+    cancelled = await corral(cli_env, "cancel", batch["batchId"], "--reason", "typo")
+    assert "cancelled by alice: typo" in cancelled.stdout
+
+    bad = await corral(cli_env, "ls", "cost>>1")
+    assert bad.returncode == 1 and "error:" in bad.stderr and "query" in bad.stderr
+    missing = await corral(cli_env, "status", "9999")
+    assert missing.returncode == 1 and "no batch 9999" in missing.stderr
+
+
+async def test_commands_need_a_login(tmp_path: Path) -> None:
+    env = {**os.environ, "CORRAL_CONFIG": str(tmp_path / "none.json")}
+    result = await corral(env, "ls")
+    assert result.returncode == 1 and "corral login" in result.stderr
