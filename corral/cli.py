@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from corral import __version__, cli_batches, cli_db
+from corral import __version__, cli_batches, cli_db, cli_up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     cli_db.add_commands(commands)
     cli_batches.add_commands(commands)
+    cli_up.add_commands(commands)
     return parser
 
 

@@ -1,0 +1,71 @@
+"""`corral up` as a real process: it starts every service, the CLI it configures
+works, and SIGTERM stops every process it started."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BATCH = """
+billing_project: default
+jobs:
+  - name: a
+    image: busybox
+    command: [echo, hello]
+  - image: busybox
+    command: [echo, after]
+    parents: [a]
+"""
+
+
+def corral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "corral.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def children(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout
+    return {int(p) for p in out.split()}
+
+
+@pytest.mark.timeout(180)
+def test_corral_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
+    env = {**os.environ, "CORRAL_CONFIG": str(tmp_path / "cli.json")}
+    up = subprocess.Popen([sys.executable, "-m", "corral.cli", "up", "--data-dir", str(tmp_path / "data")],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        assert up.stdout is not None
+        while time.monotonic() < deadline:
+            line = up.stdout.readline()
+            assert line, f"corral up exited: {''.join(lines)}"
+            lines.append(line)
+            if line.startswith("The CLI is configured"):
+                break
+        output = "".join(lines)
+        assert "corral is up." in output and "admin token:" in output
+        started = children(up.pid)
+        assert len(started) >= 5  # mariadbd, auth, two drivers, frontend
+
+        batch_file = tmp_path / "batch.yaml"
+        batch_file.write_text(BATCH)
+        submitted = corral(env, "submit", str(batch_file))
+        assert submitted.returncode == 0, submitted.stderr
+        assert "jobs=2" in submitted.stdout
+        listed = corral(env, "ls")
+        assert listed.returncode == 0 and "batch 1" in listed.stdout
+    finally:
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=60) == 0
+        if up.stdout:
+            up.stdout.close()
+    for pid in started:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
