@@ -1,0 +1,1 @@
+"""The worker: runs jobs for the driver (runtimes, logs, and later its session)."""
