@@ -1,0 +1,302 @@
+"""sj-mjc: how many jobs per second the database moves through their lifecycle.
+
+N no-op jobs of one committed batch go through the stored procedures
+exactly as the driver calls them for its workers (`JobStore`), for every
+combination of jobs per call and connections, in two modes:
+
+  sj+mjc  schedule_jobs, then mark_jobs_complete;
+  full    schedule_jobs, mark_jobs_started, add_attempt_resources
+          (cpu/local/1, memory/local/1), mark_jobs_complete: the billing
+          triggers fire on completion.
+
+Each run gets a fresh schema, N Ready jobs (inserted in bunches of 5,000
+and committed), 8 active instances large enough that capacity never
+limits, and warm connections; only the lifecycle calls are timed. Each of
+C connections takes the next K consecutive jobs and runs the calls for
+them; every job reports having run for one second. Figures: jobs/s and
+deadlock/lock-wait retries per run, the best rate of each mode, and the
+most retries of a full-mode run on 32 connections.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchContext, fresh_database, progress
+from services.db.database import Database, RetryStats
+from services.db.store import JobStore
+
+NAME = "sj-mjc"
+HELP = "schedule and complete no-op jobs through the stored procedures (database level)"
+
+MODES = ("sj+mjc", "full")
+JOBS_PER_CALL = (1, 10, 50)
+CONNECTIONS = (1, 8, 32)
+DEFAULT_JOBS = 20_000
+SMOKE_JOBS_PER_CALL = (1, 50)
+SMOKE_CONNECTIONS = (1, 32)
+SMOKE_JOBS = 200
+
+N_INSTANCES = 8
+INSTANCE_CORES_MCPU = 10_000_000
+JOB_CORES_MCPU = 1000
+INSERT_BUNCH = 5000
+JOB_DURATION_MS = 1000
+RESOURCES = (("cpu/local/1", JOB_CORES_MCPU), ("memory/local/1", 512))
+"""What add_attempt_resources records per attempt (per ms: mcpu, MiB)."""
+
+TARGETS_JOBS_PER_S = {"sj+mjc": 5000, "full": 3000}
+"""Issue 4's targets at the best concurrency, drawn on the plot."""
+SEED_JOBS_PER_S = {"sj+mjc": 414, "full": 154}
+"""The seed system on the reference machine (2 cores), for scale."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Combination:
+    """One run of the matrix."""
+
+    mode: str
+    """'sj+mjc' or 'full'."""
+    jobs_per_call: int
+    """Jobs in each procedure call."""
+    connections: int
+    """Concurrent connections, each driving its own chunks."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode}.{self.jobs_per_call}per.{self.connections}conn"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """What one combination measured."""
+
+    combination: Combination
+    n_jobs: int
+    """Jobs taken through the lifecycle."""
+    elapsed_s: float
+    """Wall time of the lifecycle calls only."""
+    retries: int
+    """Whole-transaction retries after MySQL errors 1213/1205."""
+    retries_by_errno: dict[int, int]
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.n_jobs / self.elapsed_s
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """A schema holding one committed batch of Ready jobs and the instances to run them."""
+
+    store: JobStore
+    epoch: int
+    batch_id: int
+    job_ids: list[int]
+    instances: list[str]
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+                        help=f"jobs per run (default {DEFAULT_JOBS:,}; {SMOKE_JOBS} with --smoke)")
+
+
+def matrix(smoke: bool) -> list[Combination]:
+    """Every combination measured, in the order they run."""
+    per_call, connections = (SMOKE_JOBS_PER_CALL, SMOKE_CONNECTIONS) if smoke else (JOBS_PER_CALL, CONNECTIONS)
+    return [Combination(m, k, c) for m, k, c in itertools.product(MODES, per_call, connections)]
+
+
+def figure_names(smoke: bool) -> list[str]:
+    """The names of every figure a run prints, in order."""
+    names = []
+    for combination in matrix(smoke):
+        names += [f"{NAME}.{combination.label}", f"{NAME}.{combination.label}.retries"]
+    return names + [f"{NAME}.sj+mjc.best", f"{NAME}.full.best", f"{NAME}.full.32conn.retries"]
+
+
+async def prepare(db: Database, n_jobs: int) -> World:
+    """Billing project, leader epoch, active instances and N committed Ready jobs."""
+    store = JobStore(db)
+    await store.create_billing_project("bench", ["bench"])
+    epoch = await store.elect_leader("bench-driver")
+    instances = [f"bench-{i}" for i in range(N_INSTANCES)]
+    for name in instances:
+        await store.create_instance(epoch, name, "standard", INSTANCE_CORES_MCPU, f"token-{name}")
+        await store.activate_instance(epoch, name, f"token-{name}")
+    batch_id = int((await store.create_batch("bench", "bench"))["batch_id"])
+    update = await store.create_update(batch_id, n_jobs)
+    update_id, start = int(update["update_id"]), int(update["start_job_id"])
+    job_ids = list(range(start, start + n_jobs))
+    for first in range(0, n_jobs, INSERT_BUNCH):
+        bunch = [{"job_id": j, "cores_mcpu": JOB_CORES_MCPU, "inst_coll": "standard", "job_group_id": 0}
+                 for j in job_ids[first:first + INSERT_BUNCH]]
+        await store.insert_jobs(batch_id, update_id, bunch)
+    await store.commit_update(batch_id, update_id)
+    return World(store, epoch, batch_id, job_ids, instances)
+
+
+async def warm_up(world: World, connections: int) -> None:
+    """Open every pooled connection and let each load the lifecycle
+    procedures into its routine cache, as a long-running driver's have."""
+    store, epoch = world.store, world.epoch
+    barrier = asyncio.Barrier(connections)
+
+    async def hold(cursor: Any) -> None:
+        # Every connection is held until all are open, so the pool opens `connections` of them.
+        await cursor.execute("SELECT 1")
+        await barrier.wait()
+
+    await asyncio.gather(*(store.db.retrying("bench_warm_up", hold) for _ in range(connections)))
+
+    async def empty_calls(instance: str) -> None:
+        await store.schedule_jobs(epoch, instance, [])
+        await store.mark_jobs_started(epoch, instance, [])
+        await store.add_attempt_resources(epoch, [])
+        await store.mark_jobs_complete(epoch, instance, [])
+
+    await asyncio.gather(*(empty_calls(world.instances[i % N_INSTANCES]) for i in range(connections)))
+
+
+async def drive(world: World, combination: Combination) -> float:
+    """Run every job through the lifecycle; returns the elapsed seconds."""
+    store, epoch, batch_id = world.store, world.epoch, world.batch_id
+    ids = world.job_ids
+    k = combination.jobs_per_call
+    chunks = collections.deque(ids[i:i + k] for i in range(0, len(ids), k))
+    full = combination.mode == "full"
+
+    async def connection(index: int) -> None:
+        instance = world.instances[index % N_INSTANCES]
+        while chunks:
+            chunk = chunks.popleft()
+            attempts = [{"batch_id": batch_id, "job_id": j, "attempt_id": f"{j}-1"} for j in chunk]
+            scheduled = await store.schedule_jobs(epoch, instance, attempts)
+            if any(r["outcome"] != "scheduled" for r in scheduled):
+                raise RuntimeError(f"schedule_jobs refused: {scheduled}")
+            start_ms = store.clock_ms()
+            if full:
+                await store.mark_jobs_started(epoch, instance, [{**a, "start_time_ms": start_ms} for a in attempts])
+                await store.add_attempt_resources(epoch, [
+                    {**a, "resource": resource, "quantity": quantity}
+                    for a in attempts for resource, quantity in RESOURCES])
+            completed = await store.mark_jobs_complete(epoch, instance, [
+                {**a, "state": "Success", "exit_code": 0, "start_time_ms": start_ms,
+                 "end_time_ms": start_ms + JOB_DURATION_MS} for a in attempts])
+            # 'already_complete' only when the data layer retried a call
+            # whose first try had committed.
+            if any(r["outcome"] not in ("completed", "already_complete") for r in completed):
+                raise RuntimeError(f"mark_jobs_complete refused: {completed}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(connection(i) for i in range(combination.connections)))
+    return time.perf_counter() - started
+
+
+async def verify(world: World, n_jobs: int) -> None:
+    """The batch completed once and every core came back (not timed)."""
+    db = world.store.db
+    batch = await db.fetchone("SELECT state, n_jobs FROM batches WHERE batch_id = %s", (world.batch_id,))
+    completions = await db.fetchone(
+        "SELECT COUNT(*) AS n FROM batch_completions WHERE batch_id = %s", (world.batch_id,))
+    free = await db.fetchall("SELECT free_cores_mcpu FROM instances")
+    if batch is None or (batch["state"], batch["n_jobs"]) != ("complete", n_jobs) or completions["n"] != 1:
+        raise RuntimeError(f"batch did not complete exactly once: {batch}, {completions} completion rows")
+    if {row["free_cores_mcpu"] for row in free} != {INSTANCE_CORES_MCPU}:
+        raise RuntimeError(f"cores were not all returned: {free}")
+
+
+async def measure(ctx: BenchContext, combination: Combination, n_jobs: int) -> RunResult:
+    """One combination on a fresh schema."""
+    async with fresh_database(ctx.server, pool_size=combination.connections) as db:
+        world = await prepare(db, n_jobs)
+        await warm_up(world, combination.connections)
+        db.retry_stats = RetryStats()
+        elapsed_s = await drive(world, combination)
+        stats, db.retry_stats = db.retry_stats, RetryStats()
+        await verify(world, n_jobs)
+    return RunResult(combination, n_jobs, elapsed_s, stats.retries, stats.by_errno)
+
+
+def plot(results: list[RunResult], path: Path) -> None:
+    """jobs/s against connections, one line per jobs-per-call, one panel per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(MODES), figsize=(11, 4.5), sharey=True, squeeze=False)
+    for ax, mode in zip(axes[0], MODES):
+        runs = [r for r in results if r.combination.mode == mode]
+        for k in sorted({r.combination.jobs_per_call for r in runs}):
+            line = sorted((r.combination.connections, r.jobs_per_s) for r in runs if r.combination.jobs_per_call == k)
+            ax.plot([c for c, _ in line], [v for _, v in line], marker="o", label=f"{k} jobs/call")
+        ax.axhline(TARGETS_JOBS_PER_S[mode], color="green", linestyle="--", linewidth=1,
+                   label=f"target {TARGETS_JOBS_PER_S[mode]:,}")
+        ax.axhline(SEED_JOBS_PER_S[mode], color="grey", linestyle=":", linewidth=1,
+                   label=f"seed {SEED_JOBS_PER_S[mode]:,}")
+        connections = sorted({r.combination.connections for r in runs})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(connections, [str(c) for c in connections])
+        ax.set_title(mode)
+        ax.set_xlabel("connections")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small")
+    axes[0][0].set_ylabel("jobs/s")
+    n_jobs = results[0].n_jobs if results else 0
+    fig.suptitle(f"sj-mjc: {n_jobs:,} jobs per run")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
+    n_jobs = args.jobs or (SMOKE_JOBS if ctx.smoke else DEFAULT_JOBS)
+    results = []
+    for combination in matrix(ctx.smoke):
+        progress(f"{NAME}: {combination.mode}, {combination.jobs_per_call} jobs/call, "
+                 f"{combination.connections} connections, {n_jobs:,} jobs")
+        result = await measure(ctx, combination, n_jobs)
+        results.append(result)
+        ctx.figures.add(f"{NAME}.{combination.label}", round(result.jobs_per_s, 1), "jobs/s")
+        ctx.figures.add(f"{NAME}.{combination.label}.retries", result.retries, "retries")
+
+    for mode in MODES:
+        best = max(r.jobs_per_s for r in results if r.combination.mode == mode)
+        ctx.figures.add(f"{NAME}.{mode}.best", round(best, 1), "jobs/s")
+    ctx.figures.add(f"{NAME}.full.32conn.retries", max(
+        r.retries for r in results if r.combination.mode == "full" and r.combination.connections == 32), "retries")
+
+    plot(results, ctx.out_dir / f"{NAME}.png")
+    return {
+        "n_jobs_per_run": n_jobs,
+        "modes": list(MODES),
+        "jobs_per_call": sorted({r.combination.jobs_per_call for r in results}),
+        "connections": sorted({r.combination.connections for r in results}),
+        "n_instances": N_INSTANCES,
+        "instance_cores_mcpu": INSTANCE_CORES_MCPU,
+        "job_cores_mcpu": JOB_CORES_MCPU,
+        "insert_bunch": INSERT_BUNCH,
+        "smoke": ctx.smoke,
+        "server": "given by --database-url" if args.database_url else "private MariaDB, durable settings",
+        "runs": [
+            {**dataclasses.asdict(r.combination), "n_jobs": r.n_jobs, "elapsed_s": round(r.elapsed_s, 3),
+             "jobs_per_s": round(r.jobs_per_s, 1), "retries": r.retries,
+             "retries_by_errno": {str(e): n for e, n in r.retries_by_errno.items()}}
+            for r in results
+        ],
+    }
