@@ -232,12 +232,27 @@ async def _billing(db: Database) -> list[str]:
     return problems
 
 
+async def _batch_events(db: Database) -> list[str]:
+    # Per batch, the published event ids are exactly 1..last_event_id: with
+    # the primary key (batch_id, event_id) ruling out repeats, a count and a
+    # maximum both equal to last_event_id (and a minimum of 1) leave no gap.
+    return await _check(
+        db, "batch_events",
+        "SELECT batch_id, COUNT(*) n_events, MIN(event_id) min_event_id, MAX(event_id) max_event_id "
+        "FROM batch_events GROUP BY batch_id",
+        "SELECT batch_id, last_event_id n_events, 1 min_event_id, last_event_id max_event_id "
+        "FROM batch_event_sequences WHERE last_event_id > 0",
+        ("batch_id",), ("n_events", "min_event_id", "max_event_id"),
+    )
+
+
 CHECKS: tuple[Callable[[Database], Awaitable[list[str]]], ...] = (
     _completion_counters,
     _group_and_batch_counts,
     _resource_counters,
     _instances_and_parents,
     _billing,
+    _batch_events,
 )
 
 

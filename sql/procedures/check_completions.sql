@@ -8,12 +8,25 @@
 -- committed last always sees every increment, and the conditional UPDATE
 -- (state = 'running') lets exactly one caller win. If a process dies between
 -- commit and this check, the driver's completion loop calls it again.
+--
+-- Events: the transaction that flips a batch to complete appends its
+-- batch_completed event, with the final counts, whether it was cancelled and
+-- its cost. Every job's final change committed before this check could see
+-- the batch complete, so those events are already in the outbox with a
+-- smaller seq and are published with smaller ids.
 DROP PROCEDURE IF EXISTS check_completions;
 DELIMITER $$
 CREATE PROCEDURE check_completions(IN in_now_ms BIGINT)
 BEGIN
   DECLARE v_done BOOLEAN DEFAULT FALSE;
   DECLARE v_batch_id BIGINT;
+  DECLARE v_n_jobs INT;
+  DECLARE v_completed_ms BIGINT;
+  DECLARE v_n_succeeded INT;
+  DECLARE v_n_failed INT;
+  DECLARE v_n_errored INT;
+  DECLARE v_n_cancelled INT;
+  DECLARE v_cost_micro_usd BIGINT;
   DECLARE batch_cursor CURSOR FOR
     SELECT DISTINCT batch_id FROM tmp_groups_to_check ORDER BY batch_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
@@ -39,6 +52,19 @@ BEGIN
     IF ROW_COUNT() = 1 THEN
       INSERT INTO batch_completions (batch_id, n_jobs, time_completed_ms)
         SELECT batch_id, n_jobs, time_completed_ms FROM batches WHERE batch_id = v_batch_id;
+      SELECT n_jobs, time_completed_ms INTO v_n_jobs, v_completed_ms FROM batches WHERE batch_id = v_batch_id;
+      SELECT COALESCE(SUM(n_succeeded), 0), COALESCE(SUM(n_failed), 0), COALESCE(SUM(n_errored), 0),
+             COALESCE(SUM(n_cancelled), 0)
+        INTO v_n_succeeded, v_n_failed, v_n_errored, v_n_cancelled
+        FROM job_groups_n_jobs_in_complete_states WHERE batch_id = v_batch_id AND job_group_id = 0;
+      SELECT COALESCE(ROUND(SUM(a.`usage` * r.rate_usd) * 1000000), 0) INTO v_cost_micro_usd
+        FROM aggregated_job_group_resources a JOIN resources r ON r.resource_id = a.resource_id
+        WHERE a.batch_id = v_batch_id AND a.job_group_id = 0;
+      INSERT INTO batch_event_outbox
+          (batch_id, kind, n_jobs, n_succeeded, n_failed, n_errored, n_cancelled, cancelled, cost_micro_usd, time_ms)
+        VALUES (v_batch_id, 'batch_completed', v_n_jobs, v_n_succeeded, v_n_failed, v_n_errored, v_n_cancelled,
+                EXISTS (SELECT 1 FROM job_groups_cancelled WHERE batch_id = v_batch_id AND job_group_id = 0),
+                v_cost_micro_usd, v_completed_ms);
     END IF;
     COMMIT;
   END LOOP;

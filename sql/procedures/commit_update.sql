@@ -4,6 +4,13 @@
 -- statement over the update's id range; parents are never re-read here,
 -- insert_jobs already counted them), and a batch whose jobs are all final
 -- completes. Committing twice is a no-op. Refused for a cancelled batch.
+--
+-- Events: one update_committed event stands for "these jobs joined the
+-- batch; those without unfinished parents are Ready". The Pending -> Ready
+-- flips of this commit write no job events (the session variables below tell
+-- the jobs trigger), so a commit of a million jobs writes one event.
+-- The variables are cleared on every way out, an error included: a pooled
+-- connection must not carry them into its next call.
 DROP PROCEDURE IF EXISTS commit_update;
 DELIMITER $$
 CREATE PROCEDURE commit_update(IN in_batch_id BIGINT, IN in_update_id INT, IN in_now_ms BIGINT)
@@ -17,7 +24,11 @@ proc: BEGIN
   DECLARE v_have INT;
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    SET @corral_committing_batch_id = NULL, @corral_committing_update_id = NULL;
+    ROLLBACK;
+    RESIGNAL;
+  END;
 
   CALL create_completion_tables();
   START TRANSACTION;
@@ -63,6 +74,8 @@ proc: BEGIN
 
   UPDATE batch_updates SET committed = TRUE, time_committed_ms = in_now_ms
     WHERE batch_id = in_batch_id AND update_id = in_update_id;
+  INSERT INTO batch_event_outbox (batch_id, kind, update_id, start_job_id, n_jobs, time_ms)
+    VALUES (in_batch_id, 'update_committed', in_update_id, v_start, v_n, in_now_ms);
   UPDATE job_groups g
     JOIN (SELECT a.ancestor_id, COUNT(*) AS n
           FROM jobs j
@@ -75,9 +88,11 @@ proc: BEGIN
         state = IF(v_n > 0 OR state = 'open', 'running', state),
         time_completed_ms = IF(v_n > 0, NULL, time_completed_ms)
     WHERE batch_id = in_batch_id;
+  SET @corral_committing_batch_id = in_batch_id, @corral_committing_update_id = in_update_id;
   UPDATE jobs SET state = 'Ready'
     WHERE batch_id = in_batch_id AND update_id = in_update_id AND state = 'Pending' AND n_pending_parents = 0
     ORDER BY job_id;
+  SET @corral_committing_batch_id = NULL, @corral_committing_update_id = NULL;
   COMMIT;
 
   CALL queue_update_groups_for_check(in_batch_id, in_update_id);

@@ -2,6 +2,16 @@
 -- changes, move its contribution between the columns of the writer's token
 -- row for (user, pool, batch, group). Cancelling never fires this: the
 -- fair-share reader masks the cancellable columns of cancelled groups.
+--
+-- Events: every state change appends a job_state_changed row to the batch
+-- event outbox (one single-row INSERT: a new key at the end of the
+-- AUTO_INCREMENT index, which takes no lock another writer holds), except
+-- the Pending -> Ready flips of the update commit_update is committing: it
+-- sets @corral_committing_batch_id / @corral_committing_update_id around that
+-- UPDATE and appends one update_committed event instead, so committing a
+-- million jobs writes one event, not a million. Children made Ready later by
+-- their parents' completion do get events. The event's time is the
+-- database's clock: a trigger has no caller's clock to read.
 DROP TRIGGER IF EXISTS jobs_after_update;
 DELIMITER $$
 CREATE TRIGGER jobs_after_update AFTER UPDATE ON jobs FOR EACH ROW
@@ -14,6 +24,22 @@ BEGIN
   DECLARE d_creating_cancellable INT;
   DECLARE d_running INT;
   DECLARE d_running_cancellable INT;
+
+  IF OLD.state <> NEW.state
+     AND NOT (OLD.state = 'Pending' AND NEW.state = 'Ready'
+              AND NEW.batch_id <=> @corral_committing_batch_id
+              AND NEW.update_id <=> @corral_committing_update_id) THEN
+    INSERT INTO batch_event_outbox
+        (batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, time_ms)
+      VALUES (NEW.batch_id, 'job_state_changed', NEW.job_id, NEW.job_group_id,
+              -- the attempt the change starts or ends; none for Pending -> Ready
+              -- or for cancelling a Ready job
+              IF(OLD.state IN ('Creating', 'Running') OR NEW.state IN ('Creating', 'Running'),
+                 NEW.attempt_id, NULL),
+              OLD.state, NEW.state,
+              IF(NEW.state IN ('Success', 'Failed', 'Error', 'Cancelled'), NEW.exit_code, NULL),
+              ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000));
+  END IF;
 
   IF OLD.state <> NEW.state OR OLD.dependency_failed <> NEW.dependency_failed THEN
     SET d_ready_cancellable =
