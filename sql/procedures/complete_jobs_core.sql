@@ -60,18 +60,24 @@ BEGIN
     JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
     FOR UPDATE;
 
-  -- Record the reporting attempt's start and end, once (MJC may come before
-  -- MJS, twice, or for an attempt the job no longer points at).
-  INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, rollup_time_ms, reason)
+  -- Record the reporting attempt's start, end and outcome, once (MJC may
+  -- come before MJS, twice, or for an attempt the job no longer points at).
+  INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, rollup_time_ms, reason,
+                        exit_code, error_message, cpu_time_ms, peak_memory_bytes)
     SELECT batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, end_time_ms,
-           COALESCE(reason, 'completed')
+           COALESCE(reason, 'completed'), exit_code, error_message, cpu_time_ms, peak_memory_bytes
     FROM tmp_job_completions
     WHERE attempt_id IS NOT NULL AND instance_name IS NOT NULL
       AND outcome IN ('completed', 'already_complete')
     ORDER BY batch_id, job_id
   ON DUPLICATE KEY UPDATE
-    -- Assignments run left to right: later ones see the new start time.
-    -- A closed attempt keeps its times: a late report changes nothing.
+    -- Assignments run left to right: later ones see the new start time, and
+    -- end_time_ms goes last so the others still see the attempt open. A
+    -- closed attempt keeps its times and outcome: a late report changes nothing.
+    exit_code = IF(attempts.end_time_ms IS NULL, VALUES(exit_code), attempts.exit_code),
+    error_message = IF(attempts.end_time_ms IS NULL, VALUES(error_message), attempts.error_message),
+    cpu_time_ms = IF(attempts.end_time_ms IS NULL, VALUES(cpu_time_ms), attempts.cpu_time_ms),
+    peak_memory_bytes = IF(attempts.end_time_ms IS NULL, VALUES(peak_memory_bytes), attempts.peak_memory_bytes),
     start_time_ms = IF(attempts.end_time_ms IS NULL, COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
                        attempts.start_time_ms),
     rollup_time_ms = IF(attempts.end_time_ms IS NULL,

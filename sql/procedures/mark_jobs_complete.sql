@@ -1,8 +1,10 @@
 -- MJC, bulk: the driver records final states reported by a worker (or by the
 -- canceller for running jobs it stopped). in_jobs is a JSON array of
 --   {"batch_id", "job_id", "attempt_id", "state": "Success"|"Failed"|"Error"|"Cancelled",
---    "exit_code", "start_time_ms", "end_time_ms", "reason"}
--- for attempts on instance in_instance_name. Idempotent and order-tolerant:
+--    "exit_code", "start_time_ms", "end_time_ms", "reason",
+--    "error_message", "cpu_time_ms", "peak_memory_bytes"}
+-- for attempts on instance in_instance_name; the last three and exit_code
+-- are also recorded on the attempt (once). Idempotent and order-tolerant:
 -- a repeat is 'already_complete', MJC before MJS records the start time, MJC
 -- after a cancel leaves the job Cancelled and only closes the attempt.
 -- Returns one row per job (batch_id, job_id, outcome), then the status row.
@@ -29,9 +31,11 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   INSERT INTO tmp_job_completions
-      (batch_id, job_id, attempt_id, instance_name, new_state, exit_code, start_time_ms, end_time_ms, reason)
+      (batch_id, job_id, attempt_id, instance_name, new_state, exit_code, start_time_ms, end_time_ms, reason,
+       error_message, cpu_time_ms, peak_memory_bytes)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id, in_instance_name, jt.state, jt.exit_code,
-           jt.start_time_ms, GREATEST(COALESCE(jt.end_time_ms, in_now_ms), COALESCE(jt.start_time_ms, 0)), jt.reason
+           jt.start_time_ms, GREATEST(COALESCE(jt.end_time_ms, in_now_ms), COALESCE(jt.start_time_ms, 0)), jt.reason,
+           jt.error_message, jt.cpu_time_ms, jt.peak_memory_bytes
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       batch_id BIGINT PATH '$.batch_id',
       job_id INT PATH '$.job_id',
@@ -40,7 +44,10 @@ proc: BEGIN
       exit_code INT PATH '$.exit_code',
       start_time_ms BIGINT PATH '$.start_time_ms',
       end_time_ms BIGINT PATH '$.end_time_ms',
-      reason VARCHAR(64) PATH '$.reason')) jt;
+      reason VARCHAR(64) PATH '$.reason',
+      error_message TEXT PATH '$.error_message',
+      cpu_time_ms BIGINT PATH '$.cpu_time_ms',
+      peak_memory_bytes BIGINT PATH '$.peak_memory_bytes')) jt;
   IF EXISTS (SELECT 1 FROM tmp_job_completions WHERE batch_id IS NULL OR job_id IS NULL OR new_state IS NULL) THEN
     SELECT 3 AS rc, 'every job needs batch_id, job_id and state' AS message;
     LEAVE proc;

@@ -1,20 +1,66 @@
 -- MJS, bulk: a worker reports that attempts began running at start_time_ms.
--- in_jobs: [{"batch_id", "job_id", "attempt_id", "start_time_ms"}]. Sets the
--- attempt's start (and the billing rollup origin) once; a repeat, a late
--- call after MJC, or an unknown attempt changes nothing. The job's state is
--- not touched: SJ already made it Running.
+-- in_jobs: [{"batch_id", "job_id", "attempt_id", "start_time_ms", "isolation"}]
+-- for attempts on instance in_instance_name. Sets the attempt's start (and
+-- the billing rollup origin) and the runtime's words on its isolation, once.
+-- The job's state is not touched: SJ already made it Running.
+-- Returns one row per job (batch_id, job_id, attempt_id, outcome), then the
+-- status row with n_started:
+--   started           the start is recorded now
+--   already_started   a repeat: nothing changes
+--   cancelled         the job's group or an ancestor is cancelled and the job
+--                     is not always_run: no start is recorded, and the driver
+--                     tells the worker to stop the attempt at once (so a Run
+--                     command in flight when the batch was cancelled does not
+--                     run on)
+--   already_complete  the job is final (by another attempt's report) while
+--                     this attempt is open: no start, the driver stops it
+--   ended             the attempt was closed (MJC came first, or its instance
+--                     was deactivated): nothing changes
+--   not_found         no such attempt on this instance
+-- Checked in the order not_found, ended, already_complete, cancelled,
+-- already_started, started: the first that applies is the outcome.
+-- Lock order: jobs (shared, ascending), then attempts (ascending). The
+-- shared job locks make MJS wait for an MJC of the same job in flight, so it
+-- never records a start on a job that just became final.
 DROP PROCEDURE IF EXISTS mark_jobs_started;
 DELIMITER $$
 CREATE PROCEDURE mark_jobs_started(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100), IN in_jobs JSON)
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
+  DECLARE v_locked INT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
     LEAVE proc;
   END IF;
+  -- Kept for the connection's life and emptied on each call: cheaper than
+  -- re-creating it. Rows go in sorted, and a scan follows insertion (the
+  -- hidden row id), so the locking reads below take rows in key order.
+  CREATE TEMPORARY TABLE IF NOT EXISTS tmp_job_starts (
+    batch_id BIGINT NULL,
+    job_id INT NULL,
+    attempt_id VARCHAR(40) NULL,
+    start_time_ms BIGINT NULL,
+    isolation VARCHAR(512) NULL,
+    outcome VARCHAR(32) NULL,
+    UNIQUE KEY (batch_id, job_id, attempt_id)
+  ) ENGINE=InnoDB;
+  DELETE FROM tmp_job_starts;
+  -- A repeat of the same attempt in one call is recorded once.
+  INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, start_time_ms, isolation)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.start_time_ms, LEFT(jt.isolation, 512)
+    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
+      batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id', attempt_id VARCHAR(40) PATH '$.attempt_id',
+      start_time_ms BIGINT PATH '$.start_time_ms', isolation TEXT PATH '$.isolation')) jt
+    ORDER BY jt.batch_id, jt.job_id, jt.attempt_id;
+  IF EXISTS (SELECT 1 FROM tmp_job_starts
+             WHERE batch_id IS NULL OR job_id IS NULL OR attempt_id IS NULL OR start_time_ms IS NULL) THEN
+    SELECT 3 AS rc, 'every job needs batch_id, job_id, attempt_id and start_time_ms' AS message;
+    LEAVE proc;
+  END IF;
+
   START TRANSACTION;
   CALL check_epoch(in_epoch, v_ok);
   IF NOT v_ok THEN
@@ -22,17 +68,38 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_job_starts t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    LOCK IN SHARE MODE;
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_job_starts t
+    JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
+    FOR UPDATE;
+
+  UPDATE tmp_job_starts t
+    LEFT JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    LEFT JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
+                        AND a.instance_name = in_instance_name
+    SET t.outcome = CASE
+      WHEN j.job_id IS NULL OR a.attempt_id IS NULL THEN 'not_found'
+      WHEN a.end_time_ms IS NOT NULL THEN 'ended'
+      WHEN j.state IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'already_complete'
+      WHEN NOT j.always_run AND EXISTS (
+        SELECT 1 FROM job_group_self_and_ancestors g
+        JOIN job_groups_cancelled c ON c.batch_id = g.batch_id AND c.job_group_id = g.ancestor_id
+        WHERE g.batch_id = j.batch_id AND g.job_group_id = j.job_group_id) THEN 'cancelled'
+      WHEN a.start_time_ms IS NOT NULL THEN 'already_started'
+      ELSE 'started' END;
+
   UPDATE attempts a
-    JOIN JSON_TABLE(in_jobs, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',
-                                              attempt_id VARCHAR(40) PATH '$.attempt_id',
-                                              start_time_ms BIGINT PATH '$.start_time_ms')) jt
-      ON a.batch_id = jt.batch_id AND a.job_id = jt.job_id AND a.attempt_id = jt.attempt_id
-    SET a.rollup_time_ms = COALESCE(a.rollup_time_ms, jt.start_time_ms),
-        a.start_time_ms = COALESCE(a.start_time_ms, jt.start_time_ms)
-    WHERE a.instance_name = in_instance_name AND a.start_time_ms IS NULL AND a.end_time_ms IS NULL
-      AND jt.start_time_ms IS NOT NULL;
-  SET v_n = ROW_COUNT();
+    JOIN tmp_job_starts t ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
+    SET a.rollup_time_ms = COALESCE(a.rollup_time_ms, t.start_time_ms),
+        a.start_time_ms = t.start_time_ms,
+        a.isolation = t.isolation
+    WHERE t.outcome = 'started';
+  SELECT COUNT(*) INTO v_n FROM tmp_job_starts WHERE outcome = 'started';
   COMMIT;
+  SELECT batch_id, job_id, attempt_id, outcome FROM tmp_job_starts ORDER BY batch_id, job_id, attempt_id;
   SELECT 0 AS rc, 'ok' AS message, v_n AS n_started;
 END $$
 DELIMITER ;
