@@ -93,6 +93,19 @@ class JobStore:
         status, _ = await self.db.call("cancel_job_group", batch_id, job_group_id, user, reason, self.clock_ms())
         return status
 
+    async def delete_batch(self, batch_id: int) -> Row:
+        """Hide a batch from every read (cancel it first with cancel_job_group)."""
+        status, _ = await self.db.call("delete_batch", batch_id)
+        return status
+
+    async def rerun_failed_jobs(self, batch_id: int, idempotency_token: str, states_bits: int) -> Row:
+        """An uncommitted update of copies of the jobs in `states_bits` (2 Failed, 4 Error,
+        8 Cancelled) and their dependents; returns update_id (None: nothing to re-run),
+        start_job_id, n_jobs. Commit it with commit_update."""
+        status, _ = await self.db.call("rerun_failed_jobs", batch_id, idempotency_token, states_bits,
+                                       self.clock_ms())
+        return status
+
     # -- driver ------------------------------------------------------------
 
     async def elect_leader(self, name: str) -> int:
@@ -110,8 +123,10 @@ class JobStore:
             activation_token, self.clock_ms(),
         )
 
-    async def activate_instance(self, epoch: int, name: str, activation_token: str, ip_address: str = "127.0.0.1") -> None:
-        """pending -> active, when the worker presents its activation token."""
+    async def activate_instance(self, epoch: int, name: str, activation_token: str,
+                                ip_address: str | None = "127.0.0.1") -> None:
+        """pending -> active, when the worker presents its activation token; `ip_address` is the
+        host:port of its WorkerService."""
         await self.db.call("activate_instance", epoch, name, activation_token, ip_address, self.clock_ms())
 
     async def deactivate_instance(self, epoch: int, name: str, reason: str) -> Row:
@@ -125,16 +140,18 @@ class JobStore:
         return result_sets[0]
 
     async def mark_jobs_started(self, epoch: int, instance_name: str, jobs: list[Row]) -> Row:
-        """MJS: [{batch_id, job_id, attempt_id, start_time_ms}]."""
-        status, _ = await self.db.call("mark_jobs_started", epoch, instance_name, jobs)
-        return status
+        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation}] -> the status row
+        (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome} per job."""
+        status, result_sets = await self.db.call("mark_jobs_started", epoch, instance_name, jobs)
+        return {**status, "outcomes": result_sets[0]}
 
     async def add_attempt_resources(self, epoch: int, resources: list[Row]) -> None:
         """[{batch_id, job_id, attempt_id, resource, quantity}]."""
         await self.db.call("add_attempt_resources", epoch, resources)
 
     async def mark_jobs_complete(self, epoch: int, instance_name: str | None, jobs: list[Row]) -> list[Row]:
-        """MJC: [{batch_id, job_id, attempt_id, state, exit_code, start_time_ms, end_time_ms}]."""
+        """MJC: [{batch_id, job_id, attempt_id, state, exit_code, start_time_ms, end_time_ms, reason,
+        error_message, cpu_time_ms, peak_memory_bytes}] -> per-job outcomes."""
         _, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs, self.clock_ms())
         return result_sets[0]
 
@@ -146,4 +163,44 @@ class JobStore:
     async def cancel_ready_jobs(self, epoch: int, batch_id: int, limit: int) -> int:
         """The canceller's drain of one batch; returns how many were cancelled."""
         status, _ = await self.db.call("cancel_ready_jobs", epoch, batch_id, limit, self.clock_ms())
+        return int(status["n_cancelled"])
+
+    async def publish_batch_events(self, epoch: int, max_events: int, cost_interval_ms: int | None = None) -> Row:
+        """Move up to `max_events` committed outbox rows into batch_events (and, with
+        `cost_interval_ms`, add cost events); returns n_published, n_cost_events."""
+        status, _ = await self.db.call("publish_batch_events", epoch, max_events, cost_interval_ms, self.clock_ms())
+        return status
+
+    # -- driver loops (services/driver/: failures, completions, callbacks, billing_limits)
+
+    def _now(self, now_ms: int | None) -> int:
+        return self.clock_ms() if now_ms is None else now_ms
+
+    async def cancel_failed_job_groups(self, epoch: int, limit: int, now_ms: int | None = None) -> int:
+        """Cancel running groups whose failures reached cancel_after_n_failures; returns how many."""
+        status, _ = await self.db.call("cancel_failed_job_groups", epoch, limit, self._now(now_ms))
+        return int(status["n_cancelled"])
+
+    async def recheck_completions(self, epoch: int, limit: int, now_ms: int | None = None) -> Row:
+        """Re-run the completion check of finished groups left running; n_checked, n_complete, ..."""
+        status, _ = await self.db.call("recheck_completions", epoch, limit, self._now(now_ms))
+        return status
+
+    async def claim_batch_callbacks(self, epoch: int, limit: int, lease_ms: int, now_ms: int | None = None
+                                    ) -> list[Row]:
+        """Lease due completion callbacks for sending: [{batch_id, n_jobs, callback_attempts, ...}]."""
+        _, result_sets = await self.db.call("claim_batch_callbacks", epoch, limit, lease_ms, self._now(now_ms))
+        return result_sets[0]
+
+    async def record_batch_callback(self, epoch: int, batch_id: int, n_jobs: int, outcome: str,
+                                    error: str | None = None, next_attempt_ms: int | None = None,
+                                    now_ms: int | None = None) -> Row:
+        """What one callback POST came to: outcome 'sent', 'retry' or 'given_up'."""
+        status, _ = await self.db.call("record_batch_callback", epoch, batch_id, n_jobs, outcome, error,
+                                       next_attempt_ms, self._now(now_ms))
+        return status
+
+    async def cancel_batches_over_limit(self, epoch: int, limit: int, now_ms: int | None = None) -> int:
+        """Cancel running batches of billing projects whose cost reached the limit; returns how many."""
+        status, _ = await self.db.call("cancel_batches_over_limit", epoch, limit, self._now(now_ms))
         return int(status["n_cancelled"])
