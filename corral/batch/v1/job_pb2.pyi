@@ -91,7 +91,7 @@ class Job(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd")
+    __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd", "isolation")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_NAME_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
@@ -105,6 +105,7 @@ class Attempt(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_USED_FIELD_NUMBER: _ClassVar[int]
     COST_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     instance_name: str
     region: str
@@ -118,7 +119,8 @@ class Attempt(_message.Message):
     error_message: str
     resources_used: ResourceUsage
     cost_micro_usd: int
-    def __init__(self, attempt_id: _Optional[str] = ..., instance_name: _Optional[str] = ..., region: _Optional[str] = ..., spot: _Optional[bool] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[AttemptEndReason, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resources_used: _Optional[_Union[ResourceUsage, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ...) -> None: ...
+    isolation: str
+    def __init__(self, attempt_id: _Optional[str] = ..., instance_name: _Optional[str] = ..., region: _Optional[str] = ..., spot: _Optional[bool] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[AttemptEndReason, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resources_used: _Optional[_Union[ResourceUsage, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., isolation: _Optional[str] = ...) -> None: ...
 
 class ResourceUsage(_message.Message):
     __slots__ = ("cpu_time", "peak_memory_bytes", "peak_storage_bytes", "network_received_bytes", "network_sent_bytes")
