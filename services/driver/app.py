@@ -1,9 +1,11 @@
 """Wiring of a driver process: election, loops, worker sessions, provider.
 
 Every driver process campaigns; the one holding the leader lock runs the
-loops (scheduler, canceller, autoscaler, dead-worker detector) and serves
-workers; the others stand by, answer GetLeader, and take over within a poll
-period if the leader's connection to the database goes.
+loops (scheduler, the cancellers of Ready and of Running jobs, autoscaler,
+dead-worker detector, cancel after N failures, completion re-check and
+callbacks, billing limits) and serves workers; the others stand by, answer
+GetLeader, and take over within a poll period if the leader's connection to
+the database goes.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ from services.common.server import Listener, RunningServers, Service, run_until_
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
+from services.driver.billing_limits import BillingLimits
+from services.driver.callbacks import CompletionCallbacks
 from services.driver.canceller import ReadyCanceller
+from services.driver.completions import CompletionChecker
+from services.driver.events import EventPublisher
+from services.driver.failures import FailureCanceller
 from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection
 from services.driver.loop import Loop
+from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer, SessionSettings
 from services.driver.sessions import SessionRegistry
@@ -72,6 +80,8 @@ class DriverApp:
     loops: list[Loop]
     tasks: list[asyncio.Task[None]]
     port: int
+    sessions: SessionRegistry | None = None
+    """The worker sessions this driver serves (where Run and Cancel commands go)."""
 
     async def stop(self) -> None:
         """Stop the loops, resign (a standby takes over at once), stop workers started here, close."""
@@ -84,14 +94,16 @@ class DriverApp:
         await self.db.close()
 
 
-def local_worker_command(config: DriverConfig) -> Callable[[InstanceRequest], list[str]]:
-    """argv of a local worker process for an instance request."""
+def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
+    """argv of a local worker process for an instance request. Without configured
+    driver addresses (a single driver on port 0), the worker is given `own_address()`."""
 
     def command(request: InstanceRequest) -> list[str]:
+        drivers = config.driver_addresses or (own_address(),)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
                 "--activation-token", request.activation_token, "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--region", request.region,
-                "--driver-addresses", ",".join(config.driver_addresses), "--certs-dir", str(config.certs_dir),
+                "--driver-addresses", ",".join(drivers), "--certs-dir", str(config.certs_dir),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url]
 
@@ -104,9 +116,10 @@ async def start(config: DriverConfig) -> DriverApp:
     db = await Database.connect(db_config)
     store = JobStore(db)
     specs = SpecStore(config.spec_root_url)
-    registry = SessionRegistry(db, specs)
+    registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url)
     tls = DevCertificateAuthority(config.certs_dir).issue(config.name)
-    provider = LocalProvider(local_worker_command(config), config.data_dir / "worker-logs")
+    provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
+                             config.data_dir / "worker-logs")
     election = LeaderElection(db_config, store, config.name)
     state = election.state
 
@@ -116,12 +129,23 @@ async def start(config: DriverConfig) -> DriverApp:
     scheduler = Scheduler(db, store, registry, epoch)
     canceller = ReadyCanceller(db, store, epoch)
     autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
-    dead = DeadWorkerDetector(db, store, provider, registry.live_instances, epoch,
+    dead = DeadWorkerDetector(db, store, provider, registry.connected_instances, epoch,
                               heartbeat_timeout_s=config.session.heartbeat_timeout_s)
-    loops: list[Loop] = [scheduler, canceller, autoscaler, dead]
+    running = RunningCanceller(db, store, registry, epoch)
+
+    def cancelled() -> None:
+        canceller.notify()
+        running.notify()
+
+    more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
+                              CompletionChecker(store, epoch), CompletionCallbacks(db, store, epoch),
+                              BillingLimits(store, epoch, on_cancelled=cancelled)]
+    publisher = EventPublisher(store, epoch)
+    loops: list[Loop] = [scheduler, canceller, autoscaler, dead, publisher]
+    loops += more_loops
 
     def on_change(kind: str) -> None:
-        for loop in (scheduler, canceller, autoscaler):
+        for loop in (scheduler, canceller, autoscaler, publisher, running):
             loop.notify()
 
     async def on_elected(new_epoch: int) -> None:
@@ -138,7 +162,7 @@ async def start(config: DriverConfig) -> DriverApp:
     state.name = f"localhost:{servers.ports[0]}"
     tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
     tasks += [asyncio.create_task(loop.run()) for loop in loops]
-    app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0])
+    app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], sessions=registry)
     if config.ports_file is not None:
         config.ports_file.write_text(json.dumps({"internal": app.port}))
     log.info("driver %s serving on port %d", config.name, app.port)

@@ -10,6 +10,7 @@ token, then asks the provider to create it; the worker activates itself.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import math
@@ -71,10 +72,11 @@ class LocalProvider:
         if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout=10)
+                # In a thread: a worker deactivates itself on SIGTERM, through this driver's own loop.
+                await asyncio.to_thread(process.wait, 10)
             except subprocess.TimeoutExpired:
                 process.kill()
-                process.wait()
+                await asyncio.to_thread(process.wait)
 
     async def alive(self) -> set[str]:
         for name in [n for n, p in self._processes.items() if p.poll() is not None]:

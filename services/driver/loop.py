@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import logging
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,12 @@ class Loop(abc.ABC):
                 self.cycles += 1
                 self._cycle_done.notify_all()
             delay = self.period_s if not self.failures else min(self.max_backoff_s, self.period_s * 2**self.failures)
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation
+            # that arrives as the wake-up completes (CPython gh-86296), and the
+            # loop would run on after its task was cancelled.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
     async def wait_cycles(self, n: int = 1, timeout_s: float = 30.0) -> None:
         """Wait until `n` more cycles have finished (for tests and shutdown)."""

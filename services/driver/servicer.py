@@ -24,16 +24,25 @@ from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.common.errors import FailedPrecondition, PermissionDenied, RequestError
+from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, PermissionDenied, RequestError
 from services.common.identity import current_principal
 from services.db.database import Database
 from services.db.store import JobStore
-from services.driver.sessions import SessionRegistry, instance_token
+from services.driver.sessions import Session, SessionRegistry, instance_token
 
 log = logging.getLogger(__name__)
 
 _FINAL = {job_state_pb2.JOB_STATE_SUCCEEDED: "Success", job_state_pb2.JOB_STATE_FAILED: "Failed",
           job_state_pb2.JOB_STATE_ERROR: "Error", job_state_pb2.JOB_STATE_CANCELLED: "Cancelled"}
+
+# MJS outcomes of an attempt that must not run: its job's group (or an
+# ancestor) is cancelled, or the job is already final. The worker is told
+# at once, even if the RunJob was still in flight when the batch was cancelled.
+_STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
+                  "already_complete": "its job is already complete"}
+
+MAX_ERROR_MESSAGE_CHARS = 8000
+MAX_ADDRESS_CHARS = 64  # instances.ip_address
 
 
 class NotLeader(RequestError):
@@ -81,18 +90,24 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             raise NotLeader(f"this driver is a standby; the leader is at {self._leader_address() or 'unknown'}")
         return epoch
 
-    async def _check_token(self, instance: str, token: str) -> None:
-        row = await self._db.fetchone("SELECT activation_token FROM instances WHERE name = %s", (instance,),
+    async def _check_token(self, instance: str, token: str) -> str:
+        """The instance's state, once its session token is checked."""
+        row = await self._db.fetchone("SELECT activation_token, state FROM instances WHERE name = %s", (instance,),
                                       name="instance_token")
         if row is None or not hmac.compare_digest(instance_token(row["activation_token"]), token):
             raise PermissionDenied(f"bad session token for instance {instance}")
+        return row["state"]
 
     async def ActivateWorker(self, request: pb.ActivateWorkerRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ActivateWorkerResponse:
         current_principal().require_service()
+        if request.address and not _is_host_port(request.address):
+            raise InvalidRequest(FieldViolation("address", f"host:port of WorkerService, at most "
+                                                           f"{MAX_ADDRESS_CHARS} characters"))
         epoch = self._leader_epoch()
+        # instances.ip_address holds the host:port of the worker's WorkerService.
         await self._store.activate_instance(epoch, request.instance_name, request.activation_token,
-                                            request.address or "127.0.0.1")
+                                            request.address or None)
         self._on_change("instance_active")
         return pb.ActivateWorkerResponse(instance_token=instance_token(request.activation_token),
                                          config=self._settings.proto(), epoch=epoch)
@@ -113,7 +128,9 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         return pb.NotifyChangeResponse()
 
     async def GetLeader(self, request: pb.GetLeaderRequest, context: grpc.aio.ServicerContext) -> pb.GetLeaderResponse:
-        return pb.GetLeaderResponse(epoch=self._epoch() or 0, leader_address=self._leader_address())
+        epoch = self._epoch()
+        return pb.GetLeaderResponse(epoch=epoch or 0, leader_address=self._leader_address(),
+                                    is_leader=epoch is not None)
 
     async def WorkerSession(self, request_iterator: AsyncIterator[pb.WorkerSessionRequest],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerSessionResponse]:
@@ -122,20 +139,28 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         if first is None or first.WhichOneof("payload") != "hello":
             raise FailedPrecondition("a session starts with Hello")
         epoch = self._leader_epoch()
+        if first.hello.epoch_seen > epoch:
+            raise NotLeader(f"this driver's epoch {epoch} is older than the worker's {first.hello.epoch_seen}")
         instance = first.hello.instance_name
-        await self._check_token(instance, first.hello.instance_token)
+        if await self._check_token(instance, first.hello.instance_token) != "active":
+            raise FailedPrecondition(f"instance {instance} is not active: it was deactivated")
         session = self._sessions.open(instance)
         self._on_change("worker_connected")
         yield pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=epoch, config=self._settings.proto()))
 
         async def consume() -> None:
             async for message in request_iterator:
-                ack = await self._handle(epoch, instance, message)
+                # Shielded: a session that breaks mid-call must not cut a procedure call (and its pooled
+                # connection) in half; the event is then recorded, and the worker's re-send is a repeat.
+                handling = asyncio.ensure_future(self._handle(epoch, session, message))
+                handling.add_done_callback(_retrieve)
+                ack = await asyncio.shield(handling)
                 if ack:
                     session.commands.put_nowait(pb.WorkerSessionResponse(
                         ack_job_event=ws.AckJobEvent(event_id=message.event_id)))
 
         reader = asyncio.create_task(consume())
+        next_command: asyncio.Task[pb.WorkerSessionResponse] | None = None
         try:
             while True:
                 next_command = asyncio.create_task(session.commands.get())
@@ -143,19 +168,32 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 if next_command in done:
                     yield next_command.result()
                     continue
-                next_command.cancel()
                 reader.result()  # re-raise what ended the worker's side, if anything
                 return
         finally:
+            if next_command is not None:
+                next_command.cancel()
             reader.cancel()
             with contextlib.suppress(BaseException):
                 await reader
             self._sessions.close(session)
             self._on_change("worker_disconnected")
 
-    async def _handle(self, epoch: int, instance: str, message: pb.WorkerSessionRequest) -> bool:
+    async def _handle(self, epoch: int, session: Session, message: pb.WorkerSessionRequest) -> bool:
         """Record one worker event; True when it must be acknowledged."""
+        instance = session.instance
         kind = message.WhichOneof("payload")
+        if kind == "draining":
+            session.draining = True
+            log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
+            return False
+        if kind == "command_ack":
+            if not message.command_ack.accepted:
+                # A refused RunJob's attempt stays open until the worker deactivates (draining) or the
+                # job's spec is reported as an Error (refused spec); see docs/architecture.md.
+                log.warning("%s refused command %d: %s", instance, message.command_ack.command_id,
+                            message.command_ack.error_message)
+            return False
         if kind == "heartbeat":
             rollups = [{"batch_id": r.attempt.batch_id, "job_id": r.attempt.job_id,
                         "attempt_id": r.attempt.attempt_id, "rollup_time_ms": r.rollup_time.ToMilliseconds()}
@@ -166,11 +204,16 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             started = message.job_started
             ref = {"batch_id": started.attempt.batch_id, "job_id": started.attempt.job_id,
                    "attempt_id": started.attempt.attempt_id}
-            await self._store.mark_jobs_started(epoch, instance, [{**ref,
-                                                                   "start_time_ms": started.start_time.ToMilliseconds()}])
+            status = await self._store.mark_jobs_started(epoch, instance, [{
+                **ref, "start_time_ms": started.start_time.ToMilliseconds(), "isolation": started.isolation}])
+            outcome = status["outcomes"][0]["outcome"] if status["outcomes"] else "not_found"
+            if outcome in _STOP_AT_START:
+                self._sessions.cancel(instance, ref["batch_id"], ref["job_id"], ref["attempt_id"],
+                                      _STOP_AT_START[outcome])
+                return True
             job = await self._db.fetchone("SELECT cores_mcpu, memory_bytes FROM jobs WHERE batch_id = %s AND job_id = %s",
                                           (ref["batch_id"], ref["job_id"]), name="job_resources")
-            if job is not None:
+            if job is not None and outcome in ("started", "already_started"):
                 await self._store.add_attempt_resources(epoch, [
                     {**ref, "resource": "cpu/local/1", "quantity": job["cores_mcpu"]},
                     {**ref, "resource": "memory/local/1", "quantity": job["memory_bytes"] // 2**20}])
@@ -182,6 +225,10 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 "batch_id": done.attempt.batch_id, "job_id": done.attempt.job_id, "attempt_id": done.attempt.attempt_id,
                 "state": _FINAL.get(done.state, "Error"),
                 "exit_code": done.exit_code if done.HasField("exit_code") else None,
+                "error_message": done.error_message[:MAX_ERROR_MESSAGE_CHARS] or None,
+                "cpu_time_ms": done.resources_used.cpu_time.ToMilliseconds()
+                if done.resources_used.HasField("cpu_time") else None,
+                "peak_memory_bytes": done.resources_used.peak_memory_bytes or None,
                 "start_time_ms": done.start_time.ToMilliseconds() if done.HasField("start_time") else None,
                 "end_time_ms": done.end_time.ToMilliseconds() if done.HasField("end_time") else None,
                 "reason": job_pb2.AttemptEndReason.Name(done.end_reason).removeprefix("ATTEMPT_END_REASON_").lower()
@@ -189,3 +236,14 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             self._on_change("job_completed")
             return True
         return False
+
+
+def _is_host_port(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    return len(address) <= MAX_ADDRESS_CHARS and bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def _retrieve(task: asyncio.Future[bool]) -> None:
+    """Mark a shielded event's failure as seen: its session reports it, or has already ended."""
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("worker event failed: %r", task.exception())

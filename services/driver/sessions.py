@@ -40,14 +40,18 @@ class Session:
 
     instance: str
     commands: asyncio.Queue[pb.WorkerSessionResponse] = dataclasses.field(default_factory=asyncio.Queue)
+    draining: bool = False
+    """The worker said Draining: it takes no new jobs, so none are scheduled on it."""
 
 
 class SessionRegistry:
     """The sessions of this driver; implements the scheduler's Dispatcher."""
 
-    def __init__(self, db: Database, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms):
+    def __init__(self, db: Database, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms,
+                 log_root_url: str = ""):
         self._db = db
         self._specs = specs
+        self._log_root_url = log_root_url.rstrip("/")
         self._sessions: dict[str, Session] = {}
         self._command_ids = itertools.count(1)
         self._clock_ms = clock_ms
@@ -63,7 +67,21 @@ class SessionRegistry:
             del self._sessions[session.instance]
 
     def live_instances(self) -> set[str]:
+        """Instances whose worker holds a session and takes jobs (not draining): where the
+        scheduler may place jobs."""
+        return {name for name, session in self._sessions.items() if not session.draining}
+
+    def connected_instances(self) -> set[str]:
+        """Instances whose worker holds a session, draining or not: where commands such as
+        CancelJob reach."""
         return set(self._sessions)
+
+    def log_url(self, batch_id: int, job_id: int, attempt_id: str) -> str:
+        """Where the worker uploads an attempt's main log (the frontend reads finished logs there);
+        empty without a root, and the worker uses its own."""
+        if not self._log_root_url:
+            return ""
+        return f"{self._log_root_url}/logs/{batch_id}/{job_id}/{attempt_id}/main.log"
 
     def send(self, instance: str, command: pb.WorkerSessionResponse) -> bool:
         """Queue a command for a connected worker; False if it has no session."""
@@ -93,7 +111,8 @@ class SessionRegistry:
             self.send(p.instance, pb.WorkerSessionResponse(run_job=ws.RunJob(
                 attempt=ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id),
                 user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,
-                memory_bytes=row["memory_bytes"], deadline=deadline)))
+                memory_bytes=row["memory_bytes"], deadline=deadline,
+                log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id))))
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""
