@@ -1,1 +1,1 @@
-"""The worker: runs jobs for the driver (runtimes, logs, and later its session)."""
+"""The worker: one per machine, runs jobs for the leading driver (see docs/architecture.md, *Workers*)."""

@@ -107,6 +107,10 @@ class ContainerRuntime(Protocol):
         """Why this runtime cannot honour `spec`; empty if it can."""
         ...
 
+    def isolation(self, job: JobRun) -> str:
+        """How `run` isolates this attempt, in words a user reads in the job's status."""
+        ...
+
     async def run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]]) -> JobOutcome:
         """Run the attempt to its end: copy inputs, run the command (its output into `log`, which is
         closed when the command ends), copy outputs. `on_started` gets the command's pid once it runs.
@@ -190,6 +194,10 @@ class ProcessRuntime:
         for f in spec.output_files:
             reasons += _url_refusals("output", f.to_url) + _path_refusals("output from_path", f.from_path)
         return reasons
+
+    def isolation(self, job: JobRun) -> str:
+        """See `ContainerRuntime.isolation`: plainly, none."""
+        return _isolation_note(job)
 
     async def cancel(self, attempt_id: str) -> None:
         """Ask the attempt to stop; returns at once, and `run` returns Cancelled once its processes are gone."""

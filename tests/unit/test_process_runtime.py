@@ -82,8 +82,8 @@ def pids_in(log: LogSink) -> list[int]:
 
 async def test_success_captures_stdout_and_stderr_interleaved(tmp_path: Path) -> None:
     before_ms = int(time.time() * 1000)
-    outcome, output = await run(ProcessRuntime(), job(tmp_path, spec(
-        script="echo out1; echo err1 >&2; echo out2; echo err2 >&2")))
+    runtime, run_job = ProcessRuntime(), job(tmp_path, spec(script="echo out1; echo err1 >&2; echo out2; echo err2 >&2"))
+    outcome, output = await run(runtime, run_job)
     after_ms = int(time.time() * 1000)
     assert output == b"out1\nerr1\nout2\nerr2\n"
     assert (outcome.state, outcome.end_reason, outcome.exit_code, outcome.error_message) == \
@@ -92,6 +92,7 @@ async def test_success_captures_stdout_and_stderr_interleaved(tmp_path: Path) ->
     assert before_ms <= outcome.start_time_ms <= outcome.end_time_ms <= after_ms
     assert "no container isolated this job" in outcome.isolation
     assert "ubuntu:24.04" in outcome.isolation
+    assert runtime.isolation(run_job) == outcome.isolation  # what the worker reports at the start
     assert outcome.peak_memory_bytes and outcome.peak_memory_bytes > 0
     assert outcome.cpu_time_ms is not None and outcome.cpu_time_ms >= 0
 

@@ -1,0 +1,32 @@
+"""python -m services.worker --instance-name NAME --activation-token TOKEN --cores-mcpu N
+--driver-addresses HOST:PORT[,...] --certs-dir DIR --scratch-dir DIR --log-root-url URL"""
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from services.worker.app import run
+from services.worker.config import WorkerConfig
+
+parser = argparse.ArgumentParser(prog="python -m services.worker", description=__doc__)
+parser.add_argument("--instance-name", required=True)
+parser.add_argument("--activation-token", required=True)
+parser.add_argument("--cores-mcpu", type=int, required=True)
+parser.add_argument("--memory-bytes", type=int, default=0)
+parser.add_argument("--storage-bytes", type=int, default=0)
+parser.add_argument("--region", default="local")
+parser.add_argument("--driver-addresses", required=True, help="every driver's address, comma-separated")
+parser.add_argument("--certs-dir", type=Path, required=True)
+parser.add_argument("--scratch-dir", type=Path, required=True)
+parser.add_argument("--log-root-url", required=True)
+parser.add_argument("--listen-address", default="127.0.0.1:0")
+parser.add_argument("--advertise-host", default="127.0.0.1")
+args = parser.parse_args()
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+sys.exit(asyncio.run(run(WorkerConfig(
+    args.instance_name, args.activation_token, args.cores_mcpu,
+    tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
+    memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
+    listen_address=args.listen_address, advertise_host=args.advertise_host))))

@@ -1,0 +1,437 @@
+"""The worker agent: activation, the session with the leading driver, jobs,
+heartbeats, and leaving.
+
+One agent per machine. It finds the leader among the drivers it was given
+(a standby names the leader), activates with its one-time token, and keeps
+one WorkerSession stream open, reconnecting (to a new leader after a
+failover) whenever it breaks. Each RunJob becomes a task that runs the
+attempt in the runtime, so the session never waits on a job. JobStarted
+and JobCompleted are numbered events kept until the driver acknowledges
+them and re-sent first on every new session; the driver's procedures make
+a repeat harmless. Heartbeats carry a billing rollup per started attempt.
+
+How it leaves (`run` returns the process's exit code):
+- idle for the idle timeout: Draining(IDLE), DeactivateWorker, exit 0;
+- Drain from the driver: take no new jobs, let the running ones finish and
+  their completions be acknowledged, DeactivateWorker, exit 0;
+- SIGTERM (`shutdown`) or Shutdown from the driver: take no new jobs, kill
+  the running ones without reporting them, give the driver a few seconds
+  to acknowledge what already ended, DeactivateWorker (its running jobs go
+  back to Ready and run again as new attempts), exit 0;
+- the driver refuses the instance (deactivated, unknown, bad token): kill
+  everything and exit 3. Activation refused: exit 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import itertools
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import grpc
+
+from corral import __version__
+from corral.driver.v1 import driver_service_pb2 as pb
+from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
+from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.tls import TlsFiles
+from services.worker.attempts import (
+    Attempt, AttemptTable, completed_event, log_url, run_attempt, timestamp, wall_ms,
+)
+from services.worker.config import WorkerConfig
+from services.worker.driver_link import REFUSED, DriverLink
+from services.worker.logs import LogSink
+from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ACTIVATION_REFUSED = 2
+EXIT_DEACTIVATED = 3
+
+DRAIN_FLUSH_S = 60.0
+"""After a drain, how long to wait for the driver to acknowledge the last completions."""
+
+
+class Stop(enum.Enum):
+    """Why the worker leaves."""
+
+    IDLE = "idle"
+    DRAIN = "drain"
+    SHUTDOWN = "shutdown"
+    REFUSED = "refused by the driver"
+
+
+class Worker:
+    """See the module docstring. `run` drives it; the other public methods are
+    what the process's signal handlers, WorkerService and tests use."""
+
+    def __init__(self, config: WorkerConfig, runtime: ContainerRuntime, attempts: AttemptTable, tls: TlsFiles):
+        self.config = config
+        self.runtime = runtime
+        self.attempts = attempts
+        self._ids = itertools.count(1)
+        self.unacked: dict[int, pb.WorkerSessionRequest] = {}
+        """Events sent or to send, by event id, until the driver acknowledges them."""
+        self.sessions_opened = 0
+        """Sessions the driver welcomed, over the worker's life."""
+        self.connected = False
+        self.stop_reason: Stop | None = None
+        self.started_at_ms = wall_ms()
+        self._queue: asyncio.Queue[pb.WorkerSessionRequest] | None = None
+        self._call: grpc.aio.StreamStreamCall | None = None
+        self._link = DriverLink(config.driver_addresses, tls, config.rpc_timeout_s, config.reconnect_max_backoff_s)
+        self._token = ""
+        self._heartbeat_s = config.heartbeat_interval_s
+        self._idle_timeout_s = config.idle_timeout_s
+        self._last_busy = time.monotonic()
+        # Replaced on every change; `_until` waits on the one it saw.
+        self._changed = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- what others call -----------------------------------------------------
+
+    def shutdown(self) -> None:
+        """SIGTERM: kill running jobs, deactivate, exit (see the module docstring)."""
+        self._request_stop(Stop.SHUTDOWN)
+
+    def drop_session(self) -> None:
+        """Break the current session; the worker reconnects and re-sends what was not acknowledged."""
+        if self._call is not None:
+            self._call.cancel()
+
+    @property
+    def version(self) -> str:
+        """Version of the worker software."""
+        return __version__
+
+    @property
+    def draining(self) -> bool:
+        """True once the worker takes no new jobs."""
+        return self.stop_reason is not None
+
+    # -- the life of the worker -----------------------------------------------
+
+    async def run(self, address: str) -> int:
+        """Activate (advertising WorkerService at `address`), serve the driver until
+        the worker leaves; returns the exit code."""
+        sessions: asyncio.Task[None] | None = None
+        idle: asyncio.Task[None] | None = None
+        try:
+            activated = await self._first(self._activate(address))
+            if activated is None:
+                return EXIT_OK  # asked to stop before activating: nothing to give back
+            if not activated:
+                return EXIT_ACTIVATION_REFUSED
+            sessions = asyncio.create_task(self._keep_session())
+            idle = asyncio.create_task(self._watch_idle())
+            await self._until(lambda: self.stop_reason is not None)
+            return await self._leave(sessions)
+        finally:
+            for task in (idle, sessions):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+            await self._abandon_running()
+            await self._link.forget()
+
+    async def _leave(self, sessions: asyncio.Task[None]) -> int:
+        reason = self.stop_reason
+        log.info("%s: leaving (%s)", self.config.instance_name, reason.value if reason else "?")
+        if reason in (Stop.IDLE, Stop.DRAIN):
+            why = ws.DRAIN_REASON_IDLE if reason is Stop.IDLE else ws.DRAIN_REASON_REQUESTED
+            self._send(pb.WorkerSessionRequest(draining=ws.Draining(reason=why)))
+            # A SIGTERM or a refusal during the drain cuts it short.
+            await self._until(lambda: not self.attempts.running() or self.stop_reason not in (Stop.IDLE, Stop.DRAIN))
+        if self.stop_reason is Stop.REFUSED:
+            await self._abandon_running()
+            return EXIT_DEACTIVATED
+        await self._abandon_running()
+        flush_s = DRAIN_FLUSH_S if self.stop_reason is Stop.DRAIN else self.config.shutdown_flush_s
+        if not await self._until(lambda: not self.unacked, flush_s):
+            log.warning("%s: %d events not acknowledged; leaving anyway", self.config.instance_name,
+                        len(self.unacked))
+        sessions.cancel()
+        with contextlib.suppress(BaseException):
+            await sessions
+        await self._deactivate(ws.DRAIN_REASON_IDLE if reason is Stop.IDLE else ws.DRAIN_REASON_REQUESTED)
+        return EXIT_OK
+
+    def _request_stop(self, reason: Stop) -> None:
+        # A stop can only get harsher: a drain becomes a shutdown, anything becomes a refusal.
+        order = [Stop.IDLE, Stop.DRAIN, Stop.SHUTDOWN, Stop.REFUSED]
+        if self.stop_reason is None or order.index(reason) > order.index(self.stop_reason):
+            self.stop_reason = reason
+            self._pulse()
+
+    async def _watch_idle(self) -> None:
+        while True:
+            idle_for = time.monotonic() - self._last_busy
+            if self.attempts.running() or self.unacked:
+                self._last_busy = time.monotonic()
+            elif idle_for >= self._idle_timeout_s:
+                self._request_stop(Stop.IDLE)
+                return
+            await asyncio.sleep(min(0.5, max(0.05, self._idle_timeout_s - idle_for)))
+
+    # -- finding the leader, activating, deactivating --------------------------
+
+    async def _activate(self, address: str) -> bool:
+        response = await self._link.activate(pb.ActivateWorkerRequest(
+            instance_name=self.config.instance_name, activation_token=self.config.activation_token,
+            cores_mcpu=self.config.cores_mcpu, memory_bytes=self.config.memory_bytes,
+            storage_bytes=self.config.storage_bytes, region=self.config.region, address=address,
+            version=__version__))
+        if response is None:
+            return False
+        self._token = response.instance_token
+        self._apply(response.config)
+        log.info("%s: activated, WorkerService at %s", self.config.instance_name, address)
+        return True
+
+    async def _deactivate(self, reason: int) -> None:
+        await self._link.deactivate(pb.DeactivateWorkerRequest(
+            instance_name=self.config.instance_name, instance_token=self._token, reason=reason),
+            self.config.deactivate_timeout_s)
+
+    # -- the session ------------------------------------------------------------
+
+    async def _keep_session(self) -> None:
+        backoff_s = 0.1
+        while True:
+            stub = await self._link.leader()
+            welcomed = self.sessions_opened
+            try:
+                await self._session(stub)
+                why = "ended"
+            except grpc.aio.AioRpcError as e:
+                if e.code() in REFUSED:
+                    log.error("%s: the driver refused the session: %s %s", self.config.instance_name,
+                              e.code().name, e.details())
+                    self._request_stop(Stop.REFUSED)
+                    return
+                why = f"{e.code().name}: {e.details()}"
+            log.warning("%s: session %s; looking for the leader", self.config.instance_name, why)
+            await self._link.forget()
+            if self.sessions_opened > welcomed:
+                backoff_s = 0.1
+            else:  # refused before Welcome (a deposed leader, say): do not spin
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(self.config.reconnect_max_backoff_s, backoff_s * 2)
+
+    async def _session(self, stub: driver_service_pb2_grpc.DriverServiceStub) -> None:
+        call = stub.WorkerSession()
+        queue: asyncio.Queue[pb.WorkerSessionRequest] = asyncio.Queue()
+        queue.put_nowait(self._numbered(pb.WorkerSessionRequest(hello=ws.Hello(
+            instance_name=self.config.instance_name, instance_token=self._token,
+            epoch_seen=self._link.epoch_seen))))
+        for event in self.unacked.values():  # what the last session did not get acknowledged, in order
+            queue.put_nowait(event)
+        self._call, self._queue = call, queue
+        writer = asyncio.create_task(self._write(call, queue))
+        heartbeats: asyncio.Task[None] | None = None
+        try:
+            while True:
+                message = await call.read()
+                if message is grpc.aio.EOF:
+                    return
+                if message.WhichOneof("payload") == "welcome" and heartbeats is None:
+                    heartbeats = asyncio.create_task(self._heartbeats(queue))
+                self._on_command(message)
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+            return  # drop_session cancelled the call, not us
+        finally:
+            self._call = self._queue = None
+            self.connected = False
+            for task in (writer, heartbeats):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
+            call.cancel()
+
+    async def _write(self, call: grpc.aio.StreamStreamCall, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
+        while True:
+            message = await queue.get()
+            message.sent_at.CopyFrom(timestamp(wall_ms()))
+            try:
+                await call.write(message)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+                log.debug("session write failed: %s", e)
+                return  # the read side sees the stream's end
+
+    async def _heartbeats(self, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
+        while True:
+            reserved_mcpu, reserved_bytes = self.attempts.reserved()
+            now = timestamp(wall_ms())
+            running = self.attempts.running()
+            queue.put_nowait(self._numbered(pb.WorkerSessionRequest(heartbeat=ws.Heartbeat(
+                free_cores_mcpu=max(0, self.config.cores_mcpu - reserved_mcpu),
+                free_memory_bytes=max(0, self.config.memory_bytes - reserved_bytes),
+                running_attempts=[a.ref for a in running],
+                rollups=[ws.BillingRollup(attempt=a.ref, rollup_time=now) for a in running
+                         if a.started_ms is not None]))))
+            await asyncio.sleep(self._heartbeat_s)
+
+    def _on_command(self, message: pb.WorkerSessionResponse) -> None:
+        kind = message.WhichOneof("payload")
+        if kind == "welcome":
+            self._link.saw_epoch(message.welcome.epoch)
+            self._apply(message.welcome.config)
+            self.connected = True
+            self.sessions_opened += 1
+            self._pulse()
+        elif kind == "ack_job_event":
+            self.unacked.pop(message.ack_job_event.event_id, None)
+            self._pulse()
+        elif kind == "run_job":
+            refusal = self._start(message.run_job)
+            self._ack(message.command_id, refusal)
+        elif kind == "cancel_job":
+            self._cancel(message.cancel_job)
+            self._ack(message.command_id, "")
+        elif kind == "drain":
+            log.info("%s: the driver asks to drain: %s", self.config.instance_name, message.drain.reason)
+            self._request_stop(Stop.DRAIN)
+            self._ack(message.command_id, "")
+        elif kind == "shutdown":
+            log.info("%s: the driver asks to shut down: %s", self.config.instance_name, message.shutdown.reason)
+            self._request_stop(Stop.SHUTDOWN)
+            self._ack(message.command_id, "")
+
+    def _ack(self, command_id: int, refusal: str) -> None:
+        if command_id:
+            self._send(pb.WorkerSessionRequest(command_ack=ws.CommandAck(
+                command_id=command_id, accepted=not refusal, error_message=refusal)))
+
+    def _apply(self, config: instance_pb2.SessionConfig) -> None:
+        if config.heartbeat_interval.ToMilliseconds() > 0:
+            self._heartbeat_s = config.heartbeat_interval.ToMilliseconds() / 1000
+        if config.idle_timeout.ToMilliseconds() > 0:
+            self._idle_timeout_s = config.idle_timeout.ToMilliseconds() / 1000
+
+    def _numbered(self, message: pb.WorkerSessionRequest) -> pb.WorkerSessionRequest:
+        message.event_id = next(self._ids)
+        return message
+
+    def _send(self, message: pb.WorkerSessionRequest) -> None:
+        """Send on the current session, if any (not kept: only events are re-sent)."""
+        if self._queue is not None:
+            self._queue.put_nowait(self._numbered(message))
+
+    def _emit(self, message: pb.WorkerSessionRequest) -> None:
+        """Send an event the driver must acknowledge; kept and re-sent until it does."""
+        self._numbered(message)
+        self.unacked[message.event_id] = message
+        if self._queue is not None:
+            self._queue.put_nowait(message)
+
+    # -- jobs ---------------------------------------------------------------------
+
+    def _start(self, run: ws.RunJob) -> str:
+        """Start an attempt for a RunJob; returns why it was refused, or ''."""
+        key = (run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id)
+        if self.attempts.get(key) is not None:
+            return ""  # a re-sent RunJob: it runs already
+        if self.draining:
+            return "the worker is draining and takes no new jobs"
+        if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
+            return "the RunJob arrived after its deadline"
+        reserved_mcpu, _ = self.attempts.reserved()
+        if reserved_mcpu + run.cores_mcpu > self.config.cores_mcpu:
+            return (f"no room: {run.cores_mcpu} mcpu asked, "
+                    f"{self.config.cores_mcpu - reserved_mcpu} of {self.config.cores_mcpu} free")
+        job = JobRun(run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id, run.spec, run.cores_mcpu,
+                     run.memory_bytes, self.config.scratch_dir)
+        attempt = Attempt(ref=run.attempt, run=run, log=LogSink(job.log_path),
+                          log_url=run.log_url or log_url(self.config.log_root_url, run.attempt))
+        self.attempts.add(attempt)
+        self._last_busy = time.monotonic()
+        attempt.task = asyncio.create_task(self._run(attempt, job))
+        # A spec the runtime refuses still runs to an Error outcome (so the job says why); the ack says it too.
+        return "; ".join(self.runtime.check(run.spec))
+
+    async def _run(self, attempt: Attempt, job: JobRun) -> None:
+        def started(attempt: Attempt) -> None:
+            self._emit(pb.WorkerSessionRequest(job_started=ws.JobStarted(
+                attempt=attempt.ref, start_time=timestamp(attempt.started_ms or wall_ms()),
+                isolation=self.runtime.isolation(job))))
+
+        try:
+            outcome = await run_attempt(self.runtime, attempt, job, started)
+        except asyncio.CancelledError:
+            self.attempts.end(attempt, None)
+            self._pulse()
+            raise
+        except Exception as e:  # noqa: BLE001 - the worker failed around the job: report it, do not die
+            log.exception("attempt %s failed in the worker", attempt.key)
+            outcome = JobOutcome(state="Error", exit_code=None, error_message=f"the worker failed: {e}",
+                                 start_time_ms=attempt.started_ms, end_time_ms=wall_ms(), end_reason=SYSTEM_ERROR,
+                                 isolation=self.runtime.isolation(job))
+        self.attempts.end(attempt, outcome)
+        self._last_busy = time.monotonic()
+        if not attempt.abandoned:
+            self._emit(pb.WorkerSessionRequest(job_completed=completed_event(attempt, outcome)))
+        self._pulse()
+
+    def _cancel(self, cancel: ws.CancelJob) -> None:
+        attempt = self.attempts.get((cancel.attempt.batch_id, cancel.attempt.job_id, cancel.attempt.attempt_id))
+        if attempt is None or not attempt.running:
+            return
+        log.info("cancelling attempt %s: %s", attempt.key, cancel.reason)
+        attempt.cancel_requested = True
+        # Returns at once; the attempt's task then reports Cancelled.
+        task = asyncio.create_task(self.runtime.cancel(attempt.ref.attempt_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _abandon_running(self) -> None:
+        """Kill every running attempt without reporting it (the driver runs it again)."""
+        running = [a for a in self.attempts.running() if a.task is not None]
+        for attempt in running:
+            attempt.abandoned = True
+            attempt.task.cancel()  # type: ignore[union-attr]
+        for attempt in running:
+            with contextlib.suppress(BaseException):
+                await attempt.task  # type: ignore[misc]
+
+    # -- waiting ------------------------------------------------------------------
+
+    def _pulse(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def _until(self, predicate: Callable[[], bool], timeout_s: float | None = None) -> bool:
+        """Wait until `predicate()` holds (re-checked on every change); False on timeout."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not predicate():
+            changed = self._changed
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                return predicate()
+        return True
+
+    async def _first(self, activation: Coroutine[Any, Any, bool]) -> bool | None:
+        """Activation's result, or None if a stop was asked for first."""
+        task = asyncio.ensure_future(activation)
+        stopped = asyncio.ensure_future(self._until(lambda: self.stop_reason is not None))
+        try:
+            done, _ = await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            return task.result() if task in done else None
+        finally:
+            for t in (task, stopped):
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t

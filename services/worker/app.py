@@ -1,0 +1,74 @@
+"""Wiring of a worker process: runtime, attempts, WorkerService, the agent.
+
+`start` serves WorkerService on its own mutual-TLS listener first (the
+agent advertises its port when it activates), then runs the agent; `run`
+is the process: it turns SIGTERM and SIGINT into the agent's shutdown and
+returns its exit code. Tests use `start` to hold a worker in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+
+from corral.worker.v1 import worker_service_pb2_grpc
+from services.common.identity import peer_certificate
+from services.common.server import Listener, RunningServers, Service, serve
+from services.common.tls import DevCertificateAuthority
+from services.worker.agent import Worker
+from services.worker.attempts import AttemptTable
+from services.worker.config import WorkerConfig
+from services.worker.runtime import ContainerRuntime, ProcessRuntime
+from services.worker.servicer import WorkerServicer
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class WorkerApp:
+    """A running worker."""
+
+    worker: Worker
+    servers: RunningServers
+    address: str
+    """host:port of WorkerService, as the driver records it."""
+    agent: asyncio.Task[int]
+    """The agent; its result is the process's exit code."""
+
+    async def wait(self) -> int:
+        """Wait for the worker to leave (idle, drained, shut down); stop serving; return the exit code."""
+        try:
+            return await asyncio.shield(self.agent)
+        finally:
+            if self.agent.done():
+                await self.servers.stop(grace_s=1.0)
+
+    async def stop(self) -> int:
+        """SIGTERM's path: kill running jobs, deactivate, stop serving."""
+        self.worker.shutdown()
+        return await self.wait()
+
+
+async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -> WorkerApp:
+    """Serve WorkerService, then activate and run the agent in a task."""
+    tls = DevCertificateAuthority(config.certs_dir).issue(f"worker-{config.instance_name}")
+    config.scratch_dir.mkdir(parents=True, exist_ok=True)
+    attempts = AttemptTable(config.keep_ended_s)
+    worker = Worker(config, runtime or ProcessRuntime(), attempts, tls)
+    servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker),
+                                   worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
+                          [Listener(config.listen_address, tls, peer_certificate, internal=True)])
+    address = f"{config.advertise_host}:{servers.ports[0]}"
+    log.info("worker %s: WorkerService at %s", config.instance_name, address)
+    return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)))
+
+
+async def run(config: WorkerConfig) -> int:
+    """The worker process: serve until the worker leaves; SIGTERM and SIGINT shut it down."""
+    app = await start(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, app.worker.shutdown)
+    return await app.wait()

@@ -1,0 +1,186 @@
+"""The attempts a worker holds, and running one of them to its report.
+
+`AttemptTable` is what the agent and WorkerService share: the agent adds an
+`Attempt` when it accepts a RunJob and ends it with the runtime's outcome;
+WorkerService reads the log of a running attempt, and of one that ended
+within `keep_ended_s` (by then the log is in storage too, but a reader that
+started here can finish here). `run_attempt` runs one attempt in the
+runtime, uploads its log and returns the outcome; `completed_event` turns
+that into the JobCompleted the driver records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from corral.batch.v1 import job_pb2, job_state_pb2
+from corral.driver.v1 import worker_session_pb2 as ws
+from services.worker.logs import LogSink
+from services.worker.runtime import CANCELLED, ContainerRuntime, JobOutcome, JobRun
+
+log = logging.getLogger(__name__)
+
+AttemptKey = tuple[int, int, str]
+"""(batch_id, job_id, attempt_id): attempt ids are unique within a job only."""
+
+_STATES = {"Success": job_state_pb2.JOB_STATE_SUCCEEDED, "Failed": job_state_pb2.JOB_STATE_FAILED,
+           "Error": job_state_pb2.JOB_STATE_ERROR, "Cancelled": job_state_pb2.JOB_STATE_CANCELLED}
+
+UPLOAD_TRIES = 3
+
+
+def wall_ms() -> int:
+    """Milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+def timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    """A Timestamp of `ms` milliseconds since the epoch."""
+    out = timestamp_pb2.Timestamp()
+    out.FromMilliseconds(ms)
+    return out
+
+
+def log_url(root_url: str, ref: ws.AttemptRef) -> str:
+    """Where an attempt's main log goes: the same layout the driver puts in RunJob.log_url."""
+    return f"{root_url.rstrip('/')}/logs/{ref.batch_id}/{ref.job_id}/{ref.attempt_id}/main.log"
+
+
+@dataclasses.dataclass
+class Attempt:
+    """One attempt on this worker, from RunJob until it is forgotten."""
+
+    ref: ws.AttemptRef
+    run: ws.RunJob
+    log: LogSink
+    log_url: str
+    started_ms: int | None = None
+    """When the command started (JobStarted); None before."""
+    outcome: JobOutcome | None = None
+    """How it ended; None while it runs."""
+    ended_at_s: float | None = None
+    """Monotonic time it ended, for forgetting it later."""
+    cancel_requested: bool = False
+    """CancelJob arrived: stop it and report Cancelled."""
+    abandoned: bool = False
+    """Killed because the worker is going away: report nothing, the driver runs it again."""
+    uploaded: bool = False
+    """Its log is in storage."""
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def key(self) -> AttemptKey:
+        return (self.ref.batch_id, self.ref.job_id, self.ref.attempt_id)
+
+    @property
+    def running(self) -> bool:
+        return self.ended_at_s is None
+
+
+class AttemptTable:
+    """Running attempts and those that ended in the last `keep_ended_s` seconds."""
+
+    def __init__(self, keep_ended_s: float = 600.0, clock: Callable[[], float] = time.monotonic):
+        self._keep_ended_s = keep_ended_s
+        self._clock = clock
+        self._attempts: dict[AttemptKey, Attempt] = {}
+
+    def add(self, attempt: Attempt) -> None:
+        """Hold a new attempt (its key must be new)."""
+        if attempt.key in self._attempts:
+            raise ValueError(f"attempt {attempt.key} is already held")
+        self._attempts[attempt.key] = attempt
+
+    def get(self, key: AttemptKey) -> Attempt | None:
+        """The attempt, running or recently ended; None if unknown or forgotten."""
+        self._forget_old()
+        return self._attempts.get(key)
+
+    def running(self) -> list[Attempt]:
+        """Attempts that have not ended, oldest first."""
+        return [a for a in self._attempts.values() if a.running]
+
+    def end(self, attempt: Attempt, outcome: JobOutcome | None) -> None:
+        """Mark an attempt ended (outcome None: abandoned); it stays readable for a while."""
+        attempt.outcome = outcome
+        attempt.ended_at_s = self._clock()
+        self._forget_old()
+
+    def reserved(self) -> tuple[int, int]:
+        """(cores_mcpu, memory_bytes) reserved by running attempts."""
+        running = self.running()
+        return sum(a.run.cores_mcpu for a in running), sum(a.run.memory_bytes for a in running)
+
+    def _forget_old(self) -> None:
+        horizon = self._clock() - self._keep_ended_s
+        for key in [k for k, a in self._attempts.items() if a.ended_at_s is not None and a.ended_at_s < horizon]:
+            attempt = self._attempts.pop(key)
+            if not attempt.uploaded:
+                continue  # the only copy of its log: left on disk for an operator
+            path = attempt.log.path
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+                path.parent.rmdir()
+
+
+async def run_attempt(runtime: ContainerRuntime, attempt: Attempt, job: JobRun,
+                      on_started: Callable[[Attempt], None]) -> JobOutcome:
+    """Run the attempt in the runtime, then upload its log to `attempt.log_url`.
+
+    The log is uploaded before the caller reports the outcome, so once the
+    job is final in the database its log is in storage. An upload that keeps
+    failing does not change the job's outcome; it is said in the error
+    message and the log stays readable on this worker for a while."""
+
+    async def started(pid: int) -> None:
+        attempt.started_ms = wall_ms()
+        on_started(attempt)
+
+    if attempt.cancel_requested:  # CancelJob came before the task ran
+        attempt.log.close()
+        outcome = JobOutcome(state="Cancelled", exit_code=None, error_message="cancelled before the command started",
+                             start_time_ms=None, end_time_ms=wall_ms(), end_reason=CANCELLED,
+                             isolation=runtime.isolation(job))
+    else:
+        outcome = await runtime.run(job, attempt.log, started)
+    if not attempt.log_url:
+        return outcome
+    for attempt_no in range(1, UPLOAD_TRIES + 1):
+        try:
+            await attempt.log.upload(attempt.log_url)
+            attempt.uploaded = True
+            return outcome
+        except Exception as e:  # noqa: BLE001 - any storage failure: retry, then say so
+            if attempt_no == UPLOAD_TRIES:
+                log.warning("could not upload the log of %s to %s: %s", attempt.key, attempt.log_url, e)
+                note = f"the log could not be uploaded to {attempt.log_url}: {e}"
+                return dataclasses.replace(
+                    outcome, error_message=f"{outcome.error_message}; {note}" if outcome.error_message else note)
+            await asyncio.sleep(0.5 * attempt_no)
+    raise AssertionError("unreachable")
+
+
+def completed_event(attempt: Attempt, outcome: JobOutcome) -> ws.JobCompleted:
+    """The JobCompleted the driver records for an ended attempt."""
+    usage = job_pb2.ResourceUsage()
+    if outcome.cpu_time_ms is not None:
+        usage.cpu_time.CopyFrom(duration_pb2.Duration(seconds=outcome.cpu_time_ms // 1000,
+                                                      nanos=outcome.cpu_time_ms % 1000 * 1_000_000))
+    if outcome.peak_memory_bytes is not None:
+        usage.peak_memory_bytes = outcome.peak_memory_bytes
+    completed = ws.JobCompleted(
+        attempt=attempt.ref, state=_STATES[outcome.state],
+        end_reason=job_pb2.AttemptEndReason.Value("ATTEMPT_END_REASON_" + outcome.end_reason.upper()),
+        error_message=outcome.error_message, end_time=timestamp(outcome.end_time_ms), resources_used=usage)
+    if outcome.exit_code is not None:
+        completed.exit_code = outcome.exit_code
+    if outcome.start_time_ms is not None:
+        completed.start_time.CopyFrom(timestamp(outcome.start_time_ms))
+    return completed

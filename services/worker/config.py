@@ -1,0 +1,53 @@
+"""What a worker process is told: its identity, its machine, and where the
+drivers and storage are. The driver's local provider passes these as the
+command line of `python -m services.worker`."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+    """How to run one worker."""
+
+    instance_name: str
+    """The instance the autoscaler recorded for this machine."""
+    activation_token: str
+    """Its one-time activation token: proves to the driver that this process is that machine."""
+    cores_mcpu: int
+    """Cores offered to jobs, in thousandths of a core."""
+    driver_addresses: tuple[str, ...]
+    """Every driver's internal address (host:port); the worker finds the leader among them."""
+    certs_dir: Path
+    """The dev CA's directory; the worker's certificate there is `worker-<instance_name>`."""
+    scratch_dir: Path
+    """Where attempts get their working directories and local logs."""
+    log_root_url: str
+    """fsspec URL under which finished logs go when a RunJob names no log_url."""
+    memory_bytes: int = 0
+    """Memory offered to jobs, in bytes (0: not declared)."""
+    storage_bytes: int = 0
+    """Scratch storage offered to jobs, in bytes (0: not declared)."""
+    region: str = "local"
+    """Region the machine is in."""
+    listen_address: str = "127.0.0.1:0"
+    """Where WorkerService listens (mutual TLS); port 0 picks a free port."""
+    advertise_host: str = "127.0.0.1"
+    """Host the driver records for WorkerService (instances.ip_address is advertise_host:port)."""
+    heartbeat_interval_s: float = 5.0
+    """Heartbeat period until the driver's Welcome says otherwise."""
+    idle_timeout_s: float = 60.0
+    """Idle time before deactivating, until the driver's Welcome says otherwise."""
+    keep_ended_s: float = 600.0
+    """How long the log of an ended attempt stays readable over WorkerService."""
+    rpc_timeout_s: float = 10.0
+    """Deadline of each unary call to a driver (GetLeader, ActivateWorker, DeactivateWorker)."""
+    reconnect_max_backoff_s: float = 5.0
+    """Longest wait between two rounds of looking for the leader."""
+    shutdown_flush_s: float = 5.0
+    """On SIGTERM, how long to wait for the driver to acknowledge completions before deactivating."""
+    deactivate_timeout_s: float = 15.0
+    """How long to keep trying DeactivateWorker before exiting anyway (the dead-worker detector
+    then deactivates the instance)."""

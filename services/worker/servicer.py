@@ -1,0 +1,122 @@
+"""WorkerService: what a worker tells other corral services about itself.
+
+Served on the worker's own mutual-TLS listener, whose host:port the driver
+records in `instances.ip_address`. Its callers are corral services: the
+frontend reads the logs of running attempts here (finished ones it reads
+from storage), the driver and operators its status. Other workers have
+certificates from the same CA but no business here, so they are refused.
+Logs are those of the attempts in the worker's `AttemptTable`: running, or
+ended within its retention time; anything else is NOT_FOUND.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+
+from corral.batch.v1 import job_pb2
+from corral.worker.v1 import worker_service_pb2 as pb
+from corral.worker.v1 import worker_service_pb2_grpc, worker_status_pb2
+from services.common.errors import FieldViolation, InvalidRequest, NotFound, PermissionDenied
+from services.common.identity import current_principal
+from services.worker.agent import Worker
+from services.worker.attempts import Attempt, timestamp
+
+DEFAULT_LOG_BYTES = 2**20
+MAX_LOG_BYTES = 4 * 2**20
+STREAM_CHUNK_BYTES = 64 * 2**10
+MAX_PAGE_SIZE = 1000
+
+
+class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
+    """See the module docstring."""
+
+    def __init__(self, worker: Worker):
+        self._worker = worker
+
+    @staticmethod
+    def _authorize() -> None:
+        principal = current_principal()
+        principal.require_service()
+        if principal.name.startswith("worker-"):
+            raise PermissionDenied("workers do not read each other's status or logs")
+
+    def _attempt(self, batch_id: int, job_id: int, attempt_id: str, step: int) -> Attempt:
+        if not attempt_id:
+            raise InvalidRequest(FieldViolation("attempt_id", "required: the worker may hold several attempts"))
+        if step not in (job_pb2.JOB_STEP_UNSPECIFIED, job_pb2.JOB_STEP_MAIN):
+            raise NotFound(f"no {job_pb2.JobStep.Name(step)} log: this worker keeps the main command's log only")
+        attempt = self._worker.attempts.get((batch_id, job_id, attempt_id))
+        if attempt is None:
+            raise NotFound(f"attempt {attempt_id} of job {batch_id}/{job_id} is not on this worker "
+                           "(never, or ended too long ago: read its log from storage)")
+        return attempt
+
+    async def GetStatus(self, request: pb.GetStatusRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.GetStatusResponse:
+        self._authorize()
+        worker, config = self._worker, self._worker.config
+        reserved_mcpu, reserved_bytes = worker.attempts.reserved()
+        running = []
+        for a in worker.attempts.running():
+            item = worker_status_pb2.RunningAttempt(
+                batch_id=a.ref.batch_id, job_id=a.ref.job_id, attempt_id=a.ref.attempt_id,
+                step=job_pb2.JOB_STEP_MAIN, cores_mcpu=a.run.cores_mcpu, memory_bytes=a.run.memory_bytes)
+            if a.started_ms is not None:
+                item.started_at.CopyFrom(timestamp(a.started_ms))
+            running.append(item)
+        return pb.GetStatusResponse(
+            instance_name=config.instance_name, version=worker.version,
+            runtime_kind=worker_status_pb2.RUNTIME_KIND_OCI if worker.runtime.isolates
+            else worker_status_pb2.RUNTIME_KIND_PROCESS,
+            isolated=worker.runtime.isolates, cores_mcpu=config.cores_mcpu,
+            free_cores_mcpu=max(0, config.cores_mcpu - reserved_mcpu), memory_bytes=config.memory_bytes,
+            free_memory_bytes=max(0, config.memory_bytes - reserved_bytes), storage_bytes=config.storage_bytes,
+            free_storage_bytes=config.storage_bytes, running_attempts=running, draining=worker.draining,
+            connected=worker.connected, started_at=timestamp(worker.started_at_ms))
+
+    async def GetJobLog(self, request: pb.GetJobLogRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.GetJobLogResponse:
+        self._authorize()
+        if request.max_bytes < 0:
+            raise InvalidRequest(FieldViolation("max_bytes", "must not be negative"))
+        attempt = self._attempt(request.batch_id, request.job_id, request.attempt_id, request.step)
+        # Read `closed` first: bytes written after it are then at worst reported as not complete yet.
+        complete = attempt.log.closed
+        total = _size(attempt)
+        start = _start(request.start_byte, total)
+        data = attempt.log.read(start, min(request.max_bytes or DEFAULT_LOG_BYTES, MAX_LOG_BYTES))
+        return pb.GetJobLogResponse(data=data, start_byte=start, total_bytes=max(total, start + len(data)),
+                                    complete=complete)
+
+    async def StreamJobLog(self, request: pb.StreamJobLogRequest, context: grpc.aio.ServicerContext
+                           ) -> AsyncIterator[pb.StreamJobLogResponse]:
+        self._authorize()
+        attempt = self._attempt(request.batch_id, request.job_id, request.attempt_id, request.step)
+        offset = _start(request.start_byte, _size(attempt))
+        async for data in attempt.log.follow(offset, STREAM_CHUNK_BYTES):
+            yield pb.StreamJobLogResponse(data=data, start_byte=offset)
+            offset += len(data)
+
+    async def ListImages(self, request: pb.ListImagesRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.ListImagesResponse:
+        self._authorize()
+        if request.page_size < 0:
+            raise InvalidRequest(FieldViolation("page_size", f"between 0 and {MAX_PAGE_SIZE}"))
+        if request.page_token:
+            raise InvalidRequest(FieldViolation("page_token", "not a token this service returned"))
+        # The process runtime runs commands on the host: it has no image cache.
+        return pb.ListImagesResponse()
+
+
+def _size(attempt: Attempt) -> int:
+    try:
+        return attempt.log.path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _start(start_byte: int, total: int) -> int:
+    """A request's start offset: negative counts from the end; clamped to the log."""
+    return max(0, total + start_byte) if start_byte < 0 else start_byte
