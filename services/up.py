@@ -145,6 +145,7 @@ def start(config: UpConfig) -> Running:
         frontend = free_port()
         _spawn(running, "frontend", ["services.frontend", *common, "--auth-address", f"localhost:{auth_internal}",
                                      "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
+                                     "--driver-addresses", driver_addresses,
                                      "--ports-file", str(run_dir / "frontend.ports")], logs)
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", running)

@@ -1,4 +1,5 @@
-"""python -m services.frontend --database-url URL --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL"""
+"""python -m services.frontend --database-url URL --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
+[--driver-addresses HOST:PORT,...]"""
 
 import argparse
 import asyncio
@@ -15,7 +16,9 @@ parser.add_argument("--spec-root-url", required=True)
 parser.add_argument("--public-address", default="127.0.0.1:0")
 parser.add_argument("--internal-address")
 parser.add_argument("--ports-file", type=Path)
+parser.add_argument("--driver-addresses", default="", help="comma-separated internal addresses of the drivers")
 args = parser.parse_args()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_address, args.spec_root_url,
-                               args.public_address, args.internal_address, ports_file=args.ports_file)))
+                               args.public_address, args.internal_address, ports_file=args.ports_file,
+                               driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a))))

@@ -1,8 +1,10 @@
 """Reads of batches and updates for the frontend, and the visibility rule.
 
 A batch is visible to members of its billing project and to administrators
-and developers; to anybody else it does not exist (NOT_FOUND, never
-PERMISSION_DENIED, so ids do not leak). Counts come from the tokenized
+and developers. `lookup_batch` says whether the caller may see it, and
+`services.frontend.access` answers NOT_FOUND for a missing (or deleted)
+batch and PERMISSION_DENIED for one outside the caller's projects; lists
+simply leave invisible batches out. Counts come from the tokenized
 counters, never from scanning a batch's jobs.
 """
 
@@ -19,7 +21,11 @@ SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms,
        g.cancel_after_n_failures,
        (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_job_group_resources x
           JOIN resources r ON r.resource_id = x.resource_id
-          WHERE x.batch_id = b.batch_id AND x.job_group_id = 0) AS cost_usd
+          WHERE x.batch_id = b.batch_id AND x.job_group_id = 0) AS cost_usd,
+       -- In the same statement as the state: every event up to this id is a
+       -- change the row already shows (WatchBatch from last_event_id + 1).
+       COALESCE((SELECT s.last_event_id FROM batch_event_sequences s WHERE s.batch_id = b.batch_id), 0)
+         AS last_event_id
 FROM batches b
 JOIN job_groups g ON g.batch_id = b.batch_id AND g.job_group_id = 0
 LEFT JOIN job_groups_cancelled c ON c.batch_id = b.batch_id AND c.job_group_id = 0
@@ -64,6 +70,20 @@ class BatchStore:
         return await self.db.fetchone(
             f"{_BATCH_SELECT} WHERE b.batch_id = %s AND NOT b.deleted AND {_VISIBLE}",
             (batch_id, sees_everything(principal), principal.name), name="get_batch")
+
+    async def lookup_batch(self, batch_id: int, principal: Principal, include_deleted: bool = False
+                           ) -> dict[str, Any] | None:
+        """The batch row (with cancellation and cost) whatever the caller may see, plus
+        `visible`: whether the caller may read it. None for no such batch (or a deleted
+        one, unless `include_deleted`)."""
+        row = await self.db.fetchone(
+            f"{_BATCH_SELECT} WHERE b.batch_id = %s AND (%s OR NOT b.deleted)", (batch_id, include_deleted),
+            name="lookup_batch")
+        if row is not None:
+            row["visible"] = sees_everything(principal) or await self.db.fetchone(
+                "SELECT 1 AS member FROM billing_project_members WHERE billing_project = %s AND user = %s",
+                (row["billing_project"], principal.name), name="batch_membership") is not None
+        return row
 
     async def list_batches(self, where_sql: str, params: list[Any], principal: Principal, before_id: int | None,
                            limit: int) -> list[dict[str, Any]]:

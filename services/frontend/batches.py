@@ -10,31 +10,31 @@ batches. Every step is idempotent under the client's tokens.
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 from google.protobuf import timestamp_pb2
 
-from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, update_pb2
+from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_state_pb2, update_pb2
 from corral.batch.v1 import batch_service_pb2 as pb
-from services.common.errors import FieldViolation, InvalidRequest, NotFound, PermissionDenied
+from services.common.errors import FieldViolation, InvalidRequest, NotFound
 from services.common.identity import Principal, current_principal
 from services.db.store import JobStore
 from services.frontend import query as query_language
+from services.frontend.access import owned_batch, readable_batch
 from services.frontend.batch_store import BatchStore
+from services.frontend.notify import Notify, no_notify
 from services.frontend.specs import SpecStore
 from services.frontend.validate import MAX_JOBS_PER_BUNCH, UpdateBlock, check_bunch, job_row
+from services.frontend.watch import BatchWatcher
 
 MAX_PAGE_SIZE = 1000
 MAX_TOKEN_LENGTH = 100
-
-Notify = Callable[[str, int], Awaitable[None]]
-"""Tells the driver that something changed: (kind, batch_id)."""
-
-
-async def _no_notify(kind: str, batch_id: int) -> None:
-    return None
+_RERUN_TOKEN_PREFIX = "rerun/"
+# RerunFailedJobs' states as the bits of rerun_failed_jobs.
+_RERUN_STATE_BITS = {job_state_pb2.JOB_STATE_FAILED: 2, job_state_pb2.JOB_STATE_ERROR: 4,
+                     job_state_pb2.JOB_STATE_CANCELLED: 8}
 
 
 def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
@@ -61,26 +61,23 @@ _BATCH_STATES = {"open": batch_pb2.BATCH_STATE_OPEN, "running": batch_pb2.BATCH_
 class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     """The batch half of the frontend."""
 
-    def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = _no_notify):
+    def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = no_notify,
+                 watcher: BatchWatcher | None = None):
         self.jobs = jobs
         self.batches = batches
         self.specs = specs
         self.notify = notify
+        self.watcher = watcher or BatchWatcher(batches)
 
     # -- helpers -------------------------------------------------------------
 
     async def _batch_row(self, batch_id: int, principal: Principal) -> dict[str, Any]:
-        row = await self.batches.get_batch(batch_id, principal)
-        if row is None:
-            raise NotFound(f"no batch {batch_id}")
-        return row
+        """A batch the caller may read (see services.frontend.access)."""
+        return await readable_batch(self.batches, batch_id, principal)
 
     async def _own_batch(self, batch_id: int, principal: Principal) -> dict[str, Any]:
         """A batch the caller may change: their own (administrators: any)."""
-        row = await self._batch_row(batch_id, principal)
-        if row["user"] != principal.name and not principal.is_admin:
-            raise PermissionDenied(f"batch {batch_id} belongs to {row['user']}")
-        return row
+        return await owned_batch(self.batches, batch_id, principal)
 
     async def batch_proto(self, row: dict[str, Any]) -> batch_pb2.Batch:
         counts = await self.batches.counts(row["batch_id"], row["n_jobs"])
@@ -88,6 +85,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         cancellation = None
         if row["cancelled_by"] is not None:
             cause = (batch_pb2.CANCELLATION_CAUSE_FAILURE_LIMIT if row["cancel_reason"].startswith("cancel_after")
+                     else batch_pb2.CANCELLATION_CAUSE_BILLING_LIMIT
+                     if row["cancel_reason"] == "billing limit reached" and row["cancelled_by"] == "corral"
                      else batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
             cancellation = batch_pb2.CancellationInfo(
                 cancelled_by=row["cancelled_by"], reason=row["cancel_reason"],
@@ -102,6 +101,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             cost_micro_usd=round(float(row["cost_usd"]) * 1_000_000),
             created_at=_timestamp(row["time_created_ms"]), completed_at=_timestamp(row["time_completed_ms"]),
             callback_url=row["callback_url"] or "", cancel_after_n_failures=row["cancel_after_n_failures"],
+            last_event_id=row["last_event_id"],
         )
 
     @staticmethod
@@ -238,7 +238,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             if request.jobs:
                 await self._add_jobs(batch_id, update, 0, request.jobs)
             await self.jobs.commit_update(batch_id, update["update_id"])
-            await self.notify("jobs_ready", batch_id)
+            await self.notify("jobs_ready", batch_id, 0, request.billing_project)
         update = await self.batches.get_update(batch_id, update["update_id"])
         assert update is not None
         batch = await self.batch_proto(await self._batch_row(batch_id, principal))
@@ -248,12 +248,17 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return pb.GetBatchResponse(batch=await self.batch_proto(await self._batch_row(request.batch_id,
                                                                                        current_principal())))
 
+    async def WatchBatch(self, request: pb.WatchBatchRequest, context: grpc.aio.ServicerContext
+                         ) -> AsyncIterator[pb.WatchBatchResponse]:
+        async for response in self.watcher.watch(request, current_principal()):
+            yield response
+
     async def ListBatches(self, request: pb.ListBatchesRequest, context: grpc.aio.ServicerContext
                           ) -> pb.ListBatchesResponse:
         principal = current_principal()
-        if not 0 <= request.page_size <= MAX_PAGE_SIZE:
-            raise InvalidRequest(FieldViolation("page_size", f"between 0 and {MAX_PAGE_SIZE}"))
-        limit = request.page_size or 100
+        if request.page_size < 0:
+            raise InvalidRequest(FieldViolation("page_size", "must not be negative"))
+        limit = min(request.page_size or 100, MAX_PAGE_SIZE)  # the contract: more than the cap is the cap
         try:
             before = int(base64.urlsafe_b64decode(request.page_token).decode()) if request.page_token else None
         except ValueError:
@@ -269,8 +274,50 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CancelBatchResponse:
         principal = current_principal()
-        await self._own_batch(request.batch_id, principal)
+        row = await self._own_batch(request.batch_id, principal)
         await self.jobs.cancel_job_group(request.batch_id, 0, principal.name, request.reason or "cancelled by user")
-        await self.notify("batch_cancelled", request.batch_id)
+        await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
         batch = await self.batch_proto(await self._batch_row(request.batch_id, principal))
         return pb.CancelBatchResponse(batch=batch)
+
+    async def DeleteBatch(self, request: pb.DeleteBatchRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.DeleteBatchResponse:
+        principal = current_principal()
+        row = await owned_batch(self.batches, request.batch_id, principal, include_deleted=True)
+        if row["deleted"]:
+            return pb.DeleteBatchResponse()
+        # Cancel first, so the jobs drain and the cancellation is recorded as
+        # any other; a crash in between leaves a cancelled batch that a
+        # repeated DeleteBatch deletes.
+        if row["state"] != "complete" and row["cancelled_by"] is None:
+            await self.jobs.cancel_job_group(request.batch_id, 0, principal.name, "batch deleted")
+            await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
+        await self.jobs.delete_batch(request.batch_id)
+        return pb.DeleteBatchResponse()
+
+    async def RerunFailedJobs(self, request: pb.RerunFailedJobsRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.RerunFailedJobsResponse:
+        principal = current_principal()
+        violations = []
+        if not request.idempotency_token:
+            violations.append(FieldViolation("idempotency_token", "required"))
+        elif len(request.idempotency_token) > MAX_TOKEN_LENGTH - len(_RERUN_TOKEN_PREFIX):
+            violations.append(FieldViolation(
+                "idempotency_token", f"at most {MAX_TOKEN_LENGTH - len(_RERUN_TOKEN_PREFIX)} characters"))
+        for i, state in enumerate(request.states):
+            if state not in _RERUN_STATE_BITS:
+                violations.append(FieldViolation(f"states[{i}]", "only FAILED, ERROR and CANCELLED are re-run"))
+        if violations:
+            raise InvalidRequest(violations)
+        bits = sum(_RERUN_STATE_BITS[s] for s in set(request.states)) or (2 | 4)
+        row = await self._own_batch(request.batch_id, principal)
+        status = await self.jobs.rerun_failed_jobs(request.batch_id,
+                                                   _RERUN_TOKEN_PREFIX + request.idempotency_token, bits)
+        if status["update_id"] is None:
+            return pb.RerunFailedJobsResponse()
+        update_id = int(status["update_id"])
+        await self.jobs.commit_update(request.batch_id, update_id)
+        await self.notify("jobs_ready", request.batch_id, 0, row["billing_project"])
+        update = await self.batches.get_update(request.batch_id, update_id)
+        assert update is not None
+        return pb.RerunFailedJobsResponse(update=update_proto(update))

@@ -1,12 +1,12 @@
 """BillingService: translates protos to BillingStore calls and enforces who may do what.
 
-The rules (readers, administrators, NOT_FOUND for everybody else) are in
-the docstring of `services.frontend.billing_store`. Checks run in this
-order: the caller's role for RPCs no reader may use (create), then the
+The rules (readers, administrators, PERMISSION_DENIED for everybody else)
+are in the docstring of `services.frontend.billing_store`. Checks run in
+this order: the caller's role for RPCs no reader may use (create), then the
 request's fields (INVALID_ARGUMENT with every violation at once), then
-whether the caller may see the project (NOT_FOUND), then whether they may
-change it (PERMISSION_DENIED), then the project's state
-(FAILED_PRECONDITION).
+whether the project exists (NOT_FOUND) and the caller may see it
+(PERMISSION_DENIED), then whether they may change it (PERMISSION_DENIED),
+then the project's state (FAILED_PRECONDITION).
 """
 
 from __future__ import annotations
@@ -23,7 +23,14 @@ from google.protobuf import timestamp_pb2
 from corral.billing.v1 import billing_project_pb2 as project_pb
 from corral.billing.v1 import billing_service_pb2 as pb
 from corral.billing.v1 import billing_service_pb2_grpc, spend_pb2
-from services.common.errors import AlreadyExists, FailedPrecondition, FieldViolation, InvalidRequest, NotFound
+from services.common.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    FieldViolation,
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+)
 from services.common.identity import Principal, current_principal
 from services.frontend.billing_store import (
     MAX_MICRO_USD,
@@ -147,10 +154,13 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
         """WatchSpend streams being served (a gauge; tests check streams end)."""
 
     async def _readable(self, name: str, principal: Principal) -> BillingProject:
-        """The project if the caller may see it; NOT_FOUND alike whether it is missing or hidden."""
+        """The project if the caller may see it: NOT_FOUND if there is none, PERMISSION_DENIED
+        for somebody outside it (as for batches: services.frontend.access)."""
         project = await self.store.get_project(name)
-        if project is None or not may_read(principal, project):
+        if project is None:
             raise NotFound(f"no billing project {name}")
+        if not may_read(principal, project):
+            raise PermissionDenied(f"{principal.name} is not a member of billing project {name}")
         return project
 
     async def _changed(self, name: str) -> BillingProject:
@@ -356,7 +366,7 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
                                       for b, d in grown[:MAX_BATCH_DELTAS]]))
                     sent = (spend, limit)
                 await self._sleep(interval_s)
-                # Membership is re-checked at every poll: a removed member's stream ends (NOT_FOUND).
+                # Membership is re-checked at every poll: a removed member's stream ends (PERMISSION_DENIED).
                 project = await self._readable(name, principal)
         finally:
             self.active_watches -= 1

@@ -2,9 +2,9 @@
 
 Who may do what (the servicer enforces it with the helpers below):
 - *read* a project (get, list, spend, watch): its members, administrators,
-  and developers (who read every batch too, for debugging). To anybody else
-  the project does not exist: NOT_FOUND, never PERMISSION_DENIED, so names
-  do not leak.
+  and developers (who read every batch too, for debugging). Anybody else
+  gets PERMISSION_DENIED, and lists leave the project out; NOT_FOUND means
+  there is no such project (issue 3: the same rule as for batches).
 - *change* a project (add or remove members, set the limit, close, reopen,
   delete): administrators only; a reader who is not one gets
   PERMISSION_DENIED. Exception: a member may remove themselves.

@@ -146,7 +146,10 @@ async def test_only_members_see_or_touch_a_batch(stub, tokens, frontend) -> None
                  stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1), metadata=bob)):
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await call
-        assert error.value.code() == grpc.StatusCode.NOT_FOUND
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.GetBatch(pb.GetBatchRequest(batch_id=batch_id + 1), metadata=bob)
+    assert error.value.code() == grpc.StatusCode.NOT_FOUND
     assert (await count(frontend, "batches"), await count(frontend, "job_groups_cancelled"),
             await count(frontend, "batch_updates")) == (1, 0, 1)
 

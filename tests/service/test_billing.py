@@ -244,19 +244,21 @@ async def test_list_filters_and_pages(stub, admin_token: str, user_token: UserTo
 # -- who may do what ----------------------------------------------------------
 
 
-async def test_non_members_get_not_found_and_members_may_not_manage(
+async def test_non_members_are_refused_and_members_may_not_manage(
         stub, frontend_billing: FrontendServer, admin_token: str, user_token: UserToken) -> None:
     alice, carol = await user_token("alice"), await user_token("carol")
     dave = await user_token("dave", roles=("user", "developer"))
     await create(stub, admin_token, "lab", ("alice",))
     before = await billing_rows(frontend_billing.db)
 
-    # A non-member cannot tell the project from one that does not exist.
-    for project in ("lab", "no-such-project"):
+    # A non-member is refused; only a project that does not exist is not found.
+    for project, code, details in (
+            ("lab", grpc.StatusCode.PERMISSION_DENIED, "carol is not a member of billing project lab"),
+            ("no-such-project", grpc.StatusCode.NOT_FOUND, "no billing project no-such-project")):
         calls = every_rpc(stub, project, bearer(carol), username="carol")
         for rpc in calls.keys() - {"CreateBillingProject", "ListBillingProjects"}:  # those two: elsewhere
             error = await refused(calls[rpc]())
-            assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND, f"no billing project {project}"), rpc
+            assert (error.code(), error.details()) == (code, details), rpc
     for request in (pb.ListBillingProjectsRequest(), pb.ListBillingProjectsRequest(member="alice")):
         listed = await stub.ListBillingProjects(request, metadata=bearer(carol))
         assert list(listed.billing_projects) == []
@@ -279,13 +281,13 @@ async def test_non_members_get_not_found_and_members_may_not_manage(
     assert [p.name for p in listed.billing_projects] == ["lab"]
     assert await billing_rows(frontend_billing.db) == before
 
-    # A member may leave; then the project is gone for them.
+    # A member may leave; then the project is closed to them.
     left = await stub.RemoveMember(pb.RemoveMemberRequest(billing_project="lab", username="alice"),
                                    metadata=bearer(alice))
     assert list(left.billing_project.members) == ["root"]
     error = await refused(stub.GetBillingProject(pb.GetBillingProjectRequest(billing_project="lab"),
                                                  metadata=bearer(alice)))
-    assert error.code() == grpc.StatusCode.NOT_FOUND
+    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
 
 
 async def test_only_admins_create_and_nothing_is_written(
@@ -512,7 +514,7 @@ async def test_watch_spend_ends_when_the_watcher_leaves_the_project(
         await stub.RemoveMember(pb.RemoveMemberRequest(billing_project="proj", username="alice"),
                                 metadata=bearer(admin_token))
         error = await refused(stream.read())
-        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert error.code() == grpc.StatusCode.PERMISSION_DENIED
     finally:
         stream.cancel()
     await eventually(lambda: frontend_billing.billing.active_watches == 0)

@@ -1,0 +1,120 @@
+"""JobGroupService over real gRPC: groups with subtree counts and cost,
+listing with a parent filter and pages, and cancelling a subtree."""
+
+from __future__ import annotations
+
+import grpc
+
+from corral.batch.v1 import batch_pb2, job_group_pb2, job_spec_pb2
+from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import job_group_service_pb2 as pb
+from services.db.invariants import check_invariants
+from tests.service.test_jobs import HOUR_MS, Env, complete, env, refused, spec  # noqa: F401 - env is a fixture
+
+
+def in_group(index: int, *parents: int) -> job_spec_pb2.JobSpec:
+    job = spec(*parents)
+    job.job_group.in_update_index = index
+    return job
+
+
+def child_of(index: int | None = None, **attributes: str) -> job_group_pb2.JobGroupSpec:
+    group = job_group_pb2.JobGroupSpec(attributes=attributes)
+    if index is not None:
+        group.parent.in_update_index = index
+    return group
+
+
+async def tree(env: Env) -> int:
+    """Groups 1 (root's child) > 2 (its child), 3 (root's child); jobs 1-2 in group 1, 3 in 2, 4 in 3, 5 in the root."""
+    return await env.submit(in_group(0), in_group(0), in_group(1), in_group(2), spec(),
+                            groups=(child_of(stage="a"), child_of(0, stage="b"), child_of(stage="c")))
+
+
+async def test_groups_count_their_subtree(env: Env) -> None:
+    w = env.world
+    await w.instance(inst_coll="highcpu")
+    batch_id = await tree(env)
+    attempt = await w.run(batch_id, 3)
+    await w.store.add_attempt_resources(w.epoch, [{"batch_id": batch_id, "job_id": 3, "attempt_id": attempt,
+                                                   "resource": "cpu/local/1", "quantity": 1000}])
+    w.clock.advance(HOUR_MS)
+    await w.store.heartbeat_rollup(w.epoch, "i1", [{"batch_id": batch_id, "job_id": 3, "attempt_id": attempt,
+                                                    "rollup_time_ms": w.clock()}])
+    await complete(env, batch_id, 3, attempt, "Failed", exit_code=1)
+    await w.run(batch_id, 1)
+
+    reader = env.as_("bob")  # any member reads
+    one = (await env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=1), metadata=reader)
+           ).job_group
+    c = one.counts
+    assert (c.n_jobs, c.n_running, c.n_ready, c.n_failed, c.n_pending) == (3, 1, 1, 1, 0)
+    assert (one.parent_job_group_id, one.update_id, one.attributes["stage"], one.cost_micro_usd) == (0, 1, "a", 40_000)
+    assert (one.state, one.HasField("cancellation")) == (batch_pb2.BATCH_STATE_RUNNING, False)
+    root = (await env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=0), metadata=reader)
+            ).job_group
+    assert (root.counts.n_jobs, root.HasField("parent_job_group_id"), root.cost_micro_usd) == (5, False, 40_000)
+    two = (await env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=2), metadata=reader)
+           ).job_group
+    assert (two.parent_job_group_id, two.counts.n_jobs, two.counts.n_failed, two.state) == (
+        1, 1, 1, batch_pb2.BATCH_STATE_COMPLETE)
+
+    async def listed(**kwargs) -> list[int]:
+        found, token = [], ""
+        while True:
+            page = await env.groups.ListJobGroups(pb.ListJobGroupsRequest(batch_id=batch_id, page_token=token,
+                                                                          **kwargs), metadata=reader)
+            found += [g.job_group_id for g in page.job_groups]
+            token = page.next_page_token
+            if not token:
+                return found
+
+    assert await listed() == [0, 1, 2, 3]
+    assert await listed(page_size=1) == [0, 1, 2, 3]
+    assert await listed(parent_job_group_id=0) == [1, 3]
+    assert await listed(parent_job_group_id=1) == [2]
+    # Groups of an update that is not committed are invisible.
+    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1, n_job_groups=1),
+                                             metadata=env.as_("alice"))
+    await env.batches.CreateJobGroups(bpb.CreateJobGroupsRequest(
+        batch_id=batch_id, update_id=created.update.update_id, job_groups=[child_of()]), metadata=env.as_("alice"))
+    assert await listed() == [0, 1, 2, 3]
+    missing = await refused(env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=4),
+                                                   metadata=reader))
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_cancel_a_subtree(env: Env) -> None:
+    w = env.world
+    batch_id = await tree(env)
+    request = pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=1, reason="bad input")
+    for who, code in (("bob", grpc.StatusCode.PERMISSION_DENIED), ("carol", grpc.StatusCode.PERMISSION_DENIED)):
+        assert (await refused(env.groups.CancelJobGroup(request, metadata=env.as_(who)))).code() == code
+    assert await w.db.fetchone("SELECT 1 AS x FROM job_groups_cancelled") is None
+
+    cancelled = (await env.groups.CancelJobGroup(request, metadata=env.as_("alice"))).job_group
+    info = cancelled.cancellation
+    assert (info.cancelled_by, info.reason, info.cause) == ("alice", "bad input",
+                                                             batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
+    again = (await env.groups.CancelJobGroup(pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=1,
+                                                                      reason="other"), metadata=env.as_("root"))
+             ).job_group
+    assert again.cancellation.reason == "bad input"  # the first cancellation is kept
+    below = (await env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=2),
+                                          metadata=env.as_("alice"))).job_group
+    assert below.cancellation.cancelled_by == "alice"  # an ancestor's cancellation covers the subtree
+    beside = (await env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=3),
+                                           metadata=env.as_("alice"))).job_group
+    assert not beside.HasField("cancellation")
+
+    assert await w.drain(batch_id) == 3  # jobs 1, 2 and 3; 4 and 5 are outside the subtree
+    assert [await w.state(batch_id, j) for j in (1, 2, 3, 4, 5)] == ["Cancelled"] * 3 + ["Ready"] * 2
+    missing = await refused(env.groups.CancelJobGroup(pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=9),
+                                                      metadata=env.as_("alice")))
+    assert missing.code() == grpc.StatusCode.NOT_FOUND
+    whole = (await env.groups.CancelJobGroup(pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=0),
+                                             metadata=env.as_("alice"))).job_group
+    assert whole.cancellation.reason == "cancelled by user"
+    batch = (await env.batches.GetBatch(bpb.GetBatchRequest(batch_id=batch_id), metadata=env.as_("alice"))).batch
+    assert batch.cancellation.cancelled_by == "alice"
+    assert await check_invariants(w.db) == []

@@ -1,0 +1,358 @@
+"""Every public RPC refuses who it must, and a refused call writes nothing.
+
+The RPCs come from the service descriptors, so a new RPC without a case
+here fails `test_every_rpc_has_a_case`. Each case is a request a member
+(alice, the batch's owner) could make; it is sent
+  (a) without a token and (b) with an expired token -> UNAUTHENTICATED,
+  (c) by carol, a user outside the batch's billing project -> the code in
+      the case (PERMISSION_DENIED for a project's batches, jobs and groups
+      and for admin-only actions; None where carol may make the call),
+and after each refused call every table's row count and checksum are what
+they were before. Malformed input is INVALID_ARGUMENT with a BadRequest
+naming the field, also writing nothing; and the internal (mutual TLS)
+listeners of auth, the driver and a worker refuse a caller without a client
+certificate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import message
+
+from corral.auth.v1 import auth_service_pb2_grpc
+from corral.auth.v1 import auth_service_pb2 as apb
+from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
+from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import job_group_service_pb2 as gpb
+from corral.batch.v1 import job_service_pb2 as jpb
+from corral.billing.v1 import billing_service_pb2_grpc
+from corral.billing.v1 import billing_service_pb2 as cpb
+from corral.driver.v1 import driver_service_pb2 as dpb
+from corral.driver.v1 import driver_service_pb2_grpc
+from corral.worker.v1 import worker_service_pb2 as wpb
+from corral.worker.v1 import worker_service_pb2_grpc
+from services.auth.app import AuthApp
+from services.auth.servicer import ANONYMOUS_METHODS
+from services.auth.store import AuthStore
+from services.common.tls import DevCertificateAuthority
+from services.db.database import Database, DatabaseConfig
+from services.driver.app import DriverConfig
+from services.driver.app import start as start_driver
+from services.frontend.validate import MAX_JOBS_PER_BUNCH
+from services.worker.app import start as start_worker
+from services.worker.config import WorkerConfig
+from tests.service.conftest import bearer, person_channel, service_channel
+from tests.service.test_driver_app import eventually
+from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
+
+PD = grpc.StatusCode.PERMISSION_DENIED
+SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.services_by_name["JobService"],
+            gpb.DESCRIPTOR.services_by_name["JobGroupService"], cpb.DESCRIPTOR.services_by_name["BillingService"],
+            apb.DESCRIPTOR.services_by_name["AuthService"])
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """What the cases refer to: alice's batch, its open update, alice's token id."""
+
+    batch_id: int
+    update_id: int
+    alice_token_id: str
+    alice_token: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    request: Callable[[World], message.Message]
+    outsider: grpc.StatusCode | None = PD
+    """What carol gets; None: she may make this call (it is not sent as carol)."""
+
+
+# Full method name -> a request alice could make, and what carol gets.
+CASES: dict[str, Case] = {
+    "/corral.batch.v1.BatchService/CreateBatch": Case(lambda w: bpb.CreateBatchRequest(
+        billing_project="proj", idempotency_token="sec", n_jobs=1)),
+    "/corral.batch.v1.BatchService/GetBatch": Case(lambda w: bpb.GetBatchRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.BatchService/ListBatches": Case(lambda w: bpb.ListBatchesRequest(), outsider=None),
+    "/corral.batch.v1.BatchService/CancelBatch": Case(lambda w: bpb.CancelBatchRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.BatchService/DeleteBatch": Case(lambda w: bpb.DeleteBatchRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.BatchService/WatchBatch": Case(lambda w: bpb.WatchBatchRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.BatchService/CreateUpdate": Case(lambda w: bpb.CreateUpdateRequest(
+        batch_id=w.batch_id, n_jobs=1, idempotency_token="sec")),
+    "/corral.batch.v1.BatchService/CreateJobGroups": Case(lambda w: bpb.CreateJobGroupsRequest(
+        batch_id=w.batch_id, update_id=w.update_id, job_groups=[job_group_pb2.JobGroupSpec()])),
+    "/corral.batch.v1.BatchService/AddJobs": Case(lambda w: bpb.AddJobsRequest(
+        batch_id=w.batch_id, update_id=w.update_id, jobs=[spec()])),
+    "/corral.batch.v1.BatchService/CommitUpdate": Case(lambda w: bpb.CommitUpdateRequest(
+        batch_id=w.batch_id, update_id=w.update_id)),
+    "/corral.batch.v1.BatchService/SubmitBatch": Case(lambda w: bpb.SubmitBatchRequest(
+        billing_project="proj", jobs=[spec()])),
+    "/corral.batch.v1.BatchService/RerunFailedJobs": Case(lambda w: bpb.RerunFailedJobsRequest(
+        batch_id=w.batch_id, idempotency_token="sec")),
+    "/corral.batch.v1.JobService/GetJob": Case(lambda w: jpb.GetJobRequest(batch_id=w.batch_id, job_id=1)),
+    "/corral.batch.v1.JobService/ListJobs": Case(lambda w: jpb.ListJobsRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.JobService/GetJobAttempts": Case(lambda w: jpb.GetJobAttemptsRequest(
+        batch_id=w.batch_id, job_id=1)),
+    "/corral.batch.v1.JobService/GetJobLog": Case(lambda w: jpb.GetJobLogRequest(batch_id=w.batch_id, job_id=1)),
+    "/corral.batch.v1.JobService/StreamJobLog": Case(lambda w: jpb.StreamJobLogRequest(
+        batch_id=w.batch_id, job_id=1)),
+    "/corral.batch.v1.JobService/ExplainJob": Case(lambda w: jpb.ExplainJobRequest(batch_id=w.batch_id, job_id=1)),
+    "/corral.batch.v1.JobGroupService/GetJobGroup": Case(lambda w: gpb.GetJobGroupRequest(
+        batch_id=w.batch_id, job_group_id=1)),
+    "/corral.batch.v1.JobGroupService/ListJobGroups": Case(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.JobGroupService/CancelJobGroup": Case(lambda w: gpb.CancelJobGroupRequest(
+        batch_id=w.batch_id, job_group_id=1)),
+    "/corral.billing.v1.BillingService/CreateBillingProject": Case(lambda w: cpb.CreateBillingProjectRequest(
+        name="new-lab")),
+    "/corral.billing.v1.BillingService/GetBillingProject": Case(lambda w: cpb.GetBillingProjectRequest(
+        billing_project="proj")),
+    "/corral.billing.v1.BillingService/ListBillingProjects": Case(lambda w: cpb.ListBillingProjectsRequest(),
+                                                                  outsider=None),
+    "/corral.billing.v1.BillingService/AddMember": Case(lambda w: cpb.AddMemberRequest(
+        billing_project="proj", username="carol")),
+    "/corral.billing.v1.BillingService/RemoveMember": Case(lambda w: cpb.RemoveMemberRequest(
+        billing_project="proj", username="alice")),
+    "/corral.billing.v1.BillingService/SetLimit": Case(lambda w: cpb.SetLimitRequest(
+        billing_project="proj", limit_micro_usd=1)),
+    "/corral.billing.v1.BillingService/CloseBillingProject": Case(lambda w: cpb.CloseBillingProjectRequest(
+        billing_project="proj")),
+    "/corral.billing.v1.BillingService/ReopenBillingProject": Case(lambda w: cpb.ReopenBillingProjectRequest(
+        billing_project="proj")),
+    "/corral.billing.v1.BillingService/DeleteBillingProject": Case(lambda w: cpb.DeleteBillingProjectRequest(
+        billing_project="proj")),
+    "/corral.billing.v1.BillingService/GetSpend": Case(lambda w: cpb.GetSpendRequest(billing_project="proj")),
+    "/corral.billing.v1.BillingService/WatchSpend": Case(lambda w: cpb.WatchSpendRequest(billing_project="proj")),
+    # Logout and WhoAmI concern only the caller's own session.
+    "/corral.auth.v1.AuthService/Logout": Case(lambda w: apb.LogoutRequest(), outsider=None),
+    "/corral.auth.v1.AuthService/WhoAmI": Case(lambda w: apb.WhoAmIRequest(), outsider=None),
+    "/corral.auth.v1.AuthService/CreateUser": Case(lambda w: apb.CreateUserRequest(username="mallory")),
+    "/corral.auth.v1.AuthService/GetUser": Case(lambda w: apb.GetUserRequest(username="alice")),
+    "/corral.auth.v1.AuthService/ListUsers": Case(lambda w: apb.ListUsersRequest()),
+    "/corral.auth.v1.AuthService/DeactivateUser": Case(lambda w: apb.DeactivateUserRequest(username="alice")),
+    "/corral.auth.v1.AuthService/CreateToken": Case(lambda w: apb.CreateTokenRequest(name="x", username="alice")),
+    "/corral.auth.v1.AuthService/ListTokens": Case(lambda w: apb.ListTokensRequest(username="alice")),
+    # Auth does not tell people whether someone else's token id exists.
+    "/corral.auth.v1.AuthService/RevokeToken": Case(lambda w: apb.RevokeTokenRequest(token_id=w.alice_token_id),
+                                                    outsider=grpc.StatusCode.NOT_FOUND),
+    # Only corral services (mutual TLS) resolve other people's tokens.
+    "/corral.auth.v1.AuthService/VerifyToken": Case(lambda w: apb.VerifyTokenRequest(token=w.alice_token)),
+}
+
+
+def all_methods() -> dict[str, Any]:
+    return {f"/{service.full_name}/{method.name}": method for service in SERVICES for method in service.methods}
+
+
+def test_every_rpc_has_a_case() -> None:
+    methods = all_methods()
+    assert ANONYMOUS_METHODS == {"/corral.auth.v1.AuthService/Login"}
+    assert set(CASES) == set(methods) - ANONYMOUS_METHODS
+    assert not any(m.client_streaming for m in methods.values())  # a case would need a request stream
+
+
+async def snapshot(db: Database) -> dict[str, tuple[int, int]]:
+    """Row count and checksum of every table of the test's database."""
+    tables = [r["name"] for r in await db.fetchall(
+        "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE()"
+        " AND table_type = 'BASE TABLE' ORDER BY table_name")]
+    checksums = {r["Table"].split(".", 1)[1]: r["Checksum"] for r in await db.fetchall(
+        "CHECKSUM TABLE " + ", ".join(f"`{t}`" for t in tables))}
+    counts = await db.fetchone("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM `{t}`) AS `{t}`" for t in tables))
+    assert counts is not None
+    return {t: (int(counts[t]), int(checksums[t] or 0)) for t in tables}
+
+
+@dataclasses.dataclass
+class Callers:
+    """Stubs by service name, on the frontend's or auth's public listener."""
+
+    stubs: dict[str, Any]
+
+    async def call(self, method: str, request: message.Message, metadata: tuple) -> grpc.StatusCode:
+        """The status the call ends with (OK when it succeeds)."""
+        service, name = method.strip("/").split("/")
+        descriptor = all_methods()[method]
+        try:
+            if descriptor.server_streaming:
+                stream = getattr(self.stubs[service], name)(request, metadata=metadata)
+                try:
+                    await stream.read()
+                finally:
+                    stream.cancel()
+            else:
+                await getattr(self.stubs[service], name)(request, metadata=metadata)
+        except grpc.aio.AioRpcError as e:
+            return e.code()
+        return grpc.StatusCode.OK
+
+
+@pytest.fixture
+async def callers(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> AsyncIterator[Callers]:
+    async with person_channel(certs.issue("someone"), auth_app.public_port) as auth_channel, \
+            person_channel(certs.issue("someone"), env.frontend.public_port) as channel:
+        yield Callers({
+            "corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
+            "corral.batch.v1.JobGroupService": env.groups,
+            "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
+            "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)})
+
+
+@pytest.fixture
+async def world(env: Env, auth_app: AuthApp) -> World:
+    """alice's batch (job 1 failed, job 2 cancelled, group 1), an open update, an expired token."""
+    w = env.world
+    await w.instance(inst_coll="highcpu")
+    group = job_spec_pb2.JobSpec()
+    group.CopyFrom(spec())
+    group.job_group.in_update_index = 0
+    batch_id = await env.submit(group, spec(-1), groups=(job_group_pb2.JobGroupSpec(),))
+    attempt = await w.run(batch_id, 1)
+    await w.store.mark_jobs_complete(w.epoch, "i1", [{"batch_id": batch_id, "job_id": 1, "attempt_id": attempt,
+                                                      "state": "Failed", "exit_code": 1}])
+    await w.drain(batch_id)
+    update = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1, n_job_groups=1),
+                                            metadata=env.as_("alice"))
+    people = AuthStore(auth_app.db)
+    token, secret = await people.create_token("alice", "api", name="expiring")
+    await auth_app.db.execute("UPDATE tokens SET time_expires_ms = 1 WHERE token_id = %s", (token.token_id,))
+    env.tokens["expired"] = secret
+    alice_token = await auth_app.db.fetchone("SELECT token_id FROM tokens WHERE username = 'alice' AND name = ''")
+    assert alice_token is not None
+    return World(batch_id, update.update.update_id, alice_token["token_id"], env.tokens["alice"])
+
+
+@pytest.mark.parametrize("who", ["anonymous", "expired", "outsider"])
+async def test_refused_calls_are_refused_and_write_nothing(env: Env, callers: Callers, world: World,
+                                                           who: str) -> None:
+    before = await snapshot(env.world.db)
+    checked = 0
+    for method, case in sorted(CASES.items()):
+        if who == "outsider" and case.outsider is None:
+            continue
+        expected = case.outsider if who == "outsider" else grpc.StatusCode.UNAUTHENTICATED
+        metadata = () if who == "anonymous" else env.as_("carol" if who == "outsider" else "expired")
+        code = await callers.call(method, case.request(world), metadata)
+        assert code == expected, f"{method} as {who}: {code.name}"
+        assert await snapshot(env.world.db) == before, f"{method} as {who} wrote something"
+        checked += 1
+    assert checked == len([c for c in CASES.values() if who != "outsider" or c.outsider is not None])
+
+
+async def test_the_snapshot_sees_a_write_that_keeps_the_row_count(env: Env, world: World) -> None:
+    before = await snapshot(env.world.db)
+    await env.world.db.execute("UPDATE jobs SET priority = priority + 1 WHERE batch_id = %s AND job_id = 2",
+                               (world.batch_id,))
+    after = await snapshot(env.world.db)
+    assert after["jobs"][0] == before["jobs"][0] and after["jobs"][1] != before["jobs"][1]
+
+
+async def test_the_cases_are_calls_alice_may_make(env: Env, callers: Callers, world: World) -> None:
+    """So refusals above are about the caller, not about a broken request (reads only)."""
+    reads = [m for m in CASES if m.split("/")[-1].startswith(("Get", "List", "Explain", "WhoAmI"))
+             and "User" not in m and "Token" not in m]
+    for method in reads:
+        code = await callers.call(method, CASES[method].request(world), env.as_("alice"))
+        # alice's job 1 ran on no real worker: its log is simply not there.
+        allowed = {grpc.StatusCode.OK} | ({grpc.StatusCode.NOT_FOUND} if "Log" in method else set())
+        assert code in allowed, f"{method}: {code.name}"
+
+
+def bad_job(**fields: Any) -> job_spec_pb2.JobSpec:
+    job = spec()
+    for name, value in fields.items():
+        if name == "no_image":
+            job.image = ""
+        elif name == "no_command":
+            job.ClearField("argv")
+        else:
+            setattr(job, name, value) if not isinstance(value, message.Message) else getattr(job, name).CopyFrom(value)
+    return job
+
+
+MALFORMED = {
+    "jobs[0].image": lambda w: [bad_job(no_image=True)],
+    "jobs[0].command": lambda w: [bad_job(no_command=True)],
+    "jobs[0].parents[0].job_id": lambda w: [job_spec_pb2.JobSpec(
+        image="busybox", argv=job_spec_pb2.Argv(args=["true"]), parents=[job_spec_pb2.ParentRef(job_id=w)])],
+    "jobs[0].resources.cores_mcpu": lambda w: [bad_job(resources=job_spec_pb2.ResourceRequest(cores_mcpu=-1))],
+    "jobs[0].resources.memory_bytes": lambda w: [bad_job(resources=job_spec_pb2.ResourceRequest(memory_bytes=-1))],
+    "jobs[0].parents[0].accepted_states": lambda w: [job_spec_pb2.JobSpec(
+        image="busybox", argv=job_spec_pb2.Argv(args=["true"]),
+        parents=[job_spec_pb2.ParentRef(job_id=1, accepted_states=[job_state_pb2.JOB_STATE_RUNNING])])],
+}
+
+
+@pytest.mark.parametrize("field", sorted(MALFORMED))
+async def test_malformed_jobs_name_the_field_and_write_nothing(env: Env, world: World, field: str) -> None:
+    update = await env.world.db.fetchone("SELECT start_job_id FROM batch_updates WHERE batch_id = %s AND update_id = %s",
+                                         (world.batch_id, world.update_id))
+    assert update is not None
+    before = await snapshot(env.world.db)
+    error = await refused(env.batches.AddJobs(bpb.AddJobsRequest(
+        batch_id=world.batch_id, update_id=world.update_id, jobs=MALFORMED[field](update["start_job_id"])),
+        metadata=env.as_("alice")))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert violations(error) == [field]
+    assert await snapshot(env.world.db) == before
+
+
+async def test_oversize_bunches_and_bad_queries_name_the_field(env: Env, world: World) -> None:
+    before = await snapshot(env.world.db)
+    calls = [
+        ("jobs", env.batches.AddJobs(bpb.AddJobsRequest(batch_id=world.batch_id, update_id=world.update_id,
+                                                        jobs=[spec()] * (MAX_JOBS_PER_BUNCH + 1)),
+                                     metadata=env.as_("alice"))),
+        ("jobs", env.batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj",
+                                                                jobs=[spec()] * (MAX_JOBS_PER_BUNCH + 1)),
+                                         metadata=env.as_("alice"))),
+        ("query", env.jobs.ListJobs(jpb.ListJobsRequest(batch_id=world.batch_id, query="cost>>1"),
+                                    metadata=env.as_("alice"))),
+        ("query", env.batches.ListBatches(bpb.ListBatchesRequest(query='name="open'), metadata=env.as_("alice"))),
+    ]
+    for field, call in calls:
+        error = await refused(call)
+        assert (error.code(), violations(error)) == (grpc.StatusCode.INVALID_ARGUMENT, [field])
+    assert await snapshot(env.world.db) == before
+
+
+async def test_internal_listeners_refuse_callers_without_a_certificate(
+        auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    frontend_tls, person_tls = certs.issue("frontend"), certs.issue("someone")
+    driver = await start_driver(DriverConfig(db_config.to_url(), certs.directory, f"file://{tmp_path / 'blobs'}",
+                                             tmp_path / "driver", autoscaler_period_s=3600))
+    worker = await start_worker(WorkerConfig(
+        "w-sec", "wrong-token", 1000, (f"localhost:{driver.port}",), certs.directory, tmp_path / "worker",
+        f"file://{tmp_path / 'blobs'}", rpc_timeout_s=1, reconnect_max_backoff_s=0.2, deactivate_timeout_s=1))
+    try:
+        await eventually(lambda: driver.election.is_leader)
+        worker_port = int(worker.address.rsplit(":", 1)[1])
+
+        async def status(channel: grpc.aio.Channel, call: Callable[[grpc.aio.Channel], Any]) -> grpc.StatusCode:
+            try:
+                await call(channel)
+            except grpc.aio.AioRpcError as e:
+                return e.code()
+            return grpc.StatusCode.OK
+
+        async def refused_unless_certified(port: int, call: Callable[[grpc.aio.Channel], Any],
+                                           served: grpc.StatusCode) -> None:
+            async with person_channel(person_tls, port) as channel:
+                assert await status(channel, call) == grpc.StatusCode.UNAVAILABLE  # the TLS handshake fails
+            async with service_channel(frontend_tls, port) as channel:
+                assert await status(channel, call) == served  # the same call with a service certificate
+
+        await refused_unless_certified(auth_app.internal_port, lambda ch: auth_service_pb2_grpc.AuthServiceStub(
+            ch).VerifyToken(apb.VerifyTokenRequest(token="x"), timeout=5), grpc.StatusCode.UNAUTHENTICATED)
+        await refused_unless_certified(driver.port, lambda ch: driver_service_pb2_grpc.DriverServiceStub(
+            ch).GetLeader(dpb.GetLeaderRequest(), timeout=5), grpc.StatusCode.OK)
+        await refused_unless_certified(worker_port, lambda ch: worker_service_pb2_grpc.WorkerServiceStub(
+            ch).GetStatus(wpb.GetStatusRequest(), timeout=5), grpc.StatusCode.OK)
+    finally:
+        await worker.stop()
+        await driver.stop()
