@@ -8,16 +8,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 
-from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc
+from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
-from corral.errors import from_rpc_error
+from corral.calls import AsyncCalls
+from corral.errors import Unavailable, from_rpc_error
+from corral.progress import BatchProgress, ProgressLine
 
 T = TypeVar("T")
 
@@ -26,6 +30,18 @@ SMALL_BATCH = 1_000
 BUNCH_SIZE = 1_000
 PARALLEL_BUNCHES = 4
 
+RESUMABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
+"""A watch that fails with these is resumed from the next event (the server or the network went away)."""
+MAX_RECONNECTS = 10
+"""Consecutive failed reconnections after which `watch` gives up."""
+HEALTHY_STREAM_S = 30.0
+"""A watch that stayed open this long counts as a success: the reconnection count starts again."""
+
+
+def reconnect_delay_s(failures: int) -> float:
+    """Back-off before reconnection number `failures` (1, 2, ...): 0.1 s doubling, at most 5 s."""
+    return min(5.0, 0.1 * 2 ** (failures - 1))
+
 
 def channel_credentials(ca_cert: str | Path | None) -> grpc.ChannelCredentials:
     """TLS trusting `ca_cert` (the corral CA), or the system roots when None."""
@@ -33,12 +49,17 @@ def channel_credentials(ca_cert: str | Path | None) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=root)
 
 
-class Client:
-    """Batches over gRPC, authenticated with a bearer token."""
+class Client(AsyncCalls):
+    """Batches, jobs, logs, billing projects (and, with `auth_address`, users) over
+    gRPC, authenticated with a bearer token."""
 
-    def __init__(self, address: str, token: str, ca_cert: str | Path | None = None):
+    def __init__(self, address: str, token: str, ca_cert: str | Path | None = None,
+                 auth_address: str | None = None):
         self._channel = grpc.aio.secure_channel(address, channel_credentials(ca_cert))
+        self._auth_channel = (grpc.aio.secure_channel(auth_address, channel_credentials(ca_cert))
+                              if auth_address else None)
         self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
+        self._open_stubs(self._channel, self._auth_channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
 
     async def __aenter__(self) -> Client:
@@ -49,6 +70,8 @@ class Client:
 
     async def close(self) -> None:
         await self._channel.close()
+        if self._auth_channel is not None:
+            await self._auth_channel.close()
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
         try:
@@ -99,3 +122,69 @@ class Client:
     async def cancel_batch(self, batch_id: int, reason: str = "") -> batch_pb2.Batch:
         return (await self._call(self._batches.CancelBatch,
                                  pb.CancelBatchRequest(batch_id=batch_id, reason=reason))).batch
+
+    async def watch(self, batch_id: int, from_event_id: int = 1, query: str = "",
+                    include_cost_events: bool = False, max_reconnects: int = MAX_RECONNECTS
+                    ) -> AsyncIterator[batch_event_pb2.BatchEvent]:
+        """The batch's events from `from_event_id` on, in order, until you stop iterating.
+
+        A dropped stream (the frontend restarting, the network) is resumed from
+        the last event id + 1, so no event is lost or repeated; after
+        `max_reconnects` failed attempts in a row the last error is raised.
+        `query` filters job events (the query language); batch-level events
+        always come through."""
+        next_id = max(1, from_event_id)
+        failures = 0
+        while True:
+            call = self._batches.WatchBatch(
+                pb.WatchBatchRequest(batch_id=batch_id, from_event_id=next_id, query=query,
+                                     include_cost_events=include_cost_events), metadata=self._metadata)
+            started_s = time.monotonic()
+            error: grpc.aio.AioRpcError | None = None
+            try:
+                async for response in call:
+                    event = response.event
+                    if event.event_id < next_id:
+                        continue  # never hand out an event twice
+                    next_id, failures = event.event_id + 1, 0
+                    yield event
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in RESUMABLE_CODES:
+                    raise from_rpc_error(e) from None
+                error = e
+            finally:
+                call.cancel()
+            # The server never ends a watch by itself: an end is a drop too.
+            if time.monotonic() - started_s > HEALTHY_STREAM_S:
+                failures = 0
+            failures += 1
+            if failures > max_reconnects:
+                raise (from_rpc_error(error) if error is not None
+                       else Unavailable(f"the watch of batch {batch_id} keeps ending"))
+            await asyncio.sleep(reconnect_delay_s(failures))
+
+    async def wait(self, batch_id: int, progress: bool = False) -> batch_pb2.Batch:
+        """Return the batch once it is complete (at once if it already is).
+
+        Waits on WatchBatch, never by polling. With `progress`, shows a
+        progress line on stderr while waiting."""
+        batch = await self.get_batch(batch_id)
+        if batch.state == batch_pb2.BATCH_STATE_COMPLETE:
+            return batch
+        counts = BatchProgress.from_batch(batch)
+        line = ProgressLine() if progress else None
+        try:
+            if line is not None:
+                line.show(counts)
+            # aclosing: leaving the loop closes the stream at once, not at garbage collection.
+            async with contextlib.aclosing(self.watch(batch_id, from_event_id=batch.last_event_id + 1)) as events:
+                async for event in events:
+                    counts.apply(event)
+                    if line is not None:
+                        line.show(counts)
+                    if event.HasField("batch_completed"):
+                        break
+        finally:
+            if line is not None:
+                line.close()
+        return await self.get_batch(batch_id)

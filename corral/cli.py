@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from corral import __version__, cli_batches, cli_db, cli_up
+from corral import __version__, cli_admin, cli_batches, cli_db, cli_jobs, cli_up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     cli_db.add_commands(commands)
     cli_batches.add_commands(commands)
+    cli_jobs.add_commands(commands)
+    cli_admin.add_commands(commands)
     cli_up.add_commands(commands)
     return parser
 

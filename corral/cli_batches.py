@@ -1,4 +1,4 @@
-"""`corral login`, `submit`, `ls`, `status`, `cancel`: the batch commands.
+"""`corral login`, `submit`, `ls`, `status`, `cancel`, `wait`: the batch commands.
 
 Connection settings live in a small JSON file (default
 `~/.config/corral/config.json`, or `$CORRAL_CONFIG`): the frontend and auth
@@ -152,6 +152,17 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+WAIT_NOT_ALL_SUCCEEDED = 3
+"""`corral wait`'s exit code when the batch completed but not every job succeeded."""
+
+
+def _wait(args: argparse.Namespace) -> int:
+    with _client() as client:
+        batch = client.wait(args.batch_id, progress=not args.quiet)
+    _emit(args, [batch])
+    return 0 if batch.counts.n_succeeded == batch.counts.n_jobs else WAIT_NOT_ALL_SUCCEEDED
+
+
 def _guarded(command: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
@@ -164,7 +175,7 @@ def _guarded(command: Any) -> Any:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Add login, submit, ls, status and cancel."""
+    """Add login, submit, ls, status, cancel and wait."""
     login = commands.add_parser("login", help="log in and remember the token")
     login.add_argument("username")
     login.add_argument("--frontend", help="host:port of the frontend")
@@ -190,3 +201,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     cancel.add_argument("batch_id", type=int)
     cancel.add_argument("--reason", default="cancelled from the command line")
     cancel.set_defaults(run=_guarded(_cancel))
+    wait = with_json(commands.add_parser(
+        "wait", help="wait until a batch completes, showing progress; exit 0 if every job succeeded, "
+                     f"{WAIT_NOT_ALL_SUCCEEDED} if not"))
+    wait.add_argument("batch_id", type=int)
+    wait.add_argument("--quiet", action="store_true", help="no progress line on stderr")
+    wait.set_defaults(run=_guarded(_wait))

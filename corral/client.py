@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -9,21 +10,37 @@ from typing import Any, TypeVar
 
 import grpc
 
-from corral.aio import BUNCH_SIZE, PARALLEL_BUNCHES, SMALL_BATCH, channel_credentials
-from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc
+from corral.aio import (
+    BUNCH_SIZE,
+    HEALTHY_STREAM_S,
+    MAX_RECONNECTS,
+    PARALLEL_BUNCHES,
+    RESUMABLE_CODES,
+    SMALL_BATCH,
+    channel_credentials,
+    reconnect_delay_s,
+)
+from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
-from corral.errors import from_rpc_error
+from corral.calls import Calls
+from corral.errors import Unavailable, from_rpc_error
+from corral.progress import BatchProgress, ProgressLine
 
 T = TypeVar("T")
 
 
-class Client:
-    """Batches over gRPC, authenticated with a bearer token; blocking calls."""
+class Client(Calls):
+    """Batches, jobs, logs, billing projects (and, with `auth_address`, users) over
+    gRPC, authenticated with a bearer token; blocking calls."""
 
-    def __init__(self, address: str, token: str, ca_cert: str | Path | None = None):
+    def __init__(self, address: str, token: str, ca_cert: str | Path | None = None,
+                 auth_address: str | None = None):
         self._channel = grpc.secure_channel(address, channel_credentials(ca_cert))
+        self._auth_channel = (grpc.secure_channel(auth_address, channel_credentials(ca_cert))
+                              if auth_address else None)
         self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
+        self._open_stubs(self._channel, self._auth_channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
 
     def __enter__(self) -> Client:
@@ -34,6 +51,8 @@ class Client:
 
     def close(self) -> None:
         self._channel.close()
+        if self._auth_channel is not None:
+            self._auth_channel.close()
 
     def _call(self, method: Callable[..., T], request: Any) -> T:
         try:
@@ -72,3 +91,58 @@ class Client:
 
     def cancel_batch(self, batch_id: int, reason: str = "") -> batch_pb2.Batch:
         return self._call(self._batches.CancelBatch, pb.CancelBatchRequest(batch_id=batch_id, reason=reason)).batch
+
+    def watch(self, batch_id: int, from_event_id: int = 1, query: str = "", include_cost_events: bool = False,
+              max_reconnects: int = MAX_RECONNECTS) -> Iterator[batch_event_pb2.BatchEvent]:
+        """See `corral.aio.Client.watch`: resumes by itself, never repeats or skips an event."""
+        next_id = max(1, from_event_id)
+        failures = 0
+        while True:
+            call = self._batches.WatchBatch(
+                pb.WatchBatchRequest(batch_id=batch_id, from_event_id=next_id, query=query,
+                                     include_cost_events=include_cost_events), metadata=self._metadata)
+            started_s = time.monotonic()
+            error: grpc.RpcError | None = None
+            try:
+                for response in call:
+                    event = response.event
+                    if event.event_id < next_id:
+                        continue
+                    next_id, failures = event.event_id + 1, 0
+                    yield event
+            except grpc.RpcError as e:
+                if e.code() not in RESUMABLE_CODES:  # type: ignore[attr-defined]
+                    raise from_rpc_error(e) from None
+                error = e
+            finally:
+                call.cancel()
+            if time.monotonic() - started_s > HEALTHY_STREAM_S:
+                failures = 0
+            failures += 1
+            if failures > max_reconnects:
+                raise (from_rpc_error(error) if error is not None
+                       else Unavailable(f"the watch of batch {batch_id} keeps ending"))
+            time.sleep(reconnect_delay_s(failures))
+
+    def wait(self, batch_id: int, progress: bool = False) -> batch_pb2.Batch:
+        """See `corral.aio.Client.wait`: the batch once complete, with an optional progress line on stderr."""
+        batch = self.get_batch(batch_id)
+        if batch.state == batch_pb2.BATCH_STATE_COMPLETE:
+            return batch
+        counts = BatchProgress.from_batch(batch)
+        line = ProgressLine() if progress else None
+        events = self.watch(batch_id, from_event_id=batch.last_event_id + 1)
+        try:
+            if line is not None:
+                line.show(counts)
+            for event in events:
+                counts.apply(event)
+                if line is not None:
+                    line.show(counts)
+                if event.HasField("batch_completed"):
+                    break
+        finally:
+            events.close()  # cancels the stream now
+            if line is not None:
+                line.close()
+        return self.get_batch(batch_id)

@@ -1,0 +1,151 @@
+"""`corral billing ...` and `corral users ...`: billing projects and people.
+
+Members read their projects and spend; changing a project and everything
+under `corral users` is for administrators (the services refuse others
+with PERMISSION_DENIED). Users and tokens go to the auth service at the
+address `corral login` saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from corral.auth.v1 import user_pb2
+from corral.billing.v1 import billing_project_pb2
+from corral.cli_jobs import guarded, open_client, print_json, usd, with_json
+from corral.errors import CorralError
+
+
+def project_line(p: billing_project_pb2.BillingProject) -> str:
+    state = billing_project_pb2.BillingProjectState.Name(p.state).removeprefix("BILLING_PROJECT_STATE_").lower()
+    limit = usd(p.limit_micro_usd) if p.HasField("limit_micro_usd") else "none"
+    return f"{p.name}  {state}  members={','.join(p.members)}  limit={limit}  spend={usd(p.spend_micro_usd)}"
+
+
+def _emit_projects(args: argparse.Namespace, projects: list[billing_project_pb2.BillingProject]) -> int:
+    if args.json:
+        print_json(projects)
+    else:
+        for p in projects:
+            print(project_line(p))
+    return 0
+
+
+def _limit_usd(text: str) -> float | None:
+    if text.lower() in ("none", "unlimited"):
+        return None
+    try:
+        return float(text.lstrip("$"))
+    except ValueError:
+        raise CorralError(f"a limit is an amount in USD or 'none', not {text!r}") from None
+
+
+def _billing(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        action = args.action
+        if action == "list":
+            return _emit_projects(args, list(client.billing_projects()))
+        if action == "spend":
+            total, lines = client.spend(args.name, args.by, args.first_day or "", args.last_day or "")
+            if args.json:
+                print_json(lines)
+                return 0
+            print(f"{args.name}  spend={usd(total)}")
+            for line in lines:
+                key = line.day or line.username or (f"batch {line.batch_id}" if line.batch_id else "")
+                print(f"  {key}  {usd(line.cost_micro_usd)}")
+            return 0
+        change = {
+            "show": lambda: client.billing_project(args.name),
+            "create": lambda: client.create_billing_project(args.name, args.member or (),
+                                                            _limit_usd(args.limit) if args.limit else None),
+            "add-member": lambda: client.add_member(args.name, args.username),
+            "remove-member": lambda: client.remove_member(args.name, args.username),
+            "limit": lambda: client.set_limit(args.name, _limit_usd(args.usd)),
+            "close": lambda: client.close_billing_project(args.name),
+            "reopen": lambda: client.reopen_billing_project(args.name),
+        }[action]
+        return _emit_projects(args, [change()])
+
+
+def user_line(u: user_pb2.User) -> str:
+    roles = ",".join(user_pb2.Role.Name(r).removeprefix("ROLE_").lower() for r in u.roles)
+    kind = user_pb2.UserKind.Name(u.kind).removeprefix("USER_KIND_").lower()
+    state = user_pb2.UserState.Name(u.state).removeprefix("USER_STATE_").lower()
+    return f"{u.username}  {kind}  {state}  roles={roles}" + (f"  {u.display_name}" if u.display_name else "")
+
+
+def _users(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        if args.action == "token":
+            token, secret = client.create_token(args.name, args.username,
+                                                args.ttl_days * 86400 if args.ttl_days else None)
+            if args.json:
+                print_json([token])
+            print(secret)  # shown once: the service keeps only its hash
+            return 0
+        if args.action == "list":
+            users = list(client.users())
+        elif args.action == "create":
+            password = os.environ.get("CORRAL_NEW_PASSWORD") or (
+                sys.stdin.readline().rstrip("\n") if args.password_stdin else None)
+            users = [client.create_user(args.username, args.role or ("user",), password, args.service,
+                                        args.display_name or "", args.email or "")]
+        else:
+            users = [client.deactivate_user(args.username)]
+    if args.json:
+        print_json(users)
+    else:
+        for u in users:
+            print(user_line(u))
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    """Add `billing` and `users` with their subcommands."""
+    billing = commands.add_parser("billing", help="billing projects: members, limits, spend")
+    actions = billing.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
+    with_json(actions.add_parser("list", help="the projects you may see"))
+    for name, text in (("show", "one project"), ("close", "refuse new batches (admin)"),
+                       ("reopen", "accept batches again (admin)")):
+        with_json(actions.add_parser(name, help=text)).add_argument("name")
+    create = with_json(actions.add_parser("create", help="a new project (admin)"))
+    create.add_argument("name")
+    create.add_argument("--member", action="append", help="a member's username (repeatable)")
+    create.add_argument("--limit", help="spending limit in USD (default: none)")
+    for name, text in (("add-member", "add a member (admin)"), ("remove-member", "remove a member (admin, or yourself)")):
+        parser = with_json(actions.add_parser(name, help=text))
+        parser.add_argument("name")
+        parser.add_argument("username")
+    limit = with_json(actions.add_parser("limit", help="set the spending limit (admin)"))
+    limit.add_argument("name")
+    limit.add_argument("usd", help="amount in USD, or 'none'")
+    spend = with_json(actions.add_parser("spend", help="what the project spent"))
+    spend.add_argument("name")
+    spend.add_argument("--by", choices=("day", "batch", "user"), help="split the total into lines")
+    spend.add_argument("--from", dest="first_day", metavar="YYYY-MM-DD")
+    spend.add_argument("--to", dest="last_day", metavar="YYYY-MM-DD")
+    billing.set_defaults(run=guarded(_billing))
+
+    users = commands.add_parser("users", help="people, service identities and their tokens (admin)")
+    actions = users.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
+    with_json(actions.add_parser("list", help="every user"))
+    create = with_json(actions.add_parser("create", help="a new user"))
+    create.add_argument("username")
+    create.add_argument("--role", action="append", choices=("user", "developer", "admin"),
+                        help="a role (repeatable; default: user)")
+    create.add_argument("--service", action="store_true", help="a service identity (no password)")
+    create.add_argument("--password-stdin", action="store_true",
+                        help="read an initial password from stdin (or set CORRAL_NEW_PASSWORD)")
+    create.add_argument("--display-name")
+    create.add_argument("--email")
+    token = with_json(actions.add_parser("token", help="a new API token for a user; prints its secret"))
+    token.add_argument("username")
+    token.add_argument("--name", default="cli", help="the token's name")
+    token.add_argument("--ttl-days", type=float, help="validity in days (default: 30)")
+    deactivate = with_json(actions.add_parser("deactivate", help="deactivate a user and revoke their tokens"))
+    deactivate.add_argument("username")
+    users.set_defaults(run=guarded(_users))

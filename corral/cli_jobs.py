@@ -1,0 +1,195 @@
+"""`corral jobs`, `job`, `logs`, `rerun`, `cancel-group`, `delete`: a batch's jobs.
+
+Human output by default, `--json` for scripts (the API's messages as JSON).
+`corral logs` writes the log's bytes as they are; with `--follow` it keeps
+writing while the attempt runs and returns when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from google.protobuf import json_format, message
+
+from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
+from corral.cli_batches import Settings
+from corral.client import Client
+from corral.errors import CorralError
+
+
+def open_client() -> Client:
+    """A client with the CLI's settings (frontend, auth, CA, token)."""
+    settings = Settings.load()
+    if not settings.token:
+        raise CorralError("not logged in: run `corral login`")
+    return Client(settings.frontend, settings.token, settings.ca_cert, auth_address=settings.auth)
+
+
+def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a command; a CorralError becomes `error: ...` on stderr and exit code 1."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except CorralError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def print_json(messages: Iterable[message.Message]) -> None:
+    print(json.dumps([json_format.MessageToDict(m) for m in messages], indent=2))
+
+
+def state_name(state: int) -> str:
+    return job_state_pb2.JobState.Name(state).removeprefix("JOB_STATE_").lower()
+
+
+def usd(micro_usd: int) -> str:
+    return f"${micro_usd / 1e6:.6f}"
+
+
+def job_line(job: job_pb2.Job) -> str:
+    parts = [f"job {job.job_id}", state_name(job.state)]
+    if job.HasField("exit_code"):
+        parts.append(f"exit={job.exit_code}")
+    parts.append(f"group={job.job_group_id}")
+    if job.rerun_of_job_id:
+        parts.append(f"rerun-of={job.rerun_of_job_id}")
+    parts.append(f"cost={usd(job.cost_micro_usd)}")
+    parts += [f"{k}={v}" for k, v in sorted(job.attributes.items())]
+    line = "  ".join(parts)
+    return f"{line}  error: {job.error_message}" if job.error_message else line
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        jobs = []
+        for job in client.jobs(args.batch_id, " ".join(args.query)):
+            jobs.append(job)
+            if len(jobs) >= args.limit:
+                break
+    if args.json:
+        print_json(jobs)
+    else:
+        for job in jobs:
+            print(job_line(job))
+    return 0
+
+
+def _reason_name(code: int) -> str:
+    return job_explanation_pb2.WaitReasonCode.Name(code).removeprefix("WAIT_REASON_CODE_").lower().replace("_", " ")
+
+
+def _job(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        job = client.get_job(args.batch_id, args.job_id)
+        why = client.explain_job(args.batch_id, args.job_id)
+    if args.json:
+        print_json([job, why])
+        return 0
+    print(job_line(job))
+    command = list(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else [job.spec.script]
+    print(f"  image {job.spec.image}  command {json.dumps(command)}")
+    if job.spec.parents:
+        print("  parents " + ", ".join(str(p.job_id) for p in job.spec.parents))
+    for a in job.attempts:
+        end = job_pb2.AttemptEndReason.Name(a.end_reason).removeprefix("ATTEMPT_END_REASON_").lower()
+        exit_code = f" exit={a.exit_code}" if a.HasField("exit_code") else ""
+        print(f"  attempt {a.attempt_id} on {a.instance_name}: {end if a.end_reason else 'running'}{exit_code}"
+              f"  cost={usd(a.cost_micro_usd)}" + (f"  error: {a.error_message}" if a.error_message else ""))
+    reasons = why.reasons or []
+    if not reasons:
+        print("  why: nothing in its way; the scheduler places it in its next cycle")
+    for r in reasons:
+        print(f"  why: {_reason_name(r.code)}: {r.detail}")
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    out = sys.stdout.buffer
+    start = -args.tail if args.tail else 0
+    with open_client() as client:
+        if args.follow:
+            for data in client.follow_log(args.batch_id, args.job_id, args.attempt, start):
+                out.write(data)
+                out.flush()
+        else:
+            out.write(client.job_log(args.batch_id, args.job_id, args.attempt, start))
+    out.flush()
+    return 0
+
+
+def _rerun(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        update = client.rerun_failed(args.batch_id, args.state or (), args.token)
+    if args.json:
+        print_json([update] if update is not None else [])
+    elif update is None:
+        print(f"batch {args.batch_id}: nothing to re-run")
+    else:
+        last = update.start_job_id + update.n_jobs - 1
+        print(f"batch {args.batch_id}: update {update.update_id} re-runs {update.n_jobs} job(s) as jobs "
+              f"{update.start_job_id}-{last}")
+    return 0
+
+
+def _cancel_group(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        group = client.cancel_job_group(args.batch_id, args.job_group_id, args.reason)
+    if args.json:
+        print_json([group])
+    else:
+        c = group.cancellation
+        print(f"job group {group.job_group_id} of batch {group.batch_id}: cancelled by {c.cancelled_by}: {c.reason}")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with open_client() as client:
+        client.delete_batch(args.batch_id)
+    print(f"batch {args.batch_id} deleted")
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    """Add jobs, job, logs, rerun, cancel-group and delete."""
+    jobs = with_json(commands.add_parser("jobs", help="list a batch's jobs matching a query"))
+    jobs.add_argument("batch_id", type=int)
+    jobs.add_argument("query", nargs="*", help="e.g. state=failed name=~align (see docs/query-language.md)")
+    jobs.add_argument("--limit", type=int, default=1000, help="most jobs to show")
+    jobs.set_defaults(run=guarded(_jobs))
+    job = with_json(commands.add_parser("job", help="show one job, its attempts and why it is not running"))
+    job.add_argument("batch_id", type=int)
+    job.add_argument("job_id", type=int)
+    job.set_defaults(run=guarded(_job))
+    logs = commands.add_parser("logs", help="print a job's log")
+    logs.add_argument("batch_id", type=int)
+    logs.add_argument("job_id", type=int)
+    logs.add_argument("--attempt", help="an attempt id (default: the latest)")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the attempt runs")
+    logs.add_argument("--tail", type=int, metavar="BYTES", help="only the last BYTES bytes")
+    logs.set_defaults(run=guarded(_logs))
+    rerun = with_json(commands.add_parser("rerun", help="re-run a batch's failed jobs and their dependents"))
+    rerun.add_argument("batch_id", type=int)
+    rerun.add_argument("--state", action="append", choices=("failed", "error", "cancelled"),
+                       help="states to re-run (repeatable; default: failed and error)")
+    rerun.add_argument("--token", help="idempotency token: the same token re-runs once (default: a new one)")
+    rerun.set_defaults(run=guarded(_rerun))
+    cancel_group = with_json(commands.add_parser("cancel-group", help="cancel a job group and its subtree"))
+    cancel_group.add_argument("batch_id", type=int)
+    cancel_group.add_argument("job_group_id", type=int)
+    cancel_group.add_argument("--reason", default="cancelled from the command line")
+    cancel_group.set_defaults(run=guarded(_cancel_group))
+    delete = commands.add_parser("delete", help="delete a batch (cancelling it if it runs)")
+    delete.add_argument("batch_id", type=int)
+    delete.set_defaults(run=guarded(_delete))
