@@ -43,14 +43,34 @@ class SpecStore:
         await asyncio.to_thread(self._write, path, data)
         return [f"{self._protocol}://{path}#{i}" for i in range(len(specs))]
 
+    def _load(self, path: str) -> pb.AddJobsRequest:
+        with self._fs.open(path, "rb") as f:
+            return pb.AddJobsRequest.FromString(f.read())
+
+    @staticmethod
+    def _split(spec_ref: str) -> tuple[str, int]:
+        url, _, index = spec_ref.rpartition("#")
+        return (url.split("://", 1)[1] if "://" in url else url), int(index)
+
     async def read(self, spec_ref: str) -> job_spec_pb2.JobSpec:
         """The spec a spec_ref points at."""
-        url, _, index = spec_ref.rpartition("#")
-        path = url.split("://", 1)[1] if "://" in url else url
+        path, index = self._split(spec_ref)
+        return (await asyncio.to_thread(self._load, path)).jobs[index]
 
-        def load() -> bytes:
-            with self._fs.open(path, "rb") as f:
-                return f.read()
+    async def read_many(self, spec_refs: list[str]) -> dict[str, job_spec_pb2.JobSpec]:
+        """The specs of many refs, reading each bunch object once (a bunch holds
+        up to thousands of jobs, and the scheduler places neighbours together)."""
+        by_path: dict[str, list[tuple[str, int]]] = {}
+        for ref in spec_refs:
+            path, index = self._split(ref)
+            by_path.setdefault(path, []).append((ref, index))
 
-        bunch = pb.AddJobsRequest.FromString(await asyncio.to_thread(load))
-        return bunch.jobs[int(index)]
+        def load_all() -> dict[str, job_spec_pb2.JobSpec]:
+            found = {}
+            for path, wanted in by_path.items():
+                bunch = self._load(path)
+                for ref, index in wanted:
+                    found[ref] = bunch.jobs[index]
+            return found
+
+        return await asyncio.to_thread(load_all)
