@@ -12,6 +12,7 @@ from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
 from services.auth.store import AuthStore
 from services.common.identity import BearerAuthenticator, peer_certificate
 from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 
@@ -34,6 +35,8 @@ class AuthConfig:
     """Common name of this service's certificate."""
     ports_file: Path | None = None
     """Where to write the bound ports as JSON once serving (for `corral up`)."""
+    trace_exporter: str | None = None
+    """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
 
 
 @dataclasses.dataclass
@@ -44,15 +47,18 @@ class AuthApp:
     servers: RunningServers
     public_port: int
     internal_port: int
+    tracing: Tracing
 
     async def stop(self) -> None:
-        """Stop accepting calls, let running ones finish, then close the pool."""
+        """Stop accepting calls, let running ones finish, then close the pool and flush spans."""
         await self.servers.stop()
         await self.db.close()
+        self.tracing.shutdown()
 
 
 async def start(config: AuthConfig) -> AuthApp:
     """Open the database, start both listeners, and report the ports."""
+    tracing = Tracing("corral-auth", config.trace_exporter)
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
     servicer = AuthServicer(AuthStore(db))
     tls = DevCertificateAuthority(config.certs_dir).issue(config.identity)
@@ -61,8 +67,9 @@ async def start(config: AuthConfig) -> AuthApp:
         [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],
         [Listener(config.public_address, tls, public, internal=False),
          Listener(config.internal_address, tls, peer_certificate, internal=True)],
+        tracer_provider=tracing.provider,
     )
-    app = AuthApp(db, servers, *servers.ports)
+    app = AuthApp(db, servers, *servers.ports, tracing)
     if config.ports_file is not None:
         config.ports_file.write_text(json.dumps({"public": app.public_port, "internal": app.internal_port}))
     log.info("auth serving: public port %d, internal port %d", app.public_port, app.internal_port)

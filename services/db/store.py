@@ -65,11 +65,13 @@ class JobStore:
         return status
 
     async def create_update(
-        self, batch_id: int, n_jobs: int, n_job_groups: int = 0, idempotency_token: str | None = None
+        self, batch_id: int, n_jobs: int, n_job_groups: int = 0, idempotency_token: str | None = None,
+        trace_context: str | None = None,
     ) -> Row:
-        """Reserve ids for an update; returns update_id, start_job_id, start_job_group_id."""
+        """Reserve ids for an update; returns update_id, start_job_id, start_job_group_id.
+        `trace_context` is the creating call's W3C trace context (JSON), handed to workers."""
         status, _ = await self.db.call(
-            "create_update", batch_id, idempotency_token, n_jobs, n_job_groups, self.clock_ms()
+            "create_update", batch_id, idempotency_token, n_jobs, n_job_groups, self.clock_ms(), trace_context
         )
         return status
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.identity import peer_certificate
 from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
@@ -67,6 +68,8 @@ class DriverConfig:
     """Heartbeat and idle settings sent to workers."""
     ports_file: Path | None = None
     """Where to write the bound port as JSON once serving."""
+    trace_exporter: str | None = None
+    """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
 
 
 @dataclasses.dataclass
@@ -82,6 +85,7 @@ class DriverApp:
     port: int
     sessions: SessionRegistry | None = None
     """The worker sessions this driver serves (where Run and Cancel commands go)."""
+    tracing: Tracing | None = None
 
     async def stop(self) -> None:
         """Stop the loops, resign (a standby takes over at once), stop workers started here, close."""
@@ -92,6 +96,8 @@ class DriverApp:
         await self.servers.stop()
         await self.provider.close()
         await self.db.close()
+        if self.tracing is not None:
+            self.tracing.shutdown()
 
 
 def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
@@ -112,6 +118,7 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
 
 async def start(config: DriverConfig) -> DriverApp:
     """Serve the driver API, campaign for leadership, run the loops while leading."""
+    tracing = Tracing("corral-driver", config.trace_exporter)
     db_config = DatabaseConfig.from_url(config.database_url)
     db = await Database.connect(db_config)
     store = JobStore(db)
@@ -157,12 +164,14 @@ async def start(config: DriverConfig) -> DriverApp:
     servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
     servers = await serve([Service("corral.driver.v1.DriverService", servicer,
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
-                          [Listener(config.internal_address, tls, peer_certificate, internal=True)])
+                          [Listener(config.internal_address, tls, peer_certificate, internal=True)],
+                          tracer_provider=tracing.provider)
     # Campaign under the address workers and standbys can reach us at.
     state.name = f"localhost:{servers.ports[0]}"
     tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
     tasks += [asyncio.create_task(loop.run()) for loop in loops]
-    app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], sessions=registry)
+    app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], sessions=registry,
+                    tracing=tracing)
     if config.ports_file is not None:
         config.ports_file.write_text(json.dumps({"internal": app.port}))
     log.info("driver %s serving on port %d", config.name, app.port)

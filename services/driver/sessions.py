@@ -19,6 +19,7 @@ from google.protobuf import timestamp_pb2
 
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.telemetry import context_from_json
 from services.db.database import Database
 from services.db.store import wall_clock_ms
 from services.driver.scheduler import Placement
@@ -98,21 +99,25 @@ class SessionRegistry:
             return
         keys = ", ".join(["(%s, %s)"] * len(placements))
         rows = await self._db.fetchall(
-            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, b.user, b.billing_project
+            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, b.user, b.billing_project,
+                       u.trace_context
                 FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
+                LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
                 WHERE (j.batch_id, j.job_id) IN ({keys})""",
             tuple(v for p in placements for v in (p.batch_id, p.job_id)), name="run_job_details")
         details = {(r["batch_id"], r["job_id"]): r for r in rows}
         deadline = timestamp_pb2.Timestamp()
         deadline.FromMilliseconds(self._clock_ms() + RUN_DEADLINE_MS)
+        specs = await self._specs.read_many([row["spec_ref"] for row in rows])
         for p in placements:
             row = details[(p.batch_id, p.job_id)]
-            spec = await self._specs.read(row["spec_ref"])
+            spec = specs[row["spec_ref"]]
             self.send(p.instance, pb.WorkerSessionResponse(run_job=ws.RunJob(
                 attempt=ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id),
                 user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,
                 memory_bytes=row["memory_bytes"], deadline=deadline,
-                log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id))))
+                log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id),
+                trace_context=context_from_json(row["trace_context"]))))
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""

@@ -15,6 +15,7 @@ from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
 from services.common.identity import BearerAuthenticator, peer_certificate
 from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
@@ -61,6 +62,8 @@ class FrontendConfig:
     among them when work appears or is cancelled (none: the drivers' periods only)."""
     notify_deadline_s: float = 1.0
     """Deadline of each notification to a driver (sent in the background)."""
+    trace_exporter: str | None = None
+    """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
 
 
 @dataclasses.dataclass
@@ -73,6 +76,7 @@ class FrontendApp:
     public_port: int
     notifier: DriverNotifier
     worker_logs: WorkerLogs
+    tracing: Tracing
 
     async def stop(self) -> None:
         """Stop serving (letting calls finish), then stop notifying the driver, close the
@@ -82,10 +86,12 @@ class FrontendApp:
         await self.worker_logs.close()
         await self.auth_channel.close()
         await self.db.close()
+        self.tracing.shutdown()
 
 
 async def start(config: FrontendConfig) -> FrontendApp:
     """Connect to the database and auth, then serve."""
+    tracing = Tracing("corral-frontend", config.trace_exporter)
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
     tls = DevCertificateAuthority(config.certs_dir).issue(config.identity)
     auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
@@ -108,10 +114,10 @@ async def start(config: FrontendConfig) -> FrontendApp:
     listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
     if config.internal_address:
         listeners.append(Listener(config.internal_address, tls, peer_certificate, internal=True))
-    servers = await serve(services, listeners)
+    servers = await serve(services, listeners, tracer_provider=tracing.provider)
     if config.driver_addresses:
         notifier.start()
-    app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs)
+    app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing)
     if config.ports_file is not None:
         config.ports_file.write_text(json.dumps({"public": servers.ports[0], "internal": servers.ports[1:]}))
     log.info("frontend serving on port %d", app.public_port)

@@ -19,6 +19,7 @@ from google.protobuf import timestamp_pb2
 from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_state_pb2, update_pb2
 from corral.batch.v1 import batch_service_pb2 as pb
 from services.common.errors import FieldViolation, InvalidRequest, NotFound
+from services.common.telemetry import current_context_json
 from services.common.identity import Principal, current_principal
 from services.db.store import JobStore
 from services.frontend import query as query_language
@@ -131,7 +132,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                              ) -> dict[str, Any]:
         if n_jobs < 0 or n_job_groups < 0:
             raise InvalidRequest(FieldViolation("n_jobs", "n_jobs and n_job_groups must not be negative"))
-        status = await self.jobs.create_update(batch_id, n_jobs, n_job_groups, token)
+        # The trace of this call follows the update's jobs to their workers.
+        status = await self.jobs.create_update(batch_id, n_jobs, n_job_groups, token, current_context_json())
         row = await self.batches.get_update(batch_id, int(status["update_id"]))
         assert row is not None
         return row

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import grpc
+from opentelemetry import context as otel_context
 
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc
@@ -53,7 +54,9 @@ class DriverNotifier:
         self._addresses = tuple(addresses)
         self._deadline_s = deadline_s
         self._max_pending = max_pending
-        self._pending: dict[Change, None] = {}  # insertion-ordered set
+        # Insertion-ordered; each change keeps the trace context of the call
+        # that first recorded it, so its NotifyChange joins that call's trace.
+        self._pending: dict[Change, otel_context.Context] = {}
         self._wake = asyncio.Event()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._leader: str | None = None
@@ -73,7 +76,7 @@ class DriverNotifier:
             # wakes its loops as well as many would.
             self._pending.pop(next(iter(self._pending)))
             self.dropped += 1
-        self._pending[(kind, batch_id, job_group_id, billing_project)] = None
+        self._pending.setdefault((kind, batch_id, job_group_id, billing_project), otel_context.get_current())
         self._wake.set()
         if self._task is None and self._addresses:
             self.start()
@@ -132,13 +135,16 @@ class DriverNotifier:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            batch, self._pending = list(self._pending), {}
-            for i, change in enumerate(batch):
+            batch, self._pending = list(self._pending.items()), {}
+            for i, (change, trace_context) in enumerate(batch):
+                token = otel_context.attach(trace_context)
                 try:
                     delivered = await self._send(change)
                 except Exception:  # noqa: BLE001 - a notification never takes the frontend down
                     log.exception("notifying the driver of %s failed", change)
                     delivered = False
+                finally:
+                    otel_context.detach(token)
                 if delivered:
                     self.sent += 1
                     continue

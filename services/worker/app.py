@@ -16,6 +16,7 @@ import signal
 from corral.worker.v1 import worker_service_pb2_grpc
 from services.common.identity import peer_certificate
 from services.common.server import Listener, RunningServers, Service, serve
+from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
@@ -36,6 +37,7 @@ class WorkerApp:
     """host:port of WorkerService, as the driver records it."""
     agent: asyncio.Task[int]
     """The agent; its result is the process's exit code."""
+    tracing: Tracing
 
     async def wait(self) -> int:
         """Wait for the worker to leave (idle, drained, shut down); stop serving; return the exit code."""
@@ -44,6 +46,7 @@ class WorkerApp:
         finally:
             if self.agent.done():
                 await self.servers.stop(grace_s=1.0)
+                self.tracing.shutdown()
 
     async def stop(self) -> int:
         """SIGTERM's path: kill running jobs, deactivate, stop serving."""
@@ -53,16 +56,18 @@ class WorkerApp:
 
 async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -> WorkerApp:
     """Serve WorkerService, then activate and run the agent in a task."""
+    tracing = Tracing("corral-worker")  # $CORRAL_TRACE_EXPORTER, inherited from the driver that started us
     tls = DevCertificateAuthority(config.certs_dir).issue(f"worker-{config.instance_name}")
     config.scratch_dir.mkdir(parents=True, exist_ok=True)
     attempts = AttemptTable(config.keep_ended_s)
     worker = Worker(config, runtime or ProcessRuntime(), attempts, tls)
     servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker),
                                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
-                          [Listener(config.listen_address, tls, peer_certificate, internal=True)])
+                          [Listener(config.listen_address, tls, peer_certificate, internal=True)],
+                          tracer_provider=tracing.provider)
     address = f"{config.advertise_host}:{servers.ports[0]}"
     log.info("worker %s: WorkerService at %s", config.instance_name, address)
-    return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)))
+    return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)), tracing)
 
 
 async def run(config: WorkerConfig) -> int:

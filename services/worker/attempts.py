@@ -19,13 +19,16 @@ import time
 from collections.abc import Callable
 
 from google.protobuf import duration_pb2, timestamp_pb2
+from opentelemetry import trace
 
 from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.telemetry import extract
 from services.worker.logs import LogSink
 from services.worker.runtime import CANCELLED, ContainerRuntime, JobOutcome, JobRun
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 
 AttemptKey = tuple[int, int, str]
 """(batch_id, job_id, attempt_id): attempt ids are unique within a job only."""
@@ -139,6 +142,21 @@ async def run_attempt(runtime: ContainerRuntime, attempt: Attempt, job: JobRun,
     failing does not change the job's outcome; it is said in the error
     message and the log stays readable on this worker for a while."""
 
+    # The run joins the trace of the submission that created the job (the
+    # driver hands its context on in RunJob.trace_context).
+    with tracer.start_as_current_span(
+            "job.run", context=extract(attempt.run.trace_context), kind=trace.SpanKind.CONSUMER,
+            attributes={"corral.batch_id": attempt.ref.batch_id, "corral.job_id": attempt.ref.job_id,
+                        "corral.attempt_id": attempt.ref.attempt_id}) as span:
+        outcome = await _run_and_upload(runtime, attempt, job, on_started)
+        span.set_attribute("corral.state", outcome.state)
+        if outcome.exit_code is not None:
+            span.set_attribute("corral.exit_code", outcome.exit_code)
+        return outcome
+
+
+async def _run_and_upload(runtime: ContainerRuntime, attempt: Attempt, job: JobRun,
+                          on_started: Callable[[Attempt], None]) -> JobOutcome:
     async def started(pid: int) -> None:
         attempt.started_ms = wall_ms()
         on_started(attempt)

@@ -5,7 +5,8 @@
 DROP PROCEDURE IF EXISTS create_update;
 DELIMITER $$
 CREATE PROCEDURE create_update(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
-                               IN in_n_jobs INT, IN in_n_job_groups INT, IN in_now_ms BIGINT)
+                               IN in_n_jobs INT, IN in_n_job_groups INT, IN in_now_ms BIGINT,
+                               IN in_trace_context VARCHAR(1024))
 proc: BEGIN
   DECLARE v_update_id INT;
   DECLARE v_start_job_id INT;
@@ -62,9 +63,9 @@ proc: BEGIN
         n_reserved_job_groups = n_reserved_job_groups + in_n_job_groups
     WHERE batch_id = in_batch_id;
   INSERT INTO batch_updates (batch_id, update_id, idempotency_token, start_job_id, n_jobs,
-                             start_job_group_id, n_job_groups, time_created_ms)
+                             start_job_group_id, n_job_groups, time_created_ms, trace_context)
     VALUES (in_batch_id, v_update_id, in_idempotency_token, v_start_job_id, in_n_jobs,
-            v_start_job_group_id, in_n_job_groups, in_now_ms);
+            v_start_job_group_id, in_n_job_groups, in_now_ms, in_trace_context);
   COMMIT;
   SELECT 0 AS rc, 'created' AS message, v_update_id AS update_id, v_start_job_id AS start_job_id,
          v_start_job_group_id AS start_job_group_id;

@@ -126,7 +126,14 @@ class Welcome(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., config: _Optional[_Union[_instance_pb2.SessionConfig, _Mapping]] = ...) -> None: ...
 
 class RunJob(_message.Message):
-    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline")
+    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context")
+    class TraceContextEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     BILLING_PROJECT_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +144,7 @@ class RunJob(_message.Message):
     LOG_URL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     user: str
     billing_project: str
@@ -147,7 +155,8 @@ class RunJob(_message.Message):
     log_url: str
     attempt_token: str
     deadline: _timestamp_pb2.Timestamp
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    trace_context: _containers.ScalarMap[str, str]
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CancelJob(_message.Message):
     __slots__ = ("attempt", "reason")
