@@ -125,7 +125,11 @@ def _login(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     builder = builder_from_yaml(yaml.safe_load(Path(args.file).read_text()))
     with _client() as client:
-        _emit(args, [client.submit(builder)])
+        batch = client.submit(builder)
+    if args.quiet:
+        print(batch.batch_id)  # for scripts: batch=$(corral submit -q FILE)
+    else:
+        _emit(args, [batch])
     return 0
 
 
@@ -189,6 +193,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
 
     submit = with_json(commands.add_parser("submit", help="submit a batch described in YAML"))
     submit.add_argument("file")
+    submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
     submit.set_defaults(run=_guarded(_submit))
     ls = with_json(commands.add_parser("ls", help="list batches matching a query (newest first)"))
     ls.add_argument("query", nargs="*", help="e.g. state=running name=~align")

@@ -9,7 +9,9 @@ from pathlib import Path
 def _up(args: argparse.Namespace) -> int:
     from services.up import UpConfig, serve_forever  # server-side code, imported only for this command
 
-    return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers))
+    return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
+                                  max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
+                                  idle_timeout_s=args.idle_timeout, trace=args.trace))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -19,4 +21,12 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="state kept across restarts (default: %(default)s)")
     up.add_argument("--database-url", help="use this MySQL/MariaDB instead of a private MariaDB")
     up.add_argument("--drivers", type=int, default=2, help="driver processes: one leads (default: 2)")
+    up.add_argument("--worker-cores", type=int, help="cores each local worker declares (kept; first default 2)")
+    up.add_argument("--max-workers", type=int, help="most local workers at once (kept; first default 4)")
+    up.add_argument("--heartbeat-timeout", type=float, metavar="SECONDS",
+                    help="declare a worker dead after this long without a session or heartbeat (default 30)")
+    up.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                    help="a worker with nothing to run exits after this long (default 60)")
+    up.add_argument("--trace", action="store_true",
+                    help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
     up.set_defaults(run=_up)

@@ -44,6 +44,16 @@ class UpConfig:
     """One leads, the others stand by."""
     client_config: Path | None = None
     """Where to write the CLI configuration (default: the CLI's own default)."""
+    worker_cores: int | None = None
+    """Cores each local worker of the 'standard' pool declares (None: keep the stored setting, 2 at first)."""
+    max_workers: int | None = None
+    """Most local workers of the 'standard' pool at once (None: keep the stored setting, 4 at first)."""
+    heartbeat_timeout_s: float | None = None
+    """Seconds without a session or heartbeat before a worker is declared dead (None: the driver's default)."""
+    idle_timeout_s: float | None = None
+    """Seconds a worker stays up with nothing to run (None: the driver's default)."""
+    trace: bool = False
+    """Trace every service to `<data_dir>/traces/<service>-<pid>.jsonl` (OpenTelemetry spans as JSON lines)."""
 
 
 def free_port() -> int:
@@ -79,10 +89,10 @@ class Running:
             self.mariadb.stop()
 
 
-def _spawn(running: Running, name: str, args: list[str], log_dir: Path) -> None:
+def _spawn(running: Running, name: str, args: list[str], log_dir: Path, env: dict[str, str]) -> None:
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / f"{name}.log", "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT, env=env)
     running.processes.append((name, process))
 
 
@@ -110,6 +120,22 @@ async def _bootstrap(database_url: str) -> str:
         await db.close()
 
 
+async def _configure_pool(database_url: str, worker_cores: int | None, max_workers: int | None) -> None:
+    """Store the local 'standard' pool's shape (operator settings, kept across restarts)."""
+    if worker_cores is None and max_workers is None:
+        return
+    db = await Database.connect(DatabaseConfig.from_url(database_url))
+    try:
+        if worker_cores is not None:
+            await db.execute("UPDATE instance_collections SET worker_cores = %s WHERE name = 'standard'",
+                             (worker_cores,), name="up_pool_cores")
+        if max_workers is not None:
+            await db.execute("UPDATE instance_collections SET max_instances = %s, max_live_instances = %s "
+                             "WHERE name = 'standard'", (max_workers, max_workers), name="up_pool_size")
+    finally:
+        await db.close()
+
+
 def start(config: UpConfig) -> Running:
     """Bring everything up; on failure, stop what was started and re-raise."""
     data = config.data_dir.expanduser()
@@ -130,23 +156,34 @@ def start(config: UpConfig) -> Running:
             stale.unlink()
         logs, blobs = data / "logs", f"file://{data / 'blobs'}"
         common = ["--database-url", database_url, "--certs-dir", str(certs.directory)]
+        asyncio.run(_configure_pool(database_url, config.worker_cores, config.max_workers))
+        env = dict(os.environ)
+        if config.trace:
+            # Every service, and every worker a driver starts (they inherit it), writes its own file.
+            env["CORRAL_TRACE_EXPORTER"] = f"file:{data / 'traces'}/{{service}}-{{pid}}.jsonl"
+        session = []
+        if config.heartbeat_timeout_s is not None:
+            session += ["--heartbeat-timeout", str(config.heartbeat_timeout_s),
+                        "--heartbeat-interval", str(min(5.0, config.heartbeat_timeout_s / 3))]
+        if config.idle_timeout_s is not None:
+            session += ["--idle-timeout", str(config.idle_timeout_s)]
 
         auth_public, auth_internal = free_port(), free_port()
         _spawn(running, "auth", ["services.auth", *common, "--public-address", f"127.0.0.1:{auth_public}",
                                  "--internal-address", f"127.0.0.1:{auth_internal}",
-                                 "--ports-file", str(run_dir / "auth.ports")], logs)
+                                 "--ports-file", str(run_dir / "auth.ports")], logs, env)
         driver_ports = [free_port() for _ in range(config.n_drivers)]
         driver_addresses = ",".join(f"localhost:{p}" for p in driver_ports)
         for i, port in enumerate(driver_ports):
             _spawn(running, f"driver-{i}", ["services.driver", *common, "--spec-root-url", blobs,
                                             "--data-dir", str(data), "--internal-address", f"127.0.0.1:{port}",
-                                            "--driver-addresses", driver_addresses,
-                                            "--ports-file", str(run_dir / f"driver-{i}.ports")], logs)
+                                            "--driver-addresses", driver_addresses, *session,
+                                            "--ports-file", str(run_dir / f"driver-{i}.ports")], logs, env)
         frontend = free_port()
         _spawn(running, "frontend", ["services.frontend", *common, "--auth-address", f"localhost:{auth_internal}",
                                      "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
                                      "--driver-addresses", driver_addresses,
-                                     "--ports-file", str(run_dir / "frontend.ports")], logs)
+                                     "--ports-file", str(run_dir / "frontend.ports")], logs, env)
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", running)
         running.admin_token = asyncio.run(_bootstrap(database_url))

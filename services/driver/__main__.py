@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from services.driver.app import DriverConfig, run
+from services.driver.servicer import SessionSettings
 
 parser = argparse.ArgumentParser(prog="python -m services.driver", description=__doc__)
 parser.add_argument("--database-url", required=True)
@@ -15,8 +16,17 @@ parser.add_argument("--data-dir", type=Path, required=True)
 parser.add_argument("--internal-address", default="127.0.0.1:0")
 parser.add_argument("--driver-addresses", default="", help="every driver's address, comma-separated (for workers)")
 parser.add_argument("--ports-file", type=Path)
+parser.add_argument("--heartbeat-interval", type=float, default=SessionSettings.heartbeat_interval_s,
+                    help="seconds between a worker's heartbeats (default: %(default)s)")
+parser.add_argument("--heartbeat-timeout", type=float, default=SessionSettings.heartbeat_timeout_s,
+                    help="seconds without a session or heartbeat before a worker is declared dead "
+                         "(default: %(default)s)")
+parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
+                    help="seconds a worker stays up with nothing to run (default: %(default)s)")
 args = parser.parse_args()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
-                             ports_file=args.ports_file)))
+                             ports_file=args.ports_file,
+                             session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
+                                                     args.idle_timeout))))

@@ -86,7 +86,7 @@ async def test_internal_listener_needs_a_client_certificate(auth_app: AuthApp,
     assert "corral.auth.v1.AuthService" in out.split()
 
     # The server ends the handshake (PEER_DID_NOT_RETURN_A_CERTIFICATE); the
-    # client only sees that the server is unavailable.
+    # client sees the server as unavailable or its connection cut, by timing.
     code, out, err = await buf_curl("--cacert", ca, "--list-services", url)
-    assert code != 0 and "unavailable" in err.lower(), err
+    assert code != 0 and ("unavailable" in err.lower() or "broken pipe" in err.lower()), err
     assert "corral.auth.v1.AuthService" not in out

@@ -1,0 +1,182 @@
+"""`corral up` as a process, for end-to-end tests: start it, read what it
+printed, reach it through the CLI, the Python client and its database, and
+stop it (and so everything it started) by its pid."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pymysql
+import pymysql.cursors
+
+import corral
+from services.db.database import DatabaseConfig
+
+REPO_DIR = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def processes() -> dict[int, list[str]]:
+    """pid -> argv of every process (from /proc: ps truncates to $COLUMNS, which pytest sets)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                found[int(entry.name)] = [a.decode(errors="replace") for a in argv if a]
+    return found
+
+
+def eventually(check: Callable[[], T], timeout_s: float = 60.0, interval_s: float = 0.2,
+               what: str = "condition") -> T:
+    """Poll `check` until it returns something truthy; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+@dataclasses.dataclass
+class Cluster:
+    """A running `corral up`."""
+
+    process: subprocess.Popen[str]
+    data_dir: Path
+    env: dict[str, str]
+    """Environment for the CLI: CORRAL_CONFIG names the file `corral up` wrote."""
+    endpoints: dict[str, str]
+    admin_token: str
+    output: list[str]
+
+    @property
+    def frontend(self) -> str:
+        return self.endpoints["frontend"]
+
+    def client(self, token: str | None = None) -> corral.Client:
+        """A blocking client as `token`'s user (default: the administrator)."""
+        return corral.Client(self.frontend, token or self.admin_token, ca_cert=self.endpoints["ca_cert"],
+                             auth_address=self.endpoints["auth"])
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, input: str | None = None,
+            timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run `corral ARGS` against this cluster."""
+        return subprocess.run([sys.executable, "-m", "corral.cli", *args], env={**self.env, **(env or {})},
+                              capture_output=True, text=True, input=input, timeout=timeout_s)
+
+    def user(self, name: str) -> str:
+        """A new user in the 'default' billing project; returns an API token for them."""
+        with self.client() as admin:
+            admin.create_user(name)
+            admin.add_member("default", name)
+            _, secret = admin.create_token("e2e", username=name)
+        return secret
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        """Rows of one read-only statement on corral's database."""
+        config = DatabaseConfig.from_url(self.endpoints["database"])
+        kwargs = config.connect_kwargs()
+        kwargs["database"] = kwargs.pop("db", config.database)  # aiomysql's name for it
+        conn = pymysql.connect(**kwargs, cursorclass=pymysql.cursors.DictCursor)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql, tuple(params))
+                return list(cursor.fetchall())
+        finally:
+            conn.close()
+
+    def worker_pids(self) -> dict[str, int]:
+        """Instance name -> pid of every local worker process of this cluster alive now."""
+        found = {}
+        for pid, argv in processes().items():
+            if "services.worker" in argv and "--instance-name" in argv and any(
+                    str(self.data_dir) in arg for arg in argv):
+                found[argv[argv.index("--instance-name") + 1]] = pid
+        return found
+
+    def descendants(self) -> set[int]:
+        """Every process `corral up` started, directly or not."""
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+                    ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+                    children.setdefault(ppid, []).append(int(entry.name))
+        found, todo = set(), [self.process.pid]
+        while todo:
+            for child in children.get(todo.pop(), []):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+        return found
+
+    def stop(self) -> None:
+        """SIGTERM `corral up`; it stops everything it started. Waits for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+        finally:
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+
+def start(data_dir: Path, *up_args: str, command: Sequence[str] | None = None,
+          timeout_s: float = 180) -> Cluster:
+    """Start `corral up --data-dir DATA_DIR UP_ARGS` (or `command`, e.g. the README's
+    scripts/up.sh) and wait until it says it is up."""
+    env = {**os.environ, "CORRAL_CONFIG": str(data_dir / "cli.json")}
+    argv = list(command or [sys.executable, "-m", "corral.cli", "up"]) + ["--data-dir", str(data_dir / "data"),
+                                                                          *up_args]
+    process = subprocess.Popen(argv, env=env, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        assert process.stdout is not None
+        while True:
+            line = process.stdout.readline()
+            if not line:
+                raise AssertionError("corral up exited:\n" + "".join(lines))
+            lines.append(line)
+            if line.startswith("The CLI is configured"):
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError("corral up did not come up:\n" + "".join(lines))
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    endpoints = {}
+    for line in lines:
+        match = re.match(r"^  (\w+)\s+(\S.*)$", line.rstrip("\n"))
+        if match:
+            endpoints[match.group(1)] = match.group(2)
+    token = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("admin token:"))
+    return Cluster(process, data_dir / "data", env, endpoints, token, lines)
+
+
+def running(cluster: Cluster) -> Iterator[Cluster]:
+    """Yield the cluster and stop it afterwards (for fixtures)."""
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
