@@ -22,7 +22,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--database-url", help="use this MySQL/MariaDB instead of a private MariaDB")
     up.add_argument("--drivers", type=int, default=2, help="driver processes: one leads (default: 2)")
     up.add_argument("--worker-cores", type=int, help="cores each local worker declares (kept; first default 2)")
-    up.add_argument("--max-workers", type=int, help="most local workers at once (kept; first default 4)")
+    up.add_argument("--max-workers", type=int, help="most local workers per pool at once (kept; first default "
+                                                    "4 standard, 2 highcpu, 2 highmem)")
     up.add_argument("--heartbeat-timeout", type=float, metavar="SECONDS",
                     help="declare a worker dead after this long without a session or heartbeat (default 30)")
     up.add_argument("--idle-timeout", type=float, metavar="SECONDS",

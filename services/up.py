@@ -45,9 +45,9 @@ class UpConfig:
     client_config: Path | None = None
     """Where to write the CLI configuration (default: the CLI's own default)."""
     worker_cores: int | None = None
-    """Cores each local worker of the 'standard' pool declares (None: keep the stored setting, 2 at first)."""
+    """Cores each local worker declares, in every local pool (None: keep the stored setting, 2 at first)."""
     max_workers: int | None = None
-    """Most local workers of the 'standard' pool at once (None: keep the stored setting, 4 at first)."""
+    """Most local workers of each pool at once (None: keep the stored setting)."""
     heartbeat_timeout_s: float | None = None
     """Seconds without a session or heartbeat before a worker is declared dead (None: the driver's default)."""
     idle_timeout_s: float | None = None
@@ -120,18 +120,23 @@ async def _bootstrap(database_url: str) -> str:
         await db.close()
 
 
-async def _configure_pool(database_url: str, worker_cores: int | None, max_workers: int | None) -> None:
-    """Store the local 'standard' pool's shape (operator settings, kept across restarts)."""
+async def _configure_pools(database_url: str, worker_cores: int | None, max_workers: int | None) -> None:
+    """Store the shape of the local pools (operator settings, kept across restarts): each
+    worker's cores (its memory scaled to keep the pool's memory per core) and the most
+    workers per pool."""
     if worker_cores is None and max_workers is None:
         return
     db = await Database.connect(DatabaseConfig.from_url(database_url))
     try:
+        local_pools = "WHERE is_pool AND provider = 'local'"
         if worker_cores is not None:
-            await db.execute("UPDATE instance_collections SET worker_cores = %s WHERE name = 'standard'",
-                             (worker_cores,), name="up_pool_cores")
+            # MySQL assigns left to right: memory is scaled by the old core count.
+            await db.execute(f"UPDATE instance_collections SET worker_memory_bytes = worker_memory_bytes DIV "
+                             f"worker_cores * %s, worker_cores = %s {local_pools}",
+                             (worker_cores, worker_cores), name="up_pool_cores")
         if max_workers is not None:
-            await db.execute("UPDATE instance_collections SET max_instances = %s, max_live_instances = %s "
-                             "WHERE name = 'standard'", (max_workers, max_workers), name="up_pool_size")
+            await db.execute(f"UPDATE instance_collections SET max_instances = %s, max_live_instances = %s "
+                             f"{local_pools}", (max_workers, max_workers), name="up_pool_size")
     finally:
         await db.close()
 
@@ -156,7 +161,7 @@ def start(config: UpConfig) -> Running:
             stale.unlink()
         logs, blobs = data / "logs", f"file://{data / 'blobs'}"
         common = ["--database-url", database_url, "--certs-dir", str(certs.directory)]
-        asyncio.run(_configure_pool(database_url, config.worker_cores, config.max_workers))
+        asyncio.run(_configure_pools(database_url, config.worker_cores, config.max_workers))
         env = dict(os.environ)
         if config.trace:
             # Every service, and every worker a driver starts (they inherit it), writes its own file.

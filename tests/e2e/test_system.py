@@ -147,7 +147,7 @@ def test_dag_ends_as_the_design_says_and_watch_tells_each_change_once(cluster: C
 
 def test_two_users_share_the_cores_evenly(cluster: Cluster) -> None:
     tokens = {name: cluster.user(name) for name in ("ada", "grace")}
-    n_jobs, seconds = 40, 1.0
+    n_jobs, seconds = 60, 1.0
     batch_ids: dict[str, int] = {}
     barrier = threading.Barrier(len(tokens))
 
