@@ -28,6 +28,10 @@ from bench.common import (
 # One line per benchmark module.
 BENCHMARKS = (
     "bench.sj_mjc",
+    "bench.submit",
+    "bench.cancel",
+    "bench.fair_share",
+    "bench.driver_memory",
 )
 
 

@@ -20,7 +20,7 @@ import platform
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
@@ -108,6 +108,18 @@ class Benchmark(Protocol):
     async def run(self, ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         """Measure, record figures in `ctx.figures` (and any other file in
         `ctx.out_dir`); return the parameters it ran with, for the JSON."""
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) of `values`, linearly interpolated
+    between the two nearest ranks (numpy's default method)."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def progress(message: str) -> None:

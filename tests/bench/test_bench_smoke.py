@@ -1,6 +1,7 @@
-"""The benchmarks run: `python -m bench sj-mjc --smoke` against the test
-session's server prints every figure, writes its JSON and plot, and leaves
-no schema behind. Nothing here looks at speed: figures are for people."""
+"""The benchmarks run: `python -m bench NAME --smoke` against the test
+session's server prints every figure, writes its JSON (and plot, where it
+draws one), and leaves no schema behind. Nothing here looks at speed:
+figures are for people."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pymysql
 
-from bench import sj_mjc
+from bench import cancel, driver_memory, fair_share, sj_mjc, submit
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -40,20 +42,44 @@ def bench_schemas(config: DatabaseConfig) -> set[str]:
         conn.close()
 
 
-def test_sj_mjc_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
-    before = bench_schemas(mariadb_server)
-    result = subprocess.run(
-        [sys.executable, "-m", "bench", "sj-mjc", "--smoke", "--database-url", database_url(mariadb_server),
-         "--out", str(tmp_path)],
+def run_bench(server: DatabaseConfig, out: Path, name: str, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bench", name, "--smoke", "--database-url", database_url(server), "--out", str(out),
+         *options],
         cwd=REPO_DIR, capture_output=True, text=True, timeout=240,
     )
-    assert result.returncode == 0, result.stderr
 
+
+def summary(stdout: str) -> dict[str, tuple[float, str]]:
+    """Every line of stdout as name -> (value, unit); each must be a summary line."""
     printed = {}
-    for line in result.stdout.splitlines():
+    for line in stdout.splitlines():
         match = SUMMARY_LINE.match(line)
         assert match, f"not a summary line: {line!r}"
         printed[match["name"]] = (float(match["value"]), match["unit"])
+    return printed
+
+
+def results_of(out: Path, name: str, printed: dict[str, tuple[float, str]]) -> dict[str, Any]:
+    """The JSON results file, checked against what was printed."""
+    results = json.loads((out / f"{name}.json").read_text())
+    assert results["bench"] == name
+    assert {n: (f["value"], f["unit"]) for n, f in results["figures"].items()} == printed
+    assert {"cpu_count", "platform", "server_version", "git_commit", "timestamp"} <= set(results["machine"])
+    assert results["parameters"]["smoke"] is True
+    return results
+
+
+def is_png(path: Path) -> bool:
+    return path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_sj_mjc_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "sj-mjc")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
     expected = sj_mjc.figure_names(smoke=True)
     assert list(printed) == expected
     assert {"sj-mjc.sj+mjc.best", "sj-mjc.full.best", "sj-mjc.full.32conn.retries"} <= set(printed)
@@ -61,10 +87,88 @@ def test_sj_mjc_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
         assert unit == ("retries" if name.endswith(".retries") else "jobs/s"), name
         assert value >= 0
 
-    results = json.loads((tmp_path / "sj-mjc.json").read_text())
-    assert {name: (f["value"], f["unit"]) for name, f in results["figures"].items()} == printed
+    results = results_of(tmp_path, "sj-mjc", printed)
     assert results["parameters"]["n_jobs_per_run"] == sj_mjc.SMOKE_JOBS
-    assert {"cpu_count", "platform", "server_version", "git_commit", "timestamp"} <= set(results["machine"])
-    assert (tmp_path / "sj-mjc.png").read_bytes().startswith(b"\x89PNG")
+    assert is_png(tmp_path / "sj-mjc.png")
 
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_submit_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "submit")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == submit.figure_names(submit.SMOKE_JOBS)
+    rate, seconds, add_jobs, commit = (printed[n] for n in submit.figure_names(submit.SMOKE_JOBS))
+    assert rate[1] == "jobs/s" and rate[0] > 0
+    assert {seconds[1], add_jobs[1], commit[1]} == {"s"}
+    assert seconds[0] > 0 and add_jobs[0] >= 0 and commit[0] >= 0
+
+    results = results_of(tmp_path, "submit", printed)
+    assert results["parameters"]["n_jobs"] == submit.SMOKE_JOBS
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_cancel_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "cancel", "--max-jobs", "100", "--samples", "3")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == cancel.figure_names([100])
+    assert printed["cancel.100.p50"][1] == printed["cancel.100.p99"][1] == "ms"
+    assert 0 < printed["cancel.100.p50"][0] <= printed["cancel.100.p99"][0]
+    assert printed["cancel.100.drain"][1] == "jobs/s" and printed["cancel.100.drain"][0] > 0
+
+    results = results_of(tmp_path, "cancel", printed)
+    assert results["parameters"]["sizes"] == [100]
+    assert results["parameters"]["samples_per_size"] == 3
+    assert is_png(tmp_path / "cancel.png")
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_cancel_refuses_a_limit_below_every_size(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    result = run_bench(mariadb_server, tmp_path, "cancel", "--max-jobs", "10")
+    assert result.returncode != 0
+    assert "no batch size is at most --max-jobs 10" in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "cancel.json").exists()
+
+
+def test_fair_share_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "fair-share")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == fair_share.figure_names()
+    assert {unit for _, unit in printed.values()} == {"ms"}
+    for part in ("total", "query", "compute"):
+        assert 0 < printed[f"fair-share.{part}.p50"][0] <= printed[f"fair-share.{part}.p99"][0]
+
+    results = results_of(tmp_path, "fair-share", printed)
+    assert results["parameters"]["users"] == fair_share.SMOKE_USERS
+    assert results["parameters"]["running_batches_per_user"] == fair_share.SMOKE_BATCHES_PER_USER
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_driver_memory_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "driver-memory", "--seconds", "1")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == driver_memory.figure_names()
+    assert {unit for _, unit in printed.values()} == {"MB"}
+    # A Python process with grpc and aiomysql loaded is tens of MB, whatever the speed.
+    assert all(value > 10 for value, _ in printed.values())
+
+    results = results_of(tmp_path, "driver-memory", printed)
+    assert results["parameters"]["n_ready_jobs"] == driver_memory.SMOKE_JOBS
+    assert results["parameters"]["failed_cycles"] == {"empty": 0, "queued": 0}
+    assert is_png(tmp_path / "driver-memory.png")
+    for label in ("empty", "queued"):
+        assert " leads with epoch " in (tmp_path / f"driver-memory-{label}.log").read_text()
     assert bench_schemas(mariadb_server) == before

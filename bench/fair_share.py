@@ -1,0 +1,186 @@
+"""fair-share: how long the scheduler takes to compute fair shares from live counters.
+
+The database holds 100 users × 50 running batches × 3 pools (highcpu,
+standard, highmem): every batch has, in each pool, one Running job and
+one Ready job, built through the real procedures (`insert_jobs`,
+`commit_update`, then `schedule_jobs` onto one active instance per pool),
+so the trigger-maintained, tokenized counters are what the driver would
+read. Users differ in job size (250 to 2,000 mcpu), and each pool's free
+cores are half its ready demand, so the water-filling has work to do.
+
+One computation is what the scheduler does per cycle, for each of the
+three pools: the query of the `user_inst_coll_fair_share` view (the
+scheduler's own SQL), then `allocate_cores` and `scheduling_shares`
+(services/driver/fair_share.py) over the rows. It is repeated; figures are
+p50/p99 of the whole (3 pools, query + computation) and of each part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import time
+from typing import Any
+
+from bench.common import BenchContext, fresh_database, percentile, progress
+from bench.populate import JobShape, ready_batch
+from services.db.database import Database
+from services.db.store import JobStore
+from services.driver.fair_share import UserDemand, allocate_cores, scheduling_shares
+from services.driver.scheduler import _DEMAND as DEMAND_QUERY  # measure the query the scheduler runs
+
+NAME = "fair-share"
+HELP = "fair-share query and computation with 100 users x 50 running batches x 3 pools"
+
+POOLS = ("highcpu", "standard", "highmem")
+USERS, BATCHES_PER_USER, REPETITIONS = 100, 50, 200
+SMOKE_USERS, SMOKE_BATCHES_PER_USER, SMOKE_REPETITIONS = 4, 3, 5
+WARM_UP = 3
+JOBS_PER_CYCLE = 300
+"""The scheduler's default jobs per cycle (Scheduler.jobs_per_cycle)."""
+PARALLEL_BATCHES = 8
+"""Batches built at once (each on its own connection, so the counters get several tokens)."""
+SJ_CHUNK = 500
+TARGET_MS = 50.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One computation over the three pools."""
+
+    query_ms: float
+    compute_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.query_ms + self.compute_ms
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--users", type=_positive_int, metavar="N", help=f"users (default {USERS})")
+    parser.add_argument("--batches-per-user", type=_positive_int, metavar="N",
+                        help=f"running batches per user (default {BATCHES_PER_USER})")
+    parser.add_argument("--repetitions", type=_positive_int, metavar="N",
+                        help=f"computations timed (default {REPETITIONS})")
+
+
+def figure_names() -> list[str]:
+    """The names of every figure a run prints, in order."""
+    return [f"{NAME}.{part}.{q}" for part in ("total", "query", "compute") for q in ("p50", "p99")]
+
+
+def job_cores_mcpu(user_index: int) -> int:
+    """Users differ in job size, so their running levels differ."""
+    return 250 * (1 + user_index % 8)
+
+
+async def build(db: Database, n_users: int, n_batches: int) -> dict[str, int]:
+    """The live counters; returns each pool's free cores (mcpu)."""
+    store = JobStore(db)
+    users = [f"user{i:03d}" for i in range(n_users)]
+    await store.create_billing_project("bench", users)
+    epoch = await store.elect_leader("bench-driver")
+    # Each pool's instance fits every Running job plus half the Ready ones.
+    per_pool_mcpu = sum(job_cores_mcpu(i) for i in range(n_users)) * n_batches
+    for pool in POOLS:
+        await store.create_instance(epoch, f"bench-{pool}", pool, per_pool_mcpu + per_pool_mcpu // 2, f"t-{pool}")
+        await store.activate_instance(epoch, f"bench-{pool}", f"t-{pool}")
+
+    limit = asyncio.Semaphore(PARALLEL_BATCHES)
+    to_run: dict[str, list[dict[str, Any]]] = {pool: [] for pool in POOLS}
+    done = 0
+
+    async def one(user_index: int) -> None:
+        nonlocal done
+        shapes = tuple(JobShape(pool, job_cores_mcpu(user_index)) for pool in POOLS)
+        async with limit:
+            batch = await ready_batch(store, users[user_index], "bench", 2 * len(POOLS), shapes, quiet=True)
+        # The first job of each pool runs; the second stays Ready.
+        for pool, job_id in zip(POOLS, batch.job_ids):
+            to_run[pool].append({"batch_id": batch.batch_id, "job_id": job_id, "attempt_id": f"{job_id}-1"})
+        done += 1
+        if done % 500 == 0:
+            progress(f"  {done:,} of {n_users * n_batches:,} batches")
+
+    await asyncio.gather(*(one(u) for _ in range(n_batches) for u in range(n_users)))
+    for pool, jobs in to_run.items():
+        for first in range(0, len(jobs), SJ_CHUNK):
+            outcomes = await store.schedule_jobs(epoch, f"bench-{pool}", jobs[first:first + SJ_CHUNK])
+            if any(o["outcome"] != "scheduled" for o in outcomes):
+                raise RuntimeError(f"schedule_jobs refused: {outcomes}")
+    rows = await db.fetchall("SELECT inst_coll, free_cores_mcpu FROM instances WHERE state = 'active'")
+    return {row["inst_coll"]: int(row["free_cores_mcpu"]) for row in rows}
+
+
+async def verify(db: Database, n_users: int, n_batches: int) -> None:
+    """Every user has n_batches Running and n_batches Ready jobs in every pool."""
+    for pool in POOLS:
+        rows = await db.fetchall(DEMAND_QUERY, (pool,))
+        counts = {(int(r["n_running_jobs"]), int(r["n_ready_jobs"])) for r in rows}
+        if len(rows) != n_users or counts != {(n_batches, n_batches)}:
+            raise RuntimeError(f"{pool}: unexpected live counters: {len(rows)} users, {counts}")
+
+
+async def compute(db: Database, free_mcpu: dict[str, int]) -> tuple[Sample, dict[str, dict[str, int]]]:
+    """One computation, as the scheduler does it for each pool; returns its
+    timing and the shares."""
+    query_s = compute_s = 0.0
+    shares = {}
+    for pool in POOLS:
+        started = time.perf_counter()
+        rows = await db.fetchall(DEMAND_QUERY, (pool,), name="scheduler_demand")
+        queried = time.perf_counter()
+        demands = [UserDemand(r["user"], int(r["running_cores_mcpu"]), int(r["ready_cores_mcpu"])) for r in rows
+                   if int(r["ready_cores_mcpu"]) > 0 or int(r["n_ready_jobs"]) > 0]
+        allocation = allocate_cores(free_mcpu.get(pool, 0), demands)
+        shares[pool] = scheduling_shares(allocation, demands, total_jobs=JOBS_PER_CYCLE)
+        computed = time.perf_counter()
+        query_s += queried - started
+        compute_s += computed - queried
+    return Sample(query_s * 1000, compute_s * 1000), shares
+
+
+async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
+    n_users = args.users or (SMOKE_USERS if ctx.smoke else USERS)
+    n_batches = args.batches_per_user or (SMOKE_BATCHES_PER_USER if ctx.smoke else BATCHES_PER_USER)
+    repetitions = args.repetitions or (SMOKE_REPETITIONS if ctx.smoke else REPETITIONS)
+    async with fresh_database(ctx.server, pool_size=PARALLEL_BATCHES) as db:
+        progress(f"{NAME}: building {n_users} users x {n_batches} running batches x {len(POOLS)} pools")
+        started = time.perf_counter()
+        free_mcpu = await build(db, n_users, n_batches)
+        await verify(db, n_users, n_batches)
+        progress(f"{NAME}: built in {time.perf_counter() - started:.0f} s; {repetitions} computations")
+        for _ in range(WARM_UP):
+            await compute(db, free_mcpu)
+        samples = []
+        for _ in range(repetitions):
+            sample, shares = await compute(db, free_mcpu)
+            samples.append(sample)
+        for pool, by_user in shares.items():
+            if sum(by_user.values()) != JOBS_PER_CYCLE or len(by_user) != n_users:
+                raise RuntimeError(f"{pool}: shares do not add up: {by_user}")
+
+    for part in ("total", "query", "compute"):
+        values = [getattr(s, f"{part}_ms") for s in samples]
+        ctx.figures.add(f"{NAME}.{part}.p50", round(percentile(values, 50), 2), "ms")
+        ctx.figures.add(f"{NAME}.{part}.p99", round(percentile(values, 99), 2), "ms")
+    return {
+        "users": n_users,
+        "running_batches_per_user": n_batches,
+        "pools": list(POOLS),
+        "jobs_per_batch_per_pool": {"Running": 1, "Ready": 1},
+        "free_cores_mcpu": free_mcpu,
+        "repetitions": repetitions,
+        "jobs_per_cycle": JOBS_PER_CYCLE,
+        "target_ms": TARGET_MS,
+        "smoke": ctx.smoke,
+        "server": "given by --database-url" if args.database_url else "private MariaDB, durable settings",
+    }
