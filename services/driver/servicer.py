@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 from google.protobuf import duration_pb2
 
-from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
@@ -29,19 +28,10 @@ from services.common.identity import current_principal
 from services.db.database import Database
 from services.db.store import JobStore
 from services.driver.sessions import Session, SessionRegistry, instance_token
+from services.driver.worker_events import MAX_EVENTS_PER_PASS, WorkerEvents
 
 log = logging.getLogger(__name__)
 
-_FINAL = {job_state_pb2.JOB_STATE_SUCCEEDED: "Success", job_state_pb2.JOB_STATE_FAILED: "Failed",
-          job_state_pb2.JOB_STATE_ERROR: "Error", job_state_pb2.JOB_STATE_CANCELLED: "Cancelled"}
-
-# MJS outcomes of an attempt that must not run: its job's group (or an
-# ancestor) is cancelled, or the job is already final. The worker is told
-# at once, even if the RunJob was still in flight when the batch was cancelled.
-_STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
-                  "already_complete": "its job is already complete"}
-
-MAX_ERROR_MESSAGE_CHARS = 8000
 MAX_ADDRESS_CHARS = 64  # instances.ip_address
 
 
@@ -83,6 +73,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         self._leader_address = leader_address
         self._on_change = on_change
         self._settings = settings
+        self._events = WorkerEvents(db, store, on_change)
 
     def _leader_epoch(self) -> int:
         epoch = self._epoch()
@@ -149,15 +140,38 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         yield pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=epoch, config=self._settings.proto()))
 
         async def consume() -> None:
-            async for message in request_iterator:
-                # Shielded: a session that breaks mid-call must not cut a procedure call (and its pooled
-                # connection) in half; the event is then recorded, and the worker's re-send is a repeat.
-                handling = asyncio.ensure_future(self._handle(epoch, session, message))
-                handling.add_done_callback(_retrieve)
-                ack = await asyncio.shield(handling)
-                if ack:
-                    session.commands.put_nowait(pb.WorkerSessionResponse(
-                        ack_job_event=ws.AckJobEvent(event_id=message.event_id)))
+            # Messages are read as they arrive and recorded in passes: each
+            # pass takes everything that came in while the previous one ran.
+            inbox: asyncio.Queue[pb.WorkerSessionRequest | None] = asyncio.Queue()
+
+            async def read() -> None:
+                try:
+                    async for message in request_iterator:
+                        inbox.put_nowait(message)
+                finally:
+                    inbox.put_nowait(None)
+
+            reading = asyncio.create_task(read())
+            try:
+                ended = False
+                while not ended:
+                    messages = [await inbox.get()]
+                    while not inbox.empty() and len(messages) < MAX_EVENTS_PER_PASS:
+                        messages.append(inbox.get_nowait())
+                    if None in messages:
+                        ended = True
+                        messages = [m for m in messages if m is not None]
+                    # Shielded: a session that breaks mid-pass must not cut a procedure call (and its
+                    # pooled connection) in half; the events are then recorded, and the worker's
+                    # re-send is a repeat.
+                    handling = asyncio.ensure_future(self._handle(epoch, session, messages))
+                    handling.add_done_callback(_retrieve)
+                    for event_id in await asyncio.shield(handling):
+                        session.commands.put_nowait(pb.WorkerSessionResponse(
+                            ack_job_event=ws.AckJobEvent(event_id=event_id)))
+                await reading  # re-raise what ended the worker's side, if anything
+            finally:
+                reading.cancel()
 
         reader = asyncio.create_task(consume())
         next_command: asyncio.Task[pb.WorkerSessionResponse] | None = None
@@ -179,63 +193,23 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             self._sessions.close(session)
             self._on_change("worker_disconnected")
 
-    async def _handle(self, epoch: int, session: Session, message: pb.WorkerSessionRequest) -> bool:
-        """Record one worker event; True when it must be acknowledged."""
+    async def _handle(self, epoch: int, session: Session, messages: list[pb.WorkerSessionRequest]) -> list[int]:
+        """Record one pass of a worker's messages; returns the event ids to acknowledge."""
         instance = session.instance
-        kind = message.WhichOneof("payload")
-        if kind == "draining":
-            session.draining = True
-            log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
-            return False
-        if kind == "command_ack":
-            if not message.command_ack.accepted:
+        for message in messages:
+            kind = message.WhichOneof("payload")
+            if kind == "draining":
+                session.draining = True
+                log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
+            elif kind == "command_ack" and not message.command_ack.accepted:
                 # A refused RunJob's attempt stays open until the worker deactivates (draining) or the
                 # job's spec is reported as an Error (refused spec); see docs/architecture.md.
                 log.warning("%s refused command %d: %s", instance, message.command_ack.command_id,
                             message.command_ack.error_message)
-            return False
-        if kind == "heartbeat":
-            rollups = [{"batch_id": r.attempt.batch_id, "job_id": r.attempt.job_id,
-                        "attempt_id": r.attempt.attempt_id, "rollup_time_ms": r.rollup_time.ToMilliseconds()}
-                       for r in message.heartbeat.rollups]
-            await self._store.heartbeat_rollup(epoch, instance, rollups)
-            return False
-        if kind == "job_started":
-            started = message.job_started
-            ref = {"batch_id": started.attempt.batch_id, "job_id": started.attempt.job_id,
-                   "attempt_id": started.attempt.attempt_id}
-            status = await self._store.mark_jobs_started(epoch, instance, [{
-                **ref, "start_time_ms": started.start_time.ToMilliseconds(), "isolation": started.isolation}])
-            outcome = status["outcomes"][0]["outcome"] if status["outcomes"] else "not_found"
-            if outcome in _STOP_AT_START:
-                self._sessions.cancel(instance, ref["batch_id"], ref["job_id"], ref["attempt_id"],
-                                      _STOP_AT_START[outcome])
-                return True
-            job = await self._db.fetchone("SELECT cores_mcpu, memory_bytes FROM jobs WHERE batch_id = %s AND job_id = %s",
-                                          (ref["batch_id"], ref["job_id"]), name="job_resources")
-            if job is not None and outcome in ("started", "already_started"):
-                await self._store.add_attempt_resources(epoch, [
-                    {**ref, "resource": "cpu/local/1", "quantity": job["cores_mcpu"]},
-                    {**ref, "resource": "memory/local/1", "quantity": job["memory_bytes"] // 2**20}])
-            self._on_change("job_started")
-            return True
-        if kind == "job_completed":
-            done = message.job_completed
-            await self._store.mark_jobs_complete(epoch, instance, [{
-                "batch_id": done.attempt.batch_id, "job_id": done.attempt.job_id, "attempt_id": done.attempt.attempt_id,
-                "state": _FINAL.get(done.state, "Error"),
-                "exit_code": done.exit_code if done.HasField("exit_code") else None,
-                "error_message": done.error_message[:MAX_ERROR_MESSAGE_CHARS] or None,
-                "cpu_time_ms": done.resources_used.cpu_time.ToMilliseconds()
-                if done.resources_used.HasField("cpu_time") else None,
-                "peak_memory_bytes": done.resources_used.peak_memory_bytes or None,
-                "start_time_ms": done.start_time.ToMilliseconds() if done.HasField("start_time") else None,
-                "end_time_ms": done.end_time.ToMilliseconds() if done.HasField("end_time") else None,
-                "reason": job_pb2.AttemptEndReason.Name(done.end_reason).removeprefix("ATTEMPT_END_REASON_").lower()
-                if done.end_reason else "completed"}])
-            self._on_change("job_completed")
-            return True
-        return False
+        recorded = await self._events.record(epoch, instance, messages)
+        for ref, reason in recorded.stop:
+            self._sessions.cancel(instance, ref["batch_id"], ref["job_id"], ref["attempt_id"], reason)
+        return recorded.acks
 
 
 def _is_host_port(address: str) -> bool:

@@ -1,0 +1,146 @@
+"""Recording what a worker reports on its session, many events per procedure call.
+
+A worker sends JobStarted, JobCompleted and heartbeats one message at a time.
+Recording each with its own procedure calls costs several round trips and a
+commit per job, which capped a whole system at a few dozen jobs a second.
+The session instead reads messages as they come and records, in one pass,
+everything that arrived while the previous pass ran: one bulk MJS (plus one
+read of the jobs' sizes and one add_attempt_resources), one bulk MJC and one
+heartbeat rollup per pass. Under load the passes grow; when idle each holds
+one event and nothing waits.
+
+Within a pass, starts are recorded before completions (MJC before MJS is
+harmless, but in order is cheaper) and each event is acknowledged only after
+its procedure committed, so a worker re-sends what a broken session lost and
+the repeat is a no-op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from corral.batch.v1 import job_pb2, job_state_pb2
+from corral.driver.v1 import driver_service_pb2 as pb
+from services.db.database import Database
+from services.db.store import JobStore
+
+_FINAL = {job_state_pb2.JOB_STATE_SUCCEEDED: "Success", job_state_pb2.JOB_STATE_FAILED: "Failed",
+          job_state_pb2.JOB_STATE_ERROR: "Error", job_state_pb2.JOB_STATE_CANCELLED: "Cancelled"}
+
+# MJS outcomes of an attempt that must not run: its job's group (or an
+# ancestor) is cancelled, or the job is already final. The worker is told at
+# once, even if the RunJob was still in flight when the batch was cancelled.
+STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
+                 "already_complete": "its job is already complete"}
+"""MJS outcomes after which the attempt must not run, and what CancelJob tells the worker."""
+
+MAX_ERROR_MESSAGE_CHARS = 8000
+MAX_EVENTS_PER_PASS = 500
+"""Events recorded in one pass at most (bounds one procedure call's payload)."""
+
+
+@dataclasses.dataclass
+class Recorded:
+    """What a pass did: events to acknowledge and attempts to stop."""
+
+    acks: list[int] = dataclasses.field(default_factory=list)
+    """Event ids of JobStarted/JobCompleted now durable."""
+    stop: list[tuple[dict[str, Any], str]] = dataclasses.field(default_factory=list)
+    """(attempt ref, reason) of starts refused by MJS: the driver sends CancelJob."""
+    started: int = 0
+    completed: int = 0
+
+
+def _ref(attempt: Any) -> dict[str, Any]:
+    return {"batch_id": attempt.batch_id, "job_id": attempt.job_id, "attempt_id": attempt.attempt_id}
+
+
+def _completion_row(done: Any) -> dict[str, Any]:
+    return {
+        **_ref(done.attempt),
+        "state": _FINAL.get(done.state, "Error"),
+        "exit_code": done.exit_code if done.HasField("exit_code") else None,
+        "error_message": done.error_message[:MAX_ERROR_MESSAGE_CHARS] or None,
+        "cpu_time_ms": done.resources_used.cpu_time.ToMilliseconds() if done.resources_used.HasField("cpu_time")
+        else None,
+        "peak_memory_bytes": done.resources_used.peak_memory_bytes or None,
+        "start_time_ms": done.start_time.ToMilliseconds() if done.HasField("start_time") else None,
+        "end_time_ms": done.end_time.ToMilliseconds() if done.HasField("end_time") else None,
+        "reason": job_pb2.AttemptEndReason.Name(done.end_reason).removeprefix("ATTEMPT_END_REASON_").lower()
+        if done.end_reason else "completed",
+    }
+
+
+class WorkerEvents:
+    """Records passes of one driver's worker events (see the module docstring)."""
+
+    def __init__(self, db: Database, store: JobStore, on_change: Callable[[str], None]):
+        self._db = db
+        self._store = store
+        self._on_change = on_change
+
+    async def record(self, epoch: int, instance: str, messages: Sequence[pb.WorkerSessionRequest]) -> Recorded:
+        """Record the job events and heartbeats among `messages` (other kinds are the caller's)."""
+        out = Recorded()
+        starts = [m for m in messages if m.WhichOneof("payload") == "job_started"]
+        completions = [m for m in messages if m.WhichOneof("payload") == "job_completed"]
+        heartbeats = [m for m in messages if m.WhichOneof("payload") == "heartbeat"]
+        rollups: dict[tuple[int, int, str], int] = {}
+        for m in heartbeats:
+            for r in m.heartbeat.rollups:
+                key = (r.attempt.batch_id, r.attempt.job_id, r.attempt.attempt_id)
+                rollups[key] = max(rollups.get(key, 0), r.rollup_time.ToMilliseconds())
+        if starts:
+            await self._record_starts(epoch, instance, starts, out)
+            self._on_change("job_started")
+        if completions:
+            rows = {}
+            for m in completions:  # a repeat within one pass is recorded once
+                row = _completion_row(m.job_completed)
+                rows.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
+            await self._store.mark_jobs_complete(epoch, instance, list(rows.values()))
+            out.acks += [m.event_id for m in completions]
+            out.completed = len(completions)
+            self._on_change("job_completed")
+        if heartbeats:  # even without rollups: it says the instance is alive
+            await self._store.heartbeat_rollup(epoch, instance, [
+                {"batch_id": b, "job_id": j, "attempt_id": a, "rollup_time_ms": ms}
+                for (b, j, a), ms in rollups.items()])
+        return out
+
+    async def _record_starts(self, epoch: int, instance: str, starts: Sequence[pb.WorkerSessionRequest],
+                             out: Recorded) -> None:
+        by_key = {}
+        for m in starts:  # a repeat within one pass is recorded once
+            row = {**_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
+                   "isolation": m.job_started.isolation}
+            by_key.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
+        rows = list(by_key.values())
+        status = await self._store.mark_jobs_started(epoch, instance, rows)
+        outcomes = {(o["batch_id"], o["job_id"], o["attempt_id"]): o["outcome"] for o in status["outcomes"]}
+        running = []
+        for row in rows:
+            outcome = outcomes.get((row["batch_id"], row["job_id"], row["attempt_id"]), "not_found")
+            ref = {k: row[k] for k in ("batch_id", "job_id", "attempt_id")}
+            if outcome in STOP_AT_START:
+                out.stop.append((ref, STOP_AT_START[outcome]))
+            elif outcome in ("started", "already_started"):
+                running.append(ref)
+        if running:
+            # What each started attempt uses per millisecond: the job's reservation.
+            keys = ", ".join(["(%s, %s)"] * len(running))
+            sizes = {(r["batch_id"], r["job_id"]): r for r in await self._db.fetchall(
+                f"SELECT batch_id, job_id, cores_mcpu, memory_bytes FROM jobs WHERE (batch_id, job_id) IN ({keys})",
+                tuple(v for ref in running for v in (ref["batch_id"], ref["job_id"])), name="job_resources")}
+            resources = []
+            for ref in running:
+                size = sizes.get((ref["batch_id"], ref["job_id"]))
+                if size is not None:
+                    resources += [{**ref, "resource": "cpu/local/1", "quantity": size["cores_mcpu"]},
+                                  {**ref, "resource": "memory/local/1", "quantity": size["memory_bytes"] // 2**20}]
+            if resources:
+                await self._store.add_attempt_resources(epoch, resources)
+        out.acks += [m.event_id for m in starts]
+        out.started = len(starts)
