@@ -12,6 +12,7 @@ that into the JobCompleted the driver records.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -94,12 +95,18 @@ class AttemptTable:
         self._keep_ended_s = keep_ended_s
         self._clock = clock
         self._attempts: dict[AttemptKey, Attempt] = {}
+        # Running attempts apart, and ended ones in the order they ended, so
+        # neither the heartbeat's list nor forgetting scans every attempt the
+        # worker ran in the last `keep_ended_s` (thousands, under load).
+        self._running: dict[AttemptKey, Attempt] = {}
+        self._ended: collections.deque[Attempt] = collections.deque()
 
     def add(self, attempt: Attempt) -> None:
         """Hold a new attempt (its key must be new)."""
         if attempt.key in self._attempts:
             raise ValueError(f"attempt {attempt.key} is already held")
         self._attempts[attempt.key] = attempt
+        self._running[attempt.key] = attempt
 
     def get(self, key: AttemptKey) -> Attempt | None:
         """The attempt, running or recently ended; None if unknown or forgotten."""
@@ -108,12 +115,14 @@ class AttemptTable:
 
     def running(self) -> list[Attempt]:
         """Attempts that have not ended, oldest first."""
-        return [a for a in self._attempts.values() if a.running]
+        return list(self._running.values())
 
     def end(self, attempt: Attempt, outcome: JobOutcome | None) -> None:
         """Mark an attempt ended (outcome None: abandoned); it stays readable for a while."""
         attempt.outcome = outcome
         attempt.ended_at_s = self._clock()
+        if self._running.pop(attempt.key, None) is not None:
+            self._ended.append(attempt)
         self._forget_old()
 
     def reserved(self) -> tuple[int, int]:
@@ -123,8 +132,9 @@ class AttemptTable:
 
     def _forget_old(self) -> None:
         horizon = self._clock() - self._keep_ended_s
-        for key in [k for k, a in self._attempts.items() if a.ended_at_s is not None and a.ended_at_s < horizon]:
-            attempt = self._attempts.pop(key)
+        while self._ended and (self._ended[0].ended_at_s or 0.0) < horizon:
+            attempt = self._ended.popleft()
+            self._attempts.pop(attempt.key, None)
             if not attempt.uploaded:
                 continue  # the only copy of its log: left on disk for an operator
             path = attempt.log.path
