@@ -32,6 +32,7 @@ BENCHMARKS = (
     "bench.cancel",
     "bench.fair_share",
     "bench.driver_memory",
+    "bench.e2e",
 )
 
 

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pymysql
 
-from bench import cancel, driver_memory, fair_share, sj_mjc, submit
+from bench import cancel, driver_memory, e2e, fair_share, sj_mjc, submit
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -171,4 +171,24 @@ def test_driver_memory_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> 
     assert is_png(tmp_path / "driver-memory.png")
     for label in ("empty", "queued"):
         assert " leads with epoch " in (tmp_path / f"driver-memory-{label}.log").read_text()
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "e2e", "--max-workers", "1")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == e2e.figure_names()
+    units = {name: unit for name, (_, unit) in printed.items()}
+    assert units == {"e2e.noop.jobs_per_s": "jobs/s", "e2e.noop.ready_to_running.p50": "ms",
+                     "e2e.noop.ready_to_running.p99": "ms", "e2e.noop.running_to_complete.p50": "ms",
+                     "e2e.noop.running_to_complete.p99": "ms", "e2e.chain.s_per_link": "s"}
+    assert all(value > 0 for value, _ in printed.values())
+    assert printed["e2e.noop.ready_to_running.p50"][0] <= printed["e2e.noop.ready_to_running.p99"][0]
+
+    results = results_of(tmp_path, "e2e", printed)
+    assert (results["parameters"]["n_jobs"], results["parameters"]["n_links"]) == (e2e.SMOKE_JOBS, e2e.SMOKE_CHAIN)
+    assert is_png(tmp_path / "e2e.png")
     assert bench_schemas(mariadb_server) == before

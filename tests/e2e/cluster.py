@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import re
-import signal
 import subprocess
 import sys
 import time
@@ -20,9 +17,11 @@ import pymysql
 import pymysql.cursors
 
 import corral
+from services import up_process
 from services.db.database import DatabaseConfig
+from services.up_process import UpProcess
 
-REPO_DIR = Path(__file__).resolve().parents[2]
+REPO_DIR = up_process.REPO_DIR
 T = TypeVar("T")
 
 
@@ -50,17 +49,8 @@ def eventually(check: Callable[[], T], timeout_s: float = 60.0, interval_s: floa
         time.sleep(interval_s)
 
 
-@dataclasses.dataclass
-class Cluster:
-    """A running `corral up`."""
-
-    process: subprocess.Popen[str]
-    data_dir: Path
-    env: dict[str, str]
-    """Environment for the CLI: CORRAL_CONFIG names the file `corral up` wrote."""
-    endpoints: dict[str, str]
-    admin_token: str
-    output: list[str]
+class Cluster(UpProcess):
+    """A running `corral up`, with what tests reach it through."""
 
     @property
     def frontend(self) -> str:
@@ -124,54 +114,11 @@ class Cluster:
                     todo.append(child)
         return found
 
-    def stop(self) -> None:
-        """SIGTERM `corral up`; it stops everything it started. Waits for it."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            raise
-        finally:
-            if self.process.stdout is not None:
-                self.process.stdout.close()
-
-
-def start(data_dir: Path, *up_args: str, command: Sequence[str] | None = None,
+def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
           timeout_s: float = 180) -> Cluster:
-    """Start `corral up --data-dir DATA_DIR UP_ARGS` (or `command`, e.g. the README's
-    scripts/up.sh) and wait until it says it is up."""
-    env = {**os.environ, "CORRAL_CONFIG": str(data_dir / "cli.json")}
-    argv = list(command or [sys.executable, "-m", "corral.cli", "up"]) + ["--data-dir", str(data_dir / "data"),
-                                                                          *up_args]
-    process = subprocess.Popen(argv, env=env, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
-    lines: list[str] = []
-    try:
-        deadline = time.monotonic() + timeout_s
-        assert process.stdout is not None
-        while True:
-            line = process.stdout.readline()
-            if not line:
-                raise AssertionError("corral up exited:\n" + "".join(lines))
-            lines.append(line)
-            if line.startswith("The CLI is configured"):
-                break
-            if time.monotonic() > deadline:
-                raise AssertionError("corral up did not come up:\n" + "".join(lines))
-    except BaseException:
-        process.kill()
-        process.wait()
-        raise
-    endpoints = {}
-    for line in lines:
-        match = re.match(r"^  (\w+)\s+(\S.*)$", line.rstrip("\n"))
-        if match:
-            endpoints[match.group(1)] = match.group(2)
-    token = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("admin token:"))
-    return Cluster(process, data_dir / "data", env, endpoints, token, lines)
+    """`services.up_process.start`, as a Cluster."""
+    up = up_process.start(work_dir, *up_args, command=command, timeout_s=timeout_s)
+    return Cluster(**{f.name: getattr(up, f.name) for f in dataclasses.fields(up)})
 
 
 def running(cluster: Cluster) -> Iterator[Cluster]:

@@ -47,7 +47,7 @@ from services.driver.app import start as start_driver
 from services.frontend.validate import MAX_JOBS_PER_BUNCH
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
-from tests.service.conftest import bearer, person_channel, service_channel
+from tests.service.conftest import person_channel, service_channel
 from tests.service.test_driver_app import eventually
 from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
 

@@ -1,0 +1,215 @@
+"""e2e: jobs through the whole system, from submission to completion.
+
+The benchmark starts `corral up` itself (auth, frontend, two drivers, local
+workers started by the leading driver's autoscaler; each its own process)
+on a fresh schema of the runner's MariaDB, and submits as its administrator
+with the Python client:
+
+  no-op    N jobs of `true` (a quarter core each, no parents): jobs/s from
+           the first submission call to the batch's completion, and per job
+           the latency ready -> running (from the update's commit to the
+           scheduler's SJ) and running -> complete (from SJ to the job's
+           final state recorded by MJC), from the batch's event stream, whose
+           times are the database's clock;
+  chain    a chain of L jobs, each the child of the one before: seconds per
+           link from submission to completion.
+
+Workers declare `--worker-cores` cores (default 16, so 64 no-op jobs run at
+once per worker), at most `--max-workers` per pool (default 2). A warm-up
+batch first brings the workers up, so autoscaling is not timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+import corral
+from bench.common import SCHEMA_PREFIX, BenchContext, percentile, progress
+from corral.batch.v1 import job_state_pb2
+from services import up_process
+from services.db.database import DatabaseConfig
+
+NAME = "e2e"
+HELP = "no-op jobs and a dependency chain through corral up with local workers"
+
+DEFAULT_JOBS, SMOKE_JOBS = 10_000, 200
+DEFAULT_CHAIN, SMOKE_CHAIN = 1_000, 10
+JOB_CORES = 0.25
+TARGET_JOBS_PER_S = 1000
+TARGET_S_PER_LINK = 0.050
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=_positive_int, metavar="N",
+                        help=f"no-op jobs (default {DEFAULT_JOBS:,}; {SMOKE_JOBS} with --smoke)")
+    parser.add_argument("--chain", type=_positive_int, metavar="L",
+                        help=f"links of the dependency chain (default {DEFAULT_CHAIN:,}; {SMOKE_CHAIN} with --smoke)")
+    parser.add_argument("--worker-cores", type=_positive_int, default=16, metavar="N",
+                        help="cores each local worker declares (default: %(default)s)")
+    parser.add_argument("--max-workers", type=_positive_int, default=2, metavar="N",
+                        help="most local workers per pool (default: %(default)s)")
+
+
+def figure_names() -> list[str]:
+    """Every figure a run prints, in order."""
+    return [f"{NAME}.noop.jobs_per_s", f"{NAME}.noop.ready_to_running.p50", f"{NAME}.noop.ready_to_running.p99",
+            f"{NAME}.noop.running_to_complete.p50", f"{NAME}.noop.running_to_complete.p99",
+            f"{NAME}.chain.s_per_link"]
+
+
+@contextlib.contextmanager
+def fresh_schema(server: DatabaseConfig) -> Iterator[str]:
+    """A --database-url naming a new schema on the runner's server (corral up creates and
+    migrates it); the schema is dropped afterwards."""
+    config = dataclasses.replace(server, database=f"{SCHEMA_PREFIX}{int(time.time() * 1000)}")
+    try:
+        yield config.to_url()
+    finally:
+        conn = pymysql.connect(**config.connect_kwargs(with_database=False))
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+        finally:
+            conn.close()
+
+
+def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> corral.BatchBuilder:
+    batch = corral.BatchBuilder("default", attributes={"name": name})
+    for _ in range(n_jobs):
+        batch.job("busybox", list(command), cores=JOB_CORES)
+    return batch
+
+
+def latencies_ms(client: corral.Client, batch_id: int) -> tuple[list[float], list[float]]:
+    """Per job, ready -> running and running -> final, from the batch's events."""
+    committed_ms: float | None = None
+    running_ms: dict[int, float] = {}
+    to_running, to_final = [], []
+    for event in client.watch(batch_id, from_event_id=1):
+        at_ms = event.at.ToMilliseconds()
+        if event.HasField("update_committed"):
+            committed_ms = at_ms
+        elif event.HasField("job_state_changed"):
+            change = event.job_state_changed
+            if change.new_state == job_state_pb2.JOB_STATE_RUNNING:
+                running_ms[change.job_id] = at_ms
+                if committed_ms is not None:
+                    to_running.append(at_ms - committed_ms)
+            elif change.old_state == job_state_pb2.JOB_STATE_RUNNING and change.job_id in running_ms:
+                to_final.append(at_ms - running_ms[change.job_id])
+        elif event.HasField("batch_completed"):
+            break
+    return to_running, to_final
+
+
+def plot(to_running: list[float], to_final: list[float], path: Path) -> None:
+    """The distribution (CDF) of both latencies."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for values, label in ((to_running, "ready → running"), (to_final, "running → complete")):
+        ordered = sorted(values)
+        ax.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("ms")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"e2e: {len(to_final):,} no-op jobs")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    noop_s: float
+    to_running_ms: list[float]
+    to_final_ms: list[float]
+    chain_s: float
+
+
+def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: int) -> Measured:
+    """Start corral up, run both workloads, stop it (blocking: run in a thread)."""
+    with fresh_schema(ctx.server) as database_url, tempfile.TemporaryDirectory(prefix="corral-bench-e2e-") as tmp:
+        progress(f"{NAME}: starting corral up ({args.max_workers} workers of {args.worker_cores} cores per pool)")
+        up = up_process.start(Path(tmp), "--database-url", database_url, "--worker-cores", str(args.worker_cores),
+                              "--max-workers", str(args.max_workers), "--idle-timeout", "120")
+        try:
+            with corral.Client(up.endpoints["frontend"], up.admin_token, ca_cert=up.endpoints["ca_cert"]) as client:
+                # Enough one-second jobs to keep every worker busy while it starts.
+                progress(f"{NAME}: warm-up (the workers start)")
+                n_warm = int(2 * args.max_workers * args.worker_cores / JOB_CORES)
+                client.wait(client.submit(noop_batch(n_warm, "warm-up", ("sleep", "1"))).batch_id)
+
+                progress(f"{NAME}: {n_jobs:,} no-op jobs")
+                batch = noop_batch(n_jobs, "bench-e2e-noop")
+                started = time.perf_counter()
+                noop = client.wait(client.submit(batch).batch_id)
+                noop_s = time.perf_counter() - started
+                if noop.counts.n_succeeded != n_jobs:
+                    raise RuntimeError(f"not every no-op job succeeded: {noop.counts}")
+                to_running, to_final = latencies_ms(client, noop.batch_id)
+
+                progress(f"{NAME}: a chain of {n_links:,} jobs")
+                chain = corral.BatchBuilder("default", attributes={"name": "bench-e2e-chain"})
+                previous = None
+                for _ in range(n_links):
+                    previous = chain.job("busybox", ["true"], cores=JOB_CORES,
+                                         parents=[previous] if previous is not None else [])
+                started = time.perf_counter()
+                linked = client.wait(client.submit(chain).batch_id)
+                chain_s = time.perf_counter() - started
+                if linked.counts.n_succeeded != n_links:
+                    raise RuntimeError(f"not every link succeeded: {linked.counts}")
+        finally:
+            up.stop()
+    return Measured(noop_s, to_running, to_final, chain_s)
+
+
+async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
+    n_jobs = args.jobs or (SMOKE_JOBS if ctx.smoke else DEFAULT_JOBS)
+    n_links = args.chain or (SMOKE_CHAIN if ctx.smoke else DEFAULT_CHAIN)
+    measured = await asyncio.to_thread(measure, ctx, args, n_jobs, n_links)
+    noop_s, to_running, to_final, chain_s = (measured.noop_s, measured.to_running_ms, measured.to_final_ms,
+                                             measured.chain_s)
+    rate, r50, r99, f50, f99, link = figure_names()
+    ctx.figures.add(rate, round(n_jobs / noop_s, 1), "jobs/s")
+    ctx.figures.add(r50, round(percentile(to_running, 50), 1), "ms")
+    ctx.figures.add(r99, round(percentile(to_running, 99), 1), "ms")
+    ctx.figures.add(f50, round(percentile(to_final, 50), 1), "ms")
+    ctx.figures.add(f99, round(percentile(to_final, 99), 1), "ms")
+    ctx.figures.add(link, round(chain_s / n_links, 4), "s")
+    plot(to_running, to_final, ctx.out_dir / f"{NAME}.png")
+    return {
+        "n_jobs": n_jobs,
+        "n_links": n_links,
+        "job": f"busybox true (process runtime), {JOB_CORES} core, no parents",
+        "worker_cores": args.worker_cores,
+        "max_workers_per_pool": args.max_workers,
+        "noop_seconds": round(noop_s, 2),
+        "chain_seconds": round(chain_s, 2),
+        "targets": {"jobs_per_s": TARGET_JOBS_PER_S, "s_per_link": TARGET_S_PER_LINK},
+        "smoke": ctx.smoke,
+        "services": "corral up: auth, frontend, two drivers, local workers; each its own process",
+    }

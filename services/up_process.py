@@ -1,0 +1,85 @@
+"""`corral up` as a child process, for end-to-end tests and benchmarks: start
+it, wait until it says it is up, read the endpoints and admin token it
+printed, and stop it (and so everything it started) by its pid."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass
+class UpProcess:
+    """A running `corral up`."""
+
+    process: subprocess.Popen[str]
+    data_dir: Path
+    """Its --data-dir."""
+    env: dict[str, str]
+    """Environment for the CLI: CORRAL_CONFIG names the file `corral up` wrote."""
+    endpoints: dict[str, str]
+    """What it printed: frontend, auth, drivers, database, ca_cert, logs."""
+    admin_token: str
+    output: list[str]
+    """The lines it printed up to 'The CLI is configured ...'."""
+
+    def stop(self, timeout_s: float = 90) -> None:
+        """SIGTERM `corral up`; it stops everything it started. Waits for it."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+        finally:
+            if self.process.stdout is not None:
+                self.process.stdout.close()
+
+
+def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
+          timeout_s: float = 180) -> UpProcess:
+    """Start `corral up --data-dir WORK_DIR/data UP_ARGS` (or `command` instead of
+    `corral up`, e.g. the README's scripts/up.sh) with CORRAL_CONFIG in WORK_DIR,
+    and wait until it says it is up."""
+    env = {**os.environ, "CORRAL_CONFIG": str(work_dir / "cli.json")}
+    data_dir = work_dir / "data"
+    argv = [*(command or [sys.executable, "-m", "corral.cli", "up"]), "--data-dir", str(data_dir), *up_args]
+    process = subprocess.Popen(argv, env=env, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout_s
+        assert process.stdout is not None
+        while True:
+            line = process.stdout.readline()
+            if not line:
+                raise RuntimeError("corral up exited:\n" + "".join(lines))
+            lines.append(line)
+            if line.startswith("The CLI is configured"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("corral up did not come up:\n" + "".join(lines))
+    except BaseException:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        raise
+    endpoints = {}
+    for line in lines:
+        match = re.match(r"^  (\w+)\s+(\S.*)$", line.rstrip("\n"))
+        if match:
+            endpoints[match.group(1)] = match.group(2)
+    token = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("admin token:"))
+    return UpProcess(process, data_dir, env, endpoints, token, lines)
