@@ -21,9 +21,15 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
+  -- The scheduling index keeps a batch's Ready, not always_run jobs together,
+  -- so each call reads about in_limit rows however much of the batch is
+  -- already drained. The optimizer prefers the primary key (batch_id, job_id)
+  -- and ORDER BY job_id would keep it there, skipping every job already
+  -- cancelled: the drain of a million jobs slowed down as it went. Which jobs
+  -- come first does not matter: complete_jobs_core locks them in key order.
   INSERT INTO tmp_job_completions (batch_id, job_id, new_state, reason)
     SELECT j.batch_id, j.job_id, 'Cancelled', 'cancelled'
-    FROM jobs j
+    FROM jobs j FORCE INDEX (jobs_scheduling)
     WHERE j.batch_id = in_batch_id AND j.state = 'Ready' AND NOT j.always_run
       AND (j.dependency_failed
            OR j.job_group_id IN (SELECT a.job_group_id
@@ -31,7 +37,6 @@ proc: BEGIN
                                  JOIN job_groups_cancelled c
                                    ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
                                  WHERE a.batch_id = in_batch_id))
-    ORDER BY j.job_id
     LIMIT in_limit;
   CALL complete_jobs_core(in_now_ms);
   SELECT COUNT(*) INTO v_n FROM tmp_job_completions WHERE outcome = 'completed';
