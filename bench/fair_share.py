@@ -8,11 +8,12 @@ so the trigger-maintained, tokenized counters are what the driver would
 read. Users differ in job size (250 to 2,000 mcpu), and each pool's free
 cores are half its ready demand, so the water-filling has work to do.
 
-One computation is what the scheduler does per cycle, for each of the
-three pools: the query of the `user_inst_coll_fair_share` view (the
-scheduler's own SQL), then `allocate_cores` and `scheduling_shares`
-(services/driver/fair_share.py) over the rows. It is repeated; figures are
-p50/p99 of the whole (3 pools, query + computation) and of each part.
+One computation is what the scheduler does per cycle: one read of the
+`user_inst_coll_fair_share` view for every pool (`read_demand`, the
+scheduler's own), then, for each of the three pools, `allocate_cores` and
+`scheduling_shares` (services/driver/fair_share.py) over its users. It
+is repeated; figures are p50/p99 of the whole (3 pools, query +
+computation) and of each part.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from bench.common import BenchContext, fresh_database, percentile, progress
 from bench.populate import JobShape, ready_batch
 from services.db.database import Database
 from services.db.store import JobStore
-from services.driver.fair_share import UserDemand, allocate_cores, scheduling_shares
-from services.driver.scheduler import _DEMAND as DEMAND_QUERY  # measure the query the scheduler runs
+from services.driver.fair_share import allocate_cores, scheduling_shares
+from services.driver.scheduler import read_demand  # the scheduler's own read
 
 NAME = "fair-share"
 HELP = "fair-share query and computation with 100 users x 50 running batches x 3 pools"
@@ -123,29 +124,26 @@ async def build(db: Database, n_users: int, n_batches: int) -> dict[str, int]:
 async def verify(db: Database, n_users: int, n_batches: int) -> None:
     """Every user has n_batches Running and n_batches Ready jobs in every pool."""
     for pool in POOLS:
-        rows = await db.fetchall(DEMAND_QUERY, (pool,))
+        rows = await db.fetchall("SELECT * FROM user_inst_coll_fair_share WHERE inst_coll = %s", (pool,))
         counts = {(int(r["n_running_jobs"]), int(r["n_ready_jobs"])) for r in rows}
         if len(rows) != n_users or counts != {(n_batches, n_batches)}:
             raise RuntimeError(f"{pool}: unexpected live counters: {len(rows)} users, {counts}")
 
 
 async def compute(db: Database, free_mcpu: dict[str, int]) -> tuple[Sample, dict[str, dict[str, int]]]:
-    """One computation, as the scheduler does it for each pool; returns its
-    timing and the shares."""
-    query_s = compute_s = 0.0
+    """One computation, as the scheduler does it each cycle: one read of the
+    demand of every pool, then each pool's allocation; returns its timing and
+    the shares."""
+    started = time.perf_counter()
+    demand = await read_demand(db)
+    queried = time.perf_counter()
     shares = {}
     for pool in POOLS:
-        started = time.perf_counter()
-        rows = await db.fetchall(DEMAND_QUERY, (pool,), name="scheduler_demand")
-        queried = time.perf_counter()
-        demands = [UserDemand(r["user"], int(r["running_cores_mcpu"]), int(r["ready_cores_mcpu"])) for r in rows
-                   if int(r["ready_cores_mcpu"]) > 0 or int(r["n_ready_jobs"]) > 0]
+        demands = demand.get(pool, [])
         allocation = allocate_cores(free_mcpu.get(pool, 0), demands)
         shares[pool] = scheduling_shares(allocation, demands, total_jobs=JOBS_PER_CYCLE)
-        computed = time.perf_counter()
-        query_s += queried - started
-        compute_s += computed - queried
-    return Sample(query_s * 1000, compute_s * 1000), shares
+    computed = time.perf_counter()
+    return Sample((queried - started) * 1000, (computed - queried) * 1000), shares
 
 
 async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Protocol
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
+from services.driver.scheduler import read_demand
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,6 @@ class LocalProvider:
 
 _POOLS = """
 SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.max_instances, c.max_new_instances_per_loop,
-       (SELECT COALESCE(SUM(f.ready_cores_mcpu), 0) FROM user_inst_coll_fair_share f WHERE f.inst_coll = c.name)
-         AS ready_cores_mcpu,
        (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
           WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active')) AS free_cores_mcpu,
        (SELECT COUNT(*) FROM instances i WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active'))
@@ -134,9 +133,13 @@ class Autoscaler(Loop):
         epoch = self._epoch()
         if epoch is None:
             return
+        # One read of the fair-share view for every pool: it scans every counter
+        # row whatever the pool, so a read per pool paid for the same scan again.
+        demand = await read_demand(self._db)
         for pool in await self._db.fetchall(_POOLS, name="autoscaler_pools"):
             cores_mcpu = int(pool["worker_cores"]) * 1000
-            n = instances_to_create(int(pool["ready_cores_mcpu"]), int(pool["free_cores_mcpu"]), cores_mcpu,
+            ready_mcpu = sum(d.ready_cores_mcpu for d in demand.get(pool["name"], []))
+            n = instances_to_create(ready_mcpu, int(pool["free_cores_mcpu"]), cores_mcpu,
                                     int(pool["n_live"]), int(pool["max_instances"]),
                                     int(pool["max_new_instances_per_loop"]))
             for _ in range(n):
