@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchContext, fresh_database, percentile, progress
+from bench.common import BenchContext, fresh_database, percentile, positive_int, progress
 from bench.populate import ready_batch
 from bench.stack import frontend_stack, work_dir
 from corral import aio
@@ -75,17 +75,11 @@ class SizeResult:
         return self.n_jobs / self.drain_s
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-jobs", type=_positive_int, metavar="N",
+    parser.add_argument("--max-jobs", type=positive_int, metavar="N",
                         help="leave out batch sizes above N (e.g. 100000 to skip the million)")
-    parser.add_argument("--samples", type=_positive_int, metavar="N",
+    parser.add_argument("--samples", type=positive_int, metavar="N",
                         help=f"CancelBatch calls per size (default {DEFAULT_SAMPLES}; {SMOKE_SAMPLES} with --smoke)")
 
 

@@ -122,6 +122,24 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def drop_schema(config: DatabaseConfig) -> None:
+    """Drop `config.database` (a benchmark's own schema) if it exists."""
+    conn = pymysql.connect(**config.connect_kwargs(with_database=False))
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+    finally:
+        conn.close()
+
+
 def progress(message: str) -> None:
     """A progress note on stderr, so stdout holds only summary lines."""
     print(message, file=sys.stderr, flush=True)
@@ -145,15 +163,6 @@ def database_server(url: str | None) -> Iterator[DatabaseConfig]:
         server.stop()
 
 
-def _drop_schema(config: DatabaseConfig) -> None:
-    conn = pymysql.connect(**config.connect_kwargs(with_database=False))
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-    finally:
-        conn.close()
-
-
 @contextlib.asynccontextmanager
 async def fresh_database(server: DatabaseConfig, pool_size: int) -> AsyncIterator[Database]:
     """A new schema with every migration applied and a pool of `pool_size`
@@ -167,7 +176,7 @@ async def fresh_database(server: DatabaseConfig, pool_size: int) -> AsyncIterato
         finally:
             await db.close()
     finally:
-        await asyncio.to_thread(_drop_schema, config)
+        await asyncio.to_thread(drop_schema, config)
 
 
 def _git_commit() -> str | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchContext, fresh_database, progress
+from bench.common import BenchContext, fresh_database, positive_int, progress
 from bench.populate import ready_batch
 from bench.stack import certificate_authority, service, work_dir
 from services.db.database import Database
@@ -70,15 +70,9 @@ class MemoryRun:
         return self.rss_bytes[-1] / MB
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=_positive_int, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help=f"queued Ready jobs (default {DEFAULT_JOBS:,}; {SMOKE_JOBS:,} with --smoke)")
     parser.add_argument("--seconds", type=float, metavar="S",
                         help=f"how long each driver run lasts once leading (default {DEFAULT_SECONDS:g}; "

@@ -31,10 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
-
 import corral
-from bench.common import SCHEMA_PREFIX, BenchContext, percentile, progress
+from bench.common import SCHEMA_PREFIX, BenchContext, drop_schema, percentile, positive_int, progress
 from corral.batch.v1 import job_state_pb2
 from services import up_process
 from services.db.database import DatabaseConfig
@@ -49,21 +47,15 @@ TARGET_JOBS_PER_S = 1000
 TARGET_S_PER_LINK = 0.050
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=_positive_int, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help=f"no-op jobs (default {DEFAULT_JOBS:,}; {SMOKE_JOBS} with --smoke)")
-    parser.add_argument("--chain", type=_positive_int, metavar="L",
+    parser.add_argument("--chain", type=positive_int, metavar="L",
                         help=f"links of the dependency chain (default {DEFAULT_CHAIN:,}; {SMOKE_CHAIN} with --smoke)")
-    parser.add_argument("--worker-cores", type=_positive_int, default=16, metavar="N",
+    parser.add_argument("--worker-cores", type=positive_int, default=16, metavar="N",
                         help="cores each local worker declares (default: %(default)s)")
-    parser.add_argument("--max-workers", type=_positive_int, default=2, metavar="N",
+    parser.add_argument("--max-workers", type=positive_int, default=2, metavar="N",
                         help="most local workers per pool (default: %(default)s)")
 
 
@@ -82,12 +74,7 @@ def fresh_schema(server: DatabaseConfig) -> Iterator[str]:
     try:
         yield config.to_url()
     finally:
-        conn = pymysql.connect(**config.connect_kwargs(with_database=False))
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-        finally:
-            conn.close()
+        drop_schema(config)
 
 
 def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> corral.BatchBuilder:

@@ -24,7 +24,7 @@ import dataclasses
 import time
 from typing import Any
 
-from bench.common import BenchContext, fresh_database, percentile, progress
+from bench.common import BenchContext, fresh_database, percentile, positive_int, progress
 from bench.populate import JobShape, ready_batch
 from services.db.database import Database
 from services.db.store import JobStore
@@ -58,18 +58,12 @@ class Sample:
         return self.query_ms + self.compute_ms
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--users", type=_positive_int, metavar="N", help=f"users (default {USERS})")
-    parser.add_argument("--batches-per-user", type=_positive_int, metavar="N",
+    parser.add_argument("--users", type=positive_int, metavar="N", help=f"users (default {USERS})")
+    parser.add_argument("--batches-per-user", type=positive_int, metavar="N",
                         help=f"running batches per user (default {BATCHES_PER_USER})")
-    parser.add_argument("--repetitions", type=_positive_int, metavar="N",
+    parser.add_argument("--repetitions", type=positive_int, metavar="N",
                         help=f"computations timed (default {REPETITIONS})")
 
 

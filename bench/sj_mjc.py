@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchContext, fresh_database, progress
+from bench.common import BenchContext, fresh_database, positive_int, progress
 from services.db.database import Database, RetryStats
 from services.db.store import JobStore
 
@@ -103,15 +103,9 @@ class World:
     instances: list[str]
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                         help=f"jobs per run (default {DEFAULT_JOBS:,}; {SMOKE_JOBS} with --smoke)")
 
 

@@ -20,7 +20,7 @@ import argparse
 import time
 from typing import Any
 
-from bench.common import BenchContext, fresh_database, progress
+from bench.common import BenchContext, fresh_database, positive_int, progress
 from bench.stack import frontend_stack, work_dir
 from corral import aio
 from corral.batch.v1 import batch_pb2
@@ -38,21 +38,15 @@ TARGETS_S = {100_000: 5.0, 1_000_000: 60.0}
 """Issue 4's targets: seconds to commit."""
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--large", action="store_true", help=f"{LARGE_JOBS:,} jobs")
-    size.add_argument("--jobs", type=_positive_int, metavar="N",
+    size.add_argument("--jobs", type=positive_int, metavar="N",
                       help=f"jobs to submit (default {DEFAULT_JOBS:,}; {SMOKE_JOBS:,} with --smoke)")
-    parser.add_argument("--bunch-size", type=_positive_int, default=aio.BUNCH_SIZE, metavar="N",
+    parser.add_argument("--bunch-size", type=positive_int, default=aio.BUNCH_SIZE, metavar="N",
                         help=f"jobs per AddJobs call (default: the client's, {aio.BUNCH_SIZE:,})")
-    parser.add_argument("--parallelism", type=_positive_int, default=aio.PARALLEL_BUNCHES, metavar="N",
+    parser.add_argument("--parallelism", type=positive_int, default=aio.PARALLEL_BUNCHES, metavar="N",
                         help=f"AddJobs calls in flight (default: the client's, {aio.PARALLEL_BUNCHES})")
 
 

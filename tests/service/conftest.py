@@ -17,6 +17,8 @@ from services.common.identity import BearerAuthenticator
 from services.common.server import Listener, RunningServers, Service, serve
 from services.common.tls import DevCertificateAuthority, TlsFiles
 from services.db.database import Database, DatabaseConfig
+from services.frontend.app import FrontendApp, FrontendConfig
+from services.frontend.app import start as start_frontend
 from services.frontend.billing import BillingServicer
 from services.frontend.billing_store import BillingStore
 
@@ -69,6 +71,19 @@ def user_token(auth_app: AuthApp) -> UserToken:
         return secret
 
     return create
+
+
+@pytest.fixture
+async def frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority,
+                   tmp_path: Path) -> AsyncIterator[FrontendApp]:
+    """The whole frontend (services.frontend.app) on port 0, verifying tokens with `auth_app`,
+    keeping specs and logs under the test's tmp_path, notifying no driver."""
+    app = await start_frontend(FrontendConfig(db_config.to_url(), certs.directory,
+                                              f"localhost:{auth_app.internal_port}", f"file://{tmp_path / 'blobs'}"))
+    try:
+        yield app
+    finally:
+        await app.stop()
 
 
 @dataclasses.dataclass

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -16,23 +15,11 @@ from corral.batch.v1 import batch_service_pb2 as pb
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
-from services.db.database import DatabaseConfig
 from services.db.store import JobStore
-from services.frontend.app import FrontendApp, FrontendConfig, start
+from services.frontend.app import FrontendApp
 from services.frontend.specs import SpecStore
 from services.frontend.validate import MAX_JOBS_PER_BUNCH
 from tests.service.conftest import bearer, person_channel
-
-
-@pytest.fixture
-async def frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority,
-                   tmp_path: Path) -> AsyncIterator[FrontendApp]:
-    app = await start(FrontendConfig(db_config.to_url(), certs.directory, f"localhost:{auth_app.internal_port}",
-                                     f"file://{tmp_path / 'blobs'}"))
-    try:
-        yield app
-    finally:
-        await app.stop()
 
 
 @pytest.fixture

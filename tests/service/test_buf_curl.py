@@ -7,30 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
-from services.db.database import DatabaseConfig
 from services.db.store import JobStore
-from services.frontend.app import FrontendApp, FrontendConfig, start
+from services.frontend.app import FrontendApp
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 BUF = REPO_DIR / ".tools" / "node_modules" / ".bin" / "buf"
-
-
-@pytest.fixture
-async def frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority,
-                   tmp_path: Path) -> AsyncIterator[FrontendApp]:
-    app = await start(FrontendConfig(db_config.to_url(), certs.directory, f"localhost:{auth_app.internal_port}",
-                                     f"file://{tmp_path / 'blobs'}"))
-    try:
-        yield app
-    finally:
-        await app.stop()
 
 
 async def buf_curl(*args: str) -> tuple[int, str, str]:

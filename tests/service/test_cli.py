@@ -16,7 +16,6 @@ from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
-from tests.service.test_batches import frontend  # noqa: F401 - fixture
 
 BATCH_YAML = """
 billing_project: proj

@@ -10,7 +10,7 @@ import corral
 from corral import aio
 from services.common.tls import DevCertificateAuthority
 from services.frontend.app import FrontendApp
-from tests.service.test_batches import frontend, tokens  # noqa: F401 - fixtures
+from tests.service.test_batches import tokens  # noqa: F401 - fixture
 
 
 def dag(n_fan_out: int, billing_project: str = "proj", token: str | None = None) -> corral.BatchBuilder:

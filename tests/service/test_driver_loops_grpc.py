@@ -6,11 +6,9 @@ cancelled says so in GetBatch."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-import pytest
 from google.protobuf import timestamp_pb2
 
 from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_spec_pb2, job_state_pb2
@@ -18,18 +16,16 @@ from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.auth.app import AuthApp
 from services.common.identity import peer_certificate
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
-from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.driver.billing_limits import BillingLimits
 from services.driver.running_canceller import REASON, RunningCanceller
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer
 from services.driver.sessions import SessionRegistry
-from services.frontend.app import FrontendApp, FrontendConfig, start
+from services.frontend.app import FrontendApp
 from services.frontend.specs import SpecStore
 from tests.service.conftest import UserToken, bearer, person_channel, service_channel
 from tests.world import World
@@ -39,17 +35,6 @@ def ts(ms: int) -> timestamp_pb2.Timestamp:
     out = timestamp_pb2.Timestamp()
     out.FromMilliseconds(ms)
     return out
-
-
-@pytest.fixture
-async def frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority,
-                   tmp_path: Path) -> AsyncIterator[FrontendApp]:
-    app = await start(FrontendConfig(db_config.to_url(), certs.directory, f"localhost:{auth_app.internal_port}",
-                                     f"file://{tmp_path / 'blobs'}"))
-    try:
-        yield app
-    finally:
-        await app.stop()
 
 
 async def read_until(call: grpc.aio.StreamStreamCall, kind: str) -> pb.WorkerSessionResponse:

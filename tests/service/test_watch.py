@@ -31,7 +31,6 @@ from services.db.store import JobStore
 from services.driver.events import EventPublisher
 from services.frontend.app import FrontendApp
 from tests.service.conftest import bearer, person_channel
-from tests.service.test_batches import frontend  # noqa: F401 - fixture
 
 Event = batch_event_pb2.BatchEvent
 TIMEOUT_S = 30.0
