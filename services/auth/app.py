@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
@@ -11,7 +10,14 @@ from corral.auth.v1 import auth_service_pb2_grpc
 from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
 from services.auth.store import AuthStore
 from services.common.identity import BearerAuthenticator, peer_certificate
-from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.server import (
+    Listener,
+    RunningServers,
+    Service,
+    run_until_signalled,
+    serve,
+    write_ports_file,
+)
 from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
@@ -71,7 +77,7 @@ async def start(config: AuthConfig) -> AuthApp:
     )
     app = AuthApp(db, servers, *servers.ports, tracing)
     if config.ports_file is not None:
-        config.ports_file.write_text(json.dumps({"public": app.public_port, "internal": app.internal_port}))
+        write_ports_file(config.ports_file, {"public": app.public_port, "internal": app.internal_port})
     log.info("auth serving: public port %d, internal port %d", app.public_port, app.internal_port)
     return app
 

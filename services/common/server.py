@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
+import os
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
@@ -174,6 +177,17 @@ async def serve(
         await health_servicer.set(service.name, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     return RunningServers(servers, ports, health_servicer)
+
+
+def write_ports_file(path: Path, ports: Mapping[str, object]) -> None:
+    """Tell whoever started this process (`corral up`, a benchmark) which
+    ports it bound, as JSON. Written to a temporary file and renamed into
+    place, so a reader that sees the file never sees it empty or half
+    written (corral up once read a ports file between its creation and its
+    write, and stopped)."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(json.dumps(dict(ports)))
+    os.replace(partial, path)
 
 
 class Stoppable(Protocol):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import sys
 from collections.abc import Callable
@@ -21,7 +20,14 @@ from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.identity import peer_certificate
-from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.server import (
+    Listener,
+    RunningServers,
+    Service,
+    run_until_signalled,
+    serve,
+    write_ports_file,
+)
 from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
@@ -173,7 +179,7 @@ async def start(config: DriverConfig) -> DriverApp:
     app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], sessions=registry,
                     tracing=tracing)
     if config.ports_file is not None:
-        config.ports_file.write_text(json.dumps({"internal": app.port}))
+        write_ports_file(config.ports_file, {"internal": app.port})
     log.info("driver %s serving on port %d", config.name, app.port)
     return app
 

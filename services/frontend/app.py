@@ -4,7 +4,6 @@ notifier, servicers, listeners."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
@@ -14,7 +13,14 @@ from corral.batch.v1 import batch_service_pb2_grpc, job_group_service_pb2_grpc, 
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
 from services.common.identity import BearerAuthenticator, peer_certificate
-from services.common.server import Listener, RunningServers, Service, run_until_signalled, serve
+from services.common.server import (
+    Listener,
+    RunningServers,
+    Service,
+    run_until_signalled,
+    serve,
+    write_ports_file,
+)
 from services.common.telemetry import Tracing
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
@@ -119,7 +125,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
         notifier.start()
     app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing)
     if config.ports_file is not None:
-        config.ports_file.write_text(json.dumps({"public": servers.ports[0], "internal": servers.ports[1:]}))
+        write_ports_file(config.ports_file, {"public": servers.ports[0], "internal": servers.ports[1:]})
     log.info("frontend serving on port %d", app.public_port)
     return app
 
