@@ -27,7 +27,7 @@ from typing import Any, Protocol, TextIO
 import pymysql
 
 from services.db.database import Database, DatabaseConfig
-from services.db.migrations import migrate
+from services.db.migrations import drop_database, migrate
 from services.db.server import PrivateMariaDB
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -130,16 +130,6 @@ def positive_int(text: str) -> int:
     return value
 
 
-def drop_schema(config: DatabaseConfig) -> None:
-    """Drop `config.database` (a benchmark's own schema) if it exists."""
-    conn = pymysql.connect(**config.connect_kwargs(with_database=False))
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-    finally:
-        conn.close()
-
-
 def progress(message: str) -> None:
     """A progress note on stderr, so stdout holds only summary lines."""
     print(message, file=sys.stderr, flush=True)
@@ -176,7 +166,7 @@ async def fresh_database(server: DatabaseConfig, pool_size: int) -> AsyncIterato
         finally:
             await db.close()
     finally:
-        await asyncio.to_thread(drop_schema, config)
+        await asyncio.to_thread(drop_database, config)
 
 
 def _git_commit() -> str | None:

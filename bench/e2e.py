@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import corral
-from bench.common import SCHEMA_PREFIX, BenchContext, drop_schema, percentile, positive_int, progress
+from bench.common import SCHEMA_PREFIX, BenchContext, percentile, positive_int, progress
 from corral.batch.v1 import job_state_pb2
 from services import up_process
 from services.db.database import DatabaseConfig
+from services.db.migrations import drop_database
 
 NAME = "e2e"
 HELP = "no-op jobs and a dependency chain through corral up with local workers"
@@ -74,7 +75,7 @@ def fresh_schema(server: DatabaseConfig) -> Iterator[str]:
     try:
         yield config.to_url()
     finally:
-        drop_schema(config)
+        drop_database(config)
 
 
 def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> corral.BatchBuilder:

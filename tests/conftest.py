@@ -8,11 +8,10 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
-import pymysql
 import pytest
 
 from services.db.database import Database, DatabaseConfig
-from services.db.migrations import migrate
+from services.db.migrations import drop_database, migrate
 from services.db.server import PrivateMariaDB
 from services.db.store import JobStore
 from tests.world import FakeClock, World
@@ -44,12 +43,7 @@ def db_config(mariadb_server: DatabaseConfig) -> Iterator[DatabaseConfig]:
     try:
         yield config
     finally:
-        conn = pymysql.connect(**config.connect_kwargs(with_database=False))
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-        finally:
-            conn.close()
+        drop_database(config)
 
 
 @pytest.fixture

@@ -103,6 +103,16 @@ def connect(config: DatabaseConfig, create_database: bool = False) -> pymysql.Co
     return conn
 
 
+def drop_database(config: DatabaseConfig) -> None:
+    """Drop `config.database` if it exists (a test's or a benchmark's own schema)."""
+    conn = pymysql.connect(**config.connect_kwargs(with_database=False))
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
+    finally:
+        conn.close()
+
+
 @contextmanager
 def _migration_lock(conn: pymysql.Connection, database: str) -> Iterator[None]:
     # Named locks are server-wide: name it after the schema being migrated.

@@ -25,7 +25,15 @@ import pymysql
 import pytest
 
 from services.db.database import DatabaseConfig
-from services.db.migrations import SQL_DIR, MigrationError, MigrationReport, migrate, migration_files, status
+from services.db.migrations import (
+    SQL_DIR,
+    MigrationError,
+    MigrationReport,
+    drop_database,
+    migrate,
+    migration_files,
+    status,
+)
 
 REPO = SQL_DIR.parent
 PROCEDURE = "check_epoch"
@@ -225,12 +233,7 @@ def new_database(mariadb_server: DatabaseConfig) -> Iterator[DatabaseConfig]:
     try:
         yield config
     finally:
-        conn = pymysql.connect(**config.connect_kwargs(with_database=False))
-        try:
-            with conn.cursor() as cursor:
-                cursor.execute(f"DROP DATABASE IF EXISTS `{config.database}`")
-        finally:
-            conn.close()
+        drop_database(config)
 
 
 def test_cli_migrates_a_new_database_then_reports_it_applied(new_database: DatabaseConfig) -> None:
