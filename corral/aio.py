@@ -43,6 +43,46 @@ def reconnect_delay_s(failures: int) -> float:
     return min(5.0, 0.1 * 2 ** (failures - 1))
 
 
+class WatchResume:
+    """Where a watch of one batch resumes, and when it gives up: the policy
+    both clients' `watch` follow around their own stream calls."""
+
+    def __init__(self, batch_id: int, from_event_id: int, max_reconnects: int):
+        self.batch_id = batch_id
+        self.next_id = max(1, from_event_id)
+        self.max_reconnects = max_reconnects
+        self._failures = 0
+        self._started_s = 0.0
+
+    def request(self, query: str, include_cost_events: bool) -> pb.WatchBatchRequest:
+        """The request of the next stream, from the next event on."""
+        self._started_s = time.monotonic()
+        return pb.WatchBatchRequest(batch_id=self.batch_id, from_event_id=self.next_id, query=query,
+                                    include_cost_events=include_cost_events)
+
+    def is_new(self, event: batch_event_pb2.BatchEvent) -> bool:
+        """Whether to hand `event` out: never twice."""
+        if event.event_id < self.next_id:
+            return False
+        self.next_id, self._failures = event.event_id + 1, 0
+        return True
+
+    def after_drop(self, error: grpc.RpcError | None) -> float:
+        """The stream ended (`error` None) or failed: seconds to wait before
+        resuming, or the error to raise when it is not resumable or the
+        reconnections ran out."""
+        if error is not None and error.code() not in RESUMABLE_CODES:  # type: ignore[attr-defined]
+            raise from_rpc_error(error) from None
+        # The server never ends a watch by itself: an end is a drop too.
+        if time.monotonic() - self._started_s > HEALTHY_STREAM_S:
+            self._failures = 0
+        self._failures += 1
+        if self._failures > self.max_reconnects:
+            raise (from_rpc_error(error) if error is not None
+                   else Unavailable(f"the watch of batch {self.batch_id} keeps ending"))
+        return reconnect_delay_s(self._failures)
+
+
 def channel_credentials(ca_cert: str | Path | None) -> grpc.ChannelCredentials:
     """TLS trusting `ca_cert` (the corral CA), or the system roots when None."""
     root = Path(ca_cert).expanduser().read_bytes() if ca_cert else None
@@ -133,35 +173,19 @@ class Client(AsyncCalls):
         `max_reconnects` failed attempts in a row the last error is raised.
         `query` filters job events (the query language); batch-level events
         always come through."""
-        next_id = max(1, from_event_id)
-        failures = 0
+        resume = WatchResume(batch_id, from_event_id, max_reconnects)
         while True:
-            call = self._batches.WatchBatch(
-                pb.WatchBatchRequest(batch_id=batch_id, from_event_id=next_id, query=query,
-                                     include_cost_events=include_cost_events), metadata=self._metadata)
-            started_s = time.monotonic()
+            call = self._batches.WatchBatch(resume.request(query, include_cost_events), metadata=self._metadata)
             error: grpc.aio.AioRpcError | None = None
             try:
                 async for response in call:
-                    event = response.event
-                    if event.event_id < next_id:
-                        continue  # never hand out an event twice
-                    next_id, failures = event.event_id + 1, 0
-                    yield event
+                    if resume.is_new(response.event):
+                        yield response.event
             except grpc.aio.AioRpcError as e:
-                if e.code() not in RESUMABLE_CODES:
-                    raise from_rpc_error(e) from None
                 error = e
             finally:
                 call.cancel()
-            # The server never ends a watch by itself: an end is a drop too.
-            if time.monotonic() - started_s > HEALTHY_STREAM_S:
-                failures = 0
-            failures += 1
-            if failures > max_reconnects:
-                raise (from_rpc_error(error) if error is not None
-                       else Unavailable(f"the watch of batch {batch_id} keeps ending"))
-            await asyncio.sleep(reconnect_delay_s(failures))
+            await asyncio.sleep(resume.after_drop(error))
 
     async def wait(self, batch_id: int, progress: bool = False) -> batch_pb2.Batch:
         """Return the batch once it is complete (at once if it already is).

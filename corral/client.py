@@ -12,19 +12,17 @@ import grpc
 
 from corral.aio import (
     BUNCH_SIZE,
-    HEALTHY_STREAM_S,
     MAX_RECONNECTS,
     PARALLEL_BUNCHES,
-    RESUMABLE_CODES,
     SMALL_BATCH,
+    WatchResume,
     channel_credentials,
-    reconnect_delay_s,
 )
 from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
 from corral.calls import Calls
-from corral.errors import Unavailable, from_rpc_error
+from corral.errors import from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
 
 T = TypeVar("T")
@@ -95,34 +93,19 @@ class Client(Calls):
     def watch(self, batch_id: int, from_event_id: int = 1, query: str = "", include_cost_events: bool = False,
               max_reconnects: int = MAX_RECONNECTS) -> Iterator[batch_event_pb2.BatchEvent]:
         """See `corral.aio.Client.watch`: resumes by itself, never repeats or skips an event."""
-        next_id = max(1, from_event_id)
-        failures = 0
+        resume = WatchResume(batch_id, from_event_id, max_reconnects)
         while True:
-            call = self._batches.WatchBatch(
-                pb.WatchBatchRequest(batch_id=batch_id, from_event_id=next_id, query=query,
-                                     include_cost_events=include_cost_events), metadata=self._metadata)
-            started_s = time.monotonic()
+            call = self._batches.WatchBatch(resume.request(query, include_cost_events), metadata=self._metadata)
             error: grpc.RpcError | None = None
             try:
                 for response in call:
-                    event = response.event
-                    if event.event_id < next_id:
-                        continue
-                    next_id, failures = event.event_id + 1, 0
-                    yield event
+                    if resume.is_new(response.event):
+                        yield response.event
             except grpc.RpcError as e:
-                if e.code() not in RESUMABLE_CODES:  # type: ignore[attr-defined]
-                    raise from_rpc_error(e) from None
                 error = e
             finally:
                 call.cancel()
-            if time.monotonic() - started_s > HEALTHY_STREAM_S:
-                failures = 0
-            failures += 1
-            if failures > max_reconnects:
-                raise (from_rpc_error(error) if error is not None
-                       else Unavailable(f"the watch of batch {batch_id} keeps ending"))
-            time.sleep(reconnect_delay_s(failures))
+            time.sleep(resume.after_drop(error))
 
     def wait(self, batch_id: int, progress: bool = False) -> batch_pb2.Batch:
         """See `corral.aio.Client.wait`: the batch once complete, with an optional progress line on stderr."""
