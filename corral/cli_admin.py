@@ -15,7 +15,8 @@ from typing import Any
 
 from corral.auth.v1 import user_pb2
 from corral.billing.v1 import billing_project_pb2
-from corral.cli_jobs import guarded, open_client, print_json, usd, with_json
+from corral.cli_batches import guarded, open_client
+from corral.cli_jobs import print_json, usd, with_json
 from corral.errors import CorralError
 
 

@@ -14,6 +14,7 @@ import getpass
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +56,24 @@ class Settings:
             json.dump(dataclasses.asdict(self), f, indent=2)
 
 
-def _client() -> Client:
+def open_client() -> Client:
+    """A client with the CLI's settings (frontend, auth, CA, token)."""
     settings = Settings.load()
     if not settings.token:
         raise CorralError("not logged in: run `corral login`")
-    return Client(settings.frontend, settings.token, settings.ca_cert)
+    return Client(settings.frontend, settings.token, settings.ca_cert, auth_address=settings.auth)
+
+
+def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Run a command; a CorralError becomes `error: ...` on stderr and exit code 1."""
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except CorralError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+
+    return run
 
 
 def _print_batch(batch: batch_pb2.Batch) -> None:
@@ -124,7 +138,7 @@ def _login(args: argparse.Namespace) -> int:
 
 def _submit(args: argparse.Namespace) -> int:
     builder = builder_from_yaml(yaml.safe_load(Path(args.file).read_text()))
-    with _client() as client:
+    with open_client() as client:
         batch = client.submit(builder)
     if args.quiet:
         print(batch.batch_id)  # for scripts: batch=$(corral submit -q FILE)
@@ -134,7 +148,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with open_client() as client:
         batches = []
         for batch in client.list_batches(" ".join(args.query)):
             batches.append(batch)
@@ -145,13 +159,13 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with open_client() as client:
         _emit(args, [client.get_batch(args.batch_id)])
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with open_client() as client:
         _emit(args, [client.cancel_batch(args.batch_id, args.reason)])
     return 0
 
@@ -161,21 +175,10 @@ WAIT_NOT_ALL_SUCCEEDED = 3
 
 
 def _wait(args: argparse.Namespace) -> int:
-    with _client() as client:
+    with open_client() as client:
         batch = client.wait(args.batch_id, progress=not args.quiet)
     _emit(args, [batch])
     return 0 if batch.counts.n_succeeded == batch.counts.n_jobs else WAIT_NOT_ALL_SUCCEEDED
-
-
-def _guarded(command: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except CorralError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-
-    return run
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -185,7 +188,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     login.add_argument("--frontend", help="host:port of the frontend")
     login.add_argument("--auth", help="host:port of the auth service")
     login.add_argument("--ca-cert", help="CA certificate to trust (corral up prints it)")
-    login.set_defaults(run=_guarded(_login))
+    login.set_defaults(run=guarded(_login))
 
     def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -194,21 +197,21 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     submit = with_json(commands.add_parser("submit", help="submit a batch described in YAML"))
     submit.add_argument("file")
     submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
-    submit.set_defaults(run=_guarded(_submit))
+    submit.set_defaults(run=guarded(_submit))
     ls = with_json(commands.add_parser("ls", help="list batches matching a query (newest first)"))
     ls.add_argument("query", nargs="*", help="e.g. state=running name=~align")
     ls.add_argument("--limit", type=int, default=50)
-    ls.set_defaults(run=_guarded(_ls))
+    ls.set_defaults(run=guarded(_ls))
     status = with_json(commands.add_parser("status", help="show one batch"))
     status.add_argument("batch_id", type=int)
-    status.set_defaults(run=_guarded(_status))
+    status.set_defaults(run=guarded(_status))
     cancel = with_json(commands.add_parser("cancel", help="cancel a batch"))
     cancel.add_argument("batch_id", type=int)
     cancel.add_argument("--reason", default="cancelled from the command line")
-    cancel.set_defaults(run=_guarded(_cancel))
+    cancel.set_defaults(run=guarded(_cancel))
     wait = with_json(commands.add_parser(
         "wait", help="wait until a batch completes, showing progress; exit 0 if every job succeeded, "
                      f"{WAIT_NOT_ALL_SUCCEEDED} if not"))
     wait.add_argument("batch_id", type=int)
     wait.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    wait.set_defaults(run=_guarded(_wait))
+    wait.set_defaults(run=guarded(_wait))

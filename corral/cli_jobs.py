@@ -10,35 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from google.protobuf import json_format, message
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
-from corral.cli_batches import Settings
-from corral.client import Client
-from corral.errors import CorralError
-
-
-def open_client() -> Client:
-    """A client with the CLI's settings (frontend, auth, CA, token)."""
-    settings = Settings.load()
-    if not settings.token:
-        raise CorralError("not logged in: run `corral login`")
-    return Client(settings.frontend, settings.token, settings.ca_cert, auth_address=settings.auth)
-
-
-def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Run a command; a CorralError becomes `error: ...` on stderr and exit code 1."""
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except CorralError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-
-    return run
+from corral.cli_batches import guarded, open_client
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
