@@ -12,43 +12,14 @@ enforced after the fact: what runs until the next cycle is still billed.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
-
-from services.db.store import JobStore, wall_clock_ms
-from services.driver.loop import Loop
-
-log = logging.getLogger(__name__)
-
-def _nothing() -> None:
-    return None
+from services.driver.loop import BoundedCanceller
 
 
-class BillingLimits(Loop):
+class BillingLimits(BoundedCanceller):
     """Cancels the running batches of projects over their limit; see the module docstring."""
 
     name = "billing-limits"
+    cancelled_what = "batches of billing projects over their limit"
 
-    def __init__(self, store: JobStore, epoch: Callable[[], int | None], period_s: float = 10.0,
-                 per_cycle: int = 1000, clock_ms: Callable[[], int] = wall_clock_ms,
-                 on_cancelled: Callable[[], None] = _nothing):
-        super().__init__(period_s)
-        self._store = store
-        self._epoch = epoch
-        self.per_cycle = per_cycle
-        self._clock_ms = clock_ms
-        self._on_cancelled = on_cancelled
-        self.cancelled_total = 0
-        """Batches this loop has cancelled since it started."""
-
-    async def cycle(self) -> None:
-        epoch = self._epoch()
-        if epoch is None:
-            return
-        n = await self._store.cancel_batches_over_limit(epoch, self.per_cycle, self._clock_ms())
-        if n:
-            self.cancelled_total += n
-            log.info("%s: cancelled %d batches of billing projects over their limit", self.name, n)
-            self._on_cancelled()
-        if n == self.per_cycle:
-            self.notify()  # there may be more beyond this cycle's bound
+    async def cancel(self, epoch: int, limit: int, now_ms: int) -> int:
+        return await self._store.cancel_batches_over_limit(epoch, limit, now_ms)

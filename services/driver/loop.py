@@ -13,6 +13,9 @@ import abc
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
+
+from services.db.store import JobStore, wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -68,3 +71,45 @@ class Loop(abc.ABC):
         async with self._cycle_done:
             target = self.cycles + n
             await asyncio.wait_for(self._cycle_done.wait_for(lambda: self.cycles >= target), timeout_s)
+
+
+def _nothing() -> None:
+    return None
+
+
+class BoundedCanceller(Loop):
+    """A loop whose cycle is one set-based procedure that cancels up to
+    `per_cycle` things (batches, groups) and returns how many; it tells the
+    cancellers (`on_cancelled`) and runs again at once while it hits the bound.
+    Subclasses name the procedure (`cancel`) and what it cancels (`cancelled_what`)."""
+
+    cancelled_what: str = "things"
+    """For the log line: 'cancelled N <cancelled_what>'."""
+
+    def __init__(self, store: JobStore, epoch: Callable[[], int | None], period_s: float = 10.0,
+                 per_cycle: int = 1000, clock_ms: Callable[[], int] = wall_clock_ms,
+                 on_cancelled: Callable[[], None] = _nothing):
+        super().__init__(period_s)
+        self._store = store
+        self._epoch = epoch
+        self.per_cycle = per_cycle
+        self._clock_ms = clock_ms
+        self._on_cancelled = on_cancelled
+        self.cancelled_total = 0
+        """What this loop has cancelled since it started."""
+
+    @abc.abstractmethod
+    async def cancel(self, epoch: int, limit: int, now_ms: int) -> int:
+        """Cancel up to `limit`; how many were cancelled."""
+
+    async def cycle(self) -> None:
+        epoch = self._epoch()
+        if epoch is None:
+            return
+        n = await self.cancel(epoch, self.per_cycle, self._clock_ms())
+        if n:
+            self.cancelled_total += n
+            log.info("%s: cancelled %d %s", self.name, n, self.cancelled_what)
+            self._on_cancelled()
+        if n == self.per_cycle:
+            self.notify()  # there may be more beyond this cycle's bound
