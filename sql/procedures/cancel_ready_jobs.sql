@@ -11,7 +11,13 @@ CREATE PROCEDURE cancel_ready_jobs(IN in_epoch BIGINT, IN in_batch_id BIGINT, IN
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    -- complete_jobs_core sets these around its bulk statements; a pooled
+    -- connection must not carry them into its next call.
+    SET @corral_bulk_job_changes = NULL, @corral_bulk_usage = NULL;
+    ROLLBACK;
+    RESIGNAL;
+  END;
 
   CALL create_completion_tables();
   START TRANSACTION;

@@ -7,10 +7,12 @@
 --
 -- Events: one update_committed event stands for "these jobs joined the
 -- batch; those without unfinished parents are Ready". The Pending -> Ready
--- flips of this commit write no job events (the session variables below tell
--- the jobs trigger), so a commit of a million jobs writes one event.
--- The variables are cleared on every way out, an error included: a pooled
--- connection must not carry them into its next call.
+-- flips of this commit write no job events, so a commit of a million jobs
+-- writes one event. Their live resource counters are added here, one grouped
+-- upsert over the update's jobs, instead of one trigger upsert per job:
+-- @corral_bulk_job_changes tells the jobs trigger to skip the flips. It is
+-- cleared on every way out, an error included: a pooled connection must not
+-- carry it into its next call.
 DROP PROCEDURE IF EXISTS commit_update;
 DELIMITER $$
 CREATE PROCEDURE commit_update(IN in_batch_id BIGINT, IN in_update_id INT, IN in_now_ms BIGINT)
@@ -25,7 +27,7 @@ proc: BEGIN
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
-    SET @corral_committing_batch_id = NULL, @corral_committing_update_id = NULL;
+    SET @corral_bulk_job_changes = NULL;
     ROLLBACK;
     RESIGNAL;
   END;
@@ -88,11 +90,33 @@ proc: BEGIN
         state = IF(v_n > 0 OR state = 'open', 'running', state),
         time_completed_ms = IF(v_n > 0, NULL, time_completed_ms)
     WHERE batch_id = in_batch_id;
-  SET @corral_committing_batch_id = in_batch_id, @corral_committing_update_id = in_update_id;
+  SET @corral_bulk_job_changes = TRUE;
   UPDATE jobs SET state = 'Ready'
     WHERE batch_id = in_batch_id AND update_id = in_update_id AND state = 'Pending' AND n_pending_parents = 0
     ORDER BY job_id;
-  SET @corral_committing_batch_id = NULL, @corral_committing_update_id = NULL;
+  SET @corral_bulk_job_changes = NULL;
+  -- Every Ready job of the update was made Ready just now: none is before the
+  -- commit (complete_jobs_core readies only children of committed updates).
+  INSERT INTO user_inst_coll_resources_by_job_group
+      (user, inst_coll, batch_id, job_group_id, token,
+       n_ready_cancellable_jobs, ready_cancellable_cores_mcpu,
+       n_ready_always_run_jobs, ready_always_run_cores_mcpu, n_ready_dependency_failed_jobs)
+    SELECT b.user, j.inst_coll, j.batch_id, j.job_group_id, CONNECTION_ID() MOD 64,
+           SUM(NOT j.always_run AND NOT j.dependency_failed),
+           SUM(IF(NOT j.always_run AND NOT j.dependency_failed, j.cores_mcpu, 0)),
+           SUM(j.always_run), SUM(IF(j.always_run, j.cores_mcpu, 0)),
+           SUM(NOT j.always_run AND j.dependency_failed)
+    FROM jobs j
+    JOIN batches b ON b.batch_id = j.batch_id
+    WHERE j.batch_id = in_batch_id AND j.update_id = in_update_id AND j.state = 'Ready'
+    GROUP BY b.user, j.inst_coll, j.batch_id, j.job_group_id
+    ORDER BY b.user, j.inst_coll, j.batch_id, j.job_group_id
+  ON DUPLICATE KEY UPDATE
+    n_ready_cancellable_jobs = n_ready_cancellable_jobs + VALUES(n_ready_cancellable_jobs),
+    ready_cancellable_cores_mcpu = ready_cancellable_cores_mcpu + VALUES(ready_cancellable_cores_mcpu),
+    n_ready_always_run_jobs = n_ready_always_run_jobs + VALUES(n_ready_always_run_jobs),
+    ready_always_run_cores_mcpu = ready_always_run_cores_mcpu + VALUES(ready_always_run_cores_mcpu),
+    n_ready_dependency_failed_jobs = n_ready_dependency_failed_jobs + VALUES(n_ready_dependency_failed_jobs);
   COMMIT;
 
   CALL queue_update_groups_for_check(in_batch_id, in_update_id);

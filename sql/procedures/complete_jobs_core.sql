@@ -1,8 +1,8 @@
 -- The set-based heart of every final transition (worker completions, the
 -- canceller's drain, cancelling running jobs). Internal: the caller opened a
--- transaction, checked the epoch and filled tmp_job_completions with the
--- requested (batch_id, job_id, attempt_id, instance_name, new_state, ...).
--- Writes one `outcome` per row:
+-- transaction, checked the epoch, called create_completion_tables and filled
+-- tmp_job_completions with the requested (batch_id, job_id, attempt_id,
+-- instance_name, new_state, ...). Writes one `outcome` per row:
 --   completed         the job moved to new_state now
 --   already_complete  it was final before (first completion wins); the
 --                     reporting attempt's times are still recorded
@@ -11,12 +11,20 @@
 --   not_runnable      a Pending job, or a Ready job reported without an
 --                     attempt as anything but Cancelled
 -- Lock order: target jobs ascending, children ascending, attempts,
--- instances, then token rows (the jobs trigger).
+-- instances (by name), then token rows. The counters and events of the jobs'
+-- changes (record_job_changes) and the billing of the attempts' last rollup
+-- (bill_attempt_usage) are written here, set-based, with the triggers told
+-- to skip those statements (@corral_bulk_job_changes, @corral_bulk_usage):
+-- the caller's handler clears both on an error.
 DROP PROCEDURE IF EXISTS complete_jobs_core;
 DELIMITER $$
 CREATE PROCEDURE complete_jobs_core(IN in_now_ms BIGINT)
 BEGIN
   DECLARE v_locked INT;
+  DECLARE v_n_attempts INT;
+  DECLARE v_n_freeing INT;
+  DECLARE v_n_failed INT;
+  DECLARE v_n_children INT;
 
   -- Lock the targets in key order before reading them.
   SELECT COUNT(*) INTO v_locked
@@ -24,27 +32,45 @@ BEGIN
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     FOR UPDATE;
 
+  -- A row without its job keeps the outcome's default, 'not_found'.
   UPDATE tmp_job_completions t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id,
-        t.job_group_id = j.job_group_id, t.cores_mcpu = j.cores_mcpu;
-
-  UPDATE tmp_job_completions SET outcome = CASE
-      WHEN NOT found THEN 'not_found'
-      WHEN new_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'invalid_state'
-      WHEN old_state IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'already_complete'
-      WHEN old_state = 'Pending' THEN 'not_runnable'
-      WHEN old_state = 'Ready' AND attempt_id IS NULL AND new_state <> 'Cancelled' THEN 'not_runnable'
-      ELSE 'completed' END;
+        t.job_group_id = j.job_group_id, t.inst_coll = j.inst_coll, t.cores_mcpu = j.cores_mcpu,
+        t.always_run = j.always_run, t.dependency_failed = j.dependency_failed,
+        t.outcome = CASE
+          WHEN t.new_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'invalid_state'
+          WHEN j.state IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'already_complete'
+          WHEN j.state = 'Pending' THEN 'not_runnable'
+          WHEN j.state = 'Ready' AND t.attempt_id IS NULL AND t.new_state <> 'Cancelled' THEN 'not_runnable'
+          ELSE 'completed' END;
+  -- What the steps below have to do: the canceller's drain, for one, closes
+  -- no attempt and frees no cores.
+  SELECT COALESCE(SUM(attempt_id IS NOT NULL AND instance_name IS NOT NULL
+                      AND outcome IN ('completed', 'already_complete')), 0),
+         COALESCE(SUM(outcome = 'completed' AND old_state IN ('Running', 'Creating')), 0),
+         COALESCE(SUM(outcome = 'completed' AND new_state IN ('Failed', 'Error')), 0)
+    INTO v_n_attempts, v_n_freeing, v_n_failed
+    FROM tmp_job_completions;
 
   -- Lock the children too, before any other row (lock order: targets,
   -- children, attempts, instances, token rows); they are updated below.
+  -- Re-created, not emptied (see create_completion_tables).
   DROP TEMPORARY TABLE IF EXISTS tmp_children;
   CREATE TEMPORARY TABLE tmp_children (
     batch_id BIGINT NOT NULL,
     job_id INT NOT NULL,
     n_done INT NOT NULL,
     n_unaccepted INT NOT NULL,
+    job_group_id INT NULL,
+    inst_coll VARCHAR(100) NULL,
+    cores_mcpu INT NULL,
+    always_run BOOLEAN NULL,
+    attempt_id VARCHAR(40) NULL,
+    old_state VARCHAR(20) NULL,
+    old_dependency_failed BOOLEAN NULL,
+    n_pending_parents INT NULL,
+    becomes_ready BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (batch_id, job_id)
   );
   INSERT INTO tmp_children (batch_id, job_id, n_done, n_unaccepted)
@@ -55,54 +81,125 @@ BEGIN
     JOIN job_parents e ON e.batch_id = t.batch_id AND e.parent_id = t.job_id
     WHERE t.outcome = 'completed'
     GROUP BY e.batch_id, e.job_id;
-  SELECT COUNT(*) INTO v_locked
-    FROM tmp_children c
-    JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
-    FOR UPDATE;
+  SET v_n_children = ROW_COUNT();
+  IF v_n_children > 0 THEN
+    SELECT COUNT(*) INTO v_locked
+      FROM tmp_children c
+      JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
+      FOR UPDATE;
+  END IF;
 
-  -- Record the reporting attempt's start, end and outcome, once (MJC may
-  -- come before MJS, twice, or for an attempt the job no longer points at).
-  INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, rollup_time_ms, reason,
-                        exit_code, error_message, cpu_time_ms, peak_memory_bytes)
-    SELECT batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, end_time_ms,
-           COALESCE(reason, 'completed'), exit_code, error_message, cpu_time_ms, peak_memory_bytes
-    FROM tmp_job_completions
-    WHERE attempt_id IS NOT NULL AND instance_name IS NOT NULL
-      AND outcome IN ('completed', 'already_complete')
-    ORDER BY batch_id, job_id
-  ON DUPLICATE KEY UPDATE
-    -- Assignments run left to right: later ones see the new start time, and
-    -- end_time_ms goes last so the others still see the attempt open. A
-    -- closed attempt keeps its times and outcome: a late report changes nothing.
-    exit_code = IF(attempts.end_time_ms IS NULL, VALUES(exit_code), attempts.exit_code),
-    error_message = IF(attempts.end_time_ms IS NULL, VALUES(error_message), attempts.error_message),
-    cpu_time_ms = IF(attempts.end_time_ms IS NULL, VALUES(cpu_time_ms), attempts.cpu_time_ms),
-    peak_memory_bytes = IF(attempts.end_time_ms IS NULL, VALUES(peak_memory_bytes), attempts.peak_memory_bytes),
-    start_time_ms = IF(attempts.end_time_ms IS NULL, COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
-                       attempts.start_time_ms),
-    rollup_time_ms = IF(attempts.end_time_ms IS NULL,
-                        GREATEST(COALESCE(attempts.rollup_time_ms, 0), COALESCE(VALUES(rollup_time_ms), 0),
-                                 COALESCE(attempts.start_time_ms, 0)),
-                        attempts.rollup_time_ms),
-    reason = IF(attempts.end_time_ms IS NULL, VALUES(reason), attempts.reason),
-    end_time_ms = COALESCE(attempts.end_time_ms,
-                           GREATEST(COALESCE(VALUES(end_time_ms), 0), COALESCE(attempts.start_time_ms, 0)));
+  IF v_n_attempts > 0 THEN
+    -- Lock the reporting attempts that exist and note what each has billed so
+    -- far (a negative delta: the rollup below adds what it bills after).
+    INSERT INTO tmp_attempt_usage (batch_id, job_id, attempt_id, delta_ms)
+      SELECT a.batch_id, a.job_id, a.attempt_id,
+             -IF(a.start_time_ms IS NULL OR a.rollup_time_ms IS NULL, 0, a.rollup_time_ms - a.start_time_ms)
+      FROM tmp_job_completions t
+      STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY)
+        ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
+      WHERE t.attempt_id IS NOT NULL AND t.instance_name IS NOT NULL
+        AND t.outcome IN ('completed', 'already_complete')
+      ORDER BY a.batch_id, a.job_id, a.attempt_id
+      FOR UPDATE;
 
-  -- Give back the cores of the attempt the job was running under.
-  UPDATE instances i
-    JOIN (SELECT a.instance_name, SUM(t.cores_mcpu) AS cores_mcpu
-          FROM tmp_job_completions t
-          JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.old_attempt_id
-          WHERE t.outcome = 'completed' AND t.old_state IN ('Running', 'Creating')
-          GROUP BY a.instance_name) x ON x.instance_name = i.name
-    SET i.free_cores_mcpu = i.free_cores_mcpu + x.cores_mcpu;
+    -- Record the reporting attempt's start, end and outcome, once (MJC may
+    -- come before MJS, twice, or for an attempt the job no longer points at).
+    SET @corral_bulk_usage = TRUE;
+    INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, rollup_time_ms,
+                          reason, exit_code, error_message, cpu_time_ms, peak_memory_bytes)
+      SELECT batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, end_time_ms,
+             COALESCE(reason, 'completed'), exit_code, error_message, cpu_time_ms, peak_memory_bytes
+      FROM tmp_job_completions
+      WHERE attempt_id IS NOT NULL AND instance_name IS NOT NULL
+        AND outcome IN ('completed', 'already_complete')
+      ORDER BY batch_id, job_id
+    ON DUPLICATE KEY UPDATE
+      -- Assignments run left to right: later ones see the new start time, and
+      -- end_time_ms goes last so the others still see the attempt open. A
+      -- closed attempt keeps its times and outcome: a late report changes nothing.
+      exit_code = IF(attempts.end_time_ms IS NULL, VALUES(exit_code), attempts.exit_code),
+      error_message = IF(attempts.end_time_ms IS NULL, VALUES(error_message), attempts.error_message),
+      cpu_time_ms = IF(attempts.end_time_ms IS NULL, VALUES(cpu_time_ms), attempts.cpu_time_ms),
+      peak_memory_bytes = IF(attempts.end_time_ms IS NULL, VALUES(peak_memory_bytes), attempts.peak_memory_bytes),
+      start_time_ms = IF(attempts.end_time_ms IS NULL, COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
+                         attempts.start_time_ms),
+      rollup_time_ms = IF(attempts.end_time_ms IS NULL,
+                          GREATEST(COALESCE(attempts.rollup_time_ms, 0), COALESCE(VALUES(rollup_time_ms), 0),
+                                   COALESCE(attempts.start_time_ms, 0)),
+                          attempts.rollup_time_ms),
+      reason = IF(attempts.end_time_ms IS NULL, VALUES(reason), attempts.reason),
+      end_time_ms = COALESCE(attempts.end_time_ms,
+                             GREATEST(COALESCE(VALUES(end_time_ms), 0), COALESCE(attempts.start_time_ms, 0)));
+    SET @corral_bulk_usage = NULL;
+    -- What the rollup to the end billed: new milliseconds minus the old. An
+    -- attempt created just now has no resources yet and bills nothing.
+    UPDATE tmp_attempt_usage u
+      STRAIGHT_JOIN attempts a ON a.batch_id = u.batch_id AND a.job_id = u.job_id AND a.attempt_id = u.attempt_id
+      SET u.delta_ms = u.delta_ms
+                       + IF(a.start_time_ms IS NULL OR a.rollup_time_ms IS NULL, 0, a.rollup_time_ms - a.start_time_ms),
+          u.rollup_time_ms = a.rollup_time_ms;
+  END IF;
 
+  -- Give back the cores of the attempt the job was running under. The
+  -- instances come from the attempts' primary key into a table of their
+  -- own first: updating instances joined with attempts share-locked
+  -- attempts (through attempts_instance) while holding instance rows, and
+  -- two MJCs on one instance deadlocked. Instances are then updated in name
+  -- order (the table's key, which leads the join).
+  IF v_n_freeing > 0 THEN
+    INSERT INTO tmp_instance_cores (instance_name, cores_mcpu)
+      SELECT a.instance_name, SUM(t.cores_mcpu)
+      FROM tmp_job_completions t
+      JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.old_attempt_id
+      WHERE t.outcome = 'completed' AND t.old_state IN ('Running', 'Creating')
+      GROUP BY a.instance_name;
+    UPDATE tmp_instance_cores x STRAIGHT_JOIN instances i ON i.name = x.instance_name
+      SET i.free_cores_mcpu = i.free_cores_mcpu + x.cores_mcpu;
+  END IF;
+
+  SET @corral_bulk_job_changes = TRUE;
   UPDATE jobs j
     JOIN tmp_job_completions t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
     SET j.state = t.new_state, j.exit_code = t.exit_code, j.attempt_id = COALESCE(t.attempt_id, j.attempt_id)
     WHERE t.outcome = 'completed';
+  SET @corral_bulk_job_changes = NULL;
 
-  -- Tokenized completion counters of the job's group and every ancestor.
+  -- Children: one fewer pending parent per completed parent; remember an
+  -- unaccepted parent state; Ready when nothing is pending and the child's
+  -- update is committed (jobs of an uncommitted update stay invisible). The
+  -- update's row is read (share-locked) only for a child about to become
+  -- Ready: a commit_update in flight holds it, and the child must wait to
+  -- see it committed rather than stay Pending for good.
+  IF v_n_children > 0 THEN
+    UPDATE tmp_children c
+      JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
+      SET c.job_group_id = j.job_group_id, c.inst_coll = j.inst_coll, c.cores_mcpu = j.cores_mcpu,
+          c.always_run = j.always_run, c.attempt_id = j.attempt_id, c.old_state = j.state,
+          c.old_dependency_failed = j.dependency_failed, c.n_pending_parents = j.n_pending_parents,
+          c.becomes_ready = (j.state = 'Pending' AND j.n_pending_parents = c.n_done
+                             AND EXISTS (SELECT 1 FROM batch_updates u
+                                         WHERE u.batch_id = j.batch_id AND u.update_id = j.update_id
+                                           AND u.committed));
+    -- A count below its decrement is corrupt data, refused here rather than
+    -- by the CHECK: MariaDB 10.11 runs no handler for a CHECK that fails in
+    -- a multi-table UPDATE, so the transaction would stay open (for the next
+    -- START TRANSACTION to commit half done) and @corral_bulk_job_changes set.
+    IF EXISTS (SELECT 1 FROM tmp_children WHERE n_pending_parents < n_done) THEN
+      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'corrupt jobs.n_pending_parents: fewer than the parents completing';
+    END IF;
+    SET @corral_bulk_job_changes = TRUE;
+    UPDATE jobs j
+      JOIN tmp_children c ON c.batch_id = j.batch_id AND j.job_id = c.job_id
+      SET j.n_pending_parents = j.n_pending_parents - c.n_done,
+          j.dependency_failed = (j.dependency_failed OR c.n_unaccepted > 0),
+          j.state = IF(c.becomes_ready, 'Ready', j.state);
+    SET @corral_bulk_job_changes = NULL;
+  END IF;
+
+  -- Token rows last: completion counters of each job's group and every
+  -- ancestor, live resource counters and events of the targets and then of
+  -- the children, and the billing of the closed attempts.
   INSERT INTO job_groups_n_jobs_in_complete_states
       (batch_id, job_group_id, token, n_completed, n_succeeded, n_failed, n_errored, n_cancelled)
     SELECT t.batch_id, a.ancestor_id, CONNECTION_ID() MOD 64, COUNT(*),
@@ -120,37 +217,49 @@ BEGIN
     n_errored = n_errored + VALUES(n_errored),
     n_cancelled = n_cancelled + VALUES(n_cancelled);
 
-  -- Children: one fewer pending parent per completed parent; remember an
-  -- unaccepted parent state; Ready when nothing is pending and the child's
-  -- update is committed (jobs of an uncommitted update stay invisible).
-  UPDATE jobs j
-    JOIN tmp_children c ON c.batch_id = j.batch_id AND c.job_id = j.job_id
-    SET j.n_pending_parents = j.n_pending_parents - c.n_done,
-        j.dependency_failed = (j.dependency_failed OR c.n_unaccepted > 0);
-  UPDATE jobs j
-    JOIN tmp_children c ON c.batch_id = j.batch_id AND c.job_id = j.job_id
-    JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
-    SET j.state = 'Ready'
-    WHERE j.state = 'Pending' AND j.n_pending_parents = 0 AND u.committed;
-  DROP TEMPORARY TABLE IF EXISTS tmp_children;
+  INSERT INTO tmp_job_changes (batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
+                               old_state, new_state, old_dependency_failed, new_dependency_failed,
+                               attempt_id, exit_code)
+    SELECT batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
+           old_state, new_state, dependency_failed, dependency_failed,
+           COALESCE(attempt_id, old_attempt_id), exit_code
+    FROM tmp_job_completions
+    WHERE outcome = 'completed'
+    ORDER BY batch_id, job_id;
+  IF v_n_children > 0 THEN
+    INSERT INTO tmp_job_changes (batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
+                                 old_state, new_state, old_dependency_failed, new_dependency_failed, attempt_id)
+      SELECT batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
+             old_state, IF(becomes_ready, 'Ready', old_state),
+             old_dependency_failed, (old_dependency_failed OR n_unaccepted > 0), attempt_id
+      FROM tmp_children
+      WHERE becomes_ready OR (n_unaccepted > 0 AND NOT old_dependency_failed)
+      ORDER BY batch_id, job_id;
+  END IF;
+  CALL record_job_changes();
+  IF v_n_attempts > 0 THEN
+    CALL bill_attempt_usage();
+  END IF;
 
   -- cancel_after_n_failures: cancel the group (one row) once its failures
   -- reach the threshold. A concurrent failure may be missed here; the
   -- driver's loop re-checks running groups with a threshold.
-  INSERT INTO job_groups_cancelled (batch_id, job_group_id, cancelled_by, reason, time_cancelled_ms)
-    SELECT g.batch_id, g.job_group_id, 'corral',
-           CONCAT('cancel_after_n_failures: ', g.cancel_after_n_failures, ' jobs failed'), in_now_ms
-    FROM job_groups g
-    WHERE g.cancel_after_n_failures IS NOT NULL
-      AND (g.batch_id, g.job_group_id) IN (
-        SELECT t.batch_id, a.ancestor_id
-        FROM tmp_job_completions t
-        JOIN job_group_self_and_ancestors a ON a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id
-        WHERE t.outcome = 'completed' AND t.new_state IN ('Failed', 'Error'))
-      AND (SELECT COALESCE(SUM(s.n_failed + s.n_errored), 0)
-           FROM job_groups_n_jobs_in_complete_states s
-           WHERE s.batch_id = g.batch_id AND s.job_group_id = g.job_group_id) >= g.cancel_after_n_failures
-  ON DUPLICATE KEY UPDATE batch_id = job_groups_cancelled.batch_id;
+  IF v_n_failed > 0 THEN
+    INSERT INTO job_groups_cancelled (batch_id, job_group_id, cancelled_by, reason, time_cancelled_ms)
+      SELECT g.batch_id, g.job_group_id, 'corral',
+             CONCAT('cancel_after_n_failures: ', g.cancel_after_n_failures, ' jobs failed'), in_now_ms
+      FROM job_groups g
+      WHERE g.cancel_after_n_failures IS NOT NULL
+        AND (g.batch_id, g.job_group_id) IN (
+          SELECT t.batch_id, a.ancestor_id
+          FROM tmp_job_completions t
+          JOIN job_group_self_and_ancestors a ON a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id
+          WHERE t.outcome = 'completed' AND t.new_state IN ('Failed', 'Error'))
+        AND (SELECT COALESCE(SUM(s.n_failed + s.n_errored), 0)
+             FROM job_groups_n_jobs_in_complete_states s
+             WHERE s.batch_id = g.batch_id AND s.job_group_id = g.job_group_id) >= g.cancel_after_n_failures
+    ON DUPLICATE KEY UPDATE batch_id = job_groups_cancelled.batch_id;
+  END IF;
 
   -- The groups whose completion the caller checks after COMMIT. Repeats
   -- ('already_complete') are checked too: a call retried after its check

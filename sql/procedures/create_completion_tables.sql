@@ -1,5 +1,11 @@
--- Internal: (re)creates the per-connection scratch tables that
--- complete_jobs_core and check_completions work on.
+-- Internal: the per-connection scratch tables that complete_jobs_core and
+-- check_completions work on, and the ones complete_jobs_core hands its
+-- counters, events and billing through (create_change_tables), all empty.
+-- Each is dropped and created again on every call, never emptied with
+-- DELETE: InnoDB never purges the rows deleted from a temporary table, so
+-- one emptied and reused made every scan of it slower with each call the
+-- connection had served (a pooled driver connection serves
+-- millions).
 DROP PROCEDURE IF EXISTS create_completion_tables;
 DELIMITER $$
 CREATE PROCEDURE create_completion_tables()
@@ -22,8 +28,11 @@ BEGIN
     old_state VARCHAR(20) NULL,
     old_attempt_id VARCHAR(40) NULL,
     job_group_id INT NULL,
+    inst_coll VARCHAR(100) NULL,
     cores_mcpu INT NULL,
-    outcome VARCHAR(32) NULL,
+    always_run BOOLEAN NULL,
+    dependency_failed BOOLEAN NULL,
+    outcome VARCHAR(32) NOT NULL DEFAULT 'not_found',
     PRIMARY KEY (batch_id, job_id)
   );
   DROP TEMPORARY TABLE IF EXISTS tmp_groups_to_check;
@@ -32,5 +41,12 @@ BEGIN
     job_group_id INT NOT NULL,
     PRIMARY KEY (batch_id, job_group_id)
   );
+  -- Cores to give back per instance.
+  DROP TEMPORARY TABLE IF EXISTS tmp_instance_cores;
+  CREATE TEMPORARY TABLE tmp_instance_cores (
+    instance_name VARCHAR(100) NOT NULL PRIMARY KEY,
+    cores_mcpu BIGINT NOT NULL
+  );
+  CALL create_change_tables();
 END $$
 DELIMITER ;

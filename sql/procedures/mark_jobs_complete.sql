@@ -16,7 +16,13 @@ proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
   DECLARE v_n_distinct INT;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    -- complete_jobs_core sets these around its bulk statements; a pooled
+    -- connection must not carry them into its next call.
+    SET @corral_bulk_job_changes = NULL, @corral_bulk_usage = NULL;
+    ROLLBACK;
+    RESIGNAL;
+  END;
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;

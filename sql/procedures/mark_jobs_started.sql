@@ -35,10 +35,10 @@ proc: BEGIN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
     LEAVE proc;
   END IF;
-  -- Kept for the connection's life and emptied on each call: cheaper than
-  -- re-creating it. Rows go in sorted, and a scan follows insertion (the
+  -- Re-created, not emptied (see create_completion_tables). Rows go in sorted, and a scan follows insertion (the
   -- hidden row id), so the locking reads below take rows in key order.
-  CREATE TEMPORARY TABLE IF NOT EXISTS tmp_job_starts (
+  DROP TEMPORARY TABLE IF EXISTS tmp_job_starts;
+  CREATE TEMPORARY TABLE tmp_job_starts (
     batch_id BIGINT NULL,
     job_id INT NULL,
     attempt_id VARCHAR(40) NULL,
@@ -47,7 +47,6 @@ proc: BEGIN
     outcome VARCHAR(32) NULL,
     UNIQUE KEY (batch_id, job_id, attempt_id)
   ) ENGINE=InnoDB;
-  DELETE FROM tmp_job_starts;
   -- A repeat of the same attempt in one call is recorded once.
   INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, start_time_ms, isolation)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.start_time_ms, LEFT(jt.isolation, 512)

@@ -8,6 +8,8 @@
 -- not_ready, cancelled (its group is cancelled or a dependency failed, and
 -- it is not always_run), no_capacity.
 -- A refused instance (unknown, inactive) refuses the whole call.
+-- Counters and events of the state changes are written set-based by
+-- record_job_changes, not by the jobs trigger (see jobs_after_update).
 DROP PROCEDURE IF EXISTS schedule_jobs;
 DELIMITER $$
 CREATE PROCEDURE schedule_jobs(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
@@ -25,12 +27,17 @@ proc: BEGIN
   DECLARE candidates CURSOR FOR
     SELECT batch_id, job_id, cores_mcpu FROM tmp_schedule WHERE outcome = 'candidate' ORDER BY batch_id, job_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    SET @corral_bulk_job_changes = NULL;
+    ROLLBACK;
+    RESIGNAL;
+  END;
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
     LEAVE proc;
   END IF;
+  CALL create_change_tables();
   DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
   CREATE TEMPORARY TABLE tmp_schedule (
     batch_id BIGINT NOT NULL,
@@ -42,6 +49,7 @@ proc: BEGIN
     always_run BOOLEAN NULL,
     dependency_failed BOOLEAN NULL,
     job_group_id INT NULL,
+    inst_coll VARCHAR(100) NULL,
     cores_mcpu INT NULL,
     group_cancelled BOOLEAN NOT NULL DEFAULT FALSE,
     outcome VARCHAR(32) NULL,
@@ -71,7 +79,8 @@ proc: BEGIN
   UPDATE tmp_schedule t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id, t.always_run = j.always_run,
-        t.dependency_failed = j.dependency_failed, t.job_group_id = j.job_group_id, t.cores_mcpu = j.cores_mcpu;
+        t.dependency_failed = j.dependency_failed, t.job_group_id = j.job_group_id, t.inst_coll = j.inst_coll,
+        t.cores_mcpu = j.cores_mcpu;
   UPDATE tmp_schedule t
     SET t.group_cancelled = EXISTS (
       SELECT 1 FROM job_group_self_and_ancestors a
@@ -119,15 +128,26 @@ proc: BEGIN
   INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name)
     SELECT batch_id, job_id, attempt_id, in_instance_name
     FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') ORDER BY batch_id, job_id;
+  SET @corral_bulk_job_changes = TRUE;
   UPDATE jobs j
     JOIN tmp_schedule t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
     SET j.state = IF(t.outcome = 'creating', 'Creating', 'Running'),
         j.attempt_id = t.attempt_id,
         j.n_attempts = j.n_attempts + IF(t.outcome = 'start_created', 0, 1)
     WHERE t.outcome IN ('scheduled', 'creating', 'start_created');
+  SET @corral_bulk_job_changes = NULL;
   IF v_used_mcpu > 0 THEN
     UPDATE instances SET free_cores_mcpu = free_cores_mcpu - v_used_mcpu WHERE name = in_instance_name;
   END IF;
+  -- Counters and events last (lock order: token rows after the instance).
+  INSERT INTO tmp_job_changes (batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
+                               old_state, new_state, old_dependency_failed, new_dependency_failed, attempt_id)
+    SELECT batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
+           old_state, IF(outcome = 'creating', 'Creating', 'Running'), dependency_failed, dependency_failed, attempt_id
+    FROM tmp_schedule
+    WHERE outcome IN ('scheduled', 'creating', 'start_created')
+    ORDER BY batch_id, job_id;
+  CALL record_job_changes();
   COMMIT;
 
   SELECT batch_id, job_id, attempt_id,
