@@ -216,16 +216,27 @@ class Database:
         """
         for attempt in range(1, self.max_attempts + 1):
             async with self._pool.acquire() as conn:
-                async with conn.cursor(aiomysql.DictCursor) as cursor:
-                    try:
+                try:
+                    async with conn.cursor(aiomysql.DictCursor) as cursor:
                         return await body(cursor)
-                    except pymysql.err.OperationalError as e:
-                        errno = e.args[0] if e.args else None
-                        if errno not in RETRYABLE_ERRORS or attempt == self.max_attempts:
-                            raise
-                        await conn.rollback()
-                        self.retry_stats.record(errno)
-                        log.info("retrying %s after MySQL error %s (attempt %d)", name, errno, attempt)
+                except pymysql.err.OperationalError as e:
+                    errno = e.args[0] if e.args else None
+                    if errno not in RETRYABLE_ERRORS or attempt == self.max_attempts:
+                        conn.close()
+                        raise
+                    await conn.rollback()
+                    self.retry_stats.record(errno)
+                    log.info("retrying %s after MySQL error %s (attempt %d)", name, errno, attempt)
+                except BaseException:
+                    # Any other failure (an SQL error, a cancelled task) may
+                    # leave the session in a state the next caller must not
+                    # inherit: MariaDB 10.11 runs no handler for a CHECK that
+                    # fails inside a multi-table UPDATE, so the procedure's
+                    # transaction stays open with its session variables set,
+                    # and the pool learns of open transactions only from OK
+                    # packets. A closed connection is dropped, not pooled.
+                    conn.close()
+                    raise
             await asyncio.sleep(min(0.5, 0.005 * 2**attempt) * random.random())
         raise AssertionError("unreachable")
 
