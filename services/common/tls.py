@@ -14,10 +14,13 @@ layout).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
+import fcntl
 import ipaddress
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -60,10 +63,13 @@ class TlsFiles:
         )
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    """Write `path` whole or not at all: a reader never sees it half written."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+    os.replace(partial, path)
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -80,11 +86,24 @@ class DevCertificateAuthority:
         self.ca_cert_path = directory / "ca.pem"
         self.ca_key_path = directory / "ca.key"
 
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the directory's lock: processes started together (two drivers,
+        both "driver") must not issue the same identity at once, or one reads
+        the key the other is writing, or keeps a certificate of the other's key."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            yield
+
     def ensure(self) -> None:
         """Create the CA if the directory has none yet (kept across restarts)."""
+        with self._exclusive():
+            self._ensure()
+
+    def _ensure(self) -> None:
         if self.ca_cert_path.exists() and self.ca_key_path.exists():
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "corral development CA")])
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -105,14 +124,18 @@ class DevCertificateAuthority:
             )
             .sign(key, hashes.SHA256())
         )
-        _write_private(self.ca_key_path, _key_pem(key))
-        self.ca_cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_atomically(self.ca_key_path, _key_pem(key), 0o600)
+        _write_atomically(self.ca_cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
     def issue(self, identity: str, hostnames: tuple[str, ...] = ("localhost", "127.0.0.1")) -> TlsFiles:
         """A certificate for `identity` (its common name), valid as server and client.
 
         Reuses an existing certificate unless it expires within 30 days."""
-        self.ensure()
+        with self._exclusive():
+            return self._issue(identity, hostnames)
+
+    def _issue(self, identity: str, hostnames: tuple[str, ...]) -> TlsFiles:
+        self._ensure()
         files = TlsFiles(self.ca_cert_path, self.directory / f"{identity}.pem", self.directory / f"{identity}.key")
         if files.cert.exists() and files.key.exists():
             existing = x509.load_pem_x509_certificate(files.cert.read_bytes())
@@ -143,6 +166,6 @@ class DevCertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256())
         )
-        _write_private(files.key, _key_pem(key))
-        files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        _write_atomically(files.key, _key_pem(key), 0o600)
+        _write_atomically(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         return files

@@ -1,0 +1,61 @@
+"""The development CA issues certificates that services can load, also when
+processes started together ask for the same identity at once (corral up
+starts two drivers, both "driver", at the same moment)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from services.common.tls import DevCertificateAuthority
+
+# Each process issues "driver", then checks that the key it reads belongs to
+# the certificate it reads: what grpc needs to serve.
+ISSUE_AND_CHECK = """
+import sys
+from pathlib import Path
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from services.common.tls import DevCertificateAuthority
+files = DevCertificateAuthority(Path(sys.argv[1])).issue("driver")
+key = serialization.load_pem_private_key(files.key.read_bytes(), password=None)
+cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
+assert cert.public_key() == key.public_key(), "the certificate is not the key's"
+print(cert.serial_number)
+"""
+
+
+def _matches(cert_path: Path, key_path: Path) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    return cert.public_key() == key.public_key()
+
+
+def test_processes_issuing_one_identity_at_once_all_get_one_matching_pair(tmp_path: Path) -> None:
+    directory = tmp_path / "certs"
+    processes = [subprocess.Popen([sys.executable, "-c", ISSUE_AND_CHECK, str(directory)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(8)]
+    results = [p.communicate(timeout=60) + (p.returncode,) for p in processes]
+    assert [(rc, err) for _, err, rc in results] == [(0, "")] * 8
+    # The first issued it; the others found it and reused it.
+    assert len({out for out, _, _ in results}) == 1
+    assert _matches(directory / "driver.pem", directory / "driver.key")
+    assert not list(directory.glob("*.partial"))
+
+
+def test_a_certificate_is_reused_and_signed_by_the_ca(tmp_path: Path) -> None:
+    ca = DevCertificateAuthority(tmp_path)
+    first = ca.issue("frontend")
+    again = ca.issue("frontend")
+    assert first.cert.read_bytes() == again.cert.read_bytes()
+    assert _matches(first.cert, first.key)
+    cert = x509.load_pem_x509_certificate(first.cert.read_bytes())
+    ca_cert = x509.load_pem_x509_certificate(ca.ca_cert_path.read_bytes())
+    cert.verify_directly_issued_by(ca_cert)
+    assert oct(first.key.stat().st_mode & 0o777) == oct(0o600)
+    assert oct(ca.ca_key_path.stat().st_mode & 0o777) == oct(0o600)
