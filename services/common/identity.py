@@ -8,6 +8,7 @@ caller is the person (or service identity) behind the bearer token in the
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import time
@@ -63,7 +64,13 @@ def set_principal(principal: Principal | None) -> contextvars.Token[Principal | 
 
 
 def reset_principal(token: contextvars.Token[Principal | None]) -> None:
-    _current.reset(token)
+    """Undo `set_principal` at the end of a call.
+
+    A streaming call the client cancels has its handler's generator closed
+    from another task, whose context never saw the principal: nothing to
+    undo there, and the call's own context ends with its task."""
+    with contextlib.suppress(ValueError):
+        _current.reset(token)
 
 
 Authenticator = Callable[[grpc.aio.ServicerContext, str], Awaitable[Principal | None]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -376,3 +377,27 @@ async def test_corral_wait_prints_the_final_batch(stub, tokens, frontend, drivin
     printed = json.loads(stdout)[0]
     assert (printed["batchId"], printed["state"]) == (str(batch.batch_id), "BATCH_STATE_COMPLETE")
     assert b"3/3 done: 2 succeeded, 1 failed" in stderr
+
+
+async def test_a_watch_the_client_cancels_ends_without_an_error_on_the_server(stub, tokens, frontend,  # noqa: F811
+                                                                            driving) -> None:
+    """The server closes the handler's stream from another task than the
+    one that served it; nothing may fail there (it used to log 'Task
+    exception was never retrieved' for every cancelled watch)."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        batch = await submit_dag(stub, tokens["alice"])
+        driven = asyncio.create_task(drive_dag(driving, batch))
+        call = stub.WatchBatch(pb.WatchBatchRequest(batch_id=batch.batch_id), metadata=bearer(tokens["alice"]))
+        await read_until(call, lambda e: e.event_id == 2)
+        call.cancel()
+        await driven
+        for _ in range(20):  # the server's task is reported when it is collected
+            await asyncio.sleep(0.05)
+            gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [context.get("message") for context in errors] == []
