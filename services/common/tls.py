@@ -72,6 +72,14 @@ def _write_atomically(path: Path, data: bytes, mode: int) -> None:
     os.replace(partial, path)
 
 
+def _still_valid(files: TlsFiles) -> bool:
+    """Whether `files` holds a certificate and key good for more than 30 days."""
+    if not (files.cert.exists() and files.key.exists()):
+        return False
+    existing = x509.load_pem_x509_certificate(files.cert.read_bytes())
+    return existing.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) > _RENEW_BEFORE
+
+
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -98,11 +106,16 @@ class DevCertificateAuthority:
 
     def ensure(self) -> None:
         """Create the CA if the directory has none yet (kept across restarts)."""
+        if self._has_ca():
+            return
         with self._exclusive():
             self._ensure()
 
+    def _has_ca(self) -> bool:
+        return self.ca_cert_path.exists() and self.ca_key_path.exists()
+
     def _ensure(self) -> None:
-        if self.ca_cert_path.exists() and self.ca_key_path.exists():
+        if self._has_ca():
             return
         key = ec.generate_private_key(ec.SECP256R1())
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "corral development CA")])
@@ -130,17 +143,19 @@ class DevCertificateAuthority:
     def issue(self, identity: str, hostnames: tuple[str, ...] = ("localhost", "127.0.0.1")) -> TlsFiles:
         """A certificate for `identity` (its common name), valid as server and client.
 
-        Reuses an existing certificate unless it expires within 30 days."""
-        with self._exclusive():
-            return self._issue(identity, hostnames)
-
-    def _issue(self, identity: str, hostnames: tuple[str, ...]) -> TlsFiles:
-        self._ensure()
+        Reuses an existing certificate unless it expires within 30 days,
+        without writing anything (a directory of an operator's certificates
+        may be read-only)."""
         files = TlsFiles(self.ca_cert_path, self.directory / f"{identity}.pem", self.directory / f"{identity}.key")
-        if files.cert.exists() and files.key.exists():
-            existing = x509.load_pem_x509_certificate(files.cert.read_bytes())
-            if existing.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) > _RENEW_BEFORE:
+        if self._has_ca() and _still_valid(files):
+            return files
+        with self._exclusive():
+            self._ensure()
+            if _still_valid(files):  # another process issued it while we waited
                 return files
+            return self._issue(files, identity, hostnames)
+
+    def _issue(self, files: TlsFiles, identity: str, hostnames: tuple[str, ...]) -> TlsFiles:
         ca_key = serialization.load_pem_private_key(self.ca_key_path.read_bytes(), password=None)
         assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
         ca_cert = x509.load_pem_x509_certificate(self.ca_cert_path.read_bytes())
@@ -166,6 +181,8 @@ class DevCertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .sign(ca_key, hashes.SHA256())
         )
+        # The key first: a process reading without the lock that sees the new
+        # certificate sees its key too.
         _write_atomically(files.key, _key_pem(key), 0o600)
         _write_atomically(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         return files

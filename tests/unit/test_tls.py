@@ -59,3 +59,15 @@ def test_a_certificate_is_reused_and_signed_by_the_ca(tmp_path: Path) -> None:
     cert.verify_directly_issued_by(ca_cert)
     assert oct(first.key.stat().st_mode & 0o777) == oct(0o600)
     assert oct(ca.ca_key_path.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_reusing_a_certificate_writes_nothing(tmp_path: Path) -> None:
+    """An operator's certificate directory may be read-only (a Kubernetes
+    secret): finding what it needs there must not even take the lock file."""
+    ca = DevCertificateAuthority(tmp_path)
+    ca.issue("auth")
+    (tmp_path / ".lock").unlink()
+    before = {path.name: path.stat().st_mtime_ns for path in tmp_path.iterdir()}
+    ca.ensure()
+    ca.issue("auth")
+    assert {path.name: path.stat().st_mtime_ns for path in tmp_path.iterdir()} == before
