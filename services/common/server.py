@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.common.errors import to_status
+from services.common.files import write_atomically
 from services.common.identity import Authenticator, reset_principal, set_principal
 from services.common.tls import TlsFiles
 
@@ -181,13 +181,9 @@ async def serve(
 
 def write_ports_file(path: Path, ports: Mapping[str, object]) -> None:
     """Tell whoever started this process (`corral up`, a benchmark) which
-    ports it bound, as JSON. Written to a temporary file and renamed into
-    place, so a reader that sees the file never sees it empty or half
-    written (corral up once read a ports file between its creation and its
-    write, and stopped)."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(json.dumps(dict(ports)))
-    os.replace(partial, path)
+    ports it bound, as JSON, written whole (corral up once read a ports file
+    between its creation and its write, and stopped)."""
+    write_atomically(path, json.dumps(dict(ports)).encode())
 
 
 class Stoppable(Protocol):

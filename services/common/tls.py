@@ -19,7 +19,6 @@ import dataclasses
 import datetime
 import fcntl
 import ipaddress
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +27,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from services.common.files import write_atomically
 
 _VALIDITY = datetime.timedelta(days=365)
 _RENEW_BEFORE = datetime.timedelta(days=30)
@@ -61,15 +62,6 @@ class TlsFiles:
             private_key=self.key.read_bytes(),
             certificate_chain=self.cert.read_bytes(),
         )
-
-
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Write `path` whole or not at all: a reader never sees it half written."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(partial, path)
 
 
 def _still_valid(files: TlsFiles) -> bool:
@@ -137,8 +129,8 @@ class DevCertificateAuthority:
             )
             .sign(key, hashes.SHA256())
         )
-        _write_atomically(self.ca_key_path, _key_pem(key), 0o600)
-        _write_atomically(self.ca_cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_atomically(self.ca_key_path, _key_pem(key), 0o600)
+        write_atomically(self.ca_cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
 
     def issue(self, identity: str, hostnames: tuple[str, ...] = ("localhost", "127.0.0.1")) -> TlsFiles:
         """A certificate for `identity` (its common name), valid as server and client.
@@ -183,6 +175,6 @@ class DevCertificateAuthority:
         )
         # The key first: a process reading without the lock that sees the new
         # certificate sees its key too.
-        _write_atomically(files.key, _key_pem(key), 0o600)
-        _write_atomically(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_atomically(files.key, _key_pem(key), 0o600)
+        write_atomically(files.cert, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         return files
