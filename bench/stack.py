@@ -112,9 +112,7 @@ def work_dir() -> Iterator[Path]:
 
 def certificate_authority(root: Path) -> DevCertificateAuthority:
     """A development CA under `root`, created now."""
-    certs = DevCertificateAuthority(root / "certs")
-    certs.ensure()
-    return certs
+    return DevCertificateAuthority(root / "certs").issue_services()
 
 
 @contextlib.asynccontextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -19,7 +20,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up = commands.add_parser("up", help="run corral on this machine until Ctrl-C")
     up.add_argument("--data-dir", type=Path, default=Path("~/.local/share/corral"),
                     help="state kept across restarts (default: %(default)s)")
-    up.add_argument("--database-url", help="use this MySQL/MariaDB instead of a private MariaDB")
+    up.add_argument("--database-url", default=os.environ.get("CORRAL_DATABASE_URL"),
+                    help="use this MySQL/MariaDB (an administrator's URL: corral up migrates it and creates the "
+                         "services' accounts) instead of a private MariaDB (default: $CORRAL_DATABASE_URL)")
     up.add_argument("--drivers", type=int, default=2, help="driver processes: one leads (default: 2)")
     up.add_argument("--worker-cores", type=int, help="cores each local worker declares (kept; first default 2)")
     up.add_argument("--max-workers", type=int, help="most local workers per pool at once (kept; first default "

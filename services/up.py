@@ -1,11 +1,22 @@
 """`corral up`: the whole system on one machine, each service its own process.
 
-Starts (or connects to) MariaDB, applies migrations, keeps a development CA,
-starts auth, the frontend, a leading driver and a standby on loopback, makes
-sure an administrator and a `default` billing project exist, writes the CLI
-configuration, prints the endpoints and an admin token, and stops every
-process it started, by pid, on Ctrl-C or SIGTERM. State lives in the data
-directory and survives restarts.
+Starts (or connects to) MariaDB, applies migrations, gives each service its
+own database account, keeps a development CA and gives each service its own
+certificate directory, starts auth, the frontend, a leading driver and a
+standby on loopback, makes sure an administrator and a `default` billing
+project exist, writes the CLI configuration, prints the endpoints and an
+admin token, and stops every process it started, by pid, on Ctrl-C or
+SIGTERM. State lives in the data directory and survives restarts.
+
+The data directory (docs/security.md):
+
+    DATA/            0711: other accounts may pass through (to a job's own directory), not list
+      ca.pem         the CA certificate, for clients
+      ca/            0700: the CA and its key; only this process reads it
+      certs/NAME/    0700: one per service: ca.pem and its own certificate and key
+      secrets/       0700: the database passwords (admin and one per service)
+      mariadb/       0700: the private server, its data and its socket
+      blobs/ logs/ run/ workers/ ...   created by the services, private to them (umask 077)
 """
 
 from __future__ import annotations
@@ -21,10 +32,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from services.auth.store import AuthStore
-from services.common.tls import DevCertificateAuthority
+from services.common.entry import DATABASE_URL_VARIABLE
+from services.common.files import write_atomically
+from services.common.tls import SERVICE_IDENTITIES, WORKER_ISSUER, DevCertificateAuthority
+from services.db.accounts import grant_service_accounts, service_passwords
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
 from services.db.server import PrivateMariaDB
@@ -120,6 +135,31 @@ def _spawn(running: Running, name: str, args: list[str], log_dir: Path, env: dic
     running.processes.append((name, process))
 
 
+def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]:
+    """The CA (kept in DATA/ca, 0700) and a directory per service holding only its own key and
+    certificate; the drivers' also holds the worker issuer. A data directory from before keeps its CA:
+    DATA/certs, which held the CA's key beside every service's, becomes DATA/ca."""
+    ca_dir, certs = data / "ca", data / "certs"
+    if not ca_dir.exists() and (certs / "ca.key").exists():
+        certs.rename(ca_dir)
+    ca = DevCertificateAuthority(ca_dir)
+    ca.ensure()
+    certs.mkdir(exist_ok=True)
+    certs.chmod(0o700)
+    dirs = {}
+    for identity in SERVICE_IDENTITIES:
+        dirs[identity] = ca.provision(identity, certs / identity).key.parent
+    ca.provision(WORKER_ISSUER, dirs["driver"])
+    write_atomically(data / "ca.pem", ca.ca_cert_path.read_bytes(), 0o644)
+    return ca, dirs
+
+
+def _service_databases(admin_url: str, data: Path) -> dict[str, str]:
+    """Each service's own database account (created or updated now) and its URL."""
+    configs = grant_service_accounts(DatabaseConfig.from_url(admin_url), service_passwords(data / "secrets"))
+    return {service: config.to_url() for service, config in configs.items()}
+
+
 def _wait_for(path: Path, running: Running, timeout_s: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -168,6 +208,9 @@ async def _configure_pools(database_url: str, worker_cores: int | None, max_work
 def start(config: UpConfig) -> Running:
     """Bring everything up; on failure, stop what was started and re-raise."""
     data = config.data_dir.expanduser()
+    os.umask(0o077)  # everything created here is private to this account, unless made otherwise on purpose
+    data.mkdir(parents=True, exist_ok=True)
+    data.chmod(0o711)
     running = Running()
     try:
         if config.database_url:
@@ -177,19 +220,24 @@ def start(config: UpConfig) -> Running:
             server = running.mariadb.start()
             database_url = dataclasses.replace(server, database="corral").to_url()
         migrate(DatabaseConfig.from_url(database_url), create_database=True)
-        certs = DevCertificateAuthority(data / "certs")
-        certs.ensure()
+        service_urls = _service_databases(database_url, data)
+        ca, certs = _certificates(data)
         run_dir = data / "run"
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in run_dir.glob("*.ports"):
             stale.unlink()
         logs, blobs = data / "logs", f"file://{data / 'blobs'}"
-        common = ["--database-url", database_url, "--certs-dir", str(certs.directory)]
         asyncio.run(_configure_pools(database_url, config.worker_cores, config.max_workers))
         env = dict(os.environ)
+        env.pop(DATABASE_URL_VARIABLE, None)
         if config.trace:
             # Every service, and every worker a driver starts (they inherit it), writes its own file.
             env["CORRAL_TRACE_EXPORTER"] = f"file:{data / 'traces'}/{{service}}-{{pid}}.jsonl"
+
+        def service_env(service: str) -> dict[str, str]:
+            """The environment of one service: its own database URL (never on the command line)."""
+            return {**env, DATABASE_URL_VARIABLE: service_urls[service]}
+
         session = []
         if config.heartbeat_timeout_s is not None:
             session += ["--heartbeat-timeout", str(config.heartbeat_timeout_s),
@@ -198,32 +246,42 @@ def start(config: UpConfig) -> Running:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
 
         auth_public, auth_internal = free_port(), free_port()
-        _spawn(running, "auth", ["services.auth", *common, "--public-address", f"127.0.0.1:{auth_public}",
+        _spawn(running, "auth", ["services.auth", "--certs-dir", str(certs["auth"]),
+                                 "--public-address", f"127.0.0.1:{auth_public}",
                                  "--internal-address", f"127.0.0.1:{auth_internal}",
-                                 "--ports-file", str(run_dir / "auth.ports")], logs, env)
+                                 "--ports-file", str(run_dir / "auth.ports")], logs, service_env("auth"))
         driver_ports = [free_port() for _ in range(config.n_drivers)]
         driver_addresses = ",".join(f"localhost:{p}" for p in driver_ports)
         for i, port in enumerate(driver_ports):
-            _spawn(running, f"driver-{i}", ["services.driver", *common, "--spec-root-url", blobs,
+            _spawn(running, f"driver-{i}", ["services.driver", "--certs-dir", str(certs["driver"]),
+                                            "--spec-root-url", blobs,
                                             "--data-dir", str(data), "--internal-address", f"127.0.0.1:{port}",
                                             "--driver-addresses", driver_addresses, *session,
-                                            "--ports-file", str(run_dir / f"driver-{i}.ports")], logs, env)
+                                            "--ports-file", str(run_dir / f"driver-{i}.ports")], logs,
+                   service_env("driver"))
         frontend = free_port()
-        _spawn(running, "frontend", ["services.frontend", *common, "--auth-address", f"localhost:{auth_internal}",
+        _spawn(running, "frontend", ["services.frontend", "--certs-dir", str(certs["frontend"]),
+                                     "--auth-address", f"localhost:{auth_internal}",
                                      "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
                                      "--driver-addresses", driver_addresses,
-                                     "--ports-file", str(run_dir / "frontend.ports")], logs, env)
+                                     "--ports-file", str(run_dir / "frontend.ports")], logs, service_env("frontend"))
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", running)
         running.admin_token = asyncio.run(_bootstrap(database_url))
         running.endpoints = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}",
-                             "drivers": driver_addresses, "database": database_url,
-                             "ca_cert": str(certs.ca_cert_path), "logs": str(logs)}
+                             "drivers": driver_addresses, "database": _without_password(database_url),
+                             "ca_cert": str(data / "ca.pem"), "logs": str(logs)}
         _write_client_config(config, running)
         return running
     except BaseException:
         running.stop()
         raise
+
+
+def _without_password(url: str) -> str:
+    """A database URL fit to print: the administrator's password is in DATA/mariadb/admin.password."""
+    parsed = DatabaseConfig.from_url(url)
+    return dataclasses.replace(parsed, password="").to_url() if parsed.password else url
 
 
 def _write_client_config(config: UpConfig, running: Running) -> None:
@@ -233,6 +291,38 @@ def _write_client_config(config: UpConfig, running: Running) -> None:
         os.environ["CORRAL_CONFIG"] = str(config.client_config)
     Settings(frontend=running.endpoints["frontend"], auth=running.endpoints["auth"],
              ca_cert=running.endpoints["ca_cert"], token=running.admin_token).save()
+
+
+class DatabaseWatch:
+    """Restarts the private MariaDB when it dies (out of memory, killed), with a growing pause
+    between attempts (1 s, doubling, at most 60 s). The services keep running meanwhile: their
+    health says NOT_SERVING and calls fail UNAVAILABLE until it is back."""
+
+    def __init__(self, mariadb: PrivateMariaDB | None, clock: Callable[[], float] = time.monotonic):
+        self._mariadb = mariadb
+        self._clock = clock
+        self._next_try = 0.0
+        self._pause_s = 1.0
+        self.restarts = 0
+
+    def check(self) -> None:
+        """Restart the server if it died and its pause is over; log what happened."""
+        mariadb = self._mariadb
+        if mariadb is None or mariadb.alive() or self._clock() < self._next_try:
+            return
+        code = mariadb.process.returncode if mariadb.process is not None else None
+        print(f"mariadb exited with {code}; restarting it ({mariadb.error_log().strip().splitlines()[-1:]})",
+              file=sys.stderr, flush=True)
+        try:
+            mariadb.start()
+        except Exception as e:  # noqa: BLE001 - reported, tried again after the pause
+            print(f"mariadb did not restart: {e}; trying again in {self._pause_s:g} s", file=sys.stderr, flush=True)
+            self._next_try = self._clock() + self._pause_s
+            self._pause_s = min(60.0, self._pause_s * 2)
+            return
+        self.restarts += 1
+        self._pause_s = 1.0
+        print("mariadb is back", file=sys.stderr, flush=True)
 
 
 def serve_forever(config: UpConfig) -> int:
@@ -251,12 +341,14 @@ def serve_forever(config: UpConfig) -> int:
     print(f"  admin token: {running.admin_token}")
     print("The CLI is configured as the administrator (billing project 'default'); Ctrl-C stops everything.",
           flush=True)
+    database = DatabaseWatch(running.mariadb)
     with contextlib.suppress(KeyboardInterrupt):
         while not stop["now"]:
             for name, process in running.processes:
                 if process.poll() is not None:
                     print(f"{name} exited with {process.returncode}; stopping", file=sys.stderr)
                     stop["now"] = True
+            database.check()
             time.sleep(0.2)
     running.stop()
     print("corral stopped.")

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from services.db.accounts import ACCOUNTS, grant_service_accounts
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import drop_database, migrate
 from services.db.server import PrivateMariaDB
@@ -66,3 +68,14 @@ def clock() -> FakeClock:
 async def world(db: Database, clock: FakeClock) -> World:
     """A billing project 'proj' (alice, bob) and an elected leader epoch."""
     return await World(db, JobStore(db, clock), clock).setup()
+
+
+_SERVICE_PASSWORDS = {service: secrets.token_urlsafe(16) for service in ACCOUNTS}
+
+
+def service_url(config: DatabaseConfig, service: str) -> str:
+    """The URL `service` ('auth', 'frontend', 'driver') logs in with on `config`'s database: its own
+    account with only its privileges (services.db.accounts), as in a deployment. The tests' accounts
+    are named corral_test_*, so a shared server's corral_* accounts are never touched."""
+    configs = grant_service_accounts(config, _SERVICE_PASSWORDS, prefix="corral_test_")
+    return configs[service].to_url()

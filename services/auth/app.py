@@ -9,17 +9,18 @@ from pathlib import Path
 from corral.auth.v1 import auth_service_pb2_grpc
 from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
 from services.auth.store import AuthStore
-from services.common.identity import BearerAuthenticator, peer_certificate
+from services.common.identity import BearerAuthenticator
 from services.common.server import (
     Listener,
     RunningServers,
     Service,
+    database_probe,
     run_until_signalled,
     serve,
     write_ports_file,
 )
 from services.common.telemetry import Tracing
-from services.common.tls import DevCertificateAuthority
+from services.common.tls import TlsFiles
 from services.db.database import Database, DatabaseConfig
 
 log = logging.getLogger(__name__)
@@ -67,14 +68,15 @@ async def start(config: AuthConfig) -> AuthApp:
     tracing = Tracing("corral-auth", config.trace_exporter)
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
     servicer = AuthServicer(AuthStore(db))
-    tls = DevCertificateAuthority(config.certs_dir).issue(config.identity)
+    tls = TlsFiles.of(config.certs_dir, config.identity)
     public = BearerAuthenticator(servicer.verify_principal, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
     servers = await serve(
         [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],
         [Listener(config.public_address, tls, public, internal=False),
-         Listener(config.internal_address, tls, peer_certificate, internal=True)],
+         Listener.mutual_tls(config.internal_address, tls)],
         tracer_provider=tracing.provider,
     )
+    servers.watch_health(database_probe(db))
     app = AuthApp(db, servers, *servers.ports, tracing)
     if config.ports_file is not None:
         write_ports_file(config.ports_file, {"public": app.public_port, "internal": app.internal_port})

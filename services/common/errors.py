@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import grpc
+import pymysql
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
@@ -94,6 +95,14 @@ _PROCEDURE_CODES: dict[type[ProcedureError], grpc.StatusCode] = {
 }
 
 
+# MySQL client errors that mean the database cannot be reached now, not that the request was wrong:
+#   2002/2003 CR_CONNECTION_ERROR/CR_CONN_HOST_ERROR - no server on the socket/port;
+#   2006 CR_SERVER_GONE_ERROR, 2013 CR_SERVER_LOST  - the server went away during the call;
+#   1040 ER_CON_COUNT_ERROR                          - no connection slot left;
+#   1927 ER_CONNECTION_KILLED                        - the server killed the connection (e.g. shutting down).
+UNAVAILABLE_DATABASE_ERRORS = frozenset({2002, 2003, 2006, 2013, 1040, 1927})
+
+
 def _packed(message: object) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)  # type: ignore[arg-type]
@@ -107,6 +116,9 @@ def to_status(error: Exception) -> status_pb2.Status | None:
     elif isinstance(error, ProcedureError):
         code = next((c for cls, c in _PROCEDURE_CODES.items() if isinstance(error, cls)), grpc.StatusCode.INTERNAL)
         message = error.message
+    elif (isinstance(error, pymysql.err.OperationalError) and error.args
+          and error.args[0] in UNAVAILABLE_DATABASE_ERRORS):
+        code, message = grpc.StatusCode.UNAVAILABLE, "the database is unreachable now; try again shortly"
     else:
         return None
     status = status_pb2.Status(code=code.value[0], message=message)

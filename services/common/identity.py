@@ -1,9 +1,9 @@
 """Who is calling: a principal per request, set by the request interceptor.
 
-On an internal (mutual TLS) listener the caller is the service named by the
-common name of its verified client certificate. On a public listener the
-caller is the person (or service identity) behind the bearer token in the
-`authorization` metadata.
+On an internal (mutual TLS) listener the caller is the service or worker
+named by the identity URI of its verified client certificate
+(`services.common.tls`). On a public listener the caller is the person (or
+service account) behind the bearer token in the `authorization` metadata.
 """
 
 from __future__ import annotations
@@ -11,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import grpc
+from cryptography import x509
 
 from services.common.errors import PermissionDenied, Unauthenticated
+from services.common.tls import SERVICE_IDENTITIES, SERVICE_URI_PREFIX, WORKER_URI_PREFIX
+
+SERVICE_ROLES = frozenset(SERVICE_IDENTITIES)
+"""The corral services that may hold a certificate signed by the CA itself."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +38,9 @@ class Principal:
     """'user', 'developer', 'admin' (services: empty)."""
     token_id: str | None = None
     """The token the call used, for a person."""
+    role: str = ""
+    """For a certificate: 'auth', 'frontend', 'driver' or 'worker' (what internal methods allow);
+    empty for a bearer token."""
 
     @property
     def is_admin(self) -> bool:
@@ -77,12 +87,40 @@ Authenticator = Callable[[grpc.aio.ServicerContext, str], Awaitable[Principal | 
 """Given a call's context and full method name, its principal (None = anonymous)."""
 
 
-async def peer_certificate(context: grpc.aio.ServicerContext, method: str) -> Principal:
-    """The service behind the verified client certificate of a mutual-TLS call."""
-    names = context.auth_context().get("x509_common_name") or []
-    if not names:
-        raise Unauthenticated("a client certificate is required")
-    return Principal(name=names[0].decode(), kind="service")
+@functools.lru_cache(maxsize=1024)
+def _issuer(pem: bytes) -> x509.Name:
+    return x509.load_pem_x509_certificate(pem).issuer
+
+
+class PeerCertificate:
+    """Authenticates a mutual-TLS caller by its verified client certificate.
+
+    The identity is the certificate's one `spiffe://corral/...` URI. A
+    service identity must be signed by the CA itself: a certificate signed by
+    an intermediate (the drivers' worker issuer) may only name a worker, so a
+    driver that signs worker certificates cannot mint a frontend.
+    """
+
+    def __init__(self, ca_cert: Path):
+        self._ca_subject = x509.load_pem_x509_certificate(ca_cert.read_bytes()).subject
+
+    async def __call__(self, context: grpc.aio.ServicerContext, method: str) -> Principal:
+        auth = context.auth_context()
+        uris = [u.decode() for u in auth.get("peer_uri") or () if u.startswith(b"spiffe://corral/")]
+        pems = auth.get("x509_pem_cert") or []
+        if not pems:
+            raise Unauthenticated("a client certificate is required")
+        if len(uris) != 1:
+            raise Unauthenticated("the client certificate must name exactly one spiffe://corral/ identity")
+        uri = uris[0]
+        if uri.startswith(WORKER_URI_PREFIX) and len(uri) > len(WORKER_URI_PREFIX):
+            return Principal(name="worker-" + uri.removeprefix(WORKER_URI_PREFIX), kind="service", role="worker")
+        name = uri.removeprefix(SERVICE_URI_PREFIX)
+        if not uri.startswith(SERVICE_URI_PREFIX) or name not in SERVICE_ROLES:
+            raise Unauthenticated(f"unknown identity {uri}")
+        if _issuer(pems[0]) != self._ca_subject:
+            raise Unauthenticated(f"{uri} is not signed by the CA itself: an intermediate issues workers only")
+        return Principal(name=name, kind="service", role=name)
 
 
 def bearer_token(context: grpc.aio.ServicerContext) -> str | None:

@@ -29,9 +29,10 @@ from grpc_status import rpc_status
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.common.errors import to_status
+from services.common.authz import refusal
+from services.common.errors import PermissionDenied, to_status
 from services.common.files import write_atomically
-from services.common.identity import Authenticator, reset_principal, set_principal
+from services.common.identity import Authenticator, PeerCertificate, reset_principal, set_principal
 from services.common.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,20 @@ class Listener:
     internal: bool
     """Mutual TLS (client certificate required) when True."""
 
+    @classmethod
+    def mutual_tls(cls, address: str, tls: TlsFiles) -> Listener:
+        """An internal listener: callers are the corral services and workers named by their
+        client certificates (signed by `tls.ca_cert`)."""
+        return cls(address, tls, PeerCertificate(tls.ca_cert), internal=True)
+
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates each call, sets its principal, and maps errors to statuses."""
+    """Authenticates each call, refuses callers the method does not allow
+    (`services.common.authz`), sets its principal, and maps errors to statuses."""
 
-    def __init__(self, authenticate: Authenticator):
+    def __init__(self, authenticate: Authenticator, internal: bool):
         self._authenticate = authenticate
+        self._internal = internal
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -77,10 +86,15 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or details.method.startswith(("/grpc.health.", "/grpc.reflection.")):
             return handler
         method = details.method
-        authenticate = self._authenticate
+        authenticate, internal = self._authenticate, self._internal
 
         async def begin(context: grpc.aio.ServicerContext) -> Any:
-            return set_principal(await authenticate(context, method))
+            if not internal and (why := refusal(method, internal, None)) is not None:
+                raise PermissionDenied(why)  # before the token is even looked at
+            principal = await authenticate(context, method)
+            if internal and (why := refusal(method, internal, principal)) is not None:
+                raise PermissionDenied(why)
+            return set_principal(principal)
 
         async def fail(context: grpc.aio.ServicerContext, error: Exception) -> None:
             status = to_status(error)
@@ -142,12 +156,54 @@ class RunningServers:
     servers: list[grpc.aio.Server]
     ports: list[int]
     health: health.aio.HealthServicer
+    service_names: list[str] = dataclasses.field(default_factory=list)
+    """The services served (health reports each, and "" for the whole server)."""
+    _watch: asyncio.Task[None] | None = None
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report every service SERVING or NOT_SERVING."""
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for name in [*self.service_names, ""]:
+            await self.health.set(name, status)
+
+    def watch_health(self, probe: Callable[[], Awaitable[object]], period_s: float = 2.0,
+                     timeout_s: float = 2.0) -> None:
+        """Check `probe` (e.g. a `SELECT 1` on the database) every `period_s`: health says
+        NOT_SERVING while it fails or takes longer than `timeout_s`, SERVING once it succeeds again."""
+
+        async def watch() -> None:
+            serving = True
+            while True:
+                try:
+                    await asyncio.wait_for(probe(), timeout_s)
+                    healthy = True
+                except Exception as e:  # noqa: BLE001 - any failure means not serving
+                    healthy = False
+                    if serving:
+                        log.warning("health probe failed, now NOT_SERVING: %s", e)
+                if healthy != serving:
+                    serving = healthy
+                    if healthy:
+                        log.info("health probe succeeded, SERVING again")
+                    await self.set_serving(serving)
+                await asyncio.sleep(period_s)
+
+        self._watch = asyncio.create_task(watch())
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Report NOT_SERVING, then stop accepting calls and let running ones finish."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
         await self.health.enter_graceful_shutdown()
         for server in self.servers:
             await server.stop(grace_s)
+
+
+def database_probe(db: Any) -> Callable[[], Awaitable[object]]:
+    """A health probe: one round trip to the database."""
+    return lambda: db.fetchone("SELECT 1 AS alive", name="health_probe")
 
 
 async def serve(
@@ -163,7 +219,7 @@ async def serve(
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if tracer_provider is not None:
             interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
-        interceptors.append(RequestInterceptor(listener.authenticate))
+        interceptors.append(RequestInterceptor(listener.authenticate, listener.internal))
         server = grpc.aio.server(interceptors=interceptors)
         for service in services:
             service.register(service.servicer, server)
@@ -173,10 +229,9 @@ async def serve(
         await server.start()
         servers.append(server)
         ports.append(port)
-    for service in services:
-        await health_servicer.set(service.name, health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    return RunningServers(servers, ports, health_servicer)
+    running = RunningServers(servers, ports, health_servicer, [s.name for s in services])
+    await running.set_serving(True)
+    return running
 
 
 def write_ports_file(path: Path, ports: Mapping[str, object]) -> None:

@@ -4,11 +4,20 @@ Tests, benchmarks and the embedded `corral up` start one instead of touching
 a system server. `PrivateMariaDB(root)` keeps its data under `root` (kept
 across restarts); without a root it uses a temporary directory and removes
 it on stop. The process is stopped by its pid.
+
+It is private in fact, not only by name: `root` (which holds the socket) is
+0700, so no other local account can reach the socket, and the
+administrator's account has a random password kept 0600 in
+`root/admin.password`; the services log in with accounts of their own
+(`services.db.accounts`). It never adopts a server it did not start: if
+something already serves `root` (a server left behind by a killed `corral
+up`), `start` refuses and names its pid.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -19,7 +28,12 @@ from pathlib import Path
 
 import pymysql
 
+from services.common.files import write_atomically
 from services.db.database import DatabaseConfig
+
+
+class ServerAlreadyRunning(RuntimeError):
+    """Another mariadbd serves this data directory."""
 
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin")
 
@@ -44,12 +58,40 @@ class PrivateMariaDB:
         """Trade crash durability for speed (tests, benchmarks)."""
         self.process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def _password_file(self) -> Path:
+        return self.root / "admin.password"
+
+    def _foreign_server_pid(self) -> int | None:
+        """A server already serving `root`: the live mariadbd its pid file names, -1 for an unknown
+        process answering on the socket, None if there is none."""
+        try:
+            pid = int((self.root / "mysqld.pid").read_text().strip())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"mariadbd" in command or b"mysqld" in command:
+                return pid
+        except (OSError, ValueError):
+            pass
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.connect(self.socket)
+        except OSError:
+            return None
+        return -1
+
     def start(self, timeout_s: float = 60.0) -> DatabaseConfig:
-        """Initialise the data directory if new, start mariadbd, wait until it answers."""
+        """Initialise the data directory if new, start mariadbd, wait until it answers; the
+        administrator's settings. Refuses (ServerAlreadyRunning) if another server serves `root`."""
         datadir = self.root / "data"
         user_args = ["--user=root"] if os.geteuid() == 0 else []
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.chmod(0o700)  # the socket lives here: no other account may reach it
+        foreign = self._foreign_server_pid()
+        if foreign is not None:
+            what = f"pid {foreign}" if foreign > 0 else f"something on {self.socket}"
+            raise ServerAlreadyRunning(f"a MariaDB server ({what}) already serves {self.root}; corral uses only a "
+                                       "server it starts itself: stop that one, or pass --database-url to use it")
         if not (datadir / "mysql").is_dir():
-            self.root.mkdir(parents=True, exist_ok=True)
             subprocess.run(
                 [_find("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
                  "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
@@ -63,7 +105,6 @@ class PrivateMariaDB:
              "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        config = DatabaseConfig(unix_socket=self.socket, user="root", password="", database="mysql")
         deadline = time.monotonic() + timeout_s
         while True:
             if self.process.poll() is not None:
@@ -73,12 +114,38 @@ class PrivateMariaDB:
                 # a connection attempt that fails.
                 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
                     probe.connect(self.socket)
-                pymysql.connect(unix_socket=self.socket, user="root").close()
-                return config
+                return self._admin_config()
             except (OSError, pymysql.err.OperationalError):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"mariadbd did not come up: {self.error_log()}") from None
                 time.sleep(0.05)
+
+    def _admin_config(self) -> DatabaseConfig:
+        """Log in as the administrator; on a new (or older, password-less) data directory, give the
+        administrator a random password first, kept 0600 beside the data."""
+        config = DatabaseConfig(unix_socket=self.socket, user="root", password="", database="mysql")
+        if self._password_file.exists():
+            password = self._password_file.read_text().strip()
+            pymysql.connect(**{**config.connect_kwargs(with_database=False), "password": password}).close()
+            return DatabaseConfig(unix_socket=self.socket, user="root", password=password, database="mysql")
+        password = secrets.token_urlsafe(24)
+        connection = pymysql.connect(unix_socket=self.socket, user="root")
+        try:
+            with connection.cursor() as cursor:
+                write_atomically(self._password_file, password.encode(), 0o600)
+                cursor.execute("ALTER USER 'root'@'localhost' IDENTIFIED BY %s", (password,))
+                # install-db also makes root@<hostname> and passwordless accounts for the OS user; nobody needs them.
+                cursor.execute("SELECT User, Host FROM mysql.user WHERE NOT (User = 'root' AND Host = 'localhost') "
+                               "AND User NOT LIKE 'corral%%' AND User <> 'mariadb.sys'")
+                for user, host in cursor.fetchall():
+                    cursor.execute("DROP USER %s@%s", (user, host))
+        finally:
+            connection.close()
+        return DatabaseConfig(unix_socket=self.socket, user="root", password=password, database="mysql")
+
+    def alive(self) -> bool:
+        """Whether the server this object started is still running."""
+        return self.process is not None and self.process.poll() is None
 
     def error_log(self) -> str:
         path = self.root / "error.log"

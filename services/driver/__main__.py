@@ -1,15 +1,16 @@
-"""python -m services.driver --database-url URL --certs-dir DIR --spec-root-url URL --data-dir DIR"""
+"""python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR"""
 
 import argparse
 import asyncio
 import logging
 from pathlib import Path
 
+from services.common.entry import add_database_url, private_files
 from services.driver.app import DriverConfig, run
 from services.driver.servicer import SessionSettings
 
 parser = argparse.ArgumentParser(prog="python -m services.driver", description=__doc__)
-parser.add_argument("--database-url", required=True)
+add_database_url(parser)
 parser.add_argument("--certs-dir", type=Path, required=True)
 parser.add_argument("--spec-root-url", required=True)
 parser.add_argument("--data-dir", type=Path, required=True)
@@ -24,6 +25,7 @@ parser.add_argument("--heartbeat-timeout", type=float, default=SessionSettings.h
 parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
 args = parser.parse_args()
+private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),

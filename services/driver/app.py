@@ -14,22 +14,23 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc
-from services.common.identity import peer_certificate
 from services.common.server import (
     Listener,
     RunningServers,
     Service,
+    database_probe,
     run_until_signalled,
     serve,
     write_ports_file,
 )
 from services.common.telemetry import Tracing
-from services.common.tls import DevCertificateAuthority
+from services.common.tls import TlsFiles, WorkerIssuer
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.driver.billing_limits import BillingLimits
@@ -57,7 +58,8 @@ class DriverConfig:
     database_url: str
     """mysql://... of corral's database."""
     certs_dir: Path
-    """Directory of the CA and service certificates."""
+    """This driver's certificate directory: `ca.pem`, `driver.pem`, `driver.key`, and the worker
+    issuer (`worker-issuer.pem`, `.key`) with which the local provider signs each worker's certificate."""
     spec_root_url: str
     """fsspec URL of blob storage (job specs, logs)."""
     data_dir: Path
@@ -65,7 +67,7 @@ class DriverConfig:
     internal_address: str = "127.0.0.1:0"
     """Listener for workers and the frontend (mutual TLS)."""
     name: str = "driver"
-    """This driver's name and certificate identity."""
+    """This driver's name, in logs and the election."""
     driver_addresses: tuple[str, ...] = ()
     """Every driver's internal address, given to local workers so they find the leader."""
     autoscaler_period_s: float = 2.0
@@ -106,16 +108,24 @@ class DriverApp:
             self.tracing.shutdown()
 
 
+def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
+    """Where a local worker's own key and certificate are kept (0700; removed with the worker)."""
+    return config.data_dir / "worker-certs" / instance_name
+
+
 def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
-    """argv of a local worker process for an instance request. Without configured
-    driver addresses (a single driver on port 0), the worker is given `own_address()`."""
+    """argv of a local worker process for an instance request, after giving the worker a
+    certificate of its own (signed by the worker issuer). Without configured driver addresses
+    (a single driver on port 0), the worker is given `own_address()`."""
 
     def command(request: InstanceRequest) -> list[str]:
         drivers = config.driver_addresses or (own_address(),)
+        certs = worker_certs_dir(config, request.name)
+        WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
                 "--activation-token", request.activation_token, "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--region", request.region,
-                "--driver-addresses", ",".join(drivers), "--certs-dir", str(config.certs_dir),
+                "--driver-addresses", ",".join(drivers), "--certs-dir", str(certs),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url]
 
@@ -130,9 +140,10 @@ async def start(config: DriverConfig) -> DriverApp:
     store = JobStore(db)
     specs = SpecStore(config.spec_root_url)
     registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url)
-    tls = DevCertificateAuthority(config.certs_dir).issue(config.name)
+    tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
     provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
-                             config.data_dir / "worker-logs")
+                             config.data_dir / "worker-logs",
+                             forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True))
     election = LeaderElection(db_config, store, config.name)
     state = election.state
 
@@ -170,12 +181,13 @@ async def start(config: DriverConfig) -> DriverApp:
     servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
     servers = await serve([Service("corral.driver.v1.DriverService", servicer,
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
-                          [Listener(config.internal_address, tls, peer_certificate, internal=True)],
+                          [Listener.mutual_tls(config.internal_address, tls)],
                           tracer_provider=tracing.provider)
     # Campaign under the address workers and standbys can reach us at.
     state.name = f"localhost:{servers.ports[0]}"
     tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
     tasks += [asyncio.create_task(loop.run()) for loop in loops]
+    servers.watch_health(database_probe(db))
     app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], sessions=registry,
                     tracing=tracing)
     if config.ports_file is not None:

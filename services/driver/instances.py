@@ -57,9 +57,12 @@ class InstanceProvider(Protocol):
 class LocalProvider:
     """Worker processes on this host; `command(request)` builds each one's argv."""
 
-    def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path):
+    def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path,
+                 forget: Callable[[str], None] = lambda name: None):
         self._command = command
         self._log_dir = log_dir
+        self._forget = forget
+        """Called with an instance's name once its process is gone (removes what `command` prepared)."""
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
 
     async def create(self, request: InstanceRequest) -> None:
@@ -78,10 +81,13 @@ class LocalProvider:
             except subprocess.TimeoutExpired:
                 process.kill()
                 await asyncio.to_thread(process.wait)
+        if process is not None:
+            self._forget(name)
 
     async def alive(self) -> set[str]:
         for name in [n for n, p in self._processes.items() if p.poll() is not None]:
             self._processes.pop(name).wait()
+            self._forget(name)
         return set(self._processes)
 
     def pid(self, name: str) -> int | None:

@@ -89,9 +89,16 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             raise PermissionDenied(f"bad session token for instance {instance}")
         return row["state"]
 
+    @staticmethod
+    def _require_own_instance(instance_name: str) -> None:
+        """A worker's certificate names its instance: it speaks for that machine and no other."""
+        principal = current_principal()
+        if principal.name != f"worker-{instance_name}":
+            raise PermissionDenied(f"{principal.name} may not act for instance {instance_name!r}")
+
     async def ActivateWorker(self, request: pb.ActivateWorkerRequest, context: grpc.aio.ServicerContext
                              ) -> pb.ActivateWorkerResponse:
-        current_principal().require_service()
+        self._require_own_instance(request.instance_name)
         if request.address and not _is_host_port(request.address):
             raise InvalidRequest(FieldViolation("address", f"host:port of WorkerService, at most "
                                                            f"{MAX_ADDRESS_CHARS} characters"))
@@ -105,7 +112,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     async def DeactivateWorker(self, request: pb.DeactivateWorkerRequest, context: grpc.aio.ServicerContext
                                ) -> pb.DeactivateWorkerResponse:
-        current_principal().require_service()
+        self._require_own_instance(request.instance_name)
         epoch = self._leader_epoch()
         await self._check_token(request.instance_name, request.instance_token)
         await self._store.deactivate_instance(epoch, request.instance_name, "worker deactivated itself")
@@ -114,7 +121,6 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     async def NotifyChange(self, request: pb.NotifyChangeRequest, context: grpc.aio.ServicerContext
                            ) -> pb.NotifyChangeResponse:
-        current_principal().require_service()
         self._on_change(pb.ChangeKind.Name(request.kind))
         return pb.NotifyChangeResponse()
 
@@ -125,10 +131,10 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     async def WorkerSession(self, request_iterator: AsyncIterator[pb.WorkerSessionRequest],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerSessionResponse]:
-        current_principal().require_service()
         first = await anext(aiter(request_iterator), None)
         if first is None or first.WhichOneof("payload") != "hello":
             raise FailedPrecondition("a session starts with Hello")
+        self._require_own_instance(first.hello.instance_name)
         epoch = self._leader_epoch()
         if first.hello.epoch_seen > epoch:
             raise NotLeader(f"this driver's epoch {epoch} is older than the worker's {first.hello.epoch_seen}")

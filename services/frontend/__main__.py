@@ -1,4 +1,4 @@
-"""python -m services.frontend --database-url URL --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
+"""python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...]"""
 
 import argparse
@@ -6,10 +6,11 @@ import asyncio
 import logging
 from pathlib import Path
 
+from services.common.entry import add_database_url, private_files
 from services.frontend.app import FrontendConfig, run
 
 parser = argparse.ArgumentParser(prog="python -m services.frontend", description=__doc__)
-parser.add_argument("--database-url", required=True)
+add_database_url(parser)
 parser.add_argument("--certs-dir", type=Path, required=True)
 parser.add_argument("--auth-address", required=True)
 parser.add_argument("--spec-root-url", required=True)
@@ -18,6 +19,7 @@ parser.add_argument("--internal-address")
 parser.add_argument("--ports-file", type=Path)
 parser.add_argument("--driver-addresses", default="", help="comma-separated internal addresses of the drivers")
 args = parser.parse_args()
+private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_address, args.spec_root_url,
                                args.public_address, args.internal_address, ports_file=args.ports_file,

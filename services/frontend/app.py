@@ -12,17 +12,18 @@ import grpc
 from corral.batch.v1 import batch_service_pb2_grpc, job_group_service_pb2_grpc, job_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
-from services.common.identity import BearerAuthenticator, peer_certificate
+from services.common.identity import BearerAuthenticator
 from services.common.server import (
     Listener,
     RunningServers,
     Service,
+    database_probe,
     run_until_signalled,
     serve,
     write_ports_file,
 )
 from services.common.telemetry import Tracing
-from services.common.tls import DevCertificateAuthority
+from services.common.tls import TlsFiles
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.frontend.batch_store import BatchStore
@@ -99,7 +100,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
     """Connect to the database and auth, then serve."""
     tracing = Tracing("corral-frontend", config.trace_exporter)
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
-    tls = DevCertificateAuthority(config.certs_dir).issue(config.identity)
+    tls = TlsFiles.of(config.certs_dir, config.identity)
     auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
     authenticate = BearerAuthenticator(RemoteTokenVerifier(auth_channel), cache_s=config.token_cache_s)
     notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
@@ -119,10 +120,11 @@ async def start(config: FrontendConfig) -> FrontendApp:
     ]
     listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
     if config.internal_address:
-        listeners.append(Listener(config.internal_address, tls, peer_certificate, internal=True))
+        listeners.append(Listener.mutual_tls(config.internal_address, tls))
     servers = await serve(services, listeners, tracer_provider=tracing.provider)
     if config.driver_addresses:
         notifier.start()
+    servers.watch_health(database_probe(db))
     app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing)
     if config.ports_file is not None:
         write_ports_file(config.ports_file, {"public": servers.ports[0], "internal": servers.ports[1:]})

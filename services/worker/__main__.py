@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from services.common.entry import private_files
 from services.worker.app import run
 from services.worker.config import WorkerConfig
 
@@ -24,6 +25,7 @@ parser.add_argument("--log-root-url", required=True)
 parser.add_argument("--listen-address", default="127.0.0.1:0")
 parser.add_argument("--advertise-host", default="127.0.0.1")
 args = parser.parse_args()
+private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 sys.exit(asyncio.run(run(WorkerConfig(
     args.instance_name, args.activation_token, args.cores_mcpu,

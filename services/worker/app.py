@@ -14,10 +14,9 @@ import logging
 import signal
 
 from corral.worker.v1 import worker_service_pb2_grpc
-from services.common.identity import peer_certificate
 from services.common.server import Listener, RunningServers, Service, serve
 from services.common.telemetry import Tracing
-from services.common.tls import DevCertificateAuthority
+from services.common.tls import TlsFiles
 from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
 from services.worker.config import WorkerConfig
@@ -57,13 +56,13 @@ class WorkerApp:
 async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -> WorkerApp:
     """Serve WorkerService, then activate and run the agent in a task."""
     tracing = Tracing("corral-worker")  # $CORRAL_TRACE_EXPORTER, inherited from the driver that started us
-    tls = DevCertificateAuthority(config.certs_dir).issue(f"worker-{config.instance_name}")
+    tls = TlsFiles.of(config.certs_dir, f"worker-{config.instance_name}")
     config.scratch_dir.mkdir(parents=True, exist_ok=True)
     attempts = AttemptTable(config.keep_ended_s)
     worker = Worker(config, runtime or ProcessRuntime(), attempts, tls)
     servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker),
                                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
-                          [Listener(config.listen_address, tls, peer_certificate, internal=True)],
+                          [Listener.mutual_tls(config.listen_address, tls)],
                           tracer_provider=tracing.provider)
     address = f"{config.advertise_host}:{servers.ports[0]}"
     log.info("worker %s: WorkerService at %s", config.instance_name, address)

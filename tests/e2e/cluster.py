@@ -78,6 +78,9 @@ class Cluster(UpProcess):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Rows of one read-only statement on corral's database."""
         config = DatabaseConfig.from_url(self.endpoints["database"])
+        password_file = self.data_dir / "mariadb" / "admin.password"  # the private server's administrator
+        if not config.password and password_file.exists():
+            config = dataclasses.replace(config, password=password_file.read_text().strip())
         kwargs = config.connect_kwargs()
         kwargs["database"] = kwargs.pop("db", config.database)  # aiomysql's name for it
         conn = pymysql.connect(**kwargs, cursorclass=pymysql.cursors.DictCursor)

@@ -21,16 +21,18 @@ from services.frontend.app import FrontendApp, FrontendConfig
 from services.frontend.app import start as start_frontend
 from services.frontend.billing import BillingServicer
 from services.frontend.billing_store import BillingStore
+from tests.conftest import service_url
 
 
 @pytest.fixture
 def certs(tmp_path: Path) -> DevCertificateAuthority:
-    return DevCertificateAuthority(tmp_path / "certs")
+    """A CA whose directory holds every service's certificate (and the worker issuer)."""
+    return DevCertificateAuthority(tmp_path / "certs").issue_services()
 
 
 @pytest.fixture
 async def auth_app(db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path) -> AsyncIterator[AuthApp]:
-    app = await start(AuthConfig(db_config.to_url(), certs.directory, ports_file=tmp_path / "auth.ports"))
+    app = await start(AuthConfig(service_url(db_config, "auth"), certs.directory, ports_file=tmp_path / "auth.ports"))
     try:
         yield app
     finally:
@@ -78,7 +80,7 @@ async def frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCerti
                    tmp_path: Path) -> AsyncIterator[FrontendApp]:
     """The whole frontend (services.frontend.app) on port 0, verifying tokens with `auth_app`,
     keeping specs and logs under the test's tmp_path, notifying no driver."""
-    app = await start_frontend(FrontendConfig(db_config.to_url(), certs.directory,
+    app = await start_frontend(FrontendConfig(service_url(db_config, "frontend"), certs.directory,
                                               f"localhost:{auth_app.internal_port}", f"file://{tmp_path / 'blobs'}"))
     try:
         yield app

@@ -1,9 +1,11 @@
-"""`python -m services.auth` runs as its own process and stops cleanly on SIGTERM."""
+"""`python -m services.auth` runs as its own process, from its own certificate directory and with
+its database URL in the environment, and stops cleanly on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,15 +15,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
+from tests.conftest import service_url
 from tests.service.conftest import person_channel
 
 
 async def test_auth_process_serves_and_stops_on_sigterm(db_config: DatabaseConfig, tmp_path: Path) -> None:
-    certs = DevCertificateAuthority(tmp_path / "certs")
+    certs = DevCertificateAuthority(tmp_path / "ca")
+    own = certs.provision("auth", tmp_path / "auth-certs")
+    assert sorted(p.name for p in own.key.parent.iterdir()) == ["auth.key", "auth.pem", "ca.pem"]
     ports_file = tmp_path / "auth.ports"
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.auth", "--database-url", db_config.to_url(),
-         "--certs-dir", str(certs.directory), "--ports-file", str(ports_file)],
+        [sys.executable, "-m", "services.auth", "--certs-dir", str(own.key.parent), "--ports-file", str(ports_file)],
+        env={**os.environ, "CORRAL_DATABASE_URL": service_url(db_config, "auth")},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         for _ in range(200):
@@ -30,6 +35,7 @@ async def test_auth_process_serves_and_stops_on_sigterm(db_config: DatabaseConfi
             await asyncio.sleep(0.05)
         assert process.poll() is None, process.stdout.read().decode() if process.stdout else ""
         ports = json.loads(ports_file.read_text())
+        assert ports_file.stat().st_mode & 0o077 == 0  # the service's files are its own
         async with person_channel(certs.issue("probe"), ports["public"]) as channel:
             health = await health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
         assert health.status == health_pb2.HealthCheckResponse.SERVING

@@ -15,6 +15,7 @@ from corral.batch.v1 import batch_service_pb2 as pb
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.frontend.specs import SpecStore
@@ -23,14 +24,14 @@ from tests.service.conftest import bearer, person_channel
 
 
 @pytest.fixture
-async def tokens(auth_app: AuthApp) -> dict[str, str]:
+async def tokens(auth_app: AuthApp, db: Database) -> dict[str, str]:
     """alice and bob are users; only alice is a member of 'proj'."""
     store = AuthStore(auth_app.db)
     found = {}
     for name in ("alice", "bob"):
         await store.create_user(name)
         found[name] = (await store.create_token(name, "api"))[1]
-    await JobStore(auth_app.db).create_billing_project("proj", ["alice"])
+    await JobStore(db).create_billing_project("proj", ["alice"])
     return found
 
 

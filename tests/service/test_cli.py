@@ -14,6 +14,7 @@ import pytest
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 
@@ -43,9 +44,9 @@ async def corral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess
 
 @pytest.fixture
 async def cli_env(frontend: FrontendApp, auth_app: AuthApp, certs: DevCertificateAuthority,  # noqa: F811
-                  tmp_path: Path) -> dict[str, str]:
+                  tmp_path: Path, db: Database) -> dict[str, str]:
     await AuthStore(auth_app.db).create_user("alice", password="correct horse")
-    await JobStore(auth_app.db).create_billing_project("proj", ["alice"])
+    await JobStore(db).create_billing_project("proj", ["alice"])
     certs.ensure()
     return {**os.environ, "CORRAL_CONFIG": str(tmp_path / "config.json"), "CORRAL_PASSWORD": "correct horse"}
 

@@ -11,6 +11,7 @@ from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
 from services.driver.app import DriverConfig, start
+from tests.conftest import service_url
 from tests.service.conftest import service_channel
 
 
@@ -24,7 +25,7 @@ async def eventually(predicate, timeout_s: float = 10.0) -> None:
 async def test_standby_names_the_leader_and_takes_over(db_config: DatabaseConfig, certs: DevCertificateAuthority,
                                                        tmp_path: Path) -> None:
     def config(name: str) -> DriverConfig:
-        return DriverConfig(db_config.to_url(), certs.directory, f"file://{tmp_path / 'blobs'}", tmp_path / name)
+        return DriverConfig(service_url(db_config, "driver"), certs.directory, f"file://{tmp_path / 'blobs'}", tmp_path / name)
 
     first = await start(config("a"))
     await eventually(lambda: first.election.is_leader)

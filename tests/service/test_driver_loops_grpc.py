@@ -16,7 +16,6 @@ from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.common.identity import peer_certificate
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
 from services.db.invariants import check_invariants
@@ -54,7 +53,7 @@ async def test_a_running_job_gets_cancel_job_after_cancel_batch(world: World, fr
                               lambda kind: None)
     driver = await serve([Service("corral.driver.v1.DriverService", servicer,
                                   driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
-                         [Listener("127.0.0.1:0", certs.issue("driver"), peer_certificate, internal=True)])
+                         [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
     canceller = RunningCanceller(world.db, world.store, registry, lambda: world.epoch, period_s=0.1,
                                  clock_ms=world.clock)
     loop = asyncio.create_task(canceller.run())

@@ -15,7 +15,6 @@ from corral.batch.v1 import job_spec_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.common.identity import peer_certificate
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
 from services.db.invariants import check_invariants
@@ -42,7 +41,7 @@ async def driver(world: World, certs: DevCertificateAuthority, tmp_path: Path) -
                               lambda kind: None)
     servers = await serve([Service("corral.driver.v1.DriverService", servicer,
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
-                          [Listener("127.0.0.1:0", certs.issue("driver"), peer_certificate, internal=True)])
+                          [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
     try:
         yield {"port": servers.ports[0], "registry": registry, "specs": specs, "leading": leading}
     finally:

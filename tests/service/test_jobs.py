@@ -42,6 +42,7 @@ from services.frontend.app import FrontendApp, FrontendConfig, start
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.logs import LogSink
+from tests.conftest import service_url
 from tests.service.conftest import bearer, person_channel
 from tests.service.test_driver_app import eventually
 from tests.world import FakeClock, World
@@ -82,7 +83,7 @@ def spec(*parents: int, name: str = "", **kwargs) -> job_spec_pb2.JobSpec:
 
 async def start_frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority, blobs: Path,
                          **config) -> FrontendApp:
-    return await start(FrontendConfig(db_config.to_url(), certs.directory, f"localhost:{auth_app.internal_port}",
+    return await start(FrontendConfig(service_url(db_config, "frontend"), certs.directory, f"localhost:{auth_app.internal_port}",
                                       f"file://{blobs}", **config))
 
 
@@ -406,7 +407,7 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
     await db.execute("UPDATE instance_collections SET max_instances = 0")  # no worker processes
     blobs = tmp_path / "blobs"
     driver = await start_driver(DriverConfig(
-        db_config.to_url(), certs.directory, f"file://{blobs}", tmp_path / "driver",
+        service_url(db_config, "driver"), certs.directory, f"file://{blobs}", tmp_path / "driver",
         session=SessionSettings(heartbeat_interval_s=0.2, heartbeat_timeout_s=10.0, idle_timeout_s=30.0)))
     address = f"localhost:{driver.port}"
     frontend = await start_frontend(auth_app, db_config, certs, blobs, driver_addresses=(address,))
@@ -415,6 +416,7 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
         await eventually(lambda: driver.election.is_leader)
         assert driver.election.state.epoch is not None
         await JobStore(db).create_instance(driver.election.state.epoch, "w-log", "highcpu", 2000, "activate")
+        certs.issue("worker-w-log")
         worker = await start_worker(WorkerConfig("w-log", "activate", 2000, (address,), certs.directory,
                                                  tmp_path / "scratch", f"file://{blobs}", heartbeat_interval_s=0.2))
         go = tmp_path / "go"

@@ -23,6 +23,7 @@ from services.driver.app import DriverApp, DriverConfig
 from services.driver.app import start as start_driver
 from services.driver.canceller import ReadyCanceller
 from services.frontend.notify import DriverNotifier
+from tests.conftest import service_url
 from tests.service.test_driver_app import eventually
 from tests.service.test_jobs import Env, make_env, spec, start_frontend
 from tests.world import FakeClock
@@ -34,7 +35,7 @@ def ready_canceller(driver: DriverApp) -> ReadyCanceller:
 
 async def start_quiet_driver(db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path,
                              name: str) -> DriverApp:
-    driver = await start_driver(DriverConfig(db_config.to_url(), certs.directory, f"file://{tmp_path / 'blobs'}",
+    driver = await start_driver(DriverConfig(service_url(db_config, "driver"), certs.directory, f"file://{tmp_path / 'blobs'}",
                                              tmp_path / name, name=f"driver-{name}", autoscaler_period_s=3600))
     # Before the loops' first wait: from now on they wake only when notified.
     ready_canceller(driver).period_s = 3600

@@ -40,6 +40,7 @@ from corral.worker.v1 import worker_service_pb2_grpc
 from services.auth.app import AuthApp
 from services.auth.servicer import ANONYMOUS_METHODS
 from services.auth.store import AuthStore
+from services.common.authz import allowed_callers
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.driver.app import DriverConfig
@@ -47,6 +48,7 @@ from services.driver.app import start as start_driver
 from services.frontend.validate import MAX_JOBS_PER_BUNCH
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
+from tests.conftest import service_url
 from tests.service.conftest import person_channel, service_channel
 from tests.service.test_driver_app import eventually
 from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
@@ -140,9 +142,8 @@ CASES: dict[str, Case] = {
     # Auth does not tell people whether someone else's token id exists.
     "/corral.auth.v1.AuthService/RevokeToken": Case(lambda w: apb.RevokeTokenRequest(token_id=w.alice_token_id),
                                                     outsider=grpc.StatusCode.NOT_FOUND),
-    # Only corral services (mutual TLS) resolve other people's tokens.
-    "/corral.auth.v1.AuthService/VerifyToken": Case(lambda w: apb.VerifyTokenRequest(token=w.alice_token)),
 }
+# Internal methods served on public listeners (VerifyToken) are refused to every token: tests/service/test_authz.py.
 
 
 def all_methods() -> dict[str, Any]:
@@ -152,7 +153,9 @@ def all_methods() -> dict[str, Any]:
 def test_every_rpc_has_a_case() -> None:
     methods = all_methods()
     assert ANONYMOUS_METHODS == {"/corral.auth.v1.AuthService/Login"}
-    assert set(CASES) == set(methods) - ANONYMOUS_METHODS
+    internal = {m for m in methods if allowed_callers(m)}
+    assert internal == {"/corral.auth.v1.AuthService/VerifyToken"}
+    assert set(CASES) == set(methods) - ANONYMOUS_METHODS - internal
     assert not any(m.client_streaming for m in methods.values())  # a case would need a request stream
 
 
@@ -324,7 +327,8 @@ async def test_oversize_bunches_and_bad_queries_name_the_field(env: Env, world: 
 async def test_internal_listeners_refuse_callers_without_a_certificate(
         auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path) -> None:
     frontend_tls, person_tls = certs.issue("frontend"), certs.issue("someone")
-    driver = await start_driver(DriverConfig(db_config.to_url(), certs.directory, f"file://{tmp_path / 'blobs'}",
+    certs.issue("worker-w-sec")
+    driver = await start_driver(DriverConfig(service_url(db_config, "driver"), certs.directory, f"file://{tmp_path / 'blobs'}",
                                              tmp_path / "driver", autoscaler_period_s=3600))
     worker = await start_worker(WorkerConfig(
         "w-sec", "wrong-token", 1000, (f"localhost:{driver.port}",), certs.directory, tmp_path / "worker",

@@ -28,6 +28,7 @@ from corral.batch.v1 import job_state_pb2 as js
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.driver.events import EventPublisher
 from services.frontend.app import FrontendApp
@@ -38,14 +39,14 @@ TIMEOUT_S = 30.0
 
 
 @pytest.fixture
-async def tokens(auth_app: AuthApp) -> dict[str, str]:
+async def tokens(auth_app: AuthApp, db: Database) -> dict[str, str]:
     """alice and bob are users; only alice is a member of 'proj'."""
     store = AuthStore(auth_app.db)
     found = {}
     for name in ("alice", "bob"):
         await store.create_user(name)
         found[name] = (await store.create_token(name, "api"))[1]
-    await JobStore(auth_app.db).create_billing_project("proj", ["alice"])
+    await JobStore(db).create_billing_project("proj", ["alice"])
     return found
 
 
@@ -81,8 +82,8 @@ class Driving:
 
 
 @pytest.fixture
-async def driving(frontend: FrontendApp) -> AsyncIterator[Driving]:  # noqa: F811
-    store = JobStore(frontend.db)
+async def driving(frontend: FrontendApp, db: Database) -> AsyncIterator[Driving]:  # noqa: F811
+    store = JobStore(db)  # as the driver: the frontend's own account may not elect a leader
     epoch = await store.elect_leader("driver-test")
     await store.create_instance(epoch, "i1", "standard", 64_000, "tok")
     await store.activate_instance(epoch, "i1", "tok")

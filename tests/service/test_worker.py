@@ -27,7 +27,7 @@ from corral.driver.v1 import driver_service_pb2_grpc
 from corral.driver.v1 import worker_session_pb2 as ws
 from corral.worker.v1 import worker_service_pb2 as wpb
 from corral.worker.v1 import worker_service_pb2_grpc, worker_status_pb2
-from services.common.tls import DevCertificateAuthority
+from services.common.tls import DevCertificateAuthority, WorkerIssuer
 from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.db.store import JobStore
@@ -37,6 +37,7 @@ from services.frontend.specs import SpecStore
 from services.worker.app import WorkerApp, start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.runtime import ProcessRuntime
+from tests.conftest import service_url
 from tests.world import World
 
 pytestmark = pytest.mark.timeout(60)
@@ -98,13 +99,17 @@ class Cluster:
         assert epoch is not None
         return epoch
 
+    def worker_certs(self, name: str) -> Path:
+        """The worker's own certificate directory, as the local provider makes it."""
+        return WorkerIssuer(self.certs.directory).provision_worker(name, self.tmp_path / "worker-certs" / name).key.parent
+
     async def instance(self, name: str, cores_mcpu: int = 2000, token: str = "", **overrides: Any) -> WorkerConfig:
         """Record a pending instance as the autoscaler would; the config its worker runs with."""
         token = token or f"activate-{name}"
         await self.store.create_instance(self.epoch, name, "standard", cores_mcpu, token)
         fields = dict(instance_name=name, activation_token=token, cores_mcpu=cores_mcpu,
                       driver_addresses=tuple(f"localhost:{d.port}" for d in self.drivers),
-                      certs_dir=self.certs.directory, scratch_dir=self.tmp_path / "scratch" / name,
+                      certs_dir=self.worker_certs(name), scratch_dir=self.tmp_path / "scratch" / name,
                       log_root_url=f"file://{self.blobs}", heartbeat_interval_s=0.2)
         fields.update(overrides)
         return WorkerConfig(**fields)  # type: ignore[arg-type]
@@ -159,7 +164,7 @@ class Cluster:
 
 async def leading_driver(db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path, name: str,
                          session: SessionSettings = SETTINGS, **config: Any) -> DriverApp:
-    app = await start_driver(DriverConfig(db_config.to_url(), certs.directory, f"file://{tmp_path / 'blobs'}",
+    app = await start_driver(DriverConfig(service_url(db_config, "driver"), certs.directory, f"file://{tmp_path / 'blobs'}",
                                           tmp_path / name, session=session, **config))
     return app
 
@@ -312,7 +317,7 @@ class _row_lock:
     """Holds a job's row lock on a connection of its own, so procedures that need it wait."""
 
     def __init__(self, cluster: Cluster, batch_id: int, job_id: int):
-        self._config = cluster.driver.db.config
+        self._config = cluster.world.db.config
         self._key = (batch_id, job_id)
         self._conn: aiomysql.Connection | None = None
 
@@ -331,7 +336,7 @@ class _row_lock:
 async def _completion_waiting(cluster: Cluster) -> int:
     """How many completions wait on complete_jobs_core's job row locks (the statement shows in
     the process list while it waits)."""
-    row = await cluster.driver.db.fetchone(
+    row = await cluster.world.db.fetchone(  # the administrator sees every account's statements
         "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST "
         "WHERE INFO LIKE '%%FROM tmp_job_completions t%%JOIN jobs j%%FOR UPDATE%%' "
         "AND INFO NOT LIKE '%%PROCESSLIST%%'")

@@ -22,6 +22,7 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from corral.authz.v1 import authz_pb2 as corral_dot_authz_dot_v1_dot_authz__pb2
 from corral.auth.v1 import token_pb2 as corral_dot_auth_dot_v1_dot_token__pb2
 from corral.auth.v1 import user_pb2 as corral_dot_auth_dot_v1_dot_user__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
@@ -29,7 +30,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/auth/v1/auth_service.proto\x12\x0e\x63orral.auth.v1\x1a\x1a\x63orral/auth/v1/token.proto\x1a\x19\x63orral/auth/v1/user.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0cLoginRequest\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\"r\n\rLoginResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12.\n\nexpires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04user\x18\x03 \x01(\x0b\x32\x14.corral.auth.v1.User\"\x0f\n\rLogoutRequest\"\x10\n\x0eLogoutResponse\"\x0f\n\rWhoAmIRequest\"Z\n\x0eWhoAmIResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\x12$\n\x05token\x18\x02 \x01(\x0b\x32\x15.corral.auth.v1.Token\"\xa9\x01\n\x11\x43reateUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\x12&\n\x04kind\x18\x02 \x01(\x0e\x32\x18.corral.auth.v1.UserKind\x12#\n\x05roles\x18\x03 \x03(\x0e\x32\x14.corral.auth.v1.Role\x12\x14\n\x0c\x64isplay_name\x18\x04 \x01(\t\x12\r\n\x05\x65mail\x18\x05 \x01(\t\x12\x10\n\x08password\x18\x06 \x01(\t\"8\n\x12\x43reateUserResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\"\"\n\x0eGetUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\"5\n\x0fGetUserResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\"c\n\x10ListUsersRequest\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.corral.auth.v1.UserState\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x11ListUsersResponse\x12#\n\x05users\x18\x01 \x03(\x0b\x32\x14.corral.auth.v1.User\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x15\x44\x65\x61\x63tivateUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\"<\n\x16\x44\x65\x61\x63tivateUserResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\"\\\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08username\x18\x03 \x01(\t\"K\n\x13\x43reateTokenResponse\x12$\n\x05token\x18\x01 \x01(\x0b\x32\x15.corral.auth.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\"e\n\x11ListTokensRequest\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x17\n\x0finclude_invalid\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"T\n\x12ListTokensResponse\x12%\n\x06tokens\x18\x01 \x03(\x0b\x32\x15.corral.auth.v1.Token\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\";\n\x13RevokeTokenResponse\x12$\n\x05token\x18\x01 \x01(\x0b\x32\x15.corral.auth.v1.Token\"#\n\x12VerifyTokenRequest\x12\r\n\x05token\x18\x01 \x01(\t\"\xa9\x01\n\x13VerifyTokenResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\x12\x10\n\x08token_id\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\tcache_ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration2\x8f\n\n\x0b\x41uthService\x12\x63\n\x05Login\x12\x1c.corral.auth.v1.LoginRequest\x1a\x1d.corral.auth.v1.LoginResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\"\x12/api/v1/auth/login:\x01*\x12j\n\x06Logout\x12\x1d.corral.auth.v1.LogoutRequest\x1a\x1e.corral.auth.v1.LogoutResponse\"!\x90\x02\x02\x82\xd3\xe4\x93\x02\x18\"\x13/api/v1/auth/logout:\x01*\x12g\n\x06WhoAmI\x12\x1d.corral.auth.v1.WhoAmIRequest\x1a\x1e.corral.auth.v1.WhoAmIResponse\"\x1e\x90\x02\x01\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/auth/whoami\x12m\n\nCreateUser\x12!.corral.auth.v1.CreateUserRequest\x1a\".corral.auth.v1.CreateUserResponse\"\x18\x82\xd3\xe4\x93\x02\x12\"\r/api/v1/users:\x01*\x12o\n\x07GetUser\x12\x1e.corral.auth.v1.GetUserRequest\x1a\x1f.corral.auth.v1.GetUserResponse\"#\x90\x02\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/api/v1/users/{username}\x12j\n\tListUsers\x12 .corral.auth.v1.ListUsersRequest\x1a!.corral.auth.v1.ListUsersResponse\"\x18\x90\x02\x01\x82\xd3\xe4\x93\x02\x0f\x12\r/api/v1/users\x12\x92\x01\n\x0e\x44\x65\x61\x63tivateUser\x12%.corral.auth.v1.DeactivateUserRequest\x1a&.corral.auth.v1.DeactivateUserResponse\"1\x90\x02\x02\x82\xd3\xe4\x93\x02(\"#/api/v1/users/{username}:deactivate:\x01*\x12q\n\x0b\x43reateToken\x12\".corral.auth.v1.CreateTokenRequest\x1a#.corral.auth.v1.CreateTokenResponse\"\x19\x82\xd3\xe4\x93\x02\x13\"\x0e/api/v1/tokens:\x01*\x12n\n\nListTokens\x12!.corral.auth.v1.ListTokensRequest\x1a\".corral.auth.v1.ListTokensResponse\"\x19\x90\x02\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/tokens\x12\x86\x01\n\x0bRevokeToken\x12\".corral.auth.v1.RevokeTokenRequest\x1a#.corral.auth.v1.RevokeTokenResponse\".\x90\x02\x02\x82\xd3\xe4\x93\x02%\" /api/v1/tokens/{token_id}:revoke:\x01*\x12y\n\x0bVerifyToken\x12\".corral.auth.v1.VerifyTokenRequest\x1a#.corral.auth.v1.VerifyTokenResponse\"!\x90\x02\x01\x82\xd3\xe4\x93\x02\x18\"\x13/api/v1/auth/verify:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/auth/v1/auth_service.proto\x12\x0e\x63orral.auth.v1\x1a\x1b\x63orral/authz/v1/authz.proto\x1a\x1a\x63orral/auth/v1/token.proto\x1a\x19\x63orral/auth/v1/user.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0cLoginRequest\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x10\n\x08password\x18\x02 \x01(\t\"r\n\rLoginResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12.\n\nexpires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04user\x18\x03 \x01(\x0b\x32\x14.corral.auth.v1.User\"\x0f\n\rLogoutRequest\"\x10\n\x0eLogoutResponse\"\x0f\n\rWhoAmIRequest\"Z\n\x0eWhoAmIResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\x12$\n\x05token\x18\x02 \x01(\x0b\x32\x15.corral.auth.v1.Token\"\xa9\x01\n\x11\x43reateUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\x12&\n\x04kind\x18\x02 \x01(\x0e\x32\x18.corral.auth.v1.UserKind\x12#\n\x05roles\x18\x03 \x03(\x0e\x32\x14.corral.auth.v1.Role\x12\x14\n\x0c\x64isplay_name\x18\x04 \x01(\t\x12\r\n\x05\x65mail\x18\x05 \x01(\t\x12\x10\n\x08password\x18\x06 \x01(\t\"8\n\x12\x43reateUserResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\"\"\n\x0eGetUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\"5\n\x0fGetUserResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\"c\n\x10ListUsersRequest\x12(\n\x05state\x18\x01 \x01(\x0e\x32\x19.corral.auth.v1.UserState\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x11ListUsersResponse\x12#\n\x05users\x18\x01 \x03(\x0b\x32\x14.corral.auth.v1.User\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\")\n\x15\x44\x65\x61\x63tivateUserRequest\x12\x10\n\x08username\x18\x01 \x01(\t\"<\n\x16\x44\x65\x61\x63tivateUserResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\"\\\n\x12\x43reateTokenRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x03ttl\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x10\n\x08username\x18\x03 \x01(\t\"K\n\x13\x43reateTokenResponse\x12$\n\x05token\x18\x01 \x01(\x0b\x32\x15.corral.auth.v1.Token\x12\x0e\n\x06secret\x18\x02 \x01(\t\"e\n\x11ListTokensRequest\x12\x10\n\x08username\x18\x01 \x01(\t\x12\x17\n\x0finclude_invalid\x18\x02 \x01(\x08\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"T\n\x12ListTokensResponse\x12%\n\x06tokens\x18\x01 \x03(\x0b\x32\x15.corral.auth.v1.Token\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\";\n\x13RevokeTokenResponse\x12$\n\x05token\x18\x01 \x01(\x0b\x32\x15.corral.auth.v1.Token\"#\n\x12VerifyTokenRequest\x12\r\n\x05token\x18\x01 \x01(\t\"\xa9\x01\n\x13VerifyTokenResponse\x12\"\n\x04user\x18\x01 \x01(\x0b\x32\x14.corral.auth.v1.User\x12\x10\n\x08token_id\x18\x02 \x01(\t\x12.\n\nexpires_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\tcache_ttl\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration2\xfd\t\n\x0b\x41uthService\x12\x63\n\x05Login\x12\x1c.corral.auth.v1.LoginRequest\x1a\x1d.corral.auth.v1.LoginResponse\"\x1d\x82\xd3\xe4\x93\x02\x17\"\x12/api/v1/auth/login:\x01*\x12j\n\x06Logout\x12\x1d.corral.auth.v1.LogoutRequest\x1a\x1e.corral.auth.v1.LogoutResponse\"!\x90\x02\x02\x82\xd3\xe4\x93\x02\x18\"\x13/api/v1/auth/logout:\x01*\x12g\n\x06WhoAmI\x12\x1d.corral.auth.v1.WhoAmIRequest\x1a\x1e.corral.auth.v1.WhoAmIResponse\"\x1e\x90\x02\x01\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/auth/whoami\x12m\n\nCreateUser\x12!.corral.auth.v1.CreateUserRequest\x1a\".corral.auth.v1.CreateUserResponse\"\x18\x82\xd3\xe4\x93\x02\x12\"\r/api/v1/users:\x01*\x12o\n\x07GetUser\x12\x1e.corral.auth.v1.GetUserRequest\x1a\x1f.corral.auth.v1.GetUserResponse\"#\x90\x02\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/api/v1/users/{username}\x12j\n\tListUsers\x12 .corral.auth.v1.ListUsersRequest\x1a!.corral.auth.v1.ListUsersResponse\"\x18\x90\x02\x01\x82\xd3\xe4\x93\x02\x0f\x12\r/api/v1/users\x12\x92\x01\n\x0e\x44\x65\x61\x63tivateUser\x12%.corral.auth.v1.DeactivateUserRequest\x1a&.corral.auth.v1.DeactivateUserResponse\"1\x90\x02\x02\x82\xd3\xe4\x93\x02(\"#/api/v1/users/{username}:deactivate:\x01*\x12q\n\x0b\x43reateToken\x12\".corral.auth.v1.CreateTokenRequest\x1a#.corral.auth.v1.CreateTokenResponse\"\x19\x82\xd3\xe4\x93\x02\x13\"\x0e/api/v1/tokens:\x01*\x12n\n\nListTokens\x12!.corral.auth.v1.ListTokensRequest\x1a\".corral.auth.v1.ListTokensResponse\"\x19\x90\x02\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/tokens\x12\x86\x01\n\x0bRevokeToken\x12\".corral.auth.v1.RevokeTokenRequest\x1a#.corral.auth.v1.RevokeTokenResponse\".\x90\x02\x02\x82\xd3\xe4\x93\x02%\" /api/v1/tokens/{token_id}:revoke:\x01*\x12g\n\x0bVerifyToken\x12\".corral.auth.v1.VerifyTokenRequest\x1a#.corral.auth.v1.VerifyTokenResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontendb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -57,51 +58,51 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_AUTHSERVICE'].methods_by_name['RevokeToken']._loaded_options = None
   _globals['_AUTHSERVICE'].methods_by_name['RevokeToken']._serialized_options = b'\220\002\002\202\323\344\223\002%\" /api/v1/tokens/{token_id}:revoke:\001*'
   _globals['_AUTHSERVICE'].methods_by_name['VerifyToken']._loaded_options = None
-  _globals['_AUTHSERVICE'].methods_by_name['VerifyToken']._serialized_options = b'\220\002\001\202\323\344\223\002\030\"\023/api/v1/auth/verify:\001*'
-  _globals['_LOGINREQUEST']._serialized_start=203
-  _globals['_LOGINREQUEST']._serialized_end=253
-  _globals['_LOGINRESPONSE']._serialized_start=255
-  _globals['_LOGINRESPONSE']._serialized_end=369
-  _globals['_LOGOUTREQUEST']._serialized_start=371
-  _globals['_LOGOUTREQUEST']._serialized_end=386
-  _globals['_LOGOUTRESPONSE']._serialized_start=388
-  _globals['_LOGOUTRESPONSE']._serialized_end=404
-  _globals['_WHOAMIREQUEST']._serialized_start=406
-  _globals['_WHOAMIREQUEST']._serialized_end=421
-  _globals['_WHOAMIRESPONSE']._serialized_start=423
-  _globals['_WHOAMIRESPONSE']._serialized_end=513
-  _globals['_CREATEUSERREQUEST']._serialized_start=516
-  _globals['_CREATEUSERREQUEST']._serialized_end=685
-  _globals['_CREATEUSERRESPONSE']._serialized_start=687
-  _globals['_CREATEUSERRESPONSE']._serialized_end=743
-  _globals['_GETUSERREQUEST']._serialized_start=745
-  _globals['_GETUSERREQUEST']._serialized_end=779
-  _globals['_GETUSERRESPONSE']._serialized_start=781
-  _globals['_GETUSERRESPONSE']._serialized_end=834
-  _globals['_LISTUSERSREQUEST']._serialized_start=836
-  _globals['_LISTUSERSREQUEST']._serialized_end=935
-  _globals['_LISTUSERSRESPONSE']._serialized_start=937
-  _globals['_LISTUSERSRESPONSE']._serialized_end=1018
-  _globals['_DEACTIVATEUSERREQUEST']._serialized_start=1020
-  _globals['_DEACTIVATEUSERREQUEST']._serialized_end=1061
-  _globals['_DEACTIVATEUSERRESPONSE']._serialized_start=1063
-  _globals['_DEACTIVATEUSERRESPONSE']._serialized_end=1123
-  _globals['_CREATETOKENREQUEST']._serialized_start=1125
-  _globals['_CREATETOKENREQUEST']._serialized_end=1217
-  _globals['_CREATETOKENRESPONSE']._serialized_start=1219
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1294
-  _globals['_LISTTOKENSREQUEST']._serialized_start=1296
-  _globals['_LISTTOKENSREQUEST']._serialized_end=1397
-  _globals['_LISTTOKENSRESPONSE']._serialized_start=1399
-  _globals['_LISTTOKENSRESPONSE']._serialized_end=1483
-  _globals['_REVOKETOKENREQUEST']._serialized_start=1485
-  _globals['_REVOKETOKENREQUEST']._serialized_end=1523
-  _globals['_REVOKETOKENRESPONSE']._serialized_start=1525
-  _globals['_REVOKETOKENRESPONSE']._serialized_end=1584
-  _globals['_VERIFYTOKENREQUEST']._serialized_start=1586
-  _globals['_VERIFYTOKENREQUEST']._serialized_end=1621
-  _globals['_VERIFYTOKENRESPONSE']._serialized_start=1624
-  _globals['_VERIFYTOKENRESPONSE']._serialized_end=1793
-  _globals['_AUTHSERVICE']._serialized_start=1796
-  _globals['_AUTHSERVICE']._serialized_end=3091
+  _globals['_AUTHSERVICE'].methods_by_name['VerifyToken']._serialized_options = b'\220\002\001\242\273\030\010frontend'
+  _globals['_LOGINREQUEST']._serialized_start=232
+  _globals['_LOGINREQUEST']._serialized_end=282
+  _globals['_LOGINRESPONSE']._serialized_start=284
+  _globals['_LOGINRESPONSE']._serialized_end=398
+  _globals['_LOGOUTREQUEST']._serialized_start=400
+  _globals['_LOGOUTREQUEST']._serialized_end=415
+  _globals['_LOGOUTRESPONSE']._serialized_start=417
+  _globals['_LOGOUTRESPONSE']._serialized_end=433
+  _globals['_WHOAMIREQUEST']._serialized_start=435
+  _globals['_WHOAMIREQUEST']._serialized_end=450
+  _globals['_WHOAMIRESPONSE']._serialized_start=452
+  _globals['_WHOAMIRESPONSE']._serialized_end=542
+  _globals['_CREATEUSERREQUEST']._serialized_start=545
+  _globals['_CREATEUSERREQUEST']._serialized_end=714
+  _globals['_CREATEUSERRESPONSE']._serialized_start=716
+  _globals['_CREATEUSERRESPONSE']._serialized_end=772
+  _globals['_GETUSERREQUEST']._serialized_start=774
+  _globals['_GETUSERREQUEST']._serialized_end=808
+  _globals['_GETUSERRESPONSE']._serialized_start=810
+  _globals['_GETUSERRESPONSE']._serialized_end=863
+  _globals['_LISTUSERSREQUEST']._serialized_start=865
+  _globals['_LISTUSERSREQUEST']._serialized_end=964
+  _globals['_LISTUSERSRESPONSE']._serialized_start=966
+  _globals['_LISTUSERSRESPONSE']._serialized_end=1047
+  _globals['_DEACTIVATEUSERREQUEST']._serialized_start=1049
+  _globals['_DEACTIVATEUSERREQUEST']._serialized_end=1090
+  _globals['_DEACTIVATEUSERRESPONSE']._serialized_start=1092
+  _globals['_DEACTIVATEUSERRESPONSE']._serialized_end=1152
+  _globals['_CREATETOKENREQUEST']._serialized_start=1154
+  _globals['_CREATETOKENREQUEST']._serialized_end=1246
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1248
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1323
+  _globals['_LISTTOKENSREQUEST']._serialized_start=1325
+  _globals['_LISTTOKENSREQUEST']._serialized_end=1426
+  _globals['_LISTTOKENSRESPONSE']._serialized_start=1428
+  _globals['_LISTTOKENSRESPONSE']._serialized_end=1512
+  _globals['_REVOKETOKENREQUEST']._serialized_start=1514
+  _globals['_REVOKETOKENREQUEST']._serialized_end=1552
+  _globals['_REVOKETOKENRESPONSE']._serialized_start=1554
+  _globals['_REVOKETOKENRESPONSE']._serialized_end=1613
+  _globals['_VERIFYTOKENREQUEST']._serialized_start=1615
+  _globals['_VERIFYTOKENREQUEST']._serialized_end=1650
+  _globals['_VERIFYTOKENRESPONSE']._serialized_start=1653
+  _globals['_VERIFYTOKENRESPONSE']._serialized_end=1822
+  _globals['_AUTHSERVICE']._serialized_start=1825
+  _globals['_AUTHSERVICE']._serialized_end=3102
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 import datetime
 
+from corral.authz.v1 import authz_pb2 as _authz_pb2
 from corral.auth.v1 import token_pb2 as _token_pb2
 from corral.auth.v1 import user_pb2 as _user_pb2
 from google.api import annotations_pb2 as _annotations_pb2

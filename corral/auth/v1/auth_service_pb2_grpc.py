@@ -171,7 +171,8 @@ class AuthServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def VerifyToken(self, request, context):
-        """Checks a bearer token for another service: returns its user, roles and
+        """Checks a bearer token for another corral service (the frontend, over
+        mutual TLS; refused on the public listener): returns its user, roles and
         expiry, or UNAUTHENTICATED. Callers may cache a valid answer for
         cache_ttl.
         """

@@ -1,5 +1,6 @@
 import datetime
 
+from corral.authz.v1 import authz_pb2 as _authz_pb2
 from corral.driver.v1 import instance_pb2 as _instance_pb2
 from corral.driver.v1 import lock_pb2 as _lock_pb2
 from corral.driver.v1 import worker_session_pb2 as _worker_session_pb2

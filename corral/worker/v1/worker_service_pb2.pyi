@@ -1,5 +1,6 @@
 import datetime
 
+from corral.authz.v1 import authz_pb2 as _authz_pb2
 from corral.batch.v1 import job_pb2 as _job_pb2
 from corral.worker.v1 import worker_status_pb2 as _worker_status_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2

@@ -1,0 +1,1 @@
+"""Generated protobuf and gRPC code of corral.authz.v1 (see protos/)."""
