@@ -73,6 +73,11 @@ def test_urls_outside_the_roots_or_in_a_tricky_form_are_refused(url: str, why: s
     assert problem is not None and why in problem
 
 
+def test_a_malformed_root_holds_nothing() -> None:
+    assert storage_url_problem("file:///srv/x", ["file:///srv/../", "file://host/srv/"]) == (
+        "not under a storage root of the billing project (file:///srv/../, file://host/srv/)")
+
+
 def test_without_roots_nothing_is_accepted_and_the_error_says_so() -> None:
     problem = storage_url_problem("file:///srv/storage/alice/x", StorageRoots().for_project("alice"), "alice")
     assert problem == ("no storage roots are configured for billing project 'alice': this deployment accepts no "
