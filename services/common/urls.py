@@ -28,6 +28,7 @@ Resolving names is I/O and lives in `services/common/callback_hosts.py`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import re
 from collections.abc import Iterable, Sequence
@@ -178,13 +179,19 @@ def storage_url_problem(url: str, roots: Sequence[str], project: str = "") -> st
         location = _location(url)
     except RefusedUrl as e:
         return str(e)
-    for root in roots:
-        try:
-            if location.under(_location(root)):
-                return None
-        except RefusedUrl:  # a malformed root (sent by a driver of another version?) holds nothing
-            continue
+    if any(root is not None and location.under(root) for root in map(_root_location, roots)):
+        return None
     return f"not under a storage root of the billing project ({', '.join(roots)})"
+
+
+@functools.lru_cache(maxsize=1024)
+def _root_location(root: str) -> _Location | None:
+    """A root parsed once (a bunch checks thousands of URLs against the same few); None if malformed
+    (sent by a driver of another version?): it holds nothing."""
+    try:
+        return _location(root)
+    except RefusedUrl:
+        return None
 
 
 # ---------------------------------------------------------------- callbacks
