@@ -12,7 +12,10 @@ def _up(args: argparse.Namespace) -> int:
 
     return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
-                                  idle_timeout_s=args.idle_timeout, trace=args.trace))
+                                  idle_timeout_s=args.idle_timeout, trace=args.trace,
+                                  storage_roots=tuple(args.storage_root) if args.storage_root else None,
+                                  callback_allow_networks=tuple(a for a in args.callback_allow_networks.split(",")
+                                                                if a)))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -33,4 +36,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="a worker with nothing to run exits after this long (default 60)")
     up.add_argument("--trace", action="store_true",
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
+    up.add_argument("--storage-root", action="append", metavar="URL_TEMPLATE",
+                    help="a URL jobs' input and output files may lie under, {project} standing for the billing "
+                         "project; repeatable (default: DATA_DIR/storage/{project}/)")
+    up.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
+                    help="networks completion callbacks may reach although not public (e.g. 127.0.0.0/8)")
     up.set_defaults(run=_up)

@@ -70,6 +70,11 @@ class UpConfig:
     """Seconds a worker stays up with nothing to run (None: the driver's default)."""
     trace: bool = False
     """Trace every service to `<data_dir>/traces/<service>-<pid>.jsonl` (OpenTelemetry spans as JSON lines)."""
+    storage_roots: tuple[str, ...] | None = None
+    """URL templates jobs' files must lie under (`{project}`: the billing project); None: one per project
+    in the data directory, `file://<data_dir>/storage/{project}/`."""
+    callback_allow_networks: tuple[str, ...] = ()
+    """Networks (CIDR) completion callbacks may reach although they are not public (e.g. 127.0.0.0/8)."""
 
 
 def _ephemeral_ports() -> range:
@@ -205,6 +210,17 @@ async def _configure_pools(database_url: str, worker_cores: int | None, max_work
         await db.close()
 
 
+def _storage_roots(config: UpConfig, data: Path) -> tuple[str, ...]:
+    """The storage root templates; by default each project's directory under `data/storage`, which
+    only this account may enter (workers create the project directories in it as outputs arrive)."""
+    if config.storage_roots is not None:
+        return config.storage_roots
+    storage = (data / "storage").resolve()
+    storage.mkdir(mode=0o700, parents=True, exist_ok=True)
+    storage.chmod(0o700)
+    return (f"file://{storage}/{{project}}/",)
+
+
 def start(config: UpConfig) -> Running:
     """Bring everything up; on failure, stop what was started and re-raise."""
     data = config.data_dir.expanduser()
@@ -227,6 +243,8 @@ def start(config: UpConfig) -> Running:
         for stale in run_dir.glob("*.ports"):
             stale.unlink()
         logs, blobs = data / "logs", f"file://{data / 'blobs'}"
+        urls = [*(a for root in _storage_roots(config, data) for a in ("--storage-root", root)),
+                "--callback-allow-networks", ",".join(config.callback_allow_networks)]
         asyncio.run(_configure_pools(database_url, config.worker_cores, config.max_workers))
         env = dict(os.environ)
         env.pop(DATABASE_URL_VARIABLE, None)
@@ -256,14 +274,14 @@ def start(config: UpConfig) -> Running:
             _spawn(running, f"driver-{i}", ["services.driver", "--certs-dir", str(certs["driver"]),
                                             "--spec-root-url", blobs,
                                             "--data-dir", str(data), "--internal-address", f"127.0.0.1:{port}",
-                                            "--driver-addresses", driver_addresses, *session,
+                                            "--driver-addresses", driver_addresses, *session, *urls,
                                             "--ports-file", str(run_dir / f"driver-{i}.ports")], logs,
                    service_env("driver"))
         frontend = free_port()
         _spawn(running, "frontend", ["services.frontend", "--certs-dir", str(certs["frontend"]),
                                      "--auth-address", f"localhost:{auth_internal}",
                                      "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
-                                     "--driver-addresses", driver_addresses,
+                                     "--driver-addresses", driver_addresses, *urls,
                                      "--ports-file", str(run_dir / "frontend.ports")], logs, service_env("frontend"))
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", running)

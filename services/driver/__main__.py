@@ -1,4 +1,5 @@
-"""python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR"""
+"""python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR
+[--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]"""
 
 import argparse
 import asyncio
@@ -24,6 +25,11 @@ parser.add_argument("--heartbeat-timeout", type=float, default=SessionSettings.h
                          "(default: %(default)s)")
 parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
+parser.add_argument("--storage-root", action="append", default=[], metavar="URL_TEMPLATE",
+                    help="a URL jobs' input and output files may lie under, {project} standing for the billing "
+                         "project; repeatable; workers check each job's files against them (as the frontend's)")
+parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
+                    help="networks completion callbacks may reach although not public (as the frontend's)")
 args = parser.parse_args()
 private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -31,4 +37,6 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
                              ports_file=args.ports_file,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
-                                                     args.idle_timeout))))
+                                                     args.idle_timeout),
+                             storage_roots=tuple(args.storage_root),
+                             callback_allow_networks=tuple(filter(None, args.callback_allow_networks.split(","))))))

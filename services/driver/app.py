@@ -31,10 +31,11 @@ from services.common.server import (
 )
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles, WorkerIssuer
+from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.driver.billing_limits import BillingLimits
-from services.driver.callbacks import CompletionCallbacks
+from services.driver.callbacks import CompletionCallbacks, HttpCallbackSender
 from services.driver.canceller import ReadyCanceller
 from services.driver.completions import CompletionChecker
 from services.driver.events import EventPublisher
@@ -78,6 +79,12 @@ class DriverConfig:
     """Where to write the bound port as JSON once serving."""
     trace_exporter: str | None = None
     """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
+    storage_roots: tuple[str, ...] = ()
+    """URL templates jobs' input and output files must lie under, `{project}` standing for the billing
+    project; sent to workers with each job, which check its files again. The frontend's setting."""
+    callback_allow_networks: tuple[str, ...] = ()
+    """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8;
+    checked again when each callback is sent. The frontend's setting."""
 
 
 @dataclasses.dataclass
@@ -134,12 +141,15 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
 
 async def start(config: DriverConfig) -> DriverApp:
     """Serve the driver API, campaign for leadership, run the loops while leading."""
+    storage = StorageRoots(config.storage_roots)
+    storage.check_apart_from(config.spec_root_url)
+    callback_rules = CallbackRules.parse(config.callback_allow_networks)
     tracing = Tracing("corral-driver", config.trace_exporter)
     db_config = DatabaseConfig.from_url(config.database_url)
     db = await Database.connect(db_config)
     store = JobStore(db)
     specs = SpecStore(config.spec_root_url)
-    registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url)
+    registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage)
     tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
     provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
                              config.data_dir / "worker-logs",
@@ -161,8 +171,9 @@ async def start(config: DriverConfig) -> DriverApp:
         canceller.notify()
         running.notify()
 
+    callbacks = CompletionCallbacks(db, store, epoch, sender=HttpCallbackSender(rules=callback_rules))
     more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
-                              CompletionChecker(store, epoch), CompletionCallbacks(db, store, epoch),
+                              CompletionChecker(store, epoch), callbacks,
                               BillingLimits(store, epoch, on_cancelled=cancelled)]
     publisher = EventPublisher(store, epoch)
     loops: list[Loop] = [scheduler, canceller, autoscaler, dead, publisher]

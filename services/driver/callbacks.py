@@ -12,7 +12,15 @@ through a `CallbackSender`, and records what each came to
 - anything else (a non-2xx status, a timeout, a refused connection) is
   retried with capped exponential back-off (`RetryPolicy`) until
   `give_up_after_s` after the completion; then the row is given up and keeps
-  the last error in `callback_error`.
+  the last error in `callback_error`;
+- a URL no retry can make sendable (not http(s), or its host is or resolves
+  to an address callbacks may not reach: see services/common/urls.py) is
+  given up at once, the reason in `callback_error`.
+
+The URL was checked when the batch was created; it is checked again when
+sent, because what a name resolves to can change in between (DNS
+rebinding): `HttpCallbackSender` resolves the host, checks every address and
+connects to a checked one (`PinnedTransport`). Redirects are not followed.
 
 The lease makes a row invisible to every other claimer while one driver
 sends it, so running the loop twice or failing over sends one POST. The one
@@ -40,6 +48,8 @@ from urllib.parse import urlparse
 
 import httpx
 
+from services.common.callback_hosts import PinnedTransport, Resolve, SystemResolver, Unresolved
+from services.common.urls import CallbackRules, RefusedUrl, parse_callback_url
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
@@ -86,28 +96,41 @@ class Callback:
     """Stable per completion (batch id and its number of jobs), sent as Corral-Callback-Id."""
 
 
+class Refused(str):
+    """A failure no retry can cure (the URL or an address of its host is refused): given up at once."""
+
+
 class CallbackSender(Protocol):
     """The one network boundary of this loop."""
 
     async def send(self, callbacks: Sequence[Callback]) -> list[str | None]:
-        """POST every callback concurrently; per callback, None after a 2xx, else why it failed."""
+        """POST every callback concurrently; per callback, None after a 2xx, else why it failed
+        (a `Refused` when retrying cannot help)."""
 
 
 class HttpCallbackSender:
-    """`CallbackSender` over httpx: no redirects followed, each POST bounded by `timeout_s` in total."""
+    """`CallbackSender` over httpx: each URL's host resolved and checked against `rules` at send
+    time and the connection pinned to a checked address, no redirects followed, each POST bounded
+    by `timeout_s` in total."""
 
-    def __init__(self, timeout_s: float = 5.0):
+    def __init__(self, timeout_s: float = 5.0, rules: CallbackRules = CallbackRules(),
+                 resolve: Resolve | None = None):
         self.timeout_s = timeout_s
+        self.rules = rules
+        """Networks callbacks may reach beyond public addresses (operator setting)."""
+        self._resolve = resolve if resolve is not None else SystemResolver(timeout_s=min(2.0, timeout_s))
 
     async def send(self, callbacks: Sequence[Callback]) -> list[str | None]:
         if not callbacks:
             return []
-        async with httpx.AsyncClient(timeout=self.timeout_s, follow_redirects=False,
+        async with httpx.AsyncClient(transport=PinnedTransport(self.rules, self._resolve), timeout=self.timeout_s,
+                                     follow_redirects=False, trust_env=False,
                                      headers={"User-Agent": USER_AGENT}) as client:
             return list(await asyncio.gather(*(self._post(client, c) for c in callbacks)))
 
     async def _post(self, client: httpx.AsyncClient, callback: Callback) -> str | None:
         try:
+            parse_callback_url(callback.url, self.rules)  # before httpx, which refuses some URLs its own way
             # httpx's timeout bounds each phase; a server that drips its
             # answer byte by byte is bounded here as a whole.
             async with asyncio.timeout(self.timeout_s):
@@ -116,6 +139,10 @@ class HttpCallbackSender:
                                                        "Corral-Callback-Id": callback.callback_id})
         except TimeoutError:
             return f"no answer within {self.timeout_s:g} s"
+        except RefusedUrl as e:
+            return Refused(f"callback_url refused: {e}")
+        except Unresolved as e:  # DNS may answer later: retried like a refused connection
+            return str(e)
         except Exception as e:  # noqa: BLE001 - whatever went wrong is recorded and retried
             return f"{type(e).__name__}: {e}"[:1024]
         if response.is_success:
@@ -233,7 +260,7 @@ class CompletionCallbacks(Loop):
                                                         now_ms=self._clock_ms())
                 self.sent_total += 1
             else:
-                await self._failed(epoch, c, error, retry=True)
+                await self._failed(epoch, c, error, retry=not isinstance(error, Refused))
         if len(claimed) == self.per_cycle:
             self.notify()  # more may be due
 

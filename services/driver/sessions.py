@@ -20,6 +20,7 @@ from google.protobuf import timestamp_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.telemetry import context_from_json
+from services.common.urls import StorageRoots
 from services.db.database import Database
 from services.db.store import wall_clock_ms
 from services.driver.scheduler import Placement
@@ -49,10 +50,11 @@ class SessionRegistry:
     """The sessions of this driver; implements the scheduler's Dispatcher."""
 
     def __init__(self, db: Database, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms,
-                 log_root_url: str = ""):
+                 log_root_url: str = "", storage_roots: StorageRoots = StorageRoots()):
         self._db = db
         self._specs = specs
         self._log_root_url = log_root_url.rstrip("/")
+        self._storage_roots = storage_roots
         self._sessions: dict[str, Session] = {}
         self._command_ids = itertools.count(1)
         self._clock_ms = clock_ms
@@ -117,7 +119,8 @@ class SessionRegistry:
                 user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,
                 memory_bytes=row["memory_bytes"], deadline=deadline,
                 log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id),
-                trace_context=context_from_json(row["trace_context"]))))
+                trace_context=context_from_json(row["trace_context"]),
+                storage_roots=self._storage_roots.for_project(row["billing_project"]))))
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""

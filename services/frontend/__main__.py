@@ -1,5 +1,5 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
-[--driver-addresses HOST:PORT,...]"""
+[--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]"""
 
 import argparse
 import asyncio
@@ -18,9 +18,16 @@ parser.add_argument("--public-address", default="127.0.0.1:0")
 parser.add_argument("--internal-address")
 parser.add_argument("--ports-file", type=Path)
 parser.add_argument("--driver-addresses", default="", help="comma-separated internal addresses of the drivers")
+parser.add_argument("--storage-root", action="append", default=[], metavar="URL_TEMPLATE",
+                    help="a URL jobs' input and output files may lie under, {project} standing for the billing "
+                         "project (e.g. file:///var/lib/corral/storage/{project}/); repeatable; none: no files")
+parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
+                    help="networks completion callbacks may reach although not public (e.g. 10.0.0.0/8)")
 args = parser.parse_args()
 private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_address, args.spec_root_url,
                                args.public_address, args.internal_address, ports_file=args.ports_file,
-                               driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a))))
+                               driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a),
+                               storage_roots=tuple(args.storage_root),
+                               callback_allow_networks=tuple(filter(None, args.callback_allow_networks.split(","))))))

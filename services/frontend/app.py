@@ -24,6 +24,7 @@ from services.common.server import (
 )
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
+from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.frontend.batch_store import BatchStore
@@ -38,6 +39,7 @@ from services.frontend.jobs import JobServicer
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
 from services.frontend.specs import SpecStore
+from services.frontend.url_checks import UrlChecks
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,11 @@ class FrontendConfig:
     """Deadline of each notification to a driver (sent in the background)."""
     trace_exporter: str | None = None
     """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
+    storage_roots: tuple[str, ...] = ()
+    """URL templates jobs' input and output files must lie under, `{project}` standing for the batch's
+    billing project (e.g. file:///var/lib/corral/storage/{project}/); none: jobs may name no files."""
+    callback_allow_networks: tuple[str, ...] = ()
+    """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8."""
 
 
 @dataclasses.dataclass
@@ -98,6 +105,9 @@ class FrontendApp:
 
 async def start(config: FrontendConfig) -> FrontendApp:
     """Connect to the database and auth, then serve."""
+    storage = StorageRoots(config.storage_roots)
+    storage.check_apart_from(config.spec_root_url)
+    urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
     tracing = Tracing("corral-frontend", config.trace_exporter)
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
     tls = TlsFiles.of(config.certs_dir, config.identity)
@@ -107,7 +117,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
     worker_logs = WorkerLogs(tls)
     jobs, batches, specs = JobStore(db), BatchStore(db), SpecStore(config.spec_root_url)
     services = [
-        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier),
+        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls),
                 batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
         Service("corral.batch.v1.JobService",
                 JobServicer(batches, JobReadStore(db), ExplainStore(db), specs, StoredLogs(config.spec_root_url),

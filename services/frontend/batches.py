@@ -27,6 +27,7 @@ from services.frontend.access import owned_batch, readable_batch
 from services.frontend.batch_store import BatchStore
 from services.frontend.notify import Notify, no_notify
 from services.frontend.specs import SpecStore
+from services.frontend.url_checks import UrlChecks
 from services.frontend.validate import MAX_JOBS_PER_BUNCH, UpdateBlock, check_bunch, job_row
 from services.frontend.watch import BatchWatcher
 
@@ -63,12 +64,13 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     """The batch half of the frontend."""
 
     def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = no_notify,
-                 watcher: BatchWatcher | None = None):
+                 watcher: BatchWatcher | None = None, urls: UrlChecks | None = None):
         self.jobs = jobs
         self.batches = batches
         self.specs = specs
         self.notify = notify
         self.watcher = watcher or BatchWatcher(batches)
+        self.urls = urls or UrlChecks()
 
     # -- helpers -------------------------------------------------------------
 
@@ -117,10 +119,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             violations.append(FieldViolation("billing_project", "required"))
         if request.HasField("cancel_after_n_failures") and request.cancel_after_n_failures < 1:
             violations.append(FieldViolation("cancel_after_n_failures", "must be at least 1"))
-        if request.callback_url and not request.callback_url.startswith(("http://", "https://")):
-            violations.append(FieldViolation("callback_url", "must be an http(s) URL"))
         if violations:
             raise InvalidRequest(violations)
+        if request.callback_url:
+            await self.urls.check_callback(request.callback_url)
         status = await self.jobs.create_batch(
             principal.name, request.billing_project, self._check_token(request.idempotency_token),
             request.callback_url or None,
@@ -139,13 +141,14 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return row
 
     async def _add_jobs(self, batch_id: int, update: dict[str, Any], first_index: int, jobs: Any,
-                        field: str = "jobs") -> bool:
+                        billing_project: str, field: str = "jobs") -> bool:
         """Validate, store specs, insert; returns whether the bunch was already received."""
         block = UpdateBlock(update["start_job_id"], update["n_jobs"], update["start_job_group_id"],
                             update["n_job_groups"])
         first_job_id = block.start_job_id + first_index
         specs = list(jobs)
-        violations = check_bunch(specs, first_job_id, block, field)
+        violations = check_bunch(specs, first_job_id, block, field, self.urls.storage_roots(billing_project),
+                                 billing_project)
         if violations:
             raise InvalidRequest(violations)
         refs = await self.specs.write_bunch(batch_id, update["update_id"], first_job_id, specs)
@@ -174,12 +177,14 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         if groups:
             await self.jobs.insert_job_groups(batch_id, update["update_id"], groups)
 
-    async def _open_update(self, batch_id: int, update_id: int, principal: Principal) -> dict[str, Any]:
-        await self._own_batch(batch_id, principal)
+    async def _open_update(self, batch_id: int, update_id: int, principal: Principal
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The caller's batch and one of its updates."""
+        batch = await self._own_batch(batch_id, principal)
         update = await self.batches.get_update(batch_id, update_id)
         if update is None:
             raise NotFound(f"no update {update_id} of batch {batch_id}")
-        return update
+        return batch, update
 
     # -- RPCs ----------------------------------------------------------------
 
@@ -204,15 +209,16 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
 
     async def CreateJobGroups(self, request: pb.CreateJobGroupsRequest, context: grpc.aio.ServicerContext
                               ) -> pb.CreateJobGroupsResponse:
-        update = await self._open_update(request.batch_id, request.update_id, current_principal())
+        _, update = await self._open_update(request.batch_id, request.update_id, current_principal())
         await self._create_job_groups(request.batch_id, update, request.first_index, request.job_groups)
         return pb.CreateJobGroupsResponse(first_job_group_id=update["start_job_group_id"] + request.first_index)
 
     async def AddJobs(self, request: pb.AddJobsRequest, context: grpc.aio.ServicerContext) -> pb.AddJobsResponse:
-        update = await self._open_update(request.batch_id, request.update_id, current_principal())
+        batch, update = await self._open_update(request.batch_id, request.update_id, current_principal())
         # A committed update refuses new jobs in insert_jobs, but still
         # recognises a re-sent bunch.
-        already = await self._add_jobs(request.batch_id, update, request.first_index, request.jobs)
+        already = await self._add_jobs(request.batch_id, update, request.first_index, request.jobs,
+                                       batch["billing_project"])
         return pb.AddJobsResponse(first_job_id=update["start_job_id"] + request.first_index, already_received=already)
 
     async def CommitUpdate(self, request: pb.CommitUpdateRequest, context: grpc.aio.ServicerContext
@@ -238,7 +244,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         if not update["committed"]:
             await self._create_job_groups(batch_id, update, 0, request.job_groups)
             if request.jobs:
-                await self._add_jobs(batch_id, update, 0, request.jobs)
+                await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project)
             await self.jobs.commit_update(batch_id, update["update_id"])
             await self.notify("jobs_ready", batch_id, 0, request.billing_project)
         update = await self.batches.get_update(batch_id, update["update_id"])

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from corral.batch.v1 import job_spec_pb2 as spec_pb
 from corral.batch.v1 import job_state_pb2
 from services.common.errors import FieldViolation
+from services.frontend.url_checks import file_url_violations
 
 MAX_JOBS_PER_BUNCH = 5_000
 """A bigger submission goes up in several AddJobs calls (bunches)."""
@@ -133,8 +135,9 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str)
 
 
 def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBlock,
-                field: str = "jobs") -> list[FieldViolation]:
-    """Every violation in a bunch whose first job gets id `first_job_id`."""
+                field: str = "jobs", storage_roots: Sequence[str] = (), project: str = "") -> list[FieldViolation]:
+    """Every violation in a bunch whose first job gets id `first_job_id`; its files' URLs must lie
+    under `storage_roots`, those of the batch's billing project `project`."""
     if not specs:
         return [FieldViolation(field, "a bunch holds at least one job")]
     if len(specs) > MAX_JOBS_PER_BUNCH:
@@ -145,6 +148,7 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
     violations: list[FieldViolation] = []
     for i, spec in enumerate(specs):
         violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]")
+        violations += file_url_violations(spec, storage_roots, project, f"{field}[{i}]")
     return violations
 
 

@@ -47,6 +47,7 @@ from services.worker.config import WorkerConfig
 from services.worker.driver_link import REFUSED, DriverLink
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
+from services.worker.storage_check import file_url_refusals
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +358,7 @@ class Worker:
         self._last_busy = time.monotonic()
         attempt.task = asyncio.create_task(self._run(attempt, job))
         # A spec the runtime refuses still runs to an Error outcome (so the job says why); the ack says it too.
-        return "; ".join(self.runtime.check(run.spec))
+        return "; ".join(self.runtime.check(run.spec) + file_url_refusals(run.spec, run.storage_roots))
 
     async def _run(self, attempt: Attempt, job: JobRun) -> None:
         def started(attempt: Attempt) -> None:

@@ -4,70 +4,43 @@
 from __future__ import annotations
 
 import asyncio
-import http.server
-import json
-import threading
-from collections.abc import Iterator
+import ipaddress
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.common.callback_hosts import checked_addresses
+from services.common.urls import CallbackRules, IPAddress
 from services.db.database import InvalidArgumentError, NotFoundError, StaleEpochError
 from services.db.invariants import check_invariants
 from services.driver.callbacks import (CompletionCallbacks, HttpCallbackSender, RetryPolicy, next_attempt_ms,
                                        rfc3339_ms)
+from tests.http_receiver import Receiver, receiving
 from tests.world import World
 
 
-class Receiver:
-    """An HTTP server on 127.0.0.1 port 0 that records every request and
-    answers with the next status of `statuses` (200 when none is left);
-    requests to /slow get no answer until the test ends."""
+# The receiver listens on loopback, which callbacks may reach only when an
+# operator allows it: every sender here says so explicitly.
+LOOPBACK = CallbackRules.parse(["127.0.0.0/8"])
 
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.statuses: list[int] = []
-        self.release = threading.Event()
-        receiver = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the name http.server calls
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append({"path": self.path, "headers": dict(self.headers),
-                                          "body": json.loads(body)})
-                if self.path == "/slow":
-                    receiver.release.wait(10)
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+def sender(**kwargs: Any) -> HttpCallbackSender:
+    return HttpCallbackSender(rules=LOOPBACK, **kwargs)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return None
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def url(self, path: str = "/done") -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-
-    def posts(self, path: str = "/done") -> list[dict[str, Any]]:
-        return [r for r in self.requests if r["path"] == path]
+def callbacks(world: World, epoch: Callable[[], int | None] | None = None, **kwargs: Any) -> CompletionCallbacks:
+    """The loop as a driver runs it, on the world's clock, sending with `sender()` unless told otherwise."""
+    kwargs.setdefault("sender", sender())
+    return CompletionCallbacks(world.db, world.store, epoch or (lambda: world.epoch), clock_ms=world.clock, **kwargs)
 
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    r.thread.start()
-    try:
+    with receiving() as r:
         yield r
-    finally:
-        r.release.set()
-        r.server.shutdown()
-        r.server.server_close()
-        r.thread.join()
 
 
 async def completed_batch(world: World, url: str | None, states: tuple[str, ...] = ("Success",),
@@ -91,9 +64,9 @@ async def test_one_post_per_completion_when_run_twice_and_after_a_failover(world
     await world.instance()
     batch_id = await completed_batch(world, receiver.url(), ("Success", "Failed"), attributes={"name": "dag"})
     silent = await completed_batch(world, None)
-    first = CompletionCallbacks(world.db, world.store, lambda: world.epoch, clock_ms=world.clock)
+    first = callbacks(world)
     await asyncio.gather(first.cycle(), first.cycle())
-    second = CompletionCallbacks(world.db, world.store, lambda: world.epoch, clock_ms=world.clock)
+    second = callbacks(world)
     await second.cycle()
 
     [post] = receiver.posts()
@@ -114,8 +87,8 @@ async def test_one_post_per_completion_when_run_twice_and_after_a_failover(world
     old_epoch = world.epoch
     world.epoch = await world.store.elect_leader("driver-1")
     with pytest.raises(StaleEpochError):
-        await CompletionCallbacks(world.db, world.store, lambda: old_epoch, clock_ms=world.clock).cycle()
-    await CompletionCallbacks(world.db, world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
+        await callbacks(world, lambda: old_epoch).cycle()
+    await callbacks(world).cycle()
     assert len(receiver.requests) == 1
 
     # A leader that claimed a callback and died before sending it: the next
@@ -123,7 +96,7 @@ async def test_one_post_per_completion_when_run_twice_and_after_a_failover(world
     later = await completed_batch(world, receiver.url("/later"), ("Cancelled",))
     assert len(await world.store.claim_batch_callbacks(world.epoch, 10, lease_ms=60_000)) == 1
     world.epoch = await world.store.elect_leader("driver-2")
-    third = CompletionCallbacks(world.db, world.store, lambda: world.epoch, clock_ms=world.clock)
+    third = callbacks(world)
     await third.cycle()
     assert receiver.posts("/later") == []
     world.clock.advance(60_000)
@@ -139,7 +112,7 @@ async def test_a_failed_callback_is_retried_after_its_back_off(world: World, rec
     await world.instance()
     batch_id = await completed_batch(world, receiver.url())
     receiver.statuses = [500]
-    loop = CompletionCallbacks(world.db, world.store, lambda: world.epoch, clock_ms=world.clock)
+    loop = callbacks(world)
     await loop.cycle()
     row = await outbox(world, batch_id)
     assert (row["callback_state"], row["callback_attempts"], row["callback_error"]) == ("pending", 1, "HTTP 500")
@@ -161,7 +134,7 @@ async def test_a_callback_that_keeps_failing_is_given_up(world: World, receiver:
     bad_url = await completed_batch(world, "ftp://127.0.0.1/done")
     receiver.statuses = [500] * 100
     policy = RetryPolicy(first_delay_s=1, max_delay_s=4, give_up_after_s=10)
-    loop = CompletionCallbacks(world.db, world.store, lambda: world.epoch, policy=policy, clock_ms=world.clock)
+    loop = callbacks(world, policy=policy)
     # Attempts at 0, 1, 3 and 7 s after the completion; the next would be
     # at 11 s, past the 10 s allowed.
     for _ in range(20):
@@ -175,7 +148,7 @@ async def test_a_callback_that_keeps_failing_is_given_up(world: World, receiver:
     assert (row["callback_state"], row["callback_error"]) == ("given_up", "callback_url is not an http or https URL")
     assert loop.given_up_total == 2
     # Given up is final, after a restart too.
-    await CompletionCallbacks(world.db, world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
+    await callbacks(world).cycle()
     assert len(receiver.requests) == 4
     assert await check_invariants(world.db) == []
 
@@ -184,14 +157,82 @@ async def test_a_slow_url_holds_up_nothing_else(world: World, receiver: Receiver
     await world.instance()
     slow = await completed_batch(world, receiver.url("/slow"))
     fast = await completed_batch(world, receiver.url())
-    loop = CompletionCallbacks(world.db, world.store, lambda: world.epoch,
-                               sender=HttpCallbackSender(timeout_s=0.5), clock_ms=world.clock)
+    loop = callbacks(world, sender=sender(timeout_s=0.5))
     started = asyncio.get_running_loop().time()
     await loop.cycle()
     assert asyncio.get_running_loop().time() - started < 5
     assert (await outbox(world, fast))["callback_state"] == "sent"
     row = await outbox(world, slow)
     assert (row["callback_state"], row["callback_error"]) == ("pending", "no answer within 0.5 s")
+
+
+class Rebinding:
+    """A resolver whose answers for a name change from one lookup to the next, as an attacker's DNS
+    server's can: each lookup gets the next list of `answers` (the last one from then on)."""
+
+    def __init__(self, *answers: list[str]):
+        self.answers = [[ipaddress.ip_address(a) for a in answer] for answer in answers]
+        self.lookups: list[tuple[str, int]] = []
+
+    async def __call__(self, host: str, port: int) -> list[IPAddress]:
+        self.lookups.append((host, port))
+        return self.answers[min(len(self.lookups), len(self.answers)) - 1]
+
+
+async def test_callbacks_into_the_deployment_are_given_up_at_once_without_the_operators_setting(
+        world: World, receiver: Receiver) -> None:
+    await world.instance()
+    batches = {url: await completed_batch(world, url)
+               for url in (receiver.url(), "http://169.254.169.254/latest/meta-data/", "http://10.1.2.3/done",
+                           "http://2130706433/done")}
+    loop = callbacks(world, sender=HttpCallbackSender(timeout_s=0.5))  # the default rules: public addresses only
+    await loop.cycle()
+    errors = {}
+    for url, batch_id in batches.items():
+        row = await outbox(world, batch_id)
+        assert (row["callback_state"], row["callback_attempts"]) == ("given_up", 1)
+        errors[url] = row["callback_error"]
+    assert errors == {
+        receiver.url(): "callback_url refused: 127.0.0.1 is a loopback address",
+        "http://169.254.169.254/latest/meta-data/":
+            "callback_url refused: 169.254.169.254 is the cloud metadata service's link-local address",
+        "http://10.1.2.3/done": "callback_url refused: 10.1.2.3 is a private address",
+        "http://2130706433/done":
+            "callback_url refused: numeric host '2130706433' is not written as four decimal numbers (a.b.c.d)"}
+    assert receiver.requests == []
+    assert loop.given_up_total == 4
+
+
+async def test_a_name_that_rebinds_to_loopback_after_submission_is_refused_at_send_time(
+        world: World, receiver: Receiver) -> None:
+    """The frontend resolved the name to a public address; when the driver sends, the same name
+    resolves to loopback: the driver checks again, and sends nothing."""
+    await world.instance()
+    url = receiver.url(host="hooks.example")
+    resolve = Rebinding(["93.184.215.14"], ["93.184.215.14", "127.0.0.1"])
+    await checked_addresses(url, CallbackRules(), resolve)  # what the frontend did at submission
+    batch_id = await completed_batch(world, url)
+    loop = callbacks(world, sender=HttpCallbackSender(timeout_s=0.5, resolve=resolve))
+    await loop.cycle()
+    row = await outbox(world, batch_id)
+    assert (row["callback_state"], row["callback_attempts"], row["callback_error"]) == (
+        "given_up", 1, "callback_url refused: hooks.example resolves to 127.0.0.1, a loopback address")
+    assert resolve.lookups == [("hooks.example", receiver.port)] * 2
+    assert receiver.requests == []
+
+
+async def test_a_callback_connects_to_the_address_it_checked_and_names_its_host(world: World,
+                                                                                receiver: Receiver) -> None:
+    """hooks.example resolves (only through the injected resolver) to the loopback receiver, which
+    the operator allows: the POST arrives there with the name in its Host header."""
+    await world.instance()
+    url = receiver.url(host="hooks.example")
+    batch_id = await completed_batch(world, url)
+    resolve = Rebinding(["127.0.0.1"])
+    await callbacks(world, sender=sender(resolve=resolve)).cycle()
+    [post] = receiver.posts()
+    assert post["headers"]["Host"] == f"hooks.example:{receiver.port}"
+    assert (await outbox(world, batch_id))["callback_state"] == "sent"
 
 
 async def test_refused_calls_write_nothing(world: World, receiver: Receiver) -> None:

@@ -61,6 +61,13 @@ def test_corral_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert "jobs=2" in submitted.stdout
         listed = corral(env, "ls")
         assert listed.returncode == 0 and "batch 1" in listed.stdout
+
+        # Each project's files go under the data directory's storage/, which only this account may
+        # enter; callbacks into the machine are refused (corral up allows no networks by default).
+        assert (tmp_path / "data" / "storage").stat().st_mode & 0o777 == 0o700
+        batch_file.write_text(BATCH + "callback_url: http://127.0.0.1:9/done\n")
+        refused = corral(env, "submit", str(batch_file))
+        assert refused.returncode != 0 and "127.0.0.1 is a loopback address" in refused.stderr, refused.stderr
     finally:
         up.send_signal(signal.SIGTERM)
         assert up.wait(timeout=60) == 0

@@ -258,6 +258,36 @@ async def test_a_spec_the_runtime_refuses_is_an_error_that_says_why(cluster: Clu
     assert await check_invariants(cluster.driver.db) == []
 
 
+async def test_the_worker_copies_files_only_under_the_projects_storage_roots(make_cluster: ClusterFactory,
+                                                                            tmp_path: Path) -> None:
+    """Defence in depth: the worker checks each file URL against the roots the driver sent with the
+    job before copying anything (here the spec never went through the frontend's check)."""
+    storage = tmp_path / "storage"
+    cluster = await make_cluster(storage_roots=(f"file://{storage}/{{project}}/",))
+    await cluster.worker("w1")
+    (storage / "proj").mkdir(parents=True)
+    (storage / "proj" / "in.txt").write_text("data")
+    ca_key = cluster.certs.directory / "ca.key"
+    fine = script("cp in/in.txt out.txt", input_files=[job_spec_pb2.InputFile(
+        from_url=f"file://{storage}/proj/in.txt", to_path="/in/in.txt")], output_files=[job_spec_pb2.OutputFile(
+            from_path="/out.txt", to_url=f"file://{storage}/proj/result/out.txt")])
+    stolen = script("true", input_files=[job_spec_pb2.InputFile(from_url=f"file://{ca_key}", to_path="/in/ca.key")])
+    planted = script("echo x > x", output_files=[job_spec_pb2.OutputFile(
+        from_path="/x", to_url=f"file://{storage}/other/x")])
+    batch_id, job_ids = await cluster.submit(fine, stolen, planted)
+    rows = [await cluster.final(batch_id, job_id) for job_id in job_ids]
+    assert [r["state"] for r in rows] == ["Success", "Error", "Error"]
+    assert (storage / "proj" / "result" / "out.txt").read_text() == "data"
+    [_, stolen_attempt, planted_attempt] = [(await cluster.attempts(batch_id, j))[0] for j in job_ids]
+    assert stolen_attempt["error_message"] == (
+        f"input URL 'file://{ca_key}' refused: not under a storage root of the billing project "
+        f"(file://{storage}/proj/)")
+    assert planted_attempt["reason"] == "system_error"
+    assert planted_attempt["start_time_ms"] is None  # the command never ran
+    assert not (storage / "other").exists()
+    assert await check_invariants(cluster.driver.db) == []
+
+
 async def test_cancel_job_stops_a_running_job_and_its_processes(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
     pid_file = cluster.tmp_path / "pid"

@@ -126,7 +126,7 @@ class Welcome(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., config: _Optional[_Union[_instance_pb2.SessionConfig, _Mapping]] = ...) -> None: ...
 
 class RunJob(_message.Message):
-    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context")
+    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context", "storage_roots")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +145,7 @@ class RunJob(_message.Message):
     ATTEMPT_TOKEN_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_ROOTS_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     user: str
     billing_project: str
@@ -156,7 +157,8 @@ class RunJob(_message.Message):
     attempt_token: str
     deadline: _timestamp_pb2.Timestamp
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    storage_roots: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., storage_roots: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CancelJob(_message.Message):
     __slots__ = ("attempt", "reason")
