@@ -11,7 +11,8 @@ def _up(args: argparse.Namespace) -> int:
 
     return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
-                                  idle_timeout_s=args.idle_timeout, trace=args.trace))
+                                  idle_timeout_s=args.idle_timeout, trace=args.trace,
+                                  unisolated_dev=args.unisolated_dev))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -30,4 +31,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="a worker with nothing to run exits after this long (default 60)")
     up.add_argument("--trace", action="store_true",
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
+    up.add_argument("--unisolated-dev", action="store_true",
+                    help="when not run as root, let workers run jobs unisolated as your own user instead of "
+                         "refusing them (development only: a job can then read everything corral can)")
     up.set_defaults(run=_up)

@@ -55,6 +55,9 @@ class UpConfig:
     """Seconds a worker stays up with nothing to run (None: the driver's default)."""
     trace: bool = False
     """Trace every service to `<data_dir>/traces/<service>-<pid>.jsonl` (OpenTelemetry spans as JSON lines)."""
+    unisolated_dev: bool = False
+    """When not root, let local workers run jobs unisolated as this user instead of refusing them
+    (development only: a job can then read everything the services can)."""
 
 
 def _ephemeral_ports() -> range:
@@ -196,6 +199,8 @@ def start(config: UpConfig) -> Running:
                         "--heartbeat-interval", str(min(5.0, config.heartbeat_timeout_s / 3))]
         if config.idle_timeout_s is not None:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
+        if config.unisolated_dev:
+            session += ["--unisolated-dev-workers"]
 
         auth_public, auth_internal = free_port(), free_port()
         _spawn(running, "auth", ["services.auth", *common, "--public-address", f"127.0.0.1:{auth_public}",

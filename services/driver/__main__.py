@@ -23,10 +23,13 @@ parser.add_argument("--heartbeat-timeout", type=float, default=SessionSettings.h
                          "(default: %(default)s)")
 parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
+parser.add_argument("--unisolated-dev-workers", action="store_true",
+                    help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
+                         "as their own user instead of refusing them; development only)")
 args = parser.parse_args()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
-                             ports_file=args.ports_file,
+                             ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout))))

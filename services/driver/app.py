@@ -76,6 +76,9 @@ class DriverConfig:
     """Where to write the bound port as JSON once serving."""
     trace_exporter: str | None = None
     """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
+    unisolated_dev_workers: bool = False
+    """Start local workers with --unisolated-dev: when not root, they run jobs unisolated as their own user
+    instead of refusing them (development only)."""
 
 
 @dataclasses.dataclass
@@ -107,17 +110,19 @@ class DriverApp:
 
 
 def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
-    """argv of a local worker process for an instance request. Without configured
-    driver addresses (a single driver on port 0), the worker is given `own_address()`."""
+    """argv of a local worker process for an instance request (its activation token is not there: the
+    local provider puts it in the environment). Without configured driver addresses (a single driver on
+    port 0), the worker is given `own_address()`."""
 
     def command(request: InstanceRequest) -> list[str]:
         drivers = config.driver_addresses or (own_address(),)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
-                "--activation-token", request.activation_token, "--cores-mcpu", str(request.cores_mcpu),
+                "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--region", request.region,
                 "--driver-addresses", ",".join(drivers), "--certs-dir", str(config.certs_dir),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
-                "--log-root-url", config.spec_root_url]
+                "--log-root-url", config.spec_root_url,
+                *(["--unisolated-dev"] if config.unisolated_dev_workers else [])]
 
     return command
 

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import os
 import secrets
 import signal
 import subprocess
@@ -55,7 +56,9 @@ class InstanceProvider(Protocol):
 
 
 class LocalProvider:
-    """Worker processes on this host; `command(request)` builds each one's argv."""
+    """Worker processes on this host; `command(request)` builds each one's argv. The activation token goes
+    in the worker's environment (CORRAL_ACTIVATION_TOKEN), never on its command line, which every local
+    user (and, without isolation, every job) can read."""
 
     def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path):
         self._command = command
@@ -66,7 +69,8 @@ class LocalProvider:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_dir / f"{request.name}.log", "ab") as log_file:
             self._processes[request.name] = subprocess.Popen(
-                list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+                list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, "CORRAL_ACTIVATION_TOKEN": request.activation_token})
 
     async def delete(self, name: str) -> None:
         process = self._processes.pop(name, None)
