@@ -217,11 +217,12 @@ def _exec_command(spec: dict, failed_w: int) -> None:
     os.closerange(failed_w + 1, 1 << 20)
     nproc = spec["max_processes"]
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))  # per uid, and the uid is the attempt's alone
-    if spec["address_space_bytes"] > 0:
+    if (limit := spec["address_space_bytes"]) > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = spec["address_space_bytes"] if hard == resource.RLIM_INFINITY else min(spec["address_space_bytes"], hard)
+        limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last_cap = int(f.read())
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap)
     uid, gid = spec["uid"], spec["gid"]

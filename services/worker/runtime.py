@@ -37,8 +37,6 @@ _ALLOCATION_FAILURES = (b"memoryerror", b"cannot allocate memory", b"bad_alloc",
                         b"out of memory", b"cannot allocate vector")
 
 
-
-
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 

@@ -113,7 +113,8 @@ def pids_in(log: LogSink) -> list[int]:
 
 async def test_success_captures_stdout_and_stderr_interleaved(tmp_path: Path) -> None:
     before_ms = int(time.time() * 1000)
-    runtime, run_job = process_runtime(), job(tmp_path, spec(script="echo out1; echo err1 >&2; echo out2; echo err2 >&2"))
+    runtime = process_runtime()
+    run_job = job(tmp_path, spec(script="echo out1; echo err1 >&2; echo out2; echo err2 >&2"))
     outcome, output = await run(runtime, run_job)
     after_ms = int(time.time() * 1000)
     assert output == b"out1\nerr1\nout2\nerr2\n"
@@ -155,7 +156,8 @@ async def test_env_and_working_directory(tmp_path: Path, monkeypatch: pytest.Mon
 
 @needs_py
 async def test_nonzero_exit_fails_with_its_code(tmp_path: Path) -> None:
-    outcome, output = await run(process_runtime(), job(tmp_path, spec(PY, "-c", "import sys; print('bye'); sys.exit(3)")))
+    outcome, output = await run(process_runtime(), job(tmp_path, spec(PY, "-c",
+                                                                    "import sys; print('bye'); sys.exit(3)")))
     assert output == b"bye\n"
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "exited", 3)
     assert "exited with code 3" in outcome.error_message
