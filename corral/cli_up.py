@@ -15,7 +15,8 @@ def _up(args: argparse.Namespace) -> int:
                                   idle_timeout_s=args.idle_timeout, trace=args.trace,
                                   storage_roots=tuple(args.storage_root) if args.storage_root else None,
                                   callback_allow_networks=tuple(a for a in args.callback_allow_networks.split(",")
-                                                                if a)))
+                                                                if a),
+                                  unisolated_dev=args.unisolated_dev))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -41,4 +42,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "project; repeatable (default: DATA_DIR/storage/{project}/)")
     up.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
                     help="networks completion callbacks may reach although not public (e.g. 127.0.0.0/8)")
+    up.add_argument("--unisolated-dev", action="store_true",
+                    help="when not run as root, let workers run jobs unisolated as your own user instead of "
+                         "refusing them (development only: a job can then read everything corral can)")
     up.set_defaults(run=_up)

@@ -75,6 +75,9 @@ class UpConfig:
     in the data directory, `file://<data_dir>/storage/{project}/`."""
     callback_allow_networks: tuple[str, ...] = ()
     """Networks (CIDR) completion callbacks may reach although they are not public (e.g. 127.0.0.0/8)."""
+    unisolated_dev: bool = False
+    """When not root, let local workers run jobs unisolated as this user instead of refusing them
+    (development only: a job can then read everything the services can)."""
 
 
 def _ephemeral_ports() -> range:
@@ -262,6 +265,8 @@ def start(config: UpConfig) -> Running:
                         "--heartbeat-interval", str(min(5.0, config.heartbeat_timeout_s / 3))]
         if config.idle_timeout_s is not None:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
+        if config.unisolated_dev:
+            session += ["--unisolated-dev-workers"]
 
         auth_public, auth_internal = free_port(), free_port()
         _spawn(running, "auth", ["services.auth", "--certs-dir", str(certs["auth"]),

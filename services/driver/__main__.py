@@ -30,12 +30,15 @@ parser.add_argument("--storage-root", action="append", default=[], metavar="URL_
                          "project; repeatable; workers check each job's files against them (as the frontend's)")
 parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
                     help="networks completion callbacks may reach although not public (as the frontend's)")
+parser.add_argument("--unisolated-dev-workers", action="store_true",
+                    help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
+                         "as their own user instead of refusing them; development only)")
 args = parser.parse_args()
 private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
-                             ports_file=args.ports_file,
+                             ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
                              storage_roots=tuple(args.storage_root),

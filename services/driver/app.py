@@ -85,6 +85,9 @@ class DriverConfig:
     callback_allow_networks: tuple[str, ...] = ()
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8;
     checked again when each callback is sent. The frontend's setting."""
+    unisolated_dev_workers: bool = False
+    """Start local workers with --unisolated-dev: when not root, they run jobs unisolated as their own user
+    instead of refusing them (development only)."""
 
 
 @dataclasses.dataclass
@@ -122,19 +125,21 @@ def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
 
 def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
     """argv of a local worker process for an instance request, after giving the worker a
-    certificate of its own (signed by the worker issuer). Without configured driver addresses
-    (a single driver on port 0), the worker is given `own_address()`."""
+    certificate of its own (signed by the worker issuer); its activation token is not there: the
+    local provider puts it in the environment. Without configured driver addresses (a single driver
+    on port 0), the worker is given `own_address()`."""
 
     def command(request: InstanceRequest) -> list[str]:
         drivers = config.driver_addresses or (own_address(),)
         certs = worker_certs_dir(config, request.name)
         WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
-                "--activation-token", request.activation_token, "--cores-mcpu", str(request.cores_mcpu),
+                "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--region", request.region,
                 "--driver-addresses", ",".join(drivers), "--certs-dir", str(certs),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
-                "--log-root-url", config.spec_root_url]
+                "--log-root-url", config.spec_root_url,
+                *(["--unisolated-dev"] if config.unisolated_dev_workers else [])]
 
     return command
 

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import logging
 import math
+import os
 import secrets
 import signal
 import subprocess
@@ -54,8 +55,17 @@ class InstanceProvider(Protocol):
         """Names of machines that exist (for cleaning up orphans)."""
 
 
+def _worker_environment(activation_token: str) -> dict[str, str]:
+    """A local worker's environment: the driver's, less its database URL (a worker never talks to the
+    database), plus the worker's one-time activation token."""
+    env = {k: v for k, v in os.environ.items() if k != "CORRAL_DATABASE_URL"}
+    return {**env, "CORRAL_ACTIVATION_TOKEN": activation_token}
+
+
 class LocalProvider:
-    """Worker processes on this host; `command(request)` builds each one's argv."""
+    """Worker processes on this host; `command(request)` builds each one's argv. The activation token goes
+    in the worker's environment (CORRAL_ACTIVATION_TOKEN), never on its command line, which every local
+    user (and, without isolation, every job) can read."""
 
     def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path,
                  forget: Callable[[str], None] = lambda name: None):
@@ -69,7 +79,8 @@ class LocalProvider:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_dir / f"{request.name}.log", "ab") as log_file:
             self._processes[request.name] = subprocess.Popen(
-                list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+                list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                env=_worker_environment(request.activation_token))
 
     async def delete(self, name: str) -> None:
         process = self._processes.pop(name, None)

@@ -1,9 +1,11 @@
-"""python -m services.worker --instance-name NAME --activation-token TOKEN --cores-mcpu N
---driver-addresses HOST:PORT[,...] --certs-dir DIR --scratch-dir DIR --log-root-url URL"""
+"""python -m services.worker --instance-name NAME --cores-mcpu N --driver-addresses HOST:PORT[,...]
+--certs-dir DIR --scratch-dir DIR --log-root-url URL, with the one-time activation token in the
+environment as CORRAL_ACTIVATION_TOKEN (never on the command line, which every local user can read)."""
 
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -11,9 +13,10 @@ from services.common.entry import private_files
 from services.worker.app import run
 from services.worker.config import WorkerConfig
 
+TOKEN_VARIABLE = "CORRAL_ACTIVATION_TOKEN"
+
 parser = argparse.ArgumentParser(prog="python -m services.worker", description=__doc__)
 parser.add_argument("--instance-name", required=True)
-parser.add_argument("--activation-token", required=True)
 parser.add_argument("--cores-mcpu", type=int, required=True)
 parser.add_argument("--memory-bytes", type=int, default=0)
 parser.add_argument("--storage-bytes", type=int, default=0)
@@ -24,11 +27,17 @@ parser.add_argument("--scratch-dir", type=Path, required=True)
 parser.add_argument("--log-root-url", required=True)
 parser.add_argument("--listen-address", default="127.0.0.1:0")
 parser.add_argument("--advertise-host", default="127.0.0.1")
+parser.add_argument("--unisolated-dev", action="store_true",
+                    help="when not root, run jobs unisolated as this worker's own user instead of refusing them "
+                         "(development only: a job can then read everything the worker can)")
 args = parser.parse_args()
 private_files()
+token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
+if not token:
+    parser.error(f"the activation token goes in the environment variable {TOKEN_VARIABLE}")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 sys.exit(asyncio.run(run(WorkerConfig(
-    args.instance_name, args.activation_token, args.cores_mcpu,
+    args.instance_name, token, args.cores_mcpu,
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
-    listen_address=args.listen_address, advertise_host=args.advertise_host))))
+    listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev))))

@@ -20,7 +20,7 @@ from services.common.tls import TlsFiles
 from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
 from services.worker.config import WorkerConfig
-from services.worker.runtime import ContainerRuntime, ProcessRuntime
+from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
 from services.worker.servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,8 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
     tls = TlsFiles.of(config.certs_dir, f"worker-{config.instance_name}")
     config.scratch_dir.mkdir(parents=True, exist_ok=True)
     attempts = AttemptTable(config.keep_ended_s)
-    worker = Worker(config, runtime or ProcessRuntime(), attempts, tls)
+    runtime = runtime or ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev))
+    worker = Worker(config, runtime, attempts, tls)
     servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker),
                                    worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
                           [Listener.mutual_tls(config.listen_address, tls)],

@@ -1,6 +1,7 @@
 """What a worker process is told: its identity, its machine, and where the
 drivers and storage are. The driver's local provider passes these as the
-command line of `python -m services.worker`."""
+command line of `python -m services.worker`, but for the activation token,
+which goes in its environment (a command line is there for anyone to read)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,6 @@ class WorkerConfig:
     deactivate_timeout_s: float = 15.0
     """How long to keep trying DeactivateWorker before exiting anyway (the dead-worker detector
     then deactivates the instance)."""
+    unisolated_dev: bool = False
+    """If the worker cannot isolate jobs (it is not root), run them anyway, unisolated, as its own user
+    (development only; each attempt's isolation note says so). Otherwise such a worker refuses them."""

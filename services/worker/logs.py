@@ -121,9 +121,10 @@ class LogSink:
 
     def _open(self) -> FileIO:
         if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Unbuffered, so what the job wrote is on disk for readers at once.
-            self._file = FileIO(self.path, "ab")
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # Unbuffered, so what the job wrote is on disk for readers at once; the worker's alone (0600).
+            self._file = FileIO(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600),
+                                "ab")
         return self._file
 
     def _append(self, data: bytes) -> None:

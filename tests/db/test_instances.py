@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import os
 import sys
+import time
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.common.tls import DevCertificateAuthority
 from services.db.invariants import check_invariants
+from services.driver.app import DriverConfig, local_worker_command
 from services.driver.instances import (
     Autoscaler,
     DeadWorkerDetector,
@@ -48,6 +53,32 @@ async def test_local_provider_starts_and_stops_processes(tmp_path: Path) -> None
         raise AssertionError("the worker process is still running")
     except ProcessLookupError:
         pass
+
+
+async def test_the_activation_token_goes_in_the_environment_not_on_the_command_line(tmp_path: Path) -> None:
+    config = DriverConfig("mysql://unused", DevCertificateAuthority(tmp_path / "certs").issue_services().directory,
+                          "file:///unused", tmp_path / "data")
+    argv = local_worker_command(config, lambda: "localhost:1")(
+        InstanceRequest("w1", "standard", 2000, 0, "local", "the-secret-token"))
+    assert not any("the-secret-token" in arg for arg in argv) and "--activation-token" not in argv
+    assert "--unisolated-dev" not in argv
+    dev = dataclasses.replace(config, unisolated_dev_workers=True)
+    assert "--unisolated-dev" in local_worker_command(dev, lambda: "localhost:1")(
+        InstanceRequest("w1", "standard", 2000, 0, "local", "t"))
+
+    def printer(request: InstanceRequest) -> list[str]:
+        return [sys.executable, "-c", "import os; print(os.environ['CORRAL_ACTIVATION_TOKEN'])"]
+
+    provider = LocalProvider(printer, tmp_path / "logs")
+    await provider.create(InstanceRequest("w1", "standard", 2000, 0, "local", "the-secret-token"))
+    deadline = time.monotonic() + 10
+    while await provider.alive():  # until it printed and exited
+        assert time.monotonic() < deadline, "the stand-in worker did not exit"
+        await asyncio.sleep(0.02)
+    assert (tmp_path / "logs" / "w1.log").read_text() == "the-secret-token\n"
+    # The worker gets a key of its own, and nothing of the driver's.
+    worker_certs = sorted(p.name for p in (tmp_path / "data" / "worker-certs" / "w1").iterdir())
+    assert worker_certs == ["ca.pem", "worker-w1.key", "worker-w1.pem"]
 
 
 async def test_autoscaler_starts_what_the_demand_needs(world: World, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -418,12 +419,12 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
         await JobStore(db).create_instance(driver.election.state.epoch, "w-log", "highcpu", 2000, "activate")
         certs.issue("worker-w-log")
         worker = await start_worker(WorkerConfig("w-log", "activate", 2000, (address,), certs.directory,
-                                                 tmp_path / "scratch", f"file://{blobs}", heartbeat_interval_s=0.2))
-        go = tmp_path / "go"
+                                                 tmp_path / "scratch", f"file://{blobs}", heartbeat_interval_s=0.2,
+                                                 unisolated_dev=os.geteuid() != 0))
         async for env in make_env(frontend, auth_app, db, clock, certs, blobs, elect=False):
             batch_id = await env.submit(job_spec_pb2.JobSpec(
                 image="docker.io/library/busybox:1.36",
-                script=f"echo first; while [ ! -e {go} ]; do sleep 0.05; done; echo second"))
+                script="echo first; while [ ! -e go ]; do sleep 0.05; done; echo second"))
             request = pb.GetJobLogRequest(batch_id=batch_id, job_id=1)
             deadline = asyncio.get_running_loop().time() + 30
             while True:
@@ -440,7 +441,8 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
                                            metadata=env.as_("alice"))
             first = await asyncio.wait_for(stream.read(), 10)
             assert (first.data, first.start_byte, first.attempt_id) == (b"first\n", 0, live.attempt_id)
-            go.touch()
+            # The job waits for a file in its own working directory (all it sees of the host's scratch).
+            (tmp_path / "scratch" / f"{batch_id}-1-{live.attempt_id}" / "work" / "go").touch()
             rest = b""
             while (chunk := await asyncio.wait_for(stream.read(), 20)) != grpc.aio.EOF:
                 rest += chunk.data

@@ -36,8 +36,9 @@ from services.driver.servicer import SessionSettings
 from services.frontend.specs import SpecStore
 from services.worker.app import WorkerApp, start as start_worker
 from services.worker.config import WorkerConfig
-from services.worker.runtime import ProcessRuntime
+from services.worker.runtime import ProcessRuntime, can_isolate
 from tests.conftest import service_url
+from tests.job_processes import marked, processes_marked
 from tests.world import World
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,6 +64,10 @@ def script(text: str, **fields: Any) -> job_spec_pb2.JobSpec:
     return job_spec_pb2.JobSpec(image="docker.io/library/busybox:1.36", script=text, **fields)
 
 
+WAIT_FOR_GO = "while [ ! -f go ]; do sleep 0.05; done"
+"""Shell that waits until the test calls `Cluster.go` (a file in the job's own working directory)."""
+
+
 def gone(pid: int) -> bool:
     """The process no longer runs (absent, or a zombie not yet reaped)."""
     try:
@@ -86,6 +91,11 @@ class Cluster:
     _refs: int = 0
 
     @property
+    def driver_data_dir(self) -> Path:
+        """The first driver's data directory, where the workers its local provider starts keep their scratch."""
+        return self.tmp_path / "driver-a"
+
+    @property
     def blobs(self) -> Path:
         return self.tmp_path / "blobs"
 
@@ -102,6 +112,14 @@ class Cluster:
     def worker_certs(self, name: str) -> Path:
         """The worker's own certificate directory, as the local provider makes it."""
         return WorkerIssuer(self.certs.directory).provision_worker(name, self.tmp_path / "worker-certs" / name).key.parent
+    def work_dir(self, scratch: Path, attempt: dict[str, Any]) -> Path:
+        """The working directory of an attempt (a row of `attempts`) on the worker with this scratch root:
+        the test, as root, may write there to tell the job something; a job sees nothing outside it."""
+        return scratch / f"{attempt['batch_id']}-{attempt['job_id']}-{attempt['attempt_id']}" / "work"
+
+    async def go(self, attempt: dict[str, Any], worker: str = "w1") -> None:
+        """Let a job waiting with WAIT_FOR_GO go on (an in-process worker's attempt)."""
+        (self.work_dir(self.tmp_path / "scratch" / worker, attempt) / "go").touch()
 
     async def instance(self, name: str, cores_mcpu: int = 2000, token: str = "", **overrides: Any) -> WorkerConfig:
         """Record a pending instance as the autoscaler would; the config its worker runs with."""
@@ -110,7 +128,8 @@ class Cluster:
         fields = dict(instance_name=name, activation_token=token, cores_mcpu=cores_mcpu,
                       driver_addresses=tuple(f"localhost:{d.port}" for d in self.drivers),
                       certs_dir=self.worker_certs(name), scratch_dir=self.tmp_path / "scratch" / name,
-                      log_root_url=f"file://{self.blobs}", heartbeat_interval_s=0.2)
+                      log_root_url=f"file://{self.blobs}", heartbeat_interval_s=0.2,
+                      unisolated_dev=not can_isolate())
         fields.update(overrides)
         return WorkerConfig(**fields)  # type: ignore[arg-type]
 
@@ -248,13 +267,13 @@ async def test_a_failing_job_records_its_exit_code_and_message(cluster: Cluster)
 
 async def test_a_spec_the_runtime_refuses_is_an_error_that_says_why(cluster: Cluster) -> None:
     await cluster.worker("w1")
-    refused = script("echo never", network_mode=job_spec_pb2.NETWORK_MODE_NONE)
+    refused = script("echo never", network_mode=job_spec_pb2.NETWORK_MODE_PRIVATE)
     batch_id, [job_id] = await cluster.submit(refused)
     job = await cluster.final(batch_id, job_id)
     assert job["state"] == "Error"
     [attempt] = await cluster.attempts(batch_id, job_id)
     assert attempt["reason"] == "system_error"
-    assert "network_mode NETWORK_MODE_NONE cannot be enforced" in attempt["error_message"]
+    assert "network_mode NETWORK_MODE_PRIVATE cannot be enforced" in attempt["error_message"]
     assert await check_invariants(cluster.driver.db) == []
 
 
@@ -290,10 +309,10 @@ async def test_the_worker_copies_files_only_under_the_projects_storage_roots(mak
 
 async def test_cancel_job_stops_a_running_job_and_its_processes(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
-    pid_file = cluster.tmp_path / "pid"
-    batch_id, [job_id] = await cluster.submit(script(f"echo $$ > {pid_file}; sleep 60 & wait"))
+    job_spec, mark = marked(script("sleep 60 & wait"))
+    batch_id, [job_id] = await cluster.submit(job_spec)
     attempt = await cluster.started(batch_id, job_id)
-    pid = int(await eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid file"))
+    await eventually(lambda: len(processes_marked(mark)) == 2, what="the job's processes")
     assert cluster.driver.sessions is not None
     assert cluster.driver.sessions.cancel("w1", batch_id, job_id, attempt["attempt_id"], "the test says so")
     job = await cluster.final(batch_id, job_id)
@@ -301,7 +320,7 @@ async def test_cancel_job_stops_a_running_job_and_its_processes(cluster: Cluster
     [attempt] = await cluster.attempts(batch_id, job_id)
     assert attempt["reason"] == "cancelled"
     assert "cancelled while running" in attempt["error_message"]
-    await eventually(lambda: gone(pid), what="job process gone")
+    await eventually(lambda: not processes_marked(mark), what="job processes gone")
     assert not worker.worker.attempts.running()
     assert await check_invariants(cluster.driver.db) == []
 
@@ -378,11 +397,10 @@ async def _completion_waiting(cluster: Cluster) -> int:
 
 async def test_events_are_resent_after_a_session_break_and_recorded_once(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
-    go = cluster.tmp_path / "go"
-    batch_id, [job_id] = await cluster.submit(script(f"while [ ! -f {go} ]; do sleep 0.05; done; echo done"))
-    await cluster.started(batch_id, job_id)
+    batch_id, [job_id] = await cluster.submit(script(f"{WAIT_FOR_GO}; echo done"))
+    attempt = await cluster.started(batch_id, job_id)
     async with _row_lock(cluster, batch_id, job_id):
-        go.touch()
+        await cluster.go(attempt)
         # The worker reported the end; the driver's MJC waits for the lock, so no ack came back.
         await eventually(lambda: _completion_waiting(cluster), what="MJC waiting")
         assert any(e.WhichOneof("payload") == "job_completed" for e in worker.worker.unacked.values())
@@ -403,8 +421,7 @@ async def test_events_are_resent_after_a_session_break_and_recorded_once(cluster
 
 async def test_heartbeats_roll_up_billing_while_a_job_runs(cluster: Cluster) -> None:
     await cluster.worker("w1")
-    go = cluster.tmp_path / "go"
-    batch_id, [job_id] = await cluster.submit(script(f"while [ ! -f {go} ]; do sleep 0.05; done"))
+    batch_id, [job_id] = await cluster.submit(script(WAIT_FOR_GO))
     attempt = await cluster.started(batch_id, job_id)
 
     async def rolled_up() -> bool:
@@ -413,7 +430,7 @@ async def test_heartbeats_roll_up_billing_while_a_job_runs(cluster: Cluster) -> 
 
     await eventually(rolled_up, what="a rollup past the start")
     assert (await cluster.instance_row("w1"))["last_heartbeat_ms"] >= attempt["start_time_ms"]
-    go.touch()
+    await cluster.go(attempt)
     await cluster.final(batch_id, job_id)
     assert await check_invariants(cluster.driver.db) == []
 
@@ -423,10 +440,9 @@ async def test_heartbeats_roll_up_billing_while_a_job_runs(cluster: Cluster) -> 
 
 async def test_a_running_jobs_log_is_readable_over_worker_service(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
-    go = cluster.tmp_path / "go"
-    batch_id, [job_id] = await cluster.submit(script(f"echo line one; while [ ! -f {go} ]; do sleep 0.05; done; "
-                                                     "echo line two"))
-    attempt_id = (await cluster.started(batch_id, job_id))["attempt_id"]
+    batch_id, [job_id] = await cluster.submit(script(f"echo line one; {WAIT_FOR_GO}; echo line two"))
+    attempt = await cluster.started(batch_id, job_id)
+    attempt_id = attempt["attempt_id"]
     address = (await cluster.instance_row("w1"))["ip_address"]
     channel, stub = worker_stub(cluster, address)
     async with channel:
@@ -448,7 +464,7 @@ async def test_a_running_jobs_log_is_readable_over_worker_service(cluster: Clust
 
         stream = stub.StreamJobLog(wpb.StreamJobLogRequest(batch_id=batch_id, job_id=job_id, attempt_id=attempt_id))
         chunks = [await stream.read()]
-        go.touch()
+        await cluster.go(attempt)
         while (chunk := await stream.read()) is not grpc.aio.EOF:
             chunks.append(chunk)
         assert b"".join(c.data for c in chunks) == b"line one\nline two\n"
@@ -502,12 +518,12 @@ async def test_an_idle_worker_deactivates_itself_and_exits_0(make_cluster: Clust
 
 async def test_sigterm_kills_running_jobs_which_go_back_to_ready(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
-    pid_file = cluster.tmp_path / "pid"
-    batch_id, [job_id] = await cluster.submit(script(f"echo $$ > {pid_file}; sleep 60 & wait"))
+    job_spec, mark = marked(script("sleep 60 & wait"))
+    batch_id, [job_id] = await cluster.submit(job_spec)
     first = await cluster.started(batch_id, job_id)
-    pid = int(await eventually(lambda: pid_file.exists() and pid_file.read_text().strip(), what="pid file"))
+    await eventually(lambda: len(processes_marked(mark)) == 2, what="the job's processes")
     assert await worker.stop() == 0
-    assert gone(pid)
+    await eventually(lambda: not processes_marked(mark), what="job processes gone")
     assert (await cluster.job(batch_id, job_id))["state"] == "Ready"
     [attempt] = await cluster.attempts(batch_id, job_id)
     assert (attempt["attempt_id"], attempt["reason"]) == (first["attempt_id"], "instance deactivated")
@@ -521,16 +537,15 @@ async def test_sigterm_kills_running_jobs_which_go_back_to_ready(cluster: Cluste
 
 async def test_drain_finishes_running_jobs_then_deactivates(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
-    go = cluster.tmp_path / "go"
-    batch_id, [job_id] = await cluster.submit(script(f"while [ ! -f {go} ]; do sleep 0.05; done"))
-    await cluster.started(batch_id, job_id)
+    batch_id, [job_id] = await cluster.submit(script(WAIT_FOR_GO))
+    attempt = await cluster.started(batch_id, job_id)
     assert cluster.driver.sessions is not None
     cluster.driver.sessions.send("w1", pb.WorkerSessionResponse(drain=ws.Drain(reason="maintenance")))
     await eventually(lambda: worker.worker.draining, what="draining")
     assert "w1" not in cluster.driver.sessions.live_instances()  # nothing new is scheduled there
     assert "w1" in cluster.driver.sessions.connected_instances()  # but commands still reach it
     assert not worker.agent.done()
-    go.touch()
+    await cluster.go(attempt)
     assert await asyncio.wait_for(worker.wait(), 20) == 0
     assert (await cluster.job(batch_id, job_id))["state"] == "Success"
     assert (await cluster.instance_row("w1"))["state"] == "inactive"
@@ -570,15 +585,14 @@ async def test_after_failover_the_worker_reports_to_the_new_leader(cluster: Clus
     cluster.drivers.append(standby)
     await eventually(lambda: standby.election.state.leader == f"localhost:{cluster.driver.port}", what="standby")
     worker = await cluster.worker("w1")
-    go = cluster.tmp_path / "go"
-    batch_id, [job_id] = await cluster.submit(script(f"while [ ! -f {go} ]; do sleep 0.05; done; echo survived"))
-    await cluster.started(batch_id, job_id)
+    batch_id, [job_id] = await cluster.submit(script(f"{WAIT_FOR_GO}; echo survived"))
+    running = await cluster.started(batch_id, job_id)
     old = cluster.driver
     await old.stop()
     cluster.drivers.remove(old)
     cluster.driver = standby
     await eventually(lambda: standby.election.is_leader, what="the standby leads")
-    go.touch()
+    await cluster.go(running)
     job = await cluster.final(batch_id, job_id)
     assert job["state"] == "Success"
     await eventually(lambda: not worker.worker.unacked and worker.worker.connected, what="acknowledged by the new leader")

@@ -1,13 +1,19 @@
 """The process runtime (services/worker/runtime.py) and job logs
 (services/worker/logs.py), with real subprocesses: outcomes, environment,
 timeouts and cancels that kill the whole process tree, the memory limit,
-refusals, following and uploading the log."""
+refusals, following and uploading the log.
+
+These run as a worker here would: isolated when the tests run as root (jobs
+as users of their own, in namespaces), unisolated otherwise. What isolation
+itself guarantees is tested in test_job_isolation.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import shutil
+import stat
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -17,12 +23,37 @@ import pytest
 from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_spec_pb2 as js
+from services.worker import runtime as runtime_module
 from services.worker.logs import LogSink
-from services.worker.runtime import JobOutcome, JobRun, ProcessRuntime, ProcessRuntimeConfig
+from services.worker.runtime import JobOutcome, JobRun, ProcessRuntime, ProcessRuntimeConfig, can_isolate
+from tests.job_processes import marked, processes_marked
 
 pytestmark = pytest.mark.timeout(30)
 
-PY = sys.executable
+
+def runs_for_anyone(path: str) -> bool:
+    """Whether any user may run the program at `path` (every directory on its real path passable by others)."""
+    real = os.path.realpath(path)
+    parts = real.split("/")
+    dirs = ["/".join(parts[:i]) or "/" for i in range(1, len(parts))]
+    return all(os.stat(d).st_mode & stat.S_IXOTH for d in dirs) and bool(os.stat(real).st_mode & stat.S_IXOTH)
+
+
+def job_python() -> str | None:
+    """A Python the job's own user can run (the tests' interpreter may live where only root can reach)."""
+    for candidate in (sys.executable, shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin")):
+        if candidate and (not can_isolate() or runs_for_anyone(candidate)):
+            return candidate
+    return None
+
+
+PY = job_python() or sys.executable
+needs_py = pytest.mark.skipif(job_python() is None, reason="no Python that the jobs' unprivileged users may run")
+
+
+def process_runtime(**settings) -> ProcessRuntime:
+    """The process runtime as a worker here runs it: isolated when root, else unisolated (allowed)."""
+    return ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=True, **settings))
 
 
 def spec(*argv: str, script: str = "", **fields) -> js.JobSpec:
@@ -82,7 +113,8 @@ def pids_in(log: LogSink) -> list[int]:
 
 async def test_success_captures_stdout_and_stderr_interleaved(tmp_path: Path) -> None:
     before_ms = int(time.time() * 1000)
-    runtime, run_job = ProcessRuntime(), job(tmp_path, spec(script="echo out1; echo err1 >&2; echo out2; echo err2 >&2"))
+    runtime = process_runtime()
+    run_job = job(tmp_path, spec(script="echo out1; echo err1 >&2; echo out2; echo err2 >&2"))
     outcome, output = await run(runtime, run_job)
     after_ms = int(time.time() * 1000)
     assert output == b"out1\nerr1\nout2\nerr2\n"
@@ -93,16 +125,20 @@ async def test_success_captures_stdout_and_stderr_interleaved(tmp_path: Path) ->
     assert "no container isolated this job" in outcome.isolation
     assert "ubuntu:24.04" in outcome.isolation
     assert runtime.isolation(run_job) == outcome.isolation  # what the worker reports at the start
+    # What the worker writes is its own: the scratch root and attempt directory 0700, the log 0600.
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (run_job.scratch, run_job.attempt_dir, run_job.log_path)] == \
+        [0o700, 0o700, 0o600]
     assert outcome.peak_memory_bytes and outcome.peak_memory_bytes > 0
     assert outcome.cpu_time_ms is not None and outcome.cpu_time_ms >= 0
 
 
+@needs_py
 async def test_env_and_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CORRAL_TEST_WORKER_ONLY", "must not leak")
     run_job = job(tmp_path, spec(PY, "-c", "import json, os; print(json.dumps({'cwd': os.getcwd(), "
                                  "'env': dict(os.environ)}))",
                                  env={"GREETING": "hello", "CORRAL_JOB_ID": "999"}))
-    outcome, output = await run(ProcessRuntime(), run_job)
+    outcome, output = await run(process_runtime(), run_job)
     assert outcome.state == "Success", output
     seen = json.loads(output)
     work = str(run_job.attempt_dir / "work")
@@ -118,21 +154,23 @@ async def test_env_and_working_directory(tmp_path: Path, monkeypatch: pytest.Mon
     assert run_job.log_path.exists()
 
 
+@needs_py
 async def test_nonzero_exit_fails_with_its_code(tmp_path: Path) -> None:
-    outcome, output = await run(ProcessRuntime(), job(tmp_path, spec(PY, "-c", "import sys; print('bye'); sys.exit(3)")))
+    outcome, output = await run(process_runtime(), job(tmp_path, spec(PY, "-c",
+                                                                    "import sys; print('bye'); sys.exit(3)")))
     assert output == b"bye\n"
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "exited", 3)
     assert "exited with code 3" in outcome.error_message
 
 
 async def test_script_form_runs_in_sh(tmp_path: Path) -> None:
-    outcome, output = await run(ProcessRuntime(), job(tmp_path, spec(script="x=$((1 + 2)); echo \"$x\"; exit 4")))
+    outcome, output = await run(process_runtime(), job(tmp_path, spec(script="x=$((1 + 2)); echo \"$x\"; exit 4")))
     assert output == b"3\n"
     assert (outcome.state, outcome.exit_code) == ("Failed", 4)
 
 
 async def test_killed_by_a_signal_we_did_not_send(tmp_path: Path) -> None:
-    outcome, _ = await run(ProcessRuntime(), job(tmp_path, spec(script="kill -USR1 $$")))
+    outcome, _ = await run(process_runtime(), job(tmp_path, spec(script="kill -USR1 $$")))
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "exited", 128 + 10)
     assert "SIGUSR1" in outcome.error_message
 
@@ -143,7 +181,7 @@ async def test_command_not_found_is_an_error(tmp_path: Path) -> None:
     async def on_started(pid: int) -> None:
         started.append(pid)
 
-    outcome, output = await run(ProcessRuntime(), job(tmp_path, spec("no-such-command-corral")), on_started)
+    outcome, output = await run(process_runtime(), job(tmp_path, spec("no-such-command-corral")), on_started)
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Error", "system_error", None)
     assert "no-such-command-corral" in outcome.error_message
     assert outcome.start_time_ms is None
@@ -158,33 +196,36 @@ async def test_on_started_gets_the_pid_before_completion(tmp_path: Path) -> None
         calls.append((pid, log.closed))
 
     run_job = job(tmp_path, spec(script="echo $$"))
-    outcome = await ProcessRuntime().run(run_job, log, on_started)
+    outcome = await process_runtime().run(run_job, log, on_started)
     assert outcome.state == "Success"
     assert calls == [(int(log.read()), False)]
 
 
 # ---------------------------------------------------------------- stopping a job
 
-# A child that starts a grandchild, prints both pids, and waits.
+# A child that starts a grandchild, prints both pids (as it sees them), and waits.
 TREE = ("import os, subprocess; p = subprocess.Popen(['sleep', '100']); "
         "print(os.getpid(), p.pid, flush=True); p.wait()")
 
 
+@needs_py
 async def test_timeout_kills_the_whole_tree(tmp_path: Path) -> None:
     timeout = duration_pb2.Duration(nanos=800_000_000)
-    run_job = job(tmp_path, spec(PY, "-c", TREE, timeout=timeout))
+    tree, mark = marked(spec(PY, "-c", TREE, timeout=timeout))
     started = time.monotonic()
-    outcome, output = await run(ProcessRuntime(), run_job)
+    outcome, output = await run(process_runtime(), job(tmp_path, tree))
     assert time.monotonic() - started < 10
-    child, grandchild = (int(p) for p in output.split())
+    assert len(output.split()) == 2  # both ran
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "timed_out", None)
     assert "timed out after 0.8 s" in outcome.error_message
-    await eventually(lambda: gone(child) and gone(grandchild))
+    await eventually(lambda: not processes_marked(mark))
 
 
+@needs_py
 async def test_cancel_while_running_kills_the_whole_tree(tmp_path: Path) -> None:
-    runtime = ProcessRuntime()
-    run_job = job(tmp_path, spec(PY, "-c", TREE))
+    runtime = process_runtime()
+    tree, mark = marked(spec(PY, "-c", TREE))
+    run_job = job(tmp_path, tree)
     log = LogSink(run_job.log_path)
 
     async def nothing(pid: int) -> None:
@@ -192,18 +233,18 @@ async def test_cancel_while_running_kills_the_whole_tree(tmp_path: Path) -> None
 
     task = asyncio.create_task(runtime.run(run_job, log, nothing))
     await eventually(lambda: len(pids_in(log)) == 2)
-    child, grandchild = pids_in(log)
-    assert not gone(child) and not gone(grandchild)
+    assert len(processes_marked(mark)) == 2
     await runtime.cancel("a1")
     outcome = await task
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Cancelled", "cancelled", None)
-    await eventually(lambda: gone(child) and gone(grandchild))
+    await eventually(lambda: not processes_marked(mark))
     await runtime.cancel("a1")  # no longer running: nothing happens
 
 
 async def test_cancel_escalates_to_sigkill_after_the_grace_period(tmp_path: Path) -> None:
-    runtime = ProcessRuntime(ProcessRuntimeConfig(kill_grace_s=0.5))
-    run_job = job(tmp_path, spec(script="trap '' TERM; sleep 100 & echo $$ $!; wait"))
+    runtime = process_runtime(kill_grace_s=0.5)
+    stubborn, mark = marked(spec(script="trap '' TERM; sleep 100 & echo $$ $!; wait"))
+    run_job = job(tmp_path, stubborn)
     log = LogSink(run_job.log_path)
 
     async def nothing(pid: int) -> None:
@@ -211,43 +252,48 @@ async def test_cancel_escalates_to_sigkill_after_the_grace_period(tmp_path: Path
 
     task = asyncio.create_task(runtime.run(run_job, log, nothing))
     await eventually(lambda: len(pids_in(log)) == 2)
-    shell, sleeper = pids_in(log)
     asked = time.monotonic()
     await runtime.cancel("a1")
     outcome = await task
     assert time.monotonic() - asked >= 0.5  # SIGTERM was ignored; SIGKILL came after the grace
     assert outcome.state == "Cancelled"
-    await eventually(lambda: gone(shell) and gone(sleeper))
+    await eventually(lambda: not processes_marked(mark))
 
 
+@needs_py
 async def test_cancelling_the_run_task_leaves_nothing_running(tmp_path: Path) -> None:
-    run_job = job(tmp_path, spec(PY, "-c", TREE))
+    tree, mark = marked(spec(PY, "-c", TREE))
+    run_job = job(tmp_path, tree)
     log = LogSink(run_job.log_path)
 
     async def nothing(pid: int) -> None:
         pass
 
-    task = asyncio.create_task(ProcessRuntime().run(run_job, log, nothing))
+    task = asyncio.create_task(process_runtime().run(run_job, log, nothing))
     await eventually(lambda: len(pids_in(log)) == 2)
-    child, grandchild = pids_in(log)
+    assert len(processes_marked(mark)) == 2
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert log.closed
-    await eventually(lambda: gone(child) and gone(grandchild))
+    await eventually(lambda: not processes_marked(mark))
 
 
-async def test_a_process_that_left_the_group_does_not_hold_the_run(tmp_path: Path) -> None:
-    """setsid escapes the group kill (a documented limit of the process runtime); the run still ends
-    once the output drain gives up on the pipe the escaped process holds open."""
-    runtime = ProcessRuntime(ProcessRuntimeConfig(output_drain_s=0.3))
+async def test_unisolated_a_process_that_left_the_group_does_not_hold_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unisolated, setsid escapes the group kill (a documented limit of that mode); the run still ends
+    once the output drain gives up on the pipe the escaped process holds open. (Isolated, the escaped
+    process dies with the attempt: test_job_isolation.py.)"""
+    monkeypatch.setattr(runtime_module, "can_isolate", lambda: False)
+    runtime = process_runtime(output_drain_s=0.3)
     pid_file = tmp_path / "escaped.pid"
     escape = f"import os, time; os.setsid(); open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(30)"
-    script = f"{PY} -c \"{escape}\" & until [ -s {pid_file} ]; do sleep 0.02; done; echo done"
+    script = f"{sys.executable} -c \"{escape}\" & until [ -s {pid_file} ]; do sleep 0.02; done; echo done"
     outcome, output = await run(runtime, job(tmp_path, spec(script=script)))
     escaped = int(pid_file.read_text())
     try:
         assert (outcome.state, output) == ("Success", b"done\n")
+        assert "UNISOLATED" in outcome.isolation
     finally:
         os.kill(escaped, 9)
     await eventually(lambda: gone(escaped))
@@ -256,9 +302,10 @@ async def test_a_process_that_left_the_group_does_not_hold_the_run(tmp_path: Pat
 # ---------------------------------------------------------------- memory
 
 
+@needs_py
 async def test_memory_limit(tmp_path: Path) -> None:
     limit = 512 * 2**20
-    runtime = ProcessRuntime()
+    runtime = process_runtime()
     small = job(tmp_path, spec(PY, "-c", "b = bytearray(32 * 2**20); print(len(b))"), limit, "small")
     outcome, output = await run(runtime, small)
     assert (outcome.state, output) == ("Success", b"33554432\n")
@@ -275,17 +322,24 @@ async def test_memory_limit(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- refusals
 
 
-def test_check_refuses_what_a_process_cannot_honour() -> None:
-    runtime = ProcessRuntime()
+@pytest.mark.parametrize("isolated", [True, False], ids=["isolated", "unisolated"])
+def test_check_refuses_what_a_process_cannot_honour(isolated: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime_module, "can_isolate", lambda: isolated)
+    runtime = process_runtime()
     assert runtime.check(spec("true", network_mode=js.NETWORK_MODE_PUBLIC, input_files=[
         js.InputFile(from_url="file:///srv/ref.fa", to_path="/in/ref.fa")])) == []
     assert runtime.isolates is False and runtime.name == "process"
 
     [reason] = runtime.check(spec("true", secrets=[js.SecretMount(name="db", mount_path="/secrets")]))
     assert "secrets cannot be mounted" in reason
-    for mode in ("NETWORK_MODE_NONE", "NETWORK_MODE_PRIVATE"):
-        [reason] = runtime.check(spec("true", network_mode=js.NetworkMode.Value(mode)))
-        assert mode in reason and "cannot isolate the network" in reason
+    [reason] = runtime.check(spec("true", network_mode=js.NETWORK_MODE_PRIVATE))
+    assert "NETWORK_MODE_PRIVATE cannot be enforced" in reason and "no private network" in reason
+    none = runtime.check(spec("true", network_mode=js.NETWORK_MODE_NONE))
+    if isolated:
+        assert none == []  # a network namespace with loopback only
+    else:
+        [reason] = none
+        assert "NETWORK_MODE_NONE" in reason and "cannot isolate the network" in reason
     [reason] = runtime.check(spec("true", machine_type="n2-standard-8"))
     assert "machine_type 'n2-standard-8'" in reason
     [reason] = runtime.check(spec("true", input_files=[js.InputFile(from_url="gs://bucket/ref.fa",
@@ -298,9 +352,30 @@ def test_check_refuses_what_a_process_cannot_honour() -> None:
     assert "no command" in reason
 
 
+async def test_a_worker_that_cannot_isolate_refuses_jobs_unless_told_otherwise(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime_module, "can_isolate", lambda: False)  # as if not root
+    marker = tmp_path / "ran"
+    runtime = ProcessRuntime()
+    [reason] = runtime.check(spec("true"))
+    assert "needs a worker running as root" in reason and "--unisolated-dev" in reason
+    outcome, _ = await run(runtime, job(tmp_path, spec(script=f"touch {marker}")))
+    assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+    assert "needs a worker running as root" in outcome.error_message
+    assert "did not run" in outcome.isolation
+    assert not marker.exists()
+
+    # Allowed (development), it runs as the worker's own user, and says so loudly.
+    outcome, _ = await run(ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=True)),
+                           job(tmp_path, spec(script=f"touch {marker}"), attempt_id="dev"))
+    assert outcome.state == "Success" and marker.exists()
+    assert outcome.isolation.startswith("process runtime, UNISOLATED (development mode)")
+    assert "its keys and other jobs' files included" in outcome.isolation
+
+
 async def test_run_refuses_a_spec_without_running_it(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
-    outcome, _ = await run(ProcessRuntime(), job(tmp_path, spec(
+    outcome, _ = await run(process_runtime(), job(tmp_path, spec(
         script=f"touch {marker}", secrets=[js.SecretMount(name="db", mount_path="/secrets")])))
     assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
     assert "secrets cannot be mounted" in outcome.error_message
@@ -324,27 +399,57 @@ async def test_input_and_output_files(tmp_path: Path) -> None:
     }
     script = "mkdir -p out/more && cat in/ref.txt in/dir/a/b > out/result.txt && echo x > out/more/y; exit ${CODE:-0}"
 
-    outcome, output = await run(ProcessRuntime(), job(tmp_path, spec(script=script, **files), attempt_id="ok"))
+    outcome, output = await run(process_runtime(), job(tmp_path, spec(script=script, **files), attempt_id="ok"))
     assert outcome.state == "Success", (outcome, output)
     assert (store / "result.txt").read_text() == "ref\nnested\n"
     assert (store / "deep" / "more" / "y").read_text() == "x\n"
 
     # Outputs are copied only after the command exits 0.
     (store / "result.txt").unlink()
-    outcome, _ = await run(ProcessRuntime(), job(tmp_path, spec(script=script, env={"CODE": "1"}, **files),
+    outcome, _ = await run(process_runtime(), job(tmp_path, spec(script=script, env={"CODE": "1"}, **files),
                                                  attempt_id="failed"))
     assert (outcome.state, outcome.exit_code) == ("Failed", 1)
     assert not (store / "result.txt").exists()
 
     # A missing output is the system failing around the command; so is a missing input.
-    outcome, _ = await run(ProcessRuntime(), job(tmp_path, spec(script="true", output_files=files["output_files"]),
+    outcome, _ = await run(process_runtime(), job(tmp_path, spec(script="true", output_files=files["output_files"]),
                                                  attempt_id="no-output"))
     assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Error", "system_error", 0)
     assert "/out/result.txt does not exist" in outcome.error_message
-    outcome, _ = await run(ProcessRuntime(), job(tmp_path, spec(script="true", input_files=[
+    outcome, _ = await run(process_runtime(), job(tmp_path, spec(script="true", input_files=[
         js.InputFile(from_url=f"file://{source}/missing", to_path="/in/missing")]), attempt_id="no-input"))
     assert (outcome.state, outcome.end_reason, outcome.start_time_ms) == ("Error", "system_error", None)
     assert "copying input files failed" in outcome.error_message
+
+
+async def test_every_storage_url_goes_through_the_url_check(tmp_path: Path) -> None:
+    (tmp_path / "in.txt").write_text("in\n")
+    checked: list[str] = []
+
+    def check_url(url: str) -> None:
+        checked.append(url)
+        if "forbidden" in url:
+            raise PermissionError(f"{url} is outside the storage roots")
+
+    runtime = process_runtime(check_url=check_url)
+    ok = spec(script="cp in.txt out.txt", input_files=[js.InputFile(from_url=f"file://{tmp_path}/in.txt",
+                                                                     to_path="/in.txt")],
+              output_files=[js.OutputFile(from_path="/out.txt", to_url=f"file://{tmp_path}/store/out.txt")])
+    outcome, _ = await run(runtime, job(tmp_path, ok, attempt_id="ok"))
+    assert outcome.state == "Success"
+    assert checked == [f"file://{tmp_path}/in.txt", f"file://{tmp_path}/store/out.txt"]
+
+    refused_in = spec(script="true", input_files=[js.InputFile(from_url=f"file://{tmp_path}/forbidden",
+                                                               to_path="/x")])
+    outcome, _ = await run(runtime, job(tmp_path, refused_in, attempt_id="in"))
+    assert (outcome.state, outcome.start_time_ms) == ("Error", None)
+    assert "is outside the storage roots" in outcome.error_message
+    refused_out = spec(script="echo x > x", output_files=[js.OutputFile(from_path="/x",
+                                                                        to_url=f"file://{tmp_path}/forbidden")])
+    outcome, _ = await run(runtime, job(tmp_path, refused_out, attempt_id="out"))
+    assert (outcome.state, outcome.exit_code) == ("Error", 0)
+    assert "is outside the storage roots" in outcome.error_message
+    assert not (tmp_path / "forbidden").exists()
 
 
 # ---------------------------------------------------------------- logs
@@ -357,7 +462,7 @@ async def test_follow_yields_output_while_running_and_upload_copies_the_log(tmp_
     async def nothing(pid: int) -> None:
         pass
 
-    task = asyncio.create_task(ProcessRuntime().run(run_job, log, nothing))
+    task = asyncio.create_task(process_runtime().run(run_job, log, nothing))
     chunks = [(chunk, task.done()) async for chunk in log.follow()]
     assert chunks[0] == (b"first\n", False)
     assert b"".join(chunk for chunk, _ in chunks) == b"first\nsecond\n"

@@ -1,0 +1,229 @@
+"""Input and output files of an attempt, copied by the worker (as root when it
+isolates jobs) in and out of the job's working directory.
+
+Nothing the job made is ever followed. Paths below the working directory
+are walked one component at a time with O_NOFOLLOW from a descriptor of the
+directory, so a symbolic link, wherever it sits, stops the copy instead of
+leading it elsewhere: a job that makes `out.txt` a link to a key cannot have
+the worker read the key for it. Outputs are also only read when the job's
+own user could read them (which a hard link to someone else's file fails)
+and only regular files and directories are copied. Inputs are written the
+same way, so a link inside one input cannot redirect a later one.
+
+Every storage URL goes through one hook, `check_url`, before its copy.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+import fsspec
+
+from corral.batch.v1 import job_spec_pb2
+
+UrlCheck = Callable[[str], None]
+"""Raises (any exception, its message saying why) if the deployment does not allow a storage URL."""
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def allow_all_urls(url: str) -> None:
+    """The default URL policy: every URL may be copied from and to."""
+
+
+class CopyRefused(Exception):
+    """A file cannot be copied safely; the message says which and why."""
+
+
+def url_refusals(what: str, url: str) -> list[str]:
+    """Why the process runtime cannot copy `url` (it copies local file:// URLs only)."""
+    parts = urlsplit(url)
+    if parts.scheme != "file" or parts.netloc:
+        return [f"{what} URL {url!r} is not a local file:// URL; the process runtime copies only those"]
+    return []
+
+
+def path_refusals(what: str, path: str) -> list[str]:
+    """Why `path` cannot name a file inside the job's container view."""
+    p = PurePosixPath(path)
+    if not p.is_absolute() or ".." in p.parts or p == PurePosixPath("/"):
+        return [f"{what} {path!r} must be an absolute path below / without '..'"]
+    return []
+
+
+def host_path(work: Path, container_path: str) -> Path:
+    """Where a container path lives for the process runtime: below the working directory."""
+    return work / posixpath.normpath(container_path).lstrip("/")
+
+
+def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> None:
+    """Copy every input into `work` (before the job runs). A local source that is a link is followed (the
+    user named it), and where it leads is checked too; links inside a copied directory are copied as links."""
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for f in spec.input_files:
+            try:
+                check_url(f.from_url)
+                source = _local_path(f.from_url)
+                real = os.path.realpath(source)
+                if real != os.path.normpath(source):
+                    check_url(f"file://{real}")
+                parent_fd, name = _parent_beneath(work_fd, f.to_path, create=True)
+                try:
+                    if os.path.isdir(real):
+                        _copy_dir_in(real, parent_fd, name)
+                    else:
+                        _copy_file_in(real, parent_fd, name)
+                finally:
+                    os.close(parent_fd)
+            except Exception as e:
+                raise CopyRefused(f"{f.from_url} -> {f.to_path}: {e}") from e
+    finally:
+        os.close(work_fd)
+
+
+def give_to(work: Path, uid: int, gid: int) -> None:
+    """Make `work` and everything in it the job's (links themselves, never what they point to)."""
+    for top, dirs, files in os.walk(work):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
+    os.chown(work, uid, gid, follow_symlinks=False)
+
+
+def copy_outputs(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: UrlCheck) -> None:
+    """Copy every output out of `work` (once the job's processes are gone), as described above."""
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for f in spec.output_files:
+            try:
+                check_url(f.to_url)
+                parent_fd, name = _parent_beneath(work_fd, f.from_path, create=False)
+                try:
+                    fd = _open_output(parent_fd, name, f.from_path)
+                finally:
+                    os.close(parent_fd)
+                fs, remote = fsspec.core.url_to_fs(f.to_url)
+                _copy_out(fd, f.from_path, uid, fs, remote)
+            except Exception as e:
+                raise CopyRefused(f"{f.from_path} -> {f.to_url}: {e}") from e
+    finally:
+        os.close(work_fd)
+
+
+def _local_path(url: str) -> str:
+    _, path = fsspec.core.url_to_fs(url)
+    return path
+
+
+def _parent_beneath(work_fd: int, container_path: str, create: bool) -> tuple[int, str]:
+    """A descriptor of the directory holding `container_path` below the working directory, and the last
+    component's name; each directory on the way is opened without following links (and made if `create`)."""
+    parts = PurePosixPath(posixpath.normpath(container_path)).parts[1:]
+    fd = os.dup(work_fd)
+    try:
+        for i, part in enumerate(parts[:-1]):
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                next_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as e:
+                where = container_path if e.errno == errno.ENOENT else "/" + "/".join(parts[: i + 1])
+                raise CopyRefused(_describe(e, where)) from e
+            os.close(fd)
+            fd = next_fd
+        return fd, parts[-1]
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _describe(e: OSError, where: str) -> str:
+    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+        return f"{where} is a symbolic link or not a directory; files are copied without following links"
+    if e.errno == errno.ENOENT:
+        return f"{where} does not exist"
+    return f"{where}: {e.strerror}"
+
+
+def _open_output(parent_fd: int, name: str, where: str) -> int:
+    try:
+        return os.open(name, _READ, dir_fd=parent_fd)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CopyRefused(f"{where} is a symbolic link; outputs are copied without following links") from e
+        raise CopyRefused(_describe(e, where)) from e
+
+
+def _copy_out(fd: int, where: str, uid: int, fs: fsspec.AbstractFileSystem, remote: str) -> None:
+    """Copy the opened file or directory `fd` (closed here) to `remote`."""
+    try:
+        st = os.fstat(fd)
+        if not _readable_by(st, uid):
+            raise CopyRefused(f"{where} is not readable by the job's user, so it is not copied")
+        if stat.S_ISREG(st.st_mode):
+            fs.makedirs(posixpath.dirname(remote.rstrip("/")) or "/", exist_ok=True)
+            with open(fd, "rb", closefd=False) as source, fs.open(remote, "wb") as target:
+                shutil.copyfileobj(source, target)
+        elif stat.S_ISDIR(st.st_mode):
+            fs.makedirs(remote, exist_ok=True)
+            for entry in sorted(os.listdir(fd)):
+                try:
+                    child = os.open(entry, _READ, dir_fd=fd)
+                except OSError as e:
+                    if e.errno == errno.ELOOP:
+                        raise CopyRefused(f"{where}/{entry} is a symbolic link; outputs are copied without "
+                                          "following links") from e
+                    raise CopyRefused(_describe(e, f"{where}/{entry}")) from e
+                _copy_out(child, f"{where}/{entry}", uid, fs, f"{remote.rstrip('/')}/{entry}")
+        else:
+            raise CopyRefused(f"{where} is neither a regular file nor a directory")
+    finally:
+        os.close(fd)
+
+
+def _readable_by(st: os.stat_result, uid: int) -> bool:
+    """Whether the job's user (uid, and a group of the same number) could read it: a job may only export
+    what it could read itself (a hard link to someone else's private file fails this)."""
+    need = stat.S_IRUSR | (stat.S_IXUSR if stat.S_ISDIR(st.st_mode) else 0)
+    if st.st_uid == uid:
+        return st.st_mode & need == need
+    if st.st_gid == uid:
+        return st.st_mode & (need >> 3) == need >> 3
+    return st.st_mode & (need >> 6) == need >> 6
+
+
+def _copy_file_in(source: str, parent_fd: int, name: str) -> None:
+    target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=parent_fd)
+    with open(source, "rb") as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+        os.fchmod(dst.fileno(), os.fstat(src.fileno()).st_mode & 0o777)  # keeps x bits, never setuid
+
+
+def _copy_dir_in(source: str, parent_fd: int, name: str) -> None:
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    try:
+        with os.scandir(source) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), entry.name, dir_fd=fd)
+                elif entry.is_dir():
+                    _copy_dir_in(entry.path, fd, entry.name)
+                elif entry.is_file():
+                    _copy_file_in(entry.path, fd, entry.name)
+    finally:
+        os.close(fd)

@@ -1,0 +1,98 @@
+"""User ids for attempts: each running attempt on a host has a uid (and a gid
+of the same number) that no other process on the host uses.
+
+Several workers share a host, so a claim must hold across processes: a uid
+is claimed by holding an exclusive `flock` on the file named after it in a
+directory the host's workers share. The kernel drops the lock when its
+holder dies, so a crashed worker leaves no stale claim. A free lock is not
+enough, though: the processes of a crashed worker's attempt could outlive
+it (they die with it, by design, but a uid is worth a check), so a uid is
+also skipped while any process on the host runs with it. Uids are tried
+from a random point of the range so that one is rarely reused soon.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class NoFreeUid(Exception):
+    """Every uid of the range is claimed or still has processes."""
+
+
+@dataclass
+class UidClaim:
+    """A uid this process holds until `release`."""
+
+    uid: int
+    _fd: int | None
+
+    def release(self) -> None:
+        """Let other attempts have the uid (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+def uids_in_use(proc: Path = Path("/proc")) -> set[int]:
+    """Every real, effective, saved and filesystem uid of the host's processes (from /proc/PID/status,
+    which a process cannot hide the way it can make /proc/PID belong to root)."""
+    uids: set[int] = set()
+    for entry in os.scandir(proc):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(os.path.join(entry.path, "status"), "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        uids.update(int(u) for u in line.split()[1:])
+                        break
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # it exited while we looked
+    return uids
+
+
+class JobUids:
+    """Claims uids in [first, first + count) for attempts, across the workers of this host."""
+
+    def __init__(self, claims_dir: Path, first: int, count: int,
+                 in_use: Callable[[], Iterable[int]] = uids_in_use):
+        if first <= 0 or count <= 0 or first + count > 2**32 - 1:
+            raise ValueError(f"uid range [{first}, {first + count}) is not a range of unprivileged uids")
+        self.claims_dir = claims_dir
+        self.first = first
+        self.count = count
+        self._in_use = in_use
+
+    def claim(self) -> UidClaim:
+        """A uid no other attempt holds and no process uses; raises NoFreeUid."""
+        self.claims_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        dir_fd = os.open(self.claims_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            busy = set(self._in_use())
+            start = random.randrange(self.count)
+            for i in range(self.count):
+                uid = self.first + (start + i) % self.count
+                if uid in busy:
+                    continue
+                fd = os.open(str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                # Processes may have started with it between our look and the lock (only those of a
+                # claim that ended just then); look again now that no new claim can start any.
+                if uid in set(self._in_use()):
+                    os.close(fd)
+                    continue
+                return UidClaim(uid, fd)
+        finally:
+            os.close(dir_fd)
+        raise NoFreeUid(f"all {self.count} job uids from {self.first} are in use on this host "
+                        f"(claims in {self.claims_dir})")

@@ -1,0 +1,255 @@
+"""The init of one attempt in the process runtime: run as root by the worker,
+it puts the job in namespaces of its own and runs its command as an
+unprivileged user.
+
+The worker runs `python -I -S jobinit.py` (this file by its path: standard
+library only) and writes its instructions as JSON on stdin, never on a
+command line, since they hold the job's environment. Reports go to the file
+descriptor the instructions name, one line each:
+
+    started PID                   the command runs (PID as the job sees it: 2)
+    error MESSAGE                 the command could not be started
+    exit STATUS CPU_MS MAXRSS_KIB the command ended (its wait status) and what it used
+
+Three processes. This one, the worker's child, unshares the mount, PID, IPC
+and UTS namespaces (and the network one for network_mode NONE) and forks the
+namespace's init, PID 1 there. The init makes the job's view of the files
+(its own /proc, fresh private /tmp and the like, the worker's scratch root
+hidden but for the attempt's own directories), names the host, brings
+loopback up, then forks the command, PID 2, which drops every privilege and
+execs. The init reaps orphans, passes SIGTERM on to every process of the job
+and exits when the command does; the kernel then kills whatever is left in
+the namespace. Each of the three dies with its parent (PR_SET_PDEATHSIG), so
+a worker that dies takes its jobs with it.
+
+Everything is imported before the mounts, which may hide the interpreter's
+own files.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import warnings  # noqa: F401 - os.execvpe imports it, too late once the files are the job's to read
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_NOEXEC = 0x8
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+
+PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+IFREQ = "16sH22x"  # struct ifreq: the name, then ifr_flags in a 24-byte union
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.unshare.argtypes = [ctypes.c_int]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class Refused(Exception):
+    """The job cannot be started; the message says why, for the job's status."""
+
+
+def _call(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else os.fsencode(text)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    _call(_libc.mount(_bytes(source), _bytes(target), _bytes(fstype), flags, _bytes(data)), f"mount {target}")
+
+
+def _prctl(option: int, arg: int = 0) -> None:
+    _call(_libc.prctl(option, arg, 0, 0, 0), f"prctl {option}")
+
+
+def _report(fd: int, line: str) -> None:
+    os.write(fd, (" ".join(line.split("\n")) + "\n").encode("utf-8", "replace"))
+
+
+def main() -> int:
+    """The worker's child: unshare, fork the namespace's init, wait for it."""
+    spec = json.loads(sys.stdin.buffer.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    status = spec["status_fd"]
+    os.set_inheritable(status, False)
+    try:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != spec["parent_pid"]:
+            return 1  # the worker died before we could ask to die with it
+        flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+        if spec["network"] == "none":
+            flags |= CLONE_NEWNET
+        _call(_libc.unshare(flags), "unshare")
+        alive_r, alive_w = os.pipe()
+        init = os.fork()
+    except OSError as e:
+        _report(status, f"error could not isolate the job: {e}")
+        return 1
+    if init == 0:
+        code = 1
+        try:
+            os.close(alive_w)
+            code = _namespace_init(spec, status, alive_r)
+        except BaseException as e:  # noqa: BLE001 - say it, whatever it was, and leave
+            _report(status, f"error could not isolate the job: {e}")
+        os._exit(code)
+    os.close(alive_r)
+    signal.signal(signal.SIGTERM, lambda *_: _signal(init, signal.SIGTERM))
+    _, wait_status = os.waitpid(init, 0)
+    return 0 if os.waitstatus_to_exitcode(wait_status) == 0 else 1
+
+
+def _namespace_init(spec: dict, status: int, alive_r: int) -> int:
+    """PID 1 of the job's namespace: set up, run the command, reap, report."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if select.select([alive_r], [], [], 0)[0]:
+        return 1  # our parent died before we could ask to die with it (the pipe says EOF)
+    try:
+        _isolate_files(spec)
+        socket.sethostname(spec["hostname"])
+        if spec["network"] == "none":
+            _loopback_up()
+    except OSError as e:
+        _report(status, f"error could not isolate the job: {e}")
+        return 1
+    failed_r, failed_w = os.pipe()  # close-on-exec: EOF without a word means the exec happened
+    command = os.fork()
+    if command == 0:
+        os.close(failed_r)
+        try:
+            _exec_command(spec, failed_w)
+        except Refused as e:
+            os.write(failed_w, str(e).encode("utf-8", "replace"))
+        except BaseException as e:  # noqa: BLE001 - in the command's process: say it, never return
+            os.write(failed_w, f"could not start the command: {e}".encode("utf-8", "replace"))
+        os._exit(127)
+    os.close(failed_w)
+    failure = b""
+    while chunk := os.read(failed_r, 4096):
+        failure += chunk
+    os.close(failed_r)
+    if failure:
+        os.waitpid(command, 0)
+        _report(status, "error " + failure.decode("utf-8", "replace"))
+        return 1
+    _report(status, f"started {command}")
+    # As PID 1 we get only the signals we handle; the job's processes get this one from us.
+    signal.signal(signal.SIGTERM, lambda *_: _signal(-1, signal.SIGTERM))
+    cpu_s, maxrss_kib = 0.0, 0
+    while True:
+        pid, wait_status, usage = os.wait4(-1, 0)
+        cpu_s += usage.ru_utime + usage.ru_stime
+        maxrss_kib = max(maxrss_kib, usage.ru_maxrss)
+        if pid == command:
+            _report(status, f"exit {wait_status} {round(cpu_s * 1000)} {maxrss_kib}")
+            return 0  # and the kernel kills what the command left running
+
+
+def _isolate_files(spec: dict) -> None:
+    """The job's view of the files: the host's, but for a fresh /proc, fresh private directories (/tmp and
+    the like), and the worker's scratch root hidden under an empty tmpfs ("cover") in which only the
+    attempt's own directories ("reveal") appear, at their usual paths."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
+    kept = [os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW) for path in spec["reveal"]]
+    _mount("tmpfs", spec["cover"], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=1m")
+    for path in spec["private_dirs"]:
+        if os.path.isdir(path) and not os.path.islink(path):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={spec['private_dir_bytes']}")
+    for path, fd in zip(spec["reveal"], kept):
+        _make_path(path)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
+        os.close(fd)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _make_path(path: str) -> None:
+    """Create `path` and its missing parents, 0711: the job may pass through them but not list them."""
+    current = "/"
+    for part in path.strip("/").split("/"):
+        current = os.path.join(current, part)
+        if not os.path.isdir(current):
+            os.mkdir(current, 0o711)
+            os.chmod(current, 0o711)  # whatever the umask
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        _, flags = struct.unpack(IFREQ, fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack(IFREQ, b"lo", 0)))
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack(IFREQ, b"lo", flags | IFF_UP))
+
+
+def _exec_command(spec: dict, failed_w: int) -> None:
+    """PID 2: become the job's user with no privilege at all, then exec the command."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_DFL)  # Python ignores SIGPIPE and SIGXFSZ; exec keeps ignored ones
+    os.setsid()
+    os.closerange(3, failed_w)
+    os.closerange(failed_w + 1, 1 << 20)
+    nproc = spec["max_processes"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))  # per uid, and the uid is the attempt's alone
+    if (limit := spec["address_space_bytes"]) > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last_cap = int(f.read())
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    uid, gid = spec["uid"], spec["gid"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # from root to a user: the kernel clears every capability
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid program, no file capability gives them back
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise Refused("could not give up root")
+    try:
+        os.chdir(spec["cwd"])
+    except OSError as e:
+        raise Refused(f"could not enter its working directory {spec['cwd']}: {e.strerror}") from e
+    os.umask(0o022)
+    argv = spec["argv"]
+    try:
+        os.execvpe(argv[0], argv, spec["env"])
+    except OSError as e:
+        raise Refused(f"could not start {argv[0]!r}: {e.strerror}") from e
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""What a container runtime is: the `ContainerRuntime` interface, what it is
+given for one attempt (`JobRun`) and what it returns (`JobOutcome`).
+
+What an attempt's outcome means follows the protos: SUCCEEDED is exit 0 with
+the outputs copied; FAILED is a non-zero exit, a kill by a signal we did not
+send, running out of memory or timing out; ERROR is the system failing around
+the command (a spec the runtime refuses, an input or output copy, a command
+that cannot be started); CANCELLED is a stop asked for with `cancel`. End
+reasons are `corral.batch.v1.AttemptEndReason` names without their prefix, in
+lower case, as the driver stores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from corral.batch.v1 import job_spec_pb2
+from services.worker.logs import LogSink
+
+EXITED = "exited"
+OUT_OF_MEMORY = "out_of_memory"
+TIMED_OUT = "timed_out"
+CANCELLED = "cancelled"
+SYSTEM_ERROR = "system_error"
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One attempt of a job, as a runtime needs it."""
+
+    batch_id: int
+    job_id: int
+    attempt_id: str
+    spec: job_spec_pb2.JobSpec
+    cores_mcpu: int
+    """Cores reserved for the attempt, in thousandths of a core."""
+    memory_bytes: int
+    """Memory reserved for the attempt (after any out-of-memory increase); 0 = no limit."""
+    scratch: Path
+    """The worker's scratch root; the attempt gets its own directory under it."""
+
+    @property
+    def attempt_dir(self) -> Path:
+        """Directory of this attempt: `work/` (the job's cwd and HOME), `tmp/`, `main.log`."""
+        return self.scratch / f"{self.batch_id}-{self.job_id}-{self.attempt_id}"
+
+    @property
+    def log_path(self) -> Path:
+        """Where the main command's log is written while it runs."""
+        return self.attempt_dir / "main.log"
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How an attempt ended."""
+
+    state: str
+    """'Success', 'Failed', 'Error' or 'Cancelled' (the database's names)."""
+    exit_code: int | None
+    """Exit code of the command (128 + signal when a signal killed it); None if it never ran to an exit."""
+    error_message: str
+    """What went wrong, in words; empty on success."""
+    start_time_ms: int | None
+    """When the command started; None if it never did."""
+    end_time_ms: int
+    """When the attempt ended."""
+    end_reason: str
+    """An AttemptEndReason name in lower case: exited, out_of_memory, timed_out, cancelled, system_error."""
+    isolation: str
+    """How the job was (or was not) isolated, in words a user reads in the job's status."""
+    peak_memory_bytes: int | None = None
+    """Peak resident memory of the command's largest process, where the OS tells."""
+    cpu_time_ms: int | None = None
+    """CPU time (user + system) of the command and the children it waited for, where the OS tells."""
+
+
+class ContainerRuntime(Protocol):
+    """Runs attempts of jobs on this worker, one `run` call per attempt."""
+
+    name: str
+    """Short name for logs and status, e.g. 'process' or 'oci'."""
+    isolates: bool
+    """Whether jobs get their own filesystem, network and resource limits."""
+
+    def check(self, spec: job_spec_pb2.JobSpec) -> list[str]:
+        """Why this runtime cannot honour `spec`; empty if it can."""
+        ...
+
+    def isolation(self, job: JobRun) -> str:
+        """How `run` isolates this attempt, in words a user reads in the job's status."""
+        ...
+
+    async def run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]]) -> JobOutcome:
+        """Run the attempt to its end: copy inputs, run the command (its output into `log`, which is
+        closed when the command ends), copy outputs. `on_started` gets the command's pid (as the job sees it)
+        once it runs.
+        Cancelling the calling task kills the command and everything it started."""
+        ...
+
+    async def cancel(self, attempt_id: str) -> None:
+        """Ask a running attempt to stop; its `run` then returns Cancelled. No-op if not running."""
+        ...

@@ -1,0 +1,94 @@
+"""Claims of job uids (services/worker/job_uids.py): unique while held, across
+processes; free again once released or once the holder died; never while a
+process still runs with the uid."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.worker.job_uids import JobUids, NoFreeUid, uids_in_use
+
+pytestmark = pytest.mark.timeout(30)
+
+FIRST = 2_100_000_000  # well apart from the runtime's default range, so real attempts never collide
+
+
+def test_claims_are_unique_until_released(tmp_path: Path) -> None:
+    uids = JobUids(tmp_path / "claims", FIRST, 2, in_use=lambda: ())
+    a, b = uids.claim(), uids.claim()
+    assert {a.uid, b.uid} == {FIRST, FIRST + 1}
+    with pytest.raises(NoFreeUid, match=f"all 2 job uids from {FIRST} are in use"):
+        uids.claim()
+    a.release()
+    a.release()  # idempotent
+    again = uids.claim()
+    assert again.uid == a.uid
+    assert oct((tmp_path / "claims").stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_claim_is_seen_by_other_processes_and_freed_when_released(tmp_path: Path) -> None:
+    uids = JobUids(tmp_path / "claims", FIRST, 1, in_use=lambda: ())
+    claim = uids.claim()
+    with open(tmp_path / "claims" / str(claim.uid), "rb") as f:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        claim.release()
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_claim_whose_holder_died_is_free_again(tmp_path: Path) -> None:
+    """A worker that crashes holding a claim: the kernel drops its lock."""
+    claims = tmp_path / "claims"
+    program = ("import pathlib, sys; from services.worker.job_uids import JobUids; "
+               f"c = JobUids(pathlib.Path({str(claims)!r}), {FIRST}, 1, in_use=lambda: ()).claim(); "
+               "print(c.uid, flush=True); sys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None
+        assert int(holder.stdout.readline()) == FIRST
+        uids = JobUids(claims, FIRST, 1, in_use=lambda: ())
+        with pytest.raises(NoFreeUid):
+            uids.claim()
+        holder.send_signal(signal.SIGKILL)  # the crash
+        holder.wait()
+    assert uids.claim().uid == FIRST
+
+def test_a_uid_that_processes_still_use_is_skipped(tmp_path: Path) -> None:
+    running = {FIRST}
+    uids = JobUids(tmp_path / "claims", FIRST, 2, in_use=lambda: running)
+    assert uids.claim().uid == FIRST + 1
+    with pytest.raises(NoFreeUid):
+        uids.claim()
+    running.clear()  # its last process ended
+    assert uids.claim().uid == FIRST
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
+def test_a_leftover_process_of_a_dead_claim_keeps_its_uid_taken(tmp_path: Path) -> None:
+    """The claim's holder died, but a process with the uid lives on: the uid stays taken until it ends."""
+    leftover = subprocess.Popen(["sleep", "30"], user=FIRST, group=FIRST, extra_groups=[])
+    try:
+        assert FIRST in uids_in_use()
+        uids = JobUids(tmp_path / "claims", FIRST, 1)  # the real look at /proc
+        with pytest.raises(NoFreeUid):
+            uids.claim()
+    finally:
+        leftover.kill()
+        leftover.wait()
+    assert uids.claim().uid == FIRST
+
+
+def test_uids_in_use_sees_this_process() -> None:
+    assert os.getuid() in uids_in_use()
+
+
+def test_a_range_must_be_of_unprivileged_uids(tmp_path: Path) -> None:
+    for first, count in [(0, 10), (FIRST, 0), (2**32 - 5, 10)]:
+        with pytest.raises(ValueError, match="not a range of unprivileged uids"):
+            JobUids(tmp_path, first, count)
