@@ -172,8 +172,10 @@ class AuthServiceServicer:
 
     def VerifyToken(self, request, context):
         """Checks a bearer token for another service: returns its user, roles and
-        expiry, or UNAUTHENTICATED. Callers may cache a valid answer for
-        cache_ttl.
+        expiry, or UNAUTHENTICATED. Answered only to corral services (mutual
+        TLS); every bearer token, a service identity's too, gets
+        PERMISSION_DENIED. Callers may reuse a valid answer until the earlier of
+        cache_ttl from now and expires_at.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
