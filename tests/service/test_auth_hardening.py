@@ -48,9 +48,6 @@ class ManualClock:
         return self.now_s
 
 
-AuthFactory = Callable[..., "asyncio.Future[AuthApp]"]
-
-
 @pytest.fixture
 async def auth_with(db_config: DatabaseConfig, certs: DevCertificateAuthority) -> AsyncIterator[Callable]:
     """`await auth_with(limits, clock_s=..., forwarded_for_header=...)`: an auth service of the test's own."""
