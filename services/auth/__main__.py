@@ -1,4 +1,4 @@
-"""python -m services.auth [--database-url URL] --certs-dir DIR [--ports-file F]"""
+"""python -m services.auth [--database-url URL] --certs-dir DIR [--ports-file F] [login limits]"""
 
 import argparse
 import asyncio
@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 from services.auth.app import AuthConfig, run
+from services.auth.login_limits import Backoff, LoginLimits
 from services.common.entry import add_database_url, private_files
 
 parser = argparse.ArgumentParser(prog="python -m services.auth", description=__doc__)
@@ -14,8 +15,23 @@ parser.add_argument("--certs-dir", type=Path, required=True)
 parser.add_argument("--public-address", default="127.0.0.1:0")
 parser.add_argument("--internal-address", default="127.0.0.1:0")
 parser.add_argument("--ports-file", type=Path)
+limits = LoginLimits()
+parser.add_argument("--login-free-failures-per-user", type=int, default=limits.per_user.free_failures,
+                    help="failed logins in a row for one username before delays start")
+parser.add_argument("--login-max-delay-per-user-s", type=float, default=limits.per_user.max_delay_s)
+parser.add_argument("--login-free-failures-per-source", type=int, default=limits.per_source.free_failures,
+                    help="failed logins in a row from one address (IPv6: /64) before delays start")
+parser.add_argument("--login-max-delay-per-source-s", type=float, default=limits.per_source.max_delay_s)
+parser.add_argument("--forwarded-for-header", help="trust this header for the caller's address "
+                    "(only behind a gateway that sets it); default: the connection's peer")
 args = parser.parse_args()
 private_files()
+login_limits = LoginLimits(  # a key is forgotten after 15 minutes' quiet, or its longest lock
+    per_user=Backoff(args.login_free_failures_per_user, max_delay_s=args.login_max_delay_per_user_s,
+                     forget_after_s=max(900.0, args.login_max_delay_per_user_s)),
+    per_source=Backoff(args.login_free_failures_per_source, max_delay_s=args.login_max_delay_per_source_s,
+                       forget_after_s=max(900.0, args.login_max_delay_per_source_s)))
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(AuthConfig(args.database_url, args.certs_dir, args.public_address, args.internal_address,
-                           ports_file=args.ports_file)))
+                           ports_file=args.ports_file, login_limits=login_limits,
+                           forwarded_for_header=args.forwarded_for_header)))

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from corral.auth.v1 import auth_service_pb2_grpc
+from services.auth.login_limits import LoginLimits, LoginThrottle
 from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
-from services.auth.store import AuthStore
+from services.auth.store import AuthStore, dummy_password_hash
 from services.common.identity import BearerAuthenticator
 from services.common.server import (
     Listener,
@@ -44,6 +48,12 @@ class AuthConfig:
     """Where to write the bound ports as JSON once serving (for `corral up`)."""
     trace_exporter: str | None = None
     """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
+    login_limits: LoginLimits = LoginLimits()
+    """Delays after failed logins, per username and per source (services.auth.login_limits)."""
+    forwarded_for_header: str | None = None
+    """Metadata header whose last entry is the login's source address, e.g. 'x-forwarded-for'.
+    Only when every call reaches the public listener through a gateway that sets it: a client
+    reaching the listener directly could write any address there. None: the call's peer."""
 
 
 @dataclasses.dataclass
@@ -63,13 +73,15 @@ class AuthApp:
         self.tracing.shutdown()
 
 
-async def start(config: AuthConfig) -> AuthApp:
-    """Open the database, start both listeners, and report the ports."""
+async def start(config: AuthConfig, clock_s: Callable[[], float] = time.monotonic) -> AuthApp:
+    """Open the database, start both listeners, and report the ports. `clock_s` times
+    login delays (tests move it by hand)."""
     tracing = Tracing("corral-auth", config.trace_exporter)
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
-    servicer = AuthServicer(AuthStore(db))
+    await asyncio.to_thread(dummy_password_hash)  # made now, not by the first unknown username's login
+    servicer = AuthServicer(AuthStore(db), LoginThrottle(config.login_limits, clock_s), config.forwarded_for_header)
     tls = TlsFiles.of(config.certs_dir, config.identity)
-    public = BearerAuthenticator(servicer.verify_principal, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
+    public = BearerAuthenticator(servicer.verify_token, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
     servers = await serve(
         [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],
         [Listener(config.public_address, tls, public, internal=False),

@@ -6,7 +6,7 @@ import grpc
 
 from corral.auth.v1 import auth_service_pb2 as pb
 from corral.auth.v1 import auth_service_pb2_grpc, user_pb2
-from services.common.identity import Principal
+from services.common.identity import Principal, TokenAnswer
 
 _ROLES = {user_pb2.ROLE_USER: "user", user_pb2.ROLE_DEVELOPER: "developer", user_pb2.ROLE_ADMIN: "admin"}
 
@@ -18,13 +18,16 @@ class RemoteTokenVerifier:
         self._stub = auth_service_pb2_grpc.AuthServiceStub(channel)
         self._timeout_s = timeout_s
 
-    async def __call__(self, token: str) -> Principal | None:
+    async def __call__(self, token: str) -> TokenAnswer | None:
         try:
             response = await self._stub.VerifyToken(pb.VerifyTokenRequest(token=token), timeout=self._timeout_s)
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNAUTHENTICATED:
                 return None
             raise
-        kind = "service" if response.user.kind == user_pb2.USER_KIND_SERVICE else "person"
-        return Principal(response.user.username, kind, frozenset(_ROLES[r] for r in response.user.roles),
-                         response.token_id)
+        # A service-kind user's token is a service account, never a corral service.
+        kind = "service_account" if response.user.kind == user_pb2.USER_KIND_SERVICE else "person"
+        principal = Principal(response.user.username, kind, frozenset(_ROLES[r] for r in response.user.roles),
+                              response.token_id)
+        return TokenAnswer(principal, response.expires_at.ToMilliseconds(),
+                           response.cache_ttl.ToNanoseconds() / 1e9 if response.HasField("cache_ttl") else None)

@@ -10,16 +10,29 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral.auth.v1 import auth_service_pb2 as pb
 from corral.auth.v1 import auth_service_pb2_grpc, token_pb2, user_pb2
+from services.auth.login_limits import LoginThrottle, source_of
 from services.auth.store import DEFAULT_TOKEN_TTL_MS, AuthStore, Token, User, UserExists
-from services.common.errors import AlreadyExists, FieldViolation, InvalidRequest, NotFound, Unauthenticated
-from services.common.identity import Principal, current_principal
+from services.common.errors import (
+    AlreadyExists,
+    FieldViolation,
+    InvalidRequest,
+    NotFound,
+    RateLimited,
+    Unauthenticated,
+)
+from services.common.identity import Principal, TokenAnswer, current_principal
 
 _USERNAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _ROLE_NAMES = {user_pb2.ROLE_USER: "user", user_pb2.ROLE_DEVELOPER: "developer", user_pb2.ROLE_ADMIN: "admin"}
 _ROLE_ENUMS = {v: k for k, v in _ROLE_NAMES.items()}
 _KINDS = {user_pb2.USER_KIND_PERSON: "person", user_pb2.USER_KIND_SERVICE: "service"}
 MAX_PAGE_SIZE = 1000
-CACHE_TTL_S = 10
+MAX_USERNAME_CHARS = 64
+MAX_PASSWORD_CHARS = 1024
+"""Longer passwords are refused before hashing: they would only cost the server time."""
+CACHE_TTL_S = 5
+"""How long other services may reuse a VerifyToken answer: the longest a revoked token,
+or a deactivated user's, keeps working there."""
 
 ANONYMOUS_METHODS = frozenset({"/corral.auth.v1.AuthService/Login"})
 """Methods a caller may use without a token."""
@@ -53,8 +66,11 @@ def token_proto(token: Token) -> token_pb2.Token:
     )
 
 
-def principal_of(user: User, token: Token | None = None) -> Principal:
-    return Principal(user.username, user.kind, user.roles, token.token_id if token else None)
+def principal_of(user: User, token: Token) -> Principal:
+    """The caller behind a token: a person, or a service identity acting as a service account
+    (never a corral service, see services.common.identity)."""
+    kind = "service_account" if user.kind == "service" else "person"
+    return Principal(user.username, kind, user.roles, token.token_id)
 
 
 def _page(page_size: int, page_token: str) -> tuple[int, str]:
@@ -74,18 +90,44 @@ def _next_page(keys: list[str], limit: int) -> str:
 class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
     """Users, logins and tokens."""
 
-    def __init__(self, store: AuthStore):
+    def __init__(self, store: AuthStore, throttle: LoginThrottle | None = None,
+                 forwarded_for_header: str | None = None):
         self.store = store
+        self.throttle = throttle or LoginThrottle()
+        self._forwarded_for_header = forwarded_for_header.lower() if forwarded_for_header else None
 
-    async def verify_principal(self, secret: str) -> Principal | None:
-        """Local token verification, for this service's own public listener."""
+    async def verify_token(self, secret: str) -> TokenAnswer | None:
+        """A token's owner and expiry, verified here: for this service's own public listener."""
         found = await self.store.verify(secret)
-        return principal_of(*found) if found else None
+        if found is None:
+            return None
+        user, token = found
+        return TokenAnswer(principal_of(user, token), token.expires_at_ms)
+
+    def _source(self, context: grpc.aio.ServicerContext) -> str:
+        """Where a login comes from: the peer, or the trusted gateway's forwarded-for header."""
+        forwarded_for = None
+        if self._forwarded_for_header:
+            forwarded_for = ",".join(str(v) for k, v in context.invocation_metadata() or ()
+                                     if k == self._forwarded_for_header)
+        return source_of(context.peer() or "", forwarded_for)
 
     async def Login(self, request: pb.LoginRequest, context: grpc.aio.ServicerContext) -> pb.LoginResponse:
+        violations = []
+        if len(request.username) > MAX_USERNAME_CHARS:
+            violations.append(FieldViolation("username", f"at most {MAX_USERNAME_CHARS} characters"))
+        if len(request.password) > MAX_PASSWORD_CHARS:
+            violations.append(FieldViolation("password", f"at most {MAX_PASSWORD_CHARS} characters"))
+        if violations:
+            raise InvalidRequest(violations)
+        source = self._source(context)
+        refused = self.throttle.admit(request.username, source)
+        if refused is not None:
+            raise RateLimited(refused.message(), refused.retry_after_s)
         user = await self.store.check_login(request.username, request.password)
         if user is None:
             raise Unauthenticated("wrong username or password")
+        self.throttle.succeeded(request.username, source)
         token, secret = await self.store.create_token(user.username, "session", name="login")
         return pb.LoginResponse(token=secret, expires_at=_timestamp(token.expires_at_ms), user=user_proto(user))
 
@@ -191,7 +233,10 @@ class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
 
     async def VerifyToken(self, request: pb.VerifyTokenRequest, context: grpc.aio.ServicerContext
                           ) -> pb.VerifyTokenResponse:
-        # Only corral services (mutual TLS) resolve other people's tokens.
+        # Only corral services (mutual TLS, the internal listener) resolve other people's
+        # tokens; a bearer token never makes a service principal (services.common.identity),
+        # so on the public listener every caller is refused, a service identity's token too.
+        # Nobody needs it there: clients learn about their own token with WhoAmI.
         current_principal().require_service()
         found = await self.store.verify(request.token)
         if found is None:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pymysql
 
 from services.db.database import Database
 from services.db.store import wall_clock_ms
 
+T = TypeVar("T")
 ROLES = ("user", "developer", "admin")
 DAY_MS = 24 * 3600 * 1000
 DEFAULT_TOKEN_TTL_MS = 30 * DAY_MS
@@ -40,6 +43,14 @@ def check_password(password: str, stored: str | None) -> bool:
         return False
     candidate = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p))
     return hmac.compare_digest(candidate.hex(), digest)
+
+
+@functools.cache
+def dummy_password_hash() -> str:
+    """A hash of a random password nobody knows, with the parameters of real ones: a login
+    for a user who cannot log in (unknown, deactivated, a service identity without a
+    password) checks against it, so it costs what a wrong password costs."""
+    return hash_password(secrets.token_urlsafe(32))
 
 
 def _sha256(secret: str) -> str:
@@ -98,9 +109,15 @@ class UserExists(Exception):
 class AuthStore:
     """What the auth service reads and writes."""
 
-    def __init__(self, db: Database, clock_ms: Callable[[], int] = wall_clock_ms):
+    def __init__(self, db: Database, clock_ms: Callable[[], int] = wall_clock_ms, concurrent_hashes: int = 2):
         self.db = db
         self.clock_ms = clock_ms
+        # scrypt takes ~16 MiB and tens of ms of a core: run it off the event loop, a few at a time.
+        self._hashing = asyncio.Semaphore(concurrent_hashes)
+
+    async def _off_loop(self, work: Callable[[], T]) -> T:
+        async with self._hashing:
+            return await asyncio.to_thread(work)
 
     async def create_user(
         self, username: str, kind: str = "person", roles: frozenset[str] = frozenset({"user"}),
@@ -112,7 +129,7 @@ class AuthStore:
                 """INSERT INTO users (username, kind, roles, display_name, email, password_hash, time_created_ms)
                    VALUES (%s, %s, %s, %s, %s, %s, %s)""",
                 (username, kind, ",".join(sorted(roles)), display_name, email,
-                 hash_password(password) if password else None, self.clock_ms()),
+                 await self._off_loop(lambda: hash_password(password)) if password else None, self.clock_ms()),
                 name="create_user",
             )
         except pymysql.err.IntegrityError as e:
@@ -144,8 +161,13 @@ class AuthStore:
             (now, username), name="revoke_user_tokens")
 
     async def check_login(self, username: str, password: str) -> User | None:
+        """The user if the password is theirs and they may log in. Every refusal costs one
+        password check, against the user's hash or the dummy, so the time taken does not
+        tell an unknown or deactivated username from a wrong password."""
         row = await self.db.fetchone("SELECT * FROM users WHERE username = %s", (username,), name="login")
-        if row is None or row["state"] != "active" or not check_password(password, row["password_hash"]):
+        stored = row["password_hash"] if row is not None and row["state"] == "active" else None
+        right = await self._off_loop(lambda: check_password(password, stored or dummy_password_hash()))
+        if row is None or not stored or not right:
             return None
         return User.from_row(row)
 

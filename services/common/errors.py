@@ -12,7 +12,7 @@ import dataclasses
 
 import grpc
 import pymysql
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from services.db.database import (
@@ -78,6 +78,19 @@ class AlreadyExists(RequestError):
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
+class RateLimited(RequestError):
+    """Too many attempts: refused until `retry_after_s` has passed (carried as a
+    google.rpc.RetryInfo). RESOURCE_EXHAUSTED rather than UNAVAILABLE: clients and
+    gRPC retry policies retry UNAVAILABLE on their own, which is the opposite of what
+    a rate limit asks for."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class FailedPrecondition(RequestError):
     """The resource's state refuses the request (closed project, cancelled batch)."""
 
@@ -129,6 +142,10 @@ def to_status(error: Exception) -> status_pb2.Status | None:
     elif isinstance(error, InvalidArgumentError):
         status.details.append(_packed(error_details_pb2.BadRequest(field_violations=[
             error_details_pb2.BadRequest.FieldViolation(field="", description=error.message)])))
+    elif isinstance(error, RateLimited):
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(max(0, round(error.retry_after_s * 1e9)))
+        status.details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
     elif code == grpc.StatusCode.FAILED_PRECONDITION:
         status.details.append(_packed(error_details_pb2.PreconditionFailure(violations=[
             error_details_pb2.PreconditionFailure.Violation(type="STATE", description=message)])))

@@ -4,6 +4,12 @@ On an internal (mutual TLS) listener the caller is the service or worker
 named by the identity URI of its verified client certificate
 (`services.common.tls`). On a public listener the caller is the person (or
 service account) behind the bearer token in the `authorization` metadata.
+
+The rule that keeps users' tokens from acting as services: a principal of
+kind 'service' comes only from a verified certificate. A bearer token of a
+service-kind user (a pipeline runner, say) authenticates a
+'service_account': it acts with its roles, as a person would, and never
+passes `require_service`.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import hashlib
+import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,7 +41,8 @@ class Principal:
     name: str
     """Username, or the service identity of a certificate."""
     kind: str
-    """'person' or 'service'."""
+    """'service': a corral service, by its certificate on an internal listener (nothing else is);
+    'person' or 'service_account': a bearer token of a person or of a service-kind user."""
     roles: frozenset[str] = frozenset()
     """'user', 'developer', 'admin' (services: empty)."""
     token_id: str | None = None
@@ -52,7 +61,7 @@ class Principal:
             raise PermissionDenied(f"{self.name} is not an administrator")
 
     def require_service(self) -> None:
-        """Refuse unless the caller is a corral service (mutual TLS)."""
+        """Refuse unless the caller is a corral service (mutual TLS); never a bearer token."""
         if self.kind != "service":
             raise PermissionDenied("only corral services may call this")
 
@@ -131,27 +140,52 @@ def bearer_token(context: grpc.aio.ServicerContext) -> str | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True)
+class TokenAnswer:
+    """What the auth service says of a valid bearer token."""
+
+    principal: Principal
+    """Its owner."""
+    expires_at_ms: int
+    """When the token stops being accepted (wall clock, ms since the epoch)."""
+    cache_s: float | None = None
+    """How long the answer may be reused, as the auth service allows; None: no limit of its own."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Cached:
+    principal: Principal
+    since_s: float
+    until_s: float
+
+
 class BearerAuthenticator:
     """Authenticates people by bearer token, with a short cache of answers.
 
-    `verify` resolves a token to its principal (None if unknown, expired or
-    revoked). Positive answers are cached for `cache_s` seconds so every
-    call does not cost a round trip to the auth service; revocation takes
-    effect within that time.
+    `verify` resolves a token to its owner and expiry (None if unknown,
+    expired or revoked). A valid answer is reused until the earliest of
+    `cache_s` and the verifier's own cache time from now, and the token's
+    expiry: so every call does not cost a round trip to the auth service, an
+    expired token is refused at once, and a revoked token (or a deactivated
+    user's) keeps working for at most that cache time. Answers are kept by
+    the token's SHA-256, never the token itself.
+
+    No token authenticates a 'service' (see the module docstring): an answer
+    claiming one is refused.
     """
 
     def __init__(
         self,
-        verify: Callable[[str], Awaitable[Principal | None]],
+        verify: Callable[[str], Awaitable[TokenAnswer | None]],
         anonymous_methods: frozenset[str] = frozenset(),
-        cache_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
+        cache_s: float = 5.0,
+        clock_s: Callable[[], float] = time.time,
     ):
         self._verify = verify
         self._anonymous = anonymous_methods
         self._cache_s = cache_s
-        self._clock = clock
-        self._cache: dict[str, tuple[float, Principal]] = {}
+        self._clock_s = clock_s  # a wall clock: token expiries are wall-clock times
+        self._cache: dict[bytes, _Cached] = {}
 
     async def __call__(self, context: grpc.aio.ServicerContext, method: str) -> Principal | None:
         token = bearer_token(context)
@@ -159,15 +193,21 @@ class BearerAuthenticator:
             if method in self._anonymous:
                 return None
             raise Unauthenticated("missing bearer token (log in with `corral login`)")
-        now = self._clock()
-        cached = self._cache.get(token)
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        principal = await self._verify(token)
-        if principal is None:
-            self._cache.pop(token, None)
+        key = hashlib.sha256(token.encode()).digest()
+        now_s = self._clock_s()
+        cached = self._cache.get(key)
+        # A clock that went back does not stretch an answer: since_s <= now_s.
+        if cached is not None and cached.since_s <= now_s < cached.until_s:
+            return cached.principal
+        answer = await self._verify(token)
+        if answer is None or answer.expires_at_ms <= now_s * 1000:
+            self._cache.pop(key, None)
             raise Unauthenticated("invalid, expired or revoked token")
+        principal = answer.principal
+        if principal.kind == "service":
+            raise Unauthenticated("a bearer token cannot authenticate a corral service")
+        reuse_s = min(self._cache_s, math.inf if answer.cache_s is None else answer.cache_s)
         if len(self._cache) > 10_000:
             self._cache.clear()
-        self._cache[token] = (now + self._cache_s, principal)
+        self._cache[key] = _Cached(principal, now_s, min(now_s + reuse_s, answer.expires_at_ms / 1000))
         return principal

@@ -62,8 +62,9 @@ class FrontendConfig:
     """Optional listener for services (mutual TLS)."""
     identity: str = "frontend"
     """Common name of this service's certificate."""
-    token_cache_s: float = 10.0
-    """How long a verified token is trusted before asking auth again."""
+    token_cache_s: float = 5.0
+    """How long a verified token is trusted before asking auth again (never past its expiry, nor
+    past the cache time auth allows): the longest a revoked token keeps working here."""
     ports_file: Path | None = None
     """Where to write the bound ports as JSON once serving."""
     driver_addresses: tuple[str, ...] = ()

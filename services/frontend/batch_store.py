@@ -1,10 +1,9 @@
 """Reads of batches and updates for the frontend, and the visibility rule.
 
 A batch is visible to members of its billing project and to administrators
-and developers. `lookup_batch` says whether the caller may see it, and
-`services.frontend.access` answers NOT_FOUND for a missing (or deleted)
-batch and PERMISSION_DENIED for one outside the caller's projects; lists
-simply leave invisible batches out. Counts come from the tokenized
+and developers. `visible_batch` finds a batch only if the caller may see
+it, and `services.frontend.access` answers NOT_FOUND alike for a missing,
+deleted or invisible batch; lists simply leave invisible batches out. Counts come from the tokenized
 counters, never from scanning a batch's jobs.
 """
 
@@ -65,25 +64,13 @@ class BatchStore:
     def __init__(self, db: Database):
         self.db = db
 
-    async def get_batch(self, batch_id: int, principal: Principal) -> dict[str, Any] | None:
-        """The batch row (with cancellation and cost) if the caller may see it."""
+    async def visible_batch(self, batch_id: int, principal: Principal, include_deleted: bool = False
+                            ) -> dict[str, Any] | None:
+        """The batch row (with cancellation and cost) if it exists and the caller may see it,
+        in one statement; None otherwise, and for a deleted one unless `include_deleted`."""
         return await self.db.fetchone(
-            f"{_BATCH_SELECT} WHERE b.batch_id = %s AND NOT b.deleted AND {_VISIBLE}",
-            (batch_id, sees_everything(principal), principal.name), name="get_batch")
-
-    async def lookup_batch(self, batch_id: int, principal: Principal, include_deleted: bool = False
-                           ) -> dict[str, Any] | None:
-        """The batch row (with cancellation and cost) whatever the caller may see, plus
-        `visible`: whether the caller may read it. None for no such batch (or a deleted
-        one, unless `include_deleted`)."""
-        row = await self.db.fetchone(
-            f"{_BATCH_SELECT} WHERE b.batch_id = %s AND (%s OR NOT b.deleted)", (batch_id, include_deleted),
-            name="lookup_batch")
-        if row is not None:
-            row["visible"] = sees_everything(principal) or await self.db.fetchone(
-                "SELECT 1 AS member FROM billing_project_members WHERE billing_project = %s AND user = %s",
-                (row["billing_project"], principal.name), name="batch_membership") is not None
-        return row
+            f"{_BATCH_SELECT} WHERE b.batch_id = %s AND (%s OR NOT b.deleted) AND {_VISIBLE}",
+            (batch_id, include_deleted, sees_everything(principal), principal.name), name="visible_batch")
 
     async def list_batches(self, where_sql: str, params: list[Any], principal: Principal, before_id: int | None,
                            limit: int) -> list[dict[str, Any]]:

@@ -21,10 +21,11 @@ from corral.batch.v1 import batch_service_pb2 as pb
 from services.common.errors import FieldViolation, InvalidRequest, NotFound
 from services.common.telemetry import current_context_json
 from services.common.identity import Principal, current_principal
+from services.db.database import PermissionDeniedError
 from services.db.store import JobStore
 from services.frontend import query as query_language
 from services.frontend.access import owned_batch, readable_batch
-from services.frontend.batch_store import BatchStore
+from services.frontend.batch_store import BatchStore, sees_everything
 from services.frontend.notify import Notify, no_notify
 from services.frontend.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
@@ -123,11 +124,17 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             raise InvalidRequest(violations)
         if request.callback_url:
             await self.urls.check_callback(request.callback_url)
-        status = await self.jobs.create_batch(
-            principal.name, request.billing_project, self._check_token(request.idempotency_token),
-            request.callback_url or None,
-            request.cancel_after_n_failures if request.HasField("cancel_after_n_failures") else None,
-            dict(request.attributes))
+        try:
+            status = await self.jobs.create_batch(
+                principal.name, request.billing_project, self._check_token(request.idempotency_token),
+                request.callback_url or None,
+                request.cancel_after_n_failures if request.HasField("cancel_after_n_failures") else None,
+                dict(request.attributes))
+        except PermissionDeniedError:
+            if sees_everything(principal):
+                raise
+            # Not a member: the answer of a project that does not exist (services.frontend.access).
+            raise NotFound(f"no billing project {request.billing_project}") from None
         return int(status["batch_id"])
 
     async def _create_update(self, batch_id: int, n_jobs: int, n_job_groups: int, token: str | None

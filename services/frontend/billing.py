@@ -1,12 +1,13 @@
 """BillingService: translates protos to BillingStore calls and enforces who may do what.
 
-The rules (readers, administrators, PERMISSION_DENIED for everybody else)
-are in the docstring of `services.frontend.billing_store`. Checks run in
+The rules (readers, administrators; NOT_FOUND for everybody else) are in
+the docstring of `services.frontend.billing_store`. Checks run in
 this order: the caller's role for RPCs no reader may use (create), then the
 request's fields (INVALID_ARGUMENT with every violation at once), then
-whether the project exists (NOT_FOUND) and the caller may see it
-(PERMISSION_DENIED), then whether they may change it (PERMISSION_DENIED),
-then the project's state (FAILED_PRECONDITION).
+whether the project exists and the caller may see it (NOT_FOUND "no
+billing project X" for both, so outsiders learn no project names), then
+whether they may change it (PERMISSION_DENIED), then the project's state
+(FAILED_PRECONDITION).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from services.common.errors import (
     FieldViolation,
     InvalidRequest,
     NotFound,
-    PermissionDenied,
 )
 from services.common.identity import Principal, current_principal
 from services.frontend.billing_store import (
@@ -154,13 +154,11 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
         """WatchSpend streams being served (a gauge; tests check streams end)."""
 
     async def _readable(self, name: str, principal: Principal) -> BillingProject:
-        """The project if the caller may see it: NOT_FOUND if there is none, PERMISSION_DENIED
-        for somebody outside it (as for batches: services.frontend.access)."""
+        """The project if the caller may see it; NOT_FOUND alike if there is none or the caller
+        is outside it (as for batches: services.frontend.access)."""
         project = await self.store.get_project(name)
-        if project is None:
+        if project is None or not may_read(principal, project):
             raise NotFound(f"no billing project {name}")
-        if not may_read(principal, project):
-            raise PermissionDenied(f"{principal.name} is not a member of billing project {name}")
         return project
 
     async def _changed(self, name: str) -> BillingProject:
@@ -366,7 +364,7 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
                                       for b, d in grown[:MAX_BATCH_DELTAS]]))
                     sent = (spend, limit)
                 await self._sleep(interval_s)
-                # Membership is re-checked at every poll: a removed member's stream ends (PERMISSION_DENIED).
+                # Membership is re-checked at every poll: a removed member's stream ends (NOT_FOUND).
                 project = await self._readable(name, principal)
         finally:
             self.active_watches -= 1

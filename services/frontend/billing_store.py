@@ -3,8 +3,10 @@
 Who may do what (the servicer enforces it with the helpers below):
 - *read* a project (get, list, spend, watch): its members, administrators,
   and developers (who read every batch too, for debugging). Anybody else
-  gets PERMISSION_DENIED, and lists leave the project out; NOT_FOUND means
-  there is no such project (issue 3: the same rule as for batches).
+  gets NOT_FOUND, the answer for a project that does not exist, and lists
+  leave the project out: outsiders learn no project names (the same rule
+  as for batches, services.frontend.access). Submitting to a project one
+  is not a member of is NOT_FOUND too, unless one may read it.
 - *change* a project (add or remove members, set the limit, close, reopen,
   delete): administrators only; a reader who is not one gets
   PERMISSION_DENIED. Exception: a member may remove themselves.

@@ -1,8 +1,8 @@
 """JobService: reading committed jobs, their attempts and logs, and why they wait.
 
 Every RPC first resolves the batch through `services.frontend.access`
-(NOT_FOUND for no such batch, PERMISSION_DENIED outside the caller's
-billing projects), then the job (NOT_FOUND unless committed). Logs come
+(NOT_FOUND for no such batch and for one outside the caller's billing
+projects alike), then the job (NOT_FOUND unless committed). Logs come
 from the worker while the attempt runs and from storage once it ended
 (`services.frontend.logs`).
 """

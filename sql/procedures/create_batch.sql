@@ -45,15 +45,16 @@ proc: BEGIN
     SELECT 1 AS rc, CONCAT('no billing project ', in_billing_project) AS message;
     LEAVE proc;
   END IF;
-  IF v_state <> 'open' THEN
-    ROLLBACK;
-    SELECT 2 AS rc, CONCAT('billing project ', in_billing_project, ' is ', v_state) AS message;
-    LEAVE proc;
-  END IF;
+  -- Membership before state: a non-member learns nothing of the project's state.
   IF NOT EXISTS (SELECT 1 FROM billing_project_members
                  WHERE billing_project = in_billing_project AND user = in_user) THEN
     ROLLBACK;
     SELECT 6 AS rc, CONCAT(in_user, ' is not a member of billing project ', in_billing_project) AS message;
+    LEAVE proc;
+  END IF;
+  IF v_state <> 'open' THEN
+    ROLLBACK;
+    SELECT 2 AS rc, CONCAT('billing project ', in_billing_project, ' is ', v_state) AS message;
     LEAVE proc;
   END IF;
   INSERT INTO batches (user, billing_project, idempotency_token, callback_url, time_created_ms)

@@ -125,8 +125,10 @@ async def test_services_verify_tokens_over_mutual_tls(auth_app: AuthApp, certs: 
     token = await create_alice(stub, admin_token)
     async with service_channel(certs.issue("frontend"), auth_app.internal_port) as channel:
         verifier = RemoteTokenVerifier(channel)
-        principal = await verifier(token)
-        assert principal is not None and (principal.name, principal.roles) == ("alice", frozenset({"user"}))
+        answer = await verifier(token)
+        assert answer is not None
+        assert (answer.principal.name, answer.principal.kind, answer.principal.roles) == (
+            "alice", "person", frozenset({"user"}))
         assert await verifier("nope") is None
 
         # Other services cache answers briefly: one VerifyToken per token per period.
@@ -137,7 +139,7 @@ async def test_services_verify_tokens_over_mutual_tls(auth_app: AuthApp, certs: 
             return await verifier(secret)
 
         now = [0.0]
-        authenticate = BearerAuthenticator(counting, cache_s=10, clock=lambda: now[0])
+        authenticate = BearerAuthenticator(counting, cache_s=10, clock_s=lambda: now[0])
         context = FakeContext(bearer(token))
         assert (await authenticate(context, "/m")).name == "alice"
         assert (await authenticate(context, "/m")).name == "alice"

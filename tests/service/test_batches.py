@@ -125,19 +125,19 @@ async def test_only_members_see_or_touch_a_batch(stub, tokens, frontend) -> None
     submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]),
                                        metadata=bearer(tokens["alice"]))
     batch_id = submitted.batch.batch_id
-    bob = bearer(tokens["bob"])
+    bob = bearer(tokens["bob"])  # outside proj: its batches are as missing to him as ones that never were
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=bob)
-    assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, "no billing project proj")
     for call in (stub.GetBatch(pb.GetBatchRequest(batch_id=batch_id), metadata=bob),
                  stub.CancelBatch(pb.CancelBatchRequest(batch_id=batch_id), metadata=bob),
                  stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1), metadata=bob)):
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await call
-        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, f"no batch {batch_id}")
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.GetBatch(pb.GetBatchRequest(batch_id=batch_id + 1), metadata=bob)
-    assert error.value.code() == grpc.StatusCode.NOT_FOUND
+    assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, f"no batch {batch_id + 1}")
     assert (await count(frontend, "batches"), await count(frontend, "job_groups_cancelled"),
             await count(frontend, "batch_updates")) == (1, 0, 1)
 

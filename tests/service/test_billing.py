@@ -251,9 +251,9 @@ async def test_non_members_are_refused_and_members_may_not_manage(
     await create(stub, admin_token, "lab", ("alice",))
     before = await billing_rows(frontend_billing.db)
 
-    # A non-member is refused; only a project that does not exist is not found.
+    # A non-member is told what a project that does not exist gets: she learns no names.
     for project, code, details in (
-            ("lab", grpc.StatusCode.PERMISSION_DENIED, "carol is not a member of billing project lab"),
+            ("lab", grpc.StatusCode.NOT_FOUND, "no billing project lab"),
             ("no-such-project", grpc.StatusCode.NOT_FOUND, "no billing project no-such-project")):
         calls = every_rpc(stub, project, bearer(carol), username="carol")
         for rpc in calls.keys() - {"CreateBillingProject", "ListBillingProjects"}:  # those two: elsewhere
@@ -287,7 +287,7 @@ async def test_non_members_are_refused_and_members_may_not_manage(
     assert list(left.billing_project.members) == ["root"]
     error = await refused(stub.GetBillingProject(pb.GetBillingProjectRequest(billing_project="lab"),
                                                  metadata=bearer(alice)))
-    assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert error.code() == grpc.StatusCode.NOT_FOUND
 
 
 async def test_only_admins_create_and_nothing_is_written(
@@ -514,7 +514,7 @@ async def test_watch_spend_ends_when_the_watcher_leaves_the_project(
         await stub.RemoveMember(pb.RemoveMemberRequest(billing_project="proj", username="alice"),
                                 metadata=bearer(admin_token))
         error = await refused(stream.read())
-        assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert error.code() == grpc.StatusCode.NOT_FOUND
     finally:
         stream.cancel()
     await eventually(lambda: frontend_billing.billing.active_watches == 0)

@@ -114,7 +114,7 @@ async def test_billing_and_users(env: Env, auth_app: AuthApp, certs: DevCertific
                                    corral(alice, "billing", "show", "lab"))
     for result in refused:
         assert result.returncode == 1 and result.stderr.startswith(b"error: "), result.stderr
-    assert b"not a member of billing project lab" in refused[2].stderr
+    assert b"no billing project lab" in refused[2].stderr  # outsiders are told what a missing one gets
 
 
 async def test_the_async_client(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> None:

@@ -88,7 +88,7 @@ async def test_cancel_a_subtree(env: Env) -> None:
     w = env.world
     batch_id = await tree(env)
     request = pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=1, reason="bad input")
-    for who, code in (("bob", grpc.StatusCode.PERMISSION_DENIED), ("carol", grpc.StatusCode.PERMISSION_DENIED)):
+    for who, code in (("bob", grpc.StatusCode.PERMISSION_DENIED), ("carol", grpc.StatusCode.NOT_FOUND)):
         assert (await refused(env.groups.CancelJobGroup(request, metadata=env.as_(who)))).code() == code
     assert await w.db.fetchone("SELECT 1 AS x FROM job_groups_cancelled") is None
 

@@ -4,9 +4,16 @@ The RPCs come from the service descriptors, so a new RPC without a case
 here fails `test_every_rpc_has_a_case`. Each case is a request a member
 (alice, the batch's owner) could make; it is sent
   (a) without a token and (b) with an expired token -> UNAUTHENTICATED,
-  (c) by carol, a user outside the batch's billing project -> the code in
-      the case (PERMISSION_DENIED for a project's batches, jobs and groups
-      and for admin-only actions; None where carol may make the call),
+  (c) by carol, a user outside the batch's billing project, and by a
+      service identity's token (which acts as a user, never as a corral
+      service) -> the case's `outsider` code: NOT_FOUND for a project's
+      batches, jobs, groups and the project itself, exactly what a missing
+      one gets (`test_outsiders_get_the_answer_of_a_missing_batch_or_project`),
+      PERMISSION_DENIED for admin-only actions; None where carol may make
+      the call,
+  (d) by bob, a member of the project who does not own the batch -> the
+      case's `member` code: PERMISSION_DENIED for changes (he may know the
+      batch exists), None for what he may do,
 and after each refused call every table's row count and checksum are what
 they were before. Malformed input is INVALID_ARGUMENT with a BadRequest
 naming the field, also writing nothing; and the internal (mutual TLS)
@@ -17,6 +24,7 @@ certificate.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -53,7 +61,8 @@ from tests.service.conftest import person_channel, service_channel
 from tests.service.test_driver_app import eventually
 from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
 
-PD = grpc.StatusCode.PERMISSION_DENIED
+PD, NF = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND
+MISSING_BATCH_ID = 987_654_321
 SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.services_by_name["JobService"],
             gpb.DESCRIPTOR.services_by_name["JobGroupService"], cpb.DESCRIPTOR.services_by_name["BillingService"],
             apb.DESCRIPTOR.services_by_name["AuthService"])
@@ -61,42 +70,47 @@ SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.serv
 
 @dataclasses.dataclass(frozen=True)
 class World:
-    """What the cases refer to: alice's batch, its open update, alice's token id."""
+    """What the cases refer to: alice's batch, its open update, alice's token id, the project."""
 
     batch_id: int
     update_id: int
     alice_token_id: str
     alice_token: str
+    project: str = "proj"
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
     request: Callable[[World], message.Message]
-    outsider: grpc.StatusCode | None = PD
+    outsider: grpc.StatusCode | None = NF
     """What carol gets; None: she may make this call (it is not sent as carol)."""
+    member: grpc.StatusCode | None = None
+    """What bob (a member, not the batch's owner, not an administrator) gets; None: he may."""
 
 
-# Full method name -> a request alice could make, and what carol gets.
+# Full method name -> a request alice could make, and what carol and bob get.
 CASES: dict[str, Case] = {
     "/corral.batch.v1.BatchService/CreateBatch": Case(lambda w: bpb.CreateBatchRequest(
-        billing_project="proj", idempotency_token="sec", n_jobs=1)),
+        billing_project=w.project, idempotency_token="sec", n_jobs=1)),
     "/corral.batch.v1.BatchService/GetBatch": Case(lambda w: bpb.GetBatchRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.BatchService/ListBatches": Case(lambda w: bpb.ListBatchesRequest(), outsider=None),
-    "/corral.batch.v1.BatchService/CancelBatch": Case(lambda w: bpb.CancelBatchRequest(batch_id=w.batch_id)),
-    "/corral.batch.v1.BatchService/DeleteBatch": Case(lambda w: bpb.DeleteBatchRequest(batch_id=w.batch_id)),
+    "/corral.batch.v1.BatchService/CancelBatch": Case(lambda w: bpb.CancelBatchRequest(batch_id=w.batch_id),
+                                                      member=PD),
+    "/corral.batch.v1.BatchService/DeleteBatch": Case(lambda w: bpb.DeleteBatchRequest(batch_id=w.batch_id),
+                                                      member=PD),
     "/corral.batch.v1.BatchService/WatchBatch": Case(lambda w: bpb.WatchBatchRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.BatchService/CreateUpdate": Case(lambda w: bpb.CreateUpdateRequest(
-        batch_id=w.batch_id, n_jobs=1, idempotency_token="sec")),
+        batch_id=w.batch_id, n_jobs=1, idempotency_token="sec"), member=PD),
     "/corral.batch.v1.BatchService/CreateJobGroups": Case(lambda w: bpb.CreateJobGroupsRequest(
-        batch_id=w.batch_id, update_id=w.update_id, job_groups=[job_group_pb2.JobGroupSpec()])),
+        batch_id=w.batch_id, update_id=w.update_id, job_groups=[job_group_pb2.JobGroupSpec()]), member=PD),
     "/corral.batch.v1.BatchService/AddJobs": Case(lambda w: bpb.AddJobsRequest(
-        batch_id=w.batch_id, update_id=w.update_id, jobs=[spec()])),
+        batch_id=w.batch_id, update_id=w.update_id, jobs=[spec()]), member=PD),
     "/corral.batch.v1.BatchService/CommitUpdate": Case(lambda w: bpb.CommitUpdateRequest(
-        batch_id=w.batch_id, update_id=w.update_id)),
+        batch_id=w.batch_id, update_id=w.update_id), member=PD),
     "/corral.batch.v1.BatchService/SubmitBatch": Case(lambda w: bpb.SubmitBatchRequest(
-        billing_project="proj", jobs=[spec()])),
+        billing_project=w.project, jobs=[spec()])),
     "/corral.batch.v1.BatchService/RerunFailedJobs": Case(lambda w: bpb.RerunFailedJobsRequest(
-        batch_id=w.batch_id, idempotency_token="sec")),
+        batch_id=w.batch_id, idempotency_token="sec"), member=PD),
     "/corral.batch.v1.JobService/GetJob": Case(lambda w: jpb.GetJobRequest(batch_id=w.batch_id, job_id=1)),
     "/corral.batch.v1.JobService/ListJobs": Case(lambda w: jpb.ListJobsRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.JobService/GetJobAttempts": Case(lambda w: jpb.GetJobAttemptsRequest(
@@ -109,39 +123,46 @@ CASES: dict[str, Case] = {
         batch_id=w.batch_id, job_group_id=1)),
     "/corral.batch.v1.JobGroupService/ListJobGroups": Case(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.JobGroupService/CancelJobGroup": Case(lambda w: gpb.CancelJobGroupRequest(
-        batch_id=w.batch_id, job_group_id=1)),
+        batch_id=w.batch_id, job_group_id=1), member=PD),
     "/corral.billing.v1.BillingService/CreateBillingProject": Case(lambda w: cpb.CreateBillingProjectRequest(
-        name="new-lab")),
+        name="new-lab"), outsider=PD, member=PD),
     "/corral.billing.v1.BillingService/GetBillingProject": Case(lambda w: cpb.GetBillingProjectRequest(
-        billing_project="proj")),
+        billing_project=w.project)),
     "/corral.billing.v1.BillingService/ListBillingProjects": Case(lambda w: cpb.ListBillingProjectsRequest(),
                                                                   outsider=None),
     "/corral.billing.v1.BillingService/AddMember": Case(lambda w: cpb.AddMemberRequest(
-        billing_project="proj", username="carol")),
+        billing_project=w.project, username="carol"), member=PD),
     "/corral.billing.v1.BillingService/RemoveMember": Case(lambda w: cpb.RemoveMemberRequest(
-        billing_project="proj", username="alice")),
+        billing_project=w.project, username="alice"), member=PD),
     "/corral.billing.v1.BillingService/SetLimit": Case(lambda w: cpb.SetLimitRequest(
-        billing_project="proj", limit_micro_usd=1)),
+        billing_project=w.project, limit_micro_usd=1), member=PD),
     "/corral.billing.v1.BillingService/CloseBillingProject": Case(lambda w: cpb.CloseBillingProjectRequest(
-        billing_project="proj")),
+        billing_project=w.project), member=PD),
     "/corral.billing.v1.BillingService/ReopenBillingProject": Case(lambda w: cpb.ReopenBillingProjectRequest(
-        billing_project="proj")),
+        billing_project=w.project), member=PD),
     "/corral.billing.v1.BillingService/DeleteBillingProject": Case(lambda w: cpb.DeleteBillingProjectRequest(
-        billing_project="proj")),
-    "/corral.billing.v1.BillingService/GetSpend": Case(lambda w: cpb.GetSpendRequest(billing_project="proj")),
-    "/corral.billing.v1.BillingService/WatchSpend": Case(lambda w: cpb.WatchSpendRequest(billing_project="proj")),
+        billing_project=w.project), member=PD),
+    "/corral.billing.v1.BillingService/GetSpend": Case(lambda w: cpb.GetSpendRequest(billing_project=w.project)),
+    "/corral.billing.v1.BillingService/WatchSpend": Case(lambda w: cpb.WatchSpendRequest(
+        billing_project=w.project)),
     # Logout and WhoAmI concern only the caller's own session.
     "/corral.auth.v1.AuthService/Logout": Case(lambda w: apb.LogoutRequest(), outsider=None),
     "/corral.auth.v1.AuthService/WhoAmI": Case(lambda w: apb.WhoAmIRequest(), outsider=None),
-    "/corral.auth.v1.AuthService/CreateUser": Case(lambda w: apb.CreateUserRequest(username="mallory")),
-    "/corral.auth.v1.AuthService/GetUser": Case(lambda w: apb.GetUserRequest(username="alice")),
-    "/corral.auth.v1.AuthService/ListUsers": Case(lambda w: apb.ListUsersRequest()),
-    "/corral.auth.v1.AuthService/DeactivateUser": Case(lambda w: apb.DeactivateUserRequest(username="alice")),
-    "/corral.auth.v1.AuthService/CreateToken": Case(lambda w: apb.CreateTokenRequest(name="x", username="alice")),
-    "/corral.auth.v1.AuthService/ListTokens": Case(lambda w: apb.ListTokensRequest(username="alice")),
+    # Administration: refused before any name is looked up, so nothing is revealed.
+    "/corral.auth.v1.AuthService/CreateUser": Case(lambda w: apb.CreateUserRequest(username="mallory"),
+                                                   outsider=PD, member=PD),
+    "/corral.auth.v1.AuthService/GetUser": Case(lambda w: apb.GetUserRequest(username="alice"), outsider=PD,
+                                                member=PD),
+    "/corral.auth.v1.AuthService/ListUsers": Case(lambda w: apb.ListUsersRequest(), outsider=PD, member=PD),
+    "/corral.auth.v1.AuthService/DeactivateUser": Case(lambda w: apb.DeactivateUserRequest(username="alice"),
+                                                       outsider=PD, member=PD),
+    "/corral.auth.v1.AuthService/CreateToken": Case(lambda w: apb.CreateTokenRequest(name="x", username="alice"),
+                                                    outsider=PD, member=PD),
+    "/corral.auth.v1.AuthService/ListTokens": Case(lambda w: apb.ListTokensRequest(username="alice"), outsider=PD,
+                                                   member=PD),
     # Auth does not tell people whether someone else's token id exists.
     "/corral.auth.v1.AuthService/RevokeToken": Case(lambda w: apb.RevokeTokenRequest(token_id=w.alice_token_id),
-                                                    outsider=grpc.StatusCode.NOT_FOUND),
+                                                    member=NF),
 }
 # Internal methods served on public listeners (VerifyToken) are refused to every token: tests/service/test_authz.py.
 
@@ -179,6 +200,10 @@ class Callers:
 
     async def call(self, method: str, request: message.Message, metadata: tuple) -> grpc.StatusCode:
         """The status the call ends with (OK when it succeeds)."""
+        return (await self.answer(method, request, metadata))[0]
+
+    async def answer(self, method: str, request: message.Message, metadata: tuple) -> tuple[grpc.StatusCode, str]:
+        """The status the call ends with and its message."""
         service, name = method.strip("/").split("/")
         descriptor = all_methods()[method]
         try:
@@ -191,8 +216,8 @@ class Callers:
             else:
                 await getattr(self.stubs[service], name)(request, metadata=metadata)
         except grpc.aio.AioRpcError as e:
-            return e.code()
-        return grpc.StatusCode.OK
+            return e.code(), e.details() or ""
+        return grpc.StatusCode.OK, ""
 
 
 @pytest.fixture
@@ -227,24 +252,58 @@ async def world(env: Env, auth_app: AuthApp) -> World:
     env.tokens["expired"] = secret
     alice_token = await auth_app.db.fetchone("SELECT token_id FROM tokens WHERE username = 'alice' AND name = ''")
     assert alice_token is not None
+    # A service identity with the user role and no billing project: an outsider like carol.
+    await people.create_user("pipeline", kind="service")
+    env.tokens["service identity"] = (await people.create_token("pipeline", "api", name="ci"))[1]
     return World(batch_id, update.update.update_id, alice_token["token_id"], env.tokens["alice"])
 
 
-@pytest.mark.parametrize("who", ["anonymous", "expired", "outsider"])
+def expected_code(case: Case, who: str) -> grpc.StatusCode | None:
+    """What `who` gets for the case; None: not sent (they may make the call)."""
+    if who in ("outsider", "service identity"):
+        return case.outsider
+    if who == "member":
+        return case.member
+    return grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("who", ["anonymous", "expired", "outsider", "service identity", "member"])
 async def test_refused_calls_are_refused_and_write_nothing(env: Env, callers: Callers, world: World,
                                                            who: str) -> None:
     before = await snapshot(env.world.db)
+    token = {"outsider": "carol", "member": "bob"}.get(who, who)
     checked = 0
     for method, case in sorted(CASES.items()):
-        if who == "outsider" and case.outsider is None:
+        expected = expected_code(case, who)
+        if expected is None:
             continue
-        expected = case.outsider if who == "outsider" else grpc.StatusCode.UNAUTHENTICATED
-        metadata = () if who == "anonymous" else env.as_("carol" if who == "outsider" else "expired")
+        metadata = () if who == "anonymous" else env.as_(token)
         code = await callers.call(method, case.request(world), metadata)
         assert code == expected, f"{method} as {who}: {code.name}"
         assert await snapshot(env.world.db) == before, f"{method} as {who} wrote something"
         checked += 1
-    assert checked == len([c for c in CASES.values() if who != "outsider" or c.outsider is not None])
+    assert checked == len([c for c in CASES.values() if expected_code(c, who) is not None])
+
+
+async def test_outsiders_get_the_answer_of_a_missing_batch_or_project(env: Env, callers: Callers,
+                                                                      world: World) -> None:
+    """Same code, same message but for the id or name: an outsider cannot tell another project's
+    batch (or the project) from one that does not exist."""
+    missing = dataclasses.replace(world, batch_id=MISSING_BATCH_ID, project="no-such-project")
+    compared = 0
+    for method, case in sorted(CASES.items()):
+        if case.outsider != NF or method.endswith("/RevokeToken"):
+            continue
+        answers = []
+        for w in (world, missing):
+            code, text = await callers.answer(method, case.request(w), env.as_("carol"))
+            text = re.sub(rf"\b{w.batch_id}\b", "<batch>", text)
+            answers.append((code, re.sub(rf"\b{re.escape(w.project)}\b", "<project>", text)))
+        assert answers[0] == answers[1], method
+        assert answers[0][0] == NF and ("no batch <batch>" in answers[0][1] or
+                                        "no billing project <project>" in answers[0][1]), (method, answers[0])
+        compared += 1
+    assert compared == len([c for c in CASES.values() if c.outsider == NF]) - 1
 
 
 async def test_the_snapshot_sees_a_write_that_keeps_the_row_count(env: Env, world: World) -> None:

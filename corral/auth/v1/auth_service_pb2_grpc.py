@@ -172,9 +172,10 @@ class AuthServiceServicer:
 
     def VerifyToken(self, request, context):
         """Checks a bearer token for another corral service (the frontend, over
-        mutual TLS; refused on the public listener): returns its user, roles and
-        expiry, or UNAUTHENTICATED. Callers may cache a valid answer for
-        cache_ttl.
+        mutual TLS): returns its user, roles and expiry, or UNAUTHENTICATED.
+        Internal: refused on the public listener to every bearer token, a
+        service identity's too. Callers may reuse a valid answer until the
+        earlier of cache_ttl from now and expires_at.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
