@@ -6,8 +6,9 @@ A service process serves the same servicers on one or two listeners:
 - *public*: TLS and a bearer token; people call here.
 Each listener is its own `grpc.aio.Server`, so the authentication rule is a
 property of the port, not something each handler has to remember. Every
-server also serves gRPC health checking and server reflection, and traces
-each call with OpenTelemetry when a tracer provider is given.
+server also serves gRPC health checking and server reflection, traces
+each call with OpenTelemetry when a tracer provider is given, and holds
+every call to the process's `CallLimits` (services.common.call_limits).
 """
 
 from __future__ import annotations
@@ -23,15 +24,18 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf import message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
 from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.common.errors import to_status
+from services.common.call_limits import CallLimits, StreamSlots
+from services.common.errors import DeadlineExceeded, InvalidRequest, to_status
+from services.common.fields import violations
 from services.common.files import write_atomically
-from services.common.identity import Authenticator, reset_principal, set_principal
+from services.common.identity import Authenticator, Principal, reset_principal, set_principal
 from services.common.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -64,10 +68,14 @@ class Listener:
 
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates each call, sets its principal, and maps errors to statuses."""
+    """Authenticates each call, sets its principal, checks the request's fields, holds
+    the call to its limits, and maps errors to statuses."""
 
-    def __init__(self, authenticate: Authenticator):
+    def __init__(self, authenticate: Authenticator, limits: CallLimits = CallLimits(),
+                 stream_slots: StreamSlots | None = None):
         self._authenticate = authenticate
+        self._limits = limits
+        self._stream_slots = stream_slots
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -77,10 +85,17 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or details.method.startswith(("/grpc.health.", "/grpc.reflection.")):
             return handler
         method = details.method
-        authenticate = self._authenticate
+        authenticate, limits, slots = self._authenticate, self._limits, self._stream_slots
 
-        async def begin(context: grpc.aio.ServicerContext) -> Any:
-            return set_principal(await authenticate(context, method))
+        async def begin(request: Any, context: grpc.aio.ServicerContext) -> tuple[Principal, Any]:
+            principal = await authenticate(context, method)
+            token = set_principal(principal)
+            if limits.field_limits is not None and isinstance(request, message.Message):
+                found = violations(request, limits.field_limits)
+                if found:
+                    reset_principal(token)
+                    raise InvalidRequest(found, "request fields over their limits")
+            return principal, token
 
         async def fail(context: grpc.aio.ServicerContext, error: Exception) -> None:
             status = to_status(error)
@@ -92,12 +107,20 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         def unary_response(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 token = None
+                deadline = asyncio.timeout(limits.unary_deadline_s)
                 try:
-                    token = await begin(context)
-                    return await behavior(request, context)
+                    async with deadline:
+                        _, token = await begin(request, context)
+                        return await behavior(request, context)
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
                     if isinstance(error, grpc.aio.AbortError):
                         raise
+                    if isinstance(error, TimeoutError) and deadline.expired():
+                        # DEADLINE_EXCEEDED, as if the client had set this deadline: the
+                        # call may well succeed when the server is less busy. (A single
+                        # read too slow on its own is RESOURCE_EXHAUSTED: errors.py.)
+                        error = DeadlineExceeded(f"the call ran longer than this server allows a call "
+                                                 f"({limits.unary_deadline_s:g} s: rpc_deadline_s)")
                     await fail(context, error)
                 finally:
                     if token is not None:
@@ -107,9 +130,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
         def stream_response(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                token = None
+                token, holder = None, None
                 try:
-                    token = await begin(context)
+                    principal, token = await begin(request, context)
+                    if slots is not None:
+                        slots.acquire(principal.name)
+                        holder = principal.name
                     async for response in behavior(request, context):
                         yield response
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
@@ -117,6 +143,9 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     await fail(context, error)
                 finally:
+                    # However the stream ends: finished, failed, or cancelled by the client.
+                    if holder is not None and slots is not None:
+                        slots.release(holder)
                     if token is not None:
                         reset_principal(token)
 
@@ -142,6 +171,8 @@ class RunningServers:
     servers: list[grpc.aio.Server]
     ports: list[int]
     health: health.aio.HealthServicer
+    stream_slots: StreamSlots | None = None
+    """Server streams open per caller, when limited."""
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Report NOT_SERVING, then stop accepting calls and let running ones finish."""
@@ -154,17 +185,21 @@ async def serve(
     services: Sequence[Service],
     listeners: Sequence[Listener],
     tracer_provider: TracerProvider | None = None,
+    limits: CallLimits = CallLimits(),
 ) -> RunningServers:
-    """Start one server per listener with every service, health and reflection."""
+    """Start one server per listener with every service, health and reflection, every
+    call held to `limits` (stream slots are counted across the listeners)."""
     health_servicer = health.aio.HealthServicer()
     servers, ports = [], []
     names = [s.name for s in services] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
+    slots = None if limits.max_streams_per_caller is None else StreamSlots(limits.max_streams_per_caller)
     for listener in listeners:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if tracer_provider is not None:
             interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
-        interceptors.append(RequestInterceptor(listener.authenticate))
-        server = grpc.aio.server(interceptors=interceptors)
+        interceptors.append(RequestInterceptor(listener.authenticate, limits, slots))
+        server = grpc.aio.server(interceptors=interceptors, options=[
+            ("grpc.max_receive_message_length", limits.max_receive_message_bytes)])
         for service in services:
             service.register(service.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -176,7 +211,7 @@ async def serve(
     for service in services:
         await health_servicer.set(service.name, health_pb2.HealthCheckResponse.SERVING)
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    return RunningServers(servers, ports, health_servicer)
+    return RunningServers(servers, ports, health_servicer, slots)
 
 
 def write_ports_file(path: Path, ports: Mapping[str, object]) -> None:
