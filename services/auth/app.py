@@ -7,8 +7,10 @@ import logging
 from pathlib import Path
 
 from corral.auth.v1 import auth_service_pb2_grpc
+from services.auth.field_limits import AUTH_FIELD_LIMITS
 from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
 from services.auth.store import AuthStore
+from services.common.call_limits import CallLimits
 from services.common.identity import BearerAuthenticator, peer_certificate
 from services.common.server import (
     Listener,
@@ -74,6 +76,7 @@ async def start(config: AuthConfig) -> AuthApp:
         [Listener(config.public_address, tls, public, internal=False),
          Listener(config.internal_address, tls, peer_certificate, internal=True)],
         tracer_provider=tracing.provider,
+        limits=CallLimits(field_limits=AUTH_FIELD_LIMITS),
     )
     app = AuthApp(db, servers, *servers.ports, tracing)
     if config.ports_file is not None:
