@@ -156,6 +156,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return status["message"] == "duplicate"
 
     async def _create_job_groups(self, batch_id: int, update: dict[str, Any], first_index: int, specs: Any) -> None:
+        if specs and not 0 <= first_index <= first_index + len(specs) <= update["n_job_groups"]:
+            # As for jobs (validate.check_bunch): ids outside the update's block, which
+            # could also pass the INT column's range, are refused here.
+            raise InvalidRequest(FieldViolation("first_index", f"the update reserved {update['n_job_groups']} job groups"))
         start = update["start_job_group_id"] + first_index
         groups, violations = [], []
         for i, spec in enumerate(specs):
