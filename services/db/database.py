@@ -223,9 +223,8 @@ class Database:
         """The same pool, with every `fetchall`/`fetchone` statement run under MariaDB's
         max_statement_time (`SET STATEMENT max_statement_time=… FOR SELECT …`): a read
         that runs longer is aborted by the server and raises StatementTimeout. For the
-        reads a user's request drives; procedure calls and `execute` are not limited
-        (MariaDB does not apply the limit inside stored procedures anyway). Close the
-        pool through the original."""
+        reads a user's request drives; procedure calls and `execute` are not limited.
+        Close the pool through the original."""
         limited = Database(self._pool, self.config, self.max_attempts, statement_time_limit_s)
         limited.retry_stats = self.retry_stats
         return limited
