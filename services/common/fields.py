@@ -55,11 +55,11 @@ class Text:
     """The servicer checks this limit itself, among its own rules (so that a request's
     violations are reported at once); `violations` leaves it alone."""
 
-    def check(self, value: str) -> str | None:
-        """Why `value` is refused, or None."""
+    def check(self, value: str | bytes) -> str | None:
+        """Why `value` is refused, or None (a bytes field counts a byte as a character)."""
         if self.max_chars is not None and len(value) > self.max_chars:
             return f"at most {self.max_chars} characters{_named(self.setting)}"
-        if self.max_bytes is not None and len(value.encode()) > self.max_bytes:
+        if self.max_bytes is not None and len(value if isinstance(value, bytes) else value.encode()) > self.max_bytes:
             return f"at most {self.max_bytes} bytes of UTF-8{_named(self.setting)}"
         return None
 
@@ -133,8 +133,8 @@ def _items(limit: Repeated | Map, n: int) -> str | None:
 def _scalar(limit: Text | Integer | Unchecked | None, value: object) -> str | None:
     if isinstance(limit, (Text, Integer)) and limit.by_servicer:
         return None
-    if isinstance(limit, Text):
-        return limit.check(value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+    if isinstance(limit, Text) and isinstance(value, (str, bytes)):
+        return limit.check(value)
     if isinstance(limit, Integer) and isinstance(value, int) and not isinstance(value, bool):
         return limit.check(value)
     return None
@@ -158,11 +158,13 @@ def _walk(request: message.Message, table: FieldLimits, prefix: str) -> Iterator
             if isinstance(limit, Repeated) and (why := _items(limit, len(value))) is not None:
                 yield FieldViolation(path, why)
                 continue
-            for i, element in enumerate(value):
-                if isinstance(element, message.Message):
+            if field.message_type is not None:
+                for i, element in enumerate(value):
                     yield from _walk(element, table, f"{path}[{i}].")
-                elif isinstance(limit, Repeated) and (why := _scalar(limit.each, element)) is not None:
-                    yield FieldViolation(f"{path}[{i}]", why)
+            elif isinstance(limit, Repeated) and limit.each is not None:
+                for i, element in enumerate(value):
+                    if (why := _scalar(limit.each, element)) is not None:
+                        yield FieldViolation(f"{path}[{i}]", why)
         elif isinstance(value, message.Message):
             if value.DESCRIPTOR.full_name not in _WHOLE_MESSAGES:
                 yield from _walk(value, table, f"{path}.")

@@ -82,8 +82,9 @@ class Limits:
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            if getattr(self, field.name) <= 0:
-                raise ValueError(f"{field.name} must be positive, not {getattr(self, field.name)!r}")
+            value = getattr(self, field.name)
+            if value is not None and value <= 0:  # None, where a field allows it: no limit
+                raise ValueError(f"{field.name} must be positive, not {value!r}")
 
     @classmethod
     def flag(cls, name: str) -> str:
@@ -95,8 +96,9 @@ class Limits:
         """One flag per field, its help the field's docstring."""
         group = parser.add_argument_group("limits", "what one request or one user may ask for (docs/security.md)")
         for field in dataclasses.fields(cls):
-            group.add_argument(cls.flag(field.name), dest=field.name, type=type(field.default),
-                               default=field.default, help=f"{field_docs()[field.name]} (default: %(default)s)")
+            number = float if "float" in str(field.type) else int
+            group.add_argument(cls.flag(field.name), dest=field.name, type=number, default=field.default,
+                               help=f"{field_docs()[field.name]} (default: %(default)s)")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Limits:
