@@ -102,6 +102,10 @@ class Map:
     key: Text | Unchecked
     value: Text | Unchecked
     setting: str | None = None
+    pad_space_keys: bool = False
+    """The keys are a primary key under a PAD SPACE collation (MariaDB's utf8mb4_bin),
+    which ignores trailing spaces: two keys that differ only in them are refused, as
+    the database would refuse the second as a duplicate."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +152,8 @@ def _walk(request: message.Message, table: FieldLimits, prefix: str) -> Iterator
             if (why := _items(limit, len(value))) is not None:
                 yield FieldViolation(path, why)
                 continue
+            if limit.pad_space_keys and len({k.rstrip(" ") for k in value}) < len(value):
+                yield FieldViolation(path, "two keys differ only in trailing spaces, which the database ignores")
             for key in sorted(value):
                 entry = value[key]
                 if (why := _scalar(limit.key, key)) is not None:

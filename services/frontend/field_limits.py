@@ -53,7 +53,7 @@ def _token(chars: int) -> Text:
 
 def _attributes(limits: Limits, table: str) -> Map:
     return Map(limits.max_attributes, Text(100, column=f"{table}.key"),
-               Text(max_bytes=TEXT_BYTES, column=f"{table}.value"), setting="max_attributes")
+               Text(max_bytes=TEXT_BYTES, column=f"{table}.value"), setting="max_attributes", pad_space_keys=True)
 
 
 def _query(limits: Limits) -> Text:

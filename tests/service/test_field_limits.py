@@ -374,3 +374,18 @@ async def test_values_at_their_limits_are_stored_whole(env: Env, callers: Caller
     assert (user.user.username, user.user.display_name, user.user.email) == ("a" * 64, "é" * 255, "é" * 255)
     created = await auth.CreateToken(apb.CreateTokenRequest(name="é" * 255, username="a" * 64), metadata=root)
     assert created.token.name == "é" * 255
+
+
+async def test_attribute_keys_the_database_would_take_for_one_are_refused(env: Env) -> None:
+    """utf8mb4_bin ignores trailing spaces: 'a' and 'a ' would be one primary key (once INTERNAL)."""
+    alice = env.as_("alice")
+    job = spec()
+    job.attributes.update({"k": "1", "k ": "2"})
+    for request, field in ((bpb.SubmitBatchRequest(billing_project="proj", attributes={"a": "", "a ": ""},
+                                                   jobs=[spec()]), "attributes"),
+                           (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job]), "jobs[0].attributes"),
+                           (bpb.SubmitBatchRequest(billing_project="proj", jobs=[spec()], job_groups=[
+                               job_group_pb2.JobGroupSpec(attributes={"g": "", "g   ": ""})]), "job_groups[0].attributes")):
+        error = await refused(env.batches.SubmitBatch(request, metadata=alice))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and field in violated(error), request
+    assert await env.world.db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 0}

@@ -161,3 +161,10 @@ def test_settings_flow_into_the_table() -> None:
                                           FieldViolation("jobs", "at most 2 entries (max_jobs_per_bunch)")]
     assert violations(bpb.ListBatchesRequest(query="x" * 11), table) == [
         FieldViolation("query", "at most 10 bytes of UTF-8 (max_query_bytes)")]
+
+
+def test_keys_a_pad_space_collation_would_confuse_are_refused() -> None:
+    table = {f"{B}SubmitBatchRequest.attributes": Map(5, Text(10), Text(10), pad_space_keys=True)}
+    assert violations(bpb.SubmitBatchRequest(attributes={"a": "", " a": "", "a\t": ""}), table) == []
+    assert violations(bpb.SubmitBatchRequest(attributes={"a": "", "a  ": ""}), table) == [
+        FieldViolation("attributes", "two keys differ only in trailing spaces, which the database ignores")]
