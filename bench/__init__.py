@@ -33,6 +33,7 @@ BENCHMARKS = (
     "bench.fair_share",
     "bench.driver_memory",
     "bench.e2e",
+    "bench.query_limits",
 )
 
 

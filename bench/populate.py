@@ -14,7 +14,7 @@ from bench.common import progress
 from services.db.store import JobStore
 
 INSERT_BUNCH = 5000
-"""Jobs per insert_jobs call: the frontend's largest bunch (validate.MAX_JOBS_PER_BUNCH)."""
+"""Jobs per insert_jobs call: the frontend's largest bunch (services/frontend/limits.py)."""
 PARALLEL_BUNCHES = 4
 """Bunches in flight at once; ids come from the update's block, so they do not contend."""
 

@@ -10,9 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.auth.v1 import auth_service_pb2_grpc
+from services.auth.field_limits import AUTH_FIELD_LIMITS
 from services.auth.login_limits import LoginLimits, LoginThrottle
 from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
 from services.auth.store import AuthStore, dummy_password_hash
+from services.common.call_limits import CallLimits
 from services.common.identity import BearerAuthenticator
 from services.common.server import (
     Listener,
@@ -87,6 +89,7 @@ async def start(config: AuthConfig, clock_s: Callable[[], float] = time.monotoni
         [Listener(config.public_address, tls, public, internal=False),
          Listener.mutual_tls(config.internal_address, tls)],
         tracer_provider=tracing.provider,
+        limits=CallLimits(field_limits=AUTH_FIELD_LIMITS),
     )
     servers.watch_health(database_probe(db))
     app = AuthApp(db, servers, *servers.ports, tracing)

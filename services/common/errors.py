@@ -8,13 +8,12 @@ PreconditionFailure, so clients (and grpcurl) see what was wrong.
 
 from __future__ import annotations
 
-import dataclasses
-
 import grpc
 import pymysql
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
+from services.common.fields import FieldViolation
 from services.db.database import (
     ConflictError,
     FailedPreconditionError,
@@ -23,15 +22,8 @@ from services.db.database import (
     PermissionDeniedError,
     ProcedureError,
     StaleEpochError,
+    StatementTimeout,
 )
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldViolation:
-    """One bad field of a request: its path (e.g. `jobs[3].image`) and why."""
-
-    field: str
-    description: str
 
 
 class RequestError(Exception):
@@ -97,6 +89,18 @@ class FailedPrecondition(RequestError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class ResourceExhausted(RequestError):
+    """The caller asked for more than a limit allows (streams open, a read's time)."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class DeadlineExceeded(RequestError):
+    """The call ran past the server's own deadline for a call."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
 _PROCEDURE_CODES: dict[type[ProcedureError], grpc.StatusCode] = {
     NotFoundError: grpc.StatusCode.NOT_FOUND,
     FailedPreconditionError: grpc.StatusCode.FAILED_PRECONDITION,
@@ -126,6 +130,13 @@ def to_status(error: Exception) -> status_pb2.Status | None:
     """The google.rpc.Status for a known error, or None for an unexpected one."""
     if isinstance(error, RequestError):
         code, message = error.code, error.message
+    elif isinstance(error, StatementTimeout):
+        # RESOURCE_EXHAUSTED, not DEADLINE_EXCEEDED: the same request would be
+        # killed again (it asks for more work than one statement may do), so it
+        # is a limit to stay under, not a transient timeout that clients retry.
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+        message = (f"the request's read ran longer than the statement time limit of {error.limit_s:g} s "
+                   "(max_statement_time_s); narrow it, e.g. with a more selective query")
     elif isinstance(error, ProcedureError):
         code = next((c for cls, c in _PROCEDURE_CODES.items() if isinstance(error, cls)), grpc.StatusCode.INTERNAL)
         message = error.message

@@ -6,8 +6,9 @@ A service process serves the same servicers on one or two listeners:
 - *public*: TLS and a bearer token; people call here.
 Each listener is its own `grpc.aio.Server`, so the authentication rule is a
 property of the port, not something each handler has to remember. Every
-server also serves gRPC health checking and server reflection, and traces
-each call with OpenTelemetry when a tracer provider is given.
+server also serves gRPC health checking and server reflection, traces
+each call with OpenTelemetry when a tracer provider is given, and holds
+every call to the process's `CallLimits` (services.common.call_limits).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf import message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from grpc_status import rpc_status
@@ -30,9 +32,11 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.common.authz import refusal
-from services.common.errors import PermissionDenied, to_status
+from services.common.call_limits import CallLimits, StreamSlots
+from services.common.errors import DeadlineExceeded, InvalidRequest, PermissionDenied, to_status
+from services.common.fields import violations
 from services.common.files import write_atomically
-from services.common.identity import Authenticator, PeerCertificate, reset_principal, set_principal
+from services.common.identity import Authenticator, PeerCertificate, Principal, reset_principal, set_principal
 from services.common.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -72,11 +76,15 @@ class Listener:
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates each call, refuses callers the method does not allow
-    (`services.common.authz`), sets its principal, and maps errors to statuses."""
+    (`services.common.authz`), sets its principal, checks the request's fields, holds
+    the call to its limits, and maps errors to statuses."""
 
-    def __init__(self, authenticate: Authenticator, internal: bool):
+    def __init__(self, authenticate: Authenticator, internal: bool, limits: CallLimits = CallLimits(),
+                 stream_slots: StreamSlots | None = None):
         self._authenticate = authenticate
         self._internal = internal
+        self._limits = limits
+        self._stream_slots = stream_slots
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -87,14 +95,21 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
             return handler
         method = details.method
         authenticate, internal = self._authenticate, self._internal
+        limits, slots = self._limits, self._stream_slots
 
-        async def begin(context: grpc.aio.ServicerContext) -> Any:
+        async def begin(request: Any, context: grpc.aio.ServicerContext) -> tuple[Principal, Any]:
             if not internal and (why := refusal(method, internal, None)) is not None:
                 raise PermissionDenied(why)  # before the token is even looked at
             principal = await authenticate(context, method)
             if internal and (why := refusal(method, internal, principal)) is not None:
                 raise PermissionDenied(why)
-            return set_principal(principal)
+            token = set_principal(principal)
+            if limits.field_limits is not None and isinstance(request, message.Message):
+                found = violations(request, limits.field_limits)
+                if found:
+                    reset_principal(token)
+                    raise InvalidRequest(found, "request fields over their limits")
+            return principal, token
 
         async def fail(context: grpc.aio.ServicerContext, error: Exception) -> None:
             status = to_status(error)
@@ -106,12 +121,20 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         def unary_response(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 token = None
+                deadline = asyncio.timeout(limits.unary_deadline_s)
                 try:
-                    token = await begin(context)
-                    return await behavior(request, context)
+                    async with deadline:
+                        _, token = await begin(request, context)
+                        return await behavior(request, context)
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
                     if isinstance(error, grpc.aio.AbortError):
                         raise
+                    if isinstance(error, TimeoutError) and deadline.expired():
+                        # DEADLINE_EXCEEDED, as if the client had set this deadline: the
+                        # call may well succeed when the server is less busy. (A single
+                        # read too slow on its own is RESOURCE_EXHAUSTED: errors.py.)
+                        error = DeadlineExceeded(f"the call ran longer than this server allows a call "
+                                                 f"({limits.unary_deadline_s:g} s: rpc_deadline_s)")
                     await fail(context, error)
                 finally:
                     if token is not None:
@@ -121,9 +144,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
         def stream_response(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                token = None
+                token, holder = None, None
                 try:
-                    token = await begin(context)
+                    principal, token = await begin(request, context)
+                    if slots is not None:
+                        slots.acquire(principal.name)
+                        holder = principal.name
                     async for response in behavior(request, context):
                         yield response
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
@@ -131,6 +157,9 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                         raise
                     await fail(context, error)
                 finally:
+                    # However the stream ends: finished, failed, or cancelled by the client.
+                    if holder is not None and slots is not None:
+                        slots.release(holder)
                     if token is not None:
                         reset_principal(token)
 
@@ -156,6 +185,8 @@ class RunningServers:
     servers: list[grpc.aio.Server]
     ports: list[int]
     health: health.aio.HealthServicer
+    stream_slots: StreamSlots | None = None
+    """Server streams open per caller, when limited."""
     service_names: list[str] = dataclasses.field(default_factory=list)
     """The services served (health reports each, and "" for the whole server)."""
     _watch: asyncio.Task[None] | None = None
@@ -201,26 +232,25 @@ class RunningServers:
             await server.stop(grace_s)
 
 
-def database_probe(db: Any) -> Callable[[], Awaitable[object]]:
-    """A health probe: one round trip to the database."""
-    return lambda: db.fetchone("SELECT 1 AS alive", name="health_probe")
-
-
 async def serve(
     services: Sequence[Service],
     listeners: Sequence[Listener],
     tracer_provider: TracerProvider | None = None,
+    limits: CallLimits = CallLimits(),
 ) -> RunningServers:
-    """Start one server per listener with every service, health and reflection."""
+    """Start one server per listener with every service, health and reflection, every
+    call held to `limits` (stream slots are counted across the listeners)."""
     health_servicer = health.aio.HealthServicer()
     servers, ports = [], []
     names = [s.name for s in services] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
+    slots = None if limits.max_streams_per_caller is None else StreamSlots(limits.max_streams_per_caller)
     for listener in listeners:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if tracer_provider is not None:
             interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
-        interceptors.append(RequestInterceptor(listener.authenticate, listener.internal))
-        server = grpc.aio.server(interceptors=interceptors)
+        interceptors.append(RequestInterceptor(listener.authenticate, listener.internal, limits, slots))
+        server = grpc.aio.server(interceptors=interceptors, options=[
+            ("grpc.max_receive_message_length", limits.max_receive_message_bytes)])
         for service in services:
             service.register(service.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -229,9 +259,14 @@ async def serve(
         await server.start()
         servers.append(server)
         ports.append(port)
-    running = RunningServers(servers, ports, health_servicer, [s.name for s in services])
+    running = RunningServers(servers, ports, health_servicer, slots, [s.name for s in services])
     await running.set_serving(True)
     return running
+
+
+def database_probe(db: Any) -> Callable[[], Awaitable[object]]:
+    """A health probe: one round trip to the database."""
+    return lambda: db.fetchone("SELECT 1 AS alive", name="health_probe")
 
 
 def write_ports_file(path: Path, ports: Mapping[str, object]) -> None:

@@ -30,6 +30,10 @@ T = TypeVar("T")
 #   1205 ER_LOCK_WAIT_TIMEOUT  - only the statement was rolled back, so the
 #                                caller rolls back the rest before retrying.
 RETRYABLE_ERRORS = frozenset({1213, 1205})
+# 1969 ER_STATEMENT_TIMEOUT: the statement ran past max_statement_time and
+# was aborted (it had no effect; the session is fine, but the connection is
+# closed like after any other error that is not retried).
+STATEMENT_TIMEOUT = 1969
 
 
 class ProcedureError(Exception):
@@ -79,6 +83,15 @@ class PermissionDeniedError(ProcedureError):
     """rc 6: the user may not touch this billing project or batch."""
 
     rc = 6
+
+
+class StatementTimeout(Exception):
+    """A read ran past the statement time limit (MariaDB aborted it)."""
+
+    def __init__(self, name: str, limit_s: float):
+        super().__init__(f"{name} ran longer than the statement time limit of {limit_s:g} s")
+        self.name = name
+        self.limit_s = limit_s
 
 
 _ERRORS_BY_RC = {
@@ -189,11 +202,14 @@ class RetryStats:
 class Database:
     """A connection pool with retrying transactions and procedure calls."""
 
-    def __init__(self, pool: aiomysql.Pool, config: DatabaseConfig, max_attempts: int = 20):
+    def __init__(self, pool: aiomysql.Pool, config: DatabaseConfig, max_attempts: int = 20,
+                 statement_time_limit_s: float | None = None):
         self._pool = pool
         self.config = config
         self.max_attempts = max_attempts
         self.retry_stats = RetryStats()
+        self.statement_time_limit_s = statement_time_limit_s
+        """Longest a `fetchall`/`fetchone` statement may run (None: no limit); see `time_limited`."""
 
     @classmethod
     async def connect(cls, config: DatabaseConfig) -> Database:
@@ -202,6 +218,16 @@ class Database:
             minsize=1, maxsize=config.pool_size, **config.connect_kwargs()
         )
         return cls(pool, config)
+
+    def time_limited(self, statement_time_limit_s: float) -> Database:
+        """The same pool, with every `fetchall`/`fetchone` statement run under MariaDB's
+        max_statement_time (`SET STATEMENT max_statement_time=… FOR SELECT …`): a read
+        that runs longer is aborted by the server and raises StatementTimeout. For the
+        reads a user's request drives; procedure calls and `execute` are not limited.
+        Close the pool through the original."""
+        limited = Database(self._pool, self.config, self.max_attempts, statement_time_limit_s)
+        limited.retry_stats = self.retry_stats
+        return limited
 
     async def close(self) -> None:
         """Close every pooled connection and wait for them to go."""
@@ -223,6 +249,8 @@ class Database:
                     errno = e.args[0] if e.args else None
                     if errno not in RETRYABLE_ERRORS or attempt == self.max_attempts:
                         conn.close()
+                        if errno == STATEMENT_TIMEOUT and self.statement_time_limit_s is not None:
+                            raise StatementTimeout(name, self.statement_time_limit_s) from e
                         raise
                     await conn.rollback()
                     self.retry_stats.record(errno)
@@ -269,7 +297,9 @@ class Database:
         return status, result_sets[:-1]
 
     async def fetchall(self, sql: str, params: tuple[Any, ...] = (), name: str = "query") -> list[dict[str, Any]]:
-        """Run a read query and return its rows as dicts."""
+        """Run a read query and return its rows as dicts (under the statement time limit, if any)."""
+        if self.statement_time_limit_s is not None:
+            sql = f"SET STATEMENT max_statement_time={self.statement_time_limit_s:.6f} FOR {sql}"
 
         async def body(cursor: aiomysql.Cursor) -> list[dict[str, Any]]:
             await cursor.execute(sql, params)

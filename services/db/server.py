@@ -47,6 +47,25 @@ def _find(program: str) -> str:
     return found
 
 
+def server_rss_bytes(config: DatabaseConfig) -> int | None:
+    """The resident memory of the MariaDB process serving `config`, from /proc, or None
+    when it cannot be read (a server on another host, or of another user)."""
+    conn = pymysql.connect(**config.connect_kwargs(with_database=False))
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT @@pid_file")
+            (pid_file,) = cursor.fetchone()
+    finally:
+        conn.close()
+    try:
+        pid = int(Path(pid_file).read_text().strip())
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (OSError, ValueError):
+        return None
+    kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
+    return None if kib is None else kib * 1024
+
+
 class PrivateMariaDB:
     """One mariadbd process serving a throwaway data directory."""
 

@@ -1,5 +1,6 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
-[--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]"""
+[--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
+[--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
 import asyncio
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from services.common.entry import add_database_url, private_files
 from services.frontend.app import FrontendConfig, run
+from services.frontend.limits import Limits
 
 parser = argparse.ArgumentParser(prog="python -m services.frontend", description=__doc__)
 add_database_url(parser)
@@ -23,6 +25,7 @@ parser.add_argument("--storage-root", action="append", default=[], metavar="URL_
                          "project (e.g. file:///var/lib/corral/storage/{project}/); repeatable; none: no files")
 parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
                     help="networks completion callbacks may reach although not public (e.g. 10.0.0.0/8)")
+Limits.add_flags(parser)
 args = parser.parse_args()
 private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -30,4 +33,5 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                args.public_address, args.internal_address, ports_file=args.ports_file,
                                driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a),
                                storage_roots=tuple(args.storage_root),
-                               callback_allow_networks=tuple(filter(None, args.callback_allow_networks.split(","))))))
+                               callback_allow_networks=tuple(filter(None, args.callback_allow_networks.split(","))),
+                               limits=Limits.from_args(args))))

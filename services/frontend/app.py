@@ -12,6 +12,7 @@ import grpc
 from corral.batch.v1 import batch_service_pb2_grpc, job_group_service_pb2_grpc, job_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
+from services.common.call_limits import CallLimits
 from services.common.identity import BearerAuthenticator
 from services.common.server import (
     Listener,
@@ -32,10 +33,12 @@ from services.frontend.batches import BatchServicer
 from services.frontend.billing import BillingServicer
 from services.frontend.billing_store import BillingStore
 from services.frontend.explain_store import ExplainStore
+from services.frontend.field_limits import request_field_limits
 from services.frontend.group_store import GroupReadStore
 from services.frontend.job_groups import JobGroupServicer
 from services.frontend.job_store import JobReadStore
 from services.frontend.jobs import JobServicer
+from services.frontend.limits import Limits
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
 from services.frontend.specs import SpecStore
@@ -79,6 +82,8 @@ class FrontendConfig:
     billing project (e.g. file:///var/lib/corral/storage/{project}/); none: jobs may name no files."""
     callback_allow_networks: tuple[str, ...] = ()
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8."""
+    limits: Limits = Limits()
+    """What one request or one user may ask for (services.frontend.limits, docs/security.md)."""
 
 
 @dataclasses.dataclass
@@ -110,29 +115,38 @@ async def start(config: FrontendConfig) -> FrontendApp:
     storage.check_apart_from(config.spec_root_url)
     urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
     tracing = Tracing("corral-frontend", config.trace_exporter)
+    limits = config.limits
     db = await Database.connect(DatabaseConfig.from_url(config.database_url))
+    # Every read a request drives runs under the statement time limit; the
+    # procedures that write (JobStore) are not limited.
+    reads = db.time_limited(limits.max_statement_time_s)
     tls = TlsFiles.of(config.certs_dir, config.identity)
     auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
     authenticate = BearerAuthenticator(RemoteTokenVerifier(auth_channel), cache_s=config.token_cache_s)
     notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
     worker_logs = WorkerLogs(tls)
-    jobs, batches, specs = JobStore(db), BatchStore(db), SpecStore(config.spec_root_url)
+    jobs, batches, specs = JobStore(db), BatchStore(reads), SpecStore(config.spec_root_url)
     services = [
-        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls),
+        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
+                                                              limits=limits),
                 batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
         Service("corral.batch.v1.JobService",
-                JobServicer(batches, JobReadStore(db), ExplainStore(db), specs, StoredLogs(config.spec_root_url),
-                            worker_logs),
+                JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
+                            StoredLogs(config.spec_root_url), worker_logs, limits=limits),
                 job_service_pb2_grpc.add_JobServiceServicer_to_server),
-        Service("corral.batch.v1.JobGroupService", JobGroupServicer(jobs, batches, GroupReadStore(db), notifier),
+        Service("corral.batch.v1.JobGroupService", JobGroupServicer(jobs, batches, GroupReadStore(reads), notifier),
                 job_group_service_pb2_grpc.add_JobGroupServiceServicer_to_server),
-        Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(db)),
+        Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(reads)),
                 billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
     ]
     listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
     if config.internal_address:
         listeners.append(Listener.mutual_tls(config.internal_address, tls))
-    servers = await serve(services, listeners, tracer_provider=tracing.provider)
+    call_limits = CallLimits(max_receive_message_bytes=limits.max_request_bytes,
+                             unary_deadline_s=limits.rpc_deadline_s,
+                             max_streams_per_caller=limits.max_streams_per_user,
+                             field_limits=request_field_limits(limits))
+    servers = await serve(services, listeners, tracer_provider=tracing.provider, limits=call_limits)
     if config.driver_addresses:
         notifier.start()
     servers.watch_health(database_probe(db))

@@ -26,15 +26,17 @@ from services.db.store import JobStore
 from services.frontend import query as query_language
 from services.frontend.access import owned_batch, readable_batch
 from services.frontend.batch_store import BatchStore, sees_everything
+from services.frontend.field_limits import FIRST_UPDATE_SUFFIX, RERUN_PREFIX, SUBMIT_SUFFIX
+from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
 from services.frontend.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
-from services.frontend.validate import MAX_JOBS_PER_BUNCH, UpdateBlock, check_bunch, job_row
+from services.frontend.validate import UpdateBlock, check_bunch, job_row
 from services.frontend.watch import BatchWatcher
 
 MAX_PAGE_SIZE = 1000
-MAX_TOKEN_LENGTH = 100
-_RERUN_TOKEN_PREFIX = "rerun/"
+MAX_RESERVED_IDS = 2**31 - 1
+"""Job (and job group) ids are INT columns: a batch reserves at most this many."""
 # RerunFailedJobs' states as the bits of rerun_failed_jobs.
 _RERUN_STATE_BITS = {job_state_pb2.JOB_STATE_FAILED: 2, job_state_pb2.JOB_STATE_ERROR: 4,
                      job_state_pb2.JOB_STATE_CANCELLED: 8}
@@ -65,12 +67,13 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     """The batch half of the frontend."""
 
     def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = no_notify,
-                 watcher: BatchWatcher | None = None, urls: UrlChecks | None = None):
+                 watcher: BatchWatcher | None = None, urls: UrlChecks | None = None, limits: Limits = Limits()):
         self.jobs = jobs
         self.batches = batches
         self.specs = specs
         self.notify = notify
-        self.watcher = watcher or BatchWatcher(batches)
+        self.limits = limits
+        self.watcher = watcher or BatchWatcher(batches, limits=limits)
         self.urls = urls or UrlChecks()
 
     # -- helpers -------------------------------------------------------------
@@ -109,9 +112,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         )
 
     @staticmethod
-    def _check_token(token: str, field: str = "idempotency_token") -> str | None:
-        if len(token) > MAX_TOKEN_LENGTH:
-            raise InvalidRequest(FieldViolation(field, f"at most {MAX_TOKEN_LENGTH} characters"))
+    def _check_token(token: str) -> str | None:
+        """The token, or None for none (its length is a field limit: field_limits.py)."""
         return token or None
 
     async def _create_batch(self, principal: Principal, request: Any) -> int:
@@ -154,8 +156,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                             update["n_job_groups"])
         first_job_id = block.start_job_id + first_index
         specs = list(jobs)
-        violations = check_bunch(specs, first_job_id, block, field, self.urls.storage_roots(billing_project),
-                                 billing_project)
+        violations = check_bunch(specs, first_job_id, block, field, self.limits,
+                                 self.urls.storage_roots(billing_project), billing_project)
         if violations:
             raise InvalidRequest(violations)
         refs = await self.specs.write_bunch(batch_id, update["update_id"], first_job_id, specs)
@@ -164,6 +166,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return status["message"] == "duplicate"
 
     async def _create_job_groups(self, batch_id: int, update: dict[str, Any], first_index: int, specs: Any) -> None:
+        if specs and not 0 <= first_index <= first_index + len(specs) <= update["n_job_groups"]:
+            # As for jobs (validate.check_bunch): ids outside the update's block, which
+            # could also pass the INT column's range, are refused here.
+            raise InvalidRequest(FieldViolation("first_index", f"the update reserved {update['n_job_groups']} job groups"))
         start = update["start_job_group_id"] + first_index
         groups, violations = [], []
         for i, spec in enumerate(specs):
@@ -201,7 +207,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         batch_id = await self._create_batch(principal, request)
         update = None
         if request.n_jobs or request.n_job_groups:
-            token = f"{request.idempotency_token}/first" if request.idempotency_token else None
+            token = request.idempotency_token + FIRST_UPDATE_SUFFIX if request.idempotency_token else None
             update = update_proto(await self._create_update(batch_id, request.n_jobs, request.n_job_groups, token))
         batch = await self.batch_proto(await self._batch_row(batch_id, principal))
         return pb.CreateBatchResponse(batch=batch, update=update)
@@ -209,7 +215,13 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def CreateUpdate(self, request: pb.CreateUpdateRequest, context: grpc.aio.ServicerContext
                            ) -> pb.CreateUpdateResponse:
         principal = current_principal()
-        await self._own_batch(request.batch_id, principal)
+        batch = await self._own_batch(request.batch_id, principal)
+        for field, reserved, more in (("n_jobs", batch["n_reserved_jobs"], request.n_jobs),
+                                      ("n_job_groups", batch["n_reserved_job_groups"], request.n_job_groups)):
+            if reserved + more > MAX_RESERVED_IDS:
+                raise InvalidRequest(FieldViolation(
+                    field, f"batch {request.batch_id} has reserved {reserved}; with {more} more it would pass "
+                           f"{MAX_RESERVED_IDS}, the most ids a batch has"))
         row = await self._create_update(request.batch_id, request.n_jobs, request.n_job_groups,
                                         self._check_token(request.idempotency_token))
         return pb.CreateUpdateResponse(update=update_proto(row))
@@ -242,11 +254,12 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def SubmitBatch(self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.SubmitBatchResponse:
         principal = current_principal()
-        if len(request.jobs) > MAX_JOBS_PER_BUNCH:
+        if len(request.jobs) > self.limits.max_jobs_per_bunch:
             raise InvalidRequest(FieldViolation(
-                "jobs", f"SubmitBatch takes at most {MAX_JOBS_PER_BUNCH} jobs; use CreateBatch and AddJobs"))
+                "jobs", f"SubmitBatch takes at most {self.limits.max_jobs_per_bunch} jobs (max_jobs_per_bunch); "
+                        "use CreateBatch and AddJobs"))
         batch_id = await self._create_batch(principal, request)
-        token = f"{request.idempotency_token}/submit" if request.idempotency_token else None
+        token = request.idempotency_token + SUBMIT_SUFFIX if request.idempotency_token else None
         update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
         if not update["committed"]:
             await self._create_job_groups(batch_id, update, 0, request.job_groups)
@@ -279,9 +292,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         except ValueError:
             raise InvalidRequest(FieldViolation("page_token", "not a token this service returned")) from None
         try:
-            where, params = query_language.to_sql(query_language.parse(request.query, "batches"))
+            where, params = query_language.to_sql(query_language.parse(
+                request.query, "batches", self.limits.max_query_bytes, self.limits.max_query_terms))
         except query_language.QuerySyntaxError as e:
-            raise InvalidRequest(FieldViolation("query", f"at character {e.position}: {e}")) from None
+            raise InvalidRequest(FieldViolation("query", e.description)) from None
         rows = await self.batches.list_batches(where, params, principal, before, limit)
         next_token = base64.urlsafe_b64encode(str(rows[-1]["batch_id"]).encode()).decode() if len(rows) == limit else ""
         return pb.ListBatchesResponse(batches=[await self.batch_proto(r) for r in rows], next_page_token=next_token)
@@ -316,9 +330,6 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         violations = []
         if not request.idempotency_token:
             violations.append(FieldViolation("idempotency_token", "required"))
-        elif len(request.idempotency_token) > MAX_TOKEN_LENGTH - len(_RERUN_TOKEN_PREFIX):
-            violations.append(FieldViolation(
-                "idempotency_token", f"at most {MAX_TOKEN_LENGTH - len(_RERUN_TOKEN_PREFIX)} characters"))
         for i, state in enumerate(request.states):
             if state not in _RERUN_STATE_BITS:
                 violations.append(FieldViolation(f"states[{i}]", "only FAILED, ERROR and CANCELLED are re-run"))
@@ -327,7 +338,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         bits = sum(_RERUN_STATE_BITS[s] for s in set(request.states)) or (2 | 4)
         row = await self._own_batch(request.batch_id, principal)
         status = await self.jobs.rerun_failed_jobs(request.batch_id,
-                                                   _RERUN_TOKEN_PREFIX + request.idempotency_token, bits)
+                                                   RERUN_PREFIX + request.idempotency_token, bits)
         if status["update_id"] is None:
             return pb.RerunFailedJobsResponse()
         update_id = int(status["update_id"])

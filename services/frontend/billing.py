@@ -1,13 +1,14 @@
 """BillingService: translates protos to BillingStore calls and enforces who may do what.
 
 The rules (readers, administrators; NOT_FOUND for everybody else) are in
-the docstring of `services.frontend.billing_store`. Checks run in
-this order: the caller's role for RPCs no reader may use (create), then the
-request's fields (INVALID_ARGUMENT with every violation at once), then
-whether the project exists and the caller may see it (NOT_FOUND "no
-billing project X" for both, so outsiders learn no project names), then
-whether they may change it (PERMISSION_DENIED), then the project's state
-(FAILED_PRECONDITION).
+the docstring of `services.frontend.billing_store`. Checks run in this
+order: the fields' limits (lengths and ranges, before the servicer runs:
+services.frontend.field_limits), the caller's role for RPCs no reader may
+use (create), then the request's fields (INVALID_ARGUMENT with every
+violation at once), then whether the project exists and the caller may see
+it (NOT_FOUND "no billing project X" for both, so outsiders learn no project
+names), then whether they may change it (PERMISSION_DENIED), then the
+project's state (FAILED_PRECONDITION).
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ _PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # The auth service's username rule (services/auth/servicer.py).
 _USERNAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_MAX_NAME_CHARS = 100  # billing_projects.name is VARCHAR(100)
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 DEFAULT_WATCH_INTERVAL_S = 10.0
@@ -92,11 +92,10 @@ def _raise_if(violations: list[FieldViolation]) -> None:
 
 
 def _reference(name: str, field: str = "billing_project") -> list[FieldViolation]:
-    """A name that refers to an existing project: anything else is simply not found."""
+    """A name that refers to an existing project: anything else is simply not found
+    (its length is a field limit: services.frontend.field_limits)."""
     if not name:
         return [FieldViolation(field, "required")]
-    if len(name) > _MAX_NAME_CHARS:
-        return [FieldViolation(field, f"at most {_MAX_NAME_CHARS} characters")]
     return []
 
 
@@ -211,8 +210,6 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
         states = _LIST_STATES.get(request.state)
         if states is None:
             violations.append(FieldViolation("state", "unknown state"))
-        if len(request.member) > _MAX_NAME_CHARS:
-            violations.append(FieldViolation("member", f"at most {_MAX_NAME_CHARS} characters"))
         after = _decode_token(request.page_token) if request.page_token else ""
         if after is None:
             violations.append(FieldViolation("page_token", "not a token this service returned"))

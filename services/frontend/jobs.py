@@ -28,6 +28,7 @@ from services.frontend.explain import explain
 from services.frontend.explain_store import ExplainStore
 from services.frontend.job_protos import attempt_proto, explanation_proto, job_proto, resolved_spec
 from services.frontend.job_store import JobReadStore
+from services.frontend.limits import Limits
 from services.frontend.logs import (
     DEFAULT_MAX_BYTES,
     MAX_MAX_BYTES,
@@ -73,8 +74,10 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     """See the module docstring."""
 
     def __init__(self, batches: BatchStore, jobs: JobReadStore, explanations: ExplainStore, specs: SpecStore,
-                 stored_logs: StoredLogs, worker_logs: WorkerLogs, clock_ms: Callable[[], int] = wall_clock_ms):
+                 stored_logs: StoredLogs, worker_logs: WorkerLogs, clock_ms: Callable[[], int] = wall_clock_ms,
+                 limits: Limits = Limits()):
         self.batches = batches
+        self.limits = limits
         self.jobs = jobs
         self.explanations = explanations
         self.specs = specs
@@ -123,9 +126,10 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         limit = page_size(request.page_size)
         after = decode_page_token(request.page_token)
         try:
-            where, params = query_language.to_sql(query_language.parse(request.query, "jobs"))
+            where, params = query_language.to_sql(query_language.parse(
+                request.query, "jobs", self.limits.max_query_bytes, self.limits.max_query_terms))
         except query_language.QuerySyntaxError as e:
-            raise InvalidRequest(FieldViolation("query", str(e))) from None
+            raise InvalidRequest(FieldViolation("query", e.description)) from None
         await readable_batch(self.batches, request.batch_id, current_principal())
         rows = await self.jobs.list_jobs(request.batch_id, where, params, after, limit)
         attributes = await self.jobs.attributes(request.batch_id, [r["job_id"] for r in rows])

@@ -21,11 +21,19 @@ A query is terms separated by whitespace, all of which must hold:
     end_time OP ...
 
 with OP one of = != > >= < <=, spaces around it optional. A word or value
-with spaces, quotes or operator characters is written in double quotes, with
-backslash escaping the next character (`"a \\"b\\" = c"`). Keywords are
-lower case; a quoted key (`"state"=x`) is always an attribute. Text compares
-as the columns' collation does (utf8mb4_bin here: exact, case-sensitive);
-state names are case-insensitive.
+with spaces, quotes, parentheses or operator characters is written in double
+quotes, with backslash escaping the next character (`"a \\"b\\" = c"`).
+Parentheses do not group (every term must hold), so an unquoted one is an
+error rather than a part of a word. Keywords are lower case; a quoted key
+(`"state"=x`) is always an attribute. Text compares as the columns'
+collation does (utf8mb4_bin here: exact, case-sensitive); state names are
+case-insensitive.
+
+A query is at most `max_bytes` bytes of UTF-8 and `max_terms` terms
+(services.frontend.limits: each term is a subquery of the statement, and
+a query of 60,000 words once took MariaDB to 21 GB); over either it is
+refused with QueryTooLarge before any SQL is made. Parsing is linear in
+the text's length.
 
 Batches: `start_time` is the creation time, `end_time` the completion time,
 `duration` from creation to completion (or to now). Jobs: times, duration
@@ -57,6 +65,12 @@ _OPERATORS = ("!=", "!~", "=~", ">=", "<=", "=", ">", "<")  # longest first
 _SQL_OP = {"=": "=", "!=": "<>", ">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
 
+MAX_BYTES = 4096
+"""Default longest query (the frontend's setting: Limits.max_query_bytes)."""
+MAX_TERMS = 32
+"""Default most terms (the frontend's setting: Limits.max_query_terms)."""
+
+
 class QuerySyntaxError(ValueError):
     """A query that cannot be parsed: `message` says why (fit for a
     google.rpc.BadRequest field violation on `query`), `position` is the
@@ -66,6 +80,15 @@ class QuerySyntaxError(ValueError):
         super().__init__(f"{message} (at character {position})")
         self.message = message
         self.position = position
+
+    @property
+    def description(self) -> str:
+        """The field violation's description: where, and what is wrong."""
+        return f"at character {self.position}: {self.message}"
+
+
+class QueryTooLarge(QuerySyntaxError):
+    """A query over a limit (bytes or terms); the message names the limit."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,18 +324,30 @@ def _tokens(text: str) -> list[_Token]:
             while i < n and not text[i].isspace() and _operator_at(text, i) is None:
                 if text[i] == '"':
                     raise QuerySyntaxError("a quote inside a word; quote the whole word", i)
+                if text[i] in "()":
+                    raise QuerySyntaxError(
+                        "parentheses do not group terms (every term must hold); quote a word that has them", i)
                 i += 1
             tokens.append(_Token(text[start:i], start))
     return tokens
 
 
-def parse(text: str, kind: Kind) -> Query:
-    """Parse `text` as a query on `kind`; raises QuerySyntaxError."""
+def parse(text: str, kind: Kind, max_bytes: int = MAX_BYTES, max_terms: int = MAX_TERMS) -> Query:
+    """Parse `text` as a query on `kind`; raises QuerySyntaxError (QueryTooLarge
+    for a query over `max_bytes` bytes or `max_terms` terms)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    # More characters than max_bytes is more bytes: a huge text is refused
+    # without encoding it.
+    if len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+        # The first character that does not fit.
+        fits = len(text[:max_bytes].encode("utf-8", "surrogatepass")[:max_bytes].decode("utf-8", "ignore"))
+        raise QueryTooLarge(f"the query is longer than {max_bytes} bytes (max_query_bytes)", fits)
     tokens, terms, i = _tokens(text), [], 0
     while i < len(tokens):
         key = tokens[i]
+        if len(terms) == max_terms:
+            raise QueryTooLarge(f"the query has more than {max_terms} terms (max_query_terms)", key.start)
         if key.op:
             raise QuerySyntaxError(
                 f"{key.text} needs a key or keyword before it (quote values that contain operator characters)",

@@ -15,15 +15,11 @@ from typing import Any
 
 from corral.batch.v1 import job_spec_pb2 as spec_pb
 from corral.batch.v1 import job_state_pb2
-from services.common.errors import FieldViolation
+from services.common.fields import FieldViolation
+from services.frontend.limits import Limits
 from services.frontend.url_checks import file_url_violations
 
-MAX_JOBS_PER_BUNCH = 5_000
-"""A bigger submission goes up in several AddJobs calls (bunches)."""
-MAX_SPEC_BYTES = 256 * 1024
-"""One job's spec, serialized."""
 DEFAULT_CORES_MCPU = 1_000
-MAX_CORES_MCPU = 64_000
 GIB = 1024**3
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -73,8 +69,27 @@ def instance_collection(spec: spec_pb.JobSpec) -> str:
     return "highmem"
 
 
-def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str) -> list[FieldViolation]:
-    v: list[FieldViolation] = []
+def _list_sizes(spec: spec_pb.JobSpec, limits: Limits, at: str) -> list[FieldViolation]:
+    """The spec's lists (and maps) against their limits."""
+    sizes = [("parents", len(spec.parents), limits.max_parents_per_job, "max_parents_per_job"),
+             ("env", len(spec.env), limits.max_env_per_job, "max_env_per_job"),
+             ("attributes", len(spec.attributes), limits.max_attributes, "max_attributes"),
+             ("input_files", len(spec.input_files), limits.max_files_per_job, "max_files_per_job"),
+             ("output_files", len(spec.output_files), limits.max_files_per_job, "max_files_per_job"),
+             ("regions", len(spec.regions), limits.max_regions_per_job, "max_regions_per_job"),
+             ("locks", len(spec.locks), limits.max_locks_per_job, "max_locks_per_job"),
+             ("secrets", len(spec.secrets), limits.max_secrets_per_job, "max_secrets_per_job")]
+    sizes += [(f"locks[{i}].names", len(lock.names), limits.max_names_per_lock, "max_names_per_lock")
+              for i, lock in enumerate(spec.locks)]
+    return [FieldViolation(f"{at}.{field}", f"at most {most} entries ({setting})")
+            for field, n, most, setting in sizes if n > most]
+
+
+def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str, limits: Limits
+                ) -> list[FieldViolation]:
+    v = _list_sizes(spec, limits, at)
+    if v:
+        return v  # and look no further into a spec that may be huge
     if not spec.image.strip():
         v.append(FieldViolation(f"{at}.image", "an image is required"))
     command = spec.WhichOneof("command")
@@ -82,8 +97,9 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str)
         v.append(FieldViolation(f"{at}.command", "a command is required (argv or script)"))
     if spec.WhichOneof("size") == "resources":
         r = spec.resources
-        if not 0 <= r.cores_mcpu <= MAX_CORES_MCPU:
-            v.append(FieldViolation(f"{at}.resources.cores_mcpu", f"must be between 0 and {MAX_CORES_MCPU}"))
+        if not 0 <= r.cores_mcpu <= limits.max_cores_mcpu:
+            v.append(FieldViolation(f"{at}.resources.cores_mcpu",
+                                    f"must be between 0 and {limits.max_cores_mcpu} (max_cores_mcpu)"))
         if r.memory_bytes < 0:
             v.append(FieldViolation(f"{at}.resources.memory_bytes", "must not be negative"))
         if r.storage_bytes < 0:
@@ -129,25 +145,27 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str)
                 v.append(FieldViolation(f"{where}.accepted_states",
                                         "only final states: SUCCEEDED, FAILED, ERROR, CANCELLED"))
                 break
-    if spec.ByteSize() > MAX_SPEC_BYTES:
-        v.append(FieldViolation(at, f"the spec is larger than {MAX_SPEC_BYTES} bytes"))
+    if spec.ByteSize() > limits.max_spec_bytes:
+        v.append(FieldViolation(at, f"the spec is larger than {limits.max_spec_bytes} bytes (max_spec_bytes)"))
     return v
 
 
 def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBlock,
-                field: str = "jobs", storage_roots: Sequence[str] = (), project: str = "") -> list[FieldViolation]:
+                field: str = "jobs", limits: Limits = Limits(), storage_roots: Sequence[str] = (),
+                project: str = "") -> list[FieldViolation]:
     """Every violation in a bunch whose first job gets id `first_job_id`; its files' URLs must lie
     under `storage_roots`, those of the batch's billing project `project`."""
     if not specs:
         return [FieldViolation(field, "a bunch holds at least one job")]
-    if len(specs) > MAX_JOBS_PER_BUNCH:
-        return [FieldViolation(field, f"at most {MAX_JOBS_PER_BUNCH} jobs per bunch; send several bunches")]
+    if len(specs) > limits.max_jobs_per_bunch:
+        return [FieldViolation(field, f"at most {limits.max_jobs_per_bunch} jobs per bunch (max_jobs_per_bunch); "
+                                      "send several bunches")]
     last = first_job_id + len(specs) - 1
     if first_job_id < block.start_job_id or last >= block.start_job_id + block.n_jobs:
         return [FieldViolation("first_index", f"the update reserved {block.n_jobs} jobs")]
     violations: list[FieldViolation] = []
     for i, spec in enumerate(specs):
-        violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]")
+        violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]", limits)
         violations += file_url_violations(spec, storage_roots, project, f"{field}[{i}]")
     return violations
 

@@ -36,6 +36,7 @@ from services.db.database import Database
 from services.frontend import query as query_language
 from services.frontend.access import readable_batch
 from services.frontend.batch_store import BatchStore
+from services.frontend.limits import Limits
 
 DEFAULT_POLL_PERIOD_S = 0.15
 """How often an idle stream looks for new events."""
@@ -143,8 +144,9 @@ class BatchWatcher:
     def __init__(self, batches: BatchStore, poll_period_s: float = DEFAULT_POLL_PERIOD_S, page_size: int = PAGE_SIZE,
                  recheck_access_s: float = RECHECK_ACCESS_S,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 clock_s: Callable[[], float] = time.monotonic):
+                 clock_s: Callable[[], float] = time.monotonic, limits: Limits = Limits()):
         self.batches = batches
+        self.limits = limits
         self.log = EventLog(batches.db)
         self.poll_period_s = poll_period_s
         self.page_size = page_size
@@ -164,9 +166,10 @@ class BatchWatcher:
             violations.append(FieldViolation("from_event_id", "must not be negative"))
         where_sql, params = "TRUE", []
         try:
-            where_sql, params = query_language.to_sql(query_language.parse(request.query, "jobs"))
+            where_sql, params = query_language.to_sql(query_language.parse(
+                request.query, "jobs", self.limits.max_query_bytes, self.limits.max_query_terms))
         except query_language.QuerySyntaxError as e:
-            violations.append(FieldViolation("query", f"at character {e.position}: {e.message}"))
+            violations.append(FieldViolation("query", e.description))
         if violations:
             raise InvalidRequest(violations)
         batch_id = request.batch_id

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pymysql
 
-from bench import cancel, driver_memory, e2e, fair_share, sj_mjc, submit
+from bench import cancel, driver_memory, e2e, fair_share, query_limits, sj_mjc, submit
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -191,4 +191,24 @@ def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     results = results_of(tmp_path, "e2e", printed)
     assert (results["parameters"]["n_jobs"], results["parameters"]["n_links"]) == (e2e.SMOKE_JOBS, e2e.SMOKE_CHAIN)
     assert is_png(tmp_path / "e2e.png")
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_query_limits_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "query-limits")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == query_limits.figure_names()
+    assert all(value > 0 for name, (value, unit) in printed.items() if unit == "ms")
+    assert {unit for _, unit in printed.values()} == {"ms", "MiB"}
+
+    results = results_of(tmp_path, "query-limits", printed)
+    outcomes = results["parameters"]["outcomes"]
+    for rpc in ("list_batches", "list_jobs"):
+        assert {outcomes[f"{rpc}.{case}"] for case in ("words_60000", "bytes_1mb", "parens_10000")} \
+            == {"INVALID_ARGUMENT"}
+        assert {outcomes[f"{rpc}.{case}"] for case in ("legal_longest_words", "legal_most_terms", "legal_costliest")} \
+            <= {"OK", "RESOURCE_EXHAUSTED"}
     assert bench_schemas(mariadb_server) == before

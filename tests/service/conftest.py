@@ -13,6 +13,7 @@ from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.app import AuthApp, AuthConfig, start
 from services.auth.client import RemoteTokenVerifier
 from services.auth.store import AuthStore
+from services.common.call_limits import CallLimits
 from services.common.identity import BearerAuthenticator
 from services.common.server import Listener, RunningServers, Service, serve
 from services.common.tls import DevCertificateAuthority, TlsFiles
@@ -21,6 +22,8 @@ from services.frontend.app import FrontendApp, FrontendConfig
 from services.frontend.app import start as start_frontend
 from services.frontend.billing import BillingServicer
 from services.frontend.billing_store import BillingStore
+from services.frontend.field_limits import request_field_limits
+from services.frontend.limits import Limits
 from tests.conftest import service_url
 
 
@@ -111,6 +114,7 @@ async def frontend_billing(db_config: DatabaseConfig, certs: DevCertificateAutho
         [Service("corral.billing.v1.BillingService", billing,
                  billing_service_pb2_grpc.add_BillingServiceServicer_to_server)],
         [Listener("127.0.0.1:0", tls, BearerAuthenticator(RemoteTokenVerifier(auth_channel)), internal=False)],
+        limits=CallLimits(field_limits=request_field_limits(Limits())),
     )
     try:
         yield FrontendServer(servers.ports[0], db, servers, billing)

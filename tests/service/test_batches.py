@@ -19,7 +19,7 @@ from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.frontend.specs import SpecStore
-from services.frontend.validate import MAX_JOBS_PER_BUNCH
+from services.frontend.limits import Limits
 from tests.service.conftest import bearer, person_channel
 
 
@@ -111,10 +111,10 @@ async def test_malformed_specs_are_invalid_argument_and_nothing_is_written(stub,
 
 async def test_oversize_bunch_is_refused(stub, tokens, frontend) -> None:
     alice = bearer(tokens["alice"])
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=MAX_JOBS_PER_BUNCH + 1),
-                                     metadata=alice)
+    most = Limits().max_jobs_per_bunch
+    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=most + 1), metadata=alice)
     request = pb.AddJobsRequest(batch_id=created.batch.batch_id, update_id=created.update.update_id,
-                                jobs=[job() for _ in range(MAX_JOBS_PER_BUNCH + 1)])
+                                jobs=[job() for _ in range(most + 1)])
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.AddJobs(request, metadata=alice)
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT

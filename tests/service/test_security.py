@@ -53,7 +53,7 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.driver.app import DriverConfig
 from services.driver.app import start as start_driver
-from services.frontend.validate import MAX_JOBS_PER_BUNCH
+from services.frontend.limits import Limits
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from tests.conftest import service_url
@@ -368,10 +368,10 @@ async def test_oversize_bunches_and_bad_queries_name_the_field(env: Env, world: 
     before = await snapshot(env.world.db)
     calls = [
         ("jobs", env.batches.AddJobs(bpb.AddJobsRequest(batch_id=world.batch_id, update_id=world.update_id,
-                                                        jobs=[spec()] * (MAX_JOBS_PER_BUNCH + 1)),
+                                                        jobs=[spec()] * (Limits().max_jobs_per_bunch + 1)),
                                      metadata=env.as_("alice"))),
         ("jobs", env.batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj",
-                                                                jobs=[spec()] * (MAX_JOBS_PER_BUNCH + 1)),
+                                                                jobs=[spec()] * (Limits().max_jobs_per_bunch + 1)),
                                          metadata=env.as_("alice"))),
         ("query", env.jobs.ListJobs(jpb.ListJobsRequest(batch_id=world.batch_id, query="cost>>1"),
                                     metadata=env.as_("alice"))),

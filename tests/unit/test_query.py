@@ -10,12 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import services.frontend.query as query_module
 from services.frontend.query import (
     KEYWORDS,
+    MAX_BYTES,
+    MAX_TERMS,
     AttributeTerm,
     KeywordTerm,
     Query,
     QuerySyntaxError,
+    QueryTooLarge,
     WordTerm,
     format_query,
     parse,
@@ -296,3 +300,101 @@ def test_keywords_are_all_documented() -> None:
     assert module.__doc__ is not None
     for keyword in KEYWORDS:
         assert keyword in module.__doc__
+
+
+# ---------------------------------------------------------------- limits
+
+
+def test_a_query_over_the_byte_limit_is_refused_naming_the_limit() -> None:
+    parse("x" * MAX_BYTES, "batches")
+    with pytest.raises(QueryTooLarge, match="max_query_bytes") as error:
+        parse("x" * (MAX_BYTES + 1), "batches")
+    assert error.value.position == MAX_BYTES
+    # Bytes, not characters: é is two.
+    with pytest.raises(QueryTooLarge) as error:
+        parse("é" * 6, "jobs", max_bytes=11)
+    assert error.value.position == 5
+    assert parse("é" * 5, "jobs", max_bytes=10) == Query("jobs", (WordTerm("é" * 5),))
+
+
+def test_a_query_over_the_term_limit_is_refused_at_the_first_term_too_many() -> None:
+    text = " ".join(["a"] * MAX_TERMS)
+    assert len(parse(text, "batches").terms) == MAX_TERMS
+    with pytest.raises(QueryTooLarge, match="max_query_terms") as error:
+        parse(text + " state=open", "batches")
+    assert error.value.position == len(text) + 1
+    with pytest.raises(QueryTooLarge):
+        parse("a=1 b=2 c", "jobs", max_terms=2)
+
+
+@pytest.mark.parametrize("text", ["(state=open)", "a (b c)", "name=f(x)", ")", "((((((((((x))))))))))"])
+def test_parentheses_do_not_group_and_are_refused_unless_quoted(text: str) -> None:
+    with pytest.raises(QuerySyntaxError, match="parentheses do not group"):
+        parse(text, "batches")
+    assert parse('name="f(x)" "(a)"', "batches").terms == (AttributeTerm("name", "=", "f(x)"), WordTerm("(a)"))
+
+
+def test_the_attacks_of_issue_9_are_refused_by_the_parser() -> None:
+    for text in (" ".join(f"word{i}" for i in range(60_000)), "x" * 1_000_000, "(" * 10_000 + ")" * 10_000):
+        with pytest.raises(QueryTooLarge):
+            parse(text, "batches")
+
+
+class CountingOperatorScan:
+    """Counts the tokenizer's per-character work (operator look-ups), a measure
+    of its running time that does not depend on the machine."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._original = query_module._operator_at
+
+    def __enter__(self) -> CountingOperatorScan:
+        def counted(text: str, i: int) -> str | None:
+            self.calls += 1
+            return self._original(text, i)
+
+        query_module._operator_at = counted
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        query_module._operator_at = self._original
+
+
+def parse_cost(text: str, kind: str = "batches") -> int:
+    """Operator look-ups to parse (or refuse) `text` with limits high enough to parse it all."""
+    with CountingOperatorScan() as counter:
+        try:
+            parse(text, kind, max_bytes=10**8, max_terms=10**8)  # type: ignore[arg-type]
+        except QuerySyntaxError:
+            pass
+    return counter.calls
+
+
+@pytest.mark.parametrize("text", [
+    " ".join(f"word{i}" for i in range(60_000)),
+    "(" * 10_000 + ")" * 10_000,
+    "=" * 100_000,
+    '"' + "\\\"" * 50_000 + '"',
+    "a=" * 50_000,
+    "x" * 1_000_000,
+])
+def test_parsing_is_linear_in_the_length_of_the_text(text: str) -> None:
+    assert parse_cost(text) <= 2 * len(text) + 2
+
+
+@given(st.one_of(st.text(max_size=2000), query_like_text, st.lists(st.sampled_from(FRAGMENTS), max_size=400).map("".join)),
+       st.sampled_from(["batches", "jobs"]), st.integers(min_value=1, max_value=5000), st.integers(min_value=1, max_value=50))
+def test_any_text_under_any_limits_parses_or_fails_with_a_query_error(text: str, kind: str, max_bytes: int,
+                                                                      max_terms: int) -> None:
+    try:
+        query = parse(text, kind, max_bytes=max_bytes, max_terms=max_terms)  # type: ignore[arg-type]
+    except QuerySyntaxError as e:  # QueryTooLarge is one
+        assert 0 <= e.position <= len(text)
+        assert e.description.startswith(f"at character {e.position}: ")
+    else:
+        assert len(text.encode()) <= max_bytes and len(query.terms) <= max_terms
+
+
+@given(st.one_of(st.text(max_size=3000), st.lists(st.sampled_from(FRAGMENTS), max_size=600).map("".join)))
+def test_the_parsers_work_grows_linearly_with_any_text(text: str) -> None:
+    assert parse_cost(text) <= 2 * len(text) + 2

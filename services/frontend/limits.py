@@ -1,0 +1,118 @@
+"""Every limit a user of the frontend runs into, with its default, in one place.
+
+An operator changes one with the flag of the same name
+(`python -m services.frontend --max-query-bytes 16384`); docs/security.md
+lists them all with the error each gives. Limits that a column's size
+fixes (a VARCHAR(100) holds 100 characters) are not settings: they are in
+`services.frontend.field_limits`, checked against the schema by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+from typing import Any
+
+from services.frontend import query
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """The frontend's limits on what one request, or one user, may ask for."""
+
+    # -- the query language (ListBatches, ListJobs, WatchBatch) ----------------
+
+    max_query_bytes: int = query.MAX_BYTES
+    """Longest query, in UTF-8 bytes. A longer one is INVALID_ARGUMENT on `query`."""
+    max_query_terms: int = query.MAX_TERMS
+    """Most terms in one query; each becomes a subquery of the statement."""
+
+    # -- time --------------------------------------------------------------------
+
+    max_statement_time_s: float = 5.0
+    """Longest one read statement of a user's request may run (MariaDB's max_statement_time,
+    per statement); a read killed by it is RESOURCE_EXHAUSTED."""
+    rpc_deadline_s: float = 60.0
+    """Longest a unary call may take on the server, whatever deadline the client set
+    (DEADLINE_EXCEEDED); server streams are exempt, bounded by the two limits below."""
+
+    # -- streams and messages ----------------------------------------------------
+
+    max_streams_per_user: int = 16
+    """Server streams (WatchBatch, WatchSpend, StreamJobLog) one caller may hold open at once
+    on one frontend replica; one more is RESOURCE_EXHAUSTED."""
+    max_request_bytes: int = 4 * 1024 * 1024
+    """Largest serialized request gRPC accepts (RESOURCE_EXHAUSTED beyond); AddJobs bunches
+    must fit."""
+
+    # -- submissions -------------------------------------------------------------
+
+    max_jobs_per_bunch: int = 5_000
+    """Jobs in one AddJobs or SubmitBatch call; a bigger submission goes up in several bunches."""
+    max_job_groups_per_bunch: int = 5_000
+    """Job groups in one CreateJobGroups or SubmitBatch call."""
+    max_spec_bytes: int = 256 * 1024
+    """One job's spec, serialized."""
+    max_cores_mcpu: int = 64_000
+    """Most cores one job may ask for, in thousandths of a core."""
+
+    # -- lists in one job spec (and in a batch's or group's attributes) ---------
+
+    max_parents_per_job: int = 10_000
+    """Entries in a spec's `parents`."""
+    max_env_per_job: int = 1_000
+    """Entries in a spec's `env`."""
+    max_attributes: int = 100
+    """Attributes of one batch, job group or job."""
+    max_files_per_job: int = 1_000
+    """Entries in a spec's `input_files`, and again in its `output_files`."""
+    max_regions_per_job: int = 64
+    """Entries in a spec's `regions`."""
+    max_locks_per_job: int = 64
+    """Entries in a spec's `locks`."""
+    max_names_per_lock: int = 1_000
+    """Resource names in one lock."""
+    max_secrets_per_job: int = 64
+    """Entries in a spec's `secrets`."""
+    max_members_per_request: int = 1_000
+    """Usernames in one CreateBillingProject call."""
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None and value <= 0:  # None, where a field allows it: no limit
+                raise ValueError(f"{field.name} must be positive, not {value!r}")
+
+    @classmethod
+    def flag(cls, name: str) -> str:
+        """The command-line flag that sets field `name`, e.g. --max-query-bytes."""
+        return "--" + name.replace("_", "-")
+
+    @classmethod
+    def add_flags(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per field, its help the field's docstring."""
+        group = parser.add_argument_group("limits", "what one request or one user may ask for (docs/security.md)")
+        for field in dataclasses.fields(cls):
+            number = float if "float" in str(field.type) else int
+            group.add_argument(cls.flag(field.name), dest=field.name, type=number, default=field.default,
+                               help=f"{field_docs()[field.name]} (default: %(default)s)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Limits:
+        """The limits that `add_flags`' flags parsed into."""
+        return cls(**{field.name: getattr(args, field.name) for field in dataclasses.fields(cls)})
+
+
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """Each field of Limits and the docstring under it, on one line."""
+    tree = ast.parse(inspect.getsource(Limits))
+    body: list[Any] = tree.body[0].body  # type: ignore[attr-defined]
+    docs = {}
+    for field, doc in zip(body, body[1:]):
+        if isinstance(field, ast.AnnAssign) and isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant):
+            docs[field.target.id] = " ".join(str(doc.value.value).split())  # type: ignore[union-attr]
+    return docs
