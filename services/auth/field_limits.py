@@ -23,7 +23,7 @@ _username = Text(100, column="users.username")
 
 AUTH_FIELD_LIMITS: FieldLimits = {
     # The login throttle's own bound (services/auth/servicer.py): no user's name is longer.
-    f"{AUTH}LoginRequest.username": Text(MAX_USERNAME_CHARS),
+    f"{AUTH}LoginRequest.username": Text(MAX_USERNAME_CHARS, column="users.username"),
     f"{AUTH}LoginRequest.password": Text(MAX_PASSWORD_CHARS),
     f"{AUTH}CreateUserRequest.username": Text(64, column="users.username"),
     f"{AUTH}CreateUserRequest.roles": Repeated(16),

@@ -231,8 +231,8 @@ def test_cancel_a_100k_job_batch_while_its_jobs_run(cluster: Cluster) -> None:
         print(f"\nsubmitted {n_jobs:,} jobs in {time.monotonic() - submitted_s:.1f} s")
         eventually(lambda: client.get_batch(batch_id).counts.n_running >= MAX_WORKERS * WORKER_CORES // 2,
                    timeout_s=120, what="jobs of the batch running")
-        running_before = job_processes(batch_id)
-        assert running_before
+        # Running in the database comes first; the worker then starts the job's processes.
+        running_before = eventually(lambda: job_processes(batch_id), timeout_s=60, what="job processes")
 
         # With the drivers stopped, only the cancel call can touch the
         # database: it must not change a single job row.
