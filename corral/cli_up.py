@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from services.common.entry import add_url_settings, allowed_networks
+
 
 def _up(args: argparse.Namespace) -> int:
     from services.up import UpConfig, serve_forever  # server-side code, imported only for this command
@@ -14,8 +16,7 @@ def _up(args: argparse.Namespace) -> int:
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
                                   idle_timeout_s=args.idle_timeout, trace=args.trace,
                                   storage_roots=tuple(args.storage_root) if args.storage_root else None,
-                                  callback_allow_networks=tuple(a for a in args.callback_allow_networks.split(",")
-                                                                if a),
+                                  callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                   unisolated_dev=args.unisolated_dev))
 
 
@@ -37,11 +38,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="a worker with nothing to run exits after this long (default 60)")
     up.add_argument("--trace", action="store_true",
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
-    up.add_argument("--storage-root", action="append", metavar="URL_TEMPLATE",
-                    help="a URL jobs' input and output files may lie under, {project} standing for the billing "
-                         "project; repeatable (default: DATA_DIR/storage/{project}/)")
-    up.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
-                    help="networks completion callbacks may reach although not public (e.g. 127.0.0.0/8)")
+    add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     up.add_argument("--unisolated-dev", action="store_true",
                     help="when not run as root, let workers run jobs unisolated as your own user instead of "
                          "refusing them (development only: a job can then read everything corral can)")

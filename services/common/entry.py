@@ -28,3 +28,22 @@ def add_database_url(parser: argparse.ArgumentParser) -> None:
                         required=DATABASE_URL_VARIABLE not in os.environ,
                         help=f"mysql://USER:PASSWORD@HOST/DB (default: ${DATABASE_URL_VARIABLE}, which keeps "
                              "the password off the command line)")
+
+
+STORAGE_ROOT_HELP = ("a URL jobs' input and output files may lie under, {project} standing for the billing project "
+                     "(e.g. file:///var/lib/corral/storage/{project}/); repeatable")
+CALLBACK_NETWORKS_HELP = "networks completion callbacks may reach although not public (e.g. 10.0.0.0/8)"
+
+
+def add_url_settings(parser: argparse.ArgumentParser, default_roots: list[str] | None = None,
+                     roots_default_help: str = "none: jobs may name no files") -> None:
+    """`--storage-root` (repeatable) and `--callback-allow-networks`, the URL rules of docs/security.md;
+    the frontend and the drivers must be given the same values."""
+    parser.add_argument("--storage-root", action="append", default=default_roots, metavar="URL_TEMPLATE",
+                        help=f"{STORAGE_ROOT_HELP} ({roots_default_help})")
+    parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...", help=CALLBACK_NETWORKS_HELP)
+
+
+def allowed_networks(text: str) -> tuple[str, ...]:
+    """The networks of a `--callback-allow-networks` value."""
+    return tuple(a for a in text.split(",") if a)

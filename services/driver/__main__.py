@@ -6,7 +6,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from services.common.entry import add_database_url, private_files
+from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.driver.app import DriverConfig, run
 from services.driver.servicer import SessionSettings
 
@@ -25,11 +25,7 @@ parser.add_argument("--heartbeat-timeout", type=float, default=SessionSettings.h
                          "(default: %(default)s)")
 parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
-parser.add_argument("--storage-root", action="append", default=[], metavar="URL_TEMPLATE",
-                    help="a URL jobs' input and output files may lie under, {project} standing for the billing "
-                         "project; repeatable; workers check each job's files against them (as the frontend's)")
-parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
-                    help="networks completion callbacks may reach although not public (as the frontend's)")
+add_url_settings(parser, [], "none: jobs may name no files; workers check each job's files against them too")
 parser.add_argument("--unisolated-dev-workers", action="store_true",
                     help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
                          "as their own user instead of refusing them; development only)")
@@ -42,4 +38,4 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
                              storage_roots=tuple(args.storage_root),
-                             callback_allow_networks=tuple(filter(None, args.callback_allow_networks.split(","))))))
+                             callback_allow_networks=allowed_networks(args.callback_allow_networks))))

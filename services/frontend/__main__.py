@@ -7,7 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
-from services.common.entry import add_database_url, private_files
+from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.frontend.app import FrontendConfig, run
 from services.frontend.limits import Limits
 
@@ -20,11 +20,7 @@ parser.add_argument("--public-address", default="127.0.0.1:0")
 parser.add_argument("--internal-address")
 parser.add_argument("--ports-file", type=Path)
 parser.add_argument("--driver-addresses", default="", help="comma-separated internal addresses of the drivers")
-parser.add_argument("--storage-root", action="append", default=[], metavar="URL_TEMPLATE",
-                    help="a URL jobs' input and output files may lie under, {project} standing for the billing "
-                         "project (e.g. file:///var/lib/corral/storage/{project}/); repeatable; none: no files")
-parser.add_argument("--callback-allow-networks", default="", metavar="CIDR,...",
-                    help="networks completion callbacks may reach although not public (e.g. 10.0.0.0/8)")
+add_url_settings(parser, [])
 Limits.add_flags(parser)
 args = parser.parse_args()
 private_files()
@@ -33,5 +29,5 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                args.public_address, args.internal_address, ports_file=args.ports_file,
                                driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a),
                                storage_roots=tuple(args.storage_root),
-                               callback_allow_networks=tuple(filter(None, args.callback_allow_networks.split(","))),
+                               callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                limits=Limits.from_args(args))))

@@ -10,23 +10,11 @@ next caller; one that merely succeeded or was retried is reused.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import AsyncIterator
 
 import pymysql
 import pytest
 
-from services.db.database import Database, DatabaseConfig
-
-
-@pytest.fixture
-async def one_connection(db_config: DatabaseConfig) -> AsyncIterator[Database]:
-    """A pool of exactly one connection, so the next call gets the same one if it is pooled."""
-    database = await Database.connect(dataclasses.replace(db_config, pool_size=1))
-    try:
-        yield database
-    finally:
-        await database.close()
+from services.db.database import Database
 
 
 async def connection_id(db: Database) -> int:

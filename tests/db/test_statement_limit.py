@@ -4,23 +4,12 @@ StatementTimeout; the connection it ran on is closed, and the pool goes on."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from collections.abc import AsyncIterator
 
 import pymysql
 import pytest
 
 from services.db.database import Database, DatabaseConfig, StatementTimeout
-
-
-@pytest.fixture
-async def one_connection(db_config: DatabaseConfig) -> AsyncIterator[Database]:
-    database = await Database.connect(dataclasses.replace(db_config, pool_size=1))
-    try:
-        yield database
-    finally:
-        await database.close()
 
 
 async def test_a_read_past_the_limit_raises_statement_timeout_and_the_pool_goes_on(
