@@ -111,11 +111,20 @@ class TlsFiles:
         )
 
 
-def _still_valid(files: TlsFiles) -> bool:
-    """Whether `files` holds a certificate and key good for more than 30 days."""
+def _still_valid(files: TlsFiles, identity: str | None = None) -> bool:
+    """Whether `files` holds a certificate and key good for more than 30 days (and, given an
+    identity, naming it by its URI: certificates from before identities were URIs are issued again)."""
     if not (files.cert.exists() and files.key.exists()):
         return False
     existing = x509.load_pem_x509_certificate(files.cert.read_bytes())
+    if identity is not None:
+        try:
+            uris = existing.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
+                .get_values_for_type(x509.UniformResourceIdentifier)
+        except x509.ExtensionNotFound:
+            uris = []
+        if identity_uri(identity) not in uris:
+            return False
     return existing.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) > _RENEW_BEFORE
 
 
@@ -230,11 +239,11 @@ class DevCertificateAuthority:
         files = TlsFiles(self.ca_cert_path, self.directory / f"{identity}.pem", self.directory / f"{identity}.key")
         if identity == WORKER_ISSUER:
             return self.issue_worker_issuer()
-        if self._has_ca() and _still_valid(files):
+        if self._has_ca() and _still_valid(files, identity):
             return files
         with self._exclusive():
             self._ensure()
-            if _still_valid(files):  # another process issued it while we waited
+            if _still_valid(files, identity):  # another process issued it while we waited
                 return files
             ca_cert, ca_key = self._ca()
             key = ec.generate_private_key(ec.SECP256R1())

@@ -4,14 +4,16 @@ starts two drivers, both "driver", at the same moment)."""
 
 from __future__ import annotations
 
+import datetime
 import subprocess
 import sys
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import NameOID
 
-from services.common.tls import DevCertificateAuthority
+from services.common.tls import DevCertificateAuthority, WorkerIssuer
 
 # Each process issues "driver", then checks that the key it reads belongs to
 # the certificate it reads: what grpc needs to serve.
@@ -71,3 +73,37 @@ def test_reusing_a_certificate_writes_nothing(tmp_path: Path) -> None:
     ca.ensure()
     ca.issue("auth")
     assert {path.name: path.stat().st_mtime_ns for path in tmp_path.iterdir()} == before
+
+
+def test_a_certificate_without_its_identity_uri_is_issued_again(tmp_path: Path) -> None:
+    """A data directory from before identities were URIs: its certificates name the service in the
+    common name only, which the identity check no longer accepts."""
+    ca = DevCertificateAuthority(tmp_path)
+    files = ca.issue("frontend")
+    old_key = serialization.load_pem_private_key(files.key.read_bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(ca.ca_cert_path.read_bytes())
+    ca_key = serialization.load_pem_private_key(ca.ca_key_path.read_bytes(), password=None)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    legacy = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "frontend")]))
+              .issuer_name(ca_cert.subject).public_key(old_key.public_key())
+              .serial_number(x509.random_serial_number()).not_valid_before(now)
+              .not_valid_after(now + datetime.timedelta(days=300)).sign(ca_key, hashes.SHA256()))
+    files.cert.write_bytes(legacy.public_bytes(serialization.Encoding.PEM))
+    again = ca.issue("frontend")
+    cert = x509.load_pem_x509_certificate(again.cert.read_bytes())
+    uris = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.UniformResourceIdentifier)
+    assert uris == ["spiffe://corral/service/frontend"]
+
+
+def test_the_worker_issuer_signs_workers_that_verify_up_to_the_ca(tmp_path: Path) -> None:
+    ca = DevCertificateAuthority(tmp_path / "ca").issue_services()
+    files = WorkerIssuer(ca.directory).provision_worker("w1", tmp_path / "w1")
+    assert sorted(p.name for p in (tmp_path / "w1").iterdir()) == ["ca.pem", "worker-w1.key", "worker-w1.pem"]
+    assert oct((tmp_path / "w1").stat().st_mode & 0o777) == oct(0o700)
+    leaf, issuer = x509.load_pem_x509_certificates(files.cert.read_bytes())
+    leaf.verify_directly_issued_by(issuer)
+    issuer.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.ca_cert_path.read_bytes()))
+    assert issuer.extensions.get_extension_for_class(x509.BasicConstraints).value.path_length == 0
+    assert _matches(files.cert, files.key)
