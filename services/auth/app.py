@@ -50,6 +50,8 @@ class AuthConfig:
     """Where to write the bound ports as JSON once serving (for `corral up`)."""
     trace_exporter: str | None = None
     """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
+    rpc_deadline_s: float = 30.0
+    """Longest a call may run on the server (DEADLINE_EXCEEDED after)."""
     login_limits: LoginLimits = LoginLimits()
     """Delays after failed logins, per username and per source (services.auth.login_limits)."""
     forwarded_for_header: str | None = None
@@ -89,7 +91,8 @@ async def start(config: AuthConfig, clock_s: Callable[[], float] = time.monotoni
         [Listener(config.public_address, tls, public, internal=False),
          Listener.mutual_tls(config.internal_address, tls)],
         tracer_provider=tracing.provider,
-        limits=CallLimits(field_limits=AUTH_FIELD_LIMITS),
+        # A deadline on every call, as the frontend's: no request holds the server longer.
+        limits=CallLimits(field_limits=AUTH_FIELD_LIMITS, unary_deadline_s=config.rpc_deadline_s),
     )
     servers.watch_health(database_probe(db))
     app = AuthApp(db, servers, *servers.ports, tracing)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc
+from services.common.call_limits import CallLimits
 from services.common.server import (
     Listener,
     RunningServers,
@@ -198,7 +199,9 @@ async def start(config: DriverConfig) -> DriverApp:
     servers = await serve([Service("corral.driver.v1.DriverService", servicer,
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
                           [Listener.mutual_tls(config.internal_address, tls)],
-                          tracer_provider=tracing.provider)
+                          tracer_provider=tracing.provider,
+                          # Its callers are corral's own; still, no unary call holds it longer.
+                          limits=CallLimits(unary_deadline_s=60.0))
     # Campaign under the address workers and standbys can reach us at.
     state.name = f"localhost:{servers.ports[0]}"
     tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
