@@ -21,6 +21,7 @@ from services.db.database import (
     NotFoundError,
     PermissionDeniedError,
     ProcedureError,
+    ResourceExhaustedError,
     StaleEpochError,
 )
 
@@ -91,6 +92,7 @@ _PROCEDURE_CODES: dict[type[ProcedureError], grpc.StatusCode] = {
     StaleEpochError: grpc.StatusCode.UNAVAILABLE,
     ConflictError: grpc.StatusCode.ABORTED,
     PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -117,6 +119,9 @@ def to_status(error: Exception) -> status_pb2.Status | None:
     elif isinstance(error, InvalidArgumentError):
         status.details.append(_packed(error_details_pb2.BadRequest(field_violations=[
             error_details_pb2.BadRequest.FieldViolation(field="", description=error.message)])))
+    elif isinstance(error, ResourceExhaustedError):
+        status.details.append(_packed(error_details_pb2.QuotaFailure(violations=[
+            error_details_pb2.QuotaFailure.Violation(description=error.message)])))
     elif code == grpc.StatusCode.FAILED_PRECONDITION:
         status.details.append(_packed(error_details_pb2.PreconditionFailure(violations=[
             error_details_pb2.PreconditionFailure.Violation(type="STATE", description=message)])))

@@ -81,6 +81,12 @@ class PermissionDeniedError(ProcedureError):
     rc = 6
 
 
+class ResourceExhaustedError(ProcedureError):
+    """rc 7: a quota would be passed (open jobs of a user or billing project)."""
+
+    rc = 7
+
+
 _ERRORS_BY_RC = {
     cls.rc: cls
     for cls in (
@@ -90,6 +96,7 @@ _ERRORS_BY_RC = {
         StaleEpochError,
         ConflictError,
         PermissionDeniedError,
+        ResourceExhaustedError,
     )
 }
 
