@@ -1,13 +1,29 @@
-"""The canceller of Ready jobs: drains what must not run, fairly between users.
+"""The canceller of Ready and Pending jobs: drains what must not run, fairly between users.
 
-Cancelling a batch or group wrote one row; this loop does the rest. Each
-cycle it finds, from the tokenized counters (not by scanning jobs), how
-many Ready jobs of each user's batches must not run — their group (or an
-ancestor) is cancelled, or a parent ended in a state they do not accept —
-gives each user a share (about 300 per cycle, at least 20 each) and drains
-each batch with the set-based `cancel_ready_jobs` procedure. Children of the
-cancelled jobs are updated in the same transactions, so a cancelled chain
-drains one level per cycle; the loop re-runs at once while work remains.
+Cancelling a batch or group wrote one row; this loop does the rest, in two
+passes per cycle:
+
+- **Ready jobs.** From the tokenized counters (not by scanning jobs) it
+  finds how many Ready jobs of each user's batches must not run — their
+  group (or an ancestor) is cancelled, or a parent ended in a state they
+  do not accept — gives each user a share (about 300 per cycle, at least 20
+  each) and drains each batch with the set-based `cancel_ready_jobs`.
+- **Pending jobs of cancelled groups** (not always_run): they could never
+  run, so `cancel_pending_jobs` cancels them without waiting for their
+  parents, in chunks of thousands (5,000 per cycle shared between users, at
+  least 500 each): the bulk of a cancelled million-job fan-out is Pending
+  behind its parent, and draining it level by level behind parents ran at
+  a few jobs per second. Which batches have such jobs is one indexed probe
+  per running batch (its cancelled groups' Pending jobs, `jobs_group_state`);
+  there is no counter of Pending jobs to read, so each of a user's batches
+  is assumed to have a full chunk.
+
+Children of the cancelled jobs are released in the same transactions (the
+first thousand; the releaser takes the rest). A child left Ready with a
+failed dependency is taken by the next cycle, so a chain of failed
+dependencies outside cancelled groups still drains one level per cycle;
+the loop re-runs at once while it cancels something, and tells
+`on_cancelled` (the releaser) when it did.
 """
 
 from __future__ import annotations
@@ -36,6 +52,26 @@ HAVING n > 0
 ORDER BY r.user, r.batch_id
 """
 
+# Running batches with a Pending, not always_run job in a group that is
+# cancelled or under a cancelled one (jobs of an update not committed yet
+# included: cancel_pending_jobs leaves those).
+_PENDING_DRAINABLE = """
+SELECT b.user, b.batch_id
+FROM batches b FORCE INDEX (batches_state)
+WHERE b.state = 'running'
+  AND EXISTS (SELECT 1
+              FROM job_groups_cancelled c
+              JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id
+              JOIN jobs j FORCE INDEX (jobs_group_state)
+                ON j.batch_id = a.batch_id AND j.job_group_id = a.job_group_id AND j.state = 'Pending'
+              WHERE c.batch_id = b.batch_id AND NOT j.always_run)
+ORDER BY b.user, b.batch_id
+"""
+
+
+def _nothing() -> None:
+    return None
+
 
 class ReadyCanceller(Loop):
     """Drains Ready jobs that must not run; see the module docstring."""
@@ -43,24 +79,43 @@ class ReadyCanceller(Loop):
     name = "cancel-ready"
 
     def __init__(self, db: Database, store: JobStore, epoch: Callable[[], int | None], period_s: float = 5.0,
-                 per_cycle: int = 300, minimum_per_user: int = 20):
+                 per_cycle: int = 300, minimum_per_user: int = 20, pending_per_cycle: int = 5000,
+                 pending_minimum_per_user: int = 500, on_cancelled: Callable[[], None] = _nothing):
         super().__init__(period_s)
         self._db = db
         self._store = store
         self._epoch = epoch
         self.per_cycle = per_cycle
+        """Ready jobs drained per cycle, shared between users."""
         self.minimum_per_user = minimum_per_user
+        """Ready jobs each user with some gets per cycle, at least."""
+        self.pending_per_cycle = pending_per_cycle
+        """Pending jobs of cancelled groups drained per cycle, shared between users."""
+        self.pending_minimum_per_user = pending_minimum_per_user
+        """Pending jobs each user with some gets per cycle, at least."""
+        self._on_cancelled = on_cancelled
         self.cancelled_total = 0
         """Jobs this loop has cancelled since it started."""
 
     async def drainable(self) -> list[dict[str, Any]]:
-        """(user, batch_id, n) of every running batch with something to drain."""
+        """(user, batch_id, n) of every running batch with Ready jobs to drain."""
         return await self._db.fetchall(_DRAINABLE, name="cancel_ready_drainable")
+
+    async def pending_drainable(self) -> list[dict[str, Any]]:
+        """(user, batch_id) of every running batch with Pending jobs of cancelled groups."""
+        return await self._db.fetchall(_PENDING_DRAINABLE, name="cancel_pending_drainable")
 
     async def cycle(self) -> None:
         epoch = self._epoch()
         if epoch is None:
             return
+        cancelled = await self._drain_ready(epoch) + await self._drain_pending(epoch)
+        self.cancelled_total += cancelled
+        if cancelled:
+            self._on_cancelled()
+            self.notify()  # more may have become drainable (children of what we cancelled)
+
+    async def _drain_ready(self, epoch: int) -> int:
         rows = await self.drainable()
         by_user: dict[str, int] = {}
         for row in rows:
@@ -74,6 +129,20 @@ class ReadyCanceller(Loop):
             n = await self._store.cancel_ready_jobs(epoch, row["batch_id"], min(left, int(row["n"])))
             shares[row["user"]] = left - n
             cancelled += n
-        self.cancelled_total += cancelled
-        if cancelled:
-            self.notify()  # more may have become drainable (children of what we cancelled)
+        return cancelled
+
+    async def _drain_pending(self, epoch: int) -> int:
+        rows = await self.pending_drainable()
+        by_user: dict[str, int] = {}
+        for row in rows:
+            by_user[row["user"]] = by_user.get(row["user"], 0) + self.pending_per_cycle
+        shares = cancel_shares(by_user, total=self.pending_per_cycle, minimum=self.pending_minimum_per_user)
+        cancelled = 0
+        for row in rows:
+            left = shares.get(row["user"], 0)
+            if left <= 0:
+                continue
+            n = await self._store.cancel_pending_jobs(epoch, row["batch_id"], left)
+            shares[row["user"]] = left - n
+            cancelled += n
+        return cancelled
