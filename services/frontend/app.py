@@ -34,6 +34,7 @@ from services.frontend.group_store import GroupReadStore
 from services.frontend.job_groups import JobGroupServicer
 from services.frontend.job_store import JobReadStore
 from services.frontend.jobs import JobServicer
+from services.frontend.limits import Limits
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
 from services.frontend.specs import SpecStore
@@ -70,6 +71,8 @@ class FrontendConfig:
     """Deadline of each notification to a driver (sent in the background)."""
     trace_exporter: str | None = None
     """Where spans go (see services.common.telemetry); None: $CORRAL_TRACE_EXPORTER, off if unset."""
+    limits: Limits = Limits()
+    """What one request or one user may ask for (services.frontend.limits, docs/security.md)."""
 
 
 @dataclasses.dataclass
@@ -106,7 +109,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
     worker_logs = WorkerLogs(tls)
     jobs, batches, specs = JobStore(db), BatchStore(db), SpecStore(config.spec_root_url)
     services = [
-        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier),
+        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, limits=config.limits),
                 batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
         Service("corral.batch.v1.JobService",
                 JobServicer(batches, JobReadStore(db), ExplainStore(db), specs, StoredLogs(config.spec_root_url),

@@ -2,7 +2,9 @@
 -- may a new batch of in_user in in_billing_project reserve in_n_jobs jobs
 -- (job_limits_check; a limit NULL is none)? A batch that exists already for
 -- (in_user, in_idempotency_token) passes: the call is a retry, and its
--- update exists too (create_update returns it without checking again).
+-- update exists too (create_update returns it without checking again). So
+-- does a user who is not a member of the project: create_batch refuses them,
+-- and the project's count is not theirs to learn.
 -- Reads only; create_update checks again, under its locks. Returns the
 -- status row: rc 0, 3 or 7 with the message of job_limits_check.
 DROP PROCEDURE IF EXISTS check_job_limits;
@@ -22,6 +24,11 @@ proc: BEGIN
   IF in_idempotency_token IS NOT NULL
      AND EXISTS (SELECT 1 FROM batches WHERE user = in_user AND idempotency_token = in_idempotency_token) THEN
     SELECT 0 AS rc, 'exists' AS message;
+    LEAVE proc;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM billing_project_members
+                 WHERE billing_project = in_billing_project AND user = in_user) THEN
+    SELECT 0 AS rc, 'not a member: create_batch refuses' AS message;
     LEAVE proc;
   END IF;
   CALL job_limits_check(NULL, in_user, in_billing_project, in_n_jobs, in_max_jobs_per_batch,
