@@ -69,7 +69,10 @@ BEGIN
     SELECT t.batch_id, t.job_id, t.new_state, 0
     FROM tmp_job_completions t
     WHERE t.outcome = 'completed'
-      AND EXISTS (SELECT 1 FROM job_parents e WHERE e.batch_id = t.batch_id AND e.parent_id = t.job_id);
+      -- a scalar subquery, read per row: as EXISTS, MariaDB materializes
+      -- the whole of job_parents for the semi-join
+      AND (SELECT e.job_id FROM job_parents e FORCE INDEX (job_parents_parent)
+           WHERE e.batch_id = t.batch_id AND e.parent_id = t.job_id LIMIT 1) IS NOT NULL;
   SET v_n_parents = ROW_COUNT();
   IF v_n_parents > 0 THEN
     CALL release_children_lock(GREATEST(0, COALESCE(in_max_children, 0)) DIV v_n_parents, v_n_children);

@@ -52,7 +52,8 @@ BEGIN
   );
   -- Parents whose children this call releases: the children with
   -- from_child_id <= job_id < to_child_id (NULL: no upper end) of each
-  -- (release_children_lock fills in to_child_id).
+  -- (release_children_lock fills in to_child_id, and whether it reads the
+  -- parent's range alone).
   DROP TEMPORARY TABLE IF EXISTS tmp_releases;
   CREATE TEMPORARY TABLE tmp_releases (
     batch_id BIGINT NOT NULL,
@@ -60,6 +61,7 @@ BEGIN
     parent_state VARCHAR(20) NOT NULL,
     from_child_id INT NOT NULL,
     to_child_id INT NULL,
+    alone BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (batch_id, parent_id)
   );
   -- The children those ranges hold, one row per child: how many of its

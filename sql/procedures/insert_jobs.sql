@@ -283,7 +283,7 @@ proc: BEGIN
     SET v_parent = NULL;
     SELECT parent_id, n_children INTO v_parent, v_n_children
       FROM (SELECT x.parent_id,
-                   x.n + (SELECT COUNT(*) FROM job_parents p
+                   x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
                           WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
             FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_new_edges GROUP BY parent_id) x) y
       WHERE n_children > in_max_children_per_job

@@ -14,12 +14,15 @@ test_setbased.py), for releases and for the drain of Pending jobs.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import aiomysql
 import pytest
 
 from services.db.database import InvalidArgumentError, StaleEpochError
 from services.db.invariants import check_invariants
+from tests.db.test_cancel import handler_counts
 from tests.db.test_setbased import Twin, counters, job_events, replay
 from tests.world import World, job_spec
 
@@ -328,4 +331,53 @@ async def test_released_counters_and_events_equal_the_triggers(world: World) -> 
         """UPDATE jobs r JOIN jobs k ON k.batch_id = %s AND k.job_id - %s = r.job_id - %s
            SET r.n_pending_parents = k.n_pending_parents, r.dependency_failed = k.dependency_failed
            WHERE r.batch_id = %s""", (b, bulk.start_job_id, reference.start_job_id, reference.batch_id))
+    assert await check_invariants(world.db) == []
+
+
+async def reads_of(world: World, sql: str, args: tuple[Any, ...]) -> int:
+    """Index entries one procedure call reads (the server's handler counters), on one connection."""
+
+    async def body(cursor: aiomysql.Cursor) -> int:
+        await handler_counts(cursor)  # warm up: the first SHOW creates its own temporary tables
+        before = await handler_counts(cursor)
+        await cursor.execute(sql, args)
+        while await cursor.nextset():
+            pass
+        after = await handler_counts(cursor)
+        return sum(after[h] - before[h] for h in ("Handler_read_next", "Handler_read_prev", "Handler_read_rnd_next"))
+
+    return await world.db.retrying("reads_of", body)
+
+
+async def release_all_but(world: World, batch_id: int, parent: int, next_child_id: int) -> None:
+    while (await queue(world, batch_id))[parent] < next_child_id:
+        await world.store.release_children(world.epoch, 1000, 10)
+
+
+async def test_each_chunk_reads_its_own_range_only(world: World) -> None:
+    """Completing a parent of 6,000 children, and releasing a chunk deep in
+    its children, each read about a chunk of index entries, not the whole
+    fan-out (nor every child before the chunk)."""
+    await world.instance()
+    batch_id, _, s = await world.batch([{}])
+    update = await world.store.create_update(batch_id, 6000)
+    t = int(update["start_job_id"])
+    for first in range(0, 6000, 3000):
+        await world.store.insert_jobs(batch_id, update["update_id"], [
+            job_spec(t + i, parents=[{"job_id": s}]) for i in range(first, first + 3000)])
+    await world.store.commit_update(batch_id, update["update_id"])
+    attempt = await world.run(batch_id, s)
+    done = json.dumps([{"batch_id": batch_id, "job_id": s, "attempt_id": attempt, "state": "Success"}])
+    completing = await reads_of(world, "CALL mark_jobs_complete(%s, 'i1', %s, %s, 10)",
+                                (world.epoch, done, world.clock()))
+    assert await queue(world, batch_id) == {s: t + 10}
+    early = await reads_of(world, "CALL release_children(%s, 100, 10, %s)", (world.epoch, world.clock()))
+    await release_all_but(world, batch_id, s, t + 5000)
+    at = (await queue(world, batch_id))[s]
+    deep = await reads_of(world, "CALL release_children(%s, 100, 10, %s)", (world.epoch, world.clock()))
+    print(f"\nindex entries read: completing the parent {completing}, a chunk of 100 at child 10 {early}, "
+          f"at child {at - t:,} {deep}")
+    # Reading the fan-out (or what precedes the chunk) would be 5,000 more.
+    assert completing < 3000 and early < 3000 and abs(deep - early) < 100
+    assert await queue(world, batch_id) == {s: at + 100}
     assert await check_invariants(world.db) == []
