@@ -89,7 +89,7 @@ def _nothing() -> None:
 
 
 class ReadyCanceller(Loop):
-    """Drains Ready jobs that must not run; see the module docstring."""
+    """Drains Ready and Pending jobs that must not run; see the module docstring."""
 
     name = "cancel-ready"
 
