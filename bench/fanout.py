@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ async def batch_state(db: Database, batch_id: int) -> str:
     return str(row["state"]) if row else "missing"
 
 
-async def run_until(loops: list[Loop], done: Any, progress_of: Any) -> None:
+async def run_until(loops: list[Loop], done: Callable[[], Awaitable[bool]], progress_of: Callable[[], object]) -> None:
     """Run `loops` until `await done()`; fail if a loop's cycle fails or nothing moves for STALL_S."""
     tasks = [asyncio.create_task(loop.run()) for loop in loops]
     try:

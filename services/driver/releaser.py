@@ -18,13 +18,10 @@ counts nothing twice: the next leader goes on from the last committed row.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
-
-log = logging.getLogger(__name__)
 
 
 def _nothing() -> None:
