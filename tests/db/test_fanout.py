@@ -14,6 +14,7 @@ test_setbased.py), for releases and for the drain of Pending jobs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 
 from services.db.database import InvalidArgumentError, StaleEpochError
 from services.db.invariants import check_invariants
+from services.driver.releaser import ChildReleaser
 from tests.db.test_cancel import handler_counts
 from tests.db.test_setbased import Twin, counters, job_events, replay
 from tests.world import World, job_spec
@@ -380,4 +382,27 @@ async def test_each_chunk_reads_its_own_range_only(world: World) -> None:
     # Reading the fan-out (or what precedes the chunk) would be 5,000 more.
     assert completing < 3000 and early < 3000 and abs(deep - early) < 100
     assert await queue(world, batch_id) == {s: at + 100}
+    assert await check_invariants(world.db) == []
+
+
+async def test_the_releaser_loop_drains_the_queue_and_wakes_the_others(world: World) -> None:
+    await world.instance()
+    batch_id, [parent], children = await fan_out(world, [{} for _ in range(30)])
+    assert await complete(world, batch_id, parent, "Success", max_children=5) == "completed"
+    woken = []
+    idle = ChildReleaser(world.store, lambda: None, clock_ms=world.clock)
+    await idle.cycle()  # not leading: nothing happens
+    assert (idle.released_total, await queue(world, batch_id)) == (0, {parent: children[5]})
+
+    releaser = ChildReleaser(world.store, lambda: world.epoch, period_s=60, per_call=10, clock_ms=world.clock,
+                             on_released=lambda: woken.append(True))
+    task = asyncio.create_task(releaser.run())
+    try:
+        # One cycle per chunk, each run at once after the last (the period is a minute).
+        await releaser.wait_cycles(3, timeout_s=30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert (releaser.released_total, len(woken)) == (25, 3)
+    assert await states(world, batch_id, children) == ["Ready"] * 30
     assert await check_invariants(world.db) == []
