@@ -30,6 +30,7 @@ BENCHMARKS = (
     "bench.sj_mjc",
     "bench.submit",
     "bench.cancel",
+    "bench.fanout",
     "bench.fair_share",
     "bench.driver_memory",
     "bench.e2e",

@@ -21,6 +21,7 @@ from services.db.database import (
     NotFoundError,
     PermissionDeniedError,
     ProcedureError,
+    ResourceExhaustedError,
     StaleEpochError,
     StatementTimeout,
 )
@@ -109,6 +110,7 @@ _PROCEDURE_CODES: dict[type[ProcedureError], grpc.StatusCode] = {
     StaleEpochError: grpc.StatusCode.UNAVAILABLE,
     ConflictError: grpc.StatusCode.ABORTED,
     PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 
@@ -157,6 +159,9 @@ def to_status(error: Exception) -> status_pb2.Status | None:
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(max(0, round(error.retry_after_s * 1e9)))
         status.details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
+    elif isinstance(error, ResourceExhaustedError):
+        status.details.append(_packed(error_details_pb2.QuotaFailure(violations=[
+            error_details_pb2.QuotaFailure.Violation(description=error.message)])))
     elif code == grpc.StatusCode.FAILED_PRECONDITION:
         status.details.append(_packed(error_details_pb2.PreconditionFailure(violations=[
             error_details_pb2.PreconditionFailure.Violation(type="STATE", description=message)])))

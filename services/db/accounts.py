@@ -56,18 +56,20 @@ ACCOUNTS: dict[str, Account] = {
         read_all=True,
         writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
-                    "cancel_job_group", "delete_batch", "rerun_failed_jobs")),
+                    "cancel_job_group", "delete_batch", "rerun_failed_jobs", "check_job_limits")),
     "driver": Account(
         read_all=True, writes={},
         procedures=("elect_leader", "create_instance", "activate_instance", "deactivate_instance", "schedule_jobs",
                     "mark_jobs_started", "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup",
                     "cancel_ready_jobs", "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
-                    "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit")),
+                    "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit",
+                    "release_children", "cancel_pending_jobs")),
 }
 
 INTERNAL_PROCEDURES = frozenset({
     "add_attempt_usage", "bill_attempt_usage", "check_completions", "check_epoch", "complete_jobs_core",
     "create_change_tables", "create_completion_tables", "queue_update_groups_for_check", "record_job_changes",
+    "job_limits_check", "release_children_lock", "release_children_apply", "release_children_record",
 })
 """Called only by other procedures and triggers (definer's rights): no service executes them."""
 

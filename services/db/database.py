@@ -85,6 +85,12 @@ class PermissionDeniedError(ProcedureError):
     rc = 6
 
 
+class ResourceExhaustedError(ProcedureError):
+    """rc 7: a quota would be passed (open jobs of a user or billing project)."""
+
+    rc = 7
+
+
 class StatementTimeout(Exception):
     """A read ran past the statement time limit (MariaDB aborted it)."""
 
@@ -103,6 +109,7 @@ _ERRORS_BY_RC = {
         StaleEpochError,
         ConflictError,
         PermissionDeniedError,
+        ResourceExhaustedError,
     )
 }
 

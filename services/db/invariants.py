@@ -3,8 +3,8 @@
 The triggers and procedures keep tokenized counters, group and batch job
 counts, instance free cores, pending-parent counts and billing aggregates up
 to date incrementally. `check_invariants` recomputes each of them from
-jobs, job_parents, attempts and attempt_resources and returns one line per
-difference (an empty list means consistent). Tests run it after every
+jobs, job_parents, job_child_releases, attempts and attempt_resources and
+returns one line per difference (an empty list means consistent). Tests run it after every
 scenario; an operator or the driver can run it on a quiet database.
 """
 
@@ -153,6 +153,12 @@ async def _resource_counters(db: Database) -> list[str]:
     )
 
 
+# Whether the edge e (child j, parent p) has been released: p is final and
+# its queued release, if any, is past the child.
+_RELEASED = """(p.state IN ('Success', 'Failed', 'Error', 'Cancelled')
+                AND (r.parent_id IS NULL OR e.job_id < r.next_child_id))"""
+
+
 async def _instances_and_parents(db: Database) -> list[str]:
     problems = await _check(
         db, "instances.free_cores_mcpu",
@@ -166,20 +172,39 @@ async def _instances_and_parents(db: Database) -> list[str]:
            GROUP BY i.name, i.cores_mcpu""",
         ("name",), ("free_cores_mcpu",),
     )
+    # An edge is released once its parent is final and the parent's queued
+    # release (job_child_releases) has passed the child: until then it counts
+    # in the child's n_pending_parents, and only a released edge can set
+    # dependency_failed.
     problems += await _check(
         db, "jobs.n_pending_parents",
         "SELECT batch_id, job_id, n_pending_parents, dependency_failed FROM jobs",
-        """SELECT j.batch_id, j.job_id,
-                  COALESCE(SUM(p.state NOT IN ('Success', 'Failed', 'Error', 'Cancelled')), 0) n_pending_parents,
-                  COALESCE(MAX(p.state IN ('Success', 'Failed', 'Error', 'Cancelled') AND
+        f"""SELECT j.batch_id, j.job_id,
+                  COALESCE(SUM(e.parent_id IS NOT NULL AND NOT {_RELEASED}), 0) n_pending_parents,
+                  COALESCE(MAX({_RELEASED} AND
                                (e.accepted_states & CASE p.state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
                                                                  WHEN 'Error' THEN 4 ELSE 8 END) = 0), 0)
                     dependency_failed
            FROM jobs j
            LEFT JOIN job_parents e ON e.batch_id = j.batch_id AND e.job_id = j.job_id
            LEFT JOIN jobs p ON p.batch_id = e.batch_id AND p.job_id = e.parent_id
+           LEFT JOIN job_child_releases r ON r.batch_id = e.batch_id AND r.parent_id = e.parent_id
            GROUP BY j.batch_id, j.job_id""",
         ("batch_id", "job_id"), ("n_pending_parents", "dependency_failed"),
+    )
+    # A queued release belongs to a final parent, records its state, and has
+    # a child left at or after next_child_id (an empty one is deleted).
+    problems += await _check(
+        db, "job_child_releases",
+        "SELECT batch_id, parent_id, 1 AS consistent FROM job_child_releases",
+        """SELECT r.batch_id, r.parent_id,
+                  (p.state = r.parent_state
+                   AND EXISTS (SELECT 1 FROM job_parents e
+                               WHERE e.batch_id = r.batch_id AND e.parent_id = r.parent_id
+                                 AND e.job_id >= r.next_child_id)) AS consistent
+           FROM job_child_releases r
+           LEFT JOIN jobs p ON p.batch_id = r.batch_id AND p.job_id = r.parent_id""",
+        ("batch_id", "parent_id"), ("consistent",),
     )
     return problems
 

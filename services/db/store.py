@@ -16,6 +16,11 @@ from services.db.database import Database
 
 Row = dict[str, Any]
 
+INLINE_CHILDREN = 1000
+"""Children a completion (MJC, the cancellers' drains) releases in its own
+transaction, shared between the jobs it completes; the driver's releaser
+takes the rest in chunks (see release_children)."""
+
 
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch, the default clock."""
@@ -64,14 +69,28 @@ class JobStore:
         )
         return status
 
+    async def check_job_limits(
+        self, user: str, billing_project: str, n_jobs: int, idempotency_token: str | None = None,
+        max_jobs_per_batch: int | None = None, max_open_jobs_per_user: int | None = None,
+        max_open_jobs_per_billing_project: int | None = None,
+    ) -> None:
+        """Refuse (InvalidArgumentError, ResourceExhaustedError) a new batch of `n_jobs` that
+        create_update would refuse; reads only (a retry of an existing batch passes). None: no limit."""
+        await self.db.call("check_job_limits", user, billing_project, idempotency_token, n_jobs,
+                           max_jobs_per_batch, max_open_jobs_per_user, max_open_jobs_per_billing_project)
+
     async def create_update(
         self, batch_id: int, n_jobs: int, n_job_groups: int = 0, idempotency_token: str | None = None,
-        trace_context: str | None = None,
+        trace_context: str | None = None, max_jobs_per_batch: int | None = None,
+        max_open_jobs_per_user: int | None = None, max_open_jobs_per_billing_project: int | None = None,
     ) -> Row:
         """Reserve ids for an update; returns update_id, start_job_id, start_job_group_id.
-        `trace_context` is the creating call's W3C trace context (JSON), handed to workers."""
+        `trace_context` is the creating call's W3C trace context (JSON), handed to workers.
+        Refused past the batch's size (InvalidArgumentError) or the open jobs of its owner or
+        billing project (ResourceExhaustedError); None: no limit."""
         status, _ = await self.db.call(
-            "create_update", batch_id, idempotency_token, n_jobs, n_job_groups, self.clock_ms(), trace_context
+            "create_update", batch_id, idempotency_token, n_jobs, n_job_groups, self.clock_ms(), trace_context,
+            max_jobs_per_batch, max_open_jobs_per_user, max_open_jobs_per_billing_project,
         )
         return status
 
@@ -80,9 +99,12 @@ class JobStore:
         status, _ = await self.db.call("insert_job_groups", batch_id, update_id, groups, self.clock_ms())
         return status
 
-    async def insert_jobs(self, batch_id: int, update_id: int, jobs: list[Row]) -> Row:
-        """Add one bunch of jobs to an uncommitted update."""
-        status, _ = await self.db.call("insert_jobs", batch_id, update_id, jobs, self.clock_ms())
+    async def insert_jobs(self, batch_id: int, update_id: int, jobs: list[Row],
+                          max_children_per_job: int | None = None) -> Row:
+        """Add one bunch of jobs to an uncommitted update; refused (InvalidArgumentError) if a
+        job would get more than `max_children_per_job` children (None: no limit)."""
+        status, _ = await self.db.call("insert_jobs", batch_id, update_id, jobs, self.clock_ms(),
+                                       max_children_per_job)
         return status
 
     async def commit_update(self, batch_id: int, update_id: int) -> Row:
@@ -100,12 +122,18 @@ class JobStore:
         status, _ = await self.db.call("delete_batch", batch_id)
         return status
 
-    async def rerun_failed_jobs(self, batch_id: int, idempotency_token: str, states_bits: int) -> Row:
+    async def rerun_failed_jobs(
+        self, batch_id: int, idempotency_token: str, states_bits: int, max_jobs_per_batch: int | None = None,
+        max_open_jobs_per_user: int | None = None, max_open_jobs_per_billing_project: int | None = None,
+        max_children_per_job: int | None = None,
+    ) -> Row:
         """An uncommitted update of copies of the jobs in `states_bits` (2 Failed, 4 Error,
         8 Cancelled) and their dependents; returns update_id (None: nothing to re-run),
-        start_job_id, n_jobs. Commit it with commit_update."""
+        start_job_id, n_jobs. Commit it with commit_update. The limits as for create_update
+        and insert_jobs."""
         status, _ = await self.db.call("rerun_failed_jobs", batch_id, idempotency_token, states_bits,
-                                       self.clock_ms())
+                                       self.clock_ms(), max_jobs_per_batch, max_open_jobs_per_user,
+                                       max_open_jobs_per_billing_project, max_children_per_job)
         return status
 
     # -- driver ------------------------------------------------------------
@@ -151,10 +179,13 @@ class JobStore:
         """[{batch_id, job_id, attempt_id, resource, quantity}]."""
         await self.db.call("add_attempt_resources", epoch, resources)
 
-    async def mark_jobs_complete(self, epoch: int, instance_name: str | None, jobs: list[Row]) -> list[Row]:
+    async def mark_jobs_complete(self, epoch: int, instance_name: str | None, jobs: list[Row],
+                                 max_children: int = INLINE_CHILDREN) -> list[Row]:
         """MJC: [{batch_id, job_id, attempt_id, state, exit_code, start_time_ms, end_time_ms, reason,
-        error_message, cpu_time_ms, peak_memory_bytes}] -> per-job outcomes."""
-        _, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs, self.clock_ms())
+        error_message, cpu_time_ms, peak_memory_bytes}] -> per-job outcomes. Releases up to
+        `max_children` children of the completed jobs; the releaser takes the rest."""
+        _, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs, self.clock_ms(),
+                                            max_children)
         return result_sets[0]
 
     async def heartbeat_rollup(self, epoch: int, instance_name: str, attempts: list[Row]) -> Row:
@@ -162,10 +193,26 @@ class JobStore:
         status, _ = await self.db.call("heartbeat_rollup", epoch, instance_name, attempts, self.clock_ms())
         return status
 
-    async def cancel_ready_jobs(self, epoch: int, batch_id: int, limit: int) -> int:
+    async def cancel_ready_jobs(self, epoch: int, batch_id: int, limit: int,
+                                max_children: int = INLINE_CHILDREN) -> int:
         """The canceller's drain of one batch; returns how many were cancelled."""
-        status, _ = await self.db.call("cancel_ready_jobs", epoch, batch_id, limit, self.clock_ms())
+        status, _ = await self.db.call("cancel_ready_jobs", epoch, batch_id, limit, self.clock_ms(), max_children)
         return int(status["n_cancelled"])
+
+    async def cancel_pending_jobs(self, epoch: int, batch_id: int, limit: int,
+                                  max_children: int = INLINE_CHILDREN) -> int:
+        """The canceller's bulk drain of Pending jobs of cancelled groups of one batch;
+        returns how many were cancelled."""
+        status, _ = await self.db.call("cancel_pending_jobs", epoch, batch_id, limit, self.clock_ms(),
+                                       max_children)
+        return int(status["n_cancelled"])
+
+    async def release_children(self, epoch: int, max_children: int, max_parents: int,
+                               now_ms: int | None = None) -> Row:
+        """The releaser: up to `max_children` queued children of up to `max_parents` completed
+        parents in one transaction; returns n_children, n_parents, n_finished."""
+        status, _ = await self.db.call("release_children", epoch, max_children, max_parents, self._now(now_ms))
+        return status
 
     async def publish_batch_events(self, epoch: int, max_events: int, cost_interval_ms: int | None = None) -> Row:
         """Move up to `max_events` committed outbox rows into batch_events (and, with

@@ -1,9 +1,10 @@
 """Wiring of a driver process: election, loops, worker sessions, provider.
 
 Every driver process campaigns; the one holding the leader lock runs the
-loops (scheduler, the cancellers of Ready and of Running jobs, autoscaler,
-dead-worker detector, cancel after N failures, completion re-check and
-callbacks, billing limits) and serves workers; the others stand by, answer
+loops (scheduler, the cancellers of Ready/Pending and of Running jobs, the
+releaser of completed parents' children, autoscaler, dead-worker detector,
+cancel after N failures, completion re-check and callbacks, billing limits)
+and serves workers; the others stand by, answer
 GetLeader, and take over within a poll period if the leader's connection to
 the database goes.
 """
@@ -44,6 +45,7 @@ from services.driver.failures import FailureCanceller
 from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection
 from services.driver.loop import Loop
+from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer, SessionSettings
@@ -167,7 +169,13 @@ async def start(config: DriverConfig) -> DriverApp:
         return state.epoch
 
     scheduler = Scheduler(db, store, registry, epoch)
-    canceller = ReadyCanceller(db, store, epoch)
+
+    def released() -> None:
+        scheduler.notify()  # children became Ready
+        canceller.notify()  # or Ready with a failed dependency
+
+    releaser = ChildReleaser(store, epoch, on_released=released)
+    canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
     autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
     dead = DeadWorkerDetector(db, store, provider, registry.connected_instances, epoch,
                               heartbeat_timeout_s=config.session.heartbeat_timeout_s)
@@ -182,11 +190,11 @@ async def start(config: DriverConfig) -> DriverApp:
                               CompletionChecker(store, epoch), callbacks,
                               BillingLimits(store, epoch, on_cancelled=cancelled)]
     publisher = EventPublisher(store, epoch)
-    loops: list[Loop] = [scheduler, canceller, autoscaler, dead, publisher]
+    loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher]
     loops += more_loops
 
     def on_change(kind: str) -> None:
-        for loop in (scheduler, canceller, autoscaler, publisher, running):
+        for loop in (scheduler, canceller, releaser, autoscaler, publisher, running):
             loop.notify()
 
     async def on_elected(new_epoch: int) -> None:

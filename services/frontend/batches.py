@@ -42,6 +42,22 @@ _RERUN_STATE_BITS = {job_state_pb2.JOB_STATE_FAILED: 2, job_state_pb2.JOB_STATE_
                      job_state_pb2.JOB_STATE_CANCELLED: 8}
 
 
+def fan_out_violation(specs: Any, max_children: int, field: str = "jobs") -> FieldViolation | None:
+    """The first parent that more than `max_children` of `specs` depend on, as a violation of
+    the first job past the limit. Exact for a new batch, whose every parent is in `specs`;
+    insert_jobs counts the children stored before for any other bunch."""
+    children: dict[tuple[str, int], int] = {}
+    for i, spec in enumerate(specs):
+        for parent in spec.parents:
+            key = (("offset", i + parent.in_update_offset) if parent.WhichOneof("ref") == "in_update_offset"
+                   else ("id", parent.job_id))
+            children[key] = children.get(key, 0) + 1
+            if children[key] > max_children:
+                return FieldViolation(f"{field}[{i}].parents", f"its parent would have more than {max_children:,} "
+                                                               f"children (max_children_per_job)")
+    return None
+
+
 def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
     if ms is None:
         return None
@@ -116,16 +132,34 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         """The token, or None for none (its length is a field limit: field_limits.py)."""
         return token or None
 
-    async def _create_batch(self, principal: Principal, request: Any) -> int:
+    def _job_caps(self) -> dict[str, int]:
+        """The limits create_update and rerun_failed_jobs enforce."""
+        return {"max_jobs_per_batch": self.limits.max_jobs_per_batch,
+                "max_open_jobs_per_user": self.limits.max_open_jobs_per_user,
+                "max_open_jobs_per_billing_project": self.limits.max_open_jobs_per_billing_project}
+
+    async def _create_batch(self, principal: Principal, request: Any, n_jobs: int = 0,
+                            n_jobs_field: str = "n_jobs") -> int:
+        """Create the batch; with `n_jobs`, first check that its update would be accepted, so
+        that a refusal writes nothing."""
         violations = []
         if not request.billing_project:
             violations.append(FieldViolation("billing_project", "required"))
         if request.HasField("cancel_after_n_failures") and request.cancel_after_n_failures < 1:
             violations.append(FieldViolation("cancel_after_n_failures", "must be at least 1"))
+        message = "invalid request"
+        if n_jobs > self.limits.max_jobs_per_batch:
+            message = (f"a batch may have at most {self.limits.max_jobs_per_batch:,} jobs (max_jobs_per_batch), "
+                       f"not {n_jobs:,}")
+            violations.append(FieldViolation(n_jobs_field, message))
         if violations:
-            raise InvalidRequest(violations)
+            raise InvalidRequest(violations, message)
         if request.callback_url:
             await self.urls.check_callback(request.callback_url)
+        if n_jobs:
+            token = self._check_token(request.idempotency_token)
+            await self.jobs.check_job_limits(principal.name, request.billing_project, n_jobs, token,
+                                             **self._job_caps())
         try:
             status = await self.jobs.create_batch(
                 principal.name, request.billing_project, self._check_token(request.idempotency_token),
@@ -144,7 +178,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         if n_jobs < 0 or n_job_groups < 0:
             raise InvalidRequest(FieldViolation("n_jobs", "n_jobs and n_job_groups must not be negative"))
         # The trace of this call follows the update's jobs to their workers.
-        status = await self.jobs.create_update(batch_id, n_jobs, n_job_groups, token, current_context_json())
+        status = await self.jobs.create_update(batch_id, n_jobs, n_job_groups, token, current_context_json(),
+                                               **self._job_caps())
         row = await self.batches.get_update(batch_id, int(status["update_id"]))
         assert row is not None
         return row
@@ -162,7 +197,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             raise InvalidRequest(violations)
         refs = await self.specs.write_bunch(batch_id, update["update_id"], first_job_id, specs)
         rows = [job_row(spec, first_job_id + i, block, refs[i]) for i, spec in enumerate(specs)]
-        status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows)
+        status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows,
+                                             max_children_per_job=self.limits.max_children_per_job)
         return status["message"] == "duplicate"
 
     async def _create_job_groups(self, batch_id: int, update: dict[str, Any], first_index: int, specs: Any) -> None:
@@ -204,7 +240,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CreateBatchResponse:
         principal = current_principal()
-        batch_id = await self._create_batch(principal, request)
+        batch_id = await self._create_batch(principal, request, request.n_jobs)
         update = None
         if request.n_jobs or request.n_job_groups:
             token = request.idempotency_token + FIRST_UPDATE_SUFFIX if request.idempotency_token else None
@@ -258,7 +294,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             raise InvalidRequest(FieldViolation(
                 "jobs", f"SubmitBatch takes at most {self.limits.max_jobs_per_bunch} jobs (max_jobs_per_bunch); "
                         "use CreateBatch and AddJobs"))
-        batch_id = await self._create_batch(principal, request)
+        too_many = fan_out_violation(request.jobs, self.limits.max_children_per_job)
+        if too_many is not None:
+            raise InvalidRequest(too_many, too_many.description)
+        batch_id = await self._create_batch(principal, request, len(request.jobs), "jobs")
         token = request.idempotency_token + SUBMIT_SUFFIX if request.idempotency_token else None
         update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
         if not update["committed"]:
@@ -338,7 +377,9 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         bits = sum(_RERUN_STATE_BITS[s] for s in set(request.states)) or (2 | 4)
         row = await self._own_batch(request.batch_id, principal)
         status = await self.jobs.rerun_failed_jobs(request.batch_id,
-                                                   RERUN_PREFIX + request.idempotency_token, bits)
+                                                   RERUN_PREFIX + request.idempotency_token, bits,
+                                                   max_children_per_job=self.limits.max_children_per_job,
+                                                   **self._job_caps())
         if status["update_id"] is None:
             return pb.RerunFailedJobsResponse()
         update_id = int(status["update_id"])

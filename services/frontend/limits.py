@@ -80,6 +80,21 @@ class Limits:
     max_members_per_request: int = 1_000
     """Usernames in one CreateBillingProject call."""
 
+    # -- work: how much one batch, user or project may hold ----------------------
+
+    max_jobs_per_batch: int = 1_000_000
+    """Jobs one batch may hold, every update's reserved ids together: CreateBatch, CreateUpdate,
+    SubmitBatch or RerunFailedJobs past it is INVALID_ARGUMENT."""
+    max_open_jobs_per_user: int = 2_000_000
+    """Jobs not final yet that one user may have in their open and running batches (ids reserved
+    by an update count); a reservation past it is RESOURCE_EXHAUSTED."""
+    max_open_jobs_per_billing_project: int = 5_000_000
+    """The same for all the batches of one billing project."""
+    max_children_per_job: int = 100_000
+    """Jobs that may depend on one job (its fan-out): AddJobs, SubmitBatch or RerunFailedJobs past
+    it is INVALID_ARGUMENT. Completing a parent releases its children in chunks, so up to
+    1,000,000 is safe (docs/performance.md, fanout)."""
+
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)

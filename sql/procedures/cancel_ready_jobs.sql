@@ -2,12 +2,16 @@
 -- Ready and must not run, because
 -- their group or an ancestor is cancelled or a parent ended in a state they
 -- do not accept, become Cancelled in one transaction; always_run jobs are
--- never taken. Their children are updated in the same pass, so a cancelled
--- chain drains one level per call.
+-- never taken. Up to in_max_children of their children are released in the
+-- same pass, the rest by the driver's releaser (complete_jobs_core). A
+-- child left Ready with dependency_failed is taken by a later call, so a
+-- chain of failed dependencies drains one level per call; Pending jobs of
+-- cancelled groups are taken directly by cancel_pending_jobs.
 -- Returns the status row with n_cancelled.
 DROP PROCEDURE IF EXISTS cancel_ready_jobs;
 DELIMITER $$
-CREATE PROCEDURE cancel_ready_jobs(IN in_epoch BIGINT, IN in_batch_id BIGINT, IN in_limit INT, IN in_now_ms BIGINT)
+CREATE PROCEDURE cancel_ready_jobs(IN in_epoch BIGINT, IN in_batch_id BIGINT, IN in_limit INT, IN in_now_ms BIGINT,
+                                   IN in_max_children INT)
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
@@ -19,6 +23,10 @@ proc: BEGIN
     RESIGNAL;
   END;
 
+  IF in_limit IS NULL OR in_limit < 0 OR in_max_children IS NULL OR in_max_children < 0 THEN
+    SELECT 3 AS rc, 'limit and max_children must not be negative' AS message;
+    LEAVE proc;
+  END IF;
   CALL create_completion_tables();
   START TRANSACTION;
   CALL check_epoch(in_epoch, v_ok);
@@ -44,7 +52,7 @@ proc: BEGIN
                                    ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
                                  WHERE a.batch_id = in_batch_id))
     LIMIT in_limit;
-  CALL complete_jobs_core(in_now_ms);
+  CALL complete_jobs_core(in_now_ms, in_max_children);
   SELECT COUNT(*) INTO v_n FROM tmp_job_completions WHERE outcome = 'completed';
   COMMIT;
   CALL check_completions(in_now_ms);

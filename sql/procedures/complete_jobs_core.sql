@@ -1,5 +1,5 @@
 -- The set-based heart of every final transition (worker completions, the
--- canceller's drain, cancelling running jobs). Internal: the caller opened a
+-- cancellers' drains, cancelling running jobs). Internal: the caller opened a
 -- transaction, checked the epoch, called create_completion_tables and filled
 -- tmp_job_completions with the requested (batch_id, job_id, attempt_id,
 -- instance_name, new_state, ...). Writes one `outcome` per row:
@@ -8,8 +8,15 @@
 --                     reporting attempt's times are still recorded
 --   not_found         no such job
 --   invalid_state     new_state is not a final state
---   not_runnable      a Pending job, or a Ready job reported without an
---                     attempt as anything but Cancelled
+--   not_runnable      a Pending job (unless the row says may_cancel_pending:
+--                     cancel_pending_jobs), or a Ready job reported without
+--                     an attempt as anything but Cancelled
+-- Children of the jobs completed now are released (release_children_*) up
+-- to in_max_children in all, shared evenly between the completed jobs that
+-- have children; a job with more gets a row in job_child_releases and the
+-- driver's releaser goes on from there, in bounded chunks. So completing a
+-- parent of a million children is one small transaction, not one that
+-- touches a million rows.
 -- Lock order: target jobs ascending, children ascending, attempts,
 -- instances (by name), then token rows. The counters and events of the jobs'
 -- changes (record_job_changes) and the billing of the attempts' last rollup
@@ -18,13 +25,14 @@
 -- the caller's handler clears both on an error.
 DROP PROCEDURE IF EXISTS complete_jobs_core;
 DELIMITER $$
-CREATE PROCEDURE complete_jobs_core(IN in_now_ms BIGINT)
+CREATE PROCEDURE complete_jobs_core(IN in_now_ms BIGINT, IN in_max_children INT)
 BEGIN
   DECLARE v_locked INT;
   DECLARE v_n_attempts INT;
   DECLARE v_n_freeing INT;
   DECLARE v_n_failed INT;
-  DECLARE v_n_children INT;
+  DECLARE v_n_parents INT;
+  DECLARE v_n_children INT DEFAULT 0;
 
   -- Lock the targets in key order before reading them.
   SELECT COUNT(*) INTO v_locked
@@ -41,7 +49,8 @@ BEGIN
         t.outcome = CASE
           WHEN t.new_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'invalid_state'
           WHEN j.state IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'already_complete'
-          WHEN j.state = 'Pending' THEN 'not_runnable'
+          WHEN j.state = 'Pending' AND NOT (t.may_cancel_pending AND t.new_state = 'Cancelled'
+                                            AND t.attempt_id IS NULL) THEN 'not_runnable'
           WHEN j.state = 'Ready' AND t.attempt_id IS NULL AND t.new_state <> 'Cancelled' THEN 'not_runnable'
           ELSE 'completed' END;
   -- What the steps below have to do: the canceller's drain, for one, closes
@@ -53,40 +62,20 @@ BEGIN
     INTO v_n_attempts, v_n_freeing, v_n_failed
     FROM tmp_job_completions;
 
-  -- Lock the children too, before any other row (lock order: targets,
-  -- children, attempts, instances, token rows); they are updated below.
-  -- Re-created, not emptied (see create_completion_tables).
-  DROP TEMPORARY TABLE IF EXISTS tmp_children;
-  CREATE TEMPORARY TABLE tmp_children (
-    batch_id BIGINT NOT NULL,
-    job_id INT NOT NULL,
-    n_done INT NOT NULL,
-    n_unaccepted INT NOT NULL,
-    job_group_id INT NULL,
-    inst_coll VARCHAR(100) NULL,
-    cores_mcpu INT NULL,
-    always_run BOOLEAN NULL,
-    attempt_id VARCHAR(40) NULL,
-    old_state VARCHAR(20) NULL,
-    old_dependency_failed BOOLEAN NULL,
-    n_pending_parents INT NULL,
-    becomes_ready BOOLEAN NOT NULL DEFAULT FALSE,
-    PRIMARY KEY (batch_id, job_id)
-  );
-  INSERT INTO tmp_children (batch_id, job_id, n_done, n_unaccepted)
-    SELECT e.batch_id, e.job_id, COUNT(*),
-           SUM((e.accepted_states & CASE t.new_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
-                                                    WHEN 'Error' THEN 4 ELSE 8 END) = 0)
+  -- Lock the children to release now too, before any other row (lock
+  -- order: targets, children, attempts, instances, token rows); they are
+  -- updated below.
+  INSERT INTO tmp_releases (batch_id, parent_id, parent_state, from_child_id)
+    SELECT t.batch_id, t.job_id, t.new_state, 0
     FROM tmp_job_completions t
-    JOIN job_parents e ON e.batch_id = t.batch_id AND e.parent_id = t.job_id
     WHERE t.outcome = 'completed'
-    GROUP BY e.batch_id, e.job_id;
-  SET v_n_children = ROW_COUNT();
-  IF v_n_children > 0 THEN
-    SELECT COUNT(*) INTO v_locked
-      FROM tmp_children c
-      JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
-      FOR UPDATE;
+      -- a scalar subquery, read per row: as EXISTS, MariaDB materializes
+      -- the whole of job_parents for the semi-join
+      AND (SELECT e.job_id FROM job_parents e FORCE INDEX (job_parents_parent)
+           WHERE e.batch_id = t.batch_id AND e.parent_id = t.job_id LIMIT 1) IS NOT NULL;
+  SET v_n_parents = ROW_COUNT();
+  IF v_n_parents > 0 THEN
+    CALL release_children_lock(GREATEST(0, COALESCE(in_max_children, 0)) DIV v_n_parents, v_n_children);
   END IF;
 
   IF v_n_attempts > 0 THEN
@@ -165,36 +154,8 @@ BEGIN
     WHERE t.outcome = 'completed';
   SET @corral_bulk_job_changes = NULL;
 
-  -- Children: one fewer pending parent per completed parent; remember an
-  -- unaccepted parent state; Ready when nothing is pending and the child's
-  -- update is committed (jobs of an uncommitted update stay invisible). The
-  -- update's row is read (share-locked) only for a child about to become
-  -- Ready: a commit_update in flight holds it, and the child must wait to
-  -- see it committed rather than stay Pending for good.
   IF v_n_children > 0 THEN
-    UPDATE tmp_children c
-      JOIN jobs j ON j.batch_id = c.batch_id AND j.job_id = c.job_id
-      SET c.job_group_id = j.job_group_id, c.inst_coll = j.inst_coll, c.cores_mcpu = j.cores_mcpu,
-          c.always_run = j.always_run, c.attempt_id = j.attempt_id, c.old_state = j.state,
-          c.old_dependency_failed = j.dependency_failed, c.n_pending_parents = j.n_pending_parents,
-          c.becomes_ready = (j.state = 'Pending' AND j.n_pending_parents = c.n_done
-                             AND EXISTS (SELECT 1 FROM batch_updates u
-                                         WHERE u.batch_id = j.batch_id AND u.update_id = j.update_id
-                                           AND u.committed));
-    -- A count below its decrement is corrupt data, refused here rather than
-    -- by the CHECK: MariaDB 10.11 runs no handler for a CHECK that fails in
-    -- a multi-table UPDATE, so the transaction would stay open (for the next
-    -- START TRANSACTION to commit half done) and @corral_bulk_job_changes set.
-    IF EXISTS (SELECT 1 FROM tmp_children WHERE n_pending_parents < n_done) THEN
-      SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'corrupt jobs.n_pending_parents: fewer than the parents completing';
-    END IF;
-    SET @corral_bulk_job_changes = TRUE;
-    UPDATE jobs j
-      JOIN tmp_children c ON c.batch_id = j.batch_id AND j.job_id = c.job_id
-      SET j.n_pending_parents = j.n_pending_parents - c.n_done,
-          j.dependency_failed = (j.dependency_failed OR c.n_unaccepted > 0),
-          j.state = IF(c.becomes_ready, 'Ready', j.state);
-    SET @corral_bulk_job_changes = NULL;
+    CALL release_children_apply();
   END IF;
 
   -- Token rows last: completion counters of each job's group and every
@@ -226,15 +187,10 @@ BEGIN
     FROM tmp_job_completions
     WHERE outcome = 'completed'
     ORDER BY batch_id, job_id;
-  IF v_n_children > 0 THEN
-    INSERT INTO tmp_job_changes (batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
-                                 old_state, new_state, old_dependency_failed, new_dependency_failed, attempt_id)
-      SELECT batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
-             old_state, IF(becomes_ready, 'Ready', old_state),
-             old_dependency_failed, (old_dependency_failed OR n_unaccepted > 0), attempt_id
-      FROM tmp_children
-      WHERE becomes_ready OR (n_unaccepted > 0 AND NOT old_dependency_failed)
-      ORDER BY batch_id, job_id;
+  -- The children's changes after their parents' (release_children_record),
+  -- and the parents with children left go to the releaser's queue.
+  IF v_n_parents > 0 THEN
+    CALL release_children_record(in_now_ms);
   END IF;
   CALL record_job_changes();
   IF v_n_attempts > 0 THEN

@@ -1,6 +1,7 @@
--- Internal: the per-connection scratch tables that complete_jobs_core and
--- check_completions work on, and the ones complete_jobs_core hands its
--- counters, events and billing through (create_change_tables), all empty.
+-- Internal: the per-connection scratch tables that complete_jobs_core,
+-- release_children and check_completions work on, and the ones they hand
+-- their counters, events and billing through (create_change_tables), all
+-- empty.
 -- Each is dropped and created again on every call, never emptied with
 -- DELETE: InnoDB never purges the rows deleted from a temporary table, so
 -- one emptied and reused made every scan of it slower with each call the
@@ -32,6 +33,8 @@ BEGIN
     cores_mcpu INT NULL,
     always_run BOOLEAN NULL,
     dependency_failed BOOLEAN NULL,
+    -- Set by cancel_pending_jobs only: a Pending job may become Cancelled.
+    may_cancel_pending BOOLEAN NOT NULL DEFAULT FALSE,
     outcome VARCHAR(32) NOT NULL DEFAULT 'not_found',
     PRIMARY KEY (batch_id, job_id)
   );
@@ -46,6 +49,40 @@ BEGIN
   CREATE TEMPORARY TABLE tmp_instance_cores (
     instance_name VARCHAR(100) NOT NULL PRIMARY KEY,
     cores_mcpu BIGINT NOT NULL
+  );
+  -- Parents whose children this call releases: the children with
+  -- from_child_id <= job_id < to_child_id (NULL: no upper end) of each
+  -- (release_children_lock fills in to_child_id, and whether it reads the
+  -- parent's range alone).
+  DROP TEMPORARY TABLE IF EXISTS tmp_releases;
+  CREATE TEMPORARY TABLE tmp_releases (
+    batch_id BIGINT NOT NULL,
+    parent_id INT NOT NULL,
+    parent_state VARCHAR(20) NOT NULL,
+    from_child_id INT NOT NULL,
+    to_child_id INT NULL,
+    alone BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (batch_id, parent_id)
+  );
+  -- The children those ranges hold, one row per child: how many of its
+  -- parents are released now (n_done) and how many of those ended in a
+  -- state its edge does not accept; then what it was and becomes.
+  DROP TEMPORARY TABLE IF EXISTS tmp_children;
+  CREATE TEMPORARY TABLE tmp_children (
+    batch_id BIGINT NOT NULL,
+    job_id INT NOT NULL,
+    n_done INT NOT NULL,
+    n_unaccepted INT NOT NULL,
+    job_group_id INT NULL,
+    inst_coll VARCHAR(100) NULL,
+    cores_mcpu INT NULL,
+    always_run BOOLEAN NULL,
+    attempt_id VARCHAR(40) NULL,
+    old_state VARCHAR(20) NULL,
+    old_dependency_failed BOOLEAN NULL,
+    n_pending_parents INT NULL,
+    becomes_ready BOOLEAN NOT NULL DEFAULT FALSE,
+    PRIMARY KEY (batch_id, job_id)
   );
   CALL create_change_tables();
 END $$

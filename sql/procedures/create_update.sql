@@ -1,12 +1,20 @@
 -- Reserves a contiguous block of job ids and job group ids for a new update
 -- of a batch, so several clients can then insert its jobs in parallel
 -- without touching the batch row. Idempotent under (batch, token). Refused
--- for a cancelled or deleted batch, or one whose billing project is not open.
+-- for a cancelled or deleted batch, or one whose billing project is not open,
+-- and when the update would take the batch past in_max_jobs_per_batch (rc 3)
+-- or its owner or project past their open jobs (rc 7; see
+-- job_limits_check; each limit NULL for none). With a project limit the
+-- project row is locked exclusively, so concurrent updates of one project
+-- are counted one after the other; the per-user count is exact only within
+-- one project (updates of one user in several projects at once may pass it
+-- by up to their own sizes).
 DROP PROCEDURE IF EXISTS create_update;
 DELIMITER $$
 CREATE PROCEDURE create_update(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
                                IN in_n_jobs INT, IN in_n_job_groups INT, IN in_now_ms BIGINT,
-                               IN in_trace_context VARCHAR(1024))
+                               IN in_trace_context VARCHAR(1024), IN in_max_jobs_per_batch INT,
+                               IN in_max_open_jobs_per_user BIGINT, IN in_max_open_jobs_per_project BIGINT)
 proc: BEGIN
   DECLARE v_update_id INT;
   DECLARE v_start_job_id INT;
@@ -14,6 +22,9 @@ proc: BEGIN
   DECLARE v_deleted BOOLEAN;
   DECLARE v_billing_project VARCHAR(100);
   DECLARE v_project_state VARCHAR(20);
+  DECLARE v_user VARCHAR(100);
+  DECLARE v_rc INT;
+  DECLARE v_message VARCHAR(1024);
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -24,10 +35,14 @@ proc: BEGIN
   END IF;
   START TRANSACTION;
   -- Lock order: the billing project (shared: it must stay open while we
-  -- add work to it) before the batch.
+  -- add work to it; exclusive when its open jobs are counted) before the batch.
   SELECT billing_project INTO v_billing_project FROM batches WHERE batch_id = in_batch_id;
-  SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project LOCK IN SHARE MODE;
-  SELECT deleted INTO v_deleted FROM batches WHERE batch_id = in_batch_id FOR UPDATE;
+  IF in_max_open_jobs_per_project IS NULL THEN
+    SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project LOCK IN SHARE MODE;
+  ELSE
+    SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project FOR UPDATE;
+  END IF;
+  SELECT deleted, user INTO v_deleted, v_user FROM batches WHERE batch_id = in_batch_id FOR UPDATE;
   IF v_missing OR v_deleted THEN
     ROLLBACK;
     SELECT 1 AS rc, CONCAT('no batch ', in_batch_id) AS message;
@@ -52,6 +67,13 @@ proc: BEGIN
   IF EXISTS (SELECT 1 FROM job_groups_cancelled WHERE batch_id = in_batch_id AND job_group_id = 0) THEN
     ROLLBACK;
     SELECT 2 AS rc, CONCAT('batch ', in_batch_id, ' is cancelled') AS message;
+    LEAVE proc;
+  END IF;
+  CALL job_limits_check(in_batch_id, v_user, v_billing_project, in_n_jobs, in_max_jobs_per_batch,
+                        in_max_open_jobs_per_user, in_max_open_jobs_per_project, v_rc, v_message);
+  IF v_rc <> 0 THEN
+    ROLLBACK;
+    SELECT v_rc AS rc, v_message AS message;
     LEAVE proc;
   END IF;
   SELECT n_updates + 1, n_reserved_jobs + 1, n_reserved_job_groups + 1

@@ -9,12 +9,21 @@
 -- A relative parent (negative offset) resolves to job_id + offset and must
 -- lie in the same update; an absolute parent below the update must be a
 -- committed job. Its current state is read under a shared lock, so a parent
--- completing concurrently is counted exactly once (here or by its MJC).
+-- completing concurrently is counted exactly once (here or by its MJC). A
+-- final parent whose children are still being released (its
+-- job_child_releases row, also share-locked) counts as pending for a job
+-- the release has not reached yet (job_id >= next_child_id): the releaser
+-- will count it down.
+-- With in_max_children_per_job set, a bunch that would give a job more
+-- children than that is refused (rc 3); bunches inserted concurrently see
+-- each other's edges only once committed, so together they may pass it by
+-- up to their own edges.
 -- Nothing is written unless the whole bunch is valid; a re-sent bunch
 -- returns 'duplicate'.
 DROP PROCEDURE IF EXISTS insert_jobs;
 DELIMITER $$
-CREATE PROCEDURE insert_jobs(IN in_batch_id BIGINT, IN in_update_id INT, IN in_jobs JSON, IN in_now_ms BIGINT)
+CREATE PROCEDURE insert_jobs(IN in_batch_id BIGINT, IN in_update_id INT, IN in_jobs JSON, IN in_now_ms BIGINT,
+                             IN in_max_children_per_job INT)
 proc: BEGIN
   DECLARE v_start INT;
   DECLARE v_n INT;
@@ -23,6 +32,8 @@ proc: BEGIN
   DECLARE v_distinct INT;
   DECLARE v_bad INT;
   DECLARE v_locked INT;
+  DECLARE v_parent INT;
+  DECLARE v_n_children INT;
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -63,6 +74,8 @@ proc: BEGIN
     accepted_states INT NOT NULL,
     parent_state VARCHAR(20) NULL,
     parent_committed BOOLEAN NULL,
+    -- the parent is final but its release has not reached this job yet
+    release_pending BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (job_id, parent_id)
   );
 
@@ -250,10 +263,47 @@ proc: BEGIN
     SELECT 3 AS rc, 'a parent outside this update must be a committed job of the batch' AS message;
     LEAVE proc;
   END IF;
+  -- Final parents whose children are still being released: the queue row
+  -- is share-locked (after the parent, as the releaser never locks parents),
+  -- so its next_child_id cannot move past this job before we commit.
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_new_edges e
+    JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
+    WHERE e.parent_id < v_start
+    LOCK IN SHARE MODE;
+  IF v_locked > 0 THEN
+    UPDATE tmp_new_edges e
+      JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
+      SET e.release_pending = TRUE
+      WHERE e.parent_id < v_start AND e.job_id >= r.next_child_id;
+  END IF;
+
+  -- Fan-out: no job may get more than in_max_children_per_job children.
+  IF in_max_children_per_job IS NOT NULL THEN
+    SET v_parent = NULL;
+    SELECT parent_id, n_children INTO v_parent, v_n_children
+      FROM (SELECT x.parent_id,
+                   x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
+                          WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
+            FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_new_edges GROUP BY parent_id) x) y
+      WHERE n_children > in_max_children_per_job
+      ORDER BY parent_id
+      LIMIT 1;
+    SET v_missing = FALSE;
+    IF v_parent IS NOT NULL THEN
+      ROLLBACK;
+      SELECT 3 AS rc, CONCAT('job ', v_parent, ' would have ', FORMAT(v_n_children, 0),
+                             ' children; the limit (max_children_per_job) is ',
+                             FORMAT(in_max_children_per_job, 0)) AS message;
+      LEAVE proc;
+    END IF;
+  END IF;
+
   UPDATE tmp_new_jobs t
     JOIN (SELECT job_id,
-                 SUM(parent_state IS NULL OR parent_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled')) AS n_pending,
-                 SUM(COALESCE(parent_state IN ('Success', 'Failed', 'Error', 'Cancelled')
+                 SUM(parent_state IS NULL OR parent_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled')
+                     OR release_pending) AS n_pending,
+                 SUM(COALESCE(parent_state IN ('Success', 'Failed', 'Error', 'Cancelled') AND NOT release_pending
                               AND (accepted_states & CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
                                                                        WHEN 'Error' THEN 4 ELSE 8 END) = 0,
                               FALSE)) AS n_unaccepted

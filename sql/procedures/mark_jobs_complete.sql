@@ -7,11 +7,15 @@
 -- are also recorded on the attempt (once). Idempotent and order-tolerant:
 -- a repeat is 'already_complete', MJC before MJS records the start time, MJC
 -- after a cancel leaves the job Cancelled and only closes the attempt.
--- Returns one row per job (batch_id, job_id, outcome), then the status row.
+-- At most in_max_children children of the completed jobs are released in
+-- this transaction; the rest are queued for the driver's releaser
+-- (complete_jobs_core).
+-- Returns one row per job (batch_id, job_id, outcome), then the status row
+-- (n_completed, and n_queued: parents whose children wait in the queue).
 DROP PROCEDURE IF EXISTS mark_jobs_complete;
 DELIMITER $$
 CREATE PROCEDURE mark_jobs_complete(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
-                                    IN in_jobs JSON, IN in_now_ms BIGINT)
+                                    IN in_jobs JSON, IN in_now_ms BIGINT, IN in_max_children INT)
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
@@ -26,6 +30,10 @@ proc: BEGIN
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
+    LEAVE proc;
+  END IF;
+  IF in_max_children IS NULL OR in_max_children < 0 THEN
+    SELECT 3 AS rc, 'max_children must not be negative' AS message;
     LEAVE proc;
   END IF;
   CALL create_completion_tables();
@@ -66,12 +74,13 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
-  CALL complete_jobs_core(in_now_ms);
+  CALL complete_jobs_core(in_now_ms, in_max_children);
   COMMIT;
 
   CALL check_completions(in_now_ms);
   SELECT batch_id, job_id, outcome FROM tmp_job_completions ORDER BY batch_id, job_id;
   SELECT 0 AS rc, 'ok' AS message,
-         (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'completed') AS n_completed;
+         (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'completed') AS n_completed,
+         (SELECT COUNT(*) FROM tmp_releases WHERE to_child_id IS NOT NULL) AS n_queued;
 END $$
 DELIMITER ;

@@ -4,7 +4,10 @@
 -- them, transitively. A copy keeps its original's group, resources,
 -- spec_ref, attributes and locks; an edge between two re-run jobs joins
 -- their copies, an edge to a job that is not re-run keeps pointing at the
--- original (whose state is read under a shared lock, as insert_jobs does).
+-- original (whose state is read under a shared lock, as insert_jobs does,
+-- with its queued release: copies get ids above every reserved one, so a
+-- final original whose children are still being released counts as a
+-- pending parent of the copy, which the releaser will reach).
 -- Copies get ids in their originals' order, so every parent id stays
 -- smaller than its child's. job_reruns records each copy's original; a job
 -- already re-run is not re-run again (its copy is, if the copy fails).
@@ -13,13 +16,18 @@
 -- set is all there or absent; the caller then runs commit_update.
 -- Idempotent under (batch, token): a repeat returns the same update,
 -- committed or not. Refused (rc 2) for a cancelled batch, a project that
--- is not open, or copies that would land in a cancelled group. With
--- nothing to re-run the status row has update_id NULL and nothing is
--- written.
+-- is not open, or copies that would land in a cancelled group; refused as
+-- create_update and insert_jobs refuse (rc 3 or 7) when the copies would
+-- pass in_max_jobs_per_batch, the open jobs of the owner or project, or
+-- give an original more than in_max_children_per_job children (each NULL
+-- for none). With nothing to re-run the status row has update_id NULL and
+-- nothing is written.
 DROP PROCEDURE IF EXISTS rerun_failed_jobs;
 DELIMITER $$
 CREATE PROCEDURE rerun_failed_jobs(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
-                                   IN in_states_bits INT, IN in_now_ms BIGINT)
+                                   IN in_states_bits INT, IN in_now_ms BIGINT, IN in_max_jobs_per_batch INT,
+                                   IN in_max_open_jobs_per_user BIGINT, IN in_max_open_jobs_per_project BIGINT,
+                                   IN in_max_children_per_job INT)
 proc: BEGIN
   DECLARE v_update_id INT;
   DECLARE v_start INT;
@@ -30,6 +38,11 @@ proc: BEGIN
   DECLARE v_project_state VARCHAR(20);
   DECLARE v_group INT;
   DECLARE v_locked INT;
+  DECLARE v_user VARCHAR(100);
+  DECLARE v_rc INT;
+  DECLARE v_message VARCHAR(1024);
+  DECLARE v_parent INT;
+  DECLARE v_n_children INT;
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -59,14 +72,20 @@ proc: BEGIN
     parent_id INT NOT NULL,
     accepted_states INT NOT NULL,
     parent_state VARCHAR(20) NULL,
+    release_pending BOOLEAN NOT NULL DEFAULT FALSE,
     PRIMARY KEY (job_id, parent_id)
   );
 
   START TRANSACTION;
-  -- Lock order as create_update: the billing project (shared) before the batch.
+  -- Lock order as create_update: the billing project (shared; exclusive when
+  -- its open jobs are counted) before the batch.
   SELECT billing_project INTO v_billing_project FROM batches WHERE batch_id = in_batch_id;
-  SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project LOCK IN SHARE MODE;
-  SELECT deleted, n_reserved_job_groups + 1 INTO v_deleted, v_start_group
+  IF in_max_open_jobs_per_project IS NULL THEN
+    SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project LOCK IN SHARE MODE;
+  ELSE
+    SELECT state INTO v_project_state FROM billing_projects WHERE name = v_billing_project FOR UPDATE;
+  END IF;
+  SELECT deleted, user, n_reserved_job_groups + 1 INTO v_deleted, v_user, v_start_group
     FROM batches WHERE batch_id = in_batch_id FOR UPDATE;
   IF v_missing OR v_deleted THEN
     ROLLBACK;
@@ -125,6 +144,14 @@ proc: BEGIN
     LEAVE proc;
   END IF;
 
+  CALL job_limits_check(in_batch_id, v_user, v_billing_project, v_n, in_max_jobs_per_batch,
+                        in_max_open_jobs_per_user, in_max_open_jobs_per_project, v_rc, v_message);
+  IF v_rc <> 0 THEN
+    ROLLBACK;
+    SELECT v_rc AS rc, v_message AS message;
+    LEAVE proc;
+  END IF;
+
   -- Reserve the ids as create_update does.
   SELECT n_updates + 1, n_reserved_jobs + 1 INTO v_update_id, v_start FROM batches WHERE batch_id = in_batch_id;
   UPDATE batches SET n_updates = n_updates + 1, n_reserved_jobs = n_reserved_jobs + v_n
@@ -148,6 +175,36 @@ proc: BEGIN
   UPDATE tmp_rerun_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
     SET e.parent_state = p.state
     WHERE e.parent_id < v_start;
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_rerun_edges e
+    JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
+    WHERE e.parent_id < v_start
+    LOCK IN SHARE MODE;
+  IF v_locked > 0 THEN
+    UPDATE tmp_rerun_edges e
+      JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
+      SET e.release_pending = TRUE
+      WHERE e.parent_id < v_start AND e.job_id >= r.next_child_id;
+  END IF;
+  IF in_max_children_per_job IS NOT NULL THEN
+    SET v_parent = NULL;
+    SELECT parent_id, n_children INTO v_parent, v_n_children
+      FROM (SELECT x.parent_id,
+                   x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
+                          WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
+            FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_rerun_edges GROUP BY parent_id) x) y
+      WHERE n_children > in_max_children_per_job
+      ORDER BY parent_id
+      LIMIT 1;
+    SET v_missing = FALSE;
+    IF v_parent IS NOT NULL THEN
+      ROLLBACK;
+      SELECT 3 AS rc, CONCAT('job ', v_parent, ' would have ', FORMAT(v_n_children, 0),
+                             ' children; the limit (max_children_per_job) is ',
+                             FORMAT(in_max_children_per_job, 0)) AS message;
+      LEAVE proc;
+    END IF;
+  END IF;
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
@@ -158,9 +215,9 @@ proc: BEGIN
     FROM tmp_rerun t
     JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
     LEFT JOIN (SELECT job_id,
-                      SUM(parent_state IS NULL OR parent_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled'))
-                        AS n_pending,
-                      SUM(COALESCE(parent_state IN ('Success', 'Failed', 'Error', 'Cancelled')
+                      SUM(parent_state IS NULL OR parent_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled')
+                          OR release_pending) AS n_pending,
+                      SUM(COALESCE(parent_state IN ('Success', 'Failed', 'Error', 'Cancelled') AND NOT release_pending
                                    AND (accepted_states & CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
                                                                             WHEN 'Error' THEN 4 ELSE 8 END) = 0,
                                    FALSE)) AS n_unaccepted

@@ -15,7 +15,9 @@ from urllib.parse import quote
 
 import pymysql
 
-from bench import cancel, driver_memory, e2e, fair_share, query_limits, sj_mjc, submit
+import pytest
+
+from bench import cancel, driver_memory, e2e, fair_share, fanout, query_limits, sj_mjc, submit
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -135,6 +137,43 @@ def test_cancel_refuses_a_limit_below_every_size(mariadb_server: DatabaseConfig,
     assert "no batch size is at most --max-jobs 10" in result.stderr
     assert result.stdout == ""
     assert not (tmp_path / "cancel.json").exists()
+
+
+def check_fanout(printed: dict[str, tuple[float, str]]) -> None:
+    assert list(printed) in (fanout.figure_names(with_memory=True), fanout.figure_names(with_memory=False))
+    units = {"mjc_ms": "ms", "jobs_per_s": "jobs/s", "settle_s": "s", "db_peak_mb": "MB"}
+    for name, (value, unit) in printed.items():
+        assert unit == units[name.rsplit(".", 1)[1]], name
+        assert value > 0 if unit != "s" else value >= 0, name
+
+
+def test_fanout_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    # Small chunks, so the inline release, the releaser's chunks and the
+    # canceller's pending pass each take several turns.
+    result = run_bench(mariadb_server, tmp_path, "fanout", "--children", "600", "--inline", "100",
+                       "--release-chunk", "150", "--pending-chunk", "200")
+    assert result.returncode == 0, result.stderr
+    printed = summary(result.stdout)
+    check_fanout(printed)
+    # The test session's server runs as this user: its memory is readable.
+    assert "fanout.release.db_peak_mb" in printed
+    results = results_of(tmp_path, "fanout", printed)
+    assert (results["parameters"]["n_children"], results["parameters"]["release_chunk"]) == (600, 150)
+    assert bench_schemas(mariadb_server) == before
+
+
+@pytest.mark.slow
+def test_fanout_of_a_million_children(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """The issue's size: a parent of 1,000,000 children released, cancelled and failed.
+    Takes about ten minutes; it asserts that it works, the figures are for people."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "fanout", "--children", "1000000", "--database-url",
+         database_url(mariadb_server), "--out", str(tmp_path)],
+        cwd=REPO_DIR, capture_output=True, text=True, timeout=3600,
+    )
+    assert result.returncode == 0, result.stderr
+    check_fanout(summary(result.stdout))
 
 
 def test_fair_share_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:

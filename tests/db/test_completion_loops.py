@@ -24,7 +24,7 @@ async def complete_and_die_before_the_check(world: World, batch_id: int, job_id:
                                                 start_time_ms, end_time_ms)
                VALUES (%s, %s, %s, 'i1', 'Success', %s, %s)""",
             (batch_id, job_id, attempt, world.clock(), world.clock()))
-        await cursor.execute("CALL complete_jobs_core(%s)", (world.clock(),))
+        await cursor.execute("CALL complete_jobs_core(%s, 1000)", (world.clock(),))
         await cursor.execute("COMMIT")
 
     await world.db.retrying("complete_and_die", body)

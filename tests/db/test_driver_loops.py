@@ -112,7 +112,7 @@ async def test_canceller_drains_fairly_and_completes_the_batches(world: World) -
         created = await world.store.create_batch(user, project)
         update = await world.store.create_update(created["batch_id"], n_jobs)
         s = update["start_job_id"]
-        # A chain at the end: its links become drainable one level per cycle.
+        # A chain at the end: its Pending links are drained by the pending pass.
         jobs = [job_spec(s + i) for i in range(n_jobs - 3)]
         jobs += [job_spec(s + i, parents=[{"in_update_offset": -1}]) for i in range(n_jobs - 3, n_jobs)]
         await world.store.insert_jobs(created["batch_id"], update["update_id"], jobs)
@@ -123,11 +123,14 @@ async def test_canceller_drains_fairly_and_completes_the_batches(world: World) -
     canceller = ReadyCanceller(world.db, JobStore(world.db, world.clock), lambda: world.epoch, period_s=60)
     first = {r["user"]: int(r["n"]) for r in await canceller.drainable()}
     assert first == {"alice": 697, "carol": 47}
+    assert {r["user"]: int(r["n"]) for r in await canceller.pending_drainable()} == {"alice": 3, "carol": 3}
     await canceller.cycle()
     after = {r["user"]: int(r["n"]) for r in await canceller.drainable()}
-    # One cycle: 300 jobs in all, and carol gets at least her minimum of 20
-    # although alice has 15 times more to drain.
-    assert canceller.cancelled_total == 300
+    # One cycle: 300 Ready jobs in all, and carol gets at least her minimum
+    # of 20 although alice has 15 times more to drain; and both chains' three
+    # Pending links, which never wait for their parents in a cancelled batch.
+    assert canceller.cancelled_total == 300 + 2 * 3
+    assert await canceller.pending_drainable() == []
     carol_cancelled = first["carol"] - after.get("carol", 0)
     assert carol_cancelled >= 20
     assert first["alice"] - after["alice"] == 300 - carol_cancelled

@@ -409,7 +409,7 @@ async def test_the_session_variables_never_outlive_a_call(world: World) -> None:
                        json.dumps([{**a, "rollup_time_ms": world.clock() + 1000} for a in attempts]), world.clock())
             assert await session_variables(cursor) == (None, None)
             await call(cursor, "mark_jobs_complete", world.epoch, "i1",
-                       json.dumps([{**attempts[1], "state": "Success", "exit_code": 0}]), world.clock())
+                       json.dumps([{**attempts[1], "state": "Success", "exit_code": 0}]), world.clock(), 1000)
             assert await session_variables(cursor) == (None, None)
     finally:
         conn.close()
@@ -510,7 +510,7 @@ async def test_mjc_and_heartbeats_lock_only_their_own_attempts(world: World) -> 
             await call(cursor, "heartbeat_rollup", world.epoch, "i1",
                        json.dumps([{**a, "rollup_time_ms": world.clock() + 1000} for a in others]), world.clock())
             await call(cursor, "mark_jobs_complete", world.epoch, "i1",
-                       json.dumps([{**a, "state": "Success", "exit_code": 0} for a in others]), world.clock())
+                       json.dumps([{**a, "state": "Success", "exit_code": 0} for a in others]), world.clock(), 1000)
             await held.execute("ROLLBACK")
     finally:
         holder.close()
