@@ -15,8 +15,8 @@ outbox, which stays) and touches no counter, so deleting it restores the
 state before (a benchmark-only reset; nothing in corral un-cancels).
 
 The last cancellation stays, and the driver's real `ReadyCanceller` loop
-(services/driver/canceller.py, its default 300 jobs per cycle, at least 20
-per user) runs in this process against the database, under a leader epoch
+(services/driver/canceller.py, its default 5,000 jobs per cycle, at least
+500 per user) runs in this process against the database, under a leader epoch
 of its own, until it has cancelled every job of the batch: the drain rate
 is jobs / seconds from the loop's start to its last cancelling cycle.
 """

@@ -21,7 +21,7 @@ a leader epoch of its own:
            seconds this settling takes.
   fail     MJC reports the parent Failed: the releaser makes every child
            Ready with a failed dependency and the canceller's pass over
-           Ready jobs (300 per cycle) cancels them, until the batch is
+           Ready jobs (5,000 per cycle) cancels them, until the batch is
            complete: children per second.
 
 With a local server (the private one, or a --database-url on this

@@ -6,8 +6,10 @@ passes per cycle:
 - **Ready jobs.** From the tokenized counters (not by scanning jobs) it
   finds how many Ready jobs of each user's batches must not run — their
   group (or an ancestor) is cancelled, or a parent ended in a state they
-  do not accept — gives each user a share (about 300 per cycle, at least 20
-  each) and drains each batch with the set-based `cancel_ready_jobs`.
+  do not accept — gives each user a share (5,000 per cycle, at least 500 each)
+  and drains each batch with the set-based `cancel_ready_jobs`. A call
+  costs about 4.5 ms plus 37 µs a job, so chunks of thousands are what
+  reach 20,000 jobs/s; a 5,000-job call holds its locks for ~0.2 s.
 - **Pending jobs of cancelled groups** (not always_run): they could never
   run, so `cancel_pending_jobs` cancels them without waiting for their
   parents, in chunks of thousands (5,000 per cycle shared between users, at
@@ -94,7 +96,7 @@ class ReadyCanceller(Loop):
     name = "cancel-ready"
 
     def __init__(self, db: Database, store: JobStore, epoch: Callable[[], int | None], period_s: float = 5.0,
-                 per_cycle: int = 300, minimum_per_user: int = 20, pending_per_cycle: int = 5000,
+                 per_cycle: int = 5000, minimum_per_user: int = 500, pending_per_cycle: int = 5000,
                  pending_minimum_per_user: int = 500, on_cancelled: Callable[[], None] = _nothing):
         super().__init__(period_s)
         self._db = db

@@ -120,7 +120,9 @@ async def test_canceller_drains_fairly_and_completes_the_batches(world: World) -
         await world.store.cancel_job_group(created["batch_id"], 0, user, "stop")
         batches.append(created["batch_id"])
 
-    canceller = ReadyCanceller(world.db, JobStore(world.db, world.clock), lambda: world.epoch, period_s=60)
+    # A small share (the default is 5,000), so that one cycle cannot drain everything.
+    canceller = ReadyCanceller(world.db, JobStore(world.db, world.clock), lambda: world.epoch, period_s=60,
+                               per_cycle=300, minimum_per_user=20)
     first = {r["user"]: int(r["n"]) for r in await canceller.drainable()}
     assert first == {"alice": 697, "carol": 47}
     assert {r["user"]: int(r["n"]) for r in await canceller.pending_drainable()} == {"alice": 3, "carol": 3}
