@@ -7,7 +7,7 @@ then SIGKILLs it: `corral up` restarts it. It checks that the batch
 completes with every job succeeded and nothing lost or recorded twice
 (workers keep each completion until it is acknowledged), that no service
 process was restarted (each reconnects on its own), and that no worker was
-declared dead for the outage (no attempt ended as worker_lost). It prints
+declared dead for the outage (no attempt lost with its worker). It prints
 how long the API was away after each phase and how many attempts ran again.
 """
 
@@ -76,11 +76,10 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
         outcome.broken.append(str(e))
     if restarted := [pid for pid in services if not alive(pid)]:
         outcome.broken.append(f"service processes had to be restarted: {restarted} are gone")
-    lost_workers = int(stack.query("SELECT COUNT(*) n FROM attempts WHERE batch_id = %s AND reason = 'worker_lost'",
-                                   (batch_id,))[0]["n"])
+    lost_workers = stack.lost_attempts(batch_id)
     outcome.figure(f"{NAME}.worker_lost_attempts", lost_workers, "(must be 0)")
     if lost_workers:
-        outcome.broken.append(f"{lost_workers} attempts ended as worker_lost: the outage was counted against "
+        outcome.broken.append(f"{lost_workers} attempts were lost with their worker: the outage was counted against "
                               "the workers")
     outcome.audit = audit(stack, [batch_id])
     return outcome

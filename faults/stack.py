@@ -30,6 +30,9 @@ UP_ARGS = ("--worker-cores", "4", "--max-workers", "2", "--heartbeat-timeout", "
 """How every fault runs `corral up`: two workers of 4 cores at most, a worker declared dead after 10 s
 without a heartbeat."""
 
+LOST_REASONS = ("worker_lost", "instance deactivated")
+"""How an attempt ends when its worker is declared dead (its report, or the driver's deactivation)."""
+
 FINAL_STATES = ("Success", "Failed", "Error", "Cancelled")
 
 
@@ -168,6 +171,15 @@ class Stack:
 
     def batch_state(self, batch_id: int) -> str:
         return self.query("SELECT state FROM batches WHERE batch_id = %s", (batch_id,))[0]["state"]
+
+    def lost_attempts(self, batch_id: int, instance: str | None = None) -> int:
+        """Attempts of the batch (on `instance`, if given) ended because their worker was declared dead."""
+        sql = "SELECT COUNT(*) n FROM attempts WHERE batch_id = %s AND reason IN (%s, %s)"
+        params: list[Any] = [batch_id, *LOST_REASONS]
+        if instance is not None:
+            sql += " AND instance_name = %s"
+            params.append(instance)
+        return int(self.query(sql, params)[0]["n"])
 
     def wait_complete(self, batch_ids: Sequence[int], timeout_s: float) -> float:
         """Wait until every batch is complete (read from the database, so that it works whatever is down);

@@ -9,6 +9,7 @@ released, partitions healed); `-m slow` runs each long version as
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,8 +37,14 @@ def short_args(name: str) -> argparse.Namespace:
     return args
 
 
+def skip_unless_possible(name: str) -> None:
+    if getattr(module(name), "NEEDS_ROOT", False) and os.geteuid() != 0:
+        pytest.skip(f"the {name} fault needs root (iptables, cgroups, mounts)")
+
+
 @pytest.mark.parametrize("name", FAULTS)
 def test_short(stack: Stack, name: str) -> None:
+    skip_unless_possible(name)
     outcome = module(name).inject(stack, short_args(name))
     assert outcome.audit is not None
     assert outcome.ok, (outcome.broken, outcome.audit.lines())
@@ -46,6 +53,7 @@ def test_short(stack: Stack, name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", FAULTS)
 def test_long(name: str, tmp_path: Path) -> None:
+    skip_unless_possible(name)
     done = subprocess.run([sys.executable, "-m", "faults", name, "--work-dir", str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=3600)
     assert done.returncode == 0, done.stdout + done.stderr
