@@ -49,40 +49,47 @@ class Audit:
 
 def audit(stack: Stack, batch_ids: Sequence[int], expect_success: bool = True) -> Audit:
     """Count what the fault cost these batches (see the module docstring)."""
-    marks = ",".join(["%s"] * len(batch_ids))
+
+    async def counted() -> Audit:
+        db = await Database.connect(stack.database())
+        try:
+            return await audit_database(db, batch_ids, expect_success)
+        finally:
+            await db.close()
+
+    return asyncio.run(counted())
+
+
+async def audit_database(db: Database, batch_ids: Sequence[int], expect_success: bool = True) -> Audit:
+    """`audit`, on a database connection."""
+    ids = tuple(batch_ids)
+    marks = ",".join(["%s"] * len(ids))
+
+    async def count(sql: str) -> int:
+        row = await db.fetchone(sql, ids, name="fault_audit")
+        return int(row["n"]) if row else 0
+
     result = Audit()
-    for row in stack.query(f"SELECT state, COUNT(*) n FROM jobs WHERE batch_id IN ({marks}) GROUP BY state",
-                           batch_ids):
+    for row in await db.fetchall(f"SELECT state, COUNT(*) n FROM jobs WHERE batch_id IN ({marks}) GROUP BY state",
+                                 ids, name="fault_audit"):
         result.by_state[row["state"]] = int(row["n"])
     result.jobs = sum(result.by_state.values())
     good = ("Success",) if expect_success else FINAL_STATES
     result.lost = sum(n for state, n in result.by_state.items() if state not in good)
     final = ",".join(f"'{s}'" for s in FINAL_STATES)
-    twice = stack.query(
+    result.duplicated = await count(
         f"SELECT COUNT(*) n FROM (SELECT batch_id, job_id FROM batch_events WHERE batch_id IN ({marks}) "
         f"AND kind = 'job_state_changed' AND new_state IN ({final}) GROUP BY batch_id, job_id "
-        f"HAVING COUNT(*) > 1) t", batch_ids)[0]["n"]
-    succeeded_twice = stack.query(
+        f"HAVING COUNT(*) > 1) t")
+    result.duplicated += await count(
         f"SELECT COUNT(*) n FROM (SELECT batch_id, job_id FROM attempts WHERE batch_id IN ({marks}) "
-        f"AND reason = 'exited' GROUP BY batch_id, job_id HAVING COUNT(*) > 1) t", batch_ids)[0]["n"]
-    result.duplicated = int(twice) + int(succeeded_twice)
-    row = stack.query(
-        f"SELECT COUNT(*) n, COUNT(DISTINCT batch_id, job_id) jobs FROM attempts WHERE batch_id IN ({marks})",
-        batch_ids)[0]
-    result.attempts = int(row["n"])
-    result.rerun_jobs = int(stack.query(
+        f"AND reason = 'exited' GROUP BY batch_id, job_id HAVING COUNT(*) > 1) t")
+    result.attempts = await count(f"SELECT COUNT(*) n FROM attempts WHERE batch_id IN ({marks})")
+    result.rerun_jobs = await count(
         f"SELECT COUNT(*) n FROM (SELECT batch_id, job_id FROM attempts WHERE batch_id IN ({marks}) "
-        f"GROUP BY batch_id, job_id HAVING COUNT(*) > 1) t", batch_ids)[0]["n"])
-    result.open_attempts = int(stack.query(
+        f"GROUP BY batch_id, job_id HAVING COUNT(*) > 1) t")
+    result.open_attempts = await count(
         f"SELECT COUNT(*) n FROM attempts a JOIN jobs j USING (batch_id, job_id) WHERE a.batch_id IN ({marks}) "
-        f"AND j.state IN ({final}) AND a.end_time_ms IS NULL AND a.start_time_ms IS NOT NULL", batch_ids)[0]["n"])
-    result.problems = asyncio.run(_invariants(stack))
+        f"AND j.state IN ({final}) AND a.end_time_ms IS NULL AND a.start_time_ms IS NOT NULL")
+    result.problems = await check_invariants(db)
     return result
-
-
-async def _invariants(stack: Stack) -> list[str]:
-    db = await Database.connect(stack.database())
-    try:
-        return await check_invariants(db)
-    finally:
-        await db.close()
