@@ -146,6 +146,12 @@ class Stack:
             found[f"localhost:{port}"] = pid
         return found
 
+    def service_name(self, pid: int) -> str:
+        """The name `corral up` gave the service process `pid` (its log is logs/NAME.log): the stem of its
+        --ports-file."""
+        argv = _argv(pid)
+        return Path(argv[argv.index("--ports-file") + 1]).stem
+
     def leader(self) -> tuple[int, str, int] | None:
         """(epoch, address, pid) of the driver the database says leads, if it is alive."""
         rows = self.query("SELECT epoch, leader_name FROM leader_epoch")
