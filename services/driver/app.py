@@ -22,6 +22,7 @@ from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.call_limits import CallLimits
+from services.common.processes import PidFiles
 from services.common.server import (
     Listener,
     RunningServers,
@@ -162,7 +163,8 @@ async def start(config: DriverConfig) -> DriverApp:
         tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
         provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
                                  config.data_dir / "worker-logs",
-                                 forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True))
+                                 forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
+                                 pid_files=PidFiles(config.data_dir / "run" / "pids"))
         stack.push_async_callback(provider.close)
         election = LeaderElection(db_config, store, config.name)
         state = election.state

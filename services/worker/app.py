@@ -12,9 +12,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import signal
 
 from corral.worker.v1 import worker_service_pb2_grpc
+from services.common import lifeline
 from services.common.server import Listener, RunningServers, Service, serve
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
@@ -77,10 +79,28 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
                          stack.pop_all())
 
 
+LIFELINE_EXIT_S = 20.0
+"""After `corral up` is gone, how long the worker's shutdown may take before the process exits anyway."""
+
+
 async def run(config: WorkerConfig) -> int:
-    """The worker process: serve until the worker leaves; SIGTERM and SIGINT shut it down."""
+    """The worker process: serve until the worker leaves; SIGTERM and SIGINT shut it down, and so does
+    the end of the `corral up` it was started under (services.common.lifeline), whichever driver
+    started it."""
     app = await start(config)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.worker.shutdown)
+
+    def exit_now() -> None:
+        log.error("%s: shutdown took over %g s; exiting", config.instance_name, LIFELINE_EXIT_S)
+        logging.shutdown()
+        os._exit(1)  # its jobs die with it (PR_SET_PDEATHSIG): nothing outlives it
+
+    def corral_up_gone() -> None:
+        log.warning("%s: corral up is gone (its lifeline closed): shutting down", config.instance_name)
+        app.worker.shutdown()
+        loop.call_later(LIFELINE_EXIT_S, exit_now)
+
+    lifeline.watch(corral_up_gone)
     return await app.wait()
