@@ -10,14 +10,17 @@ from services.common.entry import add_url_settings, allowed_networks
 
 
 def _up(args: argparse.Namespace) -> int:
-    from services.up import UpConfig, serve_forever  # server-side code, imported only for this command
+    # Server-side code, imported only for this command.
+    from services.up import UpConfig, serve_forever
+    from services.up_supervisor import RestartPolicy
 
     return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
                                   idle_timeout_s=args.idle_timeout, trace=args.trace,
                                   storage_roots=tuple(args.storage_root) if args.storage_root else None,
                                   callback_allow_networks=allowed_networks(args.callback_allow_networks),
-                                  unisolated_dev=args.unisolated_dev))
+                                  unisolated_dev=args.unisolated_dev,
+                                  restart_policy=RestartPolicy(tries=args.restart_tries)))
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -42,4 +45,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--unisolated-dev", action="store_true",
                     help="when not run as root, let workers run jobs unisolated as your own user instead of "
                          "refusing them (development only: a job can then read everything corral can)")
+    up.add_argument("--restart-tries", type=int, default=5, metavar="N",
+                    help="a process that dies is started again, at once, then after 1 s, 2 s, 4 s...; after N "
+                         "restarts in a row that do not stay up a minute, stop everything and exit 1 "
+                         "(default: %(default)s)")
     up.set_defaults(run=_up)

@@ -5,8 +5,14 @@ own database account, keeps a development CA and gives each service its own
 certificate directory, starts auth, the frontend, a leading driver and a
 standby on loopback, makes sure an administrator and a `default` billing
 project exist, writes the CLI configuration, prints the endpoints and an
-admin token, and stops every process it started, by pid, on Ctrl-C or
-SIGTERM. State lives in the data directory and survives restarts.
+admin token, then supervises (services.up_supervisor: a part that dies is
+started again with back-off) until Ctrl-C or SIGTERM, or until a part cannot
+be kept running, and stops every process it started, by pid, saying what it
+waits for. Nothing it started outlives it, however it ends: each part dies
+with it (PR_SET_PDEATHSIG), each worker when its lifeline closes
+(services.common.lifeline), and a restarted `corral up` ends what a killed
+one left, from the pid files in DATA/run/pids. State lives in the data
+directory and survives restarts.
 
 The data directory (docs/security.md):
 
@@ -16,34 +22,43 @@ The data directory (docs/security.md):
       certs/NAME/    0700: one per service: ca.pem and its own certificate and key
       secrets/       0700: the database passwords (admin and one per service)
       mariadb/       0700: the private server, its data and its socket
-      blobs/ logs/ run/ workers/ ...   created by the services, private to them (umask 077)
+      run/           the ports files, up.lock (one `corral up` per data directory), pids/ (a pid file per process)
+      blobs/ logs/ workers/ ...   created by the services, private to them (umask 077)
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
 import socket
-import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from services.auth.store import AuthStore
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
+from services.common.lifeline import Lifeline
+from services.common.processes import PidFiles, Recorded, end_processes
 from services.common.tls import SERVICE_IDENTITIES, WORKER_ISSUER, DevCertificateAuthority
 from services.db.accounts import grant_service_accounts, service_passwords
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
-from services.db.server import PrivateMariaDB
 from services.db.store import JobStore
+from services.up_supervisor import (
+    DatabaseServer,
+    RestartPolicy,
+    ServiceProcess,
+    Supervisor,
+    end_leftovers,
+    exit_description,
+    lock_data_dir,
+)
 
 ADMIN = "admin"
 
@@ -78,6 +93,8 @@ class UpConfig:
     unisolated_dev: bool = False
     """When not root, let local workers run jobs unisolated as this user instead of refusing them
     (development only: a job can then read everything the services can)."""
+    restart_policy: RestartPolicy = RestartPolicy()
+    """When a process that died is started again, and when `corral up` gives up and stops."""
 
 
 def _ephemeral_ports() -> range:
@@ -96,7 +113,9 @@ def free_port() -> int:
     could by then be the source port of any outgoing connection on the
     machine, and a driver died on exactly that; ports below the ephemeral
     range are only ever taken by a listener that asks for one by number. If
-    one does, the service reports it and `corral up` stops with its log named.
+    one does, the service reports it and `corral up` stops with its log named;
+    a service keeps its port when it is restarted, and if something took it
+    meanwhile, the restarts fail and `corral up` gives up (services.up_supervisor).
     """
     ephemeral = _ephemeral_ports()
     candidates = [port for port in range(10000, 32768) if port not in ephemeral]
@@ -114,33 +133,51 @@ def free_port() -> int:
 
 @dataclasses.dataclass
 class Running:
-    """What `corral up` started, in start order."""
+    """What `corral up` started."""
 
-    processes: list[tuple[str, subprocess.Popen[bytes]]] = dataclasses.field(default_factory=list)
-    mariadb: PrivateMariaDB | None = None
+    supervisor: Supervisor
+    """Every process it runs, as parts, in start order."""
+    lifeline: Lifeline
+    """Held until everything is stopped: workers end when it closes (services.common.lifeline)."""
+    lock_fd: int
+    """The data directory's lock, held while this `corral up` runs."""
     endpoints: dict[str, str] = dataclasses.field(default_factory=dict)
     admin_token: str = ""
 
     def stop(self) -> None:
-        """SIGTERM each process (newest first) by pid and wait; then the database."""
-        for name, process in reversed(self.processes):
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for name, process in reversed(self.processes):
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self.mariadb is not None:
-            self.mariadb.stop()
+        """Stop everything, each step saying what it waits for; then let go of the data directory."""
+        supervisor, pid_files = self.supervisor, self.supervisor.pid_files
+        names = [part.name for part in supervisor.parts]
+        # The frontend first: no new work comes in.
+        supervisor.end(["frontend"], SERVICE_GRACE_S)
+        # Every worker, while the drivers still serve, so that each deactivates itself cleanly: found
+        # from their pid files, as some were started by a driver that has died since.
+        workers = [Recorded(record) for record in pid_files.live("worker-")]
+        if workers:
+            end_processes(workers, WORKER_GRACE_S, supervisor.say)
+        # The drivers (each stops any worker of its own still there), then auth.
+        supervisor.end([name for name in names if name.startswith("driver-")], SERVICE_GRACE_S)
+        supervisor.end(["auth"], SERVICE_GRACE_S)
+        # Whatever else a pid file names and still runs (a worker started during the steps above).
+        leftovers = [Recorded(record) for record in pid_files.live() if record.name != "mariadb"]
+        if leftovers:
+            end_processes(leftovers, WORKER_GRACE_S, supervisor.say)
+        # The database last: every service's last write reaches it.
+        supervisor.end(["mariadb"], DATABASE_GRACE_S)
+        self.lifeline.close()
+        os.close(self.lock_fd)
 
 
-def _spawn(running: Running, name: str, args: list[str], log_dir: Path, env: dict[str, str]) -> None:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with open(log_dir / f"{name}.log", "ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", *args], stdout=out, stderr=subprocess.STDOUT, env=env)
-    running.processes.append((name, process))
+SERVICE_GRACE_S = 20.0
+"""How long a service may take to stop on SIGTERM before it is killed."""
+WORKER_GRACE_S = 20.0
+"""How long a worker may take to stop (it kills its jobs and deactivates) before it is killed."""
+DATABASE_GRACE_S = 60.0
+"""How long MariaDB may take to shut down cleanly before it is killed."""
+DRIVER_FIRST_RESTART_S = 3.0
+"""Pause before a dead driver is first started again, when there is a standby: three of the standbys'
+election polls (1 s, services.driver.leader), so that a standby leads before the restarted driver
+campaigns, rather than the two racing for the lock the dead one let go."""
 
 
 def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]:
@@ -168,12 +205,13 @@ def _service_databases(admin_url: str, data: Path) -> dict[str, str]:
     return {service: config.to_url() for service, config in configs.items()}
 
 
-def _wait_for(path: Path, running: Running, timeout_s: float = 60.0) -> dict:
+def _wait_for(path: Path, supervisor: Supervisor, timeout_s: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
-        for name, process in running.processes:
-            if process.poll() is not None:
-                raise RuntimeError(f"{name} exited with {process.returncode}; see its log")
+        for part in supervisor.parts:
+            status = part.exit_status()
+            if status is not None:
+                raise RuntimeError(f"{part.name} exited with {exit_description(status)}; see its log")
         if time.monotonic() > deadline:
             raise RuntimeError(f"{path.name} did not appear in {timeout_s} s")
         time.sleep(0.05)
@@ -230,19 +268,25 @@ def start(config: UpConfig) -> Running:
     os.umask(0o077)  # everything created here is private to this account, unless made otherwise on purpose
     data.mkdir(parents=True, exist_ok=True)
     data.chmod(0o711)
-    running = Running()
+    run_dir = data / "run"
+    lock_fd = lock_data_dir(run_dir)
+    pid_files = PidFiles(run_dir / "pids")
+    supervisor = Supervisor(pid_files, config.restart_policy)
+    running = Running(supervisor, Lifeline(), lock_fd)
     try:
+        end_leftovers(pid_files, supervisor.say)
+        # No worker runs now: the keys of those of an earlier run (that did not exit cleanly) go too.
+        shutil.rmtree(data / "worker-certs", ignore_errors=True)
         if config.database_url:
             database_url = config.database_url
         else:
-            running.mariadb = PrivateMariaDB(data / "mariadb", fast_unsafe=False)
-            server = running.mariadb.start()
-            database_url = dataclasses.replace(server, database="corral").to_url()
+            database = DatabaseServer.in_data_dir(data / "mariadb")
+            supervisor.start(database)
+            assert database.admin is not None
+            database_url = dataclasses.replace(database.admin, database="corral").to_url()
         migrate(DatabaseConfig.from_url(database_url), create_database=True)
         service_urls = _service_databases(database_url, data)
         ca, certs = _certificates(data)
-        run_dir = data / "run"
-        run_dir.mkdir(parents=True, exist_ok=True)
         for stale in run_dir.glob("*.ports"):
             stale.unlink()
         logs, blobs = data / "logs", f"file://{data / 'blobs'}"
@@ -255,9 +299,18 @@ def start(config: UpConfig) -> Running:
             # Every service, and every worker a driver starts (they inherit it), writes its own file.
             env["CORRAL_TRACE_EXPORTER"] = f"file:{data / 'traces'}/{{service}}-{{pid}}.jsonl"
 
-        def service_env(service: str) -> dict[str, str]:
-            """The environment of one service: its own database URL (never on the command line)."""
-            return {**env, DATABASE_URL_VARIABLE: service_urls[service]}
+        def service(name: str, module: str, account: str, args: list[str], lifeline: bool = False,
+                    policy: RestartPolicy | None = None) -> None:
+            """Start `python -m MODULE ARGS` as part NAME, with its own database URL in its environment
+            (never on the command line); with `lifeline`, it hands the lifeline on to its workers."""
+            ports = run_dir / f"{name}.ports"
+            part_env = {**env, DATABASE_URL_VARIABLE: service_urls[account]}
+            if lifeline:
+                part_env.update(running.lifeline.environment())
+            supervisor.start(ServiceProcess(name, [sys.executable, "-m", module, *args, "--ports-file", str(ports)],
+                                            logs / f"{name}.log", part_env, ready_file=ports,
+                                            pass_fds=(running.lifeline.read_fd,) if lifeline else ()),
+                             policy)
 
         session = []
         if config.heartbeat_timeout_s is not None:
@@ -268,28 +321,28 @@ def start(config: UpConfig) -> Running:
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
 
+        # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()
-        _spawn(running, "auth", ["services.auth", "--certs-dir", str(certs["auth"]),
-                                 "--public-address", f"127.0.0.1:{auth_public}",
-                                 "--internal-address", f"127.0.0.1:{auth_internal}",
-                                 "--ports-file", str(run_dir / "auth.ports")], logs, service_env("auth"))
+        service("auth", "services.auth", "auth", ["--certs-dir", str(certs["auth"]),
+                                                  "--public-address", f"127.0.0.1:{auth_public}",
+                                                  "--internal-address", f"127.0.0.1:{auth_internal}"])
         driver_ports = [free_port() for _ in range(config.n_drivers)]
         driver_addresses = ",".join(f"localhost:{p}" for p in driver_ports)
+        # With a standby, a dead driver comes back once the standby leads: it then stands by in turn.
+        driver_policy = (dataclasses.replace(config.restart_policy, first_restart_s=DRIVER_FIRST_RESTART_S)
+                         if config.n_drivers > 1 else None)
         for i, port in enumerate(driver_ports):
-            _spawn(running, f"driver-{i}", ["services.driver", "--certs-dir", str(certs["driver"]),
-                                            "--spec-root-url", blobs,
-                                            "--data-dir", str(data), "--internal-address", f"127.0.0.1:{port}",
-                                            "--driver-addresses", driver_addresses, *session, *urls,
-                                            "--ports-file", str(run_dir / f"driver-{i}.ports")], logs,
-                   service_env("driver"))
+            service(f"driver-{i}", "services.driver", "driver",
+                    ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
+                     "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", driver_addresses,
+                     *session, *urls], lifeline=True, policy=driver_policy)
         frontend = free_port()
-        _spawn(running, "frontend", ["services.frontend", "--certs-dir", str(certs["frontend"]),
-                                     "--auth-address", f"localhost:{auth_internal}",
-                                     "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
-                                     "--driver-addresses", driver_addresses, *urls,
-                                     "--ports-file", str(run_dir / "frontend.ports")], logs, service_env("frontend"))
+        service("frontend", "services.frontend", "frontend",
+                ["--certs-dir", str(certs["frontend"]), "--auth-address", f"localhost:{auth_internal}",
+                 "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
+                 "--driver-addresses", driver_addresses, *urls])
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
-            _wait_for(run_dir / f"{name}.ports", running)
+            _wait_for(run_dir / f"{name}.ports", supervisor)
         running.admin_token = asyncio.run(_bootstrap(database_url))
         running.endpoints = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}",
                              "drivers": driver_addresses, "database": _without_password(database_url),
@@ -297,6 +350,7 @@ def start(config: UpConfig) -> Running:
         _write_client_config(config, running)
         return running
     except BaseException:
+        _defer_stop_signals()
         running.stop()
         raise
 
@@ -316,63 +370,59 @@ def _write_client_config(config: UpConfig, running: Running) -> None:
              ca_cert=running.endpoints["ca_cert"], token=running.admin_token).save()
 
 
-class DatabaseWatch:
-    """Restarts the private MariaDB when it dies (out of memory, killed), with a growing pause
-    between attempts (1 s, doubling, at most 60 s). The services keep running meanwhile: their
-    health says NOT_SERVING and calls fail UNAVAILABLE until it is back."""
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What asks `corral up` to stop (SIGHUP: its terminal went away)."""
 
-    def __init__(self, mariadb: PrivateMariaDB | None, clock: Callable[[], float] = time.monotonic):
-        self._mariadb = mariadb
-        self._clock = clock
-        self._next_try = 0.0
-        self._pause_s = 1.0
-        self.restarts = 0
+EXIT_STOPPED = 0
+"""Stopped because it was asked to (Ctrl-C, SIGTERM, SIGHUP)."""
+EXIT_FAILED = 1
+"""Stopped because a part could not be kept running, or it could not start."""
+EXIT_INTERRUPTED = 130
+"""Asked to stop while still starting."""
 
-    def check(self) -> None:
-        """Restart the server if it died and its pause is over; log what happened."""
-        mariadb = self._mariadb
-        if mariadb is None or mariadb.alive() or self._clock() < self._next_try:
-            return
-        code = mariadb.process.returncode if mariadb.process is not None else None
-        print(f"mariadb exited with {code}; restarting it ({mariadb.error_log().strip().splitlines()[-1:]})",
-              file=sys.stderr, flush=True)
-        try:
-            mariadb.start()
-        except Exception as e:  # noqa: BLE001 - reported, tried again after the pause
-            print(f"mariadb did not restart: {e}; trying again in {self._pause_s:g} s", file=sys.stderr, flush=True)
-            self._next_try = self._clock() + self._pause_s
-            self._pause_s = min(60.0, self._pause_s * 2)
-            return
-        self.restarts += 1
-        self._pause_s = 1.0
-        print("mariadb is back", file=sys.stderr, flush=True)
+
+def _defer_stop_signals(requests: list[int] | None = None) -> None:
+    """From now on a stop signal is only noted (in `requests`): it cannot cut a stop short."""
+
+    def note(signum: int, frame: object) -> None:
+        if requests is not None:
+            requests.append(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, note)
 
 
 def serve_forever(config: UpConfig) -> int:
-    """Start, print the endpoints, wait for Ctrl-C or SIGTERM, stop everything."""
-    running = start(config)
-    stop = {"now": False}
+    """Start, print the endpoints, supervise until asked to stop or a part cannot be kept running, stop
+    everything; the exit code says which (EXIT_*)."""
 
-    def request_stop(signum: int, frame: object) -> None:
-        stop["now"] = True
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # while starting: `start` stops what it started
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, interrupt)
+    try:
+        running = start(config)
+    except KeyboardInterrupt:
+        print("corral up was interrupted while starting; what it had started is stopped.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    requests: list[int] = []
+    _defer_stop_signals(requests)
     print("corral is up.")
     for name, value in running.endpoints.items():
         print(f"  {name:<9} {value}")
     print(f"  admin token: {running.admin_token}")
     print("The CLI is configured as the administrator (billing project 'default'); Ctrl-C stops everything.",
           flush=True)
-    database = DatabaseWatch(running.mariadb)
-    with contextlib.suppress(KeyboardInterrupt):
-        while not stop["now"]:
-            for name, process in running.processes:
-                if process.poll() is not None:
-                    print(f"{name} exited with {process.returncode}; stopping", file=sys.stderr)
-                    stop["now"] = True
-            database.check()
-            time.sleep(0.2)
+    supervisor = running.supervisor
+    while not requests and supervisor.failed is None:
+        supervisor.check()
+        time.sleep(0.2)
+    if requests:
+        supervisor.say(f"{signal.Signals(requests[0]).name}: stopping everything")
     running.stop()
-    print("corral stopped.")
-    return 0
+    if supervisor.failed is not None:
+        print(f"corral stopped: {supervisor.failed}.", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    print("corral stopped.", flush=True)
+    return EXIT_STOPPED

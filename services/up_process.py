@@ -1,15 +1,18 @@
 """`corral up` as a child process, for end-to-end tests and benchmarks: start
 it, wait until it says it is up, read the endpoints and admin token it
-printed, and stop it (and so everything it started) by its pid."""
+printed, keep reading what it says afterwards (its supervision's lines), and
+stop it (and so everything it started) by its pid."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,21 +33,35 @@ class UpProcess:
     """What it printed: frontend, auth, drivers, database, ca_cert, logs."""
     admin_token: str
     output: list[str]
-    """The lines it printed up to 'The CLI is configured ...'."""
+    """The lines it printed: up to 'The CLI is configured ...' once started, and every line since
+    as it comes (read in the background, so that it never blocks on a full pipe)."""
+    reader: threading.Thread | None = None
+    """Reads `output` until `corral up` exits."""
 
-    def stop(self, timeout_s: float = 90) -> None:
-        """SIGTERM `corral up`; it stops everything it started. Waits for it."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+    def said(self, text: str) -> bool:
+        """Whether a line it printed contains `text`."""
+        return any(text in line for line in list(self.output))
+
+    def wait(self, timeout_s: float = 90) -> int:
+        """Wait for `corral up` to exit (however it was asked to); its exit code."""
         try:
-            self.process.wait(timeout=timeout_s)
+            code = self.process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
             raise
         finally:
-            if self.process.stdout is not None:
+            if self.reader is not None and self.process.poll() is not None:
+                self.reader.join(timeout=10)
+            if self.process.stdout is not None and (self.reader is None or not self.reader.is_alive()):
                 self.process.stdout.close()
+        return code
+
+    def stop(self, timeout_s: float = 90) -> int:
+        """SIGTERM `corral up`; it stops everything it started. Waits for it; its exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.wait(timeout_s)
 
 
 def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
@@ -82,4 +99,13 @@ def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
         if match:
             endpoints[match.group(1)] = match.group(2)
     token = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("admin token:"))
-    return UpProcess(process, data_dir, env, endpoints, token, lines)
+    reader = threading.Thread(target=_read_rest, args=(process, lines), name="corral-up-output", daemon=True)
+    reader.start()
+    return UpProcess(process, data_dir, env, endpoints, token, lines, reader)
+
+
+def _read_rest(process: subprocess.Popen[str], lines: list[str]) -> None:
+    assert process.stdout is not None
+    with contextlib.suppress(ValueError, OSError):  # closed under it: the process is gone
+        for line in process.stdout:
+            lines.append(line)

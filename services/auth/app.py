@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -69,35 +70,41 @@ class AuthApp:
     public_port: int
     internal_port: int
     tracing: Tracing
+    closing: contextlib.AsyncExitStack
+    """What `start` opened, closed in reverse order by `stop`."""
 
     async def stop(self) -> None:
         """Stop accepting calls, let running ones finish, then close the pool and flush spans."""
-        await self.servers.stop()
-        await self.db.close()
-        self.tracing.shutdown()
+        await self.closing.aclose()
 
 
 async def start(config: AuthConfig, clock_s: Callable[[], float] = time.monotonic) -> AuthApp:
     """Open the database, start both listeners, and report the ports. `clock_s` times
-    login delays (tests move it by hand)."""
-    tracing = Tracing("corral-auth", config.trace_exporter)
-    db = await Database.connect(DatabaseConfig.from_url(config.database_url))
-    await asyncio.to_thread(dummy_password_hash)  # made now, not by the first unknown username's login
-    servicer = AuthServicer(AuthStore(db), LoginThrottle(config.login_limits, clock_s), config.forwarded_for_header)
+    login delays (tests move it by hand). What a step opens is closed if a later step fails."""
     tls = TlsFiles.of(config.certs_dir, config.identity)
-    public = BearerAuthenticator(servicer.verify_token, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
-    servers = await serve(
-        [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],
-        [Listener(config.public_address, tls, public, internal=False),
-         Listener.mutual_tls(config.internal_address, tls)],
-        tracer_provider=tracing.provider,
-        # A deadline on every call, as the frontend's: no request holds the server longer.
-        limits=CallLimits(field_limits=AUTH_FIELD_LIMITS, unary_deadline_s=config.rpc_deadline_s),
-    )
-    servers.watch_health(database_probe(db))
-    app = AuthApp(db, servers, *servers.ports, tracing)
-    if config.ports_file is not None:
-        write_ports_file(config.ports_file, {"public": app.public_port, "internal": app.internal_port})
+    async with contextlib.AsyncExitStack() as stack:
+        tracing = Tracing("corral-auth", config.trace_exporter)
+        stack.callback(tracing.shutdown)
+        db = await Database.connect(DatabaseConfig.from_url(config.database_url))
+        stack.push_async_callback(db.close)
+        await asyncio.to_thread(dummy_password_hash)  # made now, not by the first unknown username's login
+        servicer = AuthServicer(AuthStore(db), LoginThrottle(config.login_limits, clock_s),
+                                config.forwarded_for_header)
+        public = BearerAuthenticator(servicer.verify_token, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
+        servers = await serve(
+            [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],
+            [Listener(config.public_address, tls, public, internal=False),
+             Listener.mutual_tls(config.internal_address, tls)],
+            tracer_provider=tracing.provider,
+            # A deadline on every call, as the frontend's: no request holds the server longer.
+            limits=CallLimits(field_limits=AUTH_FIELD_LIMITS, unary_deadline_s=config.rpc_deadline_s),
+        )
+        stack.push_async_callback(servers.stop)
+        servers.watch_health(database_probe(db))
+        public_port, internal_port = servers.ports
+        if config.ports_file is not None:
+            write_ports_file(config.ports_file, {"public": public_port, "internal": internal_port})
+        app = AuthApp(db, servers, public_port, internal_port, tracing, stack.pop_all())
     log.info("auth serving: public port %d, internal port %d", app.public_port, app.internal_port)
     return app
 

@@ -239,28 +239,32 @@ async def serve(
     limits: CallLimits = CallLimits(),
 ) -> RunningServers:
     """Start one server per listener with every service, health and reflection, every
-    call held to `limits` (stream slots are counted across the listeners)."""
+    call held to `limits` (stream slots are counted across the listeners). If a listener
+    cannot start (its port is taken), the servers already started are stopped first."""
     health_servicer = health.aio.HealthServicer()
     servers, ports = [], []
     names = [s.name for s in services] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
     slots = None if limits.max_streams_per_caller is None else StreamSlots(limits.max_streams_per_caller)
-    for listener in listeners:
-        interceptors: list[grpc.aio.ServerInterceptor] = []
-        if tracer_provider is not None:
-            interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
-        interceptors.append(RequestInterceptor(listener.authenticate, listener.internal, limits, slots))
-        server = grpc.aio.server(interceptors=interceptors, options=[
-            ("grpc.max_receive_message_length", limits.max_receive_message_bytes)])
-        for service in services:
-            service.register(service.servicer, server)
-        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-        reflection.enable_server_reflection(names, server)
-        port = server.add_secure_port(listener.address, listener.tls.server_credentials(listener.internal))
-        await server.start()
-        servers.append(server)
-        ports.append(port)
-    running = RunningServers(servers, ports, health_servicer, slots, [s.name for s in services])
-    await running.set_serving(True)
+    async with contextlib.AsyncExitStack() as started:
+        for listener in listeners:
+            interceptors: list[grpc.aio.ServerInterceptor] = []
+            if tracer_provider is not None:
+                interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
+            interceptors.append(RequestInterceptor(listener.authenticate, listener.internal, limits, slots))
+            server = grpc.aio.server(interceptors=interceptors, options=[
+                ("grpc.max_receive_message_length", limits.max_receive_message_bytes)])
+            for service in services:
+                service.register(service.servicer, server)
+            health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+            reflection.enable_server_reflection(names, server)
+            port = server.add_secure_port(listener.address, listener.tls.server_credentials(listener.internal))
+            await server.start()
+            started.push_async_callback(server.stop, None)
+            servers.append(server)
+            ports.append(port)
+        running = RunningServers(servers, ports, health_servicer, slots, [s.name for s in services])
+        await running.set_serving(True)
+        started.pop_all()
     return running
 
 

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pymysql
@@ -69,12 +70,16 @@ def server_rss_bytes(config: DatabaseConfig) -> int | None:
 class PrivateMariaDB:
     """One mariadbd process serving a throwaway data directory."""
 
-    def __init__(self, root: Path | None = None, fast_unsafe: bool = True) -> None:
+    def __init__(self, root: Path | None = None, fast_unsafe: bool = True, launcher: Sequence[str] = ()) -> None:
         self._temporary = root is None
         self.root = Path(tempfile.mkdtemp(prefix="corral-mariadb-")) if root is None else root
         self.socket = str(self.root / "mysqld.sock")
         self.fast_unsafe = fast_unsafe
         """Trade crash durability for speed (tests, benchmarks)."""
+        self.launcher = tuple(launcher)
+        """An argv prefix that runs mariadbd, e.g. `corral up`'s, which makes it die with `corral up`
+        (services.common.parent_death). With one, the server also gets a session of its own: a Ctrl-C
+        at the terminal reaches only the supervisor, which stops the server last, in order."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -118,11 +123,11 @@ class PrivateMariaDB:
             )
         durability = (["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"] if self.fast_unsafe else [])
         self.process = subprocess.Popen(
-            [_find("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={self.socket}",
+            [*self.launcher, _find("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={self.socket}",
              f"--pid-file={self.root / 'mysqld.pid'}", "--skip-networking", f"--log-error={self.root / 'error.log'}",
              "--innodb-buffer-pool-size=512M", "--innodb-log-file-size=256M", *durability, "--skip-log-bin",
              "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=bool(self.launcher),
         )
         deadline = time.monotonic() + timeout_s
         while True:

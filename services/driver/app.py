@@ -22,6 +22,7 @@ from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.call_limits import CallLimits
+from services.common.processes import PidFiles
 from services.common.server import (
     Listener,
     RunningServers,
@@ -104,21 +105,16 @@ class DriverApp:
     loops: list[Loop]
     tasks: list[asyncio.Task[None]]
     port: int
+    closing: contextlib.AsyncExitStack
+    """What `start` opened, closed in reverse order by `stop` (see `start`)."""
     sessions: SessionRegistry | None = None
     """The worker sessions this driver serves (where Run and Cancel commands go)."""
     tracing: Tracing | None = None
 
     async def stop(self) -> None:
-        """Stop the loops, resign (a standby takes over at once), stop workers started here, close."""
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.election.resign()
-        await self.servers.stop()
-        await self.provider.close()
-        await self.db.close()
-        if self.tracing is not None:
-            self.tracing.shutdown()
+        """Stop the loops, resign (a standby takes over at once), stop serving, stop the workers started
+        here, close the pool, flush spans."""
+        await self.closing.aclose()
 
 
 def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
@@ -148,79 +144,97 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
 
 
 async def start(config: DriverConfig) -> DriverApp:
-    """Serve the driver API, campaign for leadership, run the loops while leading."""
+    """Serve the driver API, campaign for leadership, run the loops while leading. Each step that opens
+    something registers its closing on one exit stack, right after it: if a later step fails (the
+    listener's port is taken), what was opened is closed before the error propagates; otherwise the
+    stack is the app's, and `stop` closes it, in reverse order."""
     storage = StorageRoots(config.storage_roots)
     storage.check_apart_from(config.spec_root_url)
     callback_rules = CallbackRules.parse(config.callback_allow_networks)
-    tracing = Tracing("corral-driver", config.trace_exporter)
-    db_config = DatabaseConfig.from_url(config.database_url)
-    db = await Database.connect(db_config)
-    store = JobStore(db)
-    specs = SpecStore(config.spec_root_url)
-    registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage)
-    tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
-    provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
-                             config.data_dir / "worker-logs",
-                             forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True))
-    election = LeaderElection(db_config, store, config.name)
-    state = election.state
+    async with contextlib.AsyncExitStack() as stack:
+        tracing = Tracing("corral-driver", config.trace_exporter)
+        stack.callback(tracing.shutdown)
+        db_config = DatabaseConfig.from_url(config.database_url)
+        db = await Database.connect(db_config)
+        stack.push_async_callback(db.close)
+        store = JobStore(db)
+        specs = SpecStore(config.spec_root_url)
+        registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage)
+        tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
+        provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
+                                 config.data_dir / "worker-logs",
+                                 forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
+                                 pid_files=PidFiles(config.data_dir / "run" / "pids"))
+        stack.push_async_callback(provider.close)
+        election = LeaderElection(db_config, store, config.name)
+        state = election.state
 
-    def epoch() -> int | None:
-        return state.epoch
+        def epoch() -> int | None:
+            return state.epoch
 
-    scheduler = Scheduler(db, store, registry, epoch)
+        scheduler = Scheduler(db, store, registry, epoch)
 
-    def released() -> None:
-        scheduler.notify()  # children became Ready
-        canceller.notify()  # or Ready with a failed dependency
+        def released() -> None:
+            scheduler.notify()  # children became Ready
+            canceller.notify()  # or Ready with a failed dependency
 
-    releaser = ChildReleaser(store, epoch, on_released=released)
-    canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
-    autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
-    dead = DeadWorkerDetector(db, store, provider, registry.connected_instances, epoch,
-                              heartbeat_timeout_s=config.session.heartbeat_timeout_s)
-    running = RunningCanceller(db, store, registry, epoch)
+        releaser = ChildReleaser(store, epoch, on_released=released)
+        canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
+        autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
+        dead = DeadWorkerDetector(db, store, provider, registry.connected_instances, epoch,
+                                  heartbeat_timeout_s=config.session.heartbeat_timeout_s)
+        running = RunningCanceller(db, store, registry, epoch)
 
-    def cancelled() -> None:
-        canceller.notify()
-        running.notify()
+        def cancelled() -> None:
+            canceller.notify()
+            running.notify()
 
-    callbacks = CompletionCallbacks(db, store, epoch, sender=HttpCallbackSender(rules=callback_rules))
-    more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
-                              CompletionChecker(store, epoch), callbacks,
-                              BillingLimits(store, epoch, on_cancelled=cancelled)]
-    publisher = EventPublisher(store, epoch)
-    loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher]
-    loops += more_loops
+        callbacks = CompletionCallbacks(db, store, epoch, sender=HttpCallbackSender(rules=callback_rules))
+        more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
+                                  CompletionChecker(store, epoch), callbacks,
+                                  BillingLimits(store, epoch, on_cancelled=cancelled)]
+        publisher = EventPublisher(store, epoch)
+        loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher]
+        loops += more_loops
 
-    def on_change(kind: str) -> None:
-        for loop in (scheduler, canceller, releaser, autoscaler, publisher, running):
-            loop.notify()
+        def on_change(kind: str) -> None:
+            for loop in (scheduler, canceller, releaser, autoscaler, publisher, running):
+                loop.notify()
 
-    async def on_elected(new_epoch: int) -> None:
-        on_change("elected")
+        async def on_elected(new_epoch: int) -> None:
+            on_change("elected")
 
-    async def on_deposed() -> None:
-        return None
+        async def on_deposed() -> None:
+            return None
 
-    servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
-    servers = await serve([Service("corral.driver.v1.DriverService", servicer,
-                                   driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
-                          [Listener.mutual_tls(config.internal_address, tls)],
-                          tracer_provider=tracing.provider,
-                          # Its callers are corral's own; still, no unary call holds it longer.
-                          limits=CallLimits(unary_deadline_s=60.0))
-    # Campaign under the address workers and standbys can reach us at.
-    state.name = f"localhost:{servers.ports[0]}"
-    tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
-    tasks += [asyncio.create_task(loop.run()) for loop in loops]
-    servers.watch_health(database_probe(db))
-    app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], sessions=registry,
-                    tracing=tracing)
-    if config.ports_file is not None:
-        write_ports_file(config.ports_file, {"internal": app.port})
+        servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
+        servers = await serve([Service("corral.driver.v1.DriverService", servicer,
+                                       driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
+                              [Listener.mutual_tls(config.internal_address, tls)],
+                              tracer_provider=tracing.provider,
+                              # Its callers are corral's own; still, no unary call holds it longer.
+                              limits=CallLimits(unary_deadline_s=60.0))
+        stack.push_async_callback(servers.stop)
+        # Campaign under the address workers and standbys can reach us at.
+        state.name = f"localhost:{servers.ports[0]}"
+        stack.push_async_callback(election.resign)
+        tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
+        tasks += [asyncio.create_task(loop.run()) for loop in loops]
+        stack.push_async_callback(_cancel, tasks)
+        servers.watch_health(database_probe(db))
+        if config.ports_file is not None:
+            write_ports_file(config.ports_file, {"internal": servers.ports[0]})
+        app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], stack.pop_all(),
+                        sessions=registry, tracing=tracing)
     log.info("driver %s serving on port %d", config.name, app.port)
     return app
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the tasks and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(config: DriverConfig) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from services.common import lifeline
+from services.common.processes import PidFiles, Recorded, end_processes
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
@@ -65,26 +67,39 @@ def _worker_environment(activation_token: str) -> dict[str, str]:
 class LocalProvider:
     """Worker processes on this host; `command(request)` builds each one's argv. The activation token goes
     in the worker's environment (CORRAL_ACTIVATION_TOKEN), never on its command line, which every local
-    user (and, without isolation, every job) can read."""
+    user (and, without isolation, every job) can read.
+
+    Each worker is recorded in `pid_files` as `worker-NAME`, so that any driver can delete a local
+    machine by its name, as a cloud's API deletes a VM, including one a driver that has since died
+    started (it kept serving: its parent's death is not its own), and so that `corral up` finds every
+    worker when it stops. A worker started under `corral up` is handed its lifeline
+    (services.common.lifeline): it ends with `corral up`, whichever driver started it."""
 
     def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path,
-                 forget: Callable[[str], None] = lambda name: None):
+                 forget: Callable[[str], None] = lambda name: None, pid_files: PidFiles | None = None):
         self._command = command
         self._log_dir = log_dir
         self._forget = forget
         """Called with an instance's name once its process is gone (removes what `command` prepared)."""
+        self._pid_files = pid_files
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
 
     async def create(self, request: InstanceRequest) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_dir / f"{request.name}.log", "ab") as log_file:
-            self._processes[request.name] = subprocess.Popen(
+            process = subprocess.Popen(
                 list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                env=_worker_environment(request.activation_token))
+                env=_worker_environment(request.activation_token), pass_fds=lifeline.pass_on())
+        self._processes[request.name] = process
+        if self._pid_files is not None:
+            self._pid_files.record(f"worker-{request.name}", process.pid)
 
     async def delete(self, name: str) -> None:
         process = self._processes.pop(name, None)
-        if process is not None and process.poll() is None:
+        if process is None:
+            await self._delete_adopted(name)
+            return
+        if process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
                 # In a thread: a worker deactivates itself on SIGTERM, through this driver's own loop.
@@ -92,13 +107,28 @@ class LocalProvider:
             except subprocess.TimeoutExpired:
                 process.kill()
                 await asyncio.to_thread(process.wait)
-        if process is not None:
-            self._forget(name)
+        self._gone(name)
+
+    async def _delete_adopted(self, name: str) -> None:
+        """A worker another driver started (found from its pid file), stopped as that driver would."""
+        pid_files = self._pid_files
+        record = pid_files.read(f"worker-{name}") if pid_files is not None else None
+        if pid_files is None or record is None or not record.alive():
+            return
+        log.info("stopping %s (pid %d), started by another driver", name, record.pid)
+        await asyncio.to_thread(end_processes, [Recorded(record)], 10.0, log.info)
+        pid_files.forget(f"worker-{name}")
+        self._forget(name)
+
+    def _gone(self, name: str) -> None:
+        if self._pid_files is not None:
+            self._pid_files.forget(f"worker-{name}")
+        self._forget(name)
 
     async def alive(self) -> set[str]:
         for name in [n for n, p in self._processes.items() if p.poll() is not None]:
             self._processes.pop(name).wait()
-            self._forget(name)
+            self._gone(name)
         return set(self._processes)
 
     def pid(self, name: str) -> int | None:

@@ -3,6 +3,7 @@ notifier, servicers, listeners."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from pathlib import Path
@@ -97,62 +98,69 @@ class FrontendApp:
     notifier: DriverNotifier
     worker_logs: WorkerLogs
     tracing: Tracing
+    closing: contextlib.AsyncExitStack
+    """What `start` opened, closed in reverse order by `stop`."""
 
     async def stop(self) -> None:
         """Stop serving (letting calls finish), then stop notifying the driver, close the
-        worker and auth channels and the pool."""
-        await self.servers.stop()
-        await self.notifier.close()
-        await self.worker_logs.close()
-        await self.auth_channel.close()
-        await self.db.close()
-        self.tracing.shutdown()
+        worker and auth channels and the pool, flush spans."""
+        await self.closing.aclose()
 
 
 async def start(config: FrontendConfig) -> FrontendApp:
-    """Connect to the database and auth, then serve."""
+    """Connect to the database and auth, then serve. Whatever a step opens is registered on one exit
+    stack right after: a later step that fails (a port taken) closes it; otherwise `stop` does."""
     storage = StorageRoots(config.storage_roots)
     storage.check_apart_from(config.spec_root_url)
     urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
-    tracing = Tracing("corral-frontend", config.trace_exporter)
     limits = config.limits
-    db = await Database.connect(DatabaseConfig.from_url(config.database_url))
-    # Every read a request drives runs under the statement time limit; the
-    # procedures that write (JobStore) are not limited.
-    reads = db.time_limited(limits.max_statement_time_s)
     tls = TlsFiles.of(config.certs_dir, config.identity)
-    auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
-    authenticate = BearerAuthenticator(RemoteTokenVerifier(auth_channel), cache_s=config.token_cache_s)
-    notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
-    worker_logs = WorkerLogs(tls)
-    jobs, batches, specs = JobStore(db), BatchStore(reads), SpecStore(config.spec_root_url)
-    services = [
-        Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
-                                                              limits=limits),
-                batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
-        Service("corral.batch.v1.JobService",
-                JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
-                            StoredLogs(config.spec_root_url), worker_logs, limits=limits),
-                job_service_pb2_grpc.add_JobServiceServicer_to_server),
-        Service("corral.batch.v1.JobGroupService", JobGroupServicer(jobs, batches, GroupReadStore(reads), notifier),
-                job_group_service_pb2_grpc.add_JobGroupServiceServicer_to_server),
-        Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(reads)),
-                billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
-    ]
-    listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
-    if config.internal_address:
-        listeners.append(Listener.mutual_tls(config.internal_address, tls))
-    call_limits = CallLimits(max_receive_message_bytes=limits.max_request_bytes,
-                             unary_deadline_s=limits.rpc_deadline_s,
-                             max_streams_per_caller=limits.max_streams_per_user,
-                             field_limits=request_field_limits(limits))
-    servers = await serve(services, listeners, tracer_provider=tracing.provider, limits=call_limits)
-    if config.driver_addresses:
-        notifier.start()
-    servers.watch_health(database_probe(db))
-    app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing)
-    if config.ports_file is not None:
-        write_ports_file(config.ports_file, {"public": servers.ports[0], "internal": servers.ports[1:]})
+    async with contextlib.AsyncExitStack() as stack:
+        tracing = Tracing("corral-frontend", config.trace_exporter)
+        stack.callback(tracing.shutdown)
+        db = await Database.connect(DatabaseConfig.from_url(config.database_url))
+        stack.push_async_callback(db.close)
+        # Every read a request drives runs under the statement time limit; the
+        # procedures that write (JobStore) are not limited.
+        reads = db.time_limited(limits.max_statement_time_s)
+        auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
+        stack.push_async_callback(auth_channel.close)
+        authenticate = BearerAuthenticator(RemoteTokenVerifier(auth_channel), cache_s=config.token_cache_s)
+        worker_logs = WorkerLogs(tls)
+        stack.push_async_callback(worker_logs.close)
+        notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
+        stack.push_async_callback(notifier.close)
+        jobs, batches, specs = JobStore(db), BatchStore(reads), SpecStore(config.spec_root_url)
+        services = [
+            Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
+                                                                  limits=limits),
+                    batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
+            Service("corral.batch.v1.JobService",
+                    JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
+                                StoredLogs(config.spec_root_url), worker_logs, limits=limits),
+                    job_service_pb2_grpc.add_JobServiceServicer_to_server),
+            Service("corral.batch.v1.JobGroupService",
+                    JobGroupServicer(jobs, batches, GroupReadStore(reads), notifier),
+                    job_group_service_pb2_grpc.add_JobGroupServiceServicer_to_server),
+            Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(reads)),
+                    billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
+        ]
+        listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
+        if config.internal_address:
+            listeners.append(Listener.mutual_tls(config.internal_address, tls))
+        call_limits = CallLimits(max_receive_message_bytes=limits.max_request_bytes,
+                                 unary_deadline_s=limits.rpc_deadline_s,
+                                 max_streams_per_caller=limits.max_streams_per_user,
+                                 field_limits=request_field_limits(limits))
+        servers = await serve(services, listeners, tracer_provider=tracing.provider, limits=call_limits)
+        stack.push_async_callback(servers.stop)
+        if config.driver_addresses:
+            notifier.start()
+        servers.watch_health(database_probe(db))
+        if config.ports_file is not None:
+            write_ports_file(config.ports_file, {"public": servers.ports[0], "internal": servers.ports[1:]})
+        app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing,
+                          stack.pop_all())
     log.info("frontend serving on port %d", app.public_port)
     return app
 

@@ -17,7 +17,7 @@ import pymysql
 
 import pytest
 
-from bench import cancel, driver_memory, e2e, fair_share, fanout, query_limits, sj_mjc, submit
+from bench import cancel, driver_memory, e2e, fair_share, fanout, query_limits, sj_mjc, submit, supervise
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -251,3 +251,16 @@ def test_query_limits_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> N
         assert {outcomes[f"{rpc}.{case}"] for case in ("legal_longest_words", "legal_most_terms", "legal_costliest")} \
             <= {"OK", "RESOURCE_EXHAUSTED"}
     assert bench_schemas(mariadb_server) == before
+
+
+def test_supervise_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    result = run_bench(mariadb_server, tmp_path, "supervise")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == supervise.figure_names()
+    assert {unit for _, unit in printed.values()} == {"s"}
+    assert all(value > 0 for value, _ in printed.values())
+    results = results_of(tmp_path, "supervise", printed)
+    assert results["parameters"]["rounds"] == supervise.SMOKE_ROUNDS
+    assert results["parameters"]["processes_ended_after_sigkill"] >= 7  # mariadbd, 4 services, a worker, its jobs

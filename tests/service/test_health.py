@@ -1,5 +1,6 @@
 """Health tells the truth: a service whose database is gone says NOT_SERVING and answers
-UNAVAILABLE (not INTERNAL), and says SERVING again once the database is back."""
+UNAVAILABLE (not INTERNAL), and says SERVING again once `corral up`'s supervisor has started the
+database again (its back-off: tests/unit/test_supervisor.py)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from corral.auth.v1 import auth_service_pb2, auth_service_pb2_grpc
 from services.auth.app import AuthConfig, start
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
-from services.db.database import DatabaseConfig
 from services.db.migrations import migrate
 from services.db.server import PrivateMariaDB
-from services.up import DatabaseWatch
+from services.common.processes import PidFiles
+from services.up_supervisor import DatabaseServer, Supervisor
 from tests.conftest import service_url
 from tests.service.conftest import bearer, person_channel
 
@@ -39,7 +40,12 @@ async def until(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-
 
 async def test_a_service_without_its_database_is_not_serving(tmp_path: Path, certs: DevCertificateAuthority) -> None:
     mariadb = PrivateMariaDB(tmp_path / "mariadb", fast_unsafe=True)
-    admin = dataclasses.replace(mariadb.start(), database="corral_health")
+    said: list[str] = []
+    supervisor = Supervisor(PidFiles(tmp_path / "pids"), say=said.append)  # what corral up runs
+    database = DatabaseServer(mariadb)
+    supervisor.start(database)
+    assert database.admin is not None
+    admin = dataclasses.replace(database.admin, database="corral_health")
     app = None
     try:
         migrate(admin, create_database=True)
@@ -51,6 +57,7 @@ async def test_a_service_without_its_database_is_not_serving(tmp_path: Path, cer
             assert await status_of(health) == health_pb2.HealthCheckResponse.SERVING
 
             assert mariadb.process is not None
+            killed = mariadb.process.pid
             mariadb.process.kill()  # as the OOM killer would
             mariadb.process.wait()
 
@@ -62,9 +69,10 @@ async def test_a_service_without_its_database_is_not_serving(tmp_path: Path, cer
                 await auth.ListUsers(auth_service_pb2.ListUsersRequest(), metadata=bearer(token), timeout=10)
             assert error.value.code() == grpc.StatusCode.UNAVAILABLE
 
-            watch = DatabaseWatch(mariadb)  # what corral up runs: it restarts the server
-            watch.check()
-            assert watch.restarts == 1 and mariadb.alive()
+            supervisor.check()  # it restarts the server at once, saying why it died
+            assert supervisor.restarts == 1 and mariadb.alive()
+            assert said[0].startswith(f"mariadb (pid {killed}) exited with -9 (killed by SIGKILL) after ")
+            assert "error.log" in said[0] and said[1] == f"mariadb restarted (pid {database.pid})"
 
             async def serving() -> bool:
                 return await status_of(health) == health_pb2.HealthCheckResponse.SERVING
@@ -82,33 +90,5 @@ async def test_a_service_without_its_database_is_not_serving(tmp_path: Path, cer
     finally:
         if app is not None:
             await app.stop()
+        supervisor.end(["mariadb"], grace_s=30)
         mariadb.stop()
-
-
-def test_the_watch_backs_off_while_the_server_will_not_start() -> None:
-    class Broken:
-        process = None
-        starts = 0
-
-        def alive(self) -> bool:
-            return False
-
-        def error_log(self) -> str:
-            return "InnoDB: out of disk"
-
-        def start(self) -> DatabaseConfig:
-            self.starts += 1
-            raise RuntimeError("mariadbd exited")
-
-    now = [0.0]
-    broken = Broken()
-    watch = DatabaseWatch(broken, clock=lambda: now[0])  # type: ignore[arg-type]
-    tries = []
-    for second in range(0, 40):
-        now[0] = float(second)
-        before = broken.starts
-        watch.check()
-        if broken.starts > before:
-            tries.append(second)
-    assert tries == [0, 1, 3, 7, 15, 31]  # 1 s, then doubling
-    assert watch.restarts == 0
