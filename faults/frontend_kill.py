@@ -25,6 +25,9 @@ from faults.stack import Stack, eventually, kill, progress
 NAME = "frontend-kill"
 HELP = "the frontend SIGKILLed during a large submission, then the same builder resubmitted"
 
+BUNCH = 100
+"""Jobs per bunch: small, so that the kill lands between bunches of even the short version."""
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, help="jobs in the batch (default 20,000; 2,000 with --short)")
@@ -51,7 +54,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     def submit() -> None:
         try:
             with stack.client() as client:
-                first["batch"] = client.submit(builder, bunch_size=100, parallelism=2)
+                first["batch"] = client.submit(builder, bunch_size=BUNCH, parallelism=2)
         except corral.CorralError as e:
             first["error"] = e
 
@@ -79,7 +82,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     outcome.figure(f"{NAME}.frontend_away", time.monotonic() - killed, "s")
     started = time.monotonic()
     with stack.client() as client:
-        batch = client.submit(builder)
+        batch = client.submit(builder, bunch_size=BUNCH)  # the same bunches: a bunch is the unit re-sent
         outcome.figure(f"{NAME}.resubmit", time.monotonic() - started, "s")
         batches = stack.query("SELECT batch_id FROM batch_attributes WHERE `key` = 'name' AND `value` = %s", (name,))
         outcome.figure(f"{NAME}.batches", len(batches), "(must be 1)")
