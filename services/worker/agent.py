@@ -44,6 +44,7 @@ from services.worker.attempts import (
     Attempt, AttemptTable, completed_event, log_url, run_attempt, timestamp, wall_ms,
 )
 from services.worker.config import WorkerConfig
+from services.worker.disk import out_of_space, ran_out
 from services.worker.driver_link import REFUSED, DriverLink
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
@@ -374,7 +375,9 @@ class Worker:
             raise
         except Exception as e:  # noqa: BLE001 - the worker failed around the job: report it, do not die
             log.exception("attempt %s failed in the worker", attempt.key)
-            outcome = JobOutcome(state="Error", exit_code=None, error_message=f"the worker failed: {e}",
+            message = f"the worker failed: {ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else \
+                f"the worker failed: {e}"
+            outcome = JobOutcome(state="Error", exit_code=None, error_message=message,
                                  start_time_ms=attempt.started_ms, end_time_ms=wall_ms(), end_reason=SYSTEM_ERROR,
                                  isolation=self.runtime.isolation(job))
         self.attempts.end(attempt, outcome)

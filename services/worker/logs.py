@@ -5,6 +5,7 @@ and the pipe reader that fills it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import posixpath
 from collections.abc import AsyncIterator
@@ -14,6 +15,9 @@ from pathlib import Path
 import fsspec
 
 DEFAULT_LOG_CAP_BYTES = 64 * 2**20
+
+RECENT_BYTES = 8192
+"""How much of a job's latest output a log keeps in memory (for what the runtime reads of it)."""
 
 
 class LogSink:
@@ -43,6 +47,9 @@ class LogSink:
         self._received = 0
         self._file: FileIO | None = None
         self._closed = False
+        self._recent = bytearray()
+        self.write_error: OSError | None = None
+        """The first error writing the log file (e.g. its disk is full): what followed was not kept there."""
         # Replaced on every change; a follower waits on the one it saw before
         # reading, so no write can slip between its read and its wait.
         self._changed = asyncio.Event()
@@ -57,6 +64,11 @@ class LogSink:
         """Bytes the job wrote, including any left out by the cap."""
         return self._received
 
+    @property
+    def recent(self) -> bytes:
+        """The last RECENT_BYTES the job wrote (kept in memory, whether or not the file could take them)."""
+        return bytes(self._recent)
+
     def write(self, data: bytes) -> None:
         """Append output of the running job."""
         if self._closed:
@@ -64,6 +76,8 @@ class LogSink:
         if not data:
             return
         self._received += len(data)
+        self._recent += data
+        del self._recent[: max(0, len(self._recent) - RECENT_BYTES)]
         head = data[: max(0, self._head_cap - self._head_written)]
         if head:
             self._append(head)
@@ -85,7 +99,9 @@ class LogSink:
         if self._tail:
             self._append(bytes(self._tail))
             self._tail.clear()
-        self._open().close()
+        if self._file is not None or self.write_error is None:
+            with contextlib.suppress(OSError):
+                self._open().close()
         self._file = None
         self._closed = True
         self._notify()
@@ -128,7 +144,14 @@ class LogSink:
         return self._file
 
     def _append(self, data: bytes) -> None:
-        self._open().write(data)
+        """Write to the file; on an error keep the first (`write_error`) and drop the data, since the job
+        runs on and its status, not the file, must say what happened."""
+        if self.write_error is not None:
+            return
+        try:
+            self._open().write(data)
+        except OSError as e:
+            self.write_error = e
 
     def _notify(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
+from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
 from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs, give_to, path_refusals,
                                        url_refusals)
 from services.worker.job_process import Ended, IsolatedCommand, Isolation, PlainCommand, StartFailed
@@ -107,7 +108,8 @@ class ProcessRuntime:
     programs reserving much more than they touch (JVMs, Go) and lets a tree
     of processes use more in total. Running out of it makes allocations fail
     instead of killing the process, so out-of-memory is recognised from what
-    the job printed last. There is no cpu or disk limit. Container paths of
+    the job printed last. There is no cpu or disk limit; a job that runs the
+    scratch disk out of space ends in Error naming it (see disk.py). Container paths of
     input and output files are rooted at the working directory ('/in/ref.fa'
     is 'in/ref.fa' there).
     """
@@ -191,7 +193,12 @@ class ProcessRuntime:
         async with contextlib.AsyncExitStack() as cleanup:  # undone in reverse: directories, uid, log
             cleanup.callback(self._stops.pop, job.attempt_id)
             cleanup.callback(log.close)
-            return await self._run(job, log, on_started, stop, cleanup)
+            try:
+                return await self._run(job, log, on_started, stop, cleanup)
+            except OSError as e:  # e.g. the log could not be written: said before the directories go
+                if not out_of_space(e):
+                    raise
+                return self._outcome(job, "Error", SYSTEM_ERROR, f"{ran_out(job.attempt_dir)}: {e}")
         raise AssertionError("unreachable")
 
     async def _run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]],
@@ -220,7 +227,8 @@ class ProcessRuntime:
             finally:
                 os.close(write_fd)
         except (_SystemError, NoFreeUid, StartFailed) as e:
-            return self._outcome(job, "Error", SYSTEM_ERROR, str(e))
+            words = f"{ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else str(e)
+            return self._outcome(job, "Error", SYSTEM_ERROR, words)
         timeout_s = _timeout_s(job.spec, self.config.max_timeout_s)
         try:
             start_ms, ending, ended = await self._watch(command, read_fd, log, on_started, stop, timeout_s)
@@ -248,6 +256,9 @@ class ProcessRuntime:
             message, exit_code = f"killed by signal {_signal_name(-code)}", 128 - code
         else:
             message, exit_code = f"exited with code {code}", code
+        if is_full(work) or reports_out_of_space(log.recent) or (
+                log.write_error is not None and out_of_space(log.write_error)):
+            return outcome("Error", SYSTEM_ERROR, f"{ran_out(work)}; the command {message}", exit_code)
         if job.memory_bytes > 0 and _reports_allocation_failure(log):
             return outcome("Failed", OUT_OF_MEMORY, f"ran out of memory: {message} after an allocation failed "
                            f"under its limit of {job.memory_bytes} bytes (an address-space limit per process, "
@@ -415,6 +426,5 @@ def _timeout_s(spec: job_spec_pb2.JobSpec, max_timeout_s: float | None) -> float
 
 
 def _reports_allocation_failure(log: LogSink) -> bool:
-    size = log.path.stat().st_size if log.path.exists() else 0
-    last = log.read(max(0, size - 8192)).lower()
+    last = log.recent.lower()
     return any(marker in last for marker in _ALLOCATION_FAILURES)

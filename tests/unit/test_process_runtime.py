@@ -10,6 +10,7 @@ itself guarantees is tested in test_job_isolation.py."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker import runtime as runtime_module
-from services.worker.logs import LogSink
+from services.worker.logs import RECENT_BYTES, LogSink
 from services.worker.runtime import JobOutcome, JobRun, ProcessRuntime, ProcessRuntimeConfig, can_isolate
 from tests.job_processes import marked, processes_marked
 
@@ -498,3 +499,32 @@ async def test_upload_refuses_an_unfinished_log(tmp_path: Path) -> None:
     log.close()
     await log.upload(f"file://{tmp_path}/out.log")
     assert (tmp_path / "out.log").read_bytes() == b"x"
+
+
+async def test_a_command_that_ran_out_of_disk_is_an_error_naming_the_disk(tmp_path: Path) -> None:
+    # The disk may have room again at the end (another attempt's files went); the command's own words count.
+    outcome, _ = await run(process_runtime(),
+                           job(tmp_path, spec(script="echo 'dd: error writing fill: No space left on device' >&2; "
+                                                     "exit 1")))
+    assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Error", "system_error", 1)
+    assert outcome.error_message.startswith("the worker's scratch disk ran out of space (/")
+    assert outcome.error_message.endswith("bytes free now); the command exited with code 1")
+
+
+async def test_a_log_whose_disk_is_full_keeps_the_output_in_memory_and_the_error() -> None:
+    log = LogSink(Path("/dev/full"))  # every write: ENOSPC
+    log.write(b"first\n")
+    log.write(b"No space left on device\n")
+    assert log.write_error is not None and log.write_error.errno == errno.ENOSPC
+    assert log.recent == b"first\nNo space left on device\n"
+    log.close()
+    assert log.closed
+
+
+async def test_a_log_remembers_only_its_latest_output(tmp_path: Path) -> None:
+    log = LogSink(tmp_path / "main.log")
+    log.write(b"x" * RECENT_BYTES)
+    log.write(b"end")
+    assert log.recent == b"x" * (RECENT_BYTES - 3) + b"end"
+    log.close()
+    assert log.write_error is None
