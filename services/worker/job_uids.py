@@ -41,19 +41,23 @@ class UidClaim:
 
 def uids_in_use(proc: Path = Path("/proc")) -> set[int]:
     """Every real, effective, saved and filesystem uid of the host's processes (from /proc/PID/status,
-    which a process cannot hide the way it can make /proc/PID belong to root)."""
+    which a process cannot hide the way it can make /proc/PID belong to root). Each file is read in one
+    call: the kernel writes all of it anyway, and the Uid line is near its top."""
     uids: set[int] = set()
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
         try:
-            with open(os.path.join(entry.path, "status"), "rb") as f:
-                for line in f:
-                    if line.startswith(b"Uid:"):
-                        uids.update(int(u) for u in line.split()[1:])
-                        break
+            fd = os.open(os.path.join(entry.path, "status"), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                status = os.read(fd, 4096)
+            finally:
+                os.close(fd)
         except (FileNotFoundError, ProcessLookupError):
             continue  # it exited while we looked
+        start = status.find(b"\nUid:")
+        if start >= 0:
+            uids.update(int(u) for u in status[start + 5:status.find(b"\n", start + 1)].split())
     return uids
 
 
@@ -74,7 +78,7 @@ class JobUids:
         self.claims_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         dir_fd = os.open(self.claims_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            busy = set(self._in_use())
+            busy: set[int] = set()  # as of the last look: skipped without taking their locks
             start = random.randrange(self.count)
             for i in range(self.count):
                 uid = self.first + (start + i) % self.count
@@ -86,9 +90,11 @@ class JobUids:
                 except BlockingIOError:
                     os.close(fd)
                     continue
-                # Processes may have started with it between our look and the lock (only those of a
-                # claim that ended just then); look again now that no new claim can start any.
-                if uid in set(self._in_use()):
+                # Look at the processes only now that we hold the lock: no new claim can start any with
+                # the uid, so what runs with it now is a leftover (of a dead claim, or of one that ended
+                # just before our lock) and keeps it taken. One look per claim, as a rule.
+                busy = set(self._in_use())
+                if uid in busy:
                     os.close(fd)
                     continue
                 return UidClaim(uid, fd)
