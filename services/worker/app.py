@@ -37,6 +37,8 @@ class WorkerApp:
     agent: asyncio.Task[int]
     """The agent; its result is the process's exit code."""
     tracing: Tracing
+    runtime: ContainerRuntime
+    """Where the jobs run; closed once the agent is done (the jobs are then gone)."""
 
     async def wait(self) -> int:
         """Wait for the worker to leave (idle, drained, shut down); stop serving; return the exit code."""
@@ -44,6 +46,7 @@ class WorkerApp:
             return await asyncio.shield(self.agent)
         finally:
             if self.agent.done():
+                await self.runtime.close()
                 await self.servers.stop(grace_s=1.0)
                 self.tracing.shutdown()
 
@@ -67,7 +70,7 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
                           tracer_provider=tracing.provider)
     address = f"{config.advertise_host}:{servers.ports[0]}"
     log.info("worker %s: WorkerService at %s", config.instance_name, address)
-    return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)), tracing)
+    return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)), tracing, runtime)
 
 
 async def run(config: WorkerConfig) -> int:
