@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,40 @@ def uids_in_use(proc: Path = Path("/proc")) -> set[int]:
     return uids
 
 
+class SharedLook:
+    """Looks at the host's processes for claims made at once in several threads: a look serves every
+    claim whose lock was taken before the look began, so claims that come together share one (it costs
+    a read of every /proc/PID/status: milliseconds on a busy host)."""
+
+    def __init__(self, in_use: Callable[[], Iterable[int]]):
+        self._in_use = in_use
+        self._changed = threading.Condition()
+        self._begun = 0  # looks begun so far; the latest one's number
+        self._done = 0  # the number of the latest look finished
+        self._seen: set[int] = set()  # what it saw
+
+    def since_now(self) -> set[int]:
+        """The uids in use, as seen by a look that began after this call did."""
+        with self._changed:
+            wanted = self._begun + 1  # every look numbered so or higher begins after now
+            while self._done < wanted and self._begun > self._done:
+                self._changed.wait()  # one look at a time; the current one may be new enough
+            if self._done >= wanted:
+                return self._seen
+            self._begun += 1  # nobody is looking, and no look new enough has been: ours
+        try:
+            seen = set(self._in_use())
+        except BaseException:
+            with self._changed:
+                self._begun -= 1  # as if it never began: a waiter looks instead
+                self._changed.notify_all()
+            raise
+        with self._changed:
+            self._done, self._seen = self._begun, seen
+            self._changed.notify_all()
+        return seen
+
+
 class JobUids:
     """Claims uids in [first, first + count) for attempts, across the workers of this host."""
 
@@ -71,7 +106,7 @@ class JobUids:
         self.claims_dir = claims_dir
         self.first = first
         self.count = count
-        self._in_use = in_use
+        self._look = SharedLook(in_use)
 
     def claim(self) -> UidClaim:
         """A uid no other attempt holds and no process uses; raises NoFreeUid."""
@@ -92,8 +127,8 @@ class JobUids:
                     continue
                 # Look at the processes only now that we hold the lock: no new claim can start any with
                 # the uid, so what runs with it now is a leftover (of a dead claim, or of one that ended
-                # just before our lock) and keeps it taken. One look per claim, as a rule.
-                busy = set(self._in_use())
+                # just before our lock) and keeps it taken. One look per claim at most, as a rule.
+                busy = self._look.since_now()
                 if uid in busy:
                     os.close(fd)
                     continue
