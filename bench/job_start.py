@@ -183,7 +183,14 @@ async def _nothing(pid: int) -> None:
 async def measure(mode: str, meter: CpuMeter, n_starts: int, concurrency: int, memory_bytes: int,
                   scratch: Path) -> dict[str, float]:
     runtime = ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=True))
-    starter = Starter(runtime, scratch, memory_bytes)
+    try:
+        return await _measure(mode, Starter(runtime, scratch, memory_bytes), meter, n_starts, concurrency)
+    finally:
+        await runtime.close()
+
+
+async def _measure(mode: str, starter: Starter, meter: CpuMeter, n_starts: int,
+                   concurrency: int) -> dict[str, float]:
     for _ in range(WARM_UP):
         await starter.start_one()
     cpu_ms, wall_ms = [], []

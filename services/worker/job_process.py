@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -268,8 +269,10 @@ class Launcher:
 
     def __del__(self) -> None:
         # A runtime dropped without `close`: the launcher is not left behind (nor Popen's warning about it).
+        # At interpreter exit what `close` needs may be gone already; the launcher then dies with us.
         if self.proc.returncode is None:
-            self.close()
+            with contextlib.suppress(Exception):
+                self.close()
 
 
 def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
