@@ -36,6 +36,7 @@ BENCHMARKS = (
     "bench.e2e",
     "bench.query_limits",
     "bench.supervise",
+    "bench.job_start",
 )
 
 

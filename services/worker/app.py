@@ -67,6 +67,7 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         stack.callback(tracing.shutdown)
         attempts = AttemptTable(config.keep_ended_s)
         runtime = runtime or ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev))
+        stack.push_async_callback(runtime.close)  # the job launcher, once the jobs are gone
         worker = Worker(config, runtime, attempts, tls)
         servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker),
                                        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],

@@ -1,29 +1,45 @@
 """The running command of an attempt, as the worker sees it: started,
 watched, stopped and reaped.
 
-`IsolatedCommand` runs it through `jobinit.py` (namespaces of its own, a
+`IsolatedCommand` has the worker's job `Launcher` (launcher.py, a helper
+process of its own) start it through `jobinit.py` (namespaces of its own, a
 user of its own); `PlainCommand` runs it as a plain child in its own process
 group, as the worker's own user (development only). Both answer the same
 calls: `started` (the pid the job sees, or why it could not start),
 `signal` (SIGTERM asks every process of the job to stop, SIGKILL kills them
 all), `exited`, `reap` and, once reaped, `ended` (its wait status and usage).
+
+Neither runs Python between fork and exec in the worker, a multithreaded
+gRPC process: gRPC's state in such a child is not safe to touch (issue 10:
+jobs died at start with SIGABRT, `Check failed: next_worker->state ==
+KICKED`, when a preexec_fn set their memory limit). Only the launcher, which
+has a single thread, forks and then runs Python.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import json
 import os
 import resource
+import select
+import shutil
+import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-INIT = Path(__file__).with_name("jobinit.py")
-"""The init program, run by its path with `python -I -S`: it imports nothing of corral."""
+LAUNCHER = Path(__file__).with_name("launcher.py")
+"""The launcher program, run by its path with `python -I -S`: it imports nothing of corral."""
+LAUNCH_TIMEOUT_S = 10.0
+"""How long the worker waits for the launcher's answer to a start (it forks and answers at once); past it,
+the launcher is killed and the next attempt gets a new one."""
+SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
+"""Where the worker looks for util-linux's prlimit (never the job's PATH)."""
 
 
 class StartFailed(Exception):
@@ -119,11 +135,22 @@ class PlainCommand(_Process):
 
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str], cwd: Path, output_fd: int,
-              preexec: Callable[[], None] | None) -> PlainCommand:
-        """Start it, its stdout and stderr on `output_fd`; raises StartFailed."""
+              address_space_bytes: int) -> PlainCommand:
+        """Start it, its stdout and stderr on `output_fd`, its RLIMIT_AS `address_space_bytes` (0: none);
+        raises StartFailed. The limit is set by util-linux's `prlimit`, which then execs the command in the
+        same process: Popen without a preexec_fn runs no Python in the child."""
+        program = argv
+        if address_space_bytes > 0:
+            prlimit = shutil.which("prlimit", path=SYSTEM_PATH)
+            if prlimit is None:
+                raise StartFailed("could not limit the job's memory: util-linux's prlimit is not installed "
+                                  f"on the worker's machine (looked in {SYSTEM_PATH})")
+            if not _finds_program(argv[0], env, cwd):  # prlimit would only print its failure into the log
+                raise StartFailed(f"could not start {argv[0]!r}: {os.strerror(2)}")
+            program = [prlimit, f"--as={address_space_bytes}:{address_space_bytes}", "--", *argv]
         try:
-            return cls(subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=output_fd,
-                                        stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=preexec))
+            return cls(subprocess.Popen(program, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=output_fd,
+                                        stderr=subprocess.STDOUT, start_new_session=True))
         except (OSError, subprocess.SubprocessError) as e:
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
             raise StartFailed(f"could not start {argv[0]!r}: {why}") from e
@@ -147,56 +174,149 @@ class PlainCommand(_Process):
         return Ended(status, round((usage.ru_utime + usage.ru_stime) * 1000), peak_rss_bytes(usage))
 
 
-class IsolatedCommand(_Process):
-    """The command run by `jobinit.py`: this process is its launcher, outside the job's namespaces; the
-    job's init and processes die with it."""
+def _finds_program(name: str, env: dict[str, str], cwd: Path) -> bool:
+    """Whether exec would find `name` as execvp does: a path (relative to `cwd`), or on the job's PATH."""
+    if "/" in name:
+        path = cwd / name
+        return path.is_file() and os.access(path, os.X_OK)
+    return shutil.which(name, path=env.get("PATH", os.defpath)) is not None
 
-    def __init__(self, proc: subprocess.Popen, status_fd: int, instructions: bytes):
-        super().__init__(proc)
+
+class Launcher:
+    """The worker's job launcher (launcher.py): one long-lived, single-threaded root process that forks
+    each isolated attempt, so the worker never forks for one. Requests go over an anonymous socketpair;
+    each start waits for the launcher's answer (it forks and answers at once)."""
+
+    def __init__(self, proc: subprocess.Popen, requests: socket.socket):
+        self.proc = proc
+        self.pid = proc.pid
+        self._requests = requests
+        self._count = 0
+        self._failed = False
+
+    @classmethod
+    def start(cls) -> Launcher:
+        """Start a launcher. Call it from the thread that lives as long as the worker (the event loop's): the
+        launcher dies with the thread that started it (PR_SET_PDEATHSIG)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            # A clean exec, no preexec_fn: the launcher's only descriptors are the socket (its stdin),
+            # /dev/null and the worker's stderr (for its last words).
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), str(os.getpid())], cwd="/", env={},
+                                    stdin=theirs, stdout=subprocess.DEVNULL, start_new_session=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            ours.close()
+            raise StartFailed(f"could not start the job launcher: {e}") from e
+        finally:
+            theirs.close()
+        ours.settimeout(LAUNCH_TIMEOUT_S)
+        return cls(proc, ours)
+
+    @property
+    def alive(self) -> bool:
+        """Whether it still runs and answered every request so far. Its socket tells first: the launcher
+        speaks only when asked, so a readable socket is one it closed, and a dying process closes its
+        descriptors before its children get their PR_SET_PDEATHSIG."""
+        if self._failed or self._requests.fileno() < 0:
+            return False
+        closed = select.poll()
+        closed.register(self._requests, select.POLLIN)
+        return not closed.poll(0) and self.proc.poll() is None
+
+    def launch(self, instructions: dict, output_fd: int, status_fd: int) -> int:
+        """Start an attempt of `jobinit.run_attempt`; returns a pidfd of its top process. Raises StartFailed;
+        if the launcher failed us, it is killed (and its attempts with it)."""
+        self._count += 1
+        memfd = os.memfd_create("corral-attempt", os.MFD_CLOEXEC)  # the environment stays off command lines
+        try:
+            data = memoryview(json.dumps(instructions).encode())
+            while data:
+                data = data[os.write(memfd, data):]
+            self._requests.sendmsg([f"start {self._count}".encode()], [
+                (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [memfd, output_fd, status_fd]))])
+            reply, ancillary, _, _ = self._requests.recvmsg(4096, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC)
+        except OSError as e:  # a timeout too
+            self.kill()
+            raise StartFailed(f"the job launcher (pid {self.pid}) did not answer: {e}") from e
+        finally:
+            os.close(memfd)
+        pidfds = _received_fds(ancillary)
+        number, _, answer = reply.decode("utf-8", "replace").partition(" ")
+        kind, _, detail = answer.partition(" ")
+        if kind == "started" and number == str(self._count) and len(pidfds) == 1:
+            return pidfds[0]
+        for fd in pidfds:
+            os.close(fd)
+        if kind == "error" and number == str(self._count):
+            raise StartFailed(detail)
+        self.kill()
+        raise StartFailed(f"the job launcher (pid {self.pid}) " +
+                          ("died" if not reply else f"answered {reply[:100]!r} to request {self._count}"))
+
+    def kill(self) -> None:
+        """Kill it: every attempt it started dies with it."""
+        self._failed = True
+        self.proc.kill()
+        self.proc.wait()
+
+    def close(self) -> None:
+        """Let it go: it exits when its socket closes (and its attempts still running die with it)."""
+        self._requests.close()
+        try:
+            self.proc.wait(timeout=LAUNCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def __del__(self) -> None:
+        # A runtime dropped without `close`: the launcher is not left behind (nor Popen's warning about it).
+        # At interpreter exit what `close` needs may be gone already; the launcher then dies with us.
+        if self.proc.returncode is None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+
+def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return list(fds)
+
+
+class IsolatedCommand:
+    """The command started by the worker's `Launcher` through `jobinit.py`. The worker holds a pidfd of the
+    attempt's top process, outside the job's namespaces (the launcher's child): the job's init and processes
+    die with it, and no pid can be reused under the worker."""
+
+    def __init__(self, launcher: Launcher, pidfd: int, status_fd: int):
+        self.launcher = launcher
+        self.reaped = False
+        self._pidfd = pidfd
         self._status_fd = status_fd
-        self._instructions = instructions
         self._buffer = b""
         self._eof = False
         self._lines: list[str] = []
 
     @classmethod
-    def start(cls, argv: list[str], env: dict[str, str], cwd: Path, output_fd: int, address_space_bytes: int,
-              isolation: Isolation) -> IsolatedCommand:
-        """Start the launcher (call `send_instructions` next). It must run in the thread that lives as long as
-        the worker (the event loop's): the launcher dies with the thread that started it."""
+    def start(cls, launcher: Launcher, argv: list[str], env: dict[str, str], cwd: Path, output_fd: int,
+              address_space_bytes: int, isolation: Isolation) -> IsolatedCommand:
+        """Have the launcher start it, its stdout and stderr on `output_fd`; raises StartFailed."""
         status_r, status_w = os.pipe()
-        instructions = json.dumps({
-            "argv": argv, "env": env, "cwd": str(cwd), "address_space_bytes": address_space_bytes,
-            "uid": isolation.uid, "gid": isolation.gid, "hostname": isolation.hostname,
-            "network": "none" if isolation.network_none else "host", "cover": isolation.cover,
-            "reveal": list(isolation.reveal), "private_dirs": list(isolation.private_dirs),
-            "private_dir_bytes": isolation.private_dir_bytes, "max_processes": isolation.max_processes,
-            "status_fd": status_w, "parent_pid": os.getpid()}).encode()
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(INIT)], cwd="/", env={},
-                                    stdin=subprocess.PIPE, stdout=output_fd, stderr=subprocess.STDOUT,
-                                    pass_fds=(status_w,), start_new_session=True)
-        except (OSError, subprocess.SubprocessError) as e:
+            pidfd = launcher.launch({
+                "argv": argv, "env": env, "cwd": str(cwd), "address_space_bytes": address_space_bytes,
+                "uid": isolation.uid, "gid": isolation.gid, "hostname": isolation.hostname,
+                "network": "none" if isolation.network_none else "host", "cover": isolation.cover,
+                "reveal": list(isolation.reveal), "private_dirs": list(isolation.private_dirs),
+                "private_dir_bytes": isolation.private_dir_bytes, "max_processes": isolation.max_processes,
+            }, output_fd, status_w)
+        except BaseException:
             os.close(status_r)
-            raise StartFailed(f"could not start the job's init: {e}") from e
+            raise
         finally:
             os.close(status_w)
         os.set_blocking(status_r, False)
-        return cls(proc, status_r, instructions)
-
-    async def send_instructions(self) -> None:
-        """Hand the launcher its instructions (on its stdin: they hold the job's environment)."""
-        stdin = self.proc.stdin
-        assert stdin is not None
-
-        def write() -> None:
-            try:
-                stdin.write(self._instructions)
-                stdin.close()
-            except BrokenPipeError:
-                pass  # it died; `started` says so, and `close` closes our end
-
-        await asyncio.to_thread(write)
+        return cls(launcher, pidfd, status_r)
 
     async def started(self) -> int:
         """The pid the job sees (2); raises StartFailed with the init's words if it could not start."""
@@ -209,12 +329,37 @@ class IsolatedCommand(_Process):
         raise StartFailed("the job's init exited before starting the command")
 
     def signal(self, sig: int) -> None:
-        """SIGTERM: the launcher passes it to the init, which sends it to every process of the job. SIGKILL:
-        the launcher dies, and with it the init, and with the init every process of its namespace."""
+        """SIGTERM: the top process passes it to the init, which sends it to every process of the job.
+        SIGKILL: the top process dies, and with it the init, and with the init every process of its
+        namespace."""
         try:
-            os.kill(self.pid, sig)
+            signal.pidfd_send_signal(self._pidfd, sig)
         except ProcessLookupError:
             pass
+
+    async def exited(self) -> None:
+        """Return once the top process has exited (its pidfd becomes readable)."""
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        fd = os.dup(self._pidfd)  # its own: a cancelled wait may end after `close`
+        loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+    async def reap(self) -> None:
+        """Wait until the top process is gone (the launcher reaps it)."""
+        await self.exited()
+        self.reaped = True
+
+    def reap_now(self) -> None:
+        """`reap`, blocking: only for a process just sent SIGKILL, which exits at once."""
+        poller = select.poll()
+        poller.register(self._pidfd, select.POLLIN)
+        poller.poll()
+        self.reaped = True
 
     def ended(self) -> Ended | None:
         """What the init reported when the command ended; None if it never did (killed first)."""
@@ -227,13 +372,11 @@ class IsolatedCommand(_Process):
         return None
 
     def close(self) -> None:
-        """Close the report pipe (after `ended`) and, if the instructions never went, the launcher's stdin."""
-        if self._status_fd >= 0:
-            os.close(self._status_fd)
-            self._status_fd = -1
-        if self.proc.stdin is not None and not self.proc.stdin.closed:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+        """Close the report pipe (after `ended`) and the pidfd."""
+        for fd in (self._status_fd, self._pidfd):
+            if fd >= 0:
+                os.close(fd)
+        self._status_fd = self._pidfd = -1
 
     async def _next_line(self) -> str | None:
         loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import random
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,20 +42,58 @@ class UidClaim:
 
 def uids_in_use(proc: Path = Path("/proc")) -> set[int]:
     """Every real, effective, saved and filesystem uid of the host's processes (from /proc/PID/status,
-    which a process cannot hide the way it can make /proc/PID belong to root)."""
+    which a process cannot hide the way it can make /proc/PID belong to root). Each file is read in one
+    call: the kernel writes all of it anyway, and the Uid line is near its top."""
     uids: set[int] = set()
     for entry in os.scandir(proc):
         if not entry.name.isdigit():
             continue
         try:
-            with open(os.path.join(entry.path, "status"), "rb") as f:
-                for line in f:
-                    if line.startswith(b"Uid:"):
-                        uids.update(int(u) for u in line.split()[1:])
-                        break
+            fd = os.open(os.path.join(entry.path, "status"), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                status = os.read(fd, 4096)
+            finally:
+                os.close(fd)
         except (FileNotFoundError, ProcessLookupError):
             continue  # it exited while we looked
+        start = status.find(b"\nUid:")
+        if start >= 0:
+            uids.update(int(u) for u in status[start + 5:status.find(b"\n", start + 1)].split())
     return uids
+
+
+class SharedLook:
+    """Looks at the host's processes for claims made at once in several threads: a look serves every
+    claim whose lock was taken before the look began, so claims that come together share one (it costs
+    a read of every /proc/PID/status: milliseconds on a busy host)."""
+
+    def __init__(self, in_use: Callable[[], Iterable[int]]):
+        self._in_use = in_use
+        self._changed = threading.Condition()
+        self._begun = 0  # looks begun so far; the latest one's number
+        self._done = 0  # the number of the latest look finished
+        self._seen: set[int] = set()  # what it saw
+
+    def since_now(self) -> set[int]:
+        """The uids in use, as seen by a look that began after this call did."""
+        with self._changed:
+            wanted = self._begun + 1  # every look numbered so or higher begins after now
+            while self._done < wanted and self._begun > self._done:
+                self._changed.wait()  # one look at a time; the current one may be new enough
+            if self._done >= wanted:
+                return self._seen
+            self._begun += 1  # nobody is looking, and no look new enough has been: ours
+        try:
+            seen = set(self._in_use())
+        except BaseException:
+            with self._changed:
+                self._begun -= 1  # as if it never began: a waiter looks instead
+                self._changed.notify_all()
+            raise
+        with self._changed:
+            self._done, self._seen = self._begun, seen
+            self._changed.notify_all()
+        return seen
 
 
 class JobUids:
@@ -67,14 +106,14 @@ class JobUids:
         self.claims_dir = claims_dir
         self.first = first
         self.count = count
-        self._in_use = in_use
+        self._look = SharedLook(in_use)
 
     def claim(self) -> UidClaim:
         """A uid no other attempt holds and no process uses; raises NoFreeUid."""
         self.claims_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         dir_fd = os.open(self.claims_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            busy = set(self._in_use())
+            busy: set[int] = set()  # as of the last look: skipped without taking their locks
             start = random.randrange(self.count)
             for i in range(self.count):
                 uid = self.first + (start + i) % self.count
@@ -86,9 +125,11 @@ class JobUids:
                 except BlockingIOError:
                     os.close(fd)
                     continue
-                # Processes may have started with it between our look and the lock (only those of a
-                # claim that ended just then); look again now that no new claim can start any.
-                if uid in set(self._in_use()):
+                # Look at the processes only now that we hold the lock: no new claim can start any with
+                # the uid, so what runs with it now is a leftover (of a dead claim, or of one that ended
+                # just before our lock) and keeps it taken. One look per claim at most, as a rule.
+                busy = self._look.since_now()
+                if uid in busy:
                     os.close(fd)
                     continue
                 return UidClaim(uid, fd)

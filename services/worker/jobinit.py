@@ -1,43 +1,45 @@
-"""The init of one attempt in the process runtime: run as root by the worker,
-it puts the job in namespaces of its own and runs its command as an
-unprivileged user.
+"""One attempt in the process runtime, isolated: what runs in the worker's
+job launcher's child (see launcher.py) to put the job in namespaces of its
+own and run its command as an unprivileged user. Standard library only.
 
-The worker runs `python -I -S jobinit.py` (this file by its path: standard
-library only) and writes its instructions as JSON on stdin, never on a
-command line, since they hold the job's environment. Reports go to the file
-descriptor the instructions name, one line each:
+The launcher forks and calls `run_attempt` with the instructions (JSON from
+the worker: command, environment, uid and gid, what to hide and show), the
+job's output pipe and its report pipe. Reports go to the report pipe, one
+line each:
 
     started PID                   the command runs (PID as the job sees it: 2)
     error MESSAGE                 the command could not be started
     exit STATUS CPU_MS MAXRSS_KIB the command ended (its wait status) and what it used
 
-Three processes. This one, the worker's child, unshares the mount, PID, IPC
-and UTS namespaces (and the network one for network_mode NONE) and forks the
-namespace's init, PID 1 there. The init makes the job's view of the files
-(its own /proc, fresh private /tmp and the like, the worker's scratch root
-hidden but for the attempt's own directories), names the host, brings
-loopback up, then forks the command, PID 2, which drops every privilege and
-execs. The init reaps orphans, passes SIGTERM on to every process of the job
-and exits when the command does; the kernel then kills whatever is left in
-the namespace. Each of the three dies with its parent (PR_SET_PDEATHSIG), so
-a worker that dies takes its jobs with it.
+Three processes. The top one, the launcher's child, keeps only stdin
+(/dev/null), stdout and stderr (the output pipe) and the report pipe of the
+launcher's descriptors, unshares the mount, PID, IPC and UTS namespaces
+(and the network one for network_mode NONE) and forks the namespace's
+init, PID 1 there. The init makes the job's view of the files (its own
+/proc, fresh private /tmp and the like, the worker's scratch root hidden but
+for the attempt's own directories), names the host, brings loopback up,
+then forks the command, PID 2, which drops every privilege and execs. The
+init reaps orphans, passes SIGTERM on to every process of the job (the top
+process passes it to the init) and exits when the command does; the kernel
+then kills whatever is left in the namespace. Each of the three dies with
+its parent (PR_SET_PDEATHSIG), and the launcher with the worker, so SIGKILL
+to the top process kills the whole tree at once, stuck init or not, and a
+worker that dies takes its jobs with it.
 
-Everything is imported before the mounts, which may hide the interpreter's
-own files.
+Everything is imported before the mounts (by the launcher, once), which may
+hide the interpreter's own files.
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
-import json
 import os
 import resource
 import select
 import signal
 import socket
 import struct
-import sys
 import warnings  # noqa: F401 - os.execvpe imports it, too late once the files are the job's to read
 
 CLONE_NEWNS = 0x00020000
@@ -94,18 +96,22 @@ def _report(fd: int, line: str) -> None:
     os.write(fd, (" ".join(line.split("\n")) + "\n").encode("utf-8", "replace"))
 
 
-def main() -> int:
-    """The worker's child: unshare, fork the namespace's init, wait for it."""
-    spec = json.loads(sys.stdin.buffer.read())
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    status = spec["status_fd"]
-    os.set_inheritable(status, False)
+def die_with_parent(parent_pid: int) -> bool:
+    """Ask the kernel for SIGKILL when our parent dies; False if it already has (then leave at once)."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return os.getppid() == parent_pid
+
+
+def run_attempt(spec: dict, output_fd: int, status_fd: int, launcher_pid: int) -> int:
+    """The attempt's top process, just forked by the launcher: unshare, fork the namespace's init, wait for
+    it; returns the exit code (the launcher's child never returns into the launcher)."""
     try:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != spec["parent_pid"]:
-            return 1  # the worker died before we could ask to die with it
+        if not die_with_parent(launcher_pid):
+            return 1  # the launcher died before we could ask to die with it
+        status = _own_fds(output_fd, status_fd)
+    except OSError:
+        return 1  # with no report; the worker says the init ended without one
+    try:
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         if spec["network"] == "none":
             flags |= CLONE_NEWNET
@@ -127,6 +133,21 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: _signal(init, signal.SIGTERM))
     _, wait_status = os.waitpid(init, 0)
     return 0 if os.waitstatus_to_exitcode(wait_status) == 0 else 1
+
+
+def _own_fds(output_fd: int, status_fd: int) -> int:
+    """Keep only what the attempt needs of the launcher's descriptors: /dev/null as stdin, the job's output
+    as stdout and stderr, and the report pipe (returned: fd 3). Nothing else of the launcher, its socket to
+    the worker above all, reaches the job."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(output_fd, 1)
+    os.dup2(output_fd, 2)
+    if status_fd != 3:
+        os.dup2(status_fd, 3)  # 3 may have been `null` or `output_fd`: copied already
+    os.set_inheritable(3, False)
+    os.closerange(4, 1 << 20)
+    return 3
 
 
 def _namespace_init(spec: dict, status: int, alive_r: int) -> int:
@@ -249,7 +270,3 @@ def _signal(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except OSError:
         pass
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import resource
 import shutil
@@ -22,7 +23,7 @@ from corral.batch.v1 import job_spec_pb2
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
 from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs, give_to, path_refusals,
                                        url_refusals)
-from services.worker.job_process import Ended, IsolatedCommand, Isolation, PlainCommand, StartFailed
+from services.worker.job_process import Ended, IsolatedCommand, Isolation, Launcher, PlainCommand, StartFailed
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, SYSTEM_ERROR, TIMED_OUT, ContainerRuntime,
@@ -30,6 +31,8 @@ from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, SYSTE
 
 __all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime", "JobOutcome",
            "JobRun", "ProcessRuntime", "ProcessRuntimeConfig", "can_isolate"]
+
+logger = logging.getLogger(__name__)
 
 # What programs print when an allocation fails under RLIMIT_AS (Python, libc's
 # strerror(ENOMEM), C++, the JVM, Go, R). The limit makes malloc fail rather
@@ -97,10 +100,15 @@ class ProcessRuntime:
     and /run/lock, and nothing of the worker's scratch root but its own
     `work/` (cwd and HOME) and `tmp/` (TMPDIR), 0700 and its own; the log is
     written by the worker from a pipe. The whole tree dies with the
-    attempt, and with the worker. See jobinit.py for how.
+    attempt, and with the worker. The worker never forks for it: its job
+    launcher (launcher.py, one root helper process started on first use and
+    again if it dies) forks each attempt; see jobinit.py for what the
+    attempt's processes do.
 
     Unisolated (only with `allow_unisolated`): a plain child of the worker
-    in its own process group, as the worker's user.
+    in its own process group, as the worker's user, started without running
+    Python between fork and exec (its memory limit is set by util-linux's
+    `prlimit`, which then execs the command).
 
     Either way the environment is the job's own (never the worker's), and a
     memory reservation sets RLIMIT_AS: it bounds each process's address
@@ -121,6 +129,19 @@ class ProcessRuntime:
         self.config = config or ProcessRuntimeConfig()
         self._stops: dict[str, asyncio.Event] = {}
         self._uids = JobUids(self.config.uid_claims_dir, self.config.uid_first, self.config.uid_count)
+        self._launcher: Launcher | None = None
+
+    @property
+    def launcher_pid(self) -> int | None:
+        """The pid of the job launcher, while there is one (isolated attempts start it on first use)."""
+        return self._launcher.pid if self._launcher is not None and self._launcher.alive else None
+
+    async def close(self) -> None:
+        """Stop the job launcher, if any: call it once no attempt runs (one still running would die with
+        it). A later attempt starts a new one."""
+        if self._launcher is not None:
+            launcher, self._launcher = self._launcher, None
+            await asyncio.to_thread(launcher.close)
 
     def check(self, spec: job_spec_pb2.JobSpec) -> list[str]:
         """Refusals: what this runtime cannot honour on this machine."""
@@ -243,6 +264,9 @@ class ProcessRuntime:
             return outcome("Cancelled", CANCELLED, "cancelled while running; its processes were killed")
         if ending == TIMED_OUT:
             return outcome("Failed", TIMED_OUT, f"timed out after {timeout_s:g} s; its processes were killed")
+        if ended is None and isinstance(command, IsolatedCommand) and not command.launcher.alive:
+            return outcome("Error", SYSTEM_ERROR, f"the worker's job launcher (pid {command.launcher.pid}) died "
+                           "while the job ran, and its processes with it")
         if ended is None:
             return outcome("Error", SYSTEM_ERROR, "the job's init ended without reporting how the command ended")
         code = os.waitstatus_to_exitcode(ended.wait_status)
@@ -310,7 +334,7 @@ class ProcessRuntime:
     def _start(self, job: JobRun, work: Path, tmp: Path, output_fd: int, uid: int, gid: int,
                isolated: bool) -> IsolatedCommand | PlainCommand:
         """Start the command, its stdout and stderr on `output_fd`. Runs in the event loop's thread (see
-        `IsolatedCommand.start`)."""
+        `Launcher.start`)."""
         spec = job.spec
         argv = list(spec.argv.args) if spec.WhichOneof("command") == "argv" else ["/bin/sh", "-c", spec.script]
         env = {"PATH": self.config.base_path, "HOME": str(work), "TMPDIR": str(tmp), "LANG": "C.UTF-8",
@@ -318,13 +342,27 @@ class ProcessRuntime:
                "CORRAL_BATCH_ID": str(job.batch_id), "CORRAL_JOB_ID": str(job.job_id),
                "CORRAL_ATTEMPT_ID": job.attempt_id}
         if not isolated:
-            return PlainCommand.start(argv, env, work, output_fd, _memory_limit(job.memory_bytes))
+            return PlainCommand.start(argv, env, work, output_fd, _address_space_limit(job.memory_bytes))
         isolation = Isolation(
             uid=uid, gid=gid, hostname=f"job-{job.batch_id}-{job.job_id}",
             network_none=spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE, cover=_cover(work),
             reveal=(str(work), str(tmp)), private_dirs=self.config.private_dirs,
             private_dir_bytes=self.config.private_dir_bytes, max_processes=self.config.max_processes)
-        return IsolatedCommand.start(argv, env, work, output_fd, job.memory_bytes, isolation)
+        return IsolatedCommand.start(self._running_launcher(), argv, env, work, output_fd, job.memory_bytes,
+                                     isolation)
+
+    def _running_launcher(self) -> Launcher:
+        """The job launcher; a new one if there is none yet or the last one died (its attempts ended in
+        Error then, each saying so)."""
+        if self._launcher is not None and not self._launcher.alive:
+            logger.warning("the job launcher (pid %d) died: %s; starting a new one", self._launcher.pid,
+                           _signal_or_code(self._launcher.proc.returncode))
+            self._launcher.close()
+            self._launcher = None
+        if self._launcher is None:
+            self._launcher = Launcher.start()
+            logger.info("job launcher started (pid %d)", self._launcher.pid)
+        return self._launcher
 
     async def _watch(self, command: IsolatedCommand | PlainCommand, read_fd: int, log: LogSink,
                      on_started: Callable[[int], Awaitable[None]], stop: asyncio.Event,
@@ -335,8 +373,6 @@ class ProcessRuntime:
         pipe = None
         try:
             pipe = await LogPipe.attach(read_fd, log)
-            if isinstance(command, IsolatedCommand):
-                await command.send_instructions()
             pid = await command.started()
             start_ms = self.config.clock_ms()
             await on_started(pid)
@@ -409,13 +445,19 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _memory_limit(memory_bytes: int) -> Callable[[], None] | None:
-    """A preexec hook setting RLIMIT_AS, or None (no hook lets subprocess use vfork)."""
+def _address_space_limit(memory_bytes: int) -> int:
+    """RLIMIT_AS for a reservation of `memory_bytes` (0: none): never above the worker's own hard limit,
+    which an unprivileged process could not raise."""
     if memory_bytes <= 0:
-        return None
+        return 0
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
-    return lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+
+
+def _signal_or_code(returncode: int | None) -> str:
+    if returncode is None:
+        return "it stopped answering"
+    return f"killed by {_signal_name(-returncode)}" if returncode < 0 else f"exit code {returncode}"
 
 
 def _timeout_s(spec: job_spec_pb2.JobSpec, max_timeout_s: float | None) -> float | None:

@@ -103,3 +103,8 @@ class ContainerRuntime(Protocol):
     async def cancel(self, attempt_id: str) -> None:
         """Ask a running attempt to stop; its `run` then returns Cancelled. No-op if not running."""
         ...
+
+    async def close(self) -> None:
+        """Release what the runtime keeps between attempts (the process runtime's job launcher), once no
+        attempt runs. A later `run` may start over."""
+        ...

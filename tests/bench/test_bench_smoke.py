@@ -17,9 +17,10 @@ import pymysql
 
 import pytest
 
-from bench import cancel, driver_memory, e2e, fair_share, fanout, query_limits, sj_mjc, submit, supervise
+from bench import cancel, driver_memory, e2e, fair_share, fanout, job_start, query_limits, sj_mjc, submit, supervise
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
+from services.worker.runtime import can_isolate
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # `name: value unit`, the value a plain number.
@@ -264,3 +265,20 @@ def test_supervise_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None
     results = results_of(tmp_path, "supervise", printed)
     assert results["parameters"]["rounds"] == supervise.SMOKE_ROUNDS
     assert results["parameters"]["processes_ended_after_sigkill"] >= 7  # mariadbd, 4 services, a worker, its jobs
+
+
+def test_job_start_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    result = run_bench(mariadb_server, tmp_path, "job-start", "--concurrency", "4")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    modes = job_start.MODES if can_isolate() else ("unisolated",)
+    assert list(printed) == job_start.figure_names(modes)
+    for name, (value, unit) in printed.items():
+        assert unit == ("starts/s" if name.endswith("starts_per_s") else "ms"), name
+        assert value > 0, name
+    for mode in modes:
+        assert printed[f"job-start.{mode}.cpu_ms.p50"][0] <= printed[f"job-start.{mode}.cpu_ms.p90"][0]
+
+    results = results_of(tmp_path, "job-start", printed)
+    assert (results["parameters"]["n_starts"], results["parameters"]["concurrency"]) == (job_start.SMOKE_STARTS, 4)

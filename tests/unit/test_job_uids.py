@@ -9,6 +9,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,49 @@ def test_a_range_must_be_of_unprivileged_uids(tmp_path: Path) -> None:
     for first, count in [(0, 10), (FIRST, 0), (2**32 - 5, 10)]:
         with pytest.raises(ValueError, match="not a range of unprivileged uids"):
             JobUids(tmp_path, first, count)
+
+
+def locked_claim_files(claims: Path) -> int:
+    """How many claim files someone holds the lock of."""
+    held = 0
+    for path in claims.iterdir():
+        with open(path, "rb") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held += 1
+    return held
+
+
+def test_claims_made_together_share_a_look_begun_after_their_locks(tmp_path: Path) -> None:
+    """A look at the processes serves every claim that took its lock before the look began: claims made
+    while a look runs share the next one, never the one that was already running."""
+    looks: list[int] = []
+    first_look_may_end = threading.Event()
+
+    def in_use() -> set[int]:
+        looks.append(len(looks))
+        if len(looks) == 1:
+            first_look_may_end.wait(10)
+        return set()
+
+    claims = tmp_path / "claims"
+    uids = JobUids(claims, FIRST, 10, in_use=in_use)
+    with ThreadPoolExecutor(5) as pool:
+        first = pool.submit(uids.claim)
+        others = []
+        try:
+            deadline = time.monotonic() + 10
+            while not looks:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            others = [pool.submit(uids.claim) for _ in range(4)]
+            while locked_claim_files(claims) < 5:  # each of the four holds its lock and waits for a look
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            assert len(looks) == 1
+        finally:
+            first_look_may_end.set()
+        held = [f.result() for f in (first, *others)]
+    assert len({claim.uid for claim in held}) == 5
+    assert len(looks) == 2  # the first claim's, then one for the four (begun after their locks)
