@@ -1,7 +1,7 @@
 """frontend-kill: the frontend SIGKILLed in the middle of a large submission.
 
-The client submits a batch in bunches; once the first jobs are written the
-program SIGKILLs the frontend. `corral up` restarts it (on the same
+The client submits a batch in bunches; once a quarter of its jobs are
+written the program SIGKILLs the frontend. `corral up` restarts it (on the same
 address); the program then submits the same builder again, as a user would
 after the error. It checks that there is exactly one batch of that builder,
 with exactly every job once, then cancels it (the jobs themselves are not
@@ -68,7 +68,8 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
                            "WHERE a.`key` = 'name' AND a.`value` = %s", (name,))
         return int(rows[0]["n"])
 
-    eventually(lambda: jobs_written() > 0 or not thread.is_alive(), 60, 0.01, "the first jobs to be written")
+    eventually(lambda: jobs_written() >= n_jobs // 4 or not thread.is_alive(), 60, 0.01,
+               "a quarter of the jobs to be written")
     kill(frontend)
     killed = time.monotonic()
     written = jobs_written()
