@@ -21,9 +21,10 @@ How it leaves (`run` returns the process's exit code):
 - idle for the idle timeout: Draining(IDLE), DeactivateWorker, exit 0;
 - Drain from the driver: take no new jobs, let the running ones finish and
   their completions be acknowledged, DeactivateWorker, exit 0;
-- SIGTERM (`shutdown`) or Shutdown from the driver: take no new jobs, kill
-  the running ones without reporting them, give the driver a few seconds
-  to acknowledge what already ended, DeactivateWorker (its running jobs go
+- SIGTERM (`shutdown`) or Shutdown from the driver: take no new jobs, bill
+  the running ones up to now (a last heartbeat, kept until acknowledged),
+  kill them without reporting them, give the driver a few seconds to
+  acknowledge what already ended, DeactivateWorker (its running jobs go
   back to Ready and run again as new attempts), exit 0;
 - the driver refuses the instance (deactivated, unknown, bad token): kill
   everything and exit 3. Activation refused: exit 2.
@@ -174,6 +175,9 @@ class Worker:
         if self.stop_reason is Stop.REFUSED:
             await self._abandon_running()
             return EXIT_DEACTIVATED
+        if self.attempts.running():
+            # Deactivation ends their attempts where the last rollup left them: bill them up to now.
+            self._emit(self._heartbeat())
         await self._abandon_running()
         flush_s = DRAIN_FLUSH_S if self.stop_reason is Stop.DRAIN else self.config.shutdown_flush_s
         if not await self._until(lambda: not self.unacked, flush_s):
