@@ -17,7 +17,7 @@ import pymysql
 
 import pytest
 
-from bench import cancel, driver_memory, e2e, fair_share, fanout, query_limits, sj_mjc, submit
+from bench import cancel, driver_memory, e2e, failover, fair_share, fanout, query_limits, sj_mjc, submit
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -250,4 +250,23 @@ def test_query_limits_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> N
             == {"INVALID_ARGUMENT"}
         assert {outcomes[f"{rpc}.{case}"] for case in ("legal_longest_words", "legal_most_terms", "legal_costliest")} \
             <= {"OK", "RESOURCE_EXHAUSTED"}
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_failover_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "failover")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == failover.figure_names()
+    for name, (value, unit) in printed.items():
+        assert unit == ("s" if name.endswith("_s") else "count"), name
+        assert value >= 0, name
+    # What a pause costs: nothing re-run, nobody declared dead.
+    assert printed["failover.attempts_rerun"][0] == printed["failover.workers_declared_dead"][0] == 0
+
+    results = results_of(tmp_path, "failover", printed)
+    assert (results["parameters"]["workers"], results["parameters"]["lease_s"]) == (
+        failover.SMOKE_WORKERS, failover.SMOKE_LEASE.lease_s)
     assert bench_schemas(mariadb_server) == before
