@@ -37,6 +37,10 @@ parser.add_argument("--unisolated-dev-workers", action="store_true",
                     help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
                          "as their own user instead of refusing them; development only)")
 args = parser.parse_args()
+try:
+    lease = LeaseSettings(args.leader_lease, args.leader_renew_interval)
+except ValueError as e:
+    parser.error(f"--leader-lease/--leader-renew-interval: {e}")
 private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
@@ -44,6 +48,6 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
-                             lease=LeaseSettings(args.leader_lease, args.leader_renew_interval),
+                             lease=lease,
                              storage_roots=tuple(args.storage_root),
                              callback_allow_networks=allowed_networks(args.callback_allow_networks))))

@@ -171,7 +171,10 @@ class LeaderElection:
             await self._close()
             return
         if not answer["elected"]:
-            self.state.known_leader = answer["leader_name"] or ""
+            # Our own name: a lease we held still runs by the database's clock although we stopped
+            # trusting it (we measure from before each renewal); nobody leads until it runs out.
+            holder = answer["leader_name"] or ""
+            self.state.known_leader = "" if holder == self.state.name else holder
             return
         epoch = int(answer["epoch"])
         self.state.held_epoch, self.state.valid_until = epoch, started + self.settings.lease_s
@@ -220,7 +223,7 @@ class LeaderElection:
         await on_deposed()
 
     async def _who_leads(self) -> str:
-        """The holder of a running lease, '' if none or the database does not answer now."""
+        """Another driver holding a running lease, '' if none or the database does not answer now."""
         try:
             async with asyncio.timeout(self.settings.renew_s):
                 store = await self._connected()
@@ -230,7 +233,8 @@ class LeaderElection:
             log.info("%s: cannot tell who leads now: %r", self.state.name, e)
             await self._close()
             return ""
-        return str(row["holder_name"] or "") if row is not None else ""
+        holder = str(row["holder_name"] or "") if row is not None else ""
+        return "" if holder == self.state.name else holder  # our own lapsed lease: nobody leads yet
 
     async def resign(self) -> None:
         """Stop campaigning and give the lease up (clean shutdown): a standby takes over at its next look,
