@@ -37,6 +37,7 @@ BENCHMARKS = (
     "bench.query_limits",
     "bench.supervise",
     "bench.job_start",
+    "bench.failover",
 )
 
 

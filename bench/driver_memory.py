@@ -104,8 +104,7 @@ async def wait_for_leader(db: Database, address: str, alive: Callable[[], bool])
         if not alive():
             raise RuntimeError("the driver exited before leading")
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the driver did not lead within {LEADER_TIMEOUT_S:g} s (another driver may "
-                               "hold the server-wide leader lock corral_driver_leader)")
+            raise RuntimeError(f"the driver did not lead within {LEADER_TIMEOUT_S:g} s")
         await asyncio.sleep(0.1)
 
 

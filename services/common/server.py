@@ -190,6 +190,7 @@ class RunningServers:
     service_names: list[str] = dataclasses.field(default_factory=list)
     """The services served (health reports each, and "" for the whole server)."""
     _watch: asyncio.Task[None] | None = None
+    _recheck: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     async def set_serving(self, serving: bool) -> None:
         """Report every service SERVING or NOT_SERVING."""
@@ -198,28 +199,37 @@ class RunningServers:
             await self.health.set(name, status)
 
     def watch_health(self, probe: Callable[[], Awaitable[object]], period_s: float = 2.0,
-                     timeout_s: float = 2.0) -> None:
+                     timeout_s: float = 2.0, ready: Callable[[], bool] = lambda: True) -> None:
         """Check `probe` (e.g. a `SELECT 1` on the database) every `period_s`: health says
-        NOT_SERVING while it fails or takes longer than `timeout_s`, SERVING once it succeeds again."""
+        NOT_SERVING while it fails or takes longer than `timeout_s`, or while `ready()` is false
+        (a standby driver is not ready: only the leader serves), SERVING once both hold again.
+        `recheck_health()` looks again at once."""
 
         async def watch() -> None:
             serving = True
             while True:
+                self._recheck.clear()
                 try:
                     await asyncio.wait_for(probe(), timeout_s)
-                    healthy = True
+                    healthy, why = ready(), "not ready"
                 except Exception as e:  # noqa: BLE001 - any failure means not serving
-                    healthy = False
-                    if serving:
-                        log.warning("health probe failed, now NOT_SERVING: %s", e)
+                    healthy, why = False, f"health probe failed: {e}"
                 if healthy != serving:
                     serving = healthy
                     if healthy:
-                        log.info("health probe succeeded, SERVING again")
+                        log.info("SERVING again")
+                    else:
+                        log.warning("now NOT_SERVING: %s", why)
                     await self.set_serving(serving)
-                await asyncio.sleep(period_s)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(period_s):
+                        await self._recheck.wait()
 
         self._watch = asyncio.create_task(watch())
+
+    def recheck_health(self) -> None:
+        """Run the health check now rather than at the end of its period (readiness changed)."""
+        self._recheck.set()
 
     async def stop(self, grace_s: float = 5.0) -> None:
         """Report NOT_SERVING, then stop accepting calls and let running ones finish."""

@@ -15,7 +15,8 @@ hashes). Stored procedures and triggers run with their definer's rights
 needs for what it changes inside. A procedure or table added later is
 granted by the next run (corral up runs it at every start); a procedure no
 service is listed for is refused to all, and `tests/db/test_accounts.py`
-checks that every procedure is either granted or internal.
+checks that every procedure is either granted, internal, or for the
+administrator's tools.
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ ACCOUNTS: dict[str, Account] = {
                     "cancel_job_group", "delete_batch", "rerun_failed_jobs", "check_job_limits")),
     "driver": Account(
         read_all=True, writes={},
-        procedures=("elect_leader", "create_instance", "activate_instance", "deactivate_instance", "schedule_jobs",
-                    "mark_jobs_started", "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup",
-                    "cancel_ready_jobs", "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
+        procedures=("acquire_leader_lease", "renew_leader_lease", "release_leader_lease", "create_instance",
+                    "activate_instance", "deactivate_instance", "schedule_jobs", "mark_jobs_started",
+                    "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup", "cancel_ready_jobs",
+                    "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
                     "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit",
                     "release_children", "cancel_pending_jobs")),
 }
@@ -72,6 +74,11 @@ INTERNAL_PROCEDURES = frozenset({
     "job_limits_check", "release_children_lock", "release_children_apply", "release_children_record",
 })
 """Called only by other procedures and triggers (definer's rights): no service executes them."""
+
+ADMIN_PROCEDURES = frozenset({"elect_leader"})
+"""Run only under the administrator's account, by tools: `elect_leader` starts an epoch by force, deposing
+whoever leads (benchmarks and tests that call driver procedures without a driver, a forced failover by hand).
+A driver campaigns for the lease instead, and may not force an epoch."""
 
 
 def account_user(service: str, prefix: str = "corral_") -> str:

@@ -139,9 +139,26 @@ class JobStore:
     # -- driver ------------------------------------------------------------
 
     async def elect_leader(self, name: str) -> int:
-        """Start a new leader epoch; returns it."""
+        """Start a new leader epoch by force, deposing whoever leads, with no lease (any campaigning driver
+        takes over from it); returns it. For tools and tests under the administrator's account: drivers
+        campaign with `acquire_leader_lease`."""
         status, _ = await self.db.call("elect_leader", name, self.clock_ms())
         return int(status["epoch"])
+
+    async def acquire_leader_lease(self, name: str, lease_ms: int) -> Row:
+        """Take the leader lease if it has expired by the database's clock (a new epoch), else nothing;
+        returns elected (1 or 0), epoch (the current one), leader_name and lease_ms_left."""
+        status, _ = await self.db.call("acquire_leader_lease", name, lease_ms, self.clock_ms())
+        return status
+
+    async def renew_leader_lease(self, epoch: int, lease_ms: int) -> None:
+        """Extend the lease of `epoch` to `lease_ms` from now; StaleEpochError if another driver took
+        over, FailedPreconditionError if it already expired."""
+        await self.db.call("renew_leader_lease", epoch, lease_ms)
+
+    async def release_leader_lease(self, epoch: int) -> None:
+        """Let the lease of `epoch` expire now (clean shutdown); StaleEpochError if another driver leads."""
+        await self.db.call("release_leader_lease", epoch)
 
     async def create_instance(
         self, epoch: int, name: str, inst_coll: str, cores_mcpu: int, activation_token: str,

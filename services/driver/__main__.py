@@ -8,6 +8,7 @@ from pathlib import Path
 
 from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.driver.app import DriverConfig, run
+from services.driver.leader import LeaseSettings
 from services.driver.servicer import SessionSettings
 
 parser = argparse.ArgumentParser(prog="python -m services.driver", description=__doc__)
@@ -23,6 +24,12 @@ parser.add_argument("--heartbeat-interval", type=float, default=SessionSettings.
 parser.add_argument("--heartbeat-timeout", type=float, default=SessionSettings.heartbeat_timeout_s,
                     help="seconds without a session or heartbeat before a worker is declared dead "
                          "(default: %(default)s)")
+parser.add_argument("--leader-lease", type=float, default=LeaseSettings.lease_s,
+                    help="seconds a renewal holds leadership; a standby takes over once it has run out, so it is "
+                         "the failover time of a paused or cut-off leader (default: %(default)s)")
+parser.add_argument("--leader-renew-interval", type=float, default=LeaseSettings.renew_s,
+                    help="seconds between the leader's renewals and a standby's looks; at most half the lease "
+                         "(default: %(default)s)")
 parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
 add_url_settings(parser, [], "none: jobs may name no files; workers check each job's files against them too")
@@ -30,6 +37,10 @@ parser.add_argument("--unisolated-dev-workers", action="store_true",
                     help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
                          "as their own user instead of refusing them; development only)")
 args = parser.parse_args()
+try:
+    lease = LeaseSettings(args.leader_lease, args.leader_renew_interval)
+except ValueError as e:
+    parser.error(f"--leader-lease/--leader-renew-interval: {e}")
 private_files()
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
@@ -37,5 +48,6 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
+                             lease=lease,
                              storage_roots=tuple(args.storage_root),
                              callback_allow_networks=allowed_networks(args.callback_allow_networks))))

@@ -1,12 +1,15 @@
 """Wiring of a driver process: election, loops, worker sessions, provider.
 
-Every driver process campaigns; the one holding the leader lock runs the
-loops (scheduler, the cancellers of Ready/Pending and of Running jobs, the
-releaser of completed parents' children, autoscaler, dead-worker detector,
-cancel after N failures, completion re-check and callbacks, billing limits)
-and serves workers; the others stand by, answer
-GetLeader, and take over within a poll period if the leader's connection to
-the database goes.
+Every driver process campaigns for the leader lease (services.driver.leader);
+the one holding it runs the loops (scheduler, the cancellers of Ready/Pending
+and of Running jobs, the releaser of completed parents' children,
+autoscaler, dead-worker detector, cancel after N failures, completion
+re-check and callbacks, billing limits), serves workers and says SERVING on
+gRPC health. The others stand by: NOT_SERVING, they answer GetLeader, send
+workers to the leader, and take over once its lease has run out (a crashed,
+paused or cut-off leader) or at once when it gives the lease up on a clean
+shutdown. A leader that steps down ends its workers' sessions, so they find
+the new one.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from services.driver.completions import CompletionChecker
 from services.driver.events import EventPublisher
 from services.driver.failures import FailureCanceller
 from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
-from services.driver.leader import LeaderElection
+from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
@@ -79,6 +82,9 @@ class DriverConfig:
     """How often the autoscaler looks at demand."""
     session: SessionSettings = SessionSettings()
     """Heartbeat and idle settings sent to workers."""
+    lease: LeaseSettings = LeaseSettings()
+    """How long leadership lasts unrenewed (the failover time of a paused or cut-off leader) and how
+    often the leader renews it."""
     ports_file: Path | None = None
     """Where to write the bound port as JSON once serving."""
     trace_exporter: str | None = None
@@ -112,8 +118,8 @@ class DriverApp:
     tracing: Tracing | None = None
 
     async def stop(self) -> None:
-        """Stop the loops, resign (a standby takes over at once), stop serving, stop the workers started
-        here, close the pool, flush spans."""
+        """Stop the loops, give the lease up (a standby takes over at its next look), send the workers
+        to it, stop serving, stop the workers started here, close the pool, flush spans."""
         await self.closing.aclose()
 
 
@@ -166,7 +172,7 @@ async def start(config: DriverConfig) -> DriverApp:
                                  forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
                                  pid_files=PidFiles(config.data_dir / "run" / "pids"))
         stack.push_async_callback(provider.close)
-        election = LeaderElection(db_config, store, config.name)
+        election = LeaderElection(db_config, config.name, config.lease)
         state = election.state
 
         def epoch() -> int | None:
@@ -182,7 +188,8 @@ async def start(config: DriverConfig) -> DriverApp:
         canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
         autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
         dead = DeadWorkerDetector(db, store, provider, registry.connected_instances, epoch,
-                                  heartbeat_timeout_s=config.session.heartbeat_timeout_s)
+                                  heartbeat_timeout_s=config.session.heartbeat_timeout_s,
+                                  watching_since_ms=lambda: state.watching_since_ms)
         running = RunningCanceller(db, store, registry, epoch)
 
         def cancelled() -> None:
@@ -202,10 +209,13 @@ async def start(config: DriverConfig) -> DriverApp:
                 loop.notify()
 
         async def on_elected(new_epoch: int) -> None:
+            servers.recheck_health()
             on_change("elected")
 
         async def on_deposed() -> None:
-            return None
+            servers.recheck_health()
+            ended = servicer.end_sessions("this driver no longer leads")
+            log.warning("%s no longer leads; %d worker sessions ended", state.name, ended)
 
         servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
         servers = await serve([Service("corral.driver.v1.DriverService", servicer,
@@ -217,11 +227,13 @@ async def start(config: DriverConfig) -> DriverApp:
         stack.push_async_callback(servers.stop)
         # Campaign under the address workers and standbys can reach us at.
         state.name = f"localhost:{servers.ports[0]}"
+        stack.callback(registry.end_all, "this driver is shutting down; look for the leader")
         stack.push_async_callback(election.resign)
         tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]
         tasks += [asyncio.create_task(loop.run()) for loop in loops]
         stack.push_async_callback(_cancel, tasks)
-        servers.watch_health(database_probe(db))
+        # Only the leader is ready: the internal gateway and Kubernetes send workers to it by health.
+        servers.watch_health(database_probe(db), ready=lambda: state.epoch is not None)
         if config.ports_file is not None:
             write_ports_file(config.ports_file, {"internal": servers.ports[0]})
         app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], stack.pop_all(),

@@ -4,8 +4,15 @@ The WorkerSession stream turns a worker's events into procedure calls:
 heartbeats advance billing rollups, JobStarted/JobCompleted become MJS/MJC,
 and each event is acknowledged (AckJobEvent) only after the database
 recorded it, so a worker retries until it is durable and a repeat is
-harmless (the procedures are idempotent). Only the leader serves workers;
-a standby answers UNAVAILABLE and GetLeader says who leads.
+harmless (the procedures are idempotent). Heartbeats are acknowledged too,
+once recorded: a worker that hears nothing from its driver for a while
+takes it for paused or cut off and looks for the leader again.
+
+Only the leader serves workers. A standby answers UNAVAILABLE naming the
+leader, and GetLeader says who leads. A session belongs to the epoch that
+welcomed it: when the driver stops leading (`end_sessions`), or finds at
+the next pass of events that its epoch changed or lapsed, the session ends
+with UNAVAILABLE naming the leader if known, and the worker finds it.
 """
 
 from __future__ import annotations
@@ -78,8 +85,18 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
     def _leader_epoch(self) -> int:
         epoch = self._epoch()
         if epoch is None:
-            raise NotLeader(f"this driver is a standby; the leader is at {self._leader_address() or 'unknown'}")
+            raise NotLeader(f"this driver is a standby; {self.leader_hint()}")
         return epoch
+
+    def leader_hint(self) -> str:
+        """Where the leader is, for a worker sent away."""
+        address = self._leader_address()
+        return f"the leader is at {address}" if address else "the leader is not known yet"
+
+    def end_sessions(self, why: str) -> int:
+        """End every worker session (this driver no longer leads), telling each worker `why` and where
+        the leader is; returns how many."""
+        return self._sessions.end_all(f"{why}; {self.leader_hint()}")
 
     async def _check_token(self, instance: str, token: str) -> str:
         """The instance's state, once its session token is checked."""
@@ -167,6 +184,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                     if None in messages:
                         ended = True
                         messages = [m for m in messages if m is not None]
+                    if self._epoch() != epoch:  # stepped down, or leads again under a new epoch
+                        raise NotLeader(f"this driver no longer leads under epoch {epoch}; {self.leader_hint()}")
                     # Shielded: a session that breaks mid-pass must not cut a procedure call (and its
                     # pooled connection) in half; the events are then recorded, and the worker's
                     # re-send is a repeat.
@@ -186,7 +205,10 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 next_command = asyncio.create_task(session.commands.get())
                 done, _ = await asyncio.wait({next_command, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if next_command in done:
-                    yield next_command.result()
+                    command = next_command.result()
+                    if command is None:
+                        raise NotLeader(session.end_reason)
+                    yield command
                     continue
                 reader.result()  # re-raise what ended the worker's side, if anything
                 return

@@ -41,9 +41,12 @@ class Session:
     """One worker's connection."""
 
     instance: str
-    commands: asyncio.Queue[pb.WorkerSessionResponse] = dataclasses.field(default_factory=asyncio.Queue)
+    commands: asyncio.Queue[pb.WorkerSessionResponse | None] = dataclasses.field(default_factory=asyncio.Queue)
+    """What goes down to the worker; None ends the session (`end_reason` says why)."""
     draining: bool = False
     """The worker said Draining: it takes no new jobs, so none are scheduled on it."""
+    end_reason: str = ""
+    """Why the driver ended the session (it no longer leads), once it did."""
 
 
 class SessionRegistry:
@@ -68,6 +71,16 @@ class SessionRegistry:
     def close(self, session: Session) -> None:
         if self._sessions.get(session.instance) is session:
             del self._sessions[session.instance]
+
+    def end_all(self, reason: str) -> int:
+        """End every session (this driver no longer leads): each worker is told `reason` and looks for
+        the leader. Returns how many were ended."""
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            session.end_reason = reason
+            session.commands.put_nowait(None)
+        return len(sessions)
 
     def live_instances(self) -> set[str]:
         """Instances whose worker holds a session and takes jobs (not draining): where the

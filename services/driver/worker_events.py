@@ -12,7 +12,8 @@ one event and nothing waits.
 Within a pass, starts are recorded before completions (MJC before MJS is
 harmless, but in order is cheaper) and each event is acknowledged only after
 its procedure committed, so a worker re-sends what a broken session lost and
-the repeat is a no-op.
+the repeat is a no-op. Heartbeats are acknowledged as well: those acks are
+how a worker knows its driver is still there.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Recorded:
     """What a pass did: events to acknowledge and attempts to stop."""
 
     acks: list[int] = dataclasses.field(default_factory=list)
-    """Event ids of JobStarted/JobCompleted now durable."""
+    """Event ids of JobStarted/JobCompleted/Heartbeat now durable."""
     stop: list[tuple[dict[str, Any], str]] = dataclasses.field(default_factory=list)
     """(attempt ref, reason) of starts refused by MJS: the driver sends CancelJob."""
     started: int = 0
@@ -108,6 +109,9 @@ class WorkerEvents:
             await self._store.heartbeat_rollup(epoch, instance, [
                 {"batch_id": b, "job_id": j, "attempt_id": a, "rollup_time_ms": ms}
                 for (b, j, a), ms in rollups.items()])
+            # Acknowledged once recorded: the worker hears its driver at every heartbeat, and one it
+            # no longer hears from (paused, cut off from the database) is left for the leader.
+            out.acks += [m.event_id for m in heartbeats]
         return out
 
     async def _record_starts(self, epoch: int, instance: str, starts: Sequence[pb.WorkerSessionRequest],

@@ -27,6 +27,9 @@ parser.add_argument("--scratch-dir", type=Path, required=True)
 parser.add_argument("--log-root-url", required=True)
 parser.add_argument("--listen-address", default="127.0.0.1:0")
 parser.add_argument("--advertise-host", default="127.0.0.1")
+parser.add_argument("--driver-silence", type=float, default=WorkerConfig.driver_silence_s,
+                    help="seconds without a word from the driver (it acknowledges every heartbeat) before looking "
+                         "for the leader again; at least two heartbeat intervals (default: %(default)s)")
 parser.add_argument("--unisolated-dev", action="store_true",
                     help="when not root, run jobs unisolated as this worker's own user instead of refusing them "
                          "(development only: a job can then read everything the worker can)")
@@ -40,4 +43,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     args.instance_name, token, args.cores_mcpu,
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
-    listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev))))
+    listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
+    driver_silence_s=args.driver_silence))))

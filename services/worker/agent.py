@@ -10,13 +10,21 @@ and JobCompleted are numbered events kept until the driver acknowledges
 them and re-sent first on every new session; the driver's procedures make
 a repeat harmless. Heartbeats carry a billing rollup per started attempt.
 
+The worker follows the leader: a driver that stops leading ends the
+session (UNAVAILABLE, naming the leader if it knows), and the worker looks
+for the leader again. A paused driver cannot send anyone away, so the
+worker also ends a session when the driver has said nothing for
+`driver_silence_s` (it acknowledges every heartbeat once recorded, so a
+healthy one speaks at least every heartbeat interval).
+
 How it leaves (`run` returns the process's exit code):
 - idle for the idle timeout: Draining(IDLE), DeactivateWorker, exit 0;
 - Drain from the driver: take no new jobs, let the running ones finish and
   their completions be acknowledged, DeactivateWorker, exit 0;
-- SIGTERM (`shutdown`) or Shutdown from the driver: take no new jobs, kill
-  the running ones without reporting them, give the driver a few seconds
-  to acknowledge what already ended, DeactivateWorker (its running jobs go
+- SIGTERM (`shutdown`) or Shutdown from the driver: take no new jobs, bill
+  the running ones up to now (a last heartbeat, kept until acknowledged),
+  kill them without reporting them, give the driver a few seconds to
+  acknowledge what already ended, DeactivateWorker (its running jobs go
   back to Ready and run again as new attempts), exit 0;
 - the driver refuses the instance (deactivated, unknown, bad token): kill
   everything and exit 3. Activation refused: exit 2.
@@ -87,7 +95,11 @@ class Worker:
         self.started_at_ms = wall_ms()
         self._queue: asyncio.Queue[pb.WorkerSessionRequest] | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
-        self._link = DriverLink(config.driver_addresses, tls, config.rpc_timeout_s, config.reconnect_max_backoff_s)
+        self._link = DriverLink(config.driver_addresses, tls, config.rpc_timeout_s, config.reconnect_max_backoff_s,
+                                query_timeout_s=config.leader_query_timeout_s)
+        self.silences = 0
+        """Sessions ended because the driver said nothing for too long."""
+        self._heard_at = time.monotonic()
         self._token = ""
         self._heartbeat_s = config.heartbeat_interval_s
         self._idle_timeout_s = config.idle_timeout_s
@@ -111,6 +123,16 @@ class Worker:
     def version(self) -> str:
         """Version of the worker software."""
         return __version__
+
+    @property
+    def driver_address(self) -> str:
+        """The driver this worker holds a session with, or last found leading ('' while looking)."""
+        return self._link.address
+
+    @property
+    def epoch_seen(self) -> int:
+        """The highest leader epoch this worker has seen."""
+        return self._link.epoch_seen
 
     @property
     def draining(self) -> bool:
@@ -154,6 +176,9 @@ class Worker:
         if self.stop_reason is Stop.REFUSED:
             await self._abandon_running()
             return EXIT_DEACTIVATED
+        if self.attempts.running():
+            # Deactivation ends their attempts where the last rollup left them: bill them up to now.
+            self._emit(self._heartbeat())
         await self._abandon_running()
         flush_s = DRAIN_FLUSH_S if self.stop_reason is Stop.DRAIN else self.config.shutdown_flush_s
         if not await self._until(lambda: not self.unacked, flush_s):
@@ -236,13 +261,16 @@ class Worker:
         for event in self.unacked.values():  # what the last session did not get acknowledged, in order
             queue.put_nowait(event)
         self._call, self._queue = call, queue
+        self._heard_at = time.monotonic()
         writer = asyncio.create_task(self._write(call, queue))
+        silence = asyncio.create_task(self._watch_silence(call))
         heartbeats: asyncio.Task[None] | None = None
         try:
             while True:
                 message = await call.read()
                 if message is grpc.aio.EOF:
                     return
+                self._heard_at = time.monotonic()
                 if message.WhichOneof("payload") == "welcome" and heartbeats is None:
                     heartbeats = asyncio.create_task(self._heartbeats(queue))
                 self._on_command(message)
@@ -253,7 +281,7 @@ class Worker:
         finally:
             self._call = self._queue = None
             self.connected = False
-            for task in (writer, heartbeats):
+            for task in (writer, silence, heartbeats):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(BaseException):
@@ -270,17 +298,34 @@ class Worker:
                 log.debug("session write failed: %s", e)
                 return  # the read side sees the stream's end
 
+    async def _watch_silence(self, call: grpc.aio.StreamStreamCall) -> None:
+        """End the session once the driver has said nothing for too long (paused, or cut off from the
+        database: either way it is not leading, or not for long)."""
+        while True:
+            bound_s = max(self.config.driver_silence_s, 2 * self._heartbeat_s)
+            quiet_s = time.monotonic() - self._heard_at
+            if quiet_s >= bound_s:
+                log.warning("%s: no word from the driver at %s in %.1f s; looking for the leader again",
+                            self.config.instance_name, self._link.address, quiet_s)
+                self.silences += 1
+                call.cancel()
+                return
+            await asyncio.sleep(bound_s - quiet_s)
+
+    def _heartbeat(self) -> pb.WorkerSessionRequest:
+        """A heartbeat: free resources, running attempts, and a billing rollup to now of each started one."""
+        reserved_mcpu, reserved_bytes = self.attempts.reserved()
+        now = timestamp(wall_ms())
+        running = self.attempts.running()
+        return pb.WorkerSessionRequest(heartbeat=ws.Heartbeat(
+            free_cores_mcpu=max(0, self.config.cores_mcpu - reserved_mcpu),
+            free_memory_bytes=max(0, self.config.memory_bytes - reserved_bytes),
+            running_attempts=[a.ref for a in running],
+            rollups=[ws.BillingRollup(attempt=a.ref, rollup_time=now) for a in running if a.started_ms is not None]))
+
     async def _heartbeats(self, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
         while True:
-            reserved_mcpu, reserved_bytes = self.attempts.reserved()
-            now = timestamp(wall_ms())
-            running = self.attempts.running()
-            queue.put_nowait(self._numbered(pb.WorkerSessionRequest(heartbeat=ws.Heartbeat(
-                free_cores_mcpu=max(0, self.config.cores_mcpu - reserved_mcpu),
-                free_memory_bytes=max(0, self.config.memory_bytes - reserved_bytes),
-                running_attempts=[a.ref for a in running],
-                rollups=[ws.BillingRollup(attempt=a.ref, rollup_time=now) for a in running
-                         if a.started_ms is not None]))))
+            queue.put_nowait(self._numbered(self._heartbeat()))
             await asyncio.sleep(self._heartbeat_s)
 
     def _on_command(self, message: pb.WorkerSessionResponse) -> None:

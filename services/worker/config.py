@@ -47,6 +47,13 @@ class WorkerConfig:
     """Deadline of each unary call to a driver (GetLeader, ActivateWorker, DeactivateWorker)."""
     reconnect_max_backoff_s: float = 5.0
     """Longest wait between two rounds of looking for the leader."""
+    leader_query_timeout_s: float = 2.0
+    """Deadline of each GetLeader while looking for the leader: every driver is asked at once, and a
+    paused one (it accepts the connection and never answers) must not hold up a round for long."""
+    driver_silence_s: float = 10.0
+    """How long the worker waits without a word from its driver (which acknowledges every heartbeat)
+    before it takes the driver for paused or cut off, ends the session and looks for the leader
+    again; never less than two heartbeat intervals. A paused leader cannot send anyone away."""
     shutdown_flush_s: float = 5.0
     """On SIGTERM, how long to wait for the driver to acknowledge completions before deactivating."""
     deactivate_timeout_s: float = 15.0

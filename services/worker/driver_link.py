@@ -1,17 +1,21 @@
 """The worker's way to the leading driver.
 
-A worker is given every driver's address. `DriverLink.leader` asks each
-GetLeader: the one that answers `is_leader` is used (a standby's answer
-names the leader, which is tried next), and its channel is kept until a
-call fails and the agent `forget`s it. The highest epoch seen is kept too:
-the worker sends it in Hello, and a driver with an older one is stale.
-Activation and deactivation are plain calls on the leader, retried on a
-new leader; the driver's refusal of the instance is final.
+A worker is given every driver's address. `DriverLink.leader` asks them all
+GetLeader at once, each with a short deadline (a paused driver accepts the
+connection and never answers; asked one by one, it held up every round for
+a whole call timeout). The first that answers `is_leader` with an epoch no
+older than the highest seen is used; a standby's answer names the leader,
+which is asked too if it was not. The channel is kept until the session
+with it ends and the agent `forget`s it. The highest epoch seen is kept as
+well: the worker sends it in Hello, and a driver with an older one is
+stale. Activation and deactivation are plain calls on the leader, retried
+on a new leader; the driver's refusal of the instance is final.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 
 import grpc
@@ -34,13 +38,17 @@ class NoDriver(Exception):
 class DriverLink:
     """A channel to the leading driver, found among `addresses`."""
 
-    def __init__(self, addresses: tuple[str, ...], tls: TlsFiles, rpc_timeout_s: float, max_backoff_s: float):
+    def __init__(self, addresses: tuple[str, ...], tls: TlsFiles, rpc_timeout_s: float, max_backoff_s: float,
+                 query_timeout_s: float = 2.0):
         self._addresses = addresses
         self._tls = tls
         self._rpc_timeout_s = rpc_timeout_s
+        self._query_timeout_s = min(query_timeout_s, rpc_timeout_s)
         self._max_backoff_s = max_backoff_s
         self._channel: grpc.aio.Channel | None = None
         self._stub: driver_service_pb2_grpc.DriverServiceStub | None = None
+        self.address = ""
+        """The leader's address while a channel to it is kept, else ''."""
         self.epoch_seen = 0
         """Highest leader epoch seen (GetLeader, ActivateWorker, Welcome)."""
 
@@ -53,38 +61,71 @@ class DriverLink:
         raises NoDriver when no driver answers at all (they are gone, e.g. shutting down)."""
         backoff_s = 0.1
         while self._stub is None:
-            candidates = list(self._addresses)
-            answered = False
-            for address in candidates:
-                channel = grpc.aio.secure_channel(address, self._tls.channel_credentials())
-                stub = driver_service_pb2_grpc.DriverServiceStub(channel)
-                try:
-                    leader = await stub.GetLeader(pb.GetLeaderRequest(), timeout=self._rpc_timeout_s)
-                except grpc.aio.AioRpcError as e:
-                    log.debug("driver %s did not answer GetLeader: %s", address, e.code())
-                    await channel.close()
-                    continue
-                answered = True
-                if leader.is_leader and leader.epoch >= self.epoch_seen:
-                    self.saw_epoch(leader.epoch)
-                    self._channel, self._stub = channel, stub
-                    log.info("the leader is %s (epoch %d)", address, leader.epoch)
-                    break
-                await channel.close()
-                if leader.leader_address and leader.leader_address not in candidates:
-                    candidates.append(leader.leader_address)  # a standby named it
-            else:
-                if not answered and not patient:
-                    raise NoDriver("no driver answers")
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(self._max_backoff_s, backoff_s * 2)
+            answered = await self._search()
+            if self._stub is not None:
+                break
+            if not answered and not patient:
+                raise NoDriver("no driver answers")
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(self._max_backoff_s, backoff_s * 2)
         return self._stub
 
+    async def _ask(self, address: str) -> tuple[grpc.aio.Channel, pb.GetLeaderResponse | None]:
+        """GetLeader of one driver on a new channel; the answer is None if it gave none in time (the
+        channel is then closed)."""
+        channel = grpc.aio.secure_channel(address, self._tls.channel_credentials())
+        try:
+            answer = await driver_service_pb2_grpc.DriverServiceStub(channel).GetLeader(
+                pb.GetLeaderRequest(), timeout=self._query_timeout_s)
+        except grpc.aio.AioRpcError as e:
+            log.debug("driver %s did not answer GetLeader: %s", address, e.code())
+            await channel.close()
+            return channel, None
+        except BaseException:
+            await channel.close()
+            raise
+        return channel, answer
+
+    async def _search(self) -> bool:
+        """One round of asking every driver (and any leader a standby names) at once; keeps the first
+        leader found. Returns whether any driver answered."""
+        asking = {asyncio.create_task(self._ask(a)): a for a in dict.fromkeys(self._addresses)}
+        asked, answered = set(asking.values()), False
+        try:
+            while asking and self._stub is None:
+                done, _ = await asyncio.wait(asking, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    address = asking.pop(task)
+                    channel, answer = task.result()
+                    if answer is None:
+                        continue
+                    answered = True
+                    if self._stub is None and answer.is_leader and answer.epoch >= self.epoch_seen:
+                        self.saw_epoch(answer.epoch)
+                        self._channel, self.address = channel, address
+                        self._stub = driver_service_pb2_grpc.DriverServiceStub(channel)
+                        log.info("the leader is %s (epoch %d)", address, answer.epoch)
+                        continue
+                    await channel.close()
+                    named = answer.leader_address
+                    if named and named not in asked:  # a standby named a leader we were not given
+                        asked.add(named)
+                        asking[asyncio.create_task(self._ask(named))] = named
+        finally:
+            for task in asking:
+                task.cancel()
+            for task in asking:
+                with contextlib.suppress(BaseException):
+                    channel, _ = await task
+                    await channel.close()
+        return answered
+
     async def forget(self) -> None:
-        """The leader failed a call: look for it again next time."""
+        """The leader failed a call or went quiet: look for it again next time."""
         if self._channel is not None:
             await self._channel.close()
         self._channel = self._stub = None
+        self.address = ""
 
     async def activate(self, request: pb.ActivateWorkerRequest) -> pb.ActivateWorkerResponse | None:
         """ActivateWorker on the leader, until it answers; None if it refuses the instance."""

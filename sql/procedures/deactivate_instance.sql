@@ -1,7 +1,11 @@
 -- The instance is gone (dead worker, preemption, idle shutdown): its running
 -- and creating jobs go back to Ready and will run again under a new attempt;
--- their attempts end now (billing stops). Idempotent: deactivating an
--- inactive instance changes nothing.
+-- their attempts end now. Billing does not run to now: an attempt is billed
+-- for what its worker reported (heartbeat rollups, a completion's end time),
+-- so it keeps the rollup it had. The time since, during which no worker
+-- vouched for it (a dead worker, a control plane that was down or had no
+-- leader, a whole system stopped and started again), is not billed.
+-- Idempotent: deactivating an inactive instance changes nothing.
 DROP PROCEDURE IF EXISTS deactivate_instance;
 DELIMITER $$
 CREATE PROCEDURE deactivate_instance(IN in_epoch BIGINT, IN in_name VARCHAR(100), IN in_reason VARCHAR(255),
@@ -41,8 +45,7 @@ proc: BEGIN
     WHERE a.instance_name = in_name AND a.end_time_ms IS NULL AND j.state IN ('Running', 'Creating');
   SET v_n = ROW_COUNT();
   UPDATE attempts
-    SET rollup_time_ms = IF(start_time_ms IS NULL, NULL, GREATEST(COALESCE(rollup_time_ms, start_time_ms), in_now_ms)),
-        end_time_ms = GREATEST(in_now_ms, COALESCE(start_time_ms, 0)),
+    SET end_time_ms = GREATEST(in_now_ms, COALESCE(rollup_time_ms, start_time_ms, 0)),
         reason = 'instance deactivated'
     WHERE instance_name = in_name AND end_time_ms IS NULL;
   IF v_state IN ('pending', 'active') THEN

@@ -6,7 +6,8 @@
 -- instead of four per attempt), and set @corral_bulk_usage around those
 -- statements so that this trigger skips them. It still bills every other
 -- change: mark_jobs_started (which moves nothing: start and rollup are set
--- together), deactivate_instance's end of the attempts.
+-- together); deactivate_instance's end of the attempts moves no rollup
+-- either (time no worker reported is not billed).
 DROP TRIGGER IF EXISTS attempts_after_update;
 DELIMITER $$
 CREATE TRIGGER attempts_after_update AFTER UPDATE ON attempts FOR EACH ROW

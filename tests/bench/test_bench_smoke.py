@@ -17,7 +17,8 @@ import pymysql
 
 import pytest
 
-from bench import cancel, driver_memory, e2e, fair_share, fanout, job_start, query_limits, sj_mjc, submit, supervise
+from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, job_start, query_limits, sj_mjc, submit,
+                   supervise)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -282,3 +283,22 @@ def test_job_start_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None
 
     results = results_of(tmp_path, "job-start", printed)
     assert (results["parameters"]["n_starts"], results["parameters"]["concurrency"]) == (job_start.SMOKE_STARTS, 4)
+
+
+def test_failover_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "failover")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == failover.figure_names()
+    for name, (value, unit) in printed.items():
+        assert unit == ("s" if name.endswith("_s") else "count"), name
+        assert value >= 0, name
+    # What a pause costs: nothing re-run, nobody declared dead.
+    assert printed["failover.attempts_rerun"][0] == printed["failover.workers_declared_dead"][0] == 0
+
+    results = results_of(tmp_path, "failover", printed)
+    assert (results["parameters"]["workers"], results["parameters"]["lease_s"]) == (
+        failover.SMOKE_WORKERS, failover.SMOKE_LEASE.lease_s)
+    assert bench_schemas(mariadb_server) == before

@@ -7,7 +7,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from services.db.accounts import ACCOUNTS, AUTH_TABLES, INTERNAL_PROCEDURES, grant_service_accounts
+from services.db.accounts import ACCOUNTS, ADMIN_PROCEDURES, AUTH_TABLES, INTERNAL_PROCEDURES, grant_service_accounts
 from services.db.database import DatabaseConfig
 from tests.conftest import service_url
 
@@ -37,8 +37,8 @@ def refused(connection: pymysql.Connection, sql: str) -> bool:
 def test_every_procedure_is_granted_to_a_service_or_internal() -> None:
     files = {p.stem for p in PROCEDURES_DIR.glob("*.sql")}
     granted = {name for account in ACCOUNTS.values() for name in account.procedures}
-    assert granted | INTERNAL_PROCEDURES == files
-    assert not granted & INTERNAL_PROCEDURES
+    assert granted | INTERNAL_PROCEDURES | ADMIN_PROCEDURES == files
+    assert not granted & INTERNAL_PROCEDURES and not granted & ADMIN_PROCEDURES
 
 
 def test_the_services_cannot_read_each_others_secrets_or_change_the_schema(db_config: DatabaseConfig) -> None:
@@ -64,6 +64,9 @@ def test_each_service_calls_only_its_own_procedures(db_config: DatabaseConfig) -
     try:
         # A refusal happens before the procedure runs; its arguments need not be valid.
         assert refused(frontend, "CALL elect_leader('mallory', 0)")
+        # The driver campaigns for the lease; it may not depose a leader by force.
+        assert refused(driver, "CALL elect_leader('mallory', 0)")
+        assert refused(frontend, "CALL acquire_leader_lease('mallory', 1000, 0)")
         assert refused(frontend, "CALL schedule_jobs(1, 'i', '[]', 0)")
         assert refused(driver, "CALL create_batch('p', 'u', NULL, NULL, 1, '[]', 0)")
         assert refused(auth, "SELECT * FROM jobs")

@@ -5,9 +5,10 @@ project/user/day equal the cost computed directly from attempts x rates.
 The scenario drives the stored procedures through a `Ledger` that keeps,
 in plain Python, what every attempt has consumed according to the
 documented rules (usage = quantity x rolled-up milliseconds; rollups only
-move forward and stop at the attempt's end; a resource recorded late is
-billed at once for the time already rolled up; usage lands on the UTC day
-of the rollup time that advanced it). The database's aggregates are then
+move forward and stop at the attempt's end; an attempt whose instance is
+deactivated is billed only up to what its worker last reported; a resource
+recorded late is billed at once for the time already rolled up; usage lands
+on the UTC day of the rollup time that advanced it). The database's aggregates are then
 compared with the ledger: usage exactly, dollars to a relative 1e-9.
 """
 
@@ -135,6 +136,12 @@ class Ledger:
             self.advance(a, end_ms)
         a.end_ms = max(end_ms, a.start_ms or 0)
 
+    def lost(self, a: Attempt, end_ms: int) -> None:
+        """Its instance was deactivated: the attempt ends, billed up to its last rollup and no further
+        (the time since, nobody reported it running)."""
+        if a.end_ms is None:
+            a.end_ms = max(end_ms, a.rollup_ms or a.start_ms or 0)
+
 
 class Scenario:
     """Calls the procedures and keeps the ledger in step."""
@@ -230,7 +237,7 @@ class Scenario:
         assert status["n_rescheduled"] == len(open_attempts)
         for a in open_attempts:
             assert a.instance == instance
-            self.ledger.ended(a, self.world.clock.now_ms)
+            self.ledger.lost(a, self.world.clock.now_ms)
 
     async def complete(
         self, attempt: Attempt, state: str, end_ms: int, start_ms: int | None = None, expect: str = "completed"
@@ -323,7 +330,8 @@ async def run_scenario(world: World) -> Scenario:
     y1 = await s.schedule(b3, "y", "i3")
     await s.resources(y1, cpu=300)
 
-    # i1 dies: its attempts end now (billing stops) and a, b go back to Ready.
+    # i1 is declared dead: its attempts end now, billed up to what its worker last reported (t-30),
+    # and a, b go back to Ready.
     s.at(t(-10))
     await s.deactivate("i1", [a1, b1_1])
     assert await world.state(b1.batch_id, b1.jobs["a"][0]) == "Ready"
@@ -384,12 +392,14 @@ async def test_aggregates_equal_cost_computed_from_attempts(world: World) -> Non
     open_attempts = await world.db.fetchall("SELECT * FROM attempts WHERE end_time_ms IS NULL")
     assert open_attempts == []
 
-    # One figure by hand, so the ledger itself is checked: job a ran 30
-    # minutes on i1 (t-40 .. death at t-10) and 18 on i2 (t-8 .. t+10).
+    # One figure by hand, so the ledger itself is checked: job a ran on i1
+    # from t-40, reported up to t-30 (the worker then fell silent and was
+    # declared dead at t-10: those 20 minutes are not billed), and 18 minutes
+    # on i2 (t-8 .. t+10).
     b1 = s.batches[0]
     a_id = b1.jobs["a"][0]
-    assert ledger.by_job[(b1.batch_id, a_id, "cpu/local/1")] == 1000 * (30 + 18) * MIN_MS
-    assert ledger.by_job[(b1.batch_id, a_id, "memory/local/1")] == 4096 * (30 + 18) * MIN_MS
+    assert ledger.by_job[(b1.batch_id, a_id, "cpu/local/1")] == 1000 * (10 + 18) * MIN_MS
+    assert ledger.by_job[(b1.batch_id, a_id, "memory/local/1")] == 4096 * (10 + 18) * MIN_MS
 
     # Per job.
     rows = await world.db.fetchall(

@@ -1,5 +1,5 @@
-"""Driver loops against a real MariaDB: leader election, the Ready canceller and
-the canceller of Creating and Running jobs."""
+"""Driver loops against a real MariaDB: the Ready canceller and the canceller of
+Creating and Running jobs (leader election: test_leader_election.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 from corral.driver.v1 import driver_service_pb2 as pb
-from services.db.database import DatabaseConfig, StaleEpochError
 from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.driver.canceller import ReadyCanceller
-from services.driver.leader import LeaderElection
 from services.driver.loop import Loop
 from services.driver.running_canceller import RunningCanceller
 from services.driver.sessions import Session, SessionRegistry
@@ -27,60 +25,6 @@ async def eventually(predicate, timeout_s: float = 10.0) -> None:
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.02)
-
-
-async def test_one_leader_and_a_standby_takes_over_with_a_new_epoch(db_config: DatabaseConfig, world: World) -> None:
-    events: list[tuple[str, int | None]] = []
-
-    def elected(name: str):
-        async def callback(epoch: int) -> None:
-            events.append((name, epoch))
-        return callback
-
-    def deposed(name: str):
-        async def callback() -> None:
-            events.append((name, None))
-        return callback
-
-    first = LeaderElection(db_config, world.store, "driver-a", poll_s=0.05)
-    second = LeaderElection(db_config, world.store, "driver-b", poll_s=0.05)
-    tasks = [asyncio.create_task(first.run(elected("a"), deposed("a")))]
-    await eventually(lambda: first.is_leader)
-    tasks.append(asyncio.create_task(second.run(elected("b"), deposed("b"))))
-    await asyncio.sleep(0.3)
-    assert (first.is_leader, second.is_leader) == (True, False)
-    old_epoch = first.state.epoch
-    assert old_epoch is not None
-
-    # The leader's process dies: its connection goes, and with it the lock.
-    tasks[0].cancel()
-    await asyncio.gather(tasks[0], return_exceptions=True)
-    await eventually(lambda: second.is_leader)
-    assert second.state.epoch == old_epoch + 1
-    # A write fenced with the old epoch is refused.
-    with pytest.raises(StaleEpochError):
-        await world.store.create_instance(old_epoch, "i9", "standard", 1000, "t")
-    await world.store.create_instance(second.state.epoch, "i9", "standard", 1000, "t")
-    assert events == [("a", old_epoch), ("b", old_epoch + 1)]
-    tasks[1].cancel()
-    await asyncio.gather(tasks[1], return_exceptions=True)
-
-
-async def test_resigning_hands_over_at_once(db_config: DatabaseConfig, world: World) -> None:
-    async def nothing(*args: object) -> None:
-        return None
-
-    first = LeaderElection(db_config, world.store, "driver-a", poll_s=0.05)
-    second = LeaderElection(db_config, world.store, "driver-b", poll_s=0.05)
-    tasks = [asyncio.create_task(first.run(nothing, nothing))]
-    await eventually(lambda: first.is_leader)
-    tasks.append(asyncio.create_task(second.run(nothing, nothing)))
-    tasks[0].cancel()
-    await asyncio.gather(tasks[0], return_exceptions=True)
-    await first.resign()
-    await eventually(lambda: second.is_leader, timeout_s=2)
-    tasks[1].cancel()
-    await asyncio.gather(tasks[1], return_exceptions=True)
 
 
 class Flaky(Loop):

@@ -43,7 +43,8 @@ async def driver(world: World, certs: DevCertificateAuthority, tmp_path: Path) -
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
                           [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
     try:
-        yield {"port": servers.ports[0], "registry": registry, "specs": specs, "leading": leading}
+        yield {"port": servers.ports[0], "registry": registry, "specs": specs, "leading": leading,
+               "servicer": servicer}
     finally:
         await servers.stop(0)
 
@@ -127,3 +128,60 @@ async def test_a_session_with_a_forged_token_is_refused(world: World, driver: di
             await call.read()
         assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert driver["registry"].live_instances() == set()
+
+
+async def welcomed_session(world: World, driver: dict, certs: DevCertificateAuthority,
+                           channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
+    """Instance i1 activated, and a session the driver welcomed."""
+    await world.store.create_instance(world.epoch, "i1", "standard", 2000, "activation-secret")
+    stub = driver_service_pb2_grpc.DriverServiceStub(channel)
+    activated = await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
+                                                                   activation_token="activation-secret"))
+    call = stub.WorkerSession()
+    await call.write(pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1",
+                                                            instance_token=activated.instance_token)))
+    await read_until(call, "welcome")
+    return call
+
+
+async def test_heartbeats_are_acknowledged_once_recorded(world: World, driver: dict,
+                                                        certs: DevCertificateAuthority) -> None:
+    """The acks are how a worker knows its driver is still there (a paused one sends none)."""
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = await welcomed_session(world, driver, certs, channel)
+        world.clock.advance(1000)
+        await call.write(pb.WorkerSessionRequest(event_id=7, heartbeat=ws.Heartbeat(free_cores_mcpu=2000)))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 7
+        row = await world.db.fetchone("SELECT last_heartbeat_ms FROM instances WHERE name = 'i1'")
+        assert row["last_heartbeat_ms"] == world.clock()
+        call.cancel()
+
+
+async def test_a_driver_that_stops_leading_ends_its_sessions_naming_the_leader(
+        world: World, driver: dict, certs: DevCertificateAuthority) -> None:
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = await welcomed_session(world, driver, certs, channel)
+        driver["leading"]["epoch"] = None
+        assert driver["servicer"].end_sessions("this driver no longer leads") == 1
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await read_until(call, "nothing comes: the session ends")
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert error.value.details() == "this driver no longer leads; the leader is at driver-0:1"
+    assert driver["registry"].connected_instances() == set()
+
+
+async def test_a_session_ends_at_the_next_event_once_its_epoch_is_gone(
+        world: World, driver: dict, certs: DevCertificateAuthority) -> None:
+    """The driver stepped down and leads again under a new epoch before anyone ended the session:
+    the old session's next pass of events is not recorded under either epoch."""
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = await welcomed_session(world, driver, certs, channel)
+        before = await world.db.fetchone("SELECT last_heartbeat_ms FROM instances WHERE name = 'i1'")
+        driver["leading"]["epoch"] = world.epoch + 1
+        world.clock.advance(1000)
+        await call.write(pb.WorkerSessionRequest(event_id=3, heartbeat=ws.Heartbeat(free_cores_mcpu=2000)))
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await read_until(call, "ack_job_event")
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert f"no longer leads under epoch {world.epoch}" in error.value.details()
+    assert await world.db.fetchone("SELECT last_heartbeat_ms FROM instances WHERE name = 'i1'") == before

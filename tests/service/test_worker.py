@@ -535,6 +535,29 @@ async def test_sigterm_kills_running_jobs_which_go_back_to_ready(cluster: Cluste
     assert await check_invariants(cluster.driver.db) == []
 
 
+async def test_a_shutdown_bills_the_jobs_it_kills_up_to_the_kill(make_cluster: ClusterFactory) -> None:
+    """Deactivation bills an attempt only up to its worker's last report (what nobody reported is not
+    billed): so a worker shutting down reports its running attempts once more before killing them.
+    Heartbeats here are 30 s apart: without that last report the attempt would be billed nothing."""
+    cluster = await make_cluster(SessionSettings(heartbeat_interval_s=30.0, heartbeat_timeout_s=120.0,
+                                                 idle_timeout_s=60.0))
+    worker = await cluster.worker("w1")
+    job_spec, mark = marked(script("sleep 60 & wait"))
+    batch_id, [job_id] = await cluster.submit(job_spec)
+    first = await cluster.started(batch_id, job_id)
+    await eventually(lambda: len(processes_marked(mark)) == 2, what="the job's processes")
+    await eventually(lambda: time.time() * 1000 > first["start_time_ms"] + 200, what="the job running a while")
+    assert await worker.stop() == 0
+    [attempt] = await cluster.attempts(batch_id, job_id)
+    assert attempt["reason"] == "instance deactivated"
+    assert attempt["start_time_ms"] + 200 <= attempt["rollup_time_ms"] <= attempt["end_time_ms"]
+    usage = await cluster.driver.db.fetchone(
+        "SELECT a.`usage` FROM aggregated_job_resources a JOIN resources r USING (resource_id) "
+        "WHERE a.batch_id = %s AND a.job_id = %s AND r.name = 'cpu/local/1'", (batch_id, job_id))
+    assert usage["usage"] == 1000 * (attempt["rollup_time_ms"] - attempt["start_time_ms"])
+    assert await check_invariants(cluster.driver.db) == []
+
+
 async def test_drain_finishes_running_jobs_then_deactivates(cluster: Cluster) -> None:
     worker = await cluster.worker("w1")
     batch_id, [job_id] = await cluster.submit(script(WAIT_FOR_GO))
