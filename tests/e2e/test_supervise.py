@@ -124,7 +124,7 @@ def test_nothing_outlives_a_killed_corral_up_and_the_next_one_ends_what_was_left
         started = records(cluster.descendants())
         names = " | ".join(r.name for r in started)
         for part in ("mariadbd", "services.auth", "services.frontend", "services.driver", "services.worker",
-                     "jobinit.py"):
+                     "launcher.py"):
             assert part in names, f"{part} not among {names}"
     finally:
         cluster.process.kill()  # SIGKILL: corral up can do nothing more
