@@ -50,6 +50,7 @@ from services.db.accounts import grant_service_accounts, service_passwords
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
 from services.db.store import JobStore
+from services.driver.leader import LeaseSettings
 from services.up_supervisor import (
     DatabaseServer,
     RestartPolicy,
@@ -174,10 +175,10 @@ WORKER_GRACE_S = 20.0
 """How long a worker may take to stop (it kills its jobs and deactivates) before it is killed."""
 DATABASE_GRACE_S = 60.0
 """How long MariaDB may take to shut down cleanly before it is killed."""
-DRIVER_FIRST_RESTART_S = 3.0
-"""Pause before a dead driver is first started again, when there is a standby: three of the standbys'
-election polls (1 s, services.driver.leader), so that a standby leads before the restarted driver
-campaigns, rather than the two racing for the lock the dead one let go."""
+DRIVER_FIRST_RESTART_S = LeaseSettings().lease_s + 2 * LeaseSettings().renew_s
+"""Pause before a dead driver is first started again, when there is a standby: a lease and two of the
+standbys' looks (services.driver.leader), so that a standby leads (once the dead one's lease ran out)
+before the restarted driver campaigns, rather than the two racing for the lapsed lease."""
 
 
 def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]:
