@@ -35,6 +35,7 @@ BENCHMARKS = (
     "bench.driver_memory",
     "bench.e2e",
     "bench.query_limits",
+    "bench.fuzz_query",
 )
 
 

@@ -17,7 +17,7 @@ import pymysql
 
 import pytest
 
-from bench import cancel, driver_memory, e2e, fair_share, fanout, query_limits, sj_mjc, submit
+from bench import cancel, driver_memory, e2e, fair_share, fanout, fuzz_query, query_limits, sj_mjc, submit
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 
@@ -250,4 +250,25 @@ def test_query_limits_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> N
             == {"INVALID_ARGUMENT"}
         assert {outcomes[f"{rpc}.{case}"] for case in ("legal_longest_words", "legal_most_terms", "legal_costliest")} \
             <= {"OK", "RESOURCE_EXHAUSTED"}
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_fuzz_query_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "fuzz-query")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == fuzz_query.figure_names()
+    value = {name.removeprefix("fuzz-query."): v for name, (v, _) in printed.items()}
+    assert value["inputs"] == fuzz_query.SMOKE_INPUTS == value["parsed"] + value["refused"]
+    assert value["parsed"] > 0 and value["refused"] > 0
+    failures = ("internal_errors", "property_failures", "grpc.internal_errors", "grpc.wrong_answers")
+    assert [value[name] for name in failures] == [0] * 4, result.stderr
+    assert value["grpc.calls"] == fuzz_query.SMOKE_GRPC_SAMPLE
+    assert value["grpc.calls"] == value["grpc.answered"] + value["grpc.refused"] + value["grpc.statement_limit"]
+    assert value["grpc.answered"] > 0 and value["grpc.refused"] > 0
+
+    results = results_of(tmp_path, "fuzz-query", printed)
+    assert results["parameters"]["failures_in_process"] == results["parameters"]["failures_over_grpc"] == []
     assert bench_schemas(mariadb_server) == before
