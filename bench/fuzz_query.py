@@ -66,9 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{SMOKE_INPUTS:,} with --smoke)")
     parser.add_argument("--mutants", type=int, default=DEFAULT_MUTANTS, metavar="M",
                         help=f"mutants made from each hypothesis example's seed (default {DEFAULT_MUTANTS}); "
-                             "0: every input straight from hypothesis (about 100 times slower)")
+                             "0: every input straight from hypothesis (far slower: some hundreds a second here)")
     parser.add_argument("--grpc-sample", type=int, metavar="N",
-                        help=f"inputs sent over gRPC (default {DEFAULT_GRPC_SAMPLE:,}; {SMOKE_GRPC_SAMPLE} with --smoke)")
+                        help=f"inputs sent over gRPC (default {DEFAULT_GRPC_SAMPLE:,}; "
+                             f"{SMOKE_GRPC_SAMPLE} with --smoke)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gRPC sample's choice (default 0)")
 
 

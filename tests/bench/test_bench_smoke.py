@@ -272,3 +272,19 @@ def test_fuzz_query_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> Non
     results = results_of(tmp_path, "fuzz-query", printed)
     assert results["parameters"]["failures_in_process"] == results["parameters"]["failures_over_grpc"] == []
     assert bench_schemas(mariadb_server) == before
+
+
+@pytest.mark.slow
+def test_fuzz_query_of_a_million_inputs(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """The issue's size: 1,000,000 inputs, 2,000 of them over gRPC, without a failure.
+    Takes about ten minutes here; the figures are in docs/performance.md."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "fuzz-query", "--inputs", "1000000", "--database-url",
+         database_url(mariadb_server), "--out", str(tmp_path)],
+        cwd=REPO_DIR, capture_output=True, text=True, timeout=7200,
+    )
+    assert result.returncode == 0, result.stderr
+    value = {name.removeprefix("fuzz-query."): v for name, (v, _) in summary(result.stdout).items()}
+    assert value["inputs"] == 1_000_000 and value["grpc.calls"] == 2_000
+    failures = ("internal_errors", "property_failures", "grpc.internal_errors", "grpc.wrong_answers")
+    assert [value[name] for name in failures] == [0] * 4, result.stderr

@@ -66,7 +66,8 @@ def _sized(n: int, in_bytes: bool) -> str:
 
 def strings(field: F) -> st.SearchStrategy[str]:
     most, in_bytes = _text_limit(field)
-    options = [st.sampled_from(ODD_TEXT), st.sampled_from(PLAUSIBLE), st.text(st.characters(codec="utf-8"), max_size=40),
+    options = [st.sampled_from(ODD_TEXT), st.sampled_from(PLAUSIBLE),
+               st.text(st.characters(codec="utf-8"), max_size=40),
                st.integers(min_value=1, max_value=5_000).map(lambda n: "x" * n)]
     if most is not None:
         options.append(st.sampled_from([_sized(most, in_bytes), _sized(most + 1, in_bytes)]))

@@ -42,8 +42,20 @@ def stored_specs(blobs: Path) -> set[Path]:
 
 
 async def test_generated_submissions_are_accepted_whole_or_refused_writing_nothing(env: Env) -> None:
+    await submit_generated(env, EXAMPLES)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+async def test_many_generated_submissions(env: Env) -> None:
+    """The same, longer: 2,000 submissions (about ten minutes here)."""
+    await submit_generated(env, 2_000)
+
+
+async def submit_generated(env: Env, n: int) -> None:
+    """`n` generated submissions through SubmitBatch, each accepted whole or refused writing nothing."""
     alice = env.as_("alice")
-    examples = draw_examples(submissions(), EXAMPLES)
+    examples = draw_examples(submissions(), n)
     outcomes: dict[str, int] = {}
     before, specs_before = await snapshot(env.world.db), stored_specs(env.blobs)
     for request, changed in examples:
