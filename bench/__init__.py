@@ -38,6 +38,7 @@ BENCHMARKS = (
     "bench.supervise",
     "bench.job_start",
     "bench.failover",
+    "bench.fuzz_query",
 )
 
 

@@ -1,4 +1,5 @@
-"""python -m services.auth [--database-url URL] --certs-dir DIR [--ports-file F] [login limits]"""
+"""python -m services.auth [--database-url URL] --certs-dir DIR [--ports-file F] [login limits]
+[--token-cache-ttl-s S]"""
 
 import argparse
 import asyncio
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from services.auth.app import AuthConfig, run
 from services.auth.login_limits import Backoff, LoginLimits
+from services.auth.servicer import CACHE_TTL_S
 from services.common.entry import add_database_url, private_files
 
 parser = argparse.ArgumentParser(prog="python -m services.auth", description=__doc__)
@@ -22,6 +24,9 @@ parser.add_argument("--login-max-delay-per-user-s", type=float, default=limits.p
 parser.add_argument("--login-free-failures-per-source", type=int, default=limits.per_source.free_failures,
                     help="failed logins in a row from one address (IPv6: /64) before delays start")
 parser.add_argument("--login-max-delay-per-source-s", type=float, default=limits.per_source.max_delay_s)
+parser.add_argument("--token-cache-ttl-s", type=float, default=CACHE_TTL_S,
+                    help="how long other services may reuse a verified token: with the frontend's "
+                         "--token-cache-s, the longest a revoked token keeps working there (default %(default)s)")
 parser.add_argument("--forwarded-for-header", help="trust this header for the caller's address "
                     "(only behind a gateway that sets it); default: the connection's peer")
 args = parser.parse_args()
@@ -34,4 +39,5 @@ login_limits = LoginLimits(  # a key is forgotten after 15 minutes' quiet, or it
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(AuthConfig(args.database_url, args.certs_dir, args.public_address, args.internal_address,
                            ports_file=args.ports_file, login_limits=login_limits,
-                           forwarded_for_header=args.forwarded_for_header)))
+                           forwarded_for_header=args.forwarded_for_header,
+                           token_cache_ttl_s=args.token_cache_ttl_s)))

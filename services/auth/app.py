@@ -13,7 +13,7 @@ from pathlib import Path
 from corral.auth.v1 import auth_service_pb2_grpc
 from services.auth.field_limits import AUTH_FIELD_LIMITS
 from services.auth.login_limits import LoginLimits, LoginThrottle
-from services.auth.servicer import ANONYMOUS_METHODS, AuthServicer
+from services.auth.servicer import ANONYMOUS_METHODS, CACHE_TTL_S, AuthServicer
 from services.auth.store import AuthStore, dummy_password_hash
 from services.common.call_limits import CallLimits
 from services.common.identity import BearerAuthenticator
@@ -55,6 +55,9 @@ class AuthConfig:
     """Longest a call may run on the server (DEADLINE_EXCEEDED after)."""
     login_limits: LoginLimits = LoginLimits()
     """Delays after failed logins, per username and per source (services.auth.login_limits)."""
+    token_cache_ttl_s: float = CACHE_TTL_S
+    """How long other services may reuse a VerifyToken answer (its `cache_ttl`): with the frontend's
+    own token_cache_s, the longest a revoked token keeps working there (docs/security.md)."""
     forwarded_for_header: str | None = None
     """Metadata header whose last entry is the login's source address, e.g. 'x-forwarded-for'.
     Only when every call reaches the public listener through a gateway that sets it: a client
@@ -89,7 +92,7 @@ async def start(config: AuthConfig, clock_s: Callable[[], float] = time.monotoni
         stack.push_async_callback(db.close)
         await asyncio.to_thread(dummy_password_hash)  # made now, not by the first unknown username's login
         servicer = AuthServicer(AuthStore(db), LoginThrottle(config.login_limits, clock_s),
-                                config.forwarded_for_header)
+                                config.forwarded_for_header, config.token_cache_ttl_s)
         public = BearerAuthenticator(servicer.verify_token, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
         servers = await serve(
             [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],

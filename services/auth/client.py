@@ -6,6 +6,7 @@ import grpc
 
 from corral.auth.v1 import auth_service_pb2 as pb
 from corral.auth.v1 import auth_service_pb2_grpc, user_pb2
+from services.common.errors import Unavailable
 from services.common.identity import Principal, TokenAnswer
 
 _ROLES = {user_pb2.ROLE_USER: "user", user_pb2.ROLE_DEVELOPER: "developer", user_pb2.ROLE_ADMIN: "admin"}
@@ -24,7 +25,9 @@ class RemoteTokenVerifier:
         except grpc.aio.AioRpcError as e:
             if e.code() == grpc.StatusCode.UNAUTHENTICATED:
                 return None
-            raise
+            # Not known to be valid: refused, as UNAVAILABLE (the caller may retry), never
+            # INTERNAL, and never let through (the token may have been revoked meanwhile).
+            raise Unavailable(f"the token cannot be verified now (the auth service: {e.code().name})") from None
         # A service-kind user's token is a service account, never a corral service.
         kind = "service_account" if response.user.kind == user_pb2.USER_KIND_SERVICE else "person"
         principal = Principal(response.user.username, kind, frozenset(_ROLES[r] for r in response.user.roles),

@@ -30,9 +30,9 @@ MAX_PAGE_SIZE = 1000
 MAX_USERNAME_CHARS = 64
 MAX_PASSWORD_CHARS = 1024
 """Longer passwords are refused before hashing: they would only cost the server time."""
-CACHE_TTL_S = 5
-"""How long other services may reuse a VerifyToken answer: the longest a revoked token,
-or a deactivated user's, keeps working there."""
+CACHE_TTL_S = 5.0
+"""Default of how long other services may reuse a VerifyToken answer (AuthConfig.token_cache_ttl_s):
+the longest a revoked token, or a deactivated user's, keeps working there."""
 
 ANONYMOUS_METHODS = frozenset({"/corral.auth.v1.AuthService/Login"})
 """Methods a caller may use without a token."""
@@ -44,6 +44,12 @@ def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
     ts = timestamp_pb2.Timestamp()
     ts.FromMilliseconds(ms)
     return ts
+
+
+def _duration(seconds: float) -> duration_pb2.Duration:
+    duration = duration_pb2.Duration()
+    duration.FromNanoseconds(round(seconds * 1e9))
+    return duration
 
 
 def user_proto(user: User) -> user_pb2.User:
@@ -91,8 +97,9 @@ class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
     """Users, logins and tokens."""
 
     def __init__(self, store: AuthStore, throttle: LoginThrottle | None = None,
-                 forwarded_for_header: str | None = None):
+                 forwarded_for_header: str | None = None, cache_ttl_s: float = CACHE_TTL_S):
         self.store = store
+        self.cache_ttl_s = cache_ttl_s
         self.throttle = throttle or LoginThrottle()
         self._forwarded_for_header = forwarded_for_header.lower() if forwarded_for_header else None
 
@@ -244,5 +251,5 @@ class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
         user, token = found
         return pb.VerifyTokenResponse(
             user=user_proto(user), token_id=token.token_id, expires_at=_timestamp(token.expires_at_ms),
-            cache_ttl=duration_pb2.Duration(seconds=CACHE_TTL_S))
+            cache_ttl=_duration(self.cache_ttl_s))
 

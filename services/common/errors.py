@@ -96,6 +96,12 @@ class ResourceExhausted(RequestError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class Unavailable(RequestError):
+    """A service this call needs cannot answer now (e.g. auth, to verify a token): retry later."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class DeadlineExceeded(RequestError):
     """The call ran past the server's own deadline for a call."""
 

@@ -172,6 +172,11 @@ class BearerAuthenticator:
 
     No token authenticates a 'service' (see the module docstring): an answer
     claiming one is refused.
+
+    A server stream outlives any one check: the request interceptor asks
+    `recheck` again whenever the answer it got may no longer be reused, and
+    ends the stream when the token is refused (services.common.server), so
+    the bound holds for streams too.
     """
 
     def __init__(
@@ -193,6 +198,19 @@ class BearerAuthenticator:
             if method in self._anonymous:
                 return None
             raise Unauthenticated("missing bearer token (log in with `corral login`)")
+        return await self._principal(token)
+
+    async def recheck(self, context: grpc.aio.ServicerContext) -> float:
+        """Check the call's token again (raises Unauthenticated once it is refused); returns the
+        seconds until this answer may no longer be reused, when the next check must ask auth."""
+        token = bearer_token(context)
+        if token is None:
+            return math.inf  # an anonymous call has nothing to lose
+        await self._principal(token)
+        cached = self._cache.get(hashlib.sha256(token.encode()).digest())
+        return 0.0 if cached is None else max(0.0, cached.until_s - self._clock_s())
+
+    async def _principal(self, token: str) -> Principal:
         key = hashlib.sha256(token.encode()).digest()
         now_s = self._clock_s()
         cached = self._cache.get(key)

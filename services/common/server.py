@@ -36,7 +36,14 @@ from services.common.call_limits import CallLimits, StreamSlots
 from services.common.errors import DeadlineExceeded, InvalidRequest, PermissionDenied, to_status
 from services.common.fields import violations
 from services.common.files import write_atomically
-from services.common.identity import Authenticator, PeerCertificate, Principal, reset_principal, set_principal
+from services.common.identity import (
+    Authenticator,
+    BearerAuthenticator,
+    PeerCertificate,
+    Principal,
+    reset_principal,
+    set_principal,
+)
 from services.common.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -150,7 +157,10 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                     if slots is not None:
                         slots.acquire(principal.name)
                         holder = principal.name
-                    async for response in behavior(request, context):
+                    responses = behavior(request, context)
+                    if isinstance(authenticate, BearerAuthenticator):
+                        responses = _while_authenticated(responses, authenticate, context)
+                    async for response in responses:
                         yield response
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
                     if isinstance(error, grpc.aio.AbortError):
@@ -176,6 +186,43 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                 unary_response(handler.stream_unary), handler.request_deserializer, handler.response_serializer)
         return grpc.stream_stream_rpc_method_handler(
             stream_response(handler.stream_stream), handler.request_deserializer, handler.response_serializer)
+
+
+STREAM_RECHECK_MIN_S = 0.25
+"""A server stream's token is checked again at most this often (a verifier that allows no reuse
+would otherwise be asked without pause)."""
+
+
+async def _while_authenticated(responses: AsyncIterator[Any], authenticator: BearerAuthenticator,
+                               context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    """`responses` for as long as the call's bearer token is accepted: checked again each time
+    the answer the authenticator holds may no longer be reused (even while the stream has
+    nothing to send), so a revoked token's stream ends within the same bound as its calls,
+    with the authenticator's refusal (UNAUTHENTICATED)."""
+    loop = asyncio.get_running_loop()
+    iterator = responses.__aiter__()
+    recheck_at = loop.time() + max(STREAM_RECHECK_MIN_S, await authenticator.recheck(context))
+    pending: asyncio.Future[Any] | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=max(0.0, recheck_at - loop.time()))
+            if pending in done:
+                finished, pending = pending, None
+                try:
+                    response = finished.result()
+                except StopAsyncIteration:
+                    return
+                yield response
+            else:
+                recheck_at = loop.time() + max(STREAM_RECHECK_MIN_S, await authenticator.recheck(context))
+    finally:
+        if pending is not None:
+            pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its end is not the call's
+                await pending
+        await iterator.aclose()  # type: ignore[attr-defined]
 
 
 @dataclasses.dataclass

@@ -1,5 +1,6 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
+[--token-cache-s S]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -20,6 +21,9 @@ parser.add_argument("--public-address", default="127.0.0.1:0")
 parser.add_argument("--internal-address")
 parser.add_argument("--ports-file", type=Path)
 parser.add_argument("--driver-addresses", default="", help="comma-separated internal addresses of the drivers")
+parser.add_argument("--token-cache-s", type=float, default=FrontendConfig.token_cache_s,
+                    help="how long a verified token is trusted before auth is asked again: the longest a "
+                         "revoked token keeps working here (default %(default)s)")
 add_url_settings(parser, [])
 Limits.add_flags(parser)
 args = parser.parse_args()
@@ -28,6 +32,6 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname
 asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_address, args.spec_root_url,
                                args.public_address, args.internal_address, ports_file=args.ports_file,
                                driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a),
-                               storage_roots=tuple(args.storage_root),
+                               token_cache_s=args.token_cache_s, storage_roots=tuple(args.storage_root),
                                callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                limits=Limits.from_args(args))))

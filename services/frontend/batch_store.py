@@ -107,6 +107,11 @@ class BatchStore:
         return BatchCounts(n_jobs, int(live["r"]), int(live["n"]), int(done["s"]), int(done["f"]), int(done["e"]),
                            int(done["c"]))
 
+    async def region_names(self) -> frozenset[str]:
+        """The regions jobs may name."""
+        rows = await self.db.fetchall("SELECT name FROM regions", name="region_names")
+        return frozenset(row["name"] for row in rows)
+
     async def get_update(self, batch_id: int, update_id: int) -> dict[str, Any] | None:
         return await self.db.fetchone(
             "SELECT * FROM batch_updates WHERE batch_id = %s AND update_id = %s", (batch_id, update_id),

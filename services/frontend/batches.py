@@ -21,7 +21,7 @@ from corral.batch.v1 import batch_service_pb2 as pb
 from services.common.errors import FieldViolation, InvalidRequest, NotFound
 from services.common.telemetry import current_context_json
 from services.common.identity import Principal, current_principal
-from services.db.database import PermissionDeniedError
+from services.db.database import PermissionDeniedError, ProcedureError
 from services.db.store import JobStore
 from services.frontend import query as query_language
 from services.frontend.access import owned_batch, readable_batch
@@ -31,7 +31,7 @@ from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
 from services.frontend.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
-from services.frontend.validate import UpdateBlock, check_bunch, job_row
+from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row
 from services.frontend.watch import BatchWatcher
 
 MAX_PAGE_SIZE = 1000
@@ -138,10 +138,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                 "max_open_jobs_per_user": self.limits.max_open_jobs_per_user,
                 "max_open_jobs_per_billing_project": self.limits.max_open_jobs_per_billing_project}
 
-    async def _create_batch(self, principal: Principal, request: Any, n_jobs: int = 0,
-                            n_jobs_field: str = "n_jobs") -> int:
-        """Create the batch; with `n_jobs`, first check that its update would be accepted, so
-        that a refusal writes nothing."""
+    def _batch_violations(self, request: Any, n_jobs: int, n_jobs_field: str) -> tuple[list[FieldViolation], str]:
+        """What is wrong with a CreateBatch or SubmitBatch request's own fields, and the message."""
         violations = []
         if not request.billing_project:
             violations.append(FieldViolation("billing_project", "required"))
@@ -152,6 +150,13 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             message = (f"a batch may have at most {self.limits.max_jobs_per_batch:,} jobs (max_jobs_per_batch), "
                        f"not {n_jobs:,}")
             violations.append(FieldViolation(n_jobs_field, message))
+        return violations, message
+
+    async def _create_batch(self, principal: Principal, request: Any, n_jobs: int = 0,
+                            n_jobs_field: str = "n_jobs") -> int:
+        """Create the batch; with `n_jobs`, first check that its update would be accepted, so
+        that a refusal writes nothing."""
+        violations, message = self._batch_violations(request, n_jobs, n_jobs_field)
         if violations:
             raise InvalidRequest(violations, message)
         if request.callback_url:
@@ -184,43 +189,42 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         assert row is not None
         return row
 
+    async def _job_violations(self, specs: list[Any], first_job_id: int, block: UpdateBlock, billing_project: str,
+                              field: str = "jobs", new_batch: bool = False) -> list[FieldViolation]:
+        """Everything wrong with a bunch that can be known before writing it (validate.check_bunch),
+        the regions it names included."""
+        known_regions = await self.batches.region_names() if any(spec.regions for spec in specs) else None
+        return check_bunch(specs, first_job_id, block, field, self.limits, self.urls.storage_roots(billing_project),
+                           billing_project, known_regions, new_batch)
+
     async def _add_jobs(self, batch_id: int, update: dict[str, Any], first_index: int, jobs: Any,
-                        billing_project: str, field: str = "jobs") -> bool:
-        """Validate, store specs, insert; returns whether the bunch was already received."""
+                        billing_project: str, field: str = "jobs", checked: UpdateBlock | None = None) -> bool:
+        """Validate (unless already `checked` against this update's block), store specs, insert;
+        returns whether the bunch was already received."""
         block = UpdateBlock(update["start_job_id"], update["n_jobs"], update["start_job_group_id"],
                             update["n_job_groups"])
         first_job_id = block.start_job_id + first_index
         specs = list(jobs)
-        violations = check_bunch(specs, first_job_id, block, field, self.limits,
-                                 self.urls.storage_roots(billing_project), billing_project)
-        if violations:
-            raise InvalidRequest(violations)
-        refs = await self.specs.write_bunch(batch_id, update["update_id"], first_job_id, specs)
-        rows = [job_row(spec, first_job_id + i, block, refs[i]) for i, spec in enumerate(specs)]
-        status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows,
-                                             max_children_per_job=self.limits.max_children_per_job)
+        if checked != block:
+            violations = await self._job_violations(specs, first_job_id, block, billing_project, field)
+            if violations:
+                raise InvalidRequest(violations)
+        stored = await self.specs.store_bunch(batch_id, update["update_id"], first_job_id, specs)
+        rows = [job_row(spec, first_job_id + i, block, stored.refs[i]) for i, spec in enumerate(specs)]
+        try:
+            status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows,
+                                                 max_children_per_job=self.limits.max_children_per_job)
+        except ProcedureError:
+            # Refused, and rolled back: no job refers to the specs just stored. (Any
+            # other error may have come after the commit: the specs stay.)
+            await self.specs.discard(stored)
+            raise
         return status["message"] == "duplicate"
 
     async def _create_job_groups(self, batch_id: int, update: dict[str, Any], first_index: int, specs: Any) -> None:
-        if specs and not 0 <= first_index <= first_index + len(specs) <= update["n_job_groups"]:
-            # As for jobs (validate.check_bunch): ids outside the update's block, which
-            # could also pass the INT column's range, are refused here.
-            raise InvalidRequest(FieldViolation("first_index", f"the update reserved {update['n_job_groups']} job groups"))
-        start = update["start_job_group_id"] + first_index
-        groups, violations = [], []
-        for i, spec in enumerate(specs):
-            group_id = start + i
-            ref = spec.parent.WhichOneof("ref")
-            parent = (spec.parent.job_group_id if ref == "job_group_id"
-                      else update["start_job_group_id"] + spec.parent.in_update_index if ref == "in_update_index"
-                      else 0)
-            if parent >= group_id:
-                violations.append(FieldViolation(f"job_groups[{i}].parent", "a parent group comes before its child"))
-            group: dict[str, Any] = {"job_group_id": group_id, "parent_id": parent,
-                                     "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())]}
-            if spec.HasField("cancel_after_n_failures"):
-                group["cancel_after_n_failures"] = spec.cancel_after_n_failures
-            groups.append(group)
+        block = UpdateBlock(update["start_job_id"], update["n_jobs"], update["start_job_group_id"],
+                            update["n_job_groups"])
+        groups, violations = job_group_rows(specs, block, first_index)
         if violations:
             raise InvalidRequest(violations)
         if groups:
@@ -297,13 +301,25 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         too_many = fan_out_violation(request.jobs, self.limits.max_children_per_job)
         if too_many is not None:
             raise InvalidRequest(too_many, too_many.description)
+        # Everything that can be checked is checked before the batch is created: the
+        # procedures commit one by one, so a refusal after create_batch would leave an
+        # open batch holding its reserved ids. A new batch's first update has job ids
+        # from 1 and group ids from 1 (0 is the root).
+        block = UpdateBlock(1, len(request.jobs), 1, len(request.job_groups))
+        violations, message = self._batch_violations(request, len(request.jobs), "jobs")
+        violations += job_group_rows(request.job_groups, block, 0, new_batch=True)[1]
+        if request.jobs:
+            violations += await self._job_violations(list(request.jobs), 1, block, request.billing_project,
+                                                     new_batch=True)
+        if violations:
+            raise InvalidRequest(violations, message)
         batch_id = await self._create_batch(principal, request, len(request.jobs), "jobs")
         token = request.idempotency_token + SUBMIT_SUFFIX if request.idempotency_token else None
         update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
         if not update["committed"]:
             await self._create_job_groups(batch_id, update, 0, request.job_groups)
             if request.jobs:
-                await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project)
+                await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project, checked=block)
             await self.jobs.commit_update(batch_id, update["update_id"])
             await self.notify("jobs_ready", batch_id, 0, request.billing_project)
         update = await self.batches.get_update(batch_id, update["update_id"])

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import re
 from collections.abc import Callable
 from typing import Literal
@@ -151,7 +152,10 @@ def _parse_int(text: str) -> int:
 def _parse_cost(text: str) -> float:
     if not _FLOAT.fullmatch(text):
         raise ValueError(f"expected a cost in USD such as 1.5, got {text!r}")
-    return float(text.lstrip("$"))
+    cost = float(text.lstrip("$"))
+    if not math.isfinite(cost):  # 1e999 is inf, which no SQL literal spells
+        raise ValueError(f"cost {text!r} is out of range")
+    return cost
 
 
 def _parse_duration(text: str) -> int:
@@ -159,10 +163,10 @@ def _parse_duration(text: str) -> int:
     if not match:
         raise ValueError(f"expected a duration such as 90, 30s, 5m, 2h, 1d or 250ms, got {text!r}")
     number, unit = match.groups()
-    ms = round(float(number) * _UNIT_MS[unit or "s"])
-    if ms > _INT64:
+    ms = float(number) * _UNIT_MS[unit or "s"]  # inf for 400 digits: round() would raise
+    if not ms <= _INT64:
         raise ValueError(f"duration {text!r} is too long")
-    return ms
+    return round(ms)
 
 
 def _format_duration(ms: object) -> str:
@@ -180,7 +184,9 @@ def _parse_time(text: str) -> int:
         moment = datetime.datetime.fromisoformat(text)
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=datetime.UTC)  # UTC unless told otherwise
-        return (moment - _EPOCH) // _MS
+        # In UTC it must still be a date (0001-01-01T00:00+01:00 is not), or it
+        # could not be written back.
+        return (moment.astimezone(datetime.UTC) - _EPOCH) // _MS
     except (ValueError, OverflowError) as e:
         raise ValueError(f"not a valid time: {text!r} ({e})") from None
 
@@ -188,7 +194,7 @@ def _parse_time(text: str) -> int:
 def _format_time(ms: object) -> str:
     assert isinstance(ms, int)
     moment = _EPOCH + ms * _MS
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    text = f"{moment.year:04d}-" + moment.strftime("%m-%dT%H:%M:%S")  # %Y does not pad year 33
     return text + (f".{moment.microsecond // 1000:03d}Z" if moment.microsecond else "Z")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from corral.batch.v1 import job_spec_pb2 as spec_pb
@@ -123,12 +123,15 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
             v.append(FieldViolation(f"{at}.locks[{i}].mode", "unknown lock mode"))
         elif (lock.mode in _NAMED_MODES) != bool(lock.names):
             v.append(FieldViolation(f"{at}.locks[{i}].names", "shared and exclusive locks (only) name resources"))
+        elif not all(lock.names):
+            v.append(FieldViolation(f"{at}.locks[{i}].names", "a resource name must not be empty"))
     ref = spec.job_group.WhichOneof("ref")
     if ref == "job_group_id" and spec.job_group.job_group_id < 0:
         v.append(FieldViolation(f"{at}.job_group.job_group_id", "must not be negative"))
     if ref == "in_update_index" and not 0 <= spec.job_group.in_update_index < block.n_job_groups:
         v.append(FieldViolation(f"{at}.job_group.in_update_index",
                                 f"the update has {block.n_job_groups} job groups"))
+    named: dict[int, int] = {}  # parent id -> the first parents[] entry naming it
     for i, parent in enumerate(spec.parents):
         where = f"{at}.parents[{i}]"
         kind = parent.WhichOneof("ref")
@@ -140,6 +143,11 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
                                                  and job_id + parent.in_update_offset >= block.start_job_id):
             v.append(FieldViolation(f"{where}.in_update_offset",
                                     "must be negative and point inside the same update"))
+        else:
+            parent_id = parent.job_id if kind == "job_id" else job_id + parent.in_update_offset
+            if parent_id in named:
+                v.append(FieldViolation(where, f"names job {parent_id}, as parents[{named[parent_id]}] does"))
+            named.setdefault(parent_id, i)
         for state in parent.accepted_states:
             if state not in _ACCEPTED_BITS:
                 v.append(FieldViolation(f"{where}.accepted_states",
@@ -150,11 +158,31 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
     return v
 
 
+def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, known_regions: Collection[str] | None,
+                          new_batch: bool) -> list[FieldViolation]:
+    """Regions and groups that the database would refuse (insert_jobs), found before anything is written."""
+    v = []
+    if known_regions is not None:
+        known = {r.rstrip(" ") for r in known_regions}  # the column's collation ignores trailing spaces
+        for i, region in enumerate(spec.regions):
+            if region.strip() and region.rstrip(" ") not in known:
+                v.append(FieldViolation(f"{at}.regions[{i}]",
+                                        f"unknown region {region!r}; one of {', '.join(sorted(known))}"))
+    last_group = block.start_job_group_id + block.n_job_groups - 1
+    if new_batch and spec.job_group.WhichOneof("ref") == "job_group_id" and spec.job_group.job_group_id > last_group:
+        v.append(FieldViolation(f"{at}.job_group.job_group_id",
+                                f"a new batch has job groups 0 to {last_group}, those of its request"))
+    return v
+
+
 def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBlock,
                 field: str = "jobs", limits: Limits = Limits(), storage_roots: Sequence[str] = (),
-                project: str = "") -> list[FieldViolation]:
+                project: str = "", known_regions: Collection[str] | None = None,
+                new_batch: bool = False) -> list[FieldViolation]:
     """Every violation in a bunch whose first job gets id `first_job_id`; its files' URLs must lie
-    under `storage_roots`, those of the batch's billing project `project`."""
+    under `storage_roots`, those of the batch's billing project `project`; its regions among
+    `known_regions` (None: the database checks them). With `new_batch` the update is the batch's
+    first (SubmitBatch), so the groups that exist are known: the root and the update's."""
     if not specs:
         return [FieldViolation(field, "a bunch holds at least one job")]
     if len(specs) > limits.max_jobs_per_bunch:
@@ -167,7 +195,49 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
     for i, spec in enumerate(specs):
         violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]", limits)
         violations += file_url_violations(spec, storage_roots, project, f"{field}[{i}]")
+        violations += _placement_violations(spec, block, f"{field}[{i}]", known_regions, new_batch)
     return violations
+
+
+MAX_JOB_GROUP_DEPTH = 7
+"""Job groups nest at most this deep below the root (insert_job_groups refuses deeper)."""
+
+
+def job_group_rows(specs: Sequence[Any], block: UpdateBlock, first_index: int, field: str = "job_groups",
+                   new_batch: bool = False) -> tuple[list[dict[str, Any]], list[FieldViolation]]:
+    """The insert_job_groups rows of groups `first_index`, ... of the update `block`, and every
+    violation: a parent must come before its child. With `new_batch` (SubmitBatch) every group
+    that exists is the root or in `specs`, so the depth is checked here too."""
+    if specs and not 0 <= first_index <= first_index + len(specs) <= block.n_job_groups:
+        # As for jobs (check_bunch): ids outside the update's block, which could also
+        # pass the INT column's range, are refused here.
+        return [], [FieldViolation("first_index", f"the update reserved {block.n_job_groups} job groups")]
+    start = block.start_job_group_id + first_index
+    groups, violations = [], []
+    depth = {0: 0}
+    for i, spec in enumerate(specs):
+        group_id = start + i
+        ref = spec.parent.WhichOneof("ref")
+        if ref == "in_update_index" and not 0 <= spec.parent.in_update_index < block.n_job_groups:
+            violations.append(FieldViolation(f"{field}[{i}].parent.in_update_index",
+                                             f"the update has {block.n_job_groups} job groups"))
+            continue
+        parent = (spec.parent.job_group_id if ref == "job_group_id"
+                  else block.start_job_group_id + spec.parent.in_update_index if ref == "in_update_index" else 0)
+        if not 0 <= parent < group_id:
+            violations.append(FieldViolation(f"{field}[{i}].parent", "a parent group comes before its child"))
+            continue
+        if new_batch:
+            depth[group_id] = depth.get(parent, 0) + 1
+            if depth[group_id] > MAX_JOB_GROUP_DEPTH:
+                violations.append(FieldViolation(f"{field}[{i}].parent",
+                                                 f"job groups nest at most {MAX_JOB_GROUP_DEPTH} deep"))
+        group: dict[str, Any] = {"job_group_id": group_id, "parent_id": parent,
+                                 "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())]}
+        if spec.HasField("cancel_after_n_failures"):
+            group["cancel_after_n_failures"] = spec.cancel_after_n_failures
+        groups.append(group)
+    return groups, violations
 
 
 def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str) -> dict[str, Any]:

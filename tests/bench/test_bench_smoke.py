@@ -17,8 +17,8 @@ import pymysql
 
 import pytest
 
-from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, job_start, query_limits, sj_mjc, submit,
-                   supervise)
+from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, query_limits,
+                   sj_mjc, submit, supervise)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -302,3 +302,40 @@ def test_failover_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     assert (results["parameters"]["workers"], results["parameters"]["lease_s"]) == (
         failover.SMOKE_WORKERS, failover.SMOKE_LEASE.lease_s)
     assert bench_schemas(mariadb_server) == before
+
+
+def test_fuzz_query_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "fuzz-query")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == fuzz_query.figure_names()
+    value = {name.removeprefix("fuzz-query."): v for name, (v, _) in printed.items()}
+    assert value["inputs"] == fuzz_query.SMOKE_INPUTS == value["parsed"] + value["refused"]
+    assert value["parsed"] > 0 and value["refused"] > 0
+    failures = ("internal_errors", "property_failures", "grpc.internal_errors", "grpc.wrong_answers")
+    assert [value[name] for name in failures] == [0] * 4, result.stderr
+    assert value["grpc.calls"] == fuzz_query.SMOKE_GRPC_SAMPLE
+    assert value["grpc.calls"] == value["grpc.answered"] + value["grpc.refused"] + value["grpc.statement_limit"]
+    assert value["grpc.answered"] > 0 and value["grpc.refused"] > 0
+
+    results = results_of(tmp_path, "fuzz-query", printed)
+    assert results["parameters"]["failures_in_process"] == results["parameters"]["failures_over_grpc"] == []
+    assert bench_schemas(mariadb_server) == before
+
+
+@pytest.mark.slow
+def test_fuzz_query_of_a_million_inputs(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """The issue's size: 1,000,000 inputs, 2,000 of them over gRPC, without a failure.
+    Takes about ten minutes here; the figures are in docs/performance.md."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", "fuzz-query", "--inputs", "1000000", "--database-url",
+         database_url(mariadb_server), "--out", str(tmp_path)],
+        cwd=REPO_DIR, capture_output=True, text=True, timeout=7200,
+    )
+    assert result.returncode == 0, result.stderr
+    value = {name.removeprefix("fuzz-query."): v for name, (v, _) in summary(result.stdout).items()}
+    assert value["inputs"] == 1_000_000 and value["grpc.calls"] == 2_000
+    failures = ("internal_errors", "property_failures", "grpc.internal_errors", "grpc.wrong_answers")
+    assert [value[name] for name in failures] == [0] * 4, result.stderr

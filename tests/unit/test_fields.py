@@ -5,6 +5,7 @@ and each limit over real gRPC in tests/service/test_field_limits.py."""
 
 from __future__ import annotations
 
+import pytest
 from google.protobuf import descriptor
 
 from corral.auth.v1 import auth_service_pb2
@@ -25,6 +26,7 @@ from services.common.fields import (
 )
 from services.frontend.field_limits import request_field_limits
 from services.frontend.limits import Limits
+from services.frontend.query import QueryTooLarge, parse
 
 B = "corral.batch.v1."
 TABLE: FieldLimits = {
@@ -159,8 +161,12 @@ def test_settings_flow_into_the_table() -> None:
     request = bpb.SubmitBatchRequest(attributes={"a": "", "b": ""}, jobs=[spec(attributes={"a": "", "b": ""})] * 3)
     assert violations(request, table) == [FieldViolation("attributes", "at most 1 entries (max_attributes)"),
                                           FieldViolation("jobs", "at most 2 entries (max_jobs_per_bunch)")]
-    assert violations(bpb.ListBatchesRequest(query="x" * 11), table) == [
-        FieldViolation("query", "at most 10 bytes of UTF-8 (max_query_bytes)")]
+    # A query's length is the parser's to refuse, saying where (as every query refusal does):
+    # the interceptor leaves it alone.
+    assert violations(bpb.ListBatchesRequest(query="x" * 11), table) == []
+    with pytest.raises(QueryTooLarge, match="max_query_bytes") as error:
+        parse("x" * 11, "batches", max_bytes=10)
+    assert error.value.description.startswith("at character 10: ")
 
 
 def test_keys_a_pad_space_collation_would_confuse_are_refused() -> None:
