@@ -44,11 +44,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (100 if args.short else 1000)
     down_s = args.down or (5.0 if args.short else 45.0)
     outcome = Outcome()
-    batch = corral.BatchBuilder("default", attributes={"name": "fault-database-restart"})
-    for _ in range(n_jobs):
-        batch.job("busybox", ["sleep", "1"], cores=0.25)
-    with stack.client() as client:
-        batch_id = client.submit(batch).batch_id
+    batch_id = stack.submit("fault-database-restart", n_jobs, ["sleep", "1"])
     eventually(lambda: stack.query("SELECT COUNT(*) n FROM jobs WHERE batch_id = %s AND state = 'Running'",
                                    (batch_id,))[0]["n"] > 0, 120, 0.2, "jobs to run")
     services = {pid for pid in (stack.frontend_pid(), *stack.driver_pids().values()) if pid}

@@ -19,11 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import corral
 from corral.batch.v1 import job_state_pb2
 from faults import Outcome
 from faults.audit import audit
-from faults.stack import Stack, eventually, progress
+from faults.stack import Stack, batch, eventually, progress
 
 NAME = "disk-full"
 HELP = "a worker's scratch disk fills up: the attempt ends Error naming the disk, the worker goes on"
@@ -51,19 +50,12 @@ def small_disks(paths: list[Path], size_mib: int) -> Iterator[None]:
             subprocess.run(["umount", "--lazy", str(path)], capture_output=True)
 
 
-def _batch(name: str, n: int, argv: list[str]) -> corral.BatchBuilder:
-    batch = corral.BatchBuilder("default", attributes={"name": name})
-    for _ in range(n):
-        batch.job("busybox", argv, cores=0.25)
-    return batch
-
-
 def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_fillers = args.fillers or (3 if args.short else 20)
     n_jobs = args.jobs or (20 if args.short else 200)
     outcome = Outcome()
     with stack.client() as client:
-        warm = client.submit(_batch("fault-disk-full-warm-up", 4, ["true"])).batch_id
+        warm = client.submit(batch("fault-disk-full-warm-up", 4, ["true"])).batch_id
     stack.wait_complete([warm], 180)
 
     def idle_workers() -> dict[str, int] | None:
@@ -79,12 +71,12 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
         progress(f"{NAME}: {args.size} MiB scratch disks under {', '.join(workers)}")
         with stack.client() as client:
             fill = f"dd if=/dev/zero of=fill bs=1M count={4 * args.size}"
-            filled = client.submit(_batch("fault-disk-full", n_fillers, ["sh", "-c", fill])).batch_id
+            filled = client.submit(batch("fault-disk-full", n_fillers, ["sh", "-c", fill])).batch_id
             batch_ids.append(filled)
             stack.wait_complete([filled], 300)
             errors = [client.get_job(filled, job_id) for job_id in range(1, n_fillers + 1)]
             started = time.monotonic()
-            after = client.submit(_batch("fault-disk-full-after", n_jobs, ["true"])).batch_id
+            after = client.submit(batch("fault-disk-full-after", n_jobs, ["true"])).batch_id
             batch_ids.append(after)
             try:
                 stack.wait_complete([after], 300 + n_jobs)

@@ -20,7 +20,7 @@ import uuid
 import corral
 from faults import Outcome
 from faults.audit import audit
-from faults.stack import Stack, eventually, kill, progress
+from faults.stack import Stack, batch, eventually, kill, progress
 
 NAME = "frontend-kill"
 HELP = "the frontend SIGKILLed during a large submission, then the same builder resubmitted"
@@ -46,9 +46,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (2000 if args.short else 20_000)
     outcome = Outcome()
     name = f"fault-frontend-kill-{uuid.uuid4().hex[:8]}"
-    builder = corral.BatchBuilder("default", attributes={"name": name})
-    for _ in range(n_jobs):
-        builder.job("busybox", ["true"], cores=0.25)
+    builder = batch(name, n_jobs, ["true"])
     first: dict[str, object] = {}
 
     def submit() -> None:
@@ -78,25 +76,25 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     outcome.figure(f"{NAME}.written_at_kill", written, f"of {n_jobs} jobs")
     if "batch" in first:
         outcome.broken.append("the first submission finished before the kill: nothing was tested")
-    eventually(lambda: (pid := stack.frontend_pid()) not in (None, frontend) and _frontend_answers(stack), 120, 0.2,
+    eventually(lambda: stack.frontend_pid() not in (None, frontend) and _frontend_answers(stack), 120, 0.2,
                "the frontend to be restarted")
     outcome.figure(f"{NAME}.frontend_away", time.monotonic() - killed, "s")
     started = time.monotonic()
     with stack.client() as client:
-        batch = client.submit(builder, bunch_size=BUNCH)  # the same bunches: a bunch is the unit re-sent
+        submitted = client.submit(builder, bunch_size=BUNCH)  # the same bunches: a bunch is the unit re-sent
         outcome.figure(f"{NAME}.resubmit", time.monotonic() - started, "s")
         batches = stack.query("SELECT batch_id FROM batch_attributes WHERE `key` = 'name' AND `value` = %s", (name,))
         outcome.figure(f"{NAME}.batches", len(batches), "(must be 1)")
         jobs = jobs_written()
         outcome.figure(f"{NAME}.jobs", jobs, f"(must be {n_jobs})")
-        if len(batches) != 1 or batches[0]["batch_id"] != batch.batch_id:
+        if len(batches) != 1 or batches[0]["batch_id"] != submitted.batch_id:
             outcome.broken.append(f"the builder made {len(batches)} batches")
-        if jobs != n_jobs or batch.counts.n_jobs != n_jobs:
-            outcome.broken.append(f"the batch has {jobs} jobs (n_jobs {batch.counts.n_jobs}), not {n_jobs}")
-        client.cancel_batch(batch.batch_id, reason="fault program: the submission was the point")
+        if jobs != n_jobs or submitted.counts.n_jobs != n_jobs:
+            outcome.broken.append(f"the batch has {jobs} jobs (n_jobs {submitted.counts.n_jobs}), not {n_jobs}")
+        client.cancel_batch(submitted.batch_id, reason="fault program: the submission was the point")
     try:
-        stack.wait_complete([batch.batch_id], timeout_s=120)
+        stack.wait_complete([submitted.batch_id], timeout_s=120)
     except TimeoutError as e:
         outcome.broken.append(str(e))
-    outcome.audit = audit(stack, [batch.batch_id], expect_success=False)
+    outcome.audit = audit(stack, [submitted.batch_id], expect_success=False)
     return outcome

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import corral
 from faults import Outcome
 from faults.audit import audit
 from faults.stack import Stack, eventually, kill, progress
@@ -44,11 +43,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (200 if args.short else 10_000)
     n_kills = args.kills or (3 if args.short else 100)
     outcome = Outcome()
-    batch = corral.BatchBuilder("default", attributes={"name": "fault-leader-kill"})
-    for _ in range(n_jobs):
-        batch.job("busybox", ["sleep", f"{args.sleep:g}"], cores=0.25)
-    with stack.client() as client:
-        batch_id = client.submit(batch).batch_id
+    batch_id = stack.submit("fault-leader-kill", n_jobs, ["sleep", f"{args.sleep:g}"])
     n_drivers = len(stack.driver_pids())
     failovers, restarts = [], []
     for n in range(n_kills):

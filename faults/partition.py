@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import corral
 from faults import Outcome
 from faults.audit import audit
 from faults.stack import Stack, eventually, progress
@@ -103,11 +102,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (150 if args.short else 1000)
     cut_s = args.cut or (20.0 if args.short else 60.0)
     outcome = Outcome()
-    batch = corral.BatchBuilder("default", attributes={"name": "fault-partition"})
-    for _ in range(n_jobs):
-        batch.job("busybox", ["sleep", "1"], cores=0.25)
-    with stack.client() as client:
-        batch_id = client.submit(batch).batch_id
+    batch_id = stack.submit("fault-partition", n_jobs, ["sleep", "1"])
 
     def busiest() -> tuple[str, int] | None:
         rows = stack.query("SELECT instance_name, COUNT(*) n FROM attempts WHERE batch_id = %s AND end_time_ms IS NULL "

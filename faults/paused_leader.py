@@ -19,7 +19,6 @@ import re
 import signal
 import time
 
-import corral
 from faults import Outcome
 from faults.audit import audit
 from faults.stack import Stack, eventually, kill, progress
@@ -45,11 +44,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (200 if args.short else 1000)
     pause_s = args.pause or (15.0 if args.short else 30.0)
     outcome = Outcome()
-    batch = corral.BatchBuilder("default", attributes={"name": "fault-paused-leader"})
-    for _ in range(n_jobs):
-        batch.job("busybox", ["sleep", "1"], cores=0.25)
-    with stack.client() as client:
-        batch_id = client.submit(batch).batch_id
+    batch_id = stack.submit("fault-paused-leader", n_jobs, ["sleep", "1"])
     eventually(lambda: stack.query("SELECT COUNT(*) n FROM jobs WHERE batch_id = %s AND state = 'Success'",
                                    (batch_id,))[0]["n"] > 0, 180, 0.2, "jobs to complete")
     epoch, address, pid = eventually(stack.leader, 60, 0.1, "a leader")

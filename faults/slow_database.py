@@ -84,11 +84,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     hold_s = args.hold or (3.0 if args.short else 60.0)
     rounds = args.rounds or (2 if args.short else 3)
     outcome = Outcome()
-    batch = corral.BatchBuilder("default", attributes={"name": "fault-slow-database"})
-    for _ in range(n_jobs):
-        batch.job("busybox", ["sleep", "0.2"], cores=0.25)
-    with stack.client() as client:
-        batch_id = client.submit(batch).batch_id
+    batch_id = stack.submit("fault-slow-database", n_jobs, ["sleep", "0.2"])
     services = {pid for pid in (stack.frontend_pid(), *stack.driver_pids().values()) if pid}
     reader = _Reader(stack, batch_id)
     reader.start()

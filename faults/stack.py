@@ -99,6 +99,14 @@ class Stack:
         return corral.Client(self.up.endpoints["frontend"], self.up.admin_token, ca_cert=self.up.endpoints["ca_cert"],
                              auth_address=self.up.endpoints["auth"])
 
+    def submit(self, name: str, n_jobs: int, argv: Sequence[str]) -> int:
+        """Submit a batch named `name` of `n_jobs` jobs of a quarter core each running `argv`; its id."""
+        return self.submit_builder(batch(name, n_jobs, argv))
+
+    def submit_builder(self, builder: corral.BatchBuilder) -> int:
+        with self.client() as client:
+            return client.submit(builder).batch_id
+
     def database(self) -> DatabaseConfig:
         """The administrator's connection to corral's database."""
         config = DatabaseConfig.from_url(self.up.endpoints["database"])
@@ -218,6 +226,14 @@ class Stack:
 
     def stop(self) -> None:
         self.up.stop()
+
+
+def batch(name: str, n_jobs: int, argv: Sequence[str]) -> corral.BatchBuilder:
+    """A batch named `name` of `n_jobs` jobs of a quarter core each running `argv`."""
+    builder = corral.BatchBuilder("default", attributes={"name": name})
+    for _ in range(n_jobs):
+        builder.job("busybox", list(argv), cores=0.25)
+    return builder
 
 
 def kill(pid: int, sig: int = signal.SIGKILL) -> None:
