@@ -64,17 +64,6 @@ def _processes() -> dict[int, list[str]]:
     return {int(e.name): argv for e in Path("/proc").iterdir() if e.name.isdigit() and (argv := _argv(int(e.name)))}
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
-                found[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
-    return found
-
-
 def alive(pid: int) -> bool:
     """Whether `pid` is a process that has not exited (zombies count as gone)."""
     try:
@@ -101,11 +90,8 @@ class Stack:
 
     def submit(self, name: str, n_jobs: int, argv: Sequence[str]) -> int:
         """Submit a batch named `name` of `n_jobs` jobs of a quarter core each running `argv`; its id."""
-        return self.submit_builder(batch(name, n_jobs, argv))
-
-    def submit_builder(self, builder: corral.BatchBuilder) -> int:
         with self.client() as client:
-            return client.submit(builder).batch_id
+            return client.submit(batch(name, n_jobs, argv)).batch_id
 
     def database(self) -> DatabaseConfig:
         """The administrator's connection to corral's database."""
@@ -126,19 +112,6 @@ class Stack:
                 return list(cursor.fetchall())
         finally:
             conn.close()
-
-    def descendants(self) -> set[int]:
-        """Every live process `corral up` started, directly or not."""
-        children: dict[int, list[int]] = {}
-        for pid, ppid in _parents().items():
-            children.setdefault(ppid, []).append(pid)
-        found, todo = set(), [self.up.process.pid]
-        while todo:
-            for child in children.get(todo.pop(), []):
-                if child not in found:
-                    found.add(child)
-                    todo.append(child)
-        return found
 
     def _ours(self, module: str) -> list[tuple[int, list[str]]]:
         """(pid, argv) of the live processes of `python -m MODULE` that name this stack's data directory."""
