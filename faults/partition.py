@@ -7,7 +7,7 @@ by iptables rules on its ports, and the worker is moved into a cgroup whose
 new connections iptables drops (`-m cgroup --path`), so it cannot connect
 again either. Its processes keep running; only packets are lost, as in a
 real partition. After `--cut` seconds (longer than the deadline `corral up`
-is given, 10 s) the rules go and the worker may talk again.
+is given, 20 s) the rules go and the worker may talk again.
 
 It checks that the batch completes with every job succeeded and nothing
 lost or recorded twice: the cut worker's attempts end as lost with it, their
@@ -43,7 +43,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, help="one-second jobs in the batch (default 1,000; 150 with --short)")
-    parser.add_argument("--cut", type=float, help="seconds the worker is cut off (default 60; 20 with --short)")
+    parser.add_argument("--cut", type=float, help="seconds the worker is cut off (default 60; 35 with --short)")
 
 
 def _cgroup_root() -> Path:
@@ -100,7 +100,7 @@ def cut_off(pid: int) -> Iterator[set[int]]:
 
 def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (150 if args.short else 1000)
-    cut_s = args.cut or (20.0 if args.short else 60.0)
+    cut_s = args.cut or (35.0 if args.short else 60.0)
     outcome = Outcome()
     batch_id = stack.submit("fault-partition", n_jobs, ["sleep", "1"])
 

@@ -26,9 +26,10 @@ from services.up_process import UpProcess
 
 T = TypeVar("T")
 
-UP_ARGS = ("--worker-cores", "4", "--max-workers", "2", "--heartbeat-timeout", "10")
-"""How every fault runs `corral up`: two workers of 4 cores at most, a worker declared dead after 10 s
-without a heartbeat."""
+UP_ARGS = ("--worker-cores", "4", "--max-workers", "2", "--heartbeat-timeout", "20")
+"""How every fault runs `corral up`: two workers of 4 cores at most, a worker declared dead after 20 s
+without a heartbeat (twice the leader's lease and the workers' patience with a silent driver, so that
+a failover costs no worker)."""
 
 LOST_REASONS = ("worker_lost", "instance deactivated")
 """How an attempt ends when its worker is declared dead (its report, or the driver's deactivation)."""

@@ -187,7 +187,8 @@ async def start(config: DriverConfig) -> DriverApp:
         releaser = ChildReleaser(store, epoch, on_released=released)
         canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
         autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
-        dead = DeadWorkerDetector(db, store, provider, registry.connected_instances, epoch,
+        dead = DeadWorkerDetector(db, store, provider,
+                                  lambda: registry.heard_from(config.session.heartbeat_timeout_s), epoch,
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
                                   watching_since_ms=lambda: state.watching_since_ms)
         running = RunningCanceller(db, store, registry, epoch)

@@ -201,8 +201,9 @@ class Autoscaler(Loop):
 
 
 class DeadWorkerDetector(Loop):
-    """Deactivates instances whose session is gone and whose heartbeats stopped;
-    their running jobs go back to Ready and run again as a new attempt.
+    """Deactivates instances whose heartbeats stopped and whose worker has not been heard from on a
+    session within the deadline (`live`: a session that stays open but silent, as a partitioned worker's
+    does, does not keep it alive); their running jobs go back to Ready and run again as a new attempt.
 
     A deadline is only fair if the driver could see the worker all along. So
     it runs from the instance's last heartbeat (or activation, or creation),

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -170,6 +171,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             async def read() -> None:
                 try:
                     async for message in request_iterator:
+                        session.heard_at = time.monotonic()
                         inbox.put_nowait(message)
                 finally:
                     inbox.put_nowait(None)

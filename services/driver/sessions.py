@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import hmac
 import itertools
+import time
 from collections.abc import Callable, Sequence
 
 from google.protobuf import timestamp_pb2
@@ -47,6 +48,8 @@ class Session:
     """The worker said Draining: it takes no new jobs, so none are scheduled on it."""
     end_reason: str = ""
     """Why the driver ended the session (it no longer leads), once it did."""
+    heard_at: float = dataclasses.field(default_factory=time.monotonic)
+    """When the worker last sent anything on it (this process's monotonic clock)."""
 
 
 class SessionRegistry:
@@ -91,6 +94,13 @@ class SessionRegistry:
         """Instances whose worker holds a session, draining or not: where commands such as
         CancelJob reach."""
         return set(self._sessions)
+
+    def heard_from(self, within_s: float) -> set[str]:
+        """Instances whose worker holds a session and sent something on it within `within_s`. A session
+        can outlive its worker's reach: cut off by a partition, its connection stays open here until
+        the transport notices, which may take hours."""
+        since = time.monotonic() - within_s
+        return {name for name, session in self._sessions.items() if session.heard_at >= since}
 
     def log_url(self, batch_id: int, job_id: int, attempt_id: str) -> str:
         """Where the worker uploads an attempt's main log (the frontend reads finished logs there);

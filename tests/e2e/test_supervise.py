@@ -164,7 +164,15 @@ def test_a_part_that_cannot_be_restarted_stops_everything(tmp_path: Path) -> Non
         eventually(lambda: PidRecord.of("", pid) is None, timeout_s=10, what="the driver to die")
         # Something else takes its port: it cannot come back.
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        holder.bind(("127.0.0.1", port))
+
+        def taken() -> bool:  # the dead driver's listener may take a moment to be released
+            try:
+                holder.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+            return True
+
+        eventually(taken, timeout_s=10, what="the dead driver's port to be free")
         holder.listen()
         code = cluster.wait(timeout_s=180)
     finally:
