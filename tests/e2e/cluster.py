@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ import pymysql
 import pymysql.cursors
 
 import corral
+import faults.stack
 from services import up_process
 from services.db.database import DatabaseConfig
 from services.up_process import UpProcess
@@ -38,15 +38,11 @@ def processes() -> dict[int, list[str]]:
 
 def eventually(check: Callable[[], T], timeout_s: float = 60.0, interval_s: float = 0.2,
                what: str = "condition") -> T:
-    """Poll `check` until it returns something truthy; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(interval_s)
+    """Poll `check` until it returns something truthy; fail the test after `timeout_s`."""
+    try:
+        return faults.stack.eventually(check, timeout_s, interval_s, what)
+    except TimeoutError as e:
+        raise AssertionError(str(e)) from None
 
 
 class Cluster(UpProcess):
