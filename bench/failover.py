@@ -1,12 +1,12 @@
-"""failover: how long a paused leader keeps corral from working, and what it costs.
+"""failover: how long a paused, killed or stopped leader keeps corral from working, and what it costs.
 
-Issue 10's experiment on real processes: two drivers (`python -m
+Issue 10's experiment on real processes: three drivers (`python -m
 services.driver`, the first leading) and N workers (`python -m
 services.worker`), each running one long job. The leader is frozen with
 SIGSTOP for `--pause` seconds (30 in the issue), then resumed with SIGCONT.
 Figures, in seconds from the SIGSTOP:
 
-- `takeover_s`: the standby leads (the epoch moved on: the paused leader's
+- `takeover_s`: a standby leads (the epoch moved on: the paused leader's
   lease ran out by the database's clock);
 - `workers_attached_s`: every worker has reported to the new leader (a
   heartbeat recorded since its election: the paused one, fenced, can record
@@ -20,9 +20,16 @@ and, once the old leader is resumed:
   call of its as stale (calls in flight when it was frozen; its loops
   start no new ones once its lease may have run out);
 
-then a clean shutdown (SIGTERM) of the new leader, which gives its lease up:
+then the new leader is killed (SIGKILL): its database connection closes
+with it, and a standby takes its lease over without waiting for it to run
+out:
 
-- `handover_s`, `handover_workers_attached_s`: from the SIGTERM, the other
+- `killed_takeover_s`, `killed_workers_attached_s`: from the SIGKILL,
+  another driver leads, and every worker has reported to it;
+
+then a clean shutdown (SIGTERM) of that leader, which gives its lease up:
+
+- `handover_s`, `handover_workers_attached_s`: from the SIGTERM, the last
   driver leads, and every worker has reported to it;
 
 and what the whole thing cost: `attempts_rerun` (attempts started beyond
@@ -62,7 +69,8 @@ from services.frontend.specs import SpecStore
 from services.worker.runtime import can_isolate
 
 NAME = "failover"
-HELP = "a leader paused with SIGSTOP: time to a new leader and to every worker following it (real processes)"
+HELP = ("a leader paused with SIGSTOP, killed, stopped: time to a new leader and to every worker following it "
+        "(real processes)")
 
 DEFAULT_WORKERS, SMOKE_WORKERS = 4, 2
 DEFAULT_PAUSE_S, SMOKE_PAUSE_S = 30.0, 0.0
@@ -71,6 +79,8 @@ SMOKE_HEARTBEAT_S, SMOKE_SILENCE_S = 0.5, 1.5
 POLL_S = 0.05
 SETTLE_S = 2.0
 """After the resumed leader stands by: time for the calls it had in flight to reach the database."""
+DRIVERS = ("a", "b", "c")
+"""One leader and two standbys: one for each of the paused and the killed leader to hand over to."""
 WAIT_S = 120.0
 """The longest any step may take before the benchmark gives up."""
 
@@ -93,7 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def figure_names() -> list[str]:
     """The names of every figure a run prints, in order."""
     return [f"{NAME}.{n}" for n in ("takeover_s", "workers_attached_s", "resumed_stands_by_s",
-                                     "resumed_stale_writes", "handover_s", "handover_workers_attached_s",
+                                     "resumed_stale_writes", "killed_takeover_s", "killed_workers_attached_s",
+                                     "handover_s", "handover_workers_attached_s",
                                      "attempts_rerun", "workers_declared_dead")]
 
 
@@ -178,19 +189,22 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
                            str(certs.directory), "--spec-root-url", f"file://{root / 'blobs'}",
                            "--leader-lease", str(lease.lease_s), "--leader-renew-interval", str(lease.renew_s),
                            *session]
-            with service("driver-a", [*driver_args, "--data-dir", str(root / "a")], root) as (first, ports_a):
-                a = f"localhost:{ports_a['internal']}"
-                elected = await until("driver-a leading", lambda: _led_by(db, a))
-                with service("driver-b", [*driver_args, "--data-dir", str(root / "b")], root) as (second, ports_b):
-                    b = f"localhost:{ports_b['internal']}"
-                    drivers = {"a": first, "b": second}
-                    try:
-                        await _measure(ctx, db, store, certs, root, drivers, (a, b), int(elected["epoch"]),
-                                       n_workers, pause_s, silence_s, figures)
-                    finally:
-                        for driver in drivers.values():  # never leave a stopped process behind
-                            with contextlib.suppress(ProcessLookupError):
-                                driver.process.send_signal(signal.SIGCONT)
+            with contextlib.ExitStack() as stack:
+                drivers: dict[str, Service] = {}
+                addresses: dict[str, str] = {}
+                try:
+                    for name in DRIVERS:
+                        driver, ports = stack.enter_context(
+                            service(f"driver-{name}", [*driver_args, "--data-dir", str(root / name)], root))
+                        drivers[name], addresses[name] = driver, f"localhost:{ports['internal']}"
+                        if name == DRIVERS[0]:  # the first leads
+                            elected = await until("driver-a leading", lambda: _led_by(db, addresses["a"]))
+                    await _measure(ctx, db, store, certs, root, drivers, addresses, int(elected["epoch"]),
+                                   n_workers, pause_s, silence_s, figures)
+                finally:
+                    for driver in drivers.values():  # never leave a stopped process behind
+                        with contextlib.suppress(ProcessLookupError):
+                            driver.process.send_signal(signal.SIGCONT)
     for name in figure_names():
         value = figures[name.removeprefix(f"{NAME}.")]
         ctx.figures.add(name, round(value, 2), "s" if name.endswith("_s") else "count")
@@ -212,20 +226,35 @@ async def _led_by(db: Database, address: str) -> dict[str, Any] | None:
     return row if row["leader_name"] == address else None
 
 
+async def _led_after(db: Database, epoch: int) -> dict[str, Any] | None:
+    """The leader's row once an epoch after `epoch` leads."""
+    row = await leader_row(db)
+    return row if int(row["epoch"]) > epoch else None
+
+
 async def _measure(ctx: BenchContext, db: Database, store: JobStore, certs: DevCertificateAuthority, root: Path,
-                   drivers: dict[str, Service], addresses: tuple[str, str], epoch: int, n_workers: int,
+                   drivers: dict[str, Service], addresses: dict[str, str], epoch: int, n_workers: int,
                    pause_s: float, silence_s: float | None, figures: dict[str, float]) -> None:
-    a, b = addresses
-    first, second = drivers["a"], drivers["b"]
+    by_address = {address: name for name, address in addresses.items()}
+    killed: set[str] = set()
     names = [f"w{i}" for i in range(n_workers)]
     for name in names:
         await store.create_instance(epoch, name, "standard", 1000, f"activate-{name}")
     env = {k: v for k, v in os.environ.items() if k != "CORRAL_DATABASE_URL"}
-    with worker_processes(env, certs, root, names, f"{a},{b}", silence_s) as workers:
+    with worker_processes(env, certs, root, names, ",".join(addresses.values()), silence_s) as workers:
         def alive() -> None:
-            for process in [first.process, second.process, *workers]:
+            for process in [*(d.process for n, d in drivers.items() if n not in killed), *workers]:
                 if process.poll() is not None:
                     raise RuntimeError(f"{NAME}: a process exited with {process.returncode} (logs in {root})")
+
+        async def next_leader(what: str, since_epoch: int, since: float, prefix: str) -> tuple[str, int]:
+            """Wait for an epoch after `since_epoch`, then for every worker to report to its leader."""
+            led = await until(what, lambda: _led_after(db, since_epoch), alive)
+            figures[f"{prefix}takeover_s" if prefix else "takeover_s"] = time.monotonic() - since
+            await until(f"every worker following {led['leader_name']}",
+                        lambda: all_reported_since(db, int(led["elected_at_ms"])), alive)
+            figures[f"{prefix}workers_attached_s"] = time.monotonic() - since
+            return by_address[led["leader_name"]], int(led["epoch"])
 
         refs = await SpecStore(f"file://{root / 'blobs'}").write_bunch(
             1, 1, 1, [job_spec_pb2.JobSpec(image="docker.io/library/busybox:1.36", script="sleep 100000")] * n_workers)
@@ -245,14 +274,11 @@ async def _measure(ctx: BenchContext, db: Database, store: JobStore, certs: DevC
         progress(f"{NAME}: {n_workers} workers running a job each under driver-a; pausing it")
         await until("every job running", all_started, alive)
 
+        first = drivers["a"]
         stopped = time.monotonic()
         os.kill(first.pid, signal.SIGSTOP)
-        taken = await until("driver-b leading", lambda: _led_by(db, b), alive)
-        figures["takeover_s"] = time.monotonic() - stopped
-        await until("every worker following driver-b", lambda: all_reported_since(db, int(taken["elected_at_ms"])),
-                    alive)
-        figures["workers_attached_s"] = time.monotonic() - stopped
-        progress(f"{NAME}: driver-b led after {figures['takeover_s']:.2f} s, every worker followed after "
+        leader, epoch = await next_leader("a standby leading", epoch, stopped, "")
+        progress(f"{NAME}: driver-{leader} led after {figures['takeover_s']:.2f} s, every worker followed after "
                  f"{figures['workers_attached_s']:.2f} s")
         await asyncio.sleep(max(0.0, stopped + pause_s - time.monotonic()))
 
@@ -261,8 +287,8 @@ async def _measure(ctx: BenchContext, db: Database, store: JobStore, certs: DevC
         os.kill(first.pid, signal.SIGCONT)
 
         async def stands_by() -> bool:
-            answer = await get_leader(certs, a)
-            return answer is not None and not answer.is_leader and answer.leader_address == b
+            answer = await get_leader(certs, addresses["a"])
+            return answer is not None and not answer.is_leader and answer.leader_address == addresses[leader]
 
         await until("driver-a standing by", stands_by, alive)
         figures["resumed_stands_by_s"] = time.monotonic() - resumed
@@ -270,13 +296,17 @@ async def _measure(ctx: BenchContext, db: Database, store: JobStore, certs: DevC
         figures["resumed_stale_writes"] = first.log_path.read_text(errors="replace").count(
             "stale leader epoch") - stale_before
 
+        killing = time.monotonic()
+        killed.add(leader)
+        os.kill(drivers[leader].pid, signal.SIGKILL)
+        leader, epoch = await next_leader(f"a standby leading after driver-{leader}'s death", epoch, killing, "killed_")
+        progress(f"{NAME}: killed, driver-{leader} led after {figures['killed_takeover_s']:.2f} s")
+
         handing = time.monotonic()
-        os.kill(second.pid, signal.SIGTERM)  # its exit is waited for on the way out
-        handed = await until("driver-a leading again", lambda: _led_by(db, a))
-        figures["handover_s"] = time.monotonic() - handing
-        await until("every worker following driver-a",
-                    lambda: all_reported_since(db, int(handed["elected_at_ms"])))
-        figures["handover_workers_attached_s"] = time.monotonic() - handing
+        os.kill(drivers[leader].pid, signal.SIGTERM)  # its exit is waited for on the way out
+        killed.add(leader)
+        await next_leader("the last driver leading", epoch, handing, "handover_")
+        figures["handover_s"] = figures.pop("handover_takeover_s")
 
         row = await db.fetchone("SELECT COUNT(*) AS n FROM attempts WHERE batch_id = %s", (batch_id,))
         figures["attempts_rerun"] = int(row["n"]) - n_workers if row is not None else -1

@@ -175,10 +175,11 @@ WORKER_GRACE_S = 20.0
 """How long a worker may take to stop (it kills its jobs and deactivates) before it is killed."""
 DATABASE_GRACE_S = 60.0
 """How long MariaDB may take to shut down cleanly before it is killed."""
-DRIVER_FIRST_RESTART_S = LeaseSettings().lease_s + 2 * LeaseSettings().renew_s
-"""Pause before a dead driver is first started again, when there is a standby: a lease and two of the
-standbys' looks (services.driver.leader), so that a standby leads (once the dead one's lease ran out)
-before the restarted driver campaigns, rather than the two racing for the lapsed lease."""
+DRIVER_FIRST_RESTART_S = 3 * LeaseSettings().renew_s
+"""Pause before a dead driver is first started again, when there is a standby: three of the standbys'
+looks. A dead leader's database connection closes with it, and a standby takes its lease over at its
+next look (services.driver.leader), so the standby leads before the restarted driver campaigns, rather
+than the two racing for the lease."""
 
 
 def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]:

@@ -2,7 +2,9 @@
 
 Every driver campaigns by calling `acquire_leader_lease` every `renew_s`. It
 wins only once the holder's lease has expired by the database's clock (the
-drivers' clocks are never compared), and then with the next epoch. The
+drivers' clocks are never compared), or at once when the connection the
+holder last renewed on has closed (a killed driver's does), and then with
+the next epoch. The
 leader renews its lease every `renew_s` (`renew_leader_lease`). Every
 state-changing driver procedure takes the epoch and refuses a stale one, so
 a deposed leader that is still running (paused, partitioned, slow) cannot
@@ -181,8 +183,8 @@ class LeaderElection:
         self.state.known_leader = ""
         self.state.elected_at_ms = self.state.watching_since_ms = self._clock_ms()
         self._database_lost = False
-        log.info("%s leads with epoch %d (lease %g s, renewed every %g s)", self.state.name, epoch,
-                 self.settings.lease_s, self.settings.renew_s)
+        log.info("%s leads with epoch %d (%s; lease %g s, renewed every %g s)", self.state.name, epoch,
+                 answer["message"], self.settings.lease_s, self.settings.renew_s)
         await on_elected(epoch)
 
     async def _renew(self, on_deposed: Callable[[], Awaitable[None]],

@@ -29,7 +29,9 @@ proc: BEGIN
     SELECT 2 AS rc, CONCAT('the leader lease of epoch ', v_epoch, ' has expired') AS message;
     LEAVE proc;
   END IF;
-  UPDATE leader_lease SET renewed_at = v_now, expires_at = v_now + INTERVAL in_lease_ms * 1000 MICROSECOND
+  UPDATE leader_lease
+    SET holder_connection = CONNECTION_ID(), renewed_at = v_now,
+        expires_at = v_now + INTERVAL in_lease_ms * 1000 MICROSECOND
     WHERE singleton = 1;
   COMMIT;
   SELECT 0 AS rc, 'renewed' AS message, in_lease_ms AS lease_ms_left;

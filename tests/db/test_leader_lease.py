@@ -183,6 +183,59 @@ async def test_bad_arguments_are_refused_and_change_nothing(world: World, call: 
     assert await lease(world.db) == before
 
 
+async def holder_on_its_own_connection(db_config: DatabaseConfig) -> tuple[Database, int]:
+    """`driver-a` takes the lease on a connection of its own, as a driver's election does."""
+    holder_db = await Database.connect(dataclasses.replace(db_config, pool_size=1))
+    answer = await JobStore(holder_db).acquire_leader_lease("driver-a", LEASE_MS)
+    assert answer["elected"] == 1, answer
+    return holder_db, int(answer["epoch"])
+
+
+async def test_a_dead_holders_lease_is_taken_over_before_it_expires(world: World,
+                                                                    db_config: DatabaseConfig) -> None:
+    """A killed driver's connection closes with it: the standby's next look takes over at once."""
+    holder_db, epoch = await holder_on_its_own_connection(db_config)
+    await JobStore(holder_db).renew_leader_lease(epoch, LEASE_MS)
+    await holder_db.close()
+    answer: dict[str, Any] = {}
+    for _ in range(100):  # the server ends the closed session a moment later
+        answer = await world.store.acquire_leader_lease("driver-b", LEASE_MS)
+        if answer["elected"]:
+            break
+        await asyncio.sleep(0.02)
+    assert (answer["elected"], answer["epoch"], answer["message"]) == (1, epoch + 1, "holder gone")
+    row = await lease(world.db)
+    assert (row["holder_name"], row["running"]) == ("driver-b", 1)
+
+
+async def test_a_paused_holders_open_connection_keeps_its_lease(world: World, db_config: DatabaseConfig) -> None:
+    """A paused or cut-off leader keeps its connection: only the lease's expiry ends its leadership."""
+    holder_db, epoch = await holder_on_its_own_connection(db_config)
+    try:
+        answer = await world.store.acquire_leader_lease("driver-b", LEASE_MS)
+        assert (answer["elected"], answer["leader_name"]) == (0, "driver-a")
+        await expire(world.db)
+        answer = await world.store.acquire_leader_lease("driver-b", LEASE_MS)
+        assert (answer["elected"], answer["epoch"], answer["message"]) == (1, epoch + 1, "elected")
+    finally:
+        await holder_db.close()
+
+
+async def test_a_missing_connection_from_before_the_servers_start_proves_nothing(world: World) -> None:
+    """After a database restart connection ids start again and every old one is gone: a lease renewed
+    before the restart runs out as usual, whatever its holder's connection id was."""
+    epoch = await leading(world)
+    await world.db.execute(
+        "UPDATE leader_lease SET holder_connection = 4000000000, renewed_at = UTC_TIMESTAMP(6) - INTERVAL "
+        "(SELECT VARIABLE_VALUE + 5 FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME') SECOND")
+    answer = await world.store.acquire_leader_lease("driver-b", LEASE_MS)
+    assert (answer["elected"], answer["epoch"], answer["leader_name"]) == (0, epoch, "driver-a")
+    # The same missing connection, renewed since the start: its holder is gone.
+    await world.db.execute("UPDATE leader_lease SET renewed_at = UTC_TIMESTAMP(6)")
+    answer = await world.store.acquire_leader_lease("driver-b", LEASE_MS)
+    assert (answer["elected"], answer["message"]) == (1, "holder gone")
+
+
 # ---------------------------------------------------------------- fencing
 
 

@@ -266,3 +266,33 @@ async def test_a_worker_attached_to_a_paused_leader_moves_to_the_new_one(
             assert await check_invariants(world.db) == []
         finally:
             await worker.stop()
+
+
+async def test_a_killed_leaders_lease_is_taken_over_long_before_it_runs_out(
+        world: World, db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """SIGKILL closes the leader's database connection with it: the standby (calling the procedures as
+    the driver's own account) takes over at its next look, not after the ten-minute lease."""
+    await world.db.execute("UPDATE instance_collections SET max_instances = 0")
+    async with driver_processes(db_config, certs, tmp_path, "--leader-lease", "600",
+                                "--leader-renew-interval", "0.3") as start:
+        first = await start("driver-a")  # type: ignore[operator]
+
+        async def leads(driver: DriverProcess) -> pb.GetLeaderResponse | None:
+            answer = await get_leader(certs, driver)
+            return answer if answer is not None and answer.is_leader else None
+
+        old = await eventually(lambda: leads(first), 60, "driver-a leading")
+        second = await start("driver-b")  # type: ignore[operator]
+
+        async def names_first() -> bool:
+            answer = await get_leader(certs, second)
+            return answer is not None and answer.leader_address == first.address
+
+        await eventually(names_first, 60, "driver-b standing by")
+        killed_at = time.monotonic()
+        first.process.kill()
+        await first.process.wait()
+        new = await eventually(lambda: leads(second), 60, "driver-b leading")
+        print(f"SIGKILL to standby leading: {time.monotonic() - killed_at:.2f} s (lease 600 s)")
+        assert new.epoch == old.epoch + 1
+        assert "holder gone" in second.log_path.read_text()

@@ -1,0 +1,13 @@
+-- The connection the leader last renewed its lease on (issue 10). A leader
+-- that dies (SIGKILL, a crash, its machine powered off with its TCP
+-- connection reset) closes that connection, and the server ends its
+-- session at once; a standby that sees the holder's connection gone takes
+-- the lease over at its next look instead of waiting out the lease. A
+-- paused or cut-off leader keeps its connection open, so the lease and its
+-- expiry still decide there.
+--
+-- Connection ids are the server's thread ids: unique while the server
+-- runs, and reused after a restart. acquire_leader_lease trusts the
+-- absence of the holder's connection only for a renewal made since the
+-- server started; after a database restart every lease runs out as before.
+ALTER TABLE leader_lease ADD COLUMN holder_connection BIGINT UNSIGNED NULL AFTER holder_name;
