@@ -75,7 +75,6 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     lost_workers = stack.lost_attempts(batch_id)
     outcome.figure(f"{NAME}.worker_lost_attempts", lost_workers, "(must be 0)")
     if lost_workers:
-        outcome.broken.append(f"{lost_workers} attempts were lost with their worker: the outage was counted against "
-                              "the workers")
+        outcome.broken.append(f"{lost_workers} attempts were lost with their worker: {stack.lost_detail(batch_id)}")
     outcome.audit = audit(stack, [batch_id])
     return outcome

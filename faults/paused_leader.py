@@ -81,7 +81,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     lost = stack.lost_attempts(batch_id)
     outcome.figure(f"{NAME}.lost_attempts", lost, "(must be 0)")
     if lost:
-        outcome.broken.append(f"{lost} attempts were lost with their worker: the workers did not follow the leader")
+        outcome.broken.append(f"{lost} attempts were lost with their worker: {stack.lost_detail(batch_id)}")
     outcome.audit = audit(stack, [batch_id])
     return outcome
 

@@ -169,6 +169,16 @@ class Stack:
             params.append(instance)
         return int(self.query(sql, params)[0]["n"])
 
+    def lost_detail(self, batch_id: int) -> str:
+        """Where the batch's lost attempts were lost, and why each instance was deactivated (for a report)."""
+        rows = self.query(
+            "SELECT a.instance_name, i.deactivation_reason, COUNT(*) n, "
+            "SUM(a.start_time_ms IS NULL) never_started FROM attempts a "
+            "LEFT JOIN instances i ON i.name = a.instance_name WHERE a.batch_id = %s AND a.reason IN (%s, %s) "
+            "GROUP BY a.instance_name, i.deactivation_reason", [batch_id, *LOST_REASONS])
+        return "; ".join(f"{r['n']} on {r['instance_name']} ({r['never_started']} never started), deactivated: "
+                         f"{r['deactivation_reason']}" for r in rows)
+
     def wait_complete(self, batch_ids: Sequence[int], timeout_s: float) -> float:
         """Wait until every batch is complete (read from the database, so that it works whatever is down);
         return the seconds waited. Raises TimeoutError."""

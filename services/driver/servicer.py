@@ -13,6 +13,12 @@ leader, and GetLeader says who leads. A session belongs to the epoch that
 welcomed it: when the driver stops leading (`end_sessions`), or finds at
 the next pass of events that its epoch changed or lapsed, the session ends
 with UNAVAILABLE naming the leader if known, and the worker finds it.
+
+A new session starts with a RunJob for every attempt the database holds on
+the worker that it has not reported started: one sent on a session that
+broke, or scheduled by a leader that was paused before it could send, would
+otherwise never reach the worker, and its job would wait until the worker
+left. The worker ignores one it already has (or has run).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from services.common.errors import FailedPrecondition, FieldViolation, InvalidRe
 from services.common.identity import current_principal
 from services.db.database import Database
 from services.db.store import JobStore
+from services.driver.scheduler import Placement
 from services.driver.sessions import Session, SessionRegistry, instance_token
 from services.driver.worker_events import MAX_EVENTS_PER_PASS, WorkerEvents
 
@@ -162,6 +169,9 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         session = self._sessions.open(instance)
         self._on_change("worker_connected")
         yield pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=epoch, config=self._settings.proto()))
+        # Queued before this session's first event is recorded, so before any acknowledgement of it: a
+        # completion the worker re-sends is still unacknowledged there when the RunJob arrives.
+        await self._resend_unstarted(instance)
 
         async def consume() -> None:
             # Messages are read as they arrive and recorded in passes: each
@@ -222,6 +232,18 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 await reader
             self._sessions.close(session)
             self._on_change("worker_disconnected")
+
+    async def _resend_unstarted(self, instance: str) -> None:
+        """RunJob again for the instance's open attempts that it never reported started (module docstring)."""
+        rows = await self._db.fetchall(
+            """SELECT a.batch_id, a.job_id, a.attempt_id, j.cores_mcpu FROM attempts a
+               JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
+               WHERE a.instance_name = %s AND a.end_time_ms IS NULL AND a.start_time_ms IS NULL
+                 AND j.state IN ('Creating', 'Running')""", (instance,), name="unstarted_attempts")
+        if rows:
+            log.info("%s: sending RunJob again for %d attempts it has not reported started", instance, len(rows))
+            await self._sessions.run([Placement(r["batch_id"], r["job_id"], r["attempt_id"], instance,
+                                                int(r["cores_mcpu"])) for r in rows])
 
     async def _handle(self, epoch: int, session: Session, messages: list[pb.WorkerSessionRequest]) -> list[int]:
         """Record one pass of a worker's messages; returns the event ids to acknowledge."""

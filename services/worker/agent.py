@@ -18,9 +18,11 @@ worker also ends a session when the driver has said nothing for
 healthy one speaks at least every heartbeat interval).
 
 How it leaves (`run` returns the process's exit code):
-- idle for the idle timeout: Draining(IDLE), DeactivateWorker, exit 0;
-- Drain from the driver: take no new jobs, let the running ones finish and
-  their completions be acknowledged, DeactivateWorker, exit 0;
+- idle for the idle timeout: Draining(IDLE) (the driver schedules nothing
+  more here), wait until the driver has heard it and every job it sent
+  before has run, DeactivateWorker, exit 0;
+- Drain from the driver: the same with Draining(REQUESTED), then wait for
+  the completions to be acknowledged;
 - SIGTERM (`shutdown`) or Shutdown from the driver: take no new jobs, bill
   the running ones up to now (a last heartbeat, kept until acknowledged),
   kill them without reporting them, give the driver a few seconds to
@@ -66,6 +68,9 @@ EXIT_DEACTIVATED = 3
 
 DRAIN_FLUSH_S = 60.0
 """After a drain, how long to wait for the driver to acknowledge the last completions."""
+DRAIN_SETTLE_S = 1.0
+"""Once the driver has acknowledged a drain and nothing runs: how long a RunJob it sent before it heard of
+the drain may still take to arrive (it runs, and the worker waits for it)."""
 
 
 class Stop(enum.Enum):
@@ -104,6 +109,10 @@ class Worker:
         self._heartbeat_s = config.heartbeat_interval_s
         self._idle_timeout_s = config.idle_timeout_s
         self._last_busy = time.monotonic()
+        self._drain_reason: int | None = None
+        """Set while draining (idle or asked): sent again at the start of every session."""
+        self._leaving = False
+        """True once the worker deactivates, or kills its jobs to: from then on it refuses every RunJob."""
         # Replaced on every change; `_until` waits on the one it saw.
         self._changed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
@@ -169,10 +178,8 @@ class Worker:
         reason = self.stop_reason
         log.info("%s: leaving (%s)", self.config.instance_name, reason.value if reason else "?")
         if reason in (Stop.IDLE, Stop.DRAIN):
-            why = ws.DRAIN_REASON_IDLE if reason is Stop.IDLE else ws.DRAIN_REASON_REQUESTED
-            self._send(pb.WorkerSessionRequest(draining=ws.Draining(reason=why)))
-            # A SIGTERM or a refusal during the drain cuts it short.
-            await self._until(lambda: not self.attempts.running() or self.stop_reason not in (Stop.IDLE, Stop.DRAIN))
+            await self._drain(ws.DRAIN_REASON_IDLE if reason is Stop.IDLE else ws.DRAIN_REASON_REQUESTED)
+        self._leaving = True
         if self.stop_reason is Stop.REFUSED:
             await self._abandon_running()
             return EXIT_DEACTIVATED
@@ -189,6 +196,29 @@ class Worker:
             await sessions
         await self._deactivate(ws.DRAIN_REASON_IDLE if reason is Stop.IDLE else ws.DRAIN_REASON_REQUESTED)
         return EXIT_OK
+
+    async def _drain(self, reason: int) -> None:
+        """Tell the driver to schedule nothing more here, and wait until it has heard (a heartbeat sent after
+        the Draining is acknowledged) and every attempt has ended, RunJobs it sent before it heard included:
+        they run rather than being refused (a refused one would wait for the deactivation, and its job would
+        run again as a new attempt). A SIGTERM or a refusal during the drain cuts it short."""
+        self._drain_reason = reason
+        self._send(pb.WorkerSessionRequest(draining=ws.Draining(reason=reason)))
+        heard = self._emit(self._heartbeat())
+
+        def drained() -> bool:
+            return heard not in self.unacked and not self.attempts.running()
+
+        def cut_short() -> bool:
+            return self.stop_reason not in (Stop.IDLE, Stop.DRAIN)
+
+        while not cut_short():
+            await self._until(lambda: drained() or cut_short())
+            if cut_short():
+                return
+            await asyncio.sleep(DRAIN_SETTLE_S)
+            if drained():
+                return
 
     def _request_stop(self, reason: Stop) -> None:
         # A stop can only get harsher: a drain becomes a shutdown, anything becomes a refusal.
@@ -258,6 +288,8 @@ class Worker:
         queue.put_nowait(self._numbered(pb.WorkerSessionRequest(hello=ws.Hello(
             instance_name=self.config.instance_name, instance_token=self._token,
             epoch_seen=self._link.epoch_seen))))
+        if self._drain_reason is not None:  # a new driver must not schedule here either
+            queue.put_nowait(self._numbered(pb.WorkerSessionRequest(draining=ws.Draining(reason=self._drain_reason))))
         for event in self.unacked.values():  # what the last session did not get acknowledged, in order
             queue.put_nowait(event)
         self._call, self._queue = call, queue
@@ -374,22 +406,23 @@ class Worker:
         if self._queue is not None:
             self._queue.put_nowait(self._numbered(message))
 
-    def _emit(self, message: pb.WorkerSessionRequest) -> None:
-        """Send an event the driver must acknowledge; kept and re-sent until it does."""
+    def _emit(self, message: pb.WorkerSessionRequest) -> int:
+        """Send an event the driver must acknowledge; kept and re-sent until it does. Returns its id."""
         self._numbered(message)
         self.unacked[message.event_id] = message
         if self._queue is not None:
             self._queue.put_nowait(message)
+        return message.event_id
 
     # -- jobs ---------------------------------------------------------------------
 
     def _start(self, run: ws.RunJob) -> str:
         """Start an attempt for a RunJob; returns why it was refused, or ''."""
         key = (run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id)
-        if self.attempts.get(key) is not None:
-            return ""  # a re-sent RunJob: it runs already
-        if self.draining:
-            return "the worker is draining and takes no new jobs"
+        if self.attempts.get(key) is not None or self._completion_unacked(run.attempt):
+            return ""  # a re-sent RunJob: it runs, or ran, already
+        if self._leaving or self.stop_reason in (Stop.SHUTDOWN, Stop.REFUSED):
+            return "the worker is leaving and takes no new jobs"
         if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
             return "the RunJob arrived after its deadline"
         reserved_mcpu, _ = self.attempts.reserved()
@@ -405,6 +438,12 @@ class Worker:
         attempt.task = asyncio.create_task(self._run(attempt, job))
         # A spec the runtime refuses still runs to an Error outcome (so the job says why); the ack says it too.
         return "; ".join(self.runtime.check(run.spec) + file_url_refusals(run.spec, run.storage_roots))
+
+    def _completion_unacked(self, ref: ws.AttemptRef) -> bool:
+        """Whether this worker ran the attempt and the driver has not yet recorded its end (an attempt it
+        ended long ago has left the table, but its completion waits here until acknowledged)."""
+        return any(m.WhichOneof("payload") == "job_completed" and m.job_completed.attempt == ref
+                   for m in self.unacked.values())
 
     async def _run(self, attempt: Attempt, job: JobRun) -> None:
         def started(attempt: Attempt) -> None:

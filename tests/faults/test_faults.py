@@ -42,13 +42,7 @@ def skip_unless_possible(name: str) -> None:
         pytest.skip(f"the {name} fault needs root (iptables, cgroups, mounts)")
 
 
-FLAKY_SHORT = {"paused-leader"}
-"""Short versions that do not yet hold under a loaded test run: paused-leader lost 14 attempts with
-their workers in one `.ci/run` (it passes alone); on request with -m slow until that is understood."""
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in FLAKY_SHORT else n
-                                  for n in FAULTS])
+@pytest.mark.parametrize("name", FAULTS)
 def test_short(stack: Stack, name: str) -> None:
     skip_unless_possible(name)
     outcome = module(name).inject(stack, short_args(name))

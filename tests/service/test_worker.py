@@ -32,8 +32,10 @@ from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.driver.app import DriverApp, DriverConfig, start as start_driver
+from services.driver.scheduler import Placement
 from services.driver.servicer import SessionSettings
 from services.frontend.specs import SpecStore
+from services.worker import agent as agent_module
 from services.worker.app import WorkerApp, start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.runtime import ProcessRuntime, can_isolate
@@ -513,6 +515,76 @@ async def test_an_idle_worker_deactivates_itself_and_exits_0(make_cluster: Clust
     assert await asyncio.wait_for(worker.wait(), 20) == 0
     row = await cluster.instance_row("w1")
     assert (row["state"], row["deactivation_reason"]) == ("inactive", "worker deactivated itself")
+    assert await check_invariants(cluster.driver.db) == []
+
+
+async def test_a_runjob_that_never_arrived_is_sent_again_on_the_next_session(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RunJob lost with its session (or never sent: a leader paused after its scheduler committed)
+    would leave the attempt open, and its job waiting, until the worker left. The next session starts
+    with it again; the attempt runs once, under the attempt id it was scheduled with."""
+    worker = await cluster.worker("w1")
+    assert cluster.driver.sessions is not None
+    sessions, lost = cluster.driver.sessions, []
+    send_for_real = sessions.run
+
+    async def lose_the_first(placements: list[Placement]) -> None:
+        if lost:
+            await send_for_real(placements)
+        else:
+            lost.extend(placements)
+
+    monkeypatch.setattr(sessions, "run", lose_the_first)
+    batch_id, [job_id] = await cluster.submit(script("true"))
+    await eventually(lambda: lost, what="the scheduler placing the job")
+    await asyncio.sleep(1.0)
+    [attempt] = await cluster.attempts(batch_id, job_id)
+    assert attempt["start_time_ms"] is None  # the worker never heard of it
+    worker.worker.drop_session()
+    assert (await cluster.final(batch_id, job_id))["state"] == "Success"
+    [attempt] = await cluster.attempts(batch_id, job_id)
+    assert attempt["attempt_id"] == lost[0].attempt_id and attempt["reason"] != "instance deactivated"
+    # A later session has nothing to send again: the attempt has ended.
+    worker.worker.drop_session()
+    await eventually(lambda: worker.worker.sessions_opened >= 3, what="a third session")
+    await asyncio.sleep(0.5)
+    assert len(await cluster.attempts(batch_id, job_id)) == 1
+    assert await check_invariants(cluster.driver.db) == []
+
+
+async def test_a_runjob_for_an_attempt_whose_completion_waits_for_its_ack_is_ignored(cluster: Cluster) -> None:
+    """Ended long ago (gone from the attempt table) but its completion not yet recorded: a RunJob sent
+    again for it must not run it a second time."""
+    worker = await cluster.worker("w1")
+    ref = ws.AttemptRef(batch_id=99, job_id=1, attempt_id="ran-already")
+    worker.worker.unacked[10**9] = pb.WorkerSessionRequest(
+        event_id=10**9, job_completed=ws.JobCompleted(attempt=ref))
+    assert worker.worker._start(ws.RunJob(attempt=ref, spec=script("true"), cores_mcpu=1000)) == ""
+    assert worker.worker.attempts.get((99, 1, "ran-already")) is None
+    del worker.worker.unacked[10**9]
+
+
+async def test_a_job_sent_before_the_driver_heard_of_an_idle_drain_still_runs(
+        make_cluster: ClusterFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race behind attempts 'lost' at an idle worker's exit: the scheduler read which workers take
+    jobs before the worker's Draining reached it, and sent a RunJob after the worker began to leave. The
+    worker runs it (it has not deactivated yet) and leaves after; the attempt is not ended by the
+    deactivation, and the job does not run twice."""
+    monkeypatch.setattr(agent_module, "DRAIN_SETTLE_S", 10.0)  # the scheduler's next cycle lands in it
+    cluster = await make_cluster(SessionSettings(heartbeat_interval_s=0.2, heartbeat_timeout_s=10.0,
+                                                 idle_timeout_s=1.0))
+    worker = await cluster.worker("w1")
+    await eventually(lambda: worker.worker.draining, what="the idle worker draining")
+    assert cluster.driver.sessions is not None
+    await eventually(lambda: "w1" not in cluster.driver.sessions.live_instances(), what="the driver hearing it")
+    # A scheduler cycle that read the live workers before it heard the Draining.
+    monkeypatch.setattr(cluster.driver.sessions, "live_instances", lambda: {"w1"})
+    batch_id, [job_id] = await cluster.submit(script("true"))
+    assert (await cluster.final(batch_id, job_id))["state"] == "Success"
+    assert await asyncio.wait_for(worker.wait(), 30) == 0
+    [attempt] = await cluster.attempts(batch_id, job_id)
+    assert attempt["reason"] != "instance deactivated"
+    assert (await cluster.instance_row("w1"))["deactivation_reason"] == "worker deactivated itself"
     assert await check_invariants(cluster.driver.db) == []
 
 
