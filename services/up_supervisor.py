@@ -6,9 +6,11 @@ The rules (docs/operations.md, "Faults and supervision"):
 - a part that dies is logged with its exit status and started again: at once the first time, then
   after 1 s, 2 s, 4 s, ... (at most 30 s) while it keeps dying (a driver never sooner than 3 s: a
   standby leads first);
-- a part that stays up `stable_s` (60 s) is doing fine again: its count starts over;
-- a part that dies after `tries` (5) restarts in a row without staying up cannot be kept running:
-  `Supervisor.failed` says so, and `corral up` stops everything and exits 1.
+- a part that stays up `stable_s` (60 s) is doing fine again: its pauses start over;
+- a part whose last `tries` (5) restarts in a row each died before it had served for `served_s`
+  (10 s: ready, and up that long since) cannot be kept running: `Supervisor.failed` says so, and
+  `corral up` stops everything and exits 1. A part that serves after each restart is restarted however
+  often something kills it (a fault program killed the leading driver 100 times).
 
 Every part is started from this process's main thread through `parent_death` (it dies with `corral
 up`, however `corral up` ends), in a session of its own (a Ctrl-C at the terminal reaches only
@@ -49,9 +51,12 @@ class RestartPolicy:
     max_pause_s: float = 30.0
     """Longest pause between two restarts."""
     tries: int = 5
-    """Restarts in a row without the part staying up, after which its next death stops everything."""
+    """Restarts in a row that did not serve, after which the part's next death stops everything."""
     stable_s: float = 60.0
-    """A part up this long is doing fine again: its next death counts as the first."""
+    """A part up this long is doing fine again: the pause before its next restart is the first one."""
+    served_s: float = 10.0
+    """A restart served once the part was ready and stayed up this long: it could be restarted, and a
+    later death does not count toward `tries`."""
 
     def pause_s(self, restarts_in_a_row: int) -> float:
         """The pause before restart number `restarts_in_a_row + 1` of a series (never shorter than
@@ -183,6 +188,11 @@ class _Supervised:
     started_at: float
     policy: RestartPolicy
     restarts_in_a_row: int = 0
+    """Deaths in a row without staying up `stable_s`: how long to pause before the next restart."""
+    unserved_in_a_row: int = 0
+    """Restarts in a row that died before serving `served_s`: giving up at `tries`."""
+    ready_at: float | None = None
+    """When it was first seen ready since its last (re)start."""
     restart_at: float | None = None
     """When to start it again, while it is dead."""
     announced: bool = True
@@ -230,7 +240,9 @@ class Supervisor:
             if supervised.restart_at is None:
                 status = part.exit_status()
                 if status is None:
-                    if not supervised.announced and part.ready():
+                    if supervised.ready_at is None and part.ready():
+                        supervised.ready_at = now
+                    if not supervised.announced and supervised.ready_at is not None:
                         supervised.announced = True
                         self.say(f"{part.name} (pid {part.pid}) serves again")
                     continue
@@ -245,23 +257,27 @@ class Supervisor:
         up_s = now - supervised.started_at
         if up_s >= policy.stable_s:
             supervised.restarts_in_a_row = 0
-        if supervised.restarts_in_a_row >= policy.tries:
+        if supervised.ready_at is not None and now - supervised.ready_at >= policy.served_s:
+            supervised.unserved_in_a_row = 0
+        if supervised.unserved_in_a_row >= policy.tries:
             self.failed = (f"{part.name} {what}, and it could not be kept running: {policy.tries} restarts in a "
-                           f"row did not stay up {policy.stable_s:g} s" + (f" ({last_words})" if last_words else ""))
+                           f"row did not serve {policy.served_s:g} s" + (f" ({last_words})" if last_words else ""))
             self.say(f"{self.failed}; stopping everything")
             return
         pause_s = policy.pause_s(supervised.restarts_in_a_row)
         supervised.restarts_in_a_row += 1
+        supervised.unserved_in_a_row += 1
         supervised.restart_at = now + pause_s
         when = "now" if pause_s == 0 else f"in {pause_s:g} s"
         self.say(f"{part.name} {what} after {up_s:.0f} s up; restarting it {when} "
-                 f"(restart {supervised.restarts_in_a_row} of at most {policy.tries} in a row)"
+                 f"(restart {supervised.unserved_in_a_row} of at most {policy.tries} in a row)"
                  + (f"; {last_words}" if last_words else ""))
 
     def _restart(self, supervised: _Supervised, now: float) -> None:
         part = supervised.part
         supervised.restart_at = None
         supervised.started_at = now
+        supervised.ready_at = None
         try:
             part.start()
         except Exception as e:  # noqa: BLE001 - counted as a death, tried again after the pause

@@ -122,6 +122,33 @@ def test_a_part_that_stayed_up_starts_its_count_over(tmp_path: Path) -> None:
     assert all("restarting it now (restart 1 of" in line for line in said if "exited" in line)
 
 
+def test_a_part_killed_again_and_again_after_serving_is_never_given_up_on(tmp_path: Path) -> None:
+    """A leading driver killed every 25 s by a fault program: each restart served (ready, up 10 s and
+    more) before it died, so it could be restarted, however often; its pauses still back off."""
+    now = [0.0]
+    said: list[str] = []
+    supervisor = Supervisor(PidFiles(tmp_path), RestartPolicy(tries=2, served_s=10.0), clock=lambda: now[0],
+                            say=said.append)
+    part = Dies(now, up_for_s=25.0)
+    supervisor.start(part)
+    for second in range(0, 3000):
+        now[0] = float(second)
+        supervisor.check()
+    assert supervisor.failed is None
+    assert len(part.starts) > 50
+    # One that dies 5 s after each start has not served: given up on after two such restarts.
+    now[0] = 0.0
+    supervisor = Supervisor(PidFiles(tmp_path), RestartPolicy(tries=2, served_s=10.0), clock=lambda: now[0],
+                            say=said.append)
+    part = Dies(now, up_for_s=5.0)
+    supervisor.start(part)
+    for second in range(0, 300):
+        now[0] = float(second)
+        supervisor.check()
+    assert supervisor.failed is not None and "2 restarts in a row did not serve 10 s" in supervisor.failed
+    assert len(part.starts) == 3
+
+
 def test_the_restarts_may_wait_longer(tmp_path: Path) -> None:
     now = [0.0]
     supervisor = Supervisor(PidFiles(tmp_path), clock=lambda: now[0], say=lambda line: None)
