@@ -4,9 +4,10 @@ kept running.
 
 The rules (docs/operations.md, "Faults and supervision"):
 - a part that dies is logged with its exit status and started again: at once the first time, then
-  after 1 s, 2 s, 4 s, ... (at most 30 s) while it keeps dying (a driver never sooner than 3 s: a
-  standby leads first);
-- a part that stays up `stable_s` (60 s) is doing fine again: its pauses start over;
+  after 1 s, 2 s, 4 s, ... (at most 30 s) while it keeps dying without serving (a driver never
+  sooner than 3 s: a standby leads first);
+- a part that served after its last start (ready, then up `served_s`, 10 s), or stayed up
+  `stable_s` (60 s), is doing fine: its next death counts as a first one;
 - a part whose last `tries` (5) restarts in a row each died before it had served for `served_s`
   (10 s: ready, and up that long since) cannot be kept running: `Supervisor.failed` says so, and
   `corral up` stops everything and exits 1. A part that serves after each restart is restarted however
@@ -53,10 +54,11 @@ class RestartPolicy:
     tries: int = 5
     """Restarts in a row that did not serve, after which the part's next death stops everything."""
     stable_s: float = 60.0
-    """A part up this long is doing fine again: the pause before its next restart is the first one."""
+    """A part up this long is doing fine again, ready or not: the pause before its next restart is the
+    first one."""
     served_s: float = 10.0
-    """A restart served once the part was ready and stayed up this long: it could be restarted, and a
-    later death does not count toward `tries`."""
+    """A restart served once the part was ready and stayed up this long: it could be restarted, and its
+    next death counts as a first one (toward `tries`, and for the pause)."""
 
     def pause_s(self, restarts_in_a_row: int) -> float:
         """The pause before restart number `restarts_in_a_row + 1` of a series (never shorter than
@@ -188,7 +190,8 @@ class _Supervised:
     started_at: float
     policy: RestartPolicy
     restarts_in_a_row: int = 0
-    """Deaths in a row without staying up `stable_s`: how long to pause before the next restart."""
+    """Deaths in a row without serving or staying up `stable_s`: how long to pause before the next
+    restart."""
     unserved_in_a_row: int = 0
     """Restarts in a row that died before serving `served_s`: giving up at `tries`."""
     ready_at: float | None = None
@@ -258,7 +261,8 @@ class Supervisor:
         if up_s >= policy.stable_s:
             supervised.restarts_in_a_row = 0
         if supervised.ready_at is not None and now - supervised.ready_at >= policy.served_s:
-            supervised.unserved_in_a_row = 0
+            # It served: it can be restarted, so this death is treated as a first one (no growing pause).
+            supervised.unserved_in_a_row = supervised.restarts_in_a_row = 0
         if supervised.unserved_in_a_row >= policy.tries:
             self.failed = (f"{part.name} {what}, and it could not be kept running: {policy.tries} restarts in a "
                            f"row did not serve {policy.served_s:g} s" + (f" ({last_words})" if last_words else ""))
