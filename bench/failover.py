@@ -65,7 +65,7 @@ from services.common.tls import DevCertificateAuthority, WorkerIssuer
 from services.db.database import Database
 from services.db.store import JobStore
 from services.driver.leader import LeaseSettings
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.worker.runtime import can_isolate
 
 NAME = "failover"

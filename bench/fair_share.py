@@ -11,9 +11,17 @@ cores are half its ready demand, so the water-filling has work to do.
 One computation is what the scheduler does per cycle: one read of the
 `user_inst_coll_fair_share` view for every pool (`read_demand`, the
 scheduler's own), then, for each of the three pools, `allocate_cores` and
-`scheduling_shares` (services/driver/fair_share.py) over its users. It
+`scheduling_shares` (services/policy/fair_share.py) over its users. It
 is repeated; figures are p50/p99 of the whole (3 pools, query +
 computation) and of each part.
+
+`cycle` is the scheduler's whole decision for the three pools, everything
+but SJ and the Run commands: the demand, the workers, each pool's snapshot
+(`services/db/plan_snapshot.py`: the users' queues as deep as the planner
+looks, the candidates' locks, the locks running jobs hold at their levels,
+the billing project's budget) and `planner.plan`. Half the users' jobs,
+Ready and Running, declare an exclusive lock on one of 20 names, so the
+lock reads and checks are part of it.
 """
 
 from __future__ import annotations
@@ -28,8 +36,9 @@ from bench.common import BenchContext, fresh_database, percentile, positive_int,
 from bench.populate import JobShape, ready_batch
 from services.db.database import Database
 from services.db.store import JobStore
-from services.driver.fair_share import allocate_cores, scheduling_shares
-from services.driver.scheduler import read_demand  # the scheduler's own read
+from services.policy.fair_share import allocate_cores, scheduling_shares
+from services.db.plan_snapshot import read_demand, read_snapshot, read_workers  # the scheduler's own reads
+from services.policy import planner
 
 NAME = "fair-share"
 HELP = "fair-share query and computation with 100 users x 50 running batches x 3 pools"
@@ -69,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def figure_names() -> list[str]:
     """The names of every figure a run prints, in order."""
-    return [f"{NAME}.{part}.{q}" for part in ("total", "query", "compute") for q in ("p50", "p99")]
+    return [f"{NAME}.{part}.{q}" for part in ("total", "query", "compute", "cycle") for q in ("p50", "p99")]
 
 
 def job_cores_mcpu(user_index: int) -> int:
@@ -111,6 +120,11 @@ async def build(db: Database, n_users: int, n_batches: int) -> dict[str, int]:
             outcomes = await store.schedule_jobs(epoch, f"bench-{pool}", jobs[first:first + SJ_CHUNK])
             if any(o["outcome"] != "scheduled" for o in outcomes):
                 raise RuntimeError(f"schedule_jobs refused: {outcomes}")
+    # Half the users' jobs hold or want an exclusive lock on one of 20 names.
+    await db.execute(
+        "INSERT INTO job_locks (batch_id, job_id, level, mode, lock_name) "
+        "SELECT j.batch_id, j.job_id, 'dataset', 'exclusive', CONCAT('d', j.job_id %% 20) FROM jobs j "
+        "JOIN batches b ON b.batch_id = j.batch_id WHERE CAST(SUBSTRING(b.user, 5) AS UNSIGNED) %% 2 = 0")
     rows = await db.fetchall("SELECT inst_coll, free_cores_mcpu FROM instances WHERE state = 'active'")
     return {row["inst_coll"]: int(row["free_cores_mcpu"]) for row in rows}
 
@@ -140,6 +154,20 @@ async def compute(db: Database, free_mcpu: dict[str, int]) -> tuple[Sample, dict
     return Sample((queried - started) * 1000, (computed - queried) * 1000), shares
 
 
+async def cycle(db: Database) -> tuple[float, int]:
+    """The scheduler's decision for every pool, as `Scheduler.cycle` makes it (all workers live); returns
+    its milliseconds and the placements."""
+    started = time.perf_counter()
+    workers = await read_workers(db)
+    demand = await read_demand(db)
+    placed = 0
+    for pool in POOLS:
+        live = [w for w in workers.get(pool, []) if w.free_cores_mcpu > 0]
+        snapshot = await read_snapshot(db, pool, live, demand.get(pool, []), JOBS_PER_CYCLE, time.time())
+        placed += len(planner.plan(snapshot).placements)
+    return (time.perf_counter() - started) * 1000, placed
+
+
 async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     n_users = args.users or (SMOKE_USERS if ctx.smoke else USERS)
     n_batches = args.batches_per_user or (SMOKE_BATCHES_PER_USER if ctx.smoke else BATCHES_PER_USER)
@@ -159,11 +187,20 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         for pool, by_user in shares.items():
             if sum(by_user.values()) != JOBS_PER_CYCLE or len(by_user) != n_users:
                 raise RuntimeError(f"{pool}: shares do not add up: {by_user}")
+        cycles = []
+        for _ in range(WARM_UP + repetitions):
+            ms, placed = await cycle(db)
+            cycles.append(ms)
+            if placed == 0:
+                raise RuntimeError("the planner placed nothing: the benchmark's pools are not what it means")
+        cycles = cycles[WARM_UP:]
 
     for part in ("total", "query", "compute"):
         values = [getattr(s, f"{part}_ms") for s in samples]
         ctx.figures.add(f"{NAME}.{part}.p50", round(percentile(values, 50), 2), "ms")
         ctx.figures.add(f"{NAME}.{part}.p99", round(percentile(values, 99), 2), "ms")
+    ctx.figures.add(f"{NAME}.cycle.p50", round(percentile(cycles, 50), 2), "ms")
+    ctx.figures.add(f"{NAME}.cycle.p99", round(percentile(cycles, 99), 2), "ms")
     return {
         "users": n_users,
         "running_batches_per_user": n_batches,

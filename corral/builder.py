@@ -69,8 +69,11 @@ class BatchBuilder:
         timeout_s: float | None = None,
         max_attempts: int = 0,
         priority: int = 0,
+        locks: Iterable[job_spec_pb2.JobLock] = (),
     ) -> JobHandle:
-        """Add a job; `command` is an argv list or a shell script string."""
+        """Add a job; `command` is an argv list or a shell script string. `locks` are the resource locks it
+        holds while it runs (`job_spec_pb2.JobLock(level=..., mode=..., names=[...])`): the scheduler never
+        starts it while a running job of the billing project holds a clashing one."""
         index = len(self._specs)
         accepted = [_STATES[s.lower()] for s in accept]
         refs = []
@@ -84,6 +87,7 @@ class BatchBuilder:
         spec = job_spec_pb2.JobSpec(
             image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
             max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, parents=refs,
+            locks=list(locks),
             resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes),
         )
         if isinstance(command, str):

@@ -54,7 +54,7 @@ from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer, SessionSettings
 from services.driver.sessions import SessionRegistry
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 
 log = logging.getLogger(__name__)
 

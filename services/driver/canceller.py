@@ -34,7 +34,7 @@ from typing import Any
 
 from services.db.database import Database
 from services.db.store import JobStore
-from services.driver.fair_share import cancel_shares
+from services.policy.fair_share import cancel_shares
 from services.driver.loop import Loop
 
 # Per running batch: Ready jobs that depend on a failed parent, plus the

@@ -27,7 +27,7 @@ from services.common.processes import PidFiles, Recorded, end_processes
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
-from services.driver.scheduler import read_demand
+from services.db.plan_snapshot import read_demand
 
 log = logging.getLogger(__name__)
 

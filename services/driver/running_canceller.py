@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
-from services.driver.fair_share import cancel_shares
+from services.policy.fair_share import cancel_shares
 from services.driver.loop import Loop
 
 log = logging.getLogger(__name__)

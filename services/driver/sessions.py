@@ -25,7 +25,7 @@ from services.common.urls import StorageRoots
 from services.db.database import Database
 from services.db.store import wall_clock_ms
 from services.driver.scheduler import Placement
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 
 RUN_DEADLINE_MS = 60_000
 """A Run command not started by then is refused by the worker."""

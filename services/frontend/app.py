@@ -42,7 +42,7 @@ from services.frontend.jobs import JobServicer
 from services.frontend.limits import Limits
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from services.frontend.batch_store import BatchStore, sees_everything
 from services.frontend.field_limits import FIRST_UPDATE_SUFFIX, RERUN_PREFIX, SUBMIT_SUFFIX
 from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
 from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row
 from services.frontend.watch import BatchWatcher

@@ -1,26 +1,25 @@
 """"Why isn't my job running?" (ExplainJob, design §9) as a pure function.
 
 `explain(facts)` turns what the database says about one job, its parents,
-its group, its billing project, the locks held around it and its pool into
-the reasons that currently apply, most decisive first: a reason that makes
-the job wait for good (cancelled, a failed parent) comes before one that
-passes by itself (parents still running), which comes before the
-scheduler's reasons (billing limit, locks, capacity, fair share, the
-user's own queue). No I/O here: `services.frontend.explain_store` gathers
-the facts, the servicer turns the reasons into protos.
+its group and what the planner decided for it into the reasons that
+currently apply, most decisive first: a reason that makes the job wait for
+good (cancelled, a failed parent) comes before one that passes by itself
+(parents still running), which comes before the scheduler's. No I/O here:
+`services.frontend.explain_store` gathers the facts, the servicer turns the
+reasons into protos.
 
-Fair share is the water-filling of `services.driver.fair_share` applied to
-the pool's whole capacity: a user's share is what they would run if every
-active core of the pool were handed out fairly over everybody's demand
-(running plus ready). A user running at least their share waits while
-others are below theirs.
+The scheduler's reason is the planner's (`services.policy.planner`): the
+store reads the job's pool as the scheduler does and asks `plan` the same
+question the scheduler asks, so ExplainJob says why the scheduler would not
+start the job now (billing limit, a lock and its holders, no room, fair
+share, the user's own queue), or nothing when the next cycle starts it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from services.driver.fair_share import UserDemand, allocate_cores
+from services.policy.planner import BLOCKED_BY_LOCK, Wait
 
 FINAL_STATES = ("Success", "Failed", "Error", "Cancelled")
 _STATE_BITS = {"Success": 1, "Failed": 2, "Error": 4, "Cancelled": 8}
@@ -56,17 +55,6 @@ class Cancelled:
 
 
 @dataclasses.dataclass(frozen=True)
-class Project:
-    """The job's billing project."""
-
-    name: str
-    state: str
-    """open, closed or deleted."""
-    limit_usd: float | None
-    spend_usd: float
-
-
-@dataclasses.dataclass(frozen=True)
 class LockConflict:
     """One of the job's locks and the running jobs whose locks clash with it."""
 
@@ -78,22 +66,15 @@ class LockConflict:
 
 
 @dataclasses.dataclass(frozen=True)
-class Pool:
-    """The job's instance collection as the scheduler would see it now."""
+class Scheduling:
+    """What the planner decided for a Ready job."""
 
-    name: str
-    job_private: bool
-    """A collection that makes one machine per job."""
-    instances_with_room: int
-    """Active instances in the job's regions with at least its cores free."""
-    active_cores_mcpu: int
-    """Cores of every active instance of the pool."""
-    demands: tuple[UserDemand, ...]
-    """Every user's running and (not cancelled) ready cores in the pool."""
-    jobs_ahead: int
-    """The user's runnable Ready jobs the scheduler takes before this one (bounded)."""
-    jobs_ahead_capped: bool
-    """jobs_ahead hit its bound: there are at least that many."""
+    wait: Wait | None = None
+    """Why the scheduler's next cycle would not start it; None: it would."""
+    lock: LockConflict | None = None
+    """BLOCKED_BY_LOCK: the job's own lock at the clashing level, and its holders."""
+    job_private: bool = False
+    """Its instance collection makes one machine per job: the autoscaler creates it (the planner is not asked)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +96,7 @@ class JobFacts:
     """Where the current attempt runs (Running, Creating)."""
     parents: tuple[Parent, ...] = ()
     cancelled: Cancelled | None = None
-    project: Project | None = None
-    lock_conflicts: tuple[LockConflict, ...] = ()
-    pool: Pool | None = None
+    scheduling: Scheduling | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,10 +109,6 @@ class Reason:
     jobs: tuple[JobKey, ...] = ()
     lock: LockConflict | None = None
     regions: tuple[str, ...] = ()
-
-
-def _cores(mcpu: int) -> str:
-    return f"{mcpu / 1000:g}"
 
 
 def _cancellation(facts: JobFacts) -> list[Reason]:
@@ -163,59 +138,20 @@ def _parents(facts: JobFacts) -> list[Reason]:
     return reasons
 
 
-def _billing(project: Project | None) -> list[Reason]:
-    if project is None:
+def _scheduling(facts: JobFacts) -> list[Reason]:
+    scheduling = facts.scheduling
+    if scheduling is None:
         return []
-    if project.state != "open":
-        return [Reason("BILLING_LIMIT_REACHED", f"billing project {project.name} is {project.state}")]
-    if project.limit_usd is not None and project.spend_usd >= project.limit_usd:
-        return [Reason("BILLING_LIMIT_REACHED", f"billing project {project.name} spent ${project.spend_usd:.2f} "
-                                                f"of its ${project.limit_usd:.2f} limit")]
-    return []
-
-
-def _locks(facts: JobFacts) -> list[Reason]:
-    reasons = []
-    for conflict in facts.lock_conflicts:
-        held = ", ".join(f"{b}/{j}" for b, j in conflict.holders[:10])
-        names = f" {', '.join(conflict.names)}" if conflict.names else ""
-        reasons.append(Reason("BLOCKED_BY_LOCK", f"needs {conflict.mode} lock at level {conflict.level}{names}, "
-                                                 f"held by running job(s) {held}", conflict.holders, conflict))
-    return reasons
-
-
-def fair_share_mcpu(pool: Pool, user: str) -> int:
-    """The user's share of the pool's active cores, water-filled over everybody's demand."""
-    demands = [UserDemand(d.user, 0, d.running_cores_mcpu + d.ready_cores_mcpu) for d in pool.demands]
-    return allocate_cores(pool.active_cores_mcpu, demands).get(user, 0)
-
-
-def _pool(facts: JobFacts) -> list[Reason]:
-    pool = facts.pool
-    if pool is None:
+    if scheduling.job_private:
+        where = ", ".join(facts.regions) if facts.regions else "any region"
+        return [Reason("NO_CAPACITY_IN_REGIONS", f"the job runs on a machine of its own in {where}; the "
+                                                 "autoscaler creates it", regions=facts.regions)]
+    wait = scheduling.wait
+    if wait is None:
         return []
-    reasons = []
-    where = ", ".join(facts.regions) if facts.regions else "any region"
-    if pool.job_private:
-        reasons.append(Reason("NO_CAPACITY_IN_REGIONS", f"the job runs on a machine of its own in {where}; the "
-                                                        "autoscaler creates it", regions=facts.regions))
-        return reasons
-    if pool.instances_with_room == 0:
-        reasons.append(Reason("NO_CAPACITY_IN_REGIONS",
-                              f"no active {pool.name} worker in {where} has {_cores(facts.cores_mcpu)} free "
-                              "cores; the autoscaler adds machines while the pool has room",
-                              regions=facts.regions))
-    running = next((d.running_cores_mcpu for d in pool.demands if d.user == facts.user), 0)
-    share = fair_share_mcpu(pool, facts.user)
-    others_waiting = any(d.user != facts.user and d.ready_cores_mcpu > 0 for d in pool.demands)
-    if others_waiting and running >= share and pool.active_cores_mcpu > 0:
-        reasons.append(Reason("OVER_FAIR_SHARE", f"user {facts.user} runs {_cores(running)} cores of pool "
-                                                 f"{pool.name}, fair share is {_cores(share)}"))
-    if pool.jobs_ahead > 0:
-        count = f"at least {pool.jobs_ahead}" if pool.jobs_ahead_capped else str(pool.jobs_ahead)
-        reasons.append(Reason("QUEUED_BEHIND_OWN_JOBS", f"{count} of {facts.user}'s ready jobs in pool {pool.name} "
-                                                        "come first (higher priority or older)"))
-    return reasons
+    regions = facts.regions if wait.code == "NO_CAPACITY_IN_REGIONS" else ()
+    lock = scheduling.lock if wait.code == BLOCKED_BY_LOCK else None
+    return [Reason(wait.code, wait.detail, wait.holders, lock, regions)]
 
 
 def explain(facts: JobFacts) -> list[Reason]:
@@ -234,5 +170,5 @@ def explain(facts: JobFacts) -> list[Reason]:
     reasons = _cancellation(facts) + _parents(facts)
     if facts.state == "Ready" and not any(r.code in ("BATCH_CANCELLED", "JOB_GROUP_CANCELLED", "PARENT_FAILED")
                                           for r in reasons):
-        reasons += _billing(facts.project) + _locks(facts) + _pool(facts)
+        reasons += _scheduling(facts)
     return reasons

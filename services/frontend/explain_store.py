@@ -1,23 +1,32 @@
 """The facts behind ExplainJob, read from the database.
 
-Each read is bounded: parents of one job, the locks of running jobs at the
-job's levels in its billing project (at most MAX_LOCK_ROWS rows), the active
-instances and fair-share rows of one pool, and a count of the user's Ready
-jobs ahead of this one that stops at MAX_JOBS_AHEAD. Only the reads a job's
-state calls for are made: a final or running job needs none of them.
+Each read is bounded: parents of one job, its nearest cancelled group, and
+for a Ready job the planner's snapshot of its pool, read as the scheduler
+reads it (`services.db.plan_snapshot`: each user's queue only as deep as the
+planner looks, locks only at the candidates' levels), then `plan` on it. A
+job deeper in its user's queue than the planner looks waits behind the
+user's own jobs; how many come first is counted up to MAX_JOBS_AHEAD. Only
+the reads a job's state calls for are made: a final or running job needs
+none of them.
+
+The one difference from the scheduler: the frontend cannot tell which
+workers hold a session with the leader, so every active worker of the pool
+counts as live.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import Any
 
 from services.db.database import Database
-from services.driver.fair_share import UserDemand
-from services.driver.lock_contention import BIG_LOCK_LEVEL, blocking_jobs, locks_from_rows
-from services.frontend.explain import Cancelled, JobFacts, LockConflict, Parent, Pool, Project
+from services.db.plan_snapshot import read_demand, read_snapshot, read_workers
+from services.frontend.explain import Cancelled, JobFacts, LockConflict, Parent, Scheduling
+from services.policy import planner
+from services.policy.lock_contention import locks_from_rows
 
-MAX_LOCK_ROWS = 10_000
 MAX_JOBS_AHEAD = 1_000
 
 _CANCELLED = """
@@ -29,30 +38,7 @@ ORDER BY c.job_group_id = 0 DESC, a.level
 LIMIT 1
 """
 
-_PROJECT = """
-SELECT p.name, p.state, p.limit_usd,
-       (SELECT COALESCE(SUM(x.`usage` * xr.rate_usd), 0) FROM aggregated_billing_project_resources x
-        JOIN resources xr ON xr.resource_id = x.resource_id WHERE x.billing_project = p.name) AS spend_usd
-FROM billing_projects p WHERE p.name = %s
-"""
-
-_RUNNING_LOCKS = """
-SELECT l.batch_id, l.job_id, l.level, l.mode, l.lock_name
-FROM job_locks l
-JOIN jobs rj ON rj.batch_id = l.batch_id AND rj.job_id = l.job_id AND rj.state IN ('Running', 'Creating')
-JOIN batches rb ON rb.batch_id = l.batch_id AND rb.billing_project = %s
-WHERE NOT (l.batch_id = %s AND l.job_id = %s) {levels}
-ORDER BY l.batch_id, l.job_id
-LIMIT %s
-"""
-
-_INSTANCES = """
-SELECT i.free_cores_mcpu, i.cores_mcpu, COALESCE(r.region_id, 0) AS region_id
-FROM instances i LEFT JOIN regions r ON r.name = i.region
-WHERE i.state = 'active' AND i.inst_coll = %s
-"""
-
-# The scheduler's order: priority, then batch, then job; only jobs it may run.
+# The queue's order: priority, then batch, then job; only jobs the scheduler may run.
 _AHEAD = """
 SELECT COUNT(*) AS n FROM (
   SELECT 1 FROM batches ob
@@ -70,8 +56,9 @@ SELECT COUNT(*) AS n FROM (
 class ExplainStore:
     """Reads the facts `services.frontend.explain.explain` needs."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
         self.db = db
+        self._clock = clock_ms
 
     async def facts(self, job: dict[str, Any], parents: list[dict[str, Any]], locks: list[dict[str, Any]]
                     ) -> JobFacts:
@@ -93,15 +80,10 @@ class ExplainStore:
             facts, parents=tuple(Parent(p["parent_id"], p["state"], p["accepted_states"]) for p in parents),
             cancelled=Cancelled(cancelled["job_group_id"], cancelled["cancelled_by"], cancelled["reason"])
             if cancelled else None)
-        if state != "Ready":
+        stopped = (cancelled is not None or facts.dependency_failed) and not facts.always_run
+        if state != "Ready" or stopped:  # the planner's reason would not be shown
             return facts
-        project = await self.db.fetchone(_PROJECT, (job["billing_project"],), name="explain_project")
-        return dataclasses.replace(
-            facts,
-            project=Project(project["name"], project["state"], project["limit_usd"], float(project["spend_usd"]))
-            if project else None,
-            lock_conflicts=await self._lock_conflicts(job, locks),
-            pool=await self._pool(job))
+        return dataclasses.replace(facts, scheduling=await self.scheduling(job, locks))
 
     async def _regions(self, regions_bits: int | None) -> tuple[str, ...]:
         if regions_bits is None:
@@ -109,52 +91,34 @@ class ExplainStore:
         rows = await self.db.fetchall("SELECT region_id, name FROM regions ORDER BY region_id", name="regions")
         return tuple(r["name"] for r in rows if (int(regions_bits) >> r["region_id"]) & 1)
 
-    async def _lock_conflicts(self, job: dict[str, Any], locks: list[dict[str, Any]]) -> tuple[LockConflict, ...]:
-        if not locks:
-            return ()
-        mine = locks_from_rows((r["level"], r["mode"], r["lock_name"]) for r in locks)
-        levels = sorted(mine)
-        # The big lock clashes with a lock at any level; others only with their level or the big lock.
-        level_filter, params = "", []
-        if BIG_LOCK_LEVEL not in mine:
-            level_filter = f"AND l.level IN ({', '.join(['%s'] * (len(levels) + 1))})"
-            params = [*levels, BIG_LOCK_LEVEL]
-        rows = await self.db.fetchall(
-            _RUNNING_LOCKS.format(levels=level_filter),
-            (job["billing_project"], job["batch_id"], job["job_id"], *params, MAX_LOCK_ROWS), name="explain_locks")
-        held: dict[tuple[int, int], list[tuple[str, str, str]]] = {}
-        for r in rows:
-            held.setdefault((r["batch_id"], r["job_id"]), []).append((r["level"], r["mode"], r["lock_name"]))
-        running = {key: locks_from_rows(entries) for key, entries in held.items()}
-        conflicts = []
-        for level in levels:
-            try:
-                holders = blocking_jobs({level: mine[level]}, running)
-            except ValueError:  # a big-lock level with another mode than ALL_EXCLUSIVE: no verdict
-                continue
-            if holders:
-                stored = [r for r in locks if r["level"] == level]
-                names = tuple(sorted({r["lock_name"] for r in stored if r["lock_name"]}))
-                conflicts.append(LockConflict(level, stored[0]["mode"], names, tuple(holders)))
-        return tuple(conflicts)
-
-    async def _pool(self, job: dict[str, Any]) -> Pool | None:
-        collection = await self.db.fetchone("SELECT name, is_pool FROM instance_collections WHERE name = %s",
-                                            (job["inst_coll"],), name="explain_collection")
-        if collection is None:
-            return None
-        instances = await self.db.fetchall(_INSTANCES, (job["inst_coll"],), name="explain_instances")
-        bits = job["regions_bits"]
-        room = sum(1 for i in instances if i["free_cores_mcpu"] >= job["cores_mcpu"]
-                   and (bits is None or (int(bits) >> i["region_id"]) & 1))
-        demand_rows = await self.db.fetchall(
-            "SELECT user, running_cores_mcpu, ready_cores_mcpu FROM user_inst_coll_fair_share WHERE inst_coll = %s",
-            (job["inst_coll"],), name="explain_fair_share")
-        demands = tuple(UserDemand(r["user"], int(r["running_cores_mcpu"] or 0), int(r["ready_cores_mcpu"] or 0))
-                        for r in demand_rows)
-        ahead = await self.db.fetchone(
-            _AHEAD, (job["inst_coll"], job["user"], job["priority"], job["priority"], job["batch_id"],
-                     job["batch_id"], job["job_id"], MAX_JOBS_AHEAD), name="explain_jobs_ahead")
-        n_ahead = int(ahead["n"]) if ahead else 0
-        return Pool(job["inst_coll"], not collection["is_pool"], room,
-                    sum(int(i["cores_mcpu"]) for i in instances), demands, n_ahead, n_ahead >= MAX_JOBS_AHEAD)
+    async def scheduling(self, job: dict[str, Any], locks: list[dict[str, Any]]) -> Scheduling:
+        """What the planner decides for the Ready job now (module docstring)."""
+        pool = job["inst_coll"]
+        collection = await self.db.fetchone("SELECT is_pool FROM instance_collections WHERE name = %s", (pool,),
+                                            name="explain_collection")
+        if collection is not None and not collection["is_pool"]:
+            return Scheduling(job_private=True)
+        workers = [w for w in (await read_workers(self.db, pool)).get(pool, []) if w.free_cores_mcpu > 0]
+        demands = (await read_demand(self.db)).get(pool, [])
+        snapshot = await read_snapshot(self.db, pool, workers, demands, planner.JOBS_PER_CYCLE,
+                                       self._clock() / 1000)
+        key = (job["batch_id"], job["job_id"])
+        result = planner.plan(snapshot)
+        if any(p.key == key for p in result.placements):
+            return Scheduling()
+        wait = result.waits.get(key)
+        if wait is None:  # deeper in the user's queue than the planner looks
+            ahead = await self.db.fetchone(
+                _AHEAD, (pool, job["user"], job["priority"], job["priority"], job["batch_id"], job["batch_id"],
+                         job["job_id"], MAX_JOBS_AHEAD), name="explain_jobs_ahead")
+            n = int(ahead["n"]) if ahead else 0
+            count = f"at least {n}" if n >= MAX_JOBS_AHEAD else str(n)
+            wait = planner.Wait(planner.QUEUED_BEHIND_OWN_JOBS, f"{count} of {job['user']}'s ready jobs in pool "
+                                                                f"{pool} come first (higher priority or older)")
+        lock = None
+        if wait.code == planner.BLOCKED_BY_LOCK:
+            stored = [r for r in locks if r["level"] == wait.level]
+            mine = locks_from_rows((r["level"], r["mode"], r["lock_name"]) for r in stored).get(wait.level)
+            names = tuple(sorted(mine.names)) if mine is not None else ()
+            lock = LockConflict(wait.level, stored[0]["mode"] if stored else "", names, wait.holders)
+        return Scheduling(wait, lock)

@@ -38,7 +38,7 @@ from services.frontend.logs import (
     WorkerLogs,
     step_name,
 )
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 
 log = logging.getLogger(__name__)
 

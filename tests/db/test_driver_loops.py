@@ -15,7 +15,7 @@ from services.driver.canceller import ReadyCanceller
 from services.driver.loop import Loop
 from services.driver.running_canceller import RunningCanceller
 from services.driver.sessions import Session, SessionRegistry
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from tests.world import World, job_spec
 
 

@@ -18,7 +18,7 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.frontend.limits import Limits
 from tests.service.conftest import bearer, person_channel
 

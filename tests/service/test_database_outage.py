@@ -30,7 +30,7 @@ from services.db.store import JobStore
 from services.driver.instances import DeadWorkerDetector
 from services.driver.leader import LeaseSettings
 from services.driver.servicer import SessionSettings
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.runtime import can_isolate

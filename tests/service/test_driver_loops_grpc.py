@@ -25,7 +25,7 @@ from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer
 from services.driver.sessions import SessionRegistry
 from services.frontend.app import FrontendApp
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from tests.service.conftest import UserToken, bearer, person_channel, service_channel
 from tests.world import World
 

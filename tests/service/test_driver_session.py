@@ -21,7 +21,7 @@ from services.db.invariants import check_invariants
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer
 from services.driver.sessions import SessionRegistry
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from tests.world import World
 from tests.service.conftest import service_channel
 

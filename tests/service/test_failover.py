@@ -34,7 +34,7 @@ from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.tls import DevCertificateAuthority, WorkerIssuer
 from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.runtime import can_isolate

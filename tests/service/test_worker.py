@@ -34,7 +34,7 @@ from services.db.store import JobStore
 from services.driver.app import DriverApp, DriverConfig, start as start_driver
 from services.driver.scheduler import Placement
 from services.driver.servicer import SessionSettings
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 from services.worker import agent as agent_module
 from services.worker.app import WorkerApp, start as start_worker
 from services.worker.config import WorkerConfig

@@ -7,53 +7,43 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.driver.fair_share import UserDemand
 from services.frontend.explain import (
     FINAL_STATES,
     Cancelled,
     JobFacts,
     LockConflict,
     Parent,
-    Pool,
-    Project,
+    Scheduling,
     explain,
-    fair_share_mcpu,
 )
+from services.policy import planner
 
 READY = JobFacts(batch_id=1, job_id=5, state="Ready", user="alice", always_run=False, dependency_failed=False,
                  cores_mcpu=1000, regions=())
-ROOMY = Pool("standard", job_private=False, instances_with_room=1, active_cores_mcpu=8000, demands=(),
-             jobs_ahead=0, jobs_ahead_capped=False)
+NO_ROOM = Scheduling(planner.Wait(planner.NO_CAPACITY_IN_REGIONS, "no room"))
 
 
 def codes(facts: JobFacts) -> list[str]:
     return [r.code for r in explain(facts)]
 
 
-def test_a_ready_job_with_nothing_in_its_way_has_no_reason() -> None:
-    assert codes(dataclasses.replace(READY, pool=ROOMY, project=Project("p", "open", 10.0, 1.0))) == []
+def test_a_ready_job_the_planner_would_start_has_no_reason() -> None:
+    assert codes(dataclasses.replace(READY, scheduling=Scheduling())) == []
+    assert codes(READY) == []
 
 
-def test_over_fair_share_only_while_others_wait() -> None:
-    demands = (UserDemand("alice", 6000, 4000), UserDemand("bob", 2000, 0))
-    pool = dataclasses.replace(ROOMY, instances_with_room=0, demands=demands)
-    assert codes(dataclasses.replace(READY, pool=pool)) == ["NO_CAPACITY_IN_REGIONS"]
-    waiting = (UserDemand("alice", 6000, 4000), UserDemand("bob", 2000, 3000))
-    pool = dataclasses.replace(pool, demands=waiting)
-    assert fair_share_mcpu(pool, "alice") == 4000
-    [capacity, fair] = explain(dataclasses.replace(READY, pool=pool))
-    assert (capacity.code, fair.code) == ("NO_CAPACITY_IN_REGIONS", "OVER_FAIR_SHARE")
-    assert fair.detail == "user alice runs 6 cores of pool standard, fair share is 4"
+def test_the_planners_reason_is_the_schedulers() -> None:
+    for code in (*planner.RULES, planner.QUEUED_BEHIND_OWN_JOBS):
+        [reason] = explain(dataclasses.replace(READY, scheduling=Scheduling(planner.Wait(code, "why"))))
+        assert (reason.code, reason.detail) == (code, "why")
 
 
 def test_decisive_reasons_hide_the_schedulers() -> None:
-    facts = dataclasses.replace(
-        READY, cancelled=Cancelled(2, "bob", "wrong input"), pool=dataclasses.replace(ROOMY, instances_with_room=0),
-        project=Project("p", "closed", None, 0.0))
+    facts = dataclasses.replace(READY, cancelled=Cancelled(2, "bob", "wrong input"), scheduling=NO_ROOM)
     [reason] = explain(facts)
     assert (reason.code, reason.detail) == ("JOB_GROUP_CANCELLED", "job group 2 was cancelled by bob: wrong input")
-    # always_run jobs run anyway: then the scheduler's reasons apply.
-    assert codes(dataclasses.replace(facts, always_run=True)) == ["BILLING_LIMIT_REACHED", "NO_CAPACITY_IN_REGIONS"]
+    # always_run jobs run anyway: then the scheduler's reason applies.
+    assert codes(dataclasses.replace(facts, always_run=True)) == ["NO_CAPACITY_IN_REGIONS"]
 
 
 def test_pending_jobs_wait_on_parents_and_know_about_failed_ones() -> None:
@@ -67,16 +57,13 @@ def test_pending_jobs_wait_on_parents_and_know_about_failed_ones() -> None:
     assert codes(accepting) == []
 
 
-def test_locks_limits_and_queues() -> None:
+def test_a_lock_names_its_holders_and_a_job_private_pool_its_machine() -> None:
     conflict = LockConflict("db", "exclusive", ("x",), ((1, 2), (3, 4)))
-    pool = dataclasses.replace(ROOMY, jobs_ahead=1000, jobs_ahead_capped=True)
-    reasons = explain(dataclasses.replace(READY, lock_conflicts=(conflict,), pool=pool,
-                                          project=Project("p", "open", 5.0, 5.0)))
-    assert [r.code for r in reasons] == ["BILLING_LIMIT_REACHED", "BLOCKED_BY_LOCK", "QUEUED_BEHIND_OWN_JOBS"]
-    assert reasons[1].jobs == ((1, 2), (3, 4)) and reasons[1].lock == conflict
-    assert reasons[2].detail.startswith("at least 1000 of alice's ready jobs")
-    assert codes(dataclasses.replace(READY, pool=dataclasses.replace(ROOMY, job_private=True))) == [
-        "NO_CAPACITY_IN_REGIONS"]
+    wait = planner.Wait(planner.BLOCKED_BY_LOCK, "needs exclusive lock", ((1, 2), (3, 4)), "db")
+    [reason] = explain(dataclasses.replace(READY, scheduling=Scheduling(wait, conflict)))
+    assert (reason.code, reason.jobs, reason.lock) == ("BLOCKED_BY_LOCK", ((1, 2), (3, 4)), conflict)
+    [reason] = explain(dataclasses.replace(READY, regions=("us",), scheduling=Scheduling(job_private=True)))
+    assert (reason.code, reason.regions) == ("NO_CAPACITY_IN_REGIONS", ("us",))
 
 
 @given(st.sampled_from(sorted(FINAL_STATES) + ["Running", "Creating"]), st.booleans(), st.booleans())

@@ -1,5 +1,5 @@
 """Fair share: the water-filling allocation of free cores and the job shares
-of the scheduler and the canceller (services/driver/fair_share.py)."""
+of the scheduler and the canceller (services/policy/fair_share.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.driver.fair_share import (
+from services.policy.fair_share import (
     UserDemand,
     allocate_cores,
     cancel_shares,

@@ -1,5 +1,5 @@
 """Resource locks: Ganeti's contention table, weights, aging, conflicts and
-the order of candidates (services/driver/lock_contention.py)."""
+the order of candidates (services/policy/lock_contention.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.driver.lock_contention import (
+from services.policy.lock_contention import (
     BIG_LOCK,
     Candidate,
     LockMode,

@@ -8,7 +8,7 @@ from typing import cast
 
 from services.db.database import Database
 from services.driver.sessions import SessionRegistry
-from services.frontend.specs import SpecStore
+from services.common.specs import SpecStore
 
 
 def test_a_silent_session_is_not_heard_from() -> None:

@@ -1,0 +1,175 @@
+"""The planner's snapshot of a pool, read from the database: the one read the
+scheduler (services.driver.scheduler) and ExplainJob (services.frontend.explain_store)
+both make, so that both hand `services.policy.planner.plan` the same kind of facts.
+
+Bounded: a user's queue is read only as deep as the planner looks
+(`planner.depths`, which sums to at most `jobs_per_cycle` plus one per
+user); locks only for candidates that declare some, and the running jobs'
+locks only at those candidates' levels in their billing projects (at most
+MAX_HELD_LOCK_ROWS rows); budgets only for the candidates' projects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from services.db.database import Database
+from services.policy.fair_share import UserDemand
+from services.policy.lock_contention import BIG_LOCK, BIG_LOCK_LEVEL, Locks, locks_from_rows
+from services.policy.planner import Budget, Candidate, JobKey, Snapshot, Worker, depths
+
+MAX_HELD_LOCK_ROWS = 10_000
+
+# Every pool at once: the view sums every counter row before any filter on
+# the pool applies, so it is read once per cycle, not once per pool.
+_DEMAND = """
+SELECT user, inst_coll, n_ready_jobs, ready_cores_mcpu, running_cores_mcpu FROM user_inst_coll_fair_share
+"""
+
+# Active instances with their free cores, and the memory their open attempts hold.
+_WORKERS = """
+SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes,
+       (SELECT COALESCE(SUM(j.memory_bytes), 0) FROM attempts a
+        JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id
+        WHERE a.instance_name = i.name AND a.end_time_ms IS NULL) AS used_memory_bytes
+FROM instances i LEFT JOIN regions r ON r.name = i.region
+WHERE i.state = 'active' {pool}
+ORDER BY i.name
+"""
+
+# The Ready jobs of one user's running batches in one pool that may run now, in queue order; one such
+# part per user, all in one statement (UNION ALL), so a cycle pays one round trip per pool, not per user.
+_QUEUE_PART = """
+(SELECT b.user, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.regions_bits, j.priority,
+        j.time_created_ms, b.billing_project,
+        EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS has_locks
+ FROM batches b
+ JOIN jobs j ON j.batch_id = b.batch_id AND j.state = 'Ready' AND j.inst_coll = %s
+ WHERE b.user = %s AND b.state = 'running'
+   AND (j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
+         SELECT 1 FROM job_group_self_and_ancestors a
+         JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
+         WHERE a.batch_id = j.batch_id AND a.job_group_id = j.job_group_id)))
+ ORDER BY j.priority DESC, j.batch_id, j.job_id
+ LIMIT %s)"""
+
+_HELD = """
+SELECT l.batch_id, l.job_id, l.level, l.mode, l.lock_name, b.billing_project
+FROM job_locks l
+JOIN jobs j ON j.batch_id = l.batch_id AND j.job_id = l.job_id AND j.state IN ('Running', 'Creating')
+JOIN batches b ON b.batch_id = l.batch_id
+WHERE b.billing_project IN ({projects}) {levels}
+ORDER BY l.batch_id, l.job_id
+LIMIT %s
+"""
+
+_BUDGETS = """
+SELECT p.name, p.state, p.limit_usd,
+       (SELECT COALESCE(SUM(x.`usage` * xr.rate_usd), 0) FROM aggregated_billing_project_resources x
+        JOIN resources xr ON xr.resource_id = x.resource_id WHERE x.billing_project = p.name) AS spend_usd
+FROM billing_projects p WHERE p.name IN ({projects})
+"""
+
+
+def _marks(n: int) -> str:
+    return ", ".join(["%s"] * n)
+
+
+async def read_demand(db: Database) -> dict[str, list[UserDemand]]:
+    """Each pool's users that have ready work, with their running and ready cores."""
+    by_pool: dict[str, list[UserDemand]] = {}
+    for r in await db.fetchall(_DEMAND, name="scheduler_demand"):
+        if int(r["ready_cores_mcpu"]) > 0 or int(r["n_ready_jobs"]) > 0:
+            by_pool.setdefault(r["inst_coll"], []).append(
+                UserDemand(r["user"], int(r["running_cores_mcpu"]), int(r["ready_cores_mcpu"])))
+    return by_pool
+
+
+async def read_workers(db: Database, pool: str | None = None) -> dict[str, list[Worker]]:
+    """Active instances with free cores, by pool (one pool if given). An instance that did not say how much
+    memory it has (0) is not checked for memory."""
+    sql = _WORKERS.format(pool="AND i.inst_coll = %s" if pool is not None else "")
+    by_pool: dict[str, list[Worker]] = {}
+    for r in await db.fetchall(sql, (pool,) if pool is not None else None, name="scheduler_instances"):
+        memory = int(r["memory_bytes"] or 0)
+        by_pool.setdefault(r["inst_coll"], []).append(Worker(
+            r["name"], int(r["region_id"]), int(r["free_cores_mcpu"]),
+            max(0, memory - int(r["used_memory_bytes"])) if memory > 0 else None))
+    return by_pool
+
+
+async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], demands: Sequence[UserDemand],
+                        jobs_per_cycle: int, now_s: float) -> Snapshot:
+    """The pool's snapshot: each user's queue as deep as the planner looks, the candidates' locks, the
+    locks their projects' running jobs hold at those levels, and the projects' budgets."""
+    looks = depths(workers, demands, jobs_per_cycle)
+    queues: dict[str, list[Candidate]] = {user: [] for user in looks}
+    rows: list[dict[str, Any]] = []
+    if looks:
+        users = sorted(looks)
+        rows = await db.fetchall(" UNION ALL ".join([_QUEUE_PART] * len(users)),
+                                 tuple(v for user in users for v in (pool, user, looks[user])),
+                                 name="scheduler_candidates")
+    # A union's order is not promised: each user's queue is put back in the queue's order.
+    rows.sort(key=lambda r: (-int(r["priority"]), r["batch_id"], r["job_id"]))
+    for r in rows:
+        queues[r["user"]].append(Candidate(
+            (r["batch_id"], r["job_id"]), r["user"], r["billing_project"], int(r["cores_mcpu"]),
+            int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
+            int(r["priority"]), int(r["time_created_ms"]) / 1000))
+    rows_with_locks = [r for r in rows if r["has_locks"]]
+    projects = {r["billing_project"] for r in rows}
+    held: dict[str, dict[JobKey, Locks]] = {}
+    if rows_with_locks:
+        locks = await _locks_of(db, [(r["batch_id"], r["job_id"]) for r in rows_with_locks])
+        queues = {user: [_with_locks(c, locks) for c in queue] for user, queue in queues.items()}
+        held = await _held(db, {r["billing_project"] for r in rows_with_locks},
+                           {level for job_locks in locks.values() for level in job_locks})
+    budgets: dict[str, Budget] = {}
+    if projects:
+        ordered = sorted(projects)
+        for r in await db.fetchall(_BUDGETS.format(projects=_marks(len(ordered))), tuple(ordered),
+                                   name="scheduler_budgets"):
+            limit = float(r["limit_usd"]) if r["limit_usd"] is not None else None
+            budgets[r["name"]] = Budget(r["state"], limit, float(r["spend_usd"]))
+    return Snapshot(pool, tuple(workers), tuple(demands), queues, held, budgets, jobs_per_cycle, now_s)
+
+
+def _with_locks(candidate: Candidate, locks: dict[JobKey, Locks]) -> Candidate:
+    job_locks = locks.get(candidate.key)
+    if not job_locks:
+        return candidate
+    return Candidate(candidate.key, candidate.user, candidate.billing_project, candidate.cores_mcpu,
+                     candidate.memory_bytes, candidate.regions_bits, candidate.priority, candidate.created_s,
+                     job_locks)
+
+
+async def _locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:
+    rows = await db.fetchall(
+        f"SELECT batch_id, job_id, level, mode, lock_name FROM job_locks WHERE (batch_id, job_id) IN "
+        f"({', '.join(['(%s, %s)'] * len(keys))})", tuple(v for key in keys for v in key), name="candidate_locks")
+    entries: dict[JobKey, list[tuple[str, str, str]]] = {}
+    for r in rows:
+        entries.setdefault((r["batch_id"], r["job_id"]), []).append((r["level"], r["mode"], r["lock_name"]))
+    return {key: locks_from_rows(e) for key, e in entries.items()}
+
+
+async def _held(db: Database, projects: set[str], levels: set[str]) -> dict[str, dict[JobKey, Locks]]:
+    """The locks running jobs of `projects` hold at `levels` (any level if the big lock is among them)."""
+    ordered = sorted(projects)
+    level_filter, params = "", []
+    if BIG_LOCK_LEVEL not in levels:
+        level_filter = f"AND l.level IN ({_marks(len(levels) + 1)})"
+        params = [*sorted(levels), BIG_LOCK_LEVEL]
+    rows = await db.fetchall(_HELD.format(projects=_marks(len(ordered)), levels=level_filter),
+                             (*ordered, *params, MAX_HELD_LOCK_ROWS), name="held_locks")
+    if len(rows) >= MAX_HELD_LOCK_ROWS:
+        # Too many to read: assume the worst, so that no two writers ever run together (the jobs with locks
+        # of these projects wait until fewer locks are held).
+        return {project: {(0, 0): BIG_LOCK} for project in projects}
+    entries: dict[str, dict[JobKey, list[tuple[str, str, str]]]] = {}
+    for r in rows:
+        entries.setdefault(r["billing_project"], {}).setdefault((r["batch_id"], r["job_id"]), []).append(
+            (r["level"], r["mode"], r["lock_name"]))
+    return {project: {key: locks_from_rows(e) for key, e in jobs.items()} for project, jobs in entries.items()}

@@ -1,0 +1,263 @@
+"""The planner: which Ready jobs of one pool start this cycle, where, and why
+each of the others waits.
+
+`plan(snapshot)` is the one decision. The driver's scheduler reads a
+snapshot of a pool, calls it, and starts the placements; ExplainJob reads
+the same kind of snapshot and reports the reason the plan gives for one job.
+Pure: no I/O, no clock (the snapshot carries `now_s`), no randomness
+(attempt ids are the caller's).
+
+A cycle, per pool:
+1. fair share: the pool's free cores water-filled over the users' ready
+   demand (`fair_share.allocate_cores`), and from it how many of each user's
+   jobs the cycle looks at (`fair_share.scheduling_shares`, at least one per
+   user with demand, so the head of every queue gets a real reason);
+2. users in fair-share order (lowest running level first); within a user,
+   the jobs looked at are tried by priority, then by lock contention aged by
+   waiting time (Ganeti's predictive queue, `lock_contention`), then by key;
+3. each job is checked against the rules, in this order, and the first that
+   stops it is its reason; a stopped job is skipped, not a barrier:
+   - BILLING_LIMIT_REACHED: its billing project is not open, or has spent
+     its limit;
+   - BLOCKED_BY_LOCK: one of its locks clashes with a lock held by a running
+     job, or by a job placed earlier in this cycle, of the same billing
+     project (locks are named per project);
+   - NO_CAPACITY_IN_REGIONS: no worker in its regions has room for its cores
+     and memory;
+   - OVER_FAIR_SHARE: its user's fair share of this cycle is used up;
+4. a job placed goes first-fit onto the workers in order, takes their cores
+   and memory, and holds its locks for the jobs after it;
+5. the jobs of a user's queue beyond what the cycle looks at wait with
+   QUEUED_BEHIND_OWN_JOBS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from services.policy.fair_share import UserDemand, allocate_cores, fair_share_order, scheduling_shares
+from services.policy.lock_contention import (
+    Locks, LockRequest, aged_weight, conflicts, running_locks_by_level, static_weight,
+)
+
+JobKey = tuple[int, int]
+"""(batch_id, job_id)."""
+
+BILLING_LIMIT_REACHED = "BILLING_LIMIT_REACHED"
+BLOCKED_BY_LOCK = "BLOCKED_BY_LOCK"
+NO_CAPACITY_IN_REGIONS = "NO_CAPACITY_IN_REGIONS"
+OVER_FAIR_SHARE = "OVER_FAIR_SHARE"
+QUEUED_BEHIND_OWN_JOBS = "QUEUED_BEHIND_OWN_JOBS"
+JOBS_PER_CYCLE = 300
+"""How many jobs a scheduling cycle looks at, over all users of a pool (the scheduler's default, and
+ExplainJob's)."""
+RULES = (BILLING_LIMIT_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS, OVER_FAIR_SHARE)
+"""The rules a job looked at is checked against, in order (module docstring)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A Ready job the scheduler may start (not in a cancelled group, no failed parent unless always_run)."""
+
+    key: JobKey
+    user: str
+    billing_project: str
+    cores_mcpu: int
+    memory_bytes: int = 0
+    regions_bits: int | None = None
+    """Bit i set: the job may run in region i; None: anywhere."""
+    priority: int = 0
+    created_s: float = 0.0
+    """When the job was created (seconds, the clock of `Snapshot.now_s`): its age, for aging."""
+    locks: Locks = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Worker:
+    """A live worker of the pool, with what is free on it."""
+
+    name: str
+    region_id: int
+    free_cores_mcpu: int
+    free_memory_bytes: int | None = None
+    """None: the worker did not say how much memory it has; memory is then not checked there."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """A billing project's standing."""
+
+    state: str = "open"
+    """open, closed or deleted."""
+    limit_usd: float | None = None
+    spend_usd: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """One pool as the scheduler sees it at the start of a cycle."""
+
+    pool: str
+    workers: Sequence[Worker]
+    """Live workers, in the order first-fit tries them."""
+    demands: Sequence[UserDemand]
+    """Every user with Ready work in the pool: running and ready cores."""
+    queues: Mapping[str, Sequence[Candidate]]
+    """Per user, the head of their queue in priority-then-age order; at least `depths(...)[user]` long,
+    or all of it."""
+    held: Mapping[str, Mapping[JobKey, Locks]] = dataclasses.field(default_factory=dict)
+    """Per billing project, the locks of its running (and starting) jobs."""
+    budgets: Mapping[str, Budget] = dataclasses.field(default_factory=dict)
+    """Per billing project of a candidate; a project not here is open and unlimited."""
+    jobs_per_cycle: int = JOBS_PER_CYCLE
+    now_s: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """A job to start on a worker."""
+
+    key: JobKey
+    worker: str
+    cores_mcpu: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """Why a job looked at (or not) was not placed this cycle."""
+
+    code: str
+    detail: str
+    holders: tuple[JobKey, ...] = ()
+    """BLOCKED_BY_LOCK: the jobs holding what it needs."""
+    level: str = ""
+    """BLOCKED_BY_LOCK: the level of the clashing lock."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    placements: tuple[Placement, ...]
+    waits: Mapping[JobKey, Wait]
+    """Every candidate of the snapshot that was not placed."""
+    allocation: Mapping[str, int]
+    """Each user's fair share of the pool's free cores this cycle (mcpu)."""
+
+
+def _cores(mcpu: int) -> str:
+    return f"{mcpu / 1000:g}"
+
+
+def depths(workers: Sequence[Worker], demands: Sequence[UserDemand], jobs_per_cycle: int) -> dict[str, int]:
+    """How many jobs of each user's queue a cycle looks at: the user's share of `jobs_per_cycle`, and at
+    least one for every user with ready work (the reason of a queue's head is always the planner's)."""
+    allocation = allocate_cores(sum(max(0, w.free_cores_mcpu) for w in workers), demands)
+    shares = scheduling_shares(allocation, demands, total_jobs=jobs_per_cycle)
+    return {d.user: max(1, shares.get(d.user, 0)) for d in demands if d.ready_cores_mcpu > 0}
+
+
+def _budget_stop(budget: Budget | None, project: str) -> Wait | None:
+    if budget is None:
+        return None
+    if budget.state != "open":
+        return Wait(BILLING_LIMIT_REACHED, f"billing project {project} is {budget.state}")
+    if budget.limit_usd is not None and budget.spend_usd >= budget.limit_usd:
+        return Wait(BILLING_LIMIT_REACHED, f"billing project {project} spent ${budget.spend_usd:.2f} of its "
+                                           f"${budget.limit_usd:.2f} limit")
+    return None
+
+
+def _lock_stop(job: Candidate, held: Mapping[JobKey, Locks]) -> Wait | None:
+    if not job.locks or not held:
+        return None
+    for level, request in sorted(job.locks.items()):
+        holders = tuple(key for key, locks in held.items()
+                        if conflicts({level: request}, {lvl: [r] for lvl, r in locks.items()}))
+        if holders:
+            names = f" {', '.join(sorted(request.names))}" if request.names else ""
+            shown = ", ".join(f"{b}/{j}" for b, j in holders[:10]) + (", ..." if len(holders) > 10 else "")
+            return Wait(BLOCKED_BY_LOCK, f"needs {request.mode.value} lock at level {level}{names}, held by "
+                                         f"job(s) {shown}", holders, level)
+    return None
+
+
+def _allowed(job: Candidate, worker: Worker) -> bool:
+    return job.regions_bits is None or bool((job.regions_bits >> worker.region_id) & 1)
+
+
+def _fits(job: Candidate, cores: int, memory: int | None) -> bool:
+    return cores >= job.cores_mcpu and (memory is None or memory >= job.memory_bytes)
+
+
+def _order(queue: Sequence[Candidate], held: Mapping[str, Mapping[JobKey, Locks]], now_s: float) -> list[Candidate]:
+    """Priority first; within a priority the least contended (aged) first; then the queue's own order."""
+    by_project: dict[str, dict[str, list[LockRequest]]] = {}
+
+    def weight(job: Candidate) -> float:
+        if not job.locks:
+            return 0.0
+        running = by_project.get(job.billing_project)
+        if running is None:
+            running = by_project[job.billing_project] = running_locks_by_level(
+                held.get(job.billing_project, {}).values())
+        return aged_weight(static_weight(job.locks, running), now_s - job.created_s)
+
+    position = {job.key: i for i, job in enumerate(queue)}
+    return sorted(queue, key=lambda job: (-job.priority, weight(job), position[job.key]))
+
+
+def plan(snapshot: Snapshot) -> Plan:
+    """Placements for this cycle and, for every other candidate, the first rule that stopped it."""
+    demands = list(snapshot.demands)
+    allocation = allocate_cores(sum(max(0, w.free_cores_mcpu) for w in snapshot.workers), demands)
+    looked_at = depths(snapshot.workers, demands, snapshot.jobs_per_cycle)
+    free = {w.name: [w.free_cores_mcpu, w.free_memory_bytes] for w in snapshot.workers}
+    held: dict[str, dict[JobKey, Locks]] = {p: dict(locks) for p, locks in snapshot.held.items()}
+    placements: list[Placement] = []
+    waits: dict[JobKey, Wait] = {}
+    for user in fair_share_order(demands):
+        queue = list(snapshot.queues.get(user, ()))
+        depth = looked_at.get(user, 0)
+        for n, job in enumerate(queue[depth:], start=depth):
+            waits[job.key] = Wait(QUEUED_BEHIND_OWN_JOBS, f"{n} of {user}'s ready jobs in pool {snapshot.pool} "
+                                                          "come first (higher priority, less contended or older)")
+        used = 0
+        share = allocation.get(user, 0)
+        for job in _order(queue[:depth], snapshot.held, snapshot.now_s):
+            project_held = held.setdefault(job.billing_project, {})
+            stop = _budget_stop(snapshot.budgets.get(job.billing_project), job.billing_project) \
+                or _lock_stop(job, project_held)
+            if stop is not None:
+                waits[job.key] = stop
+                continue
+            where = next((w for w in snapshot.workers
+                          if _allowed(job, w) and _fits(job, free[w.name][0], free[w.name][1])), None)
+            if where is None:
+                memory = f" and {job.memory_bytes} bytes of memory" if job.memory_bytes else ""
+                waits[job.key] = Wait(NO_CAPACITY_IN_REGIONS,
+                                      f"no live {snapshot.pool} worker in the job's regions has "
+                                      f"{_cores(job.cores_mcpu)} cores{memory} free; the autoscaler adds "
+                                      "machines while the pool has room")
+                continue
+            if used + job.cores_mcpu > share:
+                running = next((d.running_cores_mcpu for d in demands if d.user == user), 0)
+                waits[job.key] = Wait(OVER_FAIR_SHARE,
+                                      f"user {user} runs {_cores(running)} cores of pool {snapshot.pool} and "
+                                      f"is given {_cores(share)} of the {_cores(sum(allocation.values()))} "
+                                      "cores handed out this cycle by fair share; others wait too")
+                continue
+            used += job.cores_mcpu
+            room = free[where.name]
+            room[0] -= job.cores_mcpu
+            if room[1] is not None:
+                room[1] -= job.memory_bytes
+            if job.locks:
+                project_held[job.key] = job.locks
+            placements.append(Placement(job.key, where.name, job.cores_mcpu))
+    placed = {p.key for p in placements}
+    for user, queue in snapshot.queues.items():  # queues of users without demand (a stale read)
+        for job in queue:
+            if job.key not in waits and job.key not in placed:
+                waits[job.key] = Wait(OVER_FAIR_SHARE, f"user {user} has no ready demand in pool "
+                                                       f"{snapshot.pool} by the fair-share counters yet")
+    return Plan(tuple(placements), waits, allocation)

@@ -1,0 +1,206 @@
+"""The planner's promises, on generated snapshots (hypothesis):
+
+- no worker is given more cores or memory than it has free, and every job
+  lands in one of its regions;
+- no two placed jobs, and no placed job and a running one, of one billing
+  project hold clashing locks;
+- every candidate is placed or says why it waits, never both;
+- a job's reason is the first rule that stopped it (each earlier rule can be
+  shown not to have applied);
+- fair share: no user is given more cores than their water-filled share;
+- the same snapshot gives the same plan.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.policy import planner
+from services.policy.fair_share import UserDemand
+from services.policy.lock_contention import LockMode, LockRequest, conflicts
+from services.policy.planner import Budget, Candidate, Snapshot, Worker, plan
+
+USERS = ("ann", "bob", "cat")
+PROJECTS = ("p1", "p2")
+LEVELS = ("disk", "net", "*")
+NAMES = ("x", "y")
+GIB = 1 << 30
+
+
+@st.composite
+def lock_requests(draw: st.DrawFn) -> dict[str, LockRequest]:
+    locks = {}
+    for level in draw(st.lists(st.sampled_from(LEVELS), max_size=2, unique=True)):
+        if level == "*":
+            locks[level] = LockRequest(LockMode.ALL_EXCLUSIVE)
+            continue
+        mode = draw(st.sampled_from([m for m in LockMode if m is not LockMode.NONE]))
+        names = frozenset(draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))) \
+            if mode.named else frozenset()
+        locks[level] = LockRequest(mode, names)
+    return locks
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    workers = [Worker(f"w{i}", draw(st.integers(0, 2)), draw(st.integers(0, 16)) * 500,
+                      draw(st.one_of(st.none(), st.integers(0, 32).map(lambda g: g * GIB // 2))))
+               for i in range(draw(st.integers(0, 5)))]
+    queues: dict[str, list[Candidate]] = {}
+    next_job = 1
+    for user in draw(st.lists(st.sampled_from(USERS), max_size=3, unique=True)):
+        queue = []
+        for _ in range(draw(st.integers(1, 8))):
+            queue.append(Candidate(
+                (1 + USERS.index(user), next_job), user, draw(st.sampled_from(PROJECTS)),
+                draw(st.integers(1, 16)) * 250, draw(st.integers(0, 8)) * GIB // 2,
+                draw(st.one_of(st.none(), st.integers(1, 7))), draw(st.integers(0, 2)),
+                draw(st.integers(0, 1200)), draw(lock_requests())))
+            next_job += 1
+        queue.sort(key=lambda c: (-c.priority, c.key))  # the read's order
+        queues[user] = queue
+    demands = [UserDemand(u, draw(st.integers(0, 8)) * 1000, sum(c.cores_mcpu for c in q) + draw(st.integers(0, 4000)))
+               for u, q in queues.items()]
+    held = {p: {(9, i): draw(lock_requests()) for i in range(draw(st.integers(0, 2)))} for p in PROJECTS}
+    budgets = {p: Budget(draw(st.sampled_from(["open", "open", "closed"])),
+                         draw(st.one_of(st.none(), st.floats(0, 10))), draw(st.floats(0, 10)))
+               for p in PROJECTS}
+    return Snapshot("standard", workers, demands, queues, held, budgets,
+                    jobs_per_cycle=draw(st.integers(1, 12)), now_s=1200.0)
+
+
+def _budget_stops(snapshot: Snapshot, job: Candidate) -> bool:
+    budget = snapshot.budgets.get(job.billing_project)
+    return budget is not None and (budget.state != "open" or (
+        budget.limit_usd is not None and budget.spend_usd >= budget.limit_usd))
+
+
+def _clashes(a: dict[str, LockRequest], b: dict[str, LockRequest]) -> bool:
+    return conflicts(a, {level: [r] for level, r in b.items()})
+
+
+@settings(max_examples=2000, deadline=None)
+@given(snapshots())
+def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
+    result = plan(snapshot)
+    jobs = {c.key: c for queue in snapshot.queues.values() for c in queue}
+    workers = {w.name: w for w in snapshot.workers}
+    placed = {p.key: p for p in result.placements}
+    assert len(placed) == len(result.placements)
+
+    # Every candidate placed or waiting, never both.
+    assert set(placed) | set(result.waits) == set(jobs)
+    assert not set(placed) & set(result.waits)
+
+    # Room and regions.
+    cores, memory = defaultdict(int), defaultdict(int)
+    for p in result.placements:
+        job, worker = jobs[p.key], workers[p.worker]
+        assert p.cores_mcpu == job.cores_mcpu
+        assert job.regions_bits is None or (job.regions_bits >> worker.region_id) & 1
+        cores[p.worker] += job.cores_mcpu
+        memory[p.worker] += job.memory_bytes
+    for name, worker in workers.items():
+        assert cores[name] <= worker.free_cores_mcpu
+        assert worker.free_memory_bytes is None or memory[name] <= worker.free_memory_bytes
+
+    # Locks: placed against running and against each other, per project.
+    for p in result.placements:
+        job = jobs[p.key]
+        assert not any(_clashes(job.locks, held) for held in snapshot.held.get(job.billing_project, {}).values())
+        for q in result.placements:
+            other = jobs[q.key]
+            if q.key != p.key and other.billing_project == job.billing_project:
+                assert not _clashes(job.locks, other.locks)
+
+    # Fair share: nobody beyond their water-filled share.
+    given_cores = defaultdict(int)
+    for p in result.placements:
+        given_cores[jobs[p.key].user] += p.cores_mcpu
+    for user, n in given_cores.items():
+        assert n <= result.allocation[user]
+
+    # Each reason is the first rule that stopped the job: the earlier rules did not apply.
+    free_after = {name: (w.free_cores_mcpu - cores[name],
+                         None if w.free_memory_bytes is None else w.free_memory_bytes - memory[name])
+                  for name, w in workers.items()}
+    for key, wait in result.waits.items():
+        job = jobs[key]
+        if wait.code == planner.QUEUED_BEHIND_OWN_JOBS:
+            continue
+        assert wait.code in planner.RULES
+        earlier = planner.RULES[:planner.RULES.index(wait.code)]
+        if planner.BILLING_LIMIT_REACHED in earlier:
+            assert not _budget_stops(snapshot, job), wait
+        if wait.code == planner.BILLING_LIMIT_REACHED:
+            assert _budget_stops(snapshot, job)
+        if planner.BLOCKED_BY_LOCK in earlier:  # nothing running clashes (what was placed before may not)
+            assert not any(_clashes(job.locks, h) for h in snapshot.held.get(job.billing_project, {}).values())
+        if wait.code == planner.BLOCKED_BY_LOCK:
+            holders = {**snapshot.held.get(job.billing_project, {}),
+                       **{k: jobs[k].locks for k in placed if jobs[k].billing_project == job.billing_project}}
+            assert wait.holders and all(_clashes({wait.level: job.locks[wait.level]}, holders[h])
+                                        for h in wait.holders)
+        if wait.code == planner.NO_CAPACITY_IN_REGIONS:
+            for name, (c, m) in free_after.items():
+                allowed = job.regions_bits is None or (job.regions_bits >> workers[name].region_id) & 1
+                assert not (allowed and c >= job.cores_mcpu and (m is None or m >= job.memory_bytes))
+        if wait.code == planner.OVER_FAIR_SHARE and job.user in result.allocation:
+            assert given_cores[job.user] + job.cores_mcpu > result.allocation[job.user]
+
+    # Deterministic.
+    assert plan(snapshot) == result
+
+
+def test_a_job_too_big_for_its_share_is_skipped_not_a_barrier() -> None:
+    big = Candidate((1, 1), "ann", "p1", 4000)
+    small = Candidate((1, 2), "ann", "p1", 1000)
+    snapshot = Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 5000), UserDemand("bob", 0, 4000)],
+                        {"ann": [big, small], "bob": [Candidate((2, 1), "bob", "p1", 4000)]}, jobs_per_cycle=10)
+    result = plan(snapshot)
+    assert result.allocation == {"ann": 4000, "bob": 4000}
+    assert {p.key for p in result.placements} == {(1, 1), (2, 1)}
+    assert result.waits[(1, 2)].code == planner.OVER_FAIR_SHARE
+
+
+def test_two_exclusive_holders_of_one_name_never_start_together_and_readers_share() -> None:
+    writer = {"disk": LockRequest(LockMode.EXCLUSIVE, frozenset({"x"}))}
+    reader = {"disk": LockRequest(LockMode.SHARED, frozenset({"x"}))}
+    queue = [Candidate((1, 1), "ann", "p1", 1000, locks=writer), Candidate((1, 2), "ann", "p1", 1000, locks=writer),
+             Candidate((1, 3), "ann", "p2", 1000, locks=writer)]
+    snapshot = Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 3000)], {"ann": queue},
+                        jobs_per_cycle=10)
+    result = plan(snapshot)
+    assert {p.key for p in result.placements} == {(1, 1), (1, 3)}  # another project's lock of the same name
+    assert (result.waits[(1, 2)].code, result.waits[(1, 2)].holders) == (planner.BLOCKED_BY_LOCK, ((1, 1),))
+
+    readers = [Candidate((1, i), "ann", "p1", 1000, locks=reader) for i in range(1, 4)]
+    result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 3000)], {"ann": readers},
+                           jobs_per_cycle=10))
+    assert len(result.placements) == 3
+    held = {"p1": {(7, 7): writer}}
+    result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 3000)], {"ann": readers},
+                           held, jobs_per_cycle=10))
+    assert not result.placements and {w.holders for w in result.waits.values()} == {((7, 7),)}
+
+
+def test_no_capacity_comes_before_fair_share_and_the_queue_beyond_the_look_waits_behind() -> None:
+    queue = [Candidate((1, i), "ann", "p1", 2000, memory_bytes=8 * GIB) for i in range(1, 5)]
+    snapshot = Snapshot("standard", [Worker("w0", 0, 8000, 4 * GIB)], [UserDemand("ann", 0, 8000)], {"ann": queue},
+                        jobs_per_cycle=2)
+    result = plan(snapshot)
+    assert not result.placements
+    assert [result.waits[c.key].code for c in queue] == [planner.NO_CAPACITY_IN_REGIONS] * 2 + \
+        [planner.QUEUED_BEHIND_OWN_JOBS] * 2
+
+
+def test_a_project_at_its_limit_or_closed_starts_nothing() -> None:
+    queue = [Candidate((1, 1), "ann", "p1", 1000), Candidate((1, 2), "ann", "p2", 1000)]
+    budgets = {"p1": Budget("open", 0.0, 0.0), "p2": Budget("closed")}
+    result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 2000)], {"ann": queue},
+                           budgets=budgets, jobs_per_cycle=10))
+    assert not result.placements
+    assert {w.code for w in result.waits.values()} == {planner.BILLING_LIMIT_REACHED}
