@@ -47,6 +47,6 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "refusing them (development only: a job can then read everything corral can)")
     up.add_argument("--restart-tries", type=int, default=5, metavar="N",
                     help="a process that dies is started again, at once, then after 1 s, 2 s, 4 s...; after N "
-                         "restarts in a row that do not serve (ready, then up 10 s), stop everything and exit 1 "
+                         "restarts in a row that do not serve (ready, then up 2 s), stop everything and exit 1 "
                          "(default: %(default)s)")
     up.set_defaults(run=_up)

@@ -6,10 +6,10 @@ The rules (docs/operations.md, "Faults and supervision"):
 - a part that dies is logged with its exit status and started again: at once the first time, then
   after 1 s, 2 s, 4 s, ... (at most 30 s) while it keeps dying without serving (a driver never
   sooner than 3 s: a standby leads first);
-- a part that served after its last start (ready, then up `served_s`, 10 s), or stayed up
+- a part that served after its last start (ready, then up `served_s`, 2 s), or stayed up
   `stable_s` (60 s), is doing fine: its next death counts as a first one;
 - a part whose last `tries` (5) restarts in a row each died before it had served for `served_s`
-  (10 s: ready, and up that long since) cannot be kept running: `Supervisor.failed` says so, and
+  (2 s: ready, and up that long since) cannot be kept running: `Supervisor.failed` says so, and
   `corral up` stops everything and exits 1. A part that serves after each restart is restarted however
   often something kills it (a fault program killed the leading driver 100 times).
 
@@ -56,7 +56,7 @@ class RestartPolicy:
     stable_s: float = 60.0
     """A part up this long is doing fine again, ready or not: the pause before its next restart is the
     first one."""
-    served_s: float = 10.0
+    served_s: float = 2.0
     """A restart served once the part was ready and stayed up this long: it could be restarted, and its
     next death counts as a first one (toward `tries`, and for the pause)."""
 
