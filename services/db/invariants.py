@@ -254,6 +254,16 @@ async def _billing(db: Database) -> list[str]:
         "GROUP BY b.billing_project, b.user, r.resource_id",
         ("billing_project", "user", "resource_id"), ("usage",),
     )
+    # Reservations (migration 0013): what open attempts reserved, per project. (Spend + reservations within
+    # the limit is not an invariant: an administrator may lower a limit below them.)
+    problems += await _check(
+        db, "aggregated_billing_project_reservations",
+        "SELECT billing_project, SUM(reserved_micro_usd) reserved_micro_usd "
+        "FROM aggregated_billing_project_reservations GROUP BY billing_project",
+        "SELECT b.billing_project, SUM(t.reserved_micro_usd) reserved_micro_usd FROM attempts t "
+        "JOIN batches b ON b.batch_id = t.batch_id WHERE t.end_time_ms IS NULL GROUP BY b.billing_project",
+        ("billing_project",), ("reserved_micro_usd",),
+    )
     return problems
 
 

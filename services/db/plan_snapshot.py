@@ -11,13 +11,14 @@ MAX_HELD_LOCK_ROWS rows); budgets only for the candidates' projects.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from services.db.database import Database
 from services.policy.fair_share import UserDemand
 from services.policy.lock_contention import BIG_LOCK, BIG_LOCK_LEVEL, Locks, locks_from_rows
-from services.policy.planner import Budget, Candidate, JobKey, Snapshot, Worker, depths
+from services.policy.planner import Budget, Candidate, JobKey, Snapshot, Worker, depths, reservation_micro_usd
 
 MAX_HELD_LOCK_ROWS = 10_000
 
@@ -43,6 +44,9 @@ ORDER BY i.name
 _QUEUE_PART = """
 (SELECT b.user, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.regions_bits, j.priority,
         j.time_created_ms, b.billing_project,
+        -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
+        (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000 FROM billing_projects p
+         WHERE p.name = b.billing_project AND p.limit_usd IS NOT NULL) AS reserve_ms,
         EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS has_locks
  FROM batches b
  JOIN jobs j ON j.batch_id = b.batch_id AND j.state = 'Ready' AND j.inst_coll = %s
@@ -67,9 +71,14 @@ LIMIT %s
 _BUDGETS = """
 SELECT p.name, p.state, p.limit_usd,
        (SELECT COALESCE(SUM(x.`usage` * xr.rate_usd), 0) FROM aggregated_billing_project_resources x
-        JOIN resources xr ON xr.resource_id = x.resource_id WHERE x.billing_project = p.name) AS spend_usd
+        JOIN resources xr ON xr.resource_id = x.resource_id WHERE x.billing_project = p.name) AS spend_usd,
+       (SELECT COALESCE(SUM(v.reserved_micro_usd), 0) FROM aggregated_billing_project_reservations v
+        WHERE v.billing_project = p.name) AS reserved_micro_usd
 FROM billing_projects p WHERE p.name IN ({projects})
 """
+
+# The rates a reservation is priced at (schedule_jobs reads the same two).
+_RATES = "SELECT name, rate_usd FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1')"
 
 
 def _marks(n: int) -> str:
@@ -113,11 +122,18 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
                                  name="scheduler_candidates")
     # A union's order is not promised: each user's queue is put back in the queue's order.
     rows.sort(key=lambda r: (-int(r["priority"]), r["batch_id"], r["job_id"]))
+    rates: dict[str, float] = {}
+    if any(r["reserve_ms"] is not None for r in rows):
+        rates = {r["name"]: float(r["rate_usd"]) for r in await db.fetchall(_RATES, name="reservation_rates")}
     for r in rows:
+        reserve = 0
+        if r["reserve_ms"] is not None:
+            reserve = reservation_micro_usd(int(r["cores_mcpu"]), int(r["memory_bytes"] or 0), int(r["reserve_ms"]),
+                                            rates.get("cpu/local/1", 0.0), rates.get("memory/local/1", 0.0))
         queues[r["user"]].append(Candidate(
             (r["batch_id"], r["job_id"]), r["user"], r["billing_project"], int(r["cores_mcpu"]),
             int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
-            int(r["priority"]), int(r["time_created_ms"]) / 1000))
+            int(r["priority"]), int(r["time_created_ms"]) / 1000, reserve_micro_usd=reserve))
     rows_with_locks = [r for r in rows if r["has_locks"]]
     projects = {r["billing_project"] for r in rows}
     held: dict[str, dict[JobKey, Locks]] = {}
@@ -132,7 +148,7 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
         for r in await db.fetchall(_BUDGETS.format(projects=_marks(len(ordered))), tuple(ordered),
                                    name="scheduler_budgets"):
             limit = float(r["limit_usd"]) if r["limit_usd"] is not None else None
-            budgets[r["name"]] = Budget(r["state"], limit, float(r["spend_usd"]))
+            budgets[r["name"]] = Budget(r["state"], limit, float(r["spend_usd"]), int(r["reserved_micro_usd"]))
     return Snapshot(pool, tuple(workers), tuple(demands), queues, held, budgets, jobs_per_cycle, now_s)
 
 
@@ -140,9 +156,7 @@ def _with_locks(candidate: Candidate, locks: dict[JobKey, Locks]) -> Candidate:
     job_locks = locks.get(candidate.key)
     if not job_locks:
         return candidate
-    return Candidate(candidate.key, candidate.user, candidate.billing_project, candidate.cores_mcpu,
-                     candidate.memory_bytes, candidate.regions_bits, candidate.priority, candidate.created_s,
-                     job_locks)
+    return dataclasses.replace(candidate, locks=job_locks)
 
 
 async def _locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:

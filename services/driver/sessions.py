@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from google.protobuf import timestamp_pb2
 
+from corral.batch.v1 import job_spec_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.telemetry import context_from_json
@@ -124,9 +125,10 @@ class SessionRegistry:
             return
         keys = ", ".join(["(%s, %s)"] * len(placements))
         rows = await self._db.fetchall(
-            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, b.user, b.billing_project,
-                       u.trace_context
+            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, j.timeout_ms, b.user, b.billing_project,
+                       u.trace_context, IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
                 FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
+                JOIN billing_projects p ON p.name = b.billing_project
                 LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
                 WHERE (j.batch_id, j.job_id) IN ({keys})""",
             tuple(v for p in placements for v in (p.batch_id, p.job_id)), name="run_job_details")
@@ -137,6 +139,10 @@ class SessionRegistry:
         for p in placements:
             row = details[(p.batch_id, p.job_id)]
             spec = specs[row["spec_ref"]]
+            if row["timeout_ms"] is None and row["budget_timeout_ms"] is not None:
+                # A project with a limit reserved the cost of its longest job: the job is stopped after it.
+                spec = job_spec_pb2.JobSpec.FromString(spec.SerializeToString())
+                spec.timeout.FromMilliseconds(int(row["budget_timeout_ms"]))
             self.send(p.instance, pb.WorkerSessionResponse(run_job=ws.RunJob(
                 attempt=ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id),
                 user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,

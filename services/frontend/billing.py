@@ -77,12 +77,11 @@ def _timestamp(ms: int | None) -> timestamp_pb2.Timestamp | None:
 
 
 def project_proto(project: BillingProject) -> project_pb.BillingProject:
-    # reserved_micro_usd stays 0 until admission reserves worst-case cost
-    # (design §9); closed_at stays unset: the schema records no close time.
+    # closed_at stays unset: the schema records no close time.
     return project_pb.BillingProject(
         name=project.name, state=_STATES[project.state], members=list(project.members),
         limit_micro_usd=None if project.limit_usd is None else micro_from_usd(project.limit_usd),
-        spend_micro_usd=micro_from_usd(project.spend_usd), reserved_micro_usd=0,
+        spend_micro_usd=micro_from_usd(project.spend_usd), reserved_micro_usd=project.reserved_micro_usd,
         created_at=_timestamp(project.created_at_ms))
 
 

@@ -49,10 +49,13 @@ _LISTED_STATES = ("open", "closed")
 _EPOCH_DAY = datetime.date(1970, 1, 1)
 
 # Spend of one project: tokens × resources rows, a few hundred at most.
-_SPEND_SUBQUERY = """(SELECT COALESCE(SUM(a.`usage` * r.rate_usd), 0)
+_SPEND_COLUMNS = """(SELECT COALESCE(SUM(a.`usage` * r.rate_usd), 0)
                       FROM aggregated_billing_project_resources a
                       JOIN resources r ON r.resource_id = a.resource_id
-                      WHERE a.billing_project = p.name)"""
+                      WHERE a.billing_project = p.name) AS spend_usd,
+                     (SELECT COALESCE(SUM(v.reserved_micro_usd), 0)
+                      FROM aggregated_billing_project_reservations v
+                      WHERE v.billing_project = p.name) AS reserved_micro_usd"""
 
 
 def usd_from_micro(micro_usd: int) -> float:
@@ -79,6 +82,8 @@ class BillingProject:
     """Usernames, sorted."""
     spend_usd: float
     """SUM(usage × rate) over the project's aggregate."""
+    reserved_micro_usd: int = 0
+    """What the project's running attempts reserved (their worst case, while it has a limit)."""
 
 
 def may_read(principal: Principal, project: BillingProject) -> bool:
@@ -166,7 +171,7 @@ class BillingStore:
 
     async def get_project(self, name: str) -> BillingProject | None:
         rows = await self.db.fetchall(
-            f"SELECT p.*, {_SPEND_SUBQUERY} AS spend_usd FROM billing_projects p WHERE p.name = %s",
+            f"SELECT p.*, {_SPEND_COLUMNS} FROM billing_projects p WHERE p.name = %s",
             (name,), name="get_billing_project")
         projects = await self._with_members(rows)
         return projects[0] if projects else None
@@ -177,7 +182,7 @@ class BillingStore:
         if given, and only those `visible_to` is a member of unless it is None (sees all)."""
         in_states = ", ".join(["%s"] * len(states))
         rows = await self.db.fetchall(
-            f"""SELECT p.*, {_SPEND_SUBQUERY} AS spend_usd FROM billing_projects p
+            f"""SELECT p.*, {_SPEND_COLUMNS} FROM billing_projects p
                 WHERE p.name > %s AND p.state IN ({in_states})
                   AND (%s IS NULL OR EXISTS (SELECT 1 FROM billing_project_members m
                                              WHERE m.billing_project = p.name AND m.user = %s))
@@ -198,7 +203,8 @@ class BillingStore:
                 tuple(names), name="billing_project_members"):
             members[m["billing_project"]].append(m["user"])
         return [BillingProject(r["name"], r["state"], r["limit_usd"], r["time_created_ms"],
-                               tuple(members[r["name"]]), float(r["spend_usd"])) for r in rows]
+                               tuple(members[r["name"]]), float(r["spend_usd"]), int(r["reserved_micro_usd"]))
+                for r in rows]
 
     # -- changes: each locks the project row, then checks its state --------
 

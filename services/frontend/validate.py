@@ -272,6 +272,8 @@ def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: st
         "regions": list(spec.regions),
         "priority": spec.priority,
         "max_attempts": spec.max_attempts or 3,
+        "timeout_ms": max(1, round(spec.timeout.ToTimedelta().total_seconds() * 1000))
+        if spec.HasField("timeout") and spec.timeout.ToTimedelta().total_seconds() > 0 else None,
         "spec_ref": spec_ref,
         "parents": parents,
         "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())],

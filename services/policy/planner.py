@@ -17,8 +17,12 @@ A cycle, per pool:
    waiting time (Ganeti's predictive queue, `lock_contention`), then by key;
 3. each job is checked against the rules, in this order, and the first that
    stops it is its reason; a stopped job is skipped, not a barrier:
-   - BILLING_LIMIT_REACHED: its billing project is not open, or has spent
-     its limit;
+   - BILLING_LIMIT_REACHED: its billing project is not open, or its worst
+     case (`Candidate.reserve_micro_usd`, what schedule_jobs will reserve)
+     does not fit in what the limit leaves once spend, open attempts'
+     reservations and the jobs placed before it this cycle are counted; a
+     job whose worst case exceeds what the limit leaves after the spend
+     alone can never run, says so, and is listed in `Plan.never_fit`;
    - BLOCKED_BY_LOCK: one of its locks clashes with a lock held by a running
      job, or by a job placed earlier in this cycle, of the same billing
      project (locks are named per project);
@@ -34,6 +38,7 @@ A cycle, per pool:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 
 from services.policy.fair_share import UserDemand, allocate_cores, fair_share_order, scheduling_shares
@@ -71,6 +76,8 @@ class Candidate:
     created_s: float = 0.0
     """When the job was created (seconds, the clock of `Snapshot.now_s`): its age, for aging."""
     locks: Locks = dataclasses.field(default_factory=dict)
+    reserve_micro_usd: int = 0
+    """Its worst-case cost, reserved when it starts (0: its project has no limit)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +99,14 @@ class Budget:
     """open, closed or deleted."""
     limit_usd: float | None = None
     spend_usd: float = 0.0
+    reserved_micro_usd: int = 0
+    """What open attempts of the project reserved."""
+
+    def left_micro_usd(self) -> float:
+        """What the limit leaves (micro-USD), computed as schedule_jobs does; infinite without a limit."""
+        if self.limit_usd is None:
+            return float("inf")
+        return self.limit_usd * 1000000 - self.spend_usd * 1000000 - self.reserved_micro_usd
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +157,9 @@ class Plan:
     """Every candidate of the snapshot that was not placed."""
     allocation: Mapping[str, int]
     """Each user's fair share of the pool's free cores this cycle (mcpu)."""
+    never_fit: tuple[JobKey, ...] = ()
+    """Jobs whose worst-case cost exceeds what their project's limit leaves after its spend alone: they can
+    never run unless the limit is raised (they wait, saying so)."""
 
 
 def _cores(mcpu: int) -> str:
@@ -156,15 +174,43 @@ def depths(workers: Sequence[Worker], demands: Sequence[UserDemand], jobs_per_cy
     return {d.user: max(1, shares.get(d.user, 0)) for d in demands if d.ready_cores_mcpu > 0}
 
 
-def _budget_stop(budget: Budget | None, project: str) -> Wait | None:
+def _money(micro_usd: float) -> str:
+    return f"${micro_usd / 1000000:.6f}"
+
+
+def _budget_stop(job: Candidate, budget: Budget | None, placed_micro_usd: int) -> Wait | None:
+    """The billing rule for `job`, with `placed_micro_usd` reserved by the project's jobs placed before it."""
     if budget is None:
         return None
+    project = job.billing_project
     if budget.state != "open":
         return Wait(BILLING_LIMIT_REACHED, f"billing project {project} is {budget.state}")
-    if budget.limit_usd is not None and budget.spend_usd >= budget.limit_usd:
-        return Wait(BILLING_LIMIT_REACHED, f"billing project {project} spent ${budget.spend_usd:.2f} of its "
-                                           f"${budget.limit_usd:.2f} limit")
+    if budget.limit_usd is None:
+        return None
+    left = budget.left_micro_usd() - placed_micro_usd
+    if budget.spend_usd >= budget.limit_usd:
+        return Wait(BILLING_LIMIT_REACHED, f"billing project {project} spent ${budget.spend_usd:.6f} of its "
+                                           f"${budget.limit_usd:.6f} limit")
+    if _never_fits(job, budget):
+        return Wait(BILLING_LIMIT_REACHED,
+                    f"the job can never run under the limit: it may cost up to {_money(job.reserve_micro_usd)} (its "
+                    f"cores and memory for its timeout, or the project's longest job) and billing project {project} "
+                    f"has {_money(max(0.0, budget.limit_usd * 1000000 - budget.spend_usd * 1000000))} of its "
+                    f"${budget.limit_usd:.6f} limit left after its spend; raise the limit or give the job a "
+                    "shorter timeout")
+    if job.reserve_micro_usd > left:
+        return Wait(BILLING_LIMIT_REACHED,
+                    f"the job may cost up to {_money(job.reserve_micro_usd)} (its cores and memory for its timeout, "
+                    f"or the project's longest job); billing project {project} has {_money(max(0.0, left))} of its "
+                    f"${budget.limit_usd:.6f} limit left once spend (${budget.spend_usd:.6f}) and what running jobs "
+                    "reserved are counted")
     return None
+
+
+def _never_fits(job: Candidate, budget: Budget) -> bool:
+    if budget.limit_usd is None:
+        return False
+    return job.reserve_micro_usd > budget.limit_usd * 1000000 - budget.spend_usd * 1000000
 
 
 def _lock_stop(job: Candidate, held: Mapping[JobKey, Locks]) -> Wait | None:
@@ -215,6 +261,9 @@ def plan(snapshot: Snapshot) -> Plan:
     held: dict[str, dict[JobKey, Locks]] = {p: dict(locks) for p, locks in snapshot.held.items()}
     placements: list[Placement] = []
     waits: dict[JobKey, Wait] = {}
+    reserved: dict[str, int] = {}
+    """Per project, what this cycle's placements reserve."""
+    never_fit: list[JobKey] = []
     for user in fair_share_order(demands):
         queue = list(snapshot.queues.get(user, ()))
         depth = looked_at.get(user, 0)
@@ -225,10 +274,13 @@ def plan(snapshot: Snapshot) -> Plan:
         share = allocation.get(user, 0)
         for job in _order(queue[:depth], snapshot.held, snapshot.now_s):
             project_held = held.setdefault(job.billing_project, {})
-            stop = _budget_stop(snapshot.budgets.get(job.billing_project), job.billing_project) \
-                or _lock_stop(job, project_held)
+            budget = snapshot.budgets.get(job.billing_project)
+            stop = _budget_stop(job, budget, reserved.get(job.billing_project, 0)) or _lock_stop(job, project_held)
             if stop is not None:
                 waits[job.key] = stop
+                if stop.code == BILLING_LIMIT_REACHED and budget is not None and budget.state == "open" \
+                        and _never_fits(job, budget):
+                    never_fit.append(job.key)
                 continue
             where = next((w for w in snapshot.workers
                           if _allowed(job, w) and _fits(job, free[w.name][0], free[w.name][1])), None)
@@ -247,6 +299,7 @@ def plan(snapshot: Snapshot) -> Plan:
                                       "cores handed out this cycle by fair share; others wait too")
                 continue
             used += job.cores_mcpu
+            reserved[job.billing_project] = reserved.get(job.billing_project, 0) + job.reserve_micro_usd
             room = free[where.name]
             room[0] -= job.cores_mcpu
             if room[1] is not None:
@@ -260,4 +313,12 @@ def plan(snapshot: Snapshot) -> Plan:
             if job.key not in waits and job.key not in placed:
                 waits[job.key] = Wait(OVER_FAIR_SHARE, f"user {user} has no ready demand in pool "
                                                        f"{snapshot.pool} by the fair-share counters yet")
-    return Plan(tuple(placements), waits, allocation)
+    return Plan(tuple(placements), waits, allocation, tuple(never_fit))
+
+
+def reservation_micro_usd(cores_mcpu: int, memory_bytes: int, reserve_ms: int, cpu_rate_usd: float,
+                          memory_rate_usd: float) -> int:
+    """What schedule_jobs reserves for an attempt, computed as it does (the same operations in the same
+    order, so the same rounding): its cores and whole MiB of memory at the rates, for `reserve_ms`."""
+    mib = (memory_bytes + 1048575) // 1048576
+    return math.ceil((cores_mcpu * cpu_rate_usd + mib * memory_rate_usd) * reserve_ms * 1000000)

@@ -113,9 +113,11 @@ BEGIN
       peak_memory_bytes = IF(attempts.end_time_ms IS NULL, VALUES(peak_memory_bytes), attempts.peak_memory_bytes),
       start_time_ms = IF(attempts.end_time_ms IS NULL, COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
                          attempts.start_time_ms),
+      -- Never past what the attempt reserved (a budget's attempts: migration 0013).
       rollup_time_ms = IF(attempts.end_time_ms IS NULL,
-                          GREATEST(COALESCE(attempts.rollup_time_ms, 0), COALESCE(VALUES(rollup_time_ms), 0),
-                                   COALESCE(attempts.start_time_ms, 0)),
+                          LEAST(GREATEST(COALESCE(attempts.rollup_time_ms, 0), COALESCE(VALUES(rollup_time_ms), 0),
+                                         COALESCE(attempts.start_time_ms, 0)),
+                                COALESCE(attempts.start_time_ms + attempts.reserved_ms, 9223372036854775807)),
                           attempts.rollup_time_ms),
       reason = IF(attempts.end_time_ms IS NULL, VALUES(reason), attempts.reason),
       end_time_ms = COALESCE(attempts.end_time_ms,

@@ -64,13 +64,17 @@ proc: BEGIN
   -- attempts: reading attempts_instance instead locked every open attempt of
   -- the instance, and deadlocked with MJCs closing some of them.
   INSERT INTO tmp_attempt_usage (batch_id, job_id, attempt_id, delta_ms, rollup_time_ms)
-    SELECT a.batch_id, a.job_id, a.attempt_id, t.rollup_time_ms - COALESCE(a.rollup_time_ms, a.start_time_ms),
-           t.rollup_time_ms
+    -- Never past what the attempt reserved (a budget's attempts: migration 0013).
+    SELECT a.batch_id, a.job_id, a.attempt_id,
+           LEAST(t.rollup_time_ms, COALESCE(a.start_time_ms + a.reserved_ms, t.rollup_time_ms))
+             - COALESCE(a.rollup_time_ms, a.start_time_ms),
+           LEAST(t.rollup_time_ms, COALESCE(a.start_time_ms + a.reserved_ms, t.rollup_time_ms))
     FROM tmp_rollups t
     STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY)
       ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
     WHERE a.instance_name = in_instance_name AND a.start_time_ms IS NOT NULL AND a.end_time_ms IS NULL
-      AND t.rollup_time_ms > COALESCE(a.rollup_time_ms, a.start_time_ms)
+      AND LEAST(t.rollup_time_ms, COALESCE(a.start_time_ms + a.reserved_ms, t.rollup_time_ms))
+          > COALESCE(a.rollup_time_ms, a.start_time_ms)
     ORDER BY a.batch_id, a.job_id, a.attempt_id
     FOR UPDATE;
   SET v_n = ROW_COUNT();

@@ -3,7 +3,7 @@
 -- block, so bunches never contend. in_jobs is a JSON array of
 --   {"job_id", "job_group_id", "always_run", "cores_mcpu", "memory_bytes",
 --    "inst_coll", "regions": ["name", ...], "priority", "max_attempts",
---    "spec_ref", "parents": [{"job_id": N} | {"in_update_offset": -k},
+--    "spec_ref", "timeout_ms" (none: no timeout), "parents": [{"job_id": N} | {"in_update_offset": -k},
 --    "accepted_states": bits], "attributes": [{"key", "value"}],
 --    "locks": [{"level", "mode", "name"}]}
 -- A relative parent (negative offset) resolves to job_id + offset and must
@@ -64,6 +64,7 @@ proc: BEGIN
     priority INT NOT NULL,
     max_attempts INT NOT NULL,
     spec_ref VARCHAR(1024) NULL,
+    timeout_ms BIGINT NULL,
     n_pending_parents INT NOT NULL DEFAULT 0,
     dependency_failed BOOLEAN NOT NULL DEFAULT FALSE
   );
@@ -101,10 +102,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   INSERT INTO tmp_new_jobs (job_id, job_group_id, always_run, cores_mcpu, memory_bytes, inst_coll, priority,
-                            max_attempts, spec_ref)
+                            max_attempts, spec_ref, timeout_ms)
     SELECT jt.job_id, COALESCE(jt.job_group_id, 0), COALESCE(jt.always_run, FALSE), jt.cores_mcpu,
            COALESCE(jt.memory_bytes, 0), jt.inst_coll, COALESCE(jt.priority, 0), COALESCE(jt.max_attempts, 3),
-           jt.spec_ref
+           jt.spec_ref, jt.timeout_ms
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       job_id INT PATH '$.job_id',
       job_group_id INT PATH '$.job_group_id',
@@ -114,7 +115,8 @@ proc: BEGIN
       inst_coll VARCHAR(100) PATH '$.inst_coll',
       priority INT PATH '$.priority',
       max_attempts INT PATH '$.max_attempts',
-      spec_ref VARCHAR(1024) PATH '$.spec_ref')) jt
+      spec_ref VARCHAR(1024) PATH '$.spec_ref',
+      timeout_ms BIGINT PATH '$.timeout_ms')) jt
     WHERE jt.job_id IS NOT NULL;
   IF (SELECT COUNT(*) FROM tmp_new_jobs) <> v_count THEN
     ROLLBACK;
@@ -148,10 +150,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs
-    WHERE cores_mcpu IS NULL OR cores_mcpu < 0 OR memory_bytes < 0 OR max_attempts < 1;
+    WHERE cores_mcpu IS NULL OR cores_mcpu < 0 OR memory_bytes < 0 OR max_attempts < 1 OR timeout_ms <= 0;
   IF v_bad > 0 THEN
     ROLLBACK;
-    SELECT 3 AS rc, 'cores_mcpu, memory_bytes must be non-negative and max_attempts at least 1' AS message;
+    SELECT 3 AS rc, 'cores_mcpu, memory_bytes must be non-negative, max_attempts at least 1, a timeout positive' AS message;
     LEAVE proc;
   END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs t LEFT JOIN instance_collections c ON c.name = t.inst_coll
@@ -312,10 +314,10 @@ proc: BEGIN
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-                    spec_ref, time_created_ms)
+                    spec_ref, time_created_ms, timeout_ms)
     SELECT in_batch_id, job_id, in_update_id, job_group_id, 'Pending', dependency_failed, always_run,
            n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-           spec_ref, in_now_ms
+           spec_ref, in_now_ms, timeout_ms
     FROM tmp_new_jobs ORDER BY job_id;
   INSERT INTO job_parents (batch_id, job_id, parent_id, accepted_states)
     SELECT in_batch_id, job_id, parent_id, accepted_states FROM tmp_new_edges ORDER BY job_id, parent_id;

@@ -6,7 +6,14 @@
 -- active. Jobs are taken in key order while their cores fit.
 -- Per-job outcome: scheduled, creating, already_scheduled, not_found,
 -- not_ready, cancelled (its group is cancelled or a dependency failed, and
--- it is not always_run), no_capacity.
+-- it is not always_run), over_budget, no_capacity.
+-- Budgets (migration 0013): a job of a billing project with a limit
+-- reserves its worst-case cost, CEIL((cores_mcpu x the cpu rate + its
+-- memory in whole MiB, rounded up, x the memory rate) x (its timeout, or
+-- the project's max_job_duration_ms, + KILL_ALLOWANCE_MS) x 1e6) micro-USD,
+-- and is scheduled only while the project's spend + reservations + this
+-- one stay within its limit (else over_budget). The planner
+-- (services/policy/planner.py) computes the same cost.
 -- A refused instance (unknown, inactive) refuses the whole call.
 -- Counters and events of the state changes are written set-based by
 -- record_job_changes, not by the jobs trigger (see jobs_after_update).
@@ -24,8 +31,16 @@ proc: BEGIN
   DECLARE v_batch_id BIGINT;
   DECLARE v_job_id INT;
   DECLARE v_cores INT;
+  DECLARE v_project VARCHAR(100);
+  DECLARE v_reserve BIGINT;
+  DECLARE v_left DOUBLE;
+  DECLARE v_cpu_rate DOUBLE;
+  DECLARE v_memory_rate DOUBLE;
+  -- How long a worker may take to kill an attempt past its timeout (its kill grace, 10 s) and report its end.
+  DECLARE KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;
   DECLARE candidates CURSOR FOR
-    SELECT batch_id, job_id, cores_mcpu FROM tmp_schedule WHERE outcome = 'candidate' ORDER BY batch_id, job_id;
+    SELECT batch_id, job_id, cores_mcpu, billing_project, reserve_micro_usd FROM tmp_schedule
+    WHERE outcome = 'candidate' ORDER BY batch_id, job_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
     SET @corral_bulk_job_changes = NULL;
@@ -51,6 +66,9 @@ proc: BEGIN
     job_group_id INT NULL,
     inst_coll VARCHAR(100) NULL,
     cores_mcpu INT NULL,
+    billing_project VARCHAR(100) NULL,
+    reserve_ms BIGINT NULL,
+    reserve_micro_usd BIGINT NOT NULL DEFAULT 0,
     group_cancelled BOOLEAN NOT NULL DEFAULT FALSE,
     outcome VARCHAR(32) NULL,
     PRIMARY KEY (batch_id, job_id)
@@ -76,11 +94,28 @@ proc: BEGIN
   SELECT COUNT(*) INTO v_locked
     FROM tmp_schedule t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     FOR UPDATE;
+  SELECT COALESCE(MAX(IF(name = 'cpu/local/1', rate_usd, NULL)), 0),
+         COALESCE(MAX(IF(name = 'memory/local/1', rate_usd, NULL)), 0)
+    INTO v_cpu_rate, v_memory_rate FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1');
   UPDATE tmp_schedule t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id, t.always_run = j.always_run,
         t.dependency_failed = j.dependency_failed, t.job_group_id = j.job_group_id, t.inst_coll = j.inst_coll,
-        t.cores_mcpu = j.cores_mcpu;
+        t.cores_mcpu = j.cores_mcpu,
+        -- Read by subqueries, which take no locks: joined here, the batch rows were share-locked and
+        -- deadlocked with the MJCs that update them.
+        t.billing_project = (SELECT b.billing_project FROM batches b WHERE b.batch_id = t.batch_id);
+  UPDATE tmp_schedule t
+    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    SET t.reserve_ms = (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + KILL_ALLOWANCE_MS
+                        FROM billing_projects p WHERE p.name = t.billing_project AND p.limit_usd IS NOT NULL)
+    WHERE t.found;
+  UPDATE tmp_schedule t
+    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    SET t.reserve_micro_usd = CEIL((j.cores_mcpu * v_cpu_rate
+                                    + ((j.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
+                                   * t.reserve_ms * 1000000)
+    WHERE t.reserve_ms IS NOT NULL;
   UPDATE tmp_schedule t
     SET t.group_cancelled = EXISTS (
       SELECT 1 FROM job_group_self_and_ancestors a
@@ -110,12 +145,43 @@ proc: BEGIN
       WHEN NOT always_run AND (group_cancelled OR dependency_failed) THEN 'cancelled'
       ELSE 'candidate' END;
 
-  -- Fit new attempts into the free cores, in key order.
+  -- What each limited project has left: its limit less its spend and what
+  -- open attempts reserved, read with the project's row locked.
+  DROP TEMPORARY TABLE IF EXISTS tmp_budget;
+  CREATE TEMPORARY TABLE tmp_budget (billing_project VARCHAR(100) NOT NULL PRIMARY KEY, left_micro_usd DOUBLE NOT NULL);
+  IF EXISTS (SELECT 1 FROM tmp_schedule WHERE outcome = 'candidate' AND reserve_micro_usd > 0) THEN
+    SELECT COUNT(*) INTO v_locked FROM billing_projects
+      WHERE limit_usd IS NOT NULL
+        AND name IN (SELECT billing_project FROM tmp_schedule WHERE outcome = 'candidate' AND reserve_micro_usd > 0)
+      FOR UPDATE;
+    INSERT INTO tmp_budget (billing_project, left_micro_usd)
+      SELECT p.name,
+             p.limit_usd * 1000000
+             - COALESCE((SELECT SUM(x.`usage` * r.rate_usd) FROM aggregated_billing_project_resources x
+                         JOIN resources r ON r.resource_id = x.resource_id WHERE x.billing_project = p.name), 0) * 1000000
+             - COALESCE((SELECT SUM(v.reserved_micro_usd) FROM aggregated_billing_project_reservations v
+                         WHERE v.billing_project = p.name), 0)
+      FROM billing_projects p
+      WHERE p.limit_usd IS NOT NULL
+        AND p.name IN (SELECT billing_project FROM tmp_schedule WHERE outcome = 'candidate' AND reserve_micro_usd > 0);
+  END IF;
+
+  -- Fit new attempts into the budgets and the free cores, in key order.
   OPEN candidates;
   fit: LOOP
-    FETCH candidates INTO v_batch_id, v_job_id, v_cores;
+    FETCH candidates INTO v_batch_id, v_job_id, v_cores, v_project, v_reserve;
     IF v_done THEN LEAVE fit; END IF;
+    IF v_reserve > 0 THEN
+      SELECT COALESCE(MAX(left_micro_usd), 0) INTO v_left FROM tmp_budget WHERE billing_project = v_project;
+      IF v_left < v_reserve THEN
+        UPDATE tmp_schedule SET outcome = 'over_budget' WHERE batch_id = v_batch_id AND job_id = v_job_id;
+        ITERATE fit;
+      END IF;
+    END IF;
     IF v_used_mcpu + v_cores <= v_free_mcpu THEN
+      IF v_reserve > 0 THEN
+        UPDATE tmp_budget SET left_micro_usd = left_micro_usd - v_reserve WHERE billing_project = v_project;
+      END IF;
       SET v_used_mcpu = v_used_mcpu + v_cores;
       UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
         WHERE batch_id = v_batch_id AND job_id = v_job_id;
@@ -125,8 +191,8 @@ proc: BEGIN
   END LOOP;
   CLOSE candidates;
 
-  INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name)
-    SELECT batch_id, job_id, attempt_id, in_instance_name
+  INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, reserved_micro_usd, reserved_ms)
+    SELECT batch_id, job_id, attempt_id, in_instance_name, reserve_micro_usd, reserve_ms
     FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') ORDER BY batch_id, job_id;
   SET @corral_bulk_job_changes = TRUE;
   UPDATE jobs j
@@ -148,6 +214,11 @@ proc: BEGIN
     WHERE outcome IN ('scheduled', 'creating', 'start_created')
     ORDER BY batch_id, job_id;
   CALL record_job_changes();
+  INSERT INTO aggregated_billing_project_reservations (billing_project, token, reserved_micro_usd)
+    SELECT billing_project, FLOOR(RAND() * 64), SUM(reserve_micro_usd)
+    FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') AND reserve_micro_usd > 0
+    GROUP BY billing_project ORDER BY billing_project
+  ON DUPLICATE KEY UPDATE reserved_micro_usd = reserved_micro_usd + VALUES(reserved_micro_usd);
   COMMIT;
 
   SELECT batch_id, job_id, attempt_id,
@@ -155,5 +226,6 @@ proc: BEGIN
     FROM tmp_schedule ORDER BY batch_id, job_id;
   SELECT 0 AS rc, 'ok' AS message, v_used_mcpu AS scheduled_cores_mcpu;
   DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
+  DROP TEMPORARY TABLE IF EXISTS tmp_budget;
 END $$
 DELIMITER ;

@@ -8,6 +8,10 @@
 -- change: mark_jobs_started (which moves nothing: start and rollup are set
 -- together); deactivate_instance's end of the attempts moves no rollup
 -- either (time no worker reported is not billed).
+--
+-- Reservations (migration 0013): whatever path ends an attempt (MJC,
+-- deactivate_instance), the end gives its reservation back to its billing
+-- project's counter, here, whatever @corral_bulk_usage says.
 DROP TRIGGER IF EXISTS attempts_after_update;
 DELIMITER $$
 CREATE TRIGGER attempts_after_update AFTER UPDATE ON attempts FOR EACH ROW
@@ -23,6 +27,12 @@ BEGIN
                                NEW.rollup_time_ms);
       END IF;
     END;
+  END IF;
+  IF OLD.end_time_ms IS NULL AND NEW.end_time_ms IS NOT NULL AND OLD.reserved_micro_usd > 0 THEN
+    INSERT INTO aggregated_billing_project_reservations (billing_project, token, reserved_micro_usd)
+      SELECT b.billing_project, FLOOR(RAND() * 64), -OLD.reserved_micro_usd FROM batches b
+      WHERE b.batch_id = NEW.batch_id
+    ON DUPLICATE KEY UPDATE reserved_micro_usd = reserved_micro_usd + VALUES(reserved_micro_usd);
   END IF;
 END $$
 DELIMITER ;

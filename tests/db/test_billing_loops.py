@@ -43,7 +43,9 @@ async def cancelled(world: World) -> dict[int, tuple[str, str]]:
 
 async def test_batches_of_a_project_over_its_limit_are_cancelled(world: World) -> None:
     await world.instance()
-    await world.store.create_billing_project("capped", ["alice"], limit_usd=0.01)
+    # Work admitted under a limit of $1 (each attempt reserves its worst case, a core for an hour and
+    # more); then an administrator lowers the limit below what was spent.
+    await world.store.create_billing_project("capped", ["alice"], limit_usd=1.0)
     running, r0 = await batch_in(world, "capped")
     waiting, _ = await batch_in(world, "capped", 2)
     done, d0 = await batch_in(world, "capped")
@@ -61,6 +63,9 @@ async def test_batches_of_a_project_over_its_limit_are_cancelled(world: World) -
 
     await world.store.heartbeat_rollup(world.epoch, "i1", [  # now $0.02
         {"batch_id": running, "job_id": r0, "attempt_id": first, "rollup_time_ms": world.clock() + CORE_HOUR_MS // 2}])
+    await loop.cycle()
+    assert await cancelled(world) == {}
+    await world.db.execute("UPDATE billing_projects SET limit_usd = 0.01 WHERE name = 'capped'")
     await loop.cycle()  # one per cycle, the oldest first
     assert await cancelled(world) == {running: ("corral", "billing limit reached")}
     await loop.cycle()
@@ -77,8 +82,10 @@ async def test_batches_of_a_project_over_its_limit_are_cancelled(world: World) -
 
 
 async def test_a_zero_limit_allows_no_spending_and_the_call_is_fenced(world: World) -> None:
-    await world.store.create_billing_project("none", ["alice"], limit_usd=0.0)
+    await world.store.create_billing_project("none", ["alice"])
     batch_id, _ = await batch_in(world, "none")
+    # A project with a limit of 0 takes no batch at all (test_budgets.py); one set to 0 later loses its running ones.
+    await world.db.execute("UPDATE billing_projects SET limit_usd = 0 WHERE name = 'none'")
     with pytest.raises(StaleEpochError):
         await world.store.cancel_batches_over_limit(world.epoch - 1, 10)
     assert await cancelled(world) == {}

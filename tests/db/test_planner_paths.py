@@ -42,7 +42,6 @@ async def test_explain_and_the_scheduler_decide_alike(world: World) -> None:
         await world.instance(name, cores_mcpu=cores)
     await world.db.execute("UPDATE instances SET memory_bytes = %s WHERE name = 'i2'", (2 << 30,))
     await world.store.create_billing_project("tight", ["alice", "bob"])
-    await world.db.execute("UPDATE billing_projects SET limit_usd = 0 WHERE name = 'tight'")
     modes = [[], [lock("exclusive", "x")], [lock("shared", "x")], [lock("exclusive", "y")],
              [lock("all_exclusive", level="*")]]
     for user in ("alice", "bob"):
@@ -57,6 +56,7 @@ async def test_explain_and_the_scheduler_decide_alike(world: World) -> None:
         {"job_id": int(update["start_job_id"]) + i, "cores_mcpu": 250, "inst_coll": "standard", "job_group_id": 0}
         for i in range(2)])
     await world.store.commit_update(int(created["batch_id"]), update["update_id"])
+    await world.db.execute("UPDATE billing_projects SET limit_usd = 0 WHERE name = 'tight'")  # then spent out
     # Something running holds db/x exclusively.
     held_batch, _, held_job = await world.batch([{"cores_mcpu": 250, "locks": [lock("exclusive", "x")]}])
     await world.run(held_batch, held_job, "i3")

@@ -9,6 +9,7 @@ import asyncio
 from pathlib import Path
 
 import grpc
+import pytest
 from google.protobuf import timestamp_pb2
 
 from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_spec_pb2, job_state_pb2
@@ -110,11 +111,18 @@ async def test_a_batch_over_its_billing_limit_shows_why_it_was_cancelled(world: 
                                                                         certs: DevCertificateAuthority,
                                                                         user_token: UserToken) -> None:
     alice = bearer(await user_token("alice"))
-    await world.store.create_billing_project("spent", ["alice"], limit_usd=0.0)
+    await world.store.create_billing_project("spent", ["alice"])
     async with person_channel(certs.issue("someone"), frontend.public_port) as people:
         batches = batch_service_pb2_grpc.BatchServiceStub(people)
         submitted = await batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="spent", jobs=[
             job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]))]), metadata=alice)
+        # An administrator sets a limit of 0: nothing more may be spent, and the running batch is cancelled.
+        await world.db.execute("UPDATE billing_projects SET limit_usd = 0 WHERE name = 'spent'")
+        with pytest.raises(grpc.aio.AioRpcError) as refused:  # and no new batch is taken
+            await batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="spent", jobs=[
+                job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]))]), metadata=alice)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "billing project spent has spent $0.000000 of its $0.000000 limit" in (refused.value.details() or "")
         await BillingLimits(world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
         got = await batches.GetBatch(bpb.GetBatchRequest(batch_id=submitted.batch.batch_id), metadata=alice)
     cancellation = got.batch.cancellation

@@ -58,7 +58,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 (1 + USERS.index(user), next_job), user, draw(st.sampled_from(PROJECTS)),
                 draw(st.integers(1, 16)) * 250, draw(st.integers(0, 8)) * GIB // 2,
                 draw(st.one_of(st.none(), st.integers(1, 7))), draw(st.integers(0, 2)),
-                draw(st.integers(0, 1200)), draw(lock_requests())))
+                draw(st.integers(0, 1200)), draw(lock_requests()),
+                draw(st.sampled_from([0, 0, 1, 500_000, 2_000_000, 7_000_000]))))
             next_job += 1
         queue.sort(key=lambda c: (-c.priority, c.key))  # the read's order
         queues[user] = queue
@@ -66,16 +67,18 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                for u, q in queues.items()]
     held = {p: {(9, i): draw(lock_requests()) for i in range(draw(st.integers(0, 2)))} for p in PROJECTS}
     budgets = {p: Budget(draw(st.sampled_from(["open", "open", "closed"])),
-                         draw(st.one_of(st.none(), st.floats(0, 10))), draw(st.floats(0, 10)))
+                         draw(st.one_of(st.none(), st.floats(0, 10))), draw(st.floats(0, 10)),
+                         draw(st.sampled_from([0, 0, 1_000_000, 3_000_000])))
                for p in PROJECTS}
     return Snapshot("standard", workers, demands, queues, held, budgets,
                     jobs_per_cycle=draw(st.integers(1, 12)), now_s=1200.0)
 
 
-def _budget_stops(snapshot: Snapshot, job: Candidate) -> bool:
+def _budget_stops(snapshot: Snapshot, job: Candidate, placed_micro_usd: int) -> bool:
+    """Whether the billing rule stops `job` with `placed_micro_usd` already reserved by the cycle."""
     budget = snapshot.budgets.get(job.billing_project)
-    return budget is not None and (budget.state != "open" or (
-        budget.limit_usd is not None and budget.spend_usd >= budget.limit_usd))
+    return budget is not None and (budget.state != "open" or (budget.limit_usd is not None and (
+        budget.spend_usd >= budget.limit_usd or job.reserve_micro_usd > budget.left_micro_usd() - placed_micro_usd)))
 
 
 def _clashes(a: dict[str, LockRequest], b: dict[str, LockRequest]) -> bool:
@@ -116,6 +119,16 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
             if q.key != p.key and other.billing_project == job.billing_project:
                 assert not _clashes(job.locks, other.locks)
 
+    # Budgets: what the cycle reserves never passes what a project's limit leaves.
+    placed_cost = defaultdict(int)
+    for p in result.placements:
+        placed_cost[jobs[p.key].billing_project] += jobs[p.key].reserve_micro_usd
+    for project, cost in placed_cost.items():
+        budget = snapshot.budgets.get(project)
+        if budget is not None and budget.limit_usd is not None:
+            assert cost <= budget.left_micro_usd()
+        assert budget is None or budget.state == "open"
+
     # Fair share: nobody beyond their water-filled share.
     given_cores = defaultdict(int)
     for p in result.placements:
@@ -133,10 +146,14 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
             continue
         assert wait.code in planner.RULES
         earlier = planner.RULES[:planner.RULES.index(wait.code)]
-        if planner.BILLING_LIMIT_REACHED in earlier:
-            assert not _budget_stops(snapshot, job), wait
-        if wait.code == planner.BILLING_LIMIT_REACHED:
-            assert _budget_stops(snapshot, job)
+        if planner.BILLING_LIMIT_REACHED in earlier:  # it fit before the cycle placed anything
+            assert not _budget_stops(snapshot, job, 0), wait
+        if wait.code == planner.BILLING_LIMIT_REACHED:  # it did not fit once the cycle placed what it did
+            assert _budget_stops(snapshot, job, placed_cost[job.billing_project])
+            assert (key in result.never_fit) == (
+                snapshot.budgets[job.billing_project].state == "open" and
+                job.reserve_micro_usd > snapshot.budgets[job.billing_project].limit_usd * 1000000
+                - snapshot.budgets[job.billing_project].spend_usd * 1000000)
         if planner.BLOCKED_BY_LOCK in earlier:  # nothing running clashes (what was placed before may not)
             assert not any(_clashes(job.locks, h) for h in snapshot.held.get(job.billing_project, {}).values())
         if wait.code == planner.BLOCKED_BY_LOCK:
@@ -195,6 +212,20 @@ def test_no_capacity_comes_before_fair_share_and_the_queue_beyond_the_look_waits
     assert not result.placements
     assert [result.waits[c.key].code for c in queue] == [planner.NO_CAPACITY_IN_REGIONS] * 2 + \
         [planner.QUEUED_BEHIND_OWN_JOBS] * 2
+
+
+def test_reservations_fill_a_budget_and_no_further() -> None:
+    queue = [Candidate((1, i), "ann", "p1", 1000, reserve_micro_usd=400_000) for i in range(1, 6)]
+    budgets = {"p1": Budget("open", 2.0, 0.5, 300_000)}  # $1.2 left: three jobs of $0.4
+    result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 5000)], {"ann": queue},
+                           budgets=budgets, jobs_per_cycle=10))
+    assert [p.key for p in result.placements] == [(1, 1), (1, 2), (1, 3)]
+    assert {result.waits[(1, i)].code for i in (4, 5)} == {planner.BILLING_LIMIT_REACHED}
+    assert not result.never_fit
+    too_big = Candidate((2, 1), "ann", "p1", 1000, reserve_micro_usd=1_600_000)
+    result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 1000)], {"ann": [too_big]},
+                           budgets=budgets, jobs_per_cycle=10))
+    assert result.never_fit == ((2, 1),) and "can never run" in result.waits[(2, 1)].detail
 
 
 def test_a_project_at_its_limit_or_closed_starts_nothing() -> None:
