@@ -36,6 +36,7 @@ proc: BEGIN
   DECLARE v_left DOUBLE;
   DECLARE v_cpu_rate DOUBLE;
   DECLARE v_memory_rate DOUBLE;
+  DECLARE v_budgeted BOOLEAN DEFAULT FALSE;
   -- How long a worker may take to kill an attempt past its timeout (its kill grace, 10 s) and report its end.
   DECLARE KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;
   DECLARE candidates CURSOR FOR
@@ -94,28 +95,30 @@ proc: BEGIN
   SELECT COUNT(*) INTO v_locked
     FROM tmp_schedule t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     FOR UPDATE;
-  SELECT COALESCE(MAX(IF(name = 'cpu/local/1', rate_usd, NULL)), 0),
-         COALESCE(MAX(IF(name = 'memory/local/1', rate_usd, NULL)), 0)
-    INTO v_cpu_rate, v_memory_rate FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1');
   UPDATE tmp_schedule t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id, t.always_run = j.always_run,
         t.dependency_failed = j.dependency_failed, t.job_group_id = j.job_group_id, t.inst_coll = j.inst_coll,
         t.cores_mcpu = j.cores_mcpu,
-        -- Read by subqueries, which take no locks: joined here, the batch rows were share-locked and
+        -- Read by a subquery, which takes no locks: joined here, the batch rows were share-locked and
         -- deadlocked with the MJCs that update them.
-        t.billing_project = (SELECT b.billing_project FROM batches b WHERE b.batch_id = t.batch_id);
-  UPDATE tmp_schedule t
-    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    SET t.reserve_ms = (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + KILL_ALLOWANCE_MS
-                        FROM billing_projects p WHERE p.name = t.billing_project AND p.limit_usd IS NOT NULL)
-    WHERE t.found;
-  UPDATE tmp_schedule t
-    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    SET t.reserve_micro_usd = CEIL((j.cores_mcpu * v_cpu_rate
-                                    + ((j.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
-                                   * t.reserve_ms * 1000000)
-    WHERE t.reserve_ms IS NOT NULL;
+        t.reserve_ms = (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + KILL_ALLOWANCE_MS
+                        FROM batches b JOIN billing_projects p ON p.name = b.billing_project
+                        WHERE b.batch_id = t.batch_id AND p.limit_usd IS NOT NULL);
+  -- Only a call with jobs of a limited project pays for pricing and budgets.
+  SET v_budgeted = EXISTS (SELECT 1 FROM tmp_schedule WHERE reserve_ms IS NOT NULL);
+  IF v_budgeted THEN
+    SELECT COALESCE(MAX(IF(name = 'cpu/local/1', rate_usd, NULL)), 0),
+           COALESCE(MAX(IF(name = 'memory/local/1', rate_usd, NULL)), 0)
+      INTO v_cpu_rate, v_memory_rate FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1');
+    UPDATE tmp_schedule t
+      JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+      SET t.billing_project = (SELECT b.billing_project FROM batches b WHERE b.batch_id = t.batch_id),
+          t.reserve_micro_usd = CEIL((j.cores_mcpu * v_cpu_rate
+                                      + ((j.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
+                                     * t.reserve_ms * 1000000)
+      WHERE t.reserve_ms IS NOT NULL;
+  END IF;
   UPDATE tmp_schedule t
     SET t.group_cancelled = EXISTS (
       SELECT 1 FROM job_group_self_and_ancestors a
@@ -147,9 +150,10 @@ proc: BEGIN
 
   -- What each limited project has left: its limit less its spend and what
   -- open attempts reserved, read with the project's row locked.
-  DROP TEMPORARY TABLE IF EXISTS tmp_budget;
-  CREATE TEMPORARY TABLE tmp_budget (billing_project VARCHAR(100) NOT NULL PRIMARY KEY, left_micro_usd DOUBLE NOT NULL);
-  IF EXISTS (SELECT 1 FROM tmp_schedule WHERE outcome = 'candidate' AND reserve_micro_usd > 0) THEN
+  IF v_budgeted THEN
+    DROP TEMPORARY TABLE IF EXISTS tmp_budget;
+    CREATE TEMPORARY TABLE tmp_budget (billing_project VARCHAR(100) NOT NULL PRIMARY KEY,
+                                       left_micro_usd DOUBLE NOT NULL);
     SELECT COUNT(*) INTO v_locked FROM billing_projects
       WHERE limit_usd IS NOT NULL
         AND name IN (SELECT billing_project FROM tmp_schedule WHERE outcome = 'candidate' AND reserve_micro_usd > 0)
@@ -214,11 +218,13 @@ proc: BEGIN
     WHERE outcome IN ('scheduled', 'creating', 'start_created')
     ORDER BY batch_id, job_id;
   CALL record_job_changes();
-  INSERT INTO aggregated_billing_project_reservations (billing_project, token, reserved_micro_usd)
-    SELECT billing_project, FLOOR(RAND() * 64), SUM(reserve_micro_usd)
-    FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') AND reserve_micro_usd > 0
-    GROUP BY billing_project ORDER BY billing_project
-  ON DUPLICATE KEY UPDATE reserved_micro_usd = reserved_micro_usd + VALUES(reserved_micro_usd);
+  IF v_budgeted THEN
+    INSERT INTO aggregated_billing_project_reservations (billing_project, token, reserved_micro_usd)
+      SELECT billing_project, FLOOR(RAND() * 64), SUM(reserve_micro_usd)
+      FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') AND reserve_micro_usd > 0
+      GROUP BY billing_project ORDER BY billing_project
+    ON DUPLICATE KEY UPDATE reserved_micro_usd = reserved_micro_usd + VALUES(reserved_micro_usd);
+  END IF;
   COMMIT;
 
   SELECT batch_id, job_id, attempt_id,
@@ -226,6 +232,8 @@ proc: BEGIN
     FROM tmp_schedule ORDER BY batch_id, job_id;
   SELECT 0 AS rc, 'ok' AS message, v_used_mcpu AS scheduled_cores_mcpu;
   DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
-  DROP TEMPORARY TABLE IF EXISTS tmp_budget;
+  IF v_budgeted THEN
+    DROP TEMPORARY TABLE IF EXISTS tmp_budget;
+  END IF;
 END $$
 DELIMITER ;
