@@ -70,10 +70,14 @@ class BatchBuilder:
         max_attempts: int = 0,
         priority: int = 0,
         locks: Iterable[job_spec_pb2.JobLock] = (),
+        retry_policy: job_spec_pb2.RetryPolicy | None = None,
+        on_demand: bool = False,
     ) -> JobHandle:
         """Add a job; `command` is an argv list or a shell script string. `locks` are the resource locks it
         holds while it runs (`job_spec_pb2.JobLock(level=..., mode=..., names=[...])`): the scheduler never
-        starts it while a running job of the billing project holds a clashing one."""
+        starts it while a running job of the billing project holds a clashing one. `retry_policy` says which
+        failed attempts are tried again (out of memory with more memory, listed exit codes after a back-off,
+        on-demand after preemptions); `on_demand` keeps it off spot machines."""
         index = len(self._specs)
         accepted = [_STATES[s.lower()] for s in accept]
         refs = []
@@ -94,6 +98,10 @@ class BatchBuilder:
             spec.script = command
         else:
             spec.argv.args.extend(command)
+        if retry_policy is not None:
+            spec.retry_policy.CopyFrom(retry_policy)
+        if on_demand:
+            spec.provisioning_model = job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND
         if timeout_s is not None:
             spec.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s), nanos=int(timeout_s % 1 * 1e9)))
         self._specs.append(spec)

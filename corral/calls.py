@@ -43,6 +43,13 @@ def micro_usd(usd: float | None) -> int | None:
     return None if usd is None else round(usd * 1_000_000)
 
 
+def _set_limit(project: str, limit_usd: float | None, max_job_duration_s: float | None) -> cpb.SetLimitRequest:
+    request = cpb.SetLimitRequest(billing_project=project, limit_micro_usd=micro_usd(limit_usd))
+    if max_job_duration_s is not None:
+        request.max_job_duration.FromMilliseconds(round(max_job_duration_s * 1000))
+    return request
+
+
 def rerun_request(batch_id: int, states: Iterable[str], token: str | None) -> bpb.RerunFailedJobsRequest:
     """`states` by name (failed, error, cancelled); empty means failed and error."""
     try:
@@ -212,10 +219,12 @@ class AsyncCalls(_Stubs):
         return (await self._call(self._billing.RemoveMember, cpb.RemoveMemberRequest(
             billing_project=project, username=username))).billing_project
 
-    async def set_limit(self, project: str, limit_usd: float | None) -> billing_project_pb2.BillingProject:
-        """A spending limit in USD; None removes it."""
-        return (await self._call(self._billing.SetLimit, cpb.SetLimitRequest(
-            billing_project=project, limit_micro_usd=micro_usd(limit_usd)))).billing_project
+    async def set_limit(self, project: str, limit_usd: float | None, max_job_duration_s: float | None = None
+                        ) -> billing_project_pb2.BillingProject:
+        """A spending limit in USD; None removes it. `max_job_duration_s`: the timeout of the project's jobs
+        without one while it has a limit (None keeps it)."""
+        return (await self._call(self._billing.SetLimit, _set_limit(project, limit_usd,
+                                                                    max_job_duration_s))).billing_project
 
     async def close_billing_project(self, project: str) -> billing_project_pb2.BillingProject:
         return (await self._call(self._billing.CloseBillingProject,
@@ -351,9 +360,9 @@ class Calls(_Stubs):
         return self._call(self._billing.RemoveMember, cpb.RemoveMemberRequest(
             billing_project=project, username=username)).billing_project
 
-    def set_limit(self, project: str, limit_usd: float | None) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.SetLimit, cpb.SetLimitRequest(
-            billing_project=project, limit_micro_usd=micro_usd(limit_usd))).billing_project
+    def set_limit(self, project: str, limit_usd: float | None, max_job_duration_s: float | None = None
+                  ) -> billing_project_pb2.BillingProject:
+        return self._call(self._billing.SetLimit, _set_limit(project, limit_usd, max_job_duration_s)).billing_project
 
     def close_billing_project(self, project: str) -> billing_project_pb2.BillingProject:
         return self._call(self._billing.CloseBillingProject,

@@ -23,7 +23,11 @@ from corral.errors import CorralError
 def project_line(p: billing_project_pb2.BillingProject) -> str:
     state = billing_project_pb2.BillingProjectState.Name(p.state).removeprefix("BILLING_PROJECT_STATE_").lower()
     limit = usd(p.limit_micro_usd) if p.HasField("limit_micro_usd") else "none"
-    return f"{p.name}  {state}  members={','.join(p.members)}  limit={limit}  spend={usd(p.spend_micro_usd)}"
+    longest = ""
+    if p.HasField("limit_micro_usd"):
+        longest = f"  max_job_duration={p.max_job_duration.ToTimedelta().total_seconds():g}s"
+    return (f"{p.name}  {state}  members={','.join(p.members)}  limit={limit}{longest}  "
+            f"spend={usd(p.spend_micro_usd)}")
 
 
 def _emit_projects(args: argparse.Namespace, projects: list[billing_project_pb2.BillingProject]) -> int:
@@ -65,7 +69,7 @@ def _billing(args: argparse.Namespace) -> int:
                                                             _limit_usd(args.limit) if args.limit else None),
             "add-member": lambda: client.add_member(args.name, args.username),
             "remove-member": lambda: client.remove_member(args.name, args.username),
-            "limit": lambda: client.set_limit(args.name, _limit_usd(args.usd)),
+            "limit": lambda: client.set_limit(args.name, _limit_usd(args.usd), args.max_job_duration),
             "close": lambda: client.close_billing_project(args.name),
             "reopen": lambda: client.reopen_billing_project(args.name),
         }[action]
@@ -124,6 +128,9 @@ def add_commands(commands: Any) -> None:
     limit = with_json(actions.add_parser("limit", help="set the spending limit (admin)"))
     limit.add_argument("name")
     limit.add_argument("usd", help="amount in USD, or 'none'")
+    limit.add_argument("--max-job-duration", type=float, metavar="SECONDS",
+                       help="timeout of the project's jobs that set none, while it has a limit: their worst-case "
+                            "cost is reserved for it (default: kept; 3600 at first)")
     spend = with_json(actions.add_parser("spend", help="what the project spent"))
     spend.add_argument("name")
     spend.add_argument("--by", choices=("day", "batch", "user"), help="split the total into lines")

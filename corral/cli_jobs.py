@@ -83,8 +83,12 @@ def _job(args: argparse.Namespace) -> int:
     for a in job.attempts:
         end = job_pb2.AttemptEndReason.Name(a.end_reason).removeprefix("ATTEMPT_END_REASON_").lower()
         exit_code = f" exit={a.exit_code}" if a.HasField("exit_code") else ""
-        print(f"  attempt {a.attempt_id} on {a.instance_name}: {end if a.end_reason else 'running'}{exit_code}"
-              f"  cost={usd(a.cost_micro_usd)}" + (f"  error: {a.error_message}" if a.error_message else ""))
+        spot = " (spot)" if a.spot else ""
+        memory = f"  memory={a.memory_bytes // 2**20} MiB" if a.memory_bytes else ""
+        print(f"  attempt {a.attempt_id} on {a.instance_name}{spot}: {end if a.end_reason else 'running'}{exit_code}"
+              f"{memory}  cost={usd(a.cost_micro_usd)}" + (f"  error: {a.error_message}" if a.error_message else ""))
+        if a.retry_reason:
+            print(f"    next attempt: {a.retry_reason}")
     reasons = why.reasons or []
     if not reasons:
         print("  why: nothing in its way; the scheduler places it in its next cycle")

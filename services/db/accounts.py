@@ -65,13 +65,14 @@ ACCOUNTS: dict[str, Account] = {
                     "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup", "cancel_ready_jobs",
                     "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
                     "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit",
-                    "release_children", "cancel_pending_jobs")),
+                    "release_children", "cancel_pending_jobs", "cancel_unaffordable_jobs")),
 }
 
 INTERNAL_PROCEDURES = frozenset({
-    "add_attempt_usage", "bill_attempt_usage", "check_completions", "check_epoch", "complete_jobs_core",
-    "create_change_tables", "create_completion_tables", "queue_update_groups_for_check", "record_job_changes",
-    "job_limits_check", "release_children_lock", "release_children_apply", "release_children_record",
+    "add_attempt_usage", "bill_attempt_usage", "billing_limit_check", "check_completions", "check_epoch",
+    "complete_jobs_core", "create_change_tables", "create_completion_tables", "decide_retries",
+    "queue_update_groups_for_check", "record_job_changes", "job_limits_check", "release_children_lock",
+    "release_children_apply", "release_children_record",
 })
 """Called only by other procedures and triggers (definer's rights): no service executes them."""
 

@@ -30,7 +30,7 @@ SELECT user, inst_coll, n_ready_jobs, ready_cores_mcpu, running_cores_mcpu FROM 
 
 # Active instances with their free cores, and the memory their open attempts hold.
 _WORKERS = """
-SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes,
+SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes, i.preemptible,
        (SELECT COALESCE(SUM(j.memory_bytes), 0) FROM attempts a
         JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id
         WHERE a.instance_name = i.name AND a.end_time_ms IS NULL) AS used_memory_bytes
@@ -43,7 +43,7 @@ ORDER BY i.name
 # part per user, all in one statement (UNION ALL), so a cycle pays one round trip per pool, not per user.
 _QUEUE_PART = """
 (SELECT b.user, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.regions_bits, j.priority,
-        j.time_created_ms, b.billing_project,
+        j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance, j.not_before_ms,
         -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
         (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000 FROM billing_projects p
          WHERE p.name = b.billing_project AND p.limit_usd IS NOT NULL) AS reserve_ms,
@@ -104,7 +104,7 @@ async def read_workers(db: Database, pool: str | None = None) -> dict[str, list[
         memory = int(r["memory_bytes"] or 0)
         by_pool.setdefault(r["inst_coll"], []).append(Worker(
             r["name"], int(r["region_id"]), int(r["free_cores_mcpu"]),
-            max(0, memory - int(r["used_memory_bytes"])) if memory > 0 else None))
+            max(0, memory - int(r["used_memory_bytes"])) if memory > 0 else None, bool(r["preemptible"])))
     return by_pool
 
 
@@ -133,7 +133,9 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
         queues[r["user"]].append(Candidate(
             (r["batch_id"], r["job_id"]), r["user"], r["billing_project"], int(r["cores_mcpu"]),
             int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
-            int(r["priority"]), int(r["time_created_ms"]) / 1000, reserve_micro_usd=reserve))
+            int(r["priority"]), int(r["time_created_ms"]) / 1000, reserve_micro_usd=reserve,
+            on_demand=bool(r["on_demand"]), avoid_worker=r["avoid_instance"],
+            not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None))
     rows_with_locks = [r for r in rows if r["has_locks"]]
     projects = {r["billing_project"] for r in rows}
     held: dict[str, dict[JobKey, Locks]] = {}

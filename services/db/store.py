@@ -163,11 +163,13 @@ class JobStore:
     async def create_instance(
         self, epoch: int, name: str, inst_coll: str, cores_mcpu: int, activation_token: str,
         region: str = "local", machine_type: str | None = None, memory_bytes: int = 0,
+        preemptible: bool | None = None,
     ) -> None:
-        """Record a machine about to be created (state pending)."""
+        """Record a machine about to be created (state pending); `preemptible`: a spot machine (None: the
+        pool's kind)."""
         await self.db.call(
             "create_instance", epoch, name, inst_coll, region, machine_type, cores_mcpu, memory_bytes,
-            activation_token, self.clock_ms(),
+            activation_token, self.clock_ms(), preemptible,
         )
 
     async def activate_instance(self, epoch: int, name: str, activation_token: str,
@@ -176,10 +178,17 @@ class JobStore:
         host:port of its WorkerService."""
         await self.db.call("activate_instance", epoch, name, activation_token, ip_address, self.clock_ms())
 
-    async def deactivate_instance(self, epoch: int, name: str, reason: str) -> Row:
-        """The machine is gone: its running jobs go back to Ready."""
-        status, _ = await self.db.call("deactivate_instance", epoch, name, reason, self.clock_ms())
+    async def deactivate_instance(self, epoch: int, name: str, reason: str, end_reason: str = "worker_lost") -> Row:
+        """The machine is gone: its running jobs' attempts end with `end_reason` (worker_lost or preempted), and
+        each job runs again while it has attempts left (n_rescheduled), else ends in Error (n_ended)."""
+        status, _ = await self.db.call("deactivate_instance", epoch, name, reason, end_reason, self.clock_ms())
         return status
+
+    async def cancel_unaffordable_jobs(self, epoch: int, jobs: list[Row], max_children: int = 1000) -> int:
+        """Cancel those of `jobs` ([{batch_id, job_id}]) that can never run under their project's limit (checked
+        again under its lock), saying why; returns how many were cancelled."""
+        status, _ = await self.db.call("cancel_unaffordable_jobs", epoch, jobs, self.clock_ms(), max_children)
+        return int(status["n_cancelled"])
 
     async def schedule_jobs(self, epoch: int, instance_name: str, jobs: list[Row]) -> list[Row]:
         """SJ: [{batch_id, job_id, attempt_id}] -> per-job outcomes."""

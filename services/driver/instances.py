@@ -42,6 +42,8 @@ class InstanceRequest:
     memory_bytes: int
     region: str
     activation_token: str
+    preemptible: bool = False
+    """A spot machine, which the cloud may reclaim."""
 
 
 class InstanceProvider(Protocol):
@@ -142,11 +144,18 @@ class LocalProvider:
 
 
 _POOLS = """
-SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.max_instances, c.max_new_instances_per_loop,
+SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.max_instances, c.max_new_instances_per_loop, c.preemptible,
        (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
           WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active')) AS free_cores_mcpu,
        (SELECT COUNT(*) FROM instances i WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active'))
-         AS n_live
+         AS n_live,
+       -- Jobs that must run on on-demand machines (few: on_demand_jobs lists them), and the room for them.
+       IF(c.preemptible, (SELECT COALESCE(SUM(j.cores_mcpu), 0) FROM on_demand_jobs o
+                          JOIN jobs j ON j.batch_id = o.batch_id AND j.job_id = o.job_id AND j.state = 'Ready'
+                          WHERE o.inst_coll = c.name), 0) AS on_demand_ready_mcpu,
+       (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
+          WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active') AND NOT i.preemptible)
+         AS on_demand_free_mcpu
 FROM instance_collections c
 WHERE c.is_pool AND c.enabled
 """
@@ -186,18 +195,26 @@ class Autoscaler(Loop):
         for pool in await self._db.fetchall(_POOLS, name="autoscaler_pools"):
             cores_mcpu = int(pool["worker_cores"]) * 1000
             ready_mcpu = sum(d.ready_cores_mcpu for d in demand.get(pool["name"], []))
-            n = instances_to_create(ready_mcpu, int(pool["free_cores_mcpu"]), cores_mcpu,
-                                    int(pool["n_live"]), int(pool["max_instances"]),
-                                    int(pool["max_new_instances_per_loop"]))
-            for _ in range(n):
-                request = InstanceRequest(f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
-                                          int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16))
-                await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
-                                                  request.activation_token, region=request.region,
-                                                  memory_bytes=request.memory_bytes)
-                await self._provider.create(request)
-                self.created.append(request.name)
-                log.info("autoscaler: created %s in %s", request.name, pool["name"])
+            n_live, max_new = int(pool["n_live"]), int(pool["max_new_instances_per_loop"])
+            # A spot pool's jobs that must run on demand (RetryPolicy.max_preemptions_before_on_demand,
+            # ProvisioningModel) get on-demand machines of the pool first.
+            n_on_demand = instances_to_create(int(pool["on_demand_ready_mcpu"]), int(pool["on_demand_free_mcpu"]),
+                                              cores_mcpu, n_live, int(pool["max_instances"]), max_new)
+            n = instances_to_create(ready_mcpu, int(pool["free_cores_mcpu"]), cores_mcpu, n_live + n_on_demand,
+                                    int(pool["max_instances"]), max_new - n_on_demand)
+            for preemptible in [False] * n_on_demand + [bool(pool["preemptible"])] * n:
+                await self._create(epoch, InstanceRequest(
+                    f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
+                    int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16), preemptible))
+
+    async def _create(self, epoch: int, request: InstanceRequest) -> None:
+        await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
+                                          request.activation_token, region=request.region,
+                                          memory_bytes=request.memory_bytes, preemptible=request.preemptible)
+        await self._provider.create(request)
+        self.created.append(request.name)
+        log.info("autoscaler: created %s in %s%s", request.name, request.inst_coll,
+                 " (spot)" if request.preemptible else "")
 
 
 class DeadWorkerDetector(Loop):

@@ -8,7 +8,8 @@ Each cycle, per pool (instance collection):
    deep as the planner looks, the candidates' locks and those their billing
    projects' running jobs hold, the projects' budgets;
 3. `services.policy.planner.plan`: the placements, and why every other
-   candidate waits (ExplainJob reports the same reasons);
+   candidate waits (ExplainJob reports the same reasons); jobs that can
+   never run under their project's limit are cancelled, saying why;
 4. SJ in bulk per instance, then a Run command per scheduled job down the
    worker's session. A worker that does not take its command in time gets
    the job unscheduled by the dead-worker path, never blocks the cycle.
@@ -17,6 +18,7 @@ Each cycle, per pool (instance collection):
 from __future__ import annotations
 
 import dataclasses
+import logging
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -27,6 +29,8 @@ from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
 from services.policy import planner
 from services.policy.fair_share import UserDemand
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +96,12 @@ class Scheduler(Loop):
                                        self._clock_ms() / 1000)
         plan = planner.plan(snapshot)
         self.last_plans[pool] = plan
+        if plan.never_fit:  # they would wait forever: cancelled, saying why
+            n = await self._store.cancel_unaffordable_jobs(
+                epoch, [{"batch_id": b, "job_id": j} for b, j in plan.never_fit])
+            if n:
+                log.info("scheduler: cancelled %d jobs of pool %s that can never run under their project's limit",
+                         n, pool)
         placements = [Placement(p.key[0], p.key[1], secrets.token_hex(6), p.worker, p.cores_mcpu)
                       for p in plan.placements]
         scheduled: list[Placement] = []

@@ -140,7 +140,11 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         self._require_own_instance(request.instance_name)
         epoch = self._leader_epoch()
         await self._check_token(request.instance_name, request.instance_token)
-        await self._store.deactivate_instance(epoch, request.instance_name, "worker deactivated itself")
+        if request.reason == ws.DRAIN_REASON_PREEMPTION_NOTICE:
+            await self._store.deactivate_instance(epoch, request.instance_name, "the cloud reclaimed the machine",
+                                                  "preempted")
+        else:
+            await self._store.deactivate_instance(epoch, request.instance_name, "worker deactivated itself")
         self._on_change("instance_inactive")
         return pb.DeactivateWorkerResponse()
 

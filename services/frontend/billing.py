@@ -20,7 +20,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
-from google.protobuf import timestamp_pb2
+from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral.billing.v1 import billing_project_pb2 as project_pb
 from corral.billing.v1 import billing_service_pb2 as pb
@@ -82,7 +82,9 @@ def project_proto(project: BillingProject) -> project_pb.BillingProject:
         name=project.name, state=_STATES[project.state], members=list(project.members),
         limit_micro_usd=None if project.limit_usd is None else micro_from_usd(project.limit_usd),
         spend_micro_usd=micro_from_usd(project.spend_usd), reserved_micro_usd=project.reserved_micro_usd,
-        created_at=_timestamp(project.created_at_ms))
+        created_at=_timestamp(project.created_at_ms),
+        max_job_duration=duration_pb2.Duration(seconds=project.max_job_duration_ms // 1000,
+                                               nanos=project.max_job_duration_ms % 1000 * 1_000_000))
 
 
 def _raise_if(violations: list[FieldViolation]) -> None:
@@ -107,6 +109,19 @@ def _username(username: str, field: str) -> list[FieldViolation]:
 def _limit(request: pb.CreateBillingProjectRequest | pb.SetLimitRequest) -> list[FieldViolation]:
     if request.HasField("limit_micro_usd") and not 0 <= request.limit_micro_usd <= MAX_MICRO_USD:
         return [FieldViolation("limit_micro_usd", f"must be between 0 and {MAX_MICRO_USD} (1e9 USD)")]
+    return []
+
+
+MAX_JOB_DURATION_S = 7 * 24 * 3600
+"""The longest SetLimit's max_job_duration may be."""
+
+
+def _max_job_duration(request: pb.SetLimitRequest) -> list[FieldViolation]:
+    if not request.HasField("max_job_duration"):
+        return []
+    seconds = request.max_job_duration.ToTimedelta().total_seconds()
+    if not 1 <= seconds <= MAX_JOB_DURATION_S:
+        return [FieldViolation("max_job_duration", f"must be between 1 s and {MAX_JOB_DURATION_S} s (7 days)")]
     return []
 
 
@@ -239,9 +254,11 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
 
     async def SetLimit(self, request: pb.SetLimitRequest, context: grpc.aio.ServicerContext) -> pb.SetLimitResponse:
         principal = current_principal()
-        _raise_if(_reference(request.billing_project) + _limit(request))
-        project = await self._change(request.billing_project, principal,
-                                     lambda: self.store.set_limit(request.billing_project, _limit_usd(request)))
+        _raise_if(_reference(request.billing_project) + _limit(request) + _max_job_duration(request))
+        duration_ms = round(request.max_job_duration.ToTimedelta().total_seconds() * 1000) \
+            if request.HasField("max_job_duration") else None
+        project = await self._change(request.billing_project, principal, lambda: self.store.set_limit(
+            request.billing_project, _limit_usd(request), duration_ms))
         return pb.SetLimitResponse(billing_project=project_proto(project))
 
     async def CloseBillingProject(self, request: pb.CloseBillingProjectRequest, context: grpc.aio.ServicerContext

@@ -84,6 +84,8 @@ class BillingProject:
     """SUM(usage × rate) over the project's aggregate."""
     reserved_micro_usd: int = 0
     """What the project's running attempts reserved (their worst case, while it has a limit)."""
+    max_job_duration_ms: int = 3_600_000
+    """While it has a limit: the timeout of a job without one (what its worst case is reserved for)."""
 
 
 def may_read(principal: Principal, project: BillingProject) -> bool:
@@ -203,7 +205,8 @@ class BillingStore:
                 tuple(names), name="billing_project_members"):
             members[m["billing_project"]].append(m["user"])
         return [BillingProject(r["name"], r["state"], r["limit_usd"], r["time_created_ms"],
-                               tuple(members[r["name"]]), float(r["spend_usd"]), int(r["reserved_micro_usd"]))
+                               tuple(members[r["name"]]), float(r["spend_usd"]), int(r["reserved_micro_usd"]),
+                               int(r["max_job_duration_ms"]))
                 for r in rows]
 
     # -- changes: each locks the project row, then checks its state --------
@@ -229,12 +232,14 @@ class BillingStore:
 
         await self._transaction("remove_billing_project_member", body)
 
-    async def set_limit(self, name: str, limit_usd: float | None) -> None:
-        """None removes the limit; refused on a deleted project."""
+    async def set_limit(self, name: str, limit_usd: float | None, max_job_duration_ms: int | None = None) -> None:
+        """None removes the limit (a None duration keeps the project's); refused on a deleted project."""
 
         async def body(cursor: aiomysql.Cursor) -> None:
             _refuse_deleted(name, await self._lock(cursor, name))
-            await cursor.execute("UPDATE billing_projects SET limit_usd = %s WHERE name = %s", (limit_usd, name))
+            await cursor.execute("UPDATE billing_projects SET limit_usd = %s, "
+                                 "max_job_duration_ms = COALESCE(%s, max_job_duration_ms) WHERE name = %s",
+                                 (limit_usd, max_job_duration_ms, name))
 
         await self._transaction("set_billing_project_limit", body)
 

@@ -92,6 +92,8 @@ class JobFacts:
     regions: tuple[str, ...]
     """Names of the regions the job may run in; empty = any."""
     exit_code: int | None = None
+    end_reason: str | None = None
+    """Why the control plane ended the job, when no attempt says (e.g. it could never run under its limit)."""
     instance: str | None = None
     """Where the current attempt runs (Running, Creating)."""
     parents: tuple[Parent, ...] = ()
@@ -161,7 +163,8 @@ def explain(facts: JobFacts) -> list[Reason]:
     scheduler places it in its next cycle."""
     if facts.state in FINAL_STATES:
         code = f" with exit code {facts.exit_code}" if facts.exit_code is not None else ""
-        return [Reason("FINISHED", f"the job ended {facts.state}{code}")]
+        why = f": {facts.end_reason}" if facts.end_reason else ""
+        return [Reason("FINISHED", f"the job ended {facts.state}{code}{why}")]
     if facts.state == "Running":
         return [Reason("RUNNING", f"running on {facts.instance}" if facts.instance else "running")]
     if facts.state == "Creating":

@@ -67,7 +67,8 @@ class ExplainStore:
         facts = JobFacts(
             batch_id=batch_id, job_id=job_id, state=state, user=job["user"], always_run=bool(job["always_run"]),
             dependency_failed=bool(job["dependency_failed"]), cores_mcpu=job["cores_mcpu"],
-            regions=await self._regions(job["regions_bits"]), exit_code=job["exit_code"])
+            regions=await self._regions(job["regions_bits"]), exit_code=job["exit_code"],
+            end_reason=job.get("end_reason"))
         if state in ("Running", "Creating"):
             row = await self.db.fetchone(
                 "SELECT instance_name FROM attempts WHERE batch_id = %s AND job_id = %s AND attempt_id = %s",

@@ -45,6 +45,7 @@ ENUM_LIST_ITEMS = 16
 
 _SPEC_ONLY = Unchecked("kept only in the job's spec blob, whose size max_spec_bytes limits")
 _UNUSED = Unchecked("not stored: the server does not use it")
+_RETRY_POLICY = Unchecked("bounded with the spec (validate.retry_policy_violations; docs/security.md)")
 
 
 def _token(chars: int) -> Text:
@@ -125,10 +126,9 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}JobGroupSpec.cancel_after_n_failures": _int_column("job_groups.cancel_after_n_failures", 1),
         f"{BATCH}JobGroupRef.job_group_id": _int_column("job_groups.job_group_id", 0),
         f"{BATCH}JobGroupRef.in_update_index": Integer(0, INT32_MAX),
-        f"{BATCH}RetryPolicy.max_preemptions_before_on_demand": _SPEC_ONLY,
-        f"{BATCH}RetryPolicy.retry_oom_with_memory_factor": _SPEC_ONLY,
-        f"{BATCH}RetryPolicy.max_memory_bytes": _SPEC_ONLY,
-        f"{BATCH}RetryPolicy.max_failed_retries": _SPEC_ONLY,
+        **{f"{BATCH}RetryPolicy.{name}": _RETRY_POLICY for name in (
+            "max_preemptions_before_on_demand", "retry_oom_with_memory_factor", "max_memory_bytes",
+            "max_failed_retries", "retry_exit_codes", "retry_delay", "max_retry_delay")},
         # JobSpec
         f"{BATCH}JobSpec.image": _SPEC_ONLY,
         f"{BATCH}Argv.args": _SPEC_ONLY,
@@ -173,6 +173,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BILLING}CreateBillingProjectRequest.members": Repeated(limits.max_members_per_request, username,
                                                                   setting="max_members_per_request"),
         f"{BILLING}SetLimitRequest.limit_micro_usd": Integer(0, MAX_MICRO_USD, by_servicer=True),
+        f"{BILLING}SetLimitRequest.max_job_duration": Unchecked("between 1 s and 7 days (billing.py)"),
         f"{BILLING}ListBillingProjectsRequest.member": Text(100, column="billing_project_members.user"),
         f"{BILLING}ListBillingProjectsRequest.page_size": page_size,
         f"{BILLING}ListBillingProjectsRequest.page_token": page_token,

@@ -23,15 +23,16 @@ FINAL_STATES = frozenset({"Success", "Failed", "Error", "Cancelled"})
 _ACCEPTED_BITS = ((1, job_state_pb2.JOB_STATE_SUCCEEDED), (2, job_state_pb2.JOB_STATE_FAILED),
                   (4, job_state_pb2.JOB_STATE_ERROR), (8, job_state_pb2.JOB_STATE_CANCELLED))
 # attempts.reason as the procedures and the driver write it: the end reason's
-# name in lower case, 'completed' when the worker gave none, and
-# 'instance deactivated' when deactivate_instance ended the attempt.
+# name in lower case ('worker_lost' or 'preempted' when deactivate_instance
+# ended the attempt), 'completed' when the worker gave none, and 'instance
+# deactivated' for attempts it ended before migration 0014.
 _END_REASONS = {
     "exited": job_pb2.ATTEMPT_END_REASON_EXITED, "completed": job_pb2.ATTEMPT_END_REASON_EXITED,
     "out_of_memory": job_pb2.ATTEMPT_END_REASON_OUT_OF_MEMORY, "timed_out": job_pb2.ATTEMPT_END_REASON_TIMED_OUT,
     "cancelled": job_pb2.ATTEMPT_END_REASON_CANCELLED, "preempted": job_pb2.ATTEMPT_END_REASON_PREEMPTED,
     "worker_lost": job_pb2.ATTEMPT_END_REASON_WORKER_LOST,
     "instance deactivated": job_pb2.ATTEMPT_END_REASON_WORKER_LOST,
-    "system_error": job_pb2.ATTEMPT_END_REASON_SYSTEM_ERROR,
+    "system_error": job_pb2.ATTEMPT_END_REASON_SYSTEM_ERROR, "refused": job_pb2.ATTEMPT_END_REASON_REFUSED,
 }
 
 
@@ -95,7 +96,16 @@ def attempt_proto(row: dict[str, Any]) -> job_pb2.Attempt:
         end_reason=_END_REASONS.get(row["reason"] or "", job_pb2.ATTEMPT_END_REASON_UNSPECIFIED) if ended
         else job_pb2.ATTEMPT_END_REASON_UNSPECIFIED,
         exit_code=row["exit_code"], error_message=row["error_message"] or "", resources_used=usage,
-        cost_micro_usd=micro_usd(row["cost_usd"]), isolation=row["isolation"] or "")
+        cost_micro_usd=micro_usd(row["cost_usd"]), isolation=row["isolation"] or "",
+        retry_reason=row["retry_reason"] or "", retry_delay=_duration(row["retry_delay_ms"]))
+
+
+def _duration(ms: int | None) -> duration_pb2.Duration | None:
+    if ms is None:
+        return None
+    duration = duration_pb2.Duration()
+    duration.FromMilliseconds(int(ms))
+    return duration
 
 
 def explanation_proto(batch_id: int, job_id: int, state: str, reasons: list[Reason], at_ms: int

@@ -21,8 +21,10 @@ _JOB_COST = """(SELECT COALESCE(SUM(x.`usage` * xr.rate_usd), 0) FROM aggregated
 _JOB_SELECT = f"""
 SELECT j.batch_id, j.job_id, j.update_id, j.job_group_id, j.state, j.always_run, j.dependency_failed,
        j.n_pending_parents, j.cores_mcpu, j.memory_bytes, j.inst_coll, j.regions_bits, j.priority,
-       j.attempt_id, j.exit_code, j.spec_ref, jbt.user, jbt.billing_project,
-       jbu.time_committed_ms, lat.end_time_ms AS latest_end_time_ms, lat.error_message AS latest_error_message,
+       j.attempt_id, j.exit_code, j.spec_ref, jbt.user, jbt.billing_project, j.end_reason,
+       jbu.time_committed_ms, lat.end_time_ms AS latest_end_time_ms,
+       -- Why the control plane ended it (migration 0015), else what its latest attempt said.
+       COALESCE(j.end_reason, lat.error_message) AS latest_error_message,
        (SELECT MIN(fa.start_time_ms) FROM attempts fa WHERE fa.batch_id = j.batch_id AND fa.job_id = j.job_id)
          AS first_start_time_ms,
        {_JOB_COST} AS cost_usd, rr.rerun_of_job_id
@@ -36,8 +38,14 @@ LEFT JOIN job_reruns rr ON rr.batch_id = j.batch_id AND rr.job_id = j.job_id
 _ATTEMPT_SELECT = """
 SELECT a.batch_id, a.job_id, a.attempt_id, a.instance_name, a.start_time_ms, a.end_time_ms, a.rollup_time_ms,
        a.reason, a.exit_code, a.error_message, a.isolation, a.cpu_time_ms, a.peak_memory_bytes, i.region,
-       i.ip_address, i.state AS instance_state, COALESCE(c.preemptible, FALSE) AS preemptible, jt.cores_mcpu,
-       jt.memory_bytes,
+       a.retry_reason, a.retry_delay_ms,
+       i.ip_address, i.state AS instance_state, COALESCE(i.preemptible, c.preemptible, FALSE) AS preemptible,
+       jt.cores_mcpu,
+       -- What the attempt reserved (an out-of-memory retry grows the job's memory for the next one).
+       COALESCE((SELECT ar.quantity * 1048576 FROM attempt_resources ar
+                 JOIN resources ar_m ON ar_m.resource_id = ar.resource_id AND ar_m.name = 'memory/local/1'
+                 WHERE ar.batch_id = a.batch_id AND ar.job_id = a.job_id AND ar.attempt_id = a.attempt_id),
+                jt.memory_bytes) AS memory_bytes,
        (SELECT COALESCE(SUM(ar.quantity * (COALESCE(a.rollup_time_ms, a.start_time_ms) - a.start_time_ms)
                             * ar_r.rate_usd), 0)
           FROM attempt_resources ar JOIN resources ar_r ON ar_r.resource_id = ar.resource_id

@@ -9,6 +9,7 @@ unless the whole bunch is valid. The database re-checks what only it can
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -38,6 +39,14 @@ _LOCK_MODES = {
     spec_pb.LOCK_MODE_ALL_EXCLUSIVE: "all_exclusive",
 }
 _NAMED_MODES = {spec_pb.LOCK_MODE_SHARED, spec_pb.LOCK_MODE_EXCLUSIVE}
+
+MAX_RETRIES = 100
+"""Most preemptions before on-demand, and most retries after non-zero exits, a policy may ask for."""
+MAX_OOM_FACTOR = 16.0
+MAX_RETRY_EXIT_CODES = 64
+MAX_RETRY_DELAY_S = 24 * 3600
+DEFAULT_RETRY_DELAY_MS = 1_000
+DEFAULT_MAX_RETRY_DELAY_MS = 600_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,9 +162,51 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
                 v.append(FieldViolation(f"{where}.accepted_states",
                                         "only final states: SUCCEEDED, FAILED, ERROR, CANCELLED"))
                 break
+    if spec.HasField("retry_policy"):
+        v += retry_policy_violations(spec.retry_policy, f"{at}.retry_policy")
     if spec.ByteSize() > limits.max_spec_bytes:
         v.append(FieldViolation(at, f"the spec is larger than {limits.max_spec_bytes} bytes (max_spec_bytes)"))
     return v
+
+
+def retry_policy_violations(policy: spec_pb.RetryPolicy, at: str) -> list[FieldViolation]:
+    """What is wrong with a job's or group's retry policy (every bound is in docs/security.md)."""
+    v = []
+    if not 0 <= policy.max_preemptions_before_on_demand <= MAX_RETRIES:
+        v.append(FieldViolation(f"{at}.max_preemptions_before_on_demand", f"must be between 0 and {MAX_RETRIES}"))
+    factor = policy.retry_oom_with_memory_factor
+    if not (factor == 0 or 1 < factor <= MAX_OOM_FACTOR):
+        v.append(FieldViolation(f"{at}.retry_oom_with_memory_factor",
+                                f"must be 0 (no retry) or greater than 1 and at most {MAX_OOM_FACTOR:g}"))
+    if policy.max_memory_bytes < 0:
+        v.append(FieldViolation(f"{at}.max_memory_bytes", "must not be negative"))
+    if not 0 <= policy.max_failed_retries <= MAX_RETRIES:
+        v.append(FieldViolation(f"{at}.max_failed_retries", f"must be between 0 and {MAX_RETRIES}"))
+    if len(policy.retry_exit_codes) > MAX_RETRY_EXIT_CODES:
+        v.append(FieldViolation(f"{at}.retry_exit_codes", f"at most {MAX_RETRY_EXIT_CODES} entries"))
+    elif not all(1 <= code <= 255 for code in policy.retry_exit_codes):
+        v.append(FieldViolation(f"{at}.retry_exit_codes", "exit codes are between 1 and 255"))
+    for name in ("retry_delay", "max_retry_delay"):
+        delay = getattr(policy, name)
+        if delay.seconds < 0 or delay.nanos < 0 or delay.seconds > MAX_RETRY_DELAY_S:
+            v.append(FieldViolation(f"{at}.{name}", f"must be between 0 and {MAX_RETRY_DELAY_S} s"))
+    return v
+
+
+def retry_policy_json(policy: spec_pb.RetryPolicy) -> str:
+    """The policy as decide_retries reads it (migration 0014), defaults filled in."""
+    def ms(field: str, default: int) -> int:
+        return round(getattr(policy, field).ToTimedelta().total_seconds() * 1000) if policy.HasField(field) \
+            else default
+    return json.dumps({
+        "max_preemptions_before_on_demand": policy.max_preemptions_before_on_demand,
+        "oom_memory_factor": policy.retry_oom_with_memory_factor,
+        "max_memory_bytes": policy.max_memory_bytes,
+        "max_failed_retries": policy.max_failed_retries,
+        "exit_codes": sorted(set(policy.retry_exit_codes)),
+        "delay_ms": ms("retry_delay", DEFAULT_RETRY_DELAY_MS),
+        "max_delay_ms": ms("max_retry_delay", DEFAULT_MAX_RETRY_DELAY_MS),
+    }, separators=(",", ":"))
 
 
 def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, known_regions: Collection[str] | None,
@@ -236,6 +287,11 @@ def job_group_rows(specs: Sequence[Any], block: UpdateBlock, first_index: int, f
                                  "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())]}
         if spec.HasField("cancel_after_n_failures"):
             group["cancel_after_n_failures"] = spec.cancel_after_n_failures
+        if spec.HasField("retry_policy"):
+            bad = retry_policy_violations(spec.retry_policy, f"{field}[{i}].retry_policy")
+            violations += bad
+            if not bad:
+                group["retry_policy"] = retry_policy_json(spec.retry_policy)
         groups.append(group)
     return groups, violations
 
@@ -278,4 +334,6 @@ def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: st
         "parents": parents,
         "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())],
         "locks": locks,
+        "retry_policy": retry_policy_json(spec.retry_policy) if spec.HasField("retry_policy") else None,
+        "on_demand": spec.provisioning_model == spec_pb.PROVISIONING_MODEL_ON_DEMAND,
     }

@@ -17,17 +17,22 @@ A cycle, per pool:
    waiting time (Ganeti's predictive queue, `lock_contention`), then by key;
 3. each job is checked against the rules, in this order, and the first that
    stops it is its reason; a stopped job is skipped, not a barrier:
+   - RETRY_DELAY: its last attempt exited with a code its retry policy
+     retries, and the back-off before the next one has not passed;
    - BILLING_LIMIT_REACHED: its billing project is not open, or its worst
      case (`Candidate.reserve_micro_usd`, what schedule_jobs will reserve)
      does not fit in what the limit leaves once spend, open attempts'
      reservations and the jobs placed before it this cycle are counted; a
      job whose worst case exceeds what the limit leaves after the spend
-     alone can never run, says so, and is listed in `Plan.never_fit`;
+     alone can never run, says so, and is listed in `Plan.never_fit` (the
+     scheduler cancels it, saying why);
    - BLOCKED_BY_LOCK: one of its locks clashes with a lock held by a running
      job, or by a job placed earlier in this cycle, of the same billing
      project (locks are named per project);
    - NO_CAPACITY_IN_REGIONS: no worker in its regions has room for its cores
-     and memory;
+     and memory (for a job that must run on demand: no on-demand worker; a
+     job retried after a system error skips the worker where it happened,
+     unless the pool has no other);
    - OVER_FAIR_SHARE: its user's fair share of this cycle is used up;
 4. a job placed goes first-fit onto the workers in order, takes their cores
    and memory, and holds its locks for the jobs after it;
@@ -49,6 +54,7 @@ from services.policy.lock_contention import (
 JobKey = tuple[int, int]
 """(batch_id, job_id)."""
 
+RETRY_DELAY = "RETRY_DELAY"
 BILLING_LIMIT_REACHED = "BILLING_LIMIT_REACHED"
 BLOCKED_BY_LOCK = "BLOCKED_BY_LOCK"
 NO_CAPACITY_IN_REGIONS = "NO_CAPACITY_IN_REGIONS"
@@ -57,7 +63,7 @@ QUEUED_BEHIND_OWN_JOBS = "QUEUED_BEHIND_OWN_JOBS"
 JOBS_PER_CYCLE = 300
 """How many jobs a scheduling cycle looks at, over all users of a pool (the scheduler's default, and
 ExplainJob's)."""
-RULES = (BILLING_LIMIT_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS, OVER_FAIR_SHARE)
+RULES = (RETRY_DELAY, BILLING_LIMIT_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS, OVER_FAIR_SHARE)
 """The rules a job looked at is checked against, in order (module docstring)."""
 
 
@@ -78,6 +84,12 @@ class Candidate:
     locks: Locks = dataclasses.field(default_factory=dict)
     reserve_micro_usd: int = 0
     """Its worst-case cost, reserved when it starts (0: its project has no limit)."""
+    on_demand: bool = False
+    """It runs only on workers that are not preemptible."""
+    avoid_worker: str | None = None
+    """Its last attempt failed there for a system error: another worker takes it if the pool has one."""
+    not_before_s: float | None = None
+    """Its retry back-off: it waits until then (the clock of `Snapshot.now_s`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +101,8 @@ class Worker:
     free_cores_mcpu: int
     free_memory_bytes: int | None = None
     """None: the worker did not say how much memory it has; memory is then not checked there."""
+    preemptible: bool = False
+    """A spot machine: jobs that must run on demand do not go there."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +173,7 @@ class Plan:
     """Each user's fair share of the pool's free cores this cycle (mcpu)."""
     never_fit: tuple[JobKey, ...] = ()
     """Jobs whose worst-case cost exceeds what their project's limit leaves after its spend alone: they can
-    never run unless the limit is raised (they wait, saying so)."""
+    never run unless the limit is raised: the scheduler cancels them (cancel_unaffordable_jobs), saying why."""
 
 
 def _cores(mcpu: int) -> str:
@@ -235,6 +249,22 @@ def _fits(job: Candidate, cores: int, memory: int | None) -> bool:
     return cores >= job.cores_mcpu and (memory is None or memory >= job.memory_bytes)
 
 
+def _eligible(job: Candidate, workers: Sequence[Worker]) -> list[Worker]:
+    """The workers `job` may go to, in order: in its regions, on demand if it must be, and not the one it
+    avoids while the pool has another."""
+    allowed = [w for w in workers if _allowed(job, w) and not (job.on_demand and w.preemptible)]
+    if job.avoid_worker is not None and any(w.name != job.avoid_worker for w in workers):
+        allowed = [w for w in allowed if w.name != job.avoid_worker]
+    return allowed
+
+
+def _retry_stop(job: Candidate, now_s: float) -> Wait | None:
+    if job.not_before_s is None or job.not_before_s <= now_s:
+        return None
+    return Wait(RETRY_DELAY, f"its last attempt exited with a code its retry policy retries; the next attempt "
+                             f"waits {job.not_before_s - now_s:.1f} s more (exponential back-off with jitter)")
+
+
 def _order(queue: Sequence[Candidate], held: Mapping[str, Mapping[JobKey, Locks]], now_s: float) -> list[Candidate]:
     """Priority first; within a priority the least contended (aged) first; then the queue's own order."""
     by_project: dict[str, dict[str, list[LockRequest]]] = {}
@@ -275,19 +305,22 @@ def plan(snapshot: Snapshot) -> Plan:
         for job in _order(queue[:depth], snapshot.held, snapshot.now_s):
             project_held = held.setdefault(job.billing_project, {})
             budget = snapshot.budgets.get(job.billing_project)
-            stop = _budget_stop(job, budget, reserved.get(job.billing_project, 0)) or _lock_stop(job, project_held)
+            stop = _retry_stop(job, snapshot.now_s) or _budget_stop(job, budget, reserved.get(job.billing_project, 0)) \
+                or _lock_stop(job, project_held)
             if stop is not None:
                 waits[job.key] = stop
                 if stop.code == BILLING_LIMIT_REACHED and budget is not None and budget.state == "open" \
                         and _never_fits(job, budget):
                     never_fit.append(job.key)
                 continue
-            where = next((w for w in snapshot.workers
-                          if _allowed(job, w) and _fits(job, free[w.name][0], free[w.name][1])), None)
+            where = next((w for w in _eligible(job, snapshot.workers)
+                          if _fits(job, free[w.name][0], free[w.name][1])), None)
             if where is None:
                 memory = f" and {job.memory_bytes} bytes of memory" if job.memory_bytes else ""
+                kind = " on-demand" if job.on_demand else ""
+                avoid = f" (other than {job.avoid_worker}, where its last attempt failed)" if job.avoid_worker else ""
                 waits[job.key] = Wait(NO_CAPACITY_IN_REGIONS,
-                                      f"no live {snapshot.pool} worker in the job's regions has "
+                                      f"no live{kind} {snapshot.pool} worker{avoid} in the job's regions has "
                                       f"{_cores(job.cores_mcpu)} cores{memory} free; the autoscaler adds "
                                       "machines while the pool has room")
                 continue

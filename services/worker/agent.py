@@ -28,6 +28,10 @@ How it leaves (`run` returns the process's exit code):
   kill them without reporting them, give the driver a few seconds to
   acknowledge what already ended, DeactivateWorker (its running jobs go
   back to Ready and run again as new attempts), exit 0;
+- SIGUSR1 (`preempted`): the cloud reclaims the machine (on a local worker,
+  the stand-in for a spot machine's preemption notice): as SIGTERM, but
+  DeactivateWorker says PREEMPTION_NOTICE, so the attempts end as preempted
+  (RetryPolicy.max_preemptions_before_on_demand counts them);
 - the driver refuses the instance (deactivated, unknown, bad token): kill
   everything and exit 3. Activation refused: exit 2.
 """
@@ -79,6 +83,7 @@ class Stop(enum.Enum):
     IDLE = "idle"
     DRAIN = "drain"
     SHUTDOWN = "shutdown"
+    PREEMPTED = "preempted"
     REFUSED = "refused by the driver"
 
 
@@ -122,6 +127,10 @@ class Worker:
     def shutdown(self) -> None:
         """SIGTERM: kill running jobs, deactivate, exit (see the module docstring)."""
         self._request_stop(Stop.SHUTDOWN)
+
+    def preempted(self) -> None:
+        """SIGUSR1: the machine is being reclaimed; leave as on SIGTERM, saying so (module docstring)."""
+        self._request_stop(Stop.PREEMPTED)
 
     def drop_session(self) -> None:
         """Break the current session; the worker reconnects and re-sends what was not acknowledged."""
@@ -194,7 +203,8 @@ class Worker:
         sessions.cancel()
         with contextlib.suppress(BaseException):
             await sessions
-        await self._deactivate(ws.DRAIN_REASON_IDLE if reason is Stop.IDLE else ws.DRAIN_REASON_REQUESTED)
+        await self._deactivate({Stop.IDLE: ws.DRAIN_REASON_IDLE, Stop.PREEMPTED: ws.DRAIN_REASON_PREEMPTION_NOTICE}.get(
+            reason, ws.DRAIN_REASON_REQUESTED))
         return EXIT_OK
 
     async def _drain(self, reason: int) -> None:
@@ -222,7 +232,7 @@ class Worker:
 
     def _request_stop(self, reason: Stop) -> None:
         # A stop can only get harsher: a drain becomes a shutdown, anything becomes a refusal.
-        order = [Stop.IDLE, Stop.DRAIN, Stop.SHUTDOWN, Stop.REFUSED]
+        order = [Stop.IDLE, Stop.DRAIN, Stop.SHUTDOWN, Stop.PREEMPTED, Stop.REFUSED]
         if self.stop_reason is None or order.index(reason) > order.index(self.stop_reason):
             self.stop_reason = reason
             self._pulse()
@@ -421,7 +431,7 @@ class Worker:
         key = (run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id)
         if self.attempts.get(key) is not None or self._completion_unacked(run.attempt):
             return ""  # a re-sent RunJob: it runs, or ran, already
-        if self._leaving or self.stop_reason in (Stop.SHUTDOWN, Stop.REFUSED):
+        if self._leaving or self.stop_reason in (Stop.SHUTDOWN, Stop.PREEMPTED, Stop.REFUSED):
             return "the worker is leaving and takes no new jobs"
         if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
             return "the RunJob arrived after its deadline"

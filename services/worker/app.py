@@ -92,6 +92,7 @@ async def run(config: WorkerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.worker.shutdown)
+    loop.add_signal_handler(signal.SIGUSR1, app.worker.preempted)
 
     def exit_now() -> None:
         log.error("%s: shutdown took over %g s; exiting", config.instance_name, LIFELINE_EXIT_S)

@@ -26,7 +26,7 @@ from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.telemetry import extract
 from services.worker.logs import LogSink
-from services.worker.runtime import CANCELLED, SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
+from services.worker.runtime import CANCELLED, REFUSED, SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
 from services.worker.storage_check import file_url_refusals
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ async def _run_and_upload(runtime: ContainerRuntime, attempt: Attempt, job: JobR
     elif refusals := file_url_refusals(job.spec, attempt.run.storage_roots):  # before any runtime copies a file
         attempt.log.close()
         outcome = JobOutcome(state="Error", exit_code=None, error_message="; ".join(refusals), start_time_ms=None,
-                             end_time_ms=wall_ms(), end_reason=SYSTEM_ERROR, isolation=runtime.isolation(job))
+                             end_time_ms=wall_ms(), end_reason=REFUSED, isolation=runtime.isolation(job))
     else:
         outcome = await runtime.run(job, attempt.log, started)
     if not attempt.log_url:

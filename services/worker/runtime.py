@@ -26,11 +26,11 @@ from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, co
 from services.worker.job_process import Ended, IsolatedCommand, Isolation, Launcher, PlainCommand, StartFailed
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
-from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, SYSTEM_ERROR, TIMED_OUT, ContainerRuntime,
-                                         JobOutcome, JobRun)
+from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
+                                         ContainerRuntime, JobOutcome, JobRun)
 
-__all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime", "JobOutcome",
-           "JobRun", "ProcessRuntime", "ProcessRuntimeConfig", "can_isolate"]
+__all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "REFUSED", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime",
+           "JobOutcome", "JobRun", "ProcessRuntime", "ProcessRuntimeConfig", "can_isolate"]
 
 logger = logging.getLogger(__name__)
 
@@ -225,7 +225,7 @@ class ProcessRuntime:
     async def _run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]],
                    stop: asyncio.Event, cleanup: contextlib.AsyncExitStack) -> JobOutcome:
         if refusals := self.check(job.spec):
-            return self._outcome(job, "Error", SYSTEM_ERROR,
+            return self._outcome(job, "Error", REFUSED,
                                  "the process runtime cannot run this job: " + "; ".join(refusals))
         isolated = can_isolate()
         try:

@@ -25,6 +25,8 @@ OUT_OF_MEMORY = "out_of_memory"
 TIMED_OUT = "timed_out"
 CANCELLED = "cancelled"
 SYSTEM_ERROR = "system_error"
+REFUSED = "refused"
+"""The worker would not run the spec (the runtime cannot honour it, a file URL outside the roots): no retry."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class JobOutcome:
     end_time_ms: int
     """When the attempt ended."""
     end_reason: str
-    """An AttemptEndReason name in lower case: exited, out_of_memory, timed_out, cancelled, system_error."""
+    """An AttemptEndReason name in lower case: exited, out_of_memory, timed_out, cancelled, system_error,
+    refused."""
     isolation: str
     """How the job was (or was not) isolated, in words a user reads in the job's status."""
     peak_memory_bytes: int | None = None

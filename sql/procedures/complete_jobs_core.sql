@@ -11,6 +11,13 @@
 --   not_runnable      a Pending job (unless the row says may_cancel_pending:
 --                     cancel_pending_jobs), or a Ready job reported without
 --                     an attempt as anything but Cancelled
+--   retried           (rows that say may_retry) the attempt ended but the job
+--                     runs again: it is Ready, with what decide_retries chose
+--                     for its next attempt (migration 0014)
+-- A report of an attempt whose end already made a new attempt (a worker
+-- sending its completion again) is 'already_complete': it must not end the
+-- job its retry is running. An attempt declared lost, though, may still
+-- report: the first completion wins.
 -- Children of the jobs completed now are released (release_children_*) up
 -- to in_max_children in all, shared evenly between the completed jobs that
 -- have children; a job with more gets a row in job_child_releases and the
@@ -33,6 +40,7 @@ BEGIN
   DECLARE v_n_failed INT;
   DECLARE v_n_parents INT;
   DECLARE v_n_children INT DEFAULT 0;
+  DECLARE v_n_retried INT DEFAULT 0;
 
   -- Lock the targets in key order before reading them.
   SELECT COUNT(*) INTO v_locked
@@ -52,12 +60,22 @@ BEGIN
           WHEN j.state = 'Pending' AND NOT (t.may_cancel_pending AND t.new_state = 'Cancelled'
                                             AND t.attempt_id IS NULL) THEN 'not_runnable'
           WHEN j.state = 'Ready' AND t.attempt_id IS NULL AND t.new_state <> 'Cancelled' THEN 'not_runnable'
+          -- Only a job that moved on from the attempt pays for the look at it.
+          WHEN (j.state = 'Ready' OR j.attempt_id <> t.attempt_id) AND t.attempt_id IS NOT NULL
+               AND (SELECT a.retry_reason IS NOT NULL AND a.reason NOT IN ('worker_lost', 'preempted')
+                    FROM attempts a WHERE a.batch_id = t.batch_id AND a.job_id = t.job_id
+                    AND a.attempt_id = t.attempt_id) THEN 'already_complete'
           ELSE 'completed' END;
+  IF EXISTS (SELECT 1 FROM tmp_job_completions WHERE may_retry AND outcome = 'completed'
+             AND new_state IN ('Failed', 'Error')) THEN
+    CALL decide_retries(in_now_ms);
+    SELECT COUNT(*) INTO v_n_retried FROM tmp_job_completions WHERE outcome = 'retried';
+  END IF;
   -- What the steps below have to do: the canceller's drain, for one, closes
   -- no attempt and frees no cores.
   SELECT COALESCE(SUM(attempt_id IS NOT NULL AND instance_name IS NOT NULL
-                      AND outcome IN ('completed', 'already_complete')), 0),
-         COALESCE(SUM(outcome = 'completed' AND old_state IN ('Running', 'Creating')), 0),
+                      AND outcome IN ('completed', 'already_complete', 'retried')), 0),
+         COALESCE(SUM(outcome IN ('completed', 'retried') AND old_state IN ('Running', 'Creating')), 0),
          COALESCE(SUM(outcome = 'completed' AND new_state IN ('Failed', 'Error')), 0)
     INTO v_n_attempts, v_n_freeing, v_n_failed
     FROM tmp_job_completions;
@@ -88,7 +106,7 @@ BEGIN
       STRAIGHT_JOIN attempts a FORCE INDEX (PRIMARY)
         ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
       WHERE t.attempt_id IS NOT NULL AND t.instance_name IS NOT NULL
-        AND t.outcome IN ('completed', 'already_complete')
+        AND t.outcome IN ('completed', 'already_complete', 'retried')
       ORDER BY a.batch_id, a.job_id, a.attempt_id
       FOR UPDATE;
 
@@ -96,12 +114,14 @@ BEGIN
     -- come before MJS, twice, or for an attempt the job no longer points at).
     SET @corral_bulk_usage = TRUE;
     INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, rollup_time_ms,
-                          reason, exit_code, error_message, cpu_time_ms, peak_memory_bytes)
-      SELECT batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms, end_time_ms,
-             COALESCE(reason, 'completed'), exit_code, error_message, cpu_time_ms, peak_memory_bytes
+                          reason, exit_code, error_message, cpu_time_ms, peak_memory_bytes, retry_reason,
+                          retry_delay_ms)
+      SELECT batch_id, job_id, attempt_id, instance_name, start_time_ms, end_time_ms,
+             IF(bill_to_end, end_time_ms, NULL), COALESCE(reason, 'completed'), exit_code, error_message,
+             cpu_time_ms, peak_memory_bytes, retry_reason, retry_delay_ms
       FROM tmp_job_completions
       WHERE attempt_id IS NOT NULL AND instance_name IS NOT NULL
-        AND outcome IN ('completed', 'already_complete')
+        AND outcome IN ('completed', 'already_complete', 'retried')
       ORDER BY batch_id, job_id
     ON DUPLICATE KEY UPDATE
       -- Assignments run left to right: later ones see the new start time, and
@@ -113,8 +133,11 @@ BEGIN
       peak_memory_bytes = IF(attempts.end_time_ms IS NULL, VALUES(peak_memory_bytes), attempts.peak_memory_bytes),
       start_time_ms = IF(attempts.end_time_ms IS NULL, COALESCE(attempts.start_time_ms, VALUES(start_time_ms)),
                          attempts.start_time_ms),
-      -- Never past what the attempt reserved (a budget's attempts: migration 0013).
-      rollup_time_ms = IF(attempts.end_time_ms IS NULL,
+      retry_reason = IF(attempts.end_time_ms IS NULL, VALUES(retry_reason), attempts.retry_reason),
+      retry_delay_ms = IF(attempts.end_time_ms IS NULL, VALUES(retry_delay_ms), attempts.retry_delay_ms),
+      -- Never past what the attempt reserved (a budget's attempts: migration 0013). No rollup given
+      -- (deactivate_instance): billed to the last one a worker reported.
+      rollup_time_ms = IF(attempts.end_time_ms IS NULL AND VALUES(rollup_time_ms) IS NOT NULL,
                           LEAST(GREATEST(COALESCE(attempts.rollup_time_ms, 0), COALESCE(VALUES(rollup_time_ms), 0),
                                          COALESCE(attempts.start_time_ms, 0)),
                                 COALESCE(attempts.start_time_ms + attempts.reserved_ms, 9223372036854775807)),
@@ -143,7 +166,7 @@ BEGIN
       SELECT a.instance_name, SUM(t.cores_mcpu)
       FROM tmp_job_completions t
       JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.old_attempt_id
-      WHERE t.outcome = 'completed' AND t.old_state IN ('Running', 'Creating')
+      WHERE t.outcome IN ('completed', 'retried') AND t.old_state IN ('Running', 'Creating')
       GROUP BY a.instance_name;
     UPDATE tmp_instance_cores x STRAIGHT_JOIN instances i ON i.name = x.instance_name
       SET i.free_cores_mcpu = i.free_cores_mcpu + x.cores_mcpu;
@@ -154,6 +177,22 @@ BEGIN
     JOIN tmp_job_completions t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
     SET j.state = t.new_state, j.exit_code = t.exit_code, j.attempt_id = COALESCE(t.attempt_id, j.attempt_id)
     WHERE t.outcome = 'completed';
+  IF v_n_retried > 0 THEN
+    UPDATE jobs j
+      JOIN tmp_job_completions t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
+      SET j.state = 'Ready', j.exit_code = t.exit_code,
+          j.memory_bytes = COALESCE(t.next_memory_bytes, j.memory_bytes),
+          j.n_preemptions = j.n_preemptions + (t.reason = 'preempted'),
+          j.n_failed_retries = j.n_failed_retries + (t.retry_delay_ms IS NOT NULL),
+          j.on_demand = j.on_demand OR t.to_on_demand,
+          j.not_before_ms = t.not_before_ms,
+          j.avoid_instance = t.avoid_instance
+      WHERE t.outcome = 'retried';
+    INSERT INTO on_demand_jobs (batch_id, job_id, inst_coll)
+      SELECT batch_id, job_id, inst_coll FROM tmp_job_completions WHERE outcome = 'retried' AND to_on_demand
+      ORDER BY batch_id, job_id
+    ON DUPLICATE KEY UPDATE inst_coll = VALUES(inst_coll);
+  END IF;
   SET @corral_bulk_job_changes = NULL;
 
   IF v_n_children > 0 THEN
@@ -187,7 +226,7 @@ BEGIN
            old_state, new_state, dependency_failed, dependency_failed,
            COALESCE(attempt_id, old_attempt_id), exit_code
     FROM tmp_job_completions
-    WHERE outcome = 'completed'
+    WHERE outcome IN ('completed', 'retried')
     ORDER BY batch_id, job_id;
   -- The children's changes after their parents' (release_children_record),
   -- and the parents with children left go to the releaser's queue.

@@ -8,8 +8,7 @@ CREATE PROCEDURE create_batch(IN in_user VARCHAR(100), IN in_billing_project VAR
                               IN in_cancel_after_n_failures INT, IN in_attributes JSON, IN in_now_ms BIGINT)
 proc: BEGIN
   DECLARE v_batch_id BIGINT;
-  DECLARE v_limit_usd DOUBLE;
-  DECLARE v_spend_usd DOUBLE;
+  DECLARE v_over_limit VARCHAR(512);
   DECLARE v_state VARCHAR(20);
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
@@ -60,14 +59,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   -- A project whose spend reached its limit takes no new work (migration 0013; a limit of 0 takes none).
-  SELECT p.limit_usd,
-         (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_billing_project_resources x
-          JOIN resources r ON r.resource_id = x.resource_id WHERE x.billing_project = p.name)
-    INTO v_limit_usd, v_spend_usd FROM billing_projects p WHERE p.name = in_billing_project;
-  IF v_limit_usd IS NOT NULL AND v_spend_usd >= v_limit_usd THEN
+  CALL billing_limit_check(in_billing_project, v_over_limit);
+  IF v_over_limit IS NOT NULL THEN
     ROLLBACK;
-    SELECT 2 AS rc, CONCAT('billing project ', in_billing_project, ' has spent $', FORMAT(v_spend_usd, 6), ' of its $',
-                           FORMAT(v_limit_usd, 6), ' limit') AS message;
+    SELECT 2 AS rc, v_over_limit AS message;
     LEAVE proc;
   END IF;
   INSERT INTO batches (user, billing_project, idempotency_token, callback_url, time_created_ms)

@@ -35,6 +35,26 @@ BEGIN
     dependency_failed BOOLEAN NULL,
     -- Set by cancel_pending_jobs only: a Pending job may become Cancelled.
     may_cancel_pending BOOLEAN NOT NULL DEFAULT FALSE,
+    -- Set by mark_jobs_complete and deactivate_instance: the attempt's end may
+    -- make a new attempt instead of a final state (decide_retries).
+    may_retry BOOLEAN NOT NULL DEFAULT FALSE,
+    -- FALSE (deactivate_instance): the attempt is billed to its last rollup,
+    -- not to its end (time no worker vouched for).
+    bill_to_end BOOLEAN NOT NULL DEFAULT TRUE,
+    -- decide_retries' inputs and decision, for outcome 'retried'.
+    retry_policy TEXT NULL,
+    n_attempts INT NULL,
+    max_attempts INT NULL,
+    memory_bytes BIGINT NULL,
+    pool_memory_bytes BIGINT NULL,
+    n_preemptions INT NULL,
+    n_failed_retries INT NULL,
+    next_memory_bytes BIGINT NULL,
+    not_before_ms BIGINT NULL,
+    avoid_instance VARCHAR(100) NULL,
+    to_on_demand BOOLEAN NOT NULL DEFAULT FALSE,
+    retry_reason VARCHAR(255) NULL,
+    retry_delay_ms BIGINT NULL,
     outcome VARCHAR(32) NOT NULL DEFAULT 'not_found',
     PRIMARY KEY (batch_id, job_id)
   );

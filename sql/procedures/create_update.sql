@@ -17,8 +17,7 @@ CREATE PROCEDURE create_update(IN in_batch_id BIGINT, IN in_idempotency_token VA
                                IN in_max_open_jobs_per_user BIGINT, IN in_max_open_jobs_per_project BIGINT)
 proc: BEGIN
   DECLARE v_update_id INT;
-  DECLARE v_limit_usd DOUBLE;
-  DECLARE v_spend_usd DOUBLE;
+  DECLARE v_over_limit VARCHAR(512);
   DECLARE v_start_job_id INT;
   DECLARE v_start_job_group_id INT;
   DECLARE v_deleted BOOLEAN;
@@ -67,14 +66,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   -- A project whose spend reached its limit takes no new work (migration 0013; a limit of 0 takes none).
-  SELECT p.limit_usd,
-         (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_billing_project_resources x
-          JOIN resources r ON r.resource_id = x.resource_id WHERE x.billing_project = p.name)
-    INTO v_limit_usd, v_spend_usd FROM billing_projects p WHERE p.name = v_billing_project;
-  IF v_limit_usd IS NOT NULL AND v_spend_usd >= v_limit_usd THEN
+  CALL billing_limit_check(v_billing_project, v_over_limit);
+  IF v_over_limit IS NOT NULL THEN
     ROLLBACK;
-    SELECT 2 AS rc, CONCAT('billing project ', v_billing_project, ' has spent $', FORMAT(v_spend_usd, 6), ' of its $',
-                           FORMAT(v_limit_usd, 6), ' limit') AS message;
+    SELECT 2 AS rc, v_over_limit AS message;
     LEAVE proc;
   END IF;
   IF EXISTS (SELECT 1 FROM job_groups_cancelled WHERE batch_id = in_batch_id AND job_group_id = 0) THEN

@@ -1,23 +1,33 @@
--- The instance is gone (dead worker, preemption, idle shutdown): its running
--- and creating jobs go back to Ready and will run again under a new attempt;
--- their attempts end now. Billing does not run to now: an attempt is billed
--- for what its worker reported (heartbeat rollups, a completion's end time),
--- so it keeps the rollup it had. The time since, during which no worker
--- vouched for it (a dead worker, a control plane that was down or had no
--- leader, a whole system stopped and started again), is not billed.
+-- The instance is gone (dead worker, preemption, idle shutdown): the attempts
+-- of its running and creating jobs end now with in_end_reason ('worker_lost'
+-- or 'preempted'), and through complete_jobs_core, as any attempt's end:
+-- decide_retries gives each job a new attempt (Ready again) while it has
+-- attempts left, without counting a failure; a job on its last attempt ends
+-- in Error, saying so. Billing does not run to now: an attempt is billed for
+-- what its worker reported (heartbeat rollups, a completion's end time), so
+-- it keeps the rollup it had. The time since, during which no worker vouched
+-- for it (a dead worker, a control plane that was down or had no leader, a
+-- whole system stopped and started again), is not billed.
 -- Idempotent: deactivating an inactive instance changes nothing.
 DROP PROCEDURE IF EXISTS deactivate_instance;
 DELIMITER $$
 CREATE PROCEDURE deactivate_instance(IN in_epoch BIGINT, IN in_name VARCHAR(100), IN in_reason VARCHAR(255),
-                                     IN in_now_ms BIGINT)
+                                     IN in_end_reason VARCHAR(64), IN in_now_ms BIGINT)
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
-  DECLARE v_locked INT;
   DECLARE v_state VARCHAR(20);
-  DECLARE v_n INT;
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    SET @corral_bulk_job_changes = NULL, @corral_bulk_usage = NULL;
+    ROLLBACK;
+    RESIGNAL;
+  END;
+  IF in_end_reason IS NULL OR in_end_reason NOT IN ('worker_lost', 'preempted') THEN
+    SELECT 3 AS rc, 'the end reason is worker_lost or preempted' AS message;
+    LEAVE proc;
+  END IF;
+  CALL create_completion_tables();
   START TRANSACTION;
   CALL check_epoch(in_epoch, v_ok);
   IF NOT v_ok THEN
@@ -25,29 +35,30 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
-  -- Jobs first (lock order: jobs before attempts and instances). The
-  -- attempts are only read here: the subquery takes no locks.
-  SELECT COUNT(*) INTO v_locked
-    FROM jobs j
-    WHERE (j.batch_id, j.job_id) IN (SELECT a.batch_id, a.job_id FROM attempts a
-                                     WHERE a.instance_name = in_name AND a.end_time_ms IS NULL)
-      AND j.state IN ('Running', 'Creating')
-    FOR UPDATE;
-  SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
+  -- Read without a lock: complete_jobs_core locks the jobs first (lock order:
+  -- jobs, attempts, instances) and decides on what it reads under the locks.
+  SELECT state INTO v_state FROM instances WHERE name = in_name;
   IF v_missing THEN
     ROLLBACK;
     SELECT 1 AS rc, CONCAT('no instance ', in_name) AS message;
     LEAVE proc;
   END IF;
-  UPDATE jobs j
-    JOIN attempts a ON a.batch_id = j.batch_id AND a.job_id = j.job_id AND a.attempt_id = j.attempt_id
-    SET j.state = 'Ready'
+  INSERT INTO tmp_job_completions (batch_id, job_id, attempt_id, instance_name, new_state, end_time_ms, reason,
+                                   error_message, may_retry, bill_to_end)
+    SELECT a.batch_id, a.job_id, a.attempt_id, in_name, 'Error', in_now_ms, in_end_reason,
+           CONCAT(IF(in_end_reason = 'preempted', 'its machine was preempted', 'its worker was lost'),
+                  ' (', in_name, ': ', in_reason, ')'), TRUE, FALSE
+    FROM attempts a
+    JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
     WHERE a.instance_name = in_name AND a.end_time_ms IS NULL AND j.state IN ('Running', 'Creating');
-  SET v_n = ROW_COUNT();
+  IF ROW_COUNT() > 0 THEN
+    CALL complete_jobs_core(in_now_ms, 0);
+  END IF;
+  -- Attempts no job runs under any more end too (nothing to bill).
   UPDATE attempts
-    SET end_time_ms = GREATEST(in_now_ms, COALESCE(rollup_time_ms, start_time_ms, 0)),
-        reason = 'instance deactivated'
+    SET end_time_ms = GREATEST(in_now_ms, COALESCE(rollup_time_ms, start_time_ms, 0)), reason = in_end_reason
     WHERE instance_name = in_name AND end_time_ms IS NULL;
+  SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
   IF v_state IN ('pending', 'active') THEN
     UPDATE instances
       SET state = 'inactive', free_cores_mcpu = cores_mcpu, time_deactivated_ms = in_now_ms,
@@ -55,6 +66,9 @@ proc: BEGIN
       WHERE name = in_name;
   END IF;
   COMMIT;
-  SELECT 0 AS rc, 'ok' AS message, v_n AS n_rescheduled;
+  CALL check_completions(in_now_ms);
+  SELECT 0 AS rc, 'ok' AS message,
+         (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'retried') AS n_rescheduled,
+         (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'completed') AS n_ended;
 END $$
 DELIMITER ;

@@ -1,5 +1,6 @@
 -- Adds job groups to an uncommitted update. in_groups: [{"job_group_id",
--- "parent_id", "cancel_after_n_failures", "attributes": [{"key", "value"}]}]
+-- "parent_id", "cancel_after_n_failures", "attributes": [{"key", "value"}],
+-- "retry_policy": "{...}" (the policy's JSON as a string; migration 0014)}]
 -- with absolute ids inside the update's reserved group block; a parent is
 -- the root (0), a committed group, or a group of this update inserted
 -- earlier (lower id). Nothing is written unless every group is valid; a
@@ -17,13 +18,15 @@ proc: BEGIN
   DECLARE v_group_id INT;
   DECLARE v_parent_id INT;
   DECLARE v_cancel_after INT;
+  DECLARE v_retry_policy TEXT;
   DECLARE v_parent_depth INT;
   DECLARE v_parent_update INT;
   DECLARE v_parent_committed BOOLEAN;
   DECLARE groups_cursor CURSOR FOR
-    SELECT jt.job_group_id, jt.parent_id, jt.cancel_after
+    SELECT jt.job_group_id, jt.parent_id, jt.cancel_after, jt.retry_policy
     FROM JSON_TABLE(in_groups, '$[*]' COLUMNS (job_group_id INT PATH '$.job_group_id', parent_id INT PATH '$.parent_id',
-                                                cancel_after INT PATH '$.cancel_after_n_failures')) jt
+                                                cancel_after INT PATH '$.cancel_after_n_failures',
+                                                retry_policy TEXT PATH '$.retry_policy')) jt
     ORDER BY jt.job_group_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -82,7 +85,7 @@ proc: BEGIN
 
   OPEN groups_cursor;
   groups_loop: LOOP
-    FETCH groups_cursor INTO v_group_id, v_parent_id, v_cancel_after;
+    FETCH groups_cursor INTO v_group_id, v_parent_id, v_cancel_after, v_retry_policy;
     IF v_done THEN LEAVE groups_loop; END IF;
     SELECT depth, update_id INTO v_parent_depth, v_parent_update
       FROM job_groups WHERE batch_id = in_batch_id AND job_group_id = v_parent_id LOCK IN SHARE MODE;
@@ -110,8 +113,10 @@ proc: BEGIN
       SELECT 2 AS rc, CONCAT('job group ', v_parent_id, ' is cancelled') AS message;
       LEAVE proc;
     END IF;
-    INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth, cancel_after_n_failures, time_created_ms)
-      VALUES (in_batch_id, v_group_id, v_parent_id, in_update_id, v_parent_depth + 1, v_cancel_after, in_now_ms);
+    INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth, cancel_after_n_failures,
+                            retry_policy, time_created_ms)
+      VALUES (in_batch_id, v_group_id, v_parent_id, in_update_id, v_parent_depth + 1, v_cancel_after,
+              v_retry_policy, in_now_ms);
     INSERT INTO job_group_self_and_ancestors (batch_id, job_group_id, ancestor_id, level)
       SELECT in_batch_id, v_group_id, ancestor_id, level + 1
       FROM job_group_self_and_ancestors WHERE batch_id = in_batch_id AND job_group_id = v_parent_id

@@ -5,7 +5,8 @@
 --    "inst_coll", "regions": ["name", ...], "priority", "max_attempts",
 --    "spec_ref", "timeout_ms" (none: no timeout), "parents": [{"job_id": N} | {"in_update_offset": -k},
 --    "accepted_states": bits], "attributes": [{"key", "value"}],
---    "locks": [{"level", "mode", "name"}]}
+--    "locks": [{"level", "mode", "name"}], "retry_policy": "{...}" (migration 0014, the policy's
+--    JSON as a string; none: the nearest group's), "on_demand": true (only machines that are not preemptible)}
 -- A relative parent (negative offset) resolves to job_id + offset and must
 -- lie in the same update; an absolute parent below the update must be a
 -- committed job. Its current state is read under a shared lock, so a parent
@@ -65,6 +66,8 @@ proc: BEGIN
     max_attempts INT NOT NULL,
     spec_ref VARCHAR(1024) NULL,
     timeout_ms BIGINT NULL,
+    retry_policy TEXT NULL,
+    on_demand BOOLEAN NOT NULL DEFAULT FALSE,
     n_pending_parents INT NOT NULL DEFAULT 0,
     dependency_failed BOOLEAN NOT NULL DEFAULT FALSE
   );
@@ -102,10 +105,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   INSERT INTO tmp_new_jobs (job_id, job_group_id, always_run, cores_mcpu, memory_bytes, inst_coll, priority,
-                            max_attempts, spec_ref, timeout_ms)
+                            max_attempts, spec_ref, timeout_ms, retry_policy, on_demand)
     SELECT jt.job_id, COALESCE(jt.job_group_id, 0), COALESCE(jt.always_run, FALSE), jt.cores_mcpu,
            COALESCE(jt.memory_bytes, 0), jt.inst_coll, COALESCE(jt.priority, 0), COALESCE(jt.max_attempts, 3),
-           jt.spec_ref, jt.timeout_ms
+           jt.spec_ref, jt.timeout_ms, jt.retry_policy, COALESCE(jt.on_demand, FALSE)
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       job_id INT PATH '$.job_id',
       job_group_id INT PATH '$.job_group_id',
@@ -116,7 +119,9 @@ proc: BEGIN
       priority INT PATH '$.priority',
       max_attempts INT PATH '$.max_attempts',
       spec_ref VARCHAR(1024) PATH '$.spec_ref',
-      timeout_ms BIGINT PATH '$.timeout_ms')) jt
+      timeout_ms BIGINT PATH '$.timeout_ms',
+      retry_policy TEXT PATH '$.retry_policy',
+      on_demand BOOLEAN PATH '$.on_demand')) jt
     WHERE jt.job_id IS NOT NULL;
   IF (SELECT COUNT(*) FROM tmp_new_jobs) <> v_count THEN
     ROLLBACK;
@@ -314,11 +319,13 @@ proc: BEGIN
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-                    spec_ref, time_created_ms, timeout_ms)
+                    spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand)
     SELECT in_batch_id, job_id, in_update_id, job_group_id, 'Pending', dependency_failed, always_run,
            n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-           spec_ref, in_now_ms, timeout_ms
+           spec_ref, in_now_ms, timeout_ms, retry_policy, on_demand
     FROM tmp_new_jobs ORDER BY job_id;
+  INSERT INTO on_demand_jobs (batch_id, job_id, inst_coll)
+    SELECT in_batch_id, job_id, inst_coll FROM tmp_new_jobs WHERE on_demand ORDER BY job_id;
   INSERT INTO job_parents (batch_id, job_id, parent_id, accepted_states)
     SELECT in_batch_id, job_id, parent_id, accepted_states FROM tmp_new_edges ORDER BY job_id, parent_id;
   INSERT INTO job_attributes (batch_id, job_id, `key`, `value`)

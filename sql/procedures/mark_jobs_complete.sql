@@ -10,8 +10,11 @@
 -- At most in_max_children children of the completed jobs are released in
 -- this transaction; the rest are queued for the driver's releaser
 -- (complete_jobs_core).
+-- An attempt's end may make a new attempt instead (outcome 'retried':
+-- decide_retries, the job's RetryPolicy).
 -- Returns one row per job (batch_id, job_id, outcome), then the status row
--- (n_completed, and n_queued: parents whose children wait in the queue).
+-- (n_completed, n_retried, and n_queued: parents whose children wait in the
+-- queue).
 DROP PROCEDURE IF EXISTS mark_jobs_complete;
 DELIMITER $$
 CREATE PROCEDURE mark_jobs_complete(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
@@ -46,10 +49,10 @@ proc: BEGIN
   END IF;
   INSERT INTO tmp_job_completions
       (batch_id, job_id, attempt_id, instance_name, new_state, exit_code, start_time_ms, end_time_ms, reason,
-       error_message, cpu_time_ms, peak_memory_bytes)
+       error_message, cpu_time_ms, peak_memory_bytes, may_retry)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id, in_instance_name, jt.state, jt.exit_code,
            jt.start_time_ms, GREATEST(COALESCE(jt.end_time_ms, in_now_ms), COALESCE(jt.start_time_ms, 0)), jt.reason,
-           jt.error_message, jt.cpu_time_ms, jt.peak_memory_bytes
+           jt.error_message, jt.cpu_time_ms, jt.peak_memory_bytes, jt.attempt_id IS NOT NULL
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       batch_id BIGINT PATH '$.batch_id',
       job_id INT PATH '$.job_id',
@@ -81,6 +84,7 @@ proc: BEGIN
   SELECT batch_id, job_id, outcome FROM tmp_job_completions ORDER BY batch_id, job_id;
   SELECT 0 AS rc, 'ok' AS message,
          (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'completed') AS n_completed,
+         (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'retried') AS n_retried,
          (SELECT COUNT(*) FROM tmp_releases WHERE to_child_id IS NOT NULL) AS n_queued;
 END $$
 DELIMITER ;

@@ -30,8 +30,7 @@ CREATE PROCEDURE rerun_failed_jobs(IN in_batch_id BIGINT, IN in_idempotency_toke
                                    IN in_max_children_per_job INT)
 proc: BEGIN
   DECLARE v_update_id INT;
-  DECLARE v_limit_usd DOUBLE;
-  DECLARE v_spend_usd DOUBLE;
+  DECLARE v_over_limit VARCHAR(512);
   DECLARE v_start INT;
   DECLARE v_start_group INT;
   DECLARE v_n INT;
@@ -108,14 +107,10 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   -- A project whose spend reached its limit takes no new work (migration 0013; a limit of 0 takes none).
-  SELECT p.limit_usd,
-         (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_billing_project_resources x
-          JOIN resources r ON r.resource_id = x.resource_id WHERE x.billing_project = p.name)
-    INTO v_limit_usd, v_spend_usd FROM billing_projects p WHERE p.name = v_billing_project;
-  IF v_limit_usd IS NOT NULL AND v_spend_usd >= v_limit_usd THEN
+  CALL billing_limit_check(v_billing_project, v_over_limit);
+  IF v_over_limit IS NOT NULL THEN
     ROLLBACK;
-    SELECT 2 AS rc, CONCAT('billing project ', v_billing_project, ' has spent $', FORMAT(v_spend_usd, 6), ' of its $',
-                           FORMAT(v_limit_usd, 6), ' limit') AS message;
+    SELECT 2 AS rc, v_over_limit AS message;
     LEAVE proc;
   END IF;
   IF EXISTS (SELECT 1 FROM job_groups_cancelled WHERE batch_id = in_batch_id AND job_group_id = 0) THEN
@@ -221,10 +216,10 @@ proc: BEGIN
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-                    spec_ref, time_created_ms, timeout_ms)
+                    spec_ref, time_created_ms, timeout_ms, retry_policy)
     SELECT in_batch_id, t.new_job_id, v_update_id, j.job_group_id, 'Pending', COALESCE(x.n_unaccepted > 0, FALSE),
            j.always_run, COALESCE(x.n_pending, 0), j.cores_mcpu, j.memory_bytes, j.inst_coll, j.regions_bits,
-           j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms
+           j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms, j.retry_policy
     FROM tmp_rerun t
     JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
     LEFT JOIN (SELECT job_id,

@@ -151,5 +151,5 @@ async def test_completion_records_the_outcome_once(world: World) -> None:
     await world.store.mark_jobs_complete(world.epoch, "i1", [late])
     row = await attempt_row(world, batch_id, s + 1, other)
     assert (row["exit_code"], row["error_message"], row["cpu_time_ms"], row["reason"]) == (
-        None, None, None, "instance deactivated")
+        None, "its worker was lost (i1: dead)", None, "worker_lost")
     assert await check_invariants(world.db) == []

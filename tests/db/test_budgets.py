@@ -137,3 +137,29 @@ async def test_a_project_that_spent_its_limit_takes_no_new_work(world: World) ->
     with pytest.raises(FailedPreconditionError, match=r"spent \$0\.000000 of its \$0\.000000 limit"):
         await world.store.create_batch("alice", "nothing")
     assert (await world.db.fetchone("SELECT COUNT(*) n FROM batches WHERE billing_project = 'nothing'"))["n"] == 0
+
+
+async def test_a_job_that_can_never_fit_is_cancelled_saying_why(world: World) -> None:
+    await world.instance()
+    # A limit of $0.05: a 30-minute job fits ($0.02), a 2-hour one never can ($0.08), whatever runs first.
+    batch_id, start = await capped_batch(world, [{"timeout_ms": HOUR_MS // 2}, {"timeout_ms": 2 * HOUR_MS}],
+                                         limit_usd=0.05)
+    workers = (await read_workers(world.db, "standard"))["standard"]
+    demands = (await read_demand(world.db))["standard"]
+    snapshot = await read_snapshot(world.db, "standard", workers, demands, 300, world.clock() / 1000)
+    plan = planner.plan(snapshot)
+    assert plan.never_fit == ((batch_id, start + 1),)
+    # Asked about both, the procedure checks each again: only the one that can never fit is cancelled.
+    assert await world.store.cancel_unaffordable_jobs(world.epoch, [{"batch_id": batch_id, "job_id": start},
+                                                                     {"batch_id": batch_id, "job_id": start + 1}]) == 1
+    job = await world.job(batch_id, start + 1)
+    assert job["state"] == "Cancelled"
+    assert job["end_reason"] == (
+        "cancelled: it can never run under the limit of billing project capped: it may cost up to $0.080167 (its "
+        "cores and memory for its timeout, or the project's longest job) and the $0.050000 limit leaves less after "
+        "the project's spend")
+    assert await world.state(batch_id, start) == "Ready"
+    # Raised in time, the limit saves it: nothing is cancelled.
+    await world.db.execute("UPDATE billing_projects SET limit_usd = 1 WHERE name = 'capped'")
+    assert await world.store.cancel_unaffordable_jobs(world.epoch, [{"batch_id": batch_id, "job_id": start}]) == 0
+    assert await check_invariants(world.db) == []

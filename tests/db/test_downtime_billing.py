@@ -48,7 +48,7 @@ async def test_the_time_no_worker_reported_is_not_billed(world: World, tmp_path:
     await dead.cycle()
     assert dead.deactivated == ["i1"]
     attempt = await world.db.fetchone("SELECT * FROM attempts WHERE attempt_id = %s", (key["attempt_id"],))
-    assert attempt["reason"] == "instance deactivated" and attempt["end_time_ms"] == world.clock()
+    assert attempt["reason"] == "worker_lost" and attempt["end_time_ms"] == world.clock()
     assert attempt["rollup_time_ms"] == start + 10 * MIN_MS
     assert await usage_ms(world, key["batch_id"], key["job_id"]) == 10 * MIN_MS
     assert await world.state(key["batch_id"], key["job_id"]) == "Ready"  # it runs again, from scratch

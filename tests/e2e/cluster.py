@@ -73,19 +73,31 @@ class Cluster(UpProcess):
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         """Rows of one read-only statement on corral's database."""
-        config = DatabaseConfig.from_url(self.endpoints["database"])
-        password_file = self.data_dir / "mariadb" / "admin.password"  # the private server's administrator
-        if not config.password and password_file.exists():
-            config = dataclasses.replace(config, password=password_file.read_text().strip())
-        kwargs = config.connect_kwargs()
-        kwargs["database"] = kwargs.pop("db", config.database)  # aiomysql's name for it
-        conn = pymysql.connect(**kwargs, cursorclass=pymysql.cursors.DictCursor)
+        conn = self._connect(cursorclass=pymysql.cursors.DictCursor)
         try:
             with conn.cursor() as cursor:
                 cursor.execute(sql, tuple(params))
                 return list(cursor.fetchall())
         finally:
             conn.close()
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement that changes corral's database (as an operator would), committed; rows changed."""
+        conn = self._connect(autocommit=True)
+        try:
+            with conn.cursor() as cursor:
+                return cursor.execute(sql, tuple(params))
+        finally:
+            conn.close()
+
+    def _connect(self, **options: Any) -> pymysql.Connection:
+        config = DatabaseConfig.from_url(self.endpoints["database"])
+        password_file = self.data_dir / "mariadb" / "admin.password"  # the private server's administrator
+        if not config.password and password_file.exists():
+            config = dataclasses.replace(config, password=password_file.read_text().strip())
+        kwargs = config.connect_kwargs()
+        kwargs["database"] = kwargs.pop("db", config.database)  # aiomysql's name for it
+        return pymysql.connect(**{**kwargs, **options})
 
     def worker_pids(self) -> dict[str, int]:
         """Instance name -> pid of every local worker process of this cluster alive now."""

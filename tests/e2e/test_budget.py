@@ -3,7 +3,8 @@ two users submit 100 jobs each at once to a project with a limit, jobs of
 random lengths and timeouts (some run past their timeout and are killed).
 Afterwards the project's spend is within its limit to the micro-dollar, at
 least 80% of the limit was used, and every job that did not run says why
-(ExplainJob: the billing limit). With the limit lowered below the spend, a
+(ExplainJob: it waits for the billing limit, or was cancelled because its
+worst case can never fit what the limit leaves). With the limit lowered below the spend, a
 new batch is refused with FAILED_PRECONDITION and nothing is written."""
 
 from __future__ import annotations
@@ -78,16 +79,22 @@ def test_a_limit_is_used_and_never_overshot(cluster: Cluster) -> None:
         assert project.spend_micro_usd <= LIMIT_USD * 1_000_000 and project.reserved_micro_usd == 0
         assert spend >= 0.8 * LIMIT_USD
 
-        waiting = cluster.query("SELECT batch_id, job_id FROM jobs WHERE batch_id IN (%s, %s) AND state = 'Ready'",
-                                ids)
+        # What did not run waits for the limit, or was cancelled because it never can fit what is left.
+        left = cluster.query("SELECT batch_id, job_id, state FROM jobs WHERE batch_id IN (%s, %s) "
+                             "AND state IN ('Ready', 'Cancelled')", ids)
         ran = cluster.query("SELECT COUNT(*) n FROM jobs WHERE batch_id IN (%s, %s) AND state IN "
                             "('Success', 'Failed', 'Error')", ids)[0]["n"]
-        print(f"{ran} jobs ran, {len(waiting)} wait")
-        assert waiting and ran + len(waiting) == 2 * JOBS_PER_USER
-        for row in waiting:
+        n_cancelled = sum(r["state"] == "Cancelled" for r in left)
+        print(f"{ran} jobs ran, {len(left) - n_cancelled} wait, {n_cancelled} cancelled as never fitting")
+        assert left and ran + len(left) == 2 * JOBS_PER_USER
+        for row in left:
             [reason] = admin.explain_job(row["batch_id"], row["job_id"]).reasons
-            assert reason.code == job_explanation_pb2.WAIT_REASON_CODE_BILLING_LIMIT_REACHED, reason
-            assert "billing project capped" in reason.detail
+            if row["state"] == "Ready":
+                assert reason.code == job_explanation_pb2.WAIT_REASON_CODE_BILLING_LIMIT_REACHED, reason
+                assert "billing project capped" in reason.detail
+            else:
+                assert reason.code == job_explanation_pb2.WAIT_REASON_CODE_FINISHED, reason
+                assert "it can never run under the limit of billing project capped" in reason.detail
 
         # An administrator lowers the limit below the spend: the project takes no new batch, and writes none.
         admin.set_limit("capped", spend / 2)

@@ -161,8 +161,22 @@ async def test_create_get_list_members_limit_close_reopen_delete(
     assert limited.billing_project.limit_micro_usd == 1_234_567
     row = await frontend_billing.db.fetchone("SELECT limit_usd FROM billing_projects WHERE name = 'lab'")
     assert row is not None and row["limit_usd"] == 1.234567
+    assert limited.billing_project.max_job_duration.ToSeconds() == 3600  # the default
+    # The timeout of its jobs that set none (their worst case is reserved for it), kept when not sent.
+    longer = await stub.SetLimit(pb.SetLimitRequest(billing_project="lab", limit_micro_usd=2_000_000,
+                                                    max_job_duration=duration_pb2.Duration(seconds=7200)), metadata=root)
+    assert longer.billing_project.max_job_duration.ToSeconds() == 7200
+    for seconds in (0, 7 * 24 * 3600 + 1):
+        error = await refused(stub.SetLimit(pb.SetLimitRequest(
+            billing_project="lab", limit_micro_usd=1, max_job_duration=duration_pb2.Duration(seconds=seconds)),
+            metadata=root))
+        assert violated_fields(error) == ["max_job_duration"]
     unlimited = await stub.SetLimit(pb.SetLimitRequest(billing_project="lab"), metadata=root)
     assert not unlimited.billing_project.HasField("limit_micro_usd")
+    assert unlimited.billing_project.max_job_duration.ToSeconds() == 7200
+    row = await frontend_billing.db.fetchone("SELECT limit_usd, max_job_duration_ms FROM billing_projects "
+                                             "WHERE name = 'lab'")
+    assert row == {"limit_usd": None, "max_job_duration_ms": 7_200_000}
 
     error = await refused(stub.DeleteBillingProject(pb.DeleteBillingProjectRequest(billing_project="lab"),
                                                     metadata=root))

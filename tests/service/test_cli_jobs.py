@@ -96,7 +96,7 @@ async def test_billing_and_users(env: Env, auth_app: AuthApp, certs: DevCertific
     dave.write_text(root.read_text().replace(env.tokens["root"], secret))
 
     lab = await corral(root, "billing", "create", "lab", "--member", "dave", "--limit", "5")
-    assert out(lab) == "lab  open  members=dave,root  limit=$5.000000  spend=$0.000000\n"
+    assert out(lab) == "lab  open  members=dave,root  limit=$5.000000  max_job_duration=3600s  spend=$0.000000\n"
     for args, expected in ((("add-member", "lab", "alice"), "members=alice,dave,root"),
                            (("remove-member", "lab", "alice"), "members=dave,root"),
                            (("limit", "lab", "none"), "limit=none"),

@@ -17,12 +17,14 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from corral.batch.v1 import (
     batch_service_pb2_grpc,
     job_explanation_pb2,
+    job_group_pb2,
     job_group_service_pb2_grpc,
     job_pb2,
     job_service_pb2_grpc,
@@ -459,3 +461,29 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
         await frontend.stop()
         await driver.stop()
 
+
+
+async def test_retry_policies_are_checked_and_the_attempt_chain_is_shown(env: Env) -> None:
+    bad = job_spec_pb2.RetryPolicy(retry_oom_with_memory_factor=0.5, max_failed_retries=101,
+                                   retry_exit_codes=[0, 3], retry_delay=duration_pb2.Duration(seconds=-1))
+    group = job_group_pb2.JobGroupSpec(retry_policy=job_spec_pb2.RetryPolicy(max_preemptions_before_on_demand=-1))
+    error = await refused(env.submit(spec(retry_policy=bad), groups=(group,)))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert sorted(violations(error)) == [
+        "job_groups[0].retry_policy.max_preemptions_before_on_demand", "jobs[0].retry_policy.max_failed_retries",
+        "jobs[0].retry_policy.retry_delay", "jobs[0].retry_policy.retry_exit_codes",
+        "jobs[0].retry_policy.retry_oom_with_memory_factor"]
+    assert await env.world.db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 0}  # nothing written
+
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec(retry_policy=job_spec_pb2.RetryPolicy(retry_oom_with_memory_factor=2.0),
+                                     resources=job_spec_pb2.ResourceRequest(memory_bytes=2**30)))
+    first = await w.run(batch_id, 1)
+    await complete(env, batch_id, 1, first, "Failed", exit_code=137, reason="out_of_memory")
+    second = await w.run(batch_id, 1)
+    job = (await env.jobs.GetJob(pb.GetJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))).job
+    assert [(a.attempt_id, a.end_reason, a.retry_reason) for a in job.attempts] == [
+        (first, job_pb2.ATTEMPT_END_REASON_OUT_OF_MEMORY, "out of memory at 1024 MiB: retried with 2048 MiB"),
+        (second, job_pb2.ATTEMPT_END_REASON_UNSPECIFIED, "")]
+    assert job.state == job_state_pb2.JOB_STATE_RUNNING

@@ -274,7 +274,7 @@ async def test_a_spec_the_runtime_refuses_is_an_error_that_says_why(cluster: Clu
     job = await cluster.final(batch_id, job_id)
     assert job["state"] == "Error"
     [attempt] = await cluster.attempts(batch_id, job_id)
-    assert attempt["reason"] == "system_error"
+    assert attempt["reason"] == "refused"  # not retried: the spec has to change
     assert "network_mode NETWORK_MODE_PRIVATE cannot be enforced" in attempt["error_message"]
     assert await check_invariants(cluster.driver.db) == []
 
@@ -303,7 +303,7 @@ async def test_the_worker_copies_files_only_under_the_projects_storage_roots(mak
     assert stolen_attempt["error_message"] == (
         f"input URL 'file://{ca_key}' refused: not under a storage root of the billing project "
         f"(file://{storage}/proj/)")
-    assert planted_attempt["reason"] == "system_error"
+    assert planted_attempt["reason"] == "refused"
     assert planted_attempt["start_time_ms"] is None  # the command never ran
     assert not (storage / "other").exists()
     assert await check_invariants(cluster.driver.db) == []
@@ -543,7 +543,7 @@ async def test_a_runjob_that_never_arrived_is_sent_again_on_the_next_session(
     worker.worker.drop_session()
     assert (await cluster.final(batch_id, job_id))["state"] == "Success"
     [attempt] = await cluster.attempts(batch_id, job_id)
-    assert attempt["attempt_id"] == lost[0].attempt_id and attempt["reason"] != "instance deactivated"
+    assert attempt["attempt_id"] == lost[0].attempt_id and attempt["reason"] != "worker_lost"
     # A later session has nothing to send again: the attempt has ended.
     worker.worker.drop_session()
     await eventually(lambda: worker.worker.sessions_opened >= 3, what="a third session")
@@ -583,7 +583,7 @@ async def test_a_job_sent_before_the_driver_heard_of_an_idle_drain_still_runs(
     assert (await cluster.final(batch_id, job_id))["state"] == "Success"
     assert await asyncio.wait_for(worker.wait(), 30) == 0
     [attempt] = await cluster.attempts(batch_id, job_id)
-    assert attempt["reason"] != "instance deactivated"
+    assert attempt["reason"] != "worker_lost"
     assert (await cluster.instance_row("w1"))["deactivation_reason"] == "worker deactivated itself"
     assert await check_invariants(cluster.driver.db) == []
 
@@ -598,7 +598,7 @@ async def test_sigterm_kills_running_jobs_which_go_back_to_ready(cluster: Cluste
     await eventually(lambda: not processes_marked(mark), what="job processes gone")
     assert (await cluster.job(batch_id, job_id))["state"] == "Ready"
     [attempt] = await cluster.attempts(batch_id, job_id)
-    assert (attempt["attempt_id"], attempt["reason"]) == (first["attempt_id"], "instance deactivated")
+    assert (attempt["attempt_id"], attempt["reason"]) == (first["attempt_id"], "worker_lost")
     assert (await cluster.instance_row("w1"))["state"] == "inactive"
     # It runs again as a new attempt on the next worker.
     await cluster.worker("w2")
@@ -621,7 +621,7 @@ async def test_a_shutdown_bills_the_jobs_it_kills_up_to_the_kill(make_cluster: C
     await eventually(lambda: time.time() * 1000 > first["start_time_ms"] + 200, what="the job running a while")
     assert await worker.stop() == 0
     [attempt] = await cluster.attempts(batch_id, job_id)
-    assert attempt["reason"] == "instance deactivated"
+    assert attempt["reason"] == "worker_lost"
     assert attempt["start_time_ms"] + 200 <= attempt["rollup_time_ms"] <= attempt["end_time_ms"]
     usage = await cluster.driver.db.fetchone(
         "SELECT a.`usage` FROM aggregated_job_resources a JOIN resources r USING (resource_id) "

@@ -77,7 +77,7 @@ async def test_sigterm_stops_a_worker_process_and_its_job_goes_back_to_ready(clu
     await eventually(lambda: not processes_marked(mark), what="job processes gone")
     assert (await cluster.job(batch_id, job_id))["state"] == "Ready"
     [attempt] = await cluster.attempts(batch_id, job_id)
-    assert (attempt["attempt_id"], attempt["reason"]) == (first["attempt_id"], "instance deactivated")
+    assert (attempt["attempt_id"], attempt["reason"]) == (first["attempt_id"], "worker_lost")
     assert (await cluster.instance_row("w1"))["state"] == "inactive"
     assert await check_invariants(cluster.driver.db) == []
 
@@ -137,7 +137,7 @@ async def test_a_killed_worker_is_detected_and_its_job_runs_again(make_cluster: 
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     dead, second = await cluster.attempts(batch_id, job_id)
-    assert (dead["attempt_id"], dead["reason"]) == (first["attempt_id"], "instance deactivated")
+    assert (dead["attempt_id"], dead["reason"]) == (first["attempt_id"], "worker_lost")
     assert second["instance_name"] != first["instance_name"] and second["exit_code"] == 0
     row = await cluster.instance_row(first["instance_name"])
     assert (row["state"], row["deactivation_reason"]) == ("inactive", "missed heartbeats")

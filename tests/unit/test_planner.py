@@ -1,7 +1,9 @@
 """The planner's promises, on generated snapshots (hypothesis):
 
 - no worker is given more cores or memory than it has free, and every job
-  lands in one of its regions;
+  lands in one of its regions; a job that must run on demand never lands on
+  a preemptible worker, a job avoiding a worker never lands there while the
+  pool has another, and no job is placed before its retry back-off passed;
 - no two placed jobs, and no placed job and a running one, of one billing
   project hold clashing locks;
 - every candidate is placed or says why it waits, never both;
@@ -47,7 +49,7 @@ def lock_requests(draw: st.DrawFn) -> dict[str, LockRequest]:
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
     workers = [Worker(f"w{i}", draw(st.integers(0, 2)), draw(st.integers(0, 16)) * 500,
-                      draw(st.one_of(st.none(), st.integers(0, 32).map(lambda g: g * GIB // 2))))
+                      draw(st.one_of(st.none(), st.integers(0, 32).map(lambda g: g * GIB // 2))), draw(st.booleans()))
                for i in range(draw(st.integers(0, 5)))]
     queues: dict[str, list[Candidate]] = {}
     next_job = 1
@@ -59,7 +61,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 draw(st.integers(1, 16)) * 250, draw(st.integers(0, 8)) * GIB // 2,
                 draw(st.one_of(st.none(), st.integers(1, 7))), draw(st.integers(0, 2)),
                 draw(st.integers(0, 1200)), draw(lock_requests()),
-                draw(st.sampled_from([0, 0, 1, 500_000, 2_000_000, 7_000_000]))))
+                draw(st.sampled_from([0, 0, 1, 500_000, 2_000_000, 7_000_000])),
+                on_demand=draw(st.booleans()), avoid_worker=draw(st.sampled_from([None, None, "w0", "w1"])),
+                not_before_s=draw(st.sampled_from([None, None, 1000.0, 1200.0, 1300.0]))))
             next_job += 1
         queue.sort(key=lambda c: (-c.priority, c.key))  # the read's order
         queues[user] = queue
@@ -106,6 +110,9 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
         assert job.regions_bits is None or (job.regions_bits >> worker.region_id) & 1
         cores[p.worker] += job.cores_mcpu
         memory[p.worker] += job.memory_bytes
+        assert not (job.on_demand and worker.preemptible)
+        assert p.worker != job.avoid_worker or len(workers) == 1
+        assert job.not_before_s is None or job.not_before_s <= snapshot.now_s
     for name, worker in workers.items():
         assert cores[name] <= worker.free_cores_mcpu
         assert worker.free_memory_bytes is None or memory[name] <= worker.free_memory_bytes
@@ -146,6 +153,10 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
             continue
         assert wait.code in planner.RULES
         earlier = planner.RULES[:planner.RULES.index(wait.code)]
+        if planner.RETRY_DELAY in earlier:
+            assert job.not_before_s is None or job.not_before_s <= snapshot.now_s
+        if wait.code == planner.RETRY_DELAY:
+            assert job.not_before_s > snapshot.now_s
         if planner.BILLING_LIMIT_REACHED in earlier:  # it fit before the cycle placed anything
             assert not _budget_stops(snapshot, job, 0), wait
         if wait.code == planner.BILLING_LIMIT_REACHED:  # it did not fit once the cycle placed what it did
@@ -163,7 +174,9 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
                                         for h in wait.holders)
         if wait.code == planner.NO_CAPACITY_IN_REGIONS:
             for name, (c, m) in free_after.items():
-                allowed = job.regions_bits is None or (job.regions_bits >> workers[name].region_id) & 1
+                allowed = (job.regions_bits is None or (job.regions_bits >> workers[name].region_id) & 1) \
+                    and not (job.on_demand and workers[name].preemptible) \
+                    and (name != job.avoid_worker or len(workers) == 1)
                 assert not (allowed and c >= job.cores_mcpu and (m is None or m >= job.memory_bytes))
         if wait.code == planner.OVER_FAIR_SHARE and job.user in result.allocation:
             assert given_cores[job.user] + job.cores_mcpu > result.allocation[job.user]

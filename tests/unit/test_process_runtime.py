@@ -361,7 +361,7 @@ async def test_a_worker_that_cannot_isolate_refuses_jobs_unless_told_otherwise(
     [reason] = runtime.check(spec("true"))
     assert "needs a worker running as root" in reason and "--unisolated-dev" in reason
     outcome, _ = await run(runtime, job(tmp_path, spec(script=f"touch {marker}")))
-    assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+    assert (outcome.state, outcome.end_reason) == ("Error", "refused")
     assert "needs a worker running as root" in outcome.error_message
     assert "did not run" in outcome.isolation
     assert not marker.exists()
@@ -378,7 +378,7 @@ async def test_run_refuses_a_spec_without_running_it(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     outcome, _ = await run(process_runtime(), job(tmp_path, spec(
         script=f"touch {marker}", secrets=[js.SecretMount(name="db", mount_path="/secrets")])))
-    assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+    assert (outcome.state, outcome.end_reason) == ("Error", "refused")
     assert "secrets cannot be mounted" in outcome.error_message
     assert not marker.exists()
 

@@ -23,6 +23,7 @@ class AttemptEndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_END_REASON_PREEMPTED: _ClassVar[AttemptEndReason]
     ATTEMPT_END_REASON_WORKER_LOST: _ClassVar[AttemptEndReason]
     ATTEMPT_END_REASON_SYSTEM_ERROR: _ClassVar[AttemptEndReason]
+    ATTEMPT_END_REASON_REFUSED: _ClassVar[AttemptEndReason]
 
 class JobStep(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -38,6 +39,7 @@ ATTEMPT_END_REASON_CANCELLED: AttemptEndReason
 ATTEMPT_END_REASON_PREEMPTED: AttemptEndReason
 ATTEMPT_END_REASON_WORKER_LOST: AttemptEndReason
 ATTEMPT_END_REASON_SYSTEM_ERROR: AttemptEndReason
+ATTEMPT_END_REASON_REFUSED: AttemptEndReason
 JOB_STEP_UNSPECIFIED: JobStep
 JOB_STEP_INPUT: JobStep
 JOB_STEP_MAIN: JobStep
@@ -91,7 +93,7 @@ class Job(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd", "isolation")
+    __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd", "isolation", "retry_reason", "retry_delay")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_NAME_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
@@ -106,6 +108,8 @@ class Attempt(_message.Message):
     RESOURCES_USED_FIELD_NUMBER: _ClassVar[int]
     COST_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    RETRY_REASON_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     instance_name: str
     region: str
@@ -120,7 +124,9 @@ class Attempt(_message.Message):
     resources_used: ResourceUsage
     cost_micro_usd: int
     isolation: str
-    def __init__(self, attempt_id: _Optional[str] = ..., instance_name: _Optional[str] = ..., region: _Optional[str] = ..., spot: _Optional[bool] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[AttemptEndReason, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resources_used: _Optional[_Union[ResourceUsage, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., isolation: _Optional[str] = ...) -> None: ...
+    retry_reason: str
+    retry_delay: _duration_pb2.Duration
+    def __init__(self, attempt_id: _Optional[str] = ..., instance_name: _Optional[str] = ..., region: _Optional[str] = ..., spot: _Optional[bool] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[AttemptEndReason, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resources_used: _Optional[_Union[ResourceUsage, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., isolation: _Optional[str] = ..., retry_reason: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ResourceUsage(_message.Message):
     __slots__ = ("cpu_time", "peak_memory_bytes", "peak_storage_bytes", "network_received_bytes", "network_sent_bytes")

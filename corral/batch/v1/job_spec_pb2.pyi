@@ -179,13 +179,19 @@ class ParentRef(_message.Message):
     def __init__(self, job_id: _Optional[int] = ..., in_update_offset: _Optional[int] = ..., accepted_states: _Optional[_Iterable[_Union[_job_state_pb2.JobState, str]]] = ...) -> None: ...
 
 class RetryPolicy(_message.Message):
-    __slots__ = ("max_preemptions_before_on_demand", "retry_oom_with_memory_factor", "max_memory_bytes", "max_failed_retries")
+    __slots__ = ("max_preemptions_before_on_demand", "retry_oom_with_memory_factor", "max_memory_bytes", "max_failed_retries", "retry_exit_codes", "retry_delay", "max_retry_delay")
     MAX_PREEMPTIONS_BEFORE_ON_DEMAND_FIELD_NUMBER: _ClassVar[int]
     RETRY_OOM_WITH_MEMORY_FACTOR_FIELD_NUMBER: _ClassVar[int]
     MAX_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_FAILED_RETRIES_FIELD_NUMBER: _ClassVar[int]
+    RETRY_EXIT_CODES_FIELD_NUMBER: _ClassVar[int]
+    RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    MAX_RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
     max_preemptions_before_on_demand: int
     retry_oom_with_memory_factor: float
     max_memory_bytes: int
     max_failed_retries: int
-    def __init__(self, max_preemptions_before_on_demand: _Optional[int] = ..., retry_oom_with_memory_factor: _Optional[float] = ..., max_memory_bytes: _Optional[int] = ..., max_failed_retries: _Optional[int] = ...) -> None: ...
+    retry_exit_codes: _containers.RepeatedScalarFieldContainer[int]
+    retry_delay: _duration_pb2.Duration
+    max_retry_delay: _duration_pb2.Duration
+    def __init__(self, max_preemptions_before_on_demand: _Optional[int] = ..., retry_oom_with_memory_factor: _Optional[float] = ..., max_memory_bytes: _Optional[int] = ..., max_failed_retries: _Optional[int] = ..., retry_exit_codes: _Optional[_Iterable[int]] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

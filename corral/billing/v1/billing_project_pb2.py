@@ -22,18 +22,19 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'corral/billing/v1/billing_project.proto\x12\x11\x63orral.billing.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xac\x02\n\x0e\x42illingProject\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\x05state\x18\x02 \x01(\x0e\x32&.corral.billing.v1.BillingProjectState\x12\x0f\n\x07members\x18\x03 \x03(\t\x12\x1c\n\x0flimit_micro_usd\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\x0fspend_micro_usd\x18\x05 \x01(\x03\x12\x1a\n\x12reserved_micro_usd\x18\x06 \x01(\x03\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tclosed_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x12\n\x10_limit_micro_usd*\xa1\x01\n\x13\x42illingProjectState\x12%\n!BILLING_PROJECT_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x42ILLING_PROJECT_STATE_OPEN\x10\x01\x12 \n\x1c\x42ILLING_PROJECT_STATE_CLOSED\x10\x02\x12!\n\x1d\x42ILLING_PROJECT_STATE_DELETED\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'corral/billing/v1/billing_project.proto\x12\x11\x63orral.billing.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x02\n\x0e\x42illingProject\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x35\n\x05state\x18\x02 \x01(\x0e\x32&.corral.billing.v1.BillingProjectState\x12\x0f\n\x07members\x18\x03 \x03(\t\x12\x1c\n\x0flimit_micro_usd\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\x0fspend_micro_usd\x18\x05 \x01(\x03\x12\x1a\n\x12reserved_micro_usd\x18\x06 \x01(\x03\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tclosed_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x33\n\x10max_job_duration\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationB\x12\n\x10_limit_micro_usd*\xa1\x01\n\x13\x42illingProjectState\x12%\n!BILLING_PROJECT_STATE_UNSPECIFIED\x10\x00\x12\x1e\n\x1a\x42ILLING_PROJECT_STATE_OPEN\x10\x01\x12 \n\x1c\x42ILLING_PROJECT_STATE_CLOSED\x10\x02\x12!\n\x1d\x42ILLING_PROJECT_STATE_DELETED\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.billing.v1.billing_project_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BILLINGPROJECTSTATE']._serialized_start=399
-  _globals['_BILLINGPROJECTSTATE']._serialized_end=560
-  _globals['_BILLINGPROJECT']._serialized_start=96
-  _globals['_BILLINGPROJECT']._serialized_end=396
+  _globals['_BILLINGPROJECTSTATE']._serialized_start=484
+  _globals['_BILLINGPROJECTSTATE']._serialized_end=645
+  _globals['_BILLINGPROJECT']._serialized_start=128
+  _globals['_BILLINGPROJECT']._serialized_end=481
 # @@protoc_insertion_point(module_scope)

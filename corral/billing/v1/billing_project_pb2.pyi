@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
@@ -22,7 +23,7 @@ BILLING_PROJECT_STATE_CLOSED: BillingProjectState
 BILLING_PROJECT_STATE_DELETED: BillingProjectState
 
 class BillingProject(_message.Message):
-    __slots__ = ("name", "state", "members", "limit_micro_usd", "spend_micro_usd", "reserved_micro_usd", "created_at", "closed_at")
+    __slots__ = ("name", "state", "members", "limit_micro_usd", "spend_micro_usd", "reserved_micro_usd", "created_at", "closed_at", "max_job_duration")
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +32,7 @@ class BillingProject(_message.Message):
     RESERVED_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     CLOSED_AT_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOB_DURATION_FIELD_NUMBER: _ClassVar[int]
     name: str
     state: BillingProjectState
     members: _containers.RepeatedScalarFieldContainer[str]
@@ -39,4 +41,5 @@ class BillingProject(_message.Message):
     reserved_micro_usd: int
     created_at: _timestamp_pb2.Timestamp
     closed_at: _timestamp_pb2.Timestamp
-    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[BillingProjectState, str]] = ..., members: _Optional[_Iterable[str]] = ..., limit_micro_usd: _Optional[int] = ..., spend_micro_usd: _Optional[int] = ..., reserved_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., closed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    max_job_duration: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[_Union[BillingProjectState, str]] = ..., members: _Optional[_Iterable[str]] = ..., limit_micro_usd: _Optional[int] = ..., spend_micro_usd: _Optional[int] = ..., reserved_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., closed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_job_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...

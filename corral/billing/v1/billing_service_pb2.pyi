@@ -89,12 +89,14 @@ class RemoveMemberResponse(_message.Message):
     def __init__(self, billing_project: _Optional[_Union[_billing_project_pb2.BillingProject, _Mapping]] = ...) -> None: ...
 
 class SetLimitRequest(_message.Message):
-    __slots__ = ("billing_project", "limit_micro_usd")
+    __slots__ = ("billing_project", "limit_micro_usd", "max_job_duration")
     BILLING_PROJECT_FIELD_NUMBER: _ClassVar[int]
     LIMIT_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOB_DURATION_FIELD_NUMBER: _ClassVar[int]
     billing_project: str
     limit_micro_usd: int
-    def __init__(self, billing_project: _Optional[str] = ..., limit_micro_usd: _Optional[int] = ...) -> None: ...
+    max_job_duration: _duration_pb2.Duration
+    def __init__(self, billing_project: _Optional[str] = ..., limit_micro_usd: _Optional[int] = ..., max_job_duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SetLimitResponse(_message.Message):
     __slots__ = ("billing_project",)
