@@ -240,6 +240,62 @@ def running_locks_by_level(running_jobs: Iterable[Locks]) -> dict[str, list[Lock
     return by_level
 
 
+class HeldLocks:
+    """The locks a set of running jobs hold, indexed so that a question costs what the *distinct* locks
+    held cost, not what the holders do: a thousand jobs holding one of twenty names are twenty entries.
+    Answers as `conflicts` and `running_locks_by_level` would over the same jobs, in the order they were
+    added."""
+
+    def __init__(self, running_jobs: Mapping[K, Locks] | None = None):
+        self._order: dict[object, int] = {}
+        self._by_level: dict[str, dict[LockRequest, list[object]]] = {}
+        self._big: list[object] = []
+        """Holders of the big lock."""
+        self._any: list[object] = []
+        """Holders of some lock at some level (not the big lock alone)."""
+        for key, locks in (running_jobs or {}).items():
+            self.add(key, locks)
+
+    def add(self, key: object, locks: Locks) -> None:
+        """One more running job and its locks."""
+        self._order[key] = len(self._order)
+        if _holds_big_lock(locks):
+            self._big.append(key)
+        taken = False
+        for level, request in locks.items():
+            if level == BIG_LOCK_LEVEL:
+                continue
+            self._by_level.setdefault(level, {}).setdefault(request, []).append(key)
+            taken = taken or request.mode is not LockMode.NONE
+        if taken:
+            self._any.append(key)
+
+    def __bool__(self) -> bool:
+        return bool(self._order)
+
+    def blocking(self, level: str, request: LockRequest) -> list[object]:
+        """The holders whose locks clash with taking `request` at `level` (`conflicts` of that one level
+        against each holder's locks), in the order they were added."""
+        found: set[object] = set()
+        if level == BIG_LOCK_LEVEL:
+            _check_big_lock({level: request})
+            if request.mode is LockMode.ALL_EXCLUSIVE:
+                found.update(self._any, self._big)
+        elif request.mode is not LockMode.NONE:
+            found.update(self._big)
+            for held, keys in self._by_level.get(level, {}).items():
+                if _requests_conflict(request, held):
+                    found.update(keys)
+        return sorted(found, key=self._order.__getitem__)
+
+    def by_level(self) -> dict[str, list[LockRequest]]:
+        """`running_locks_by_level` of the holders, each distinct lock once (what the weights need)."""
+        by_level = {level: list(requests) for level, requests in self._by_level.items()}
+        if self._big:
+            by_level[BIG_LOCK_LEVEL] = [BIG_LOCK[BIG_LOCK_LEVEL]]
+        return by_level
+
+
 def blocking_jobs(job_locks: Locks, running_jobs: Mapping[K, Locks]) -> list[K]:
     """The running jobs whose locks keep this one from starting (for "why
     isn't my job running?" and `corral locks`), in the mapping's order."""

@@ -48,7 +48,7 @@ from collections.abc import Mapping, Sequence
 
 from services.policy.fair_share import UserDemand, allocate_cores, fair_share_order, scheduling_shares
 from services.policy.lock_contention import (
-    Locks, LockRequest, aged_weight, conflicts, running_locks_by_level, static_weight,
+    HeldLocks, Locks, LockRequest, aged_weight, static_weight,
 )
 
 JobKey = tuple[int, int]
@@ -227,12 +227,11 @@ def _never_fits(job: Candidate, budget: Budget) -> bool:
     return job.reserve_micro_usd > budget.limit_usd * 1000000 - budget.spend_usd * 1000000
 
 
-def _lock_stop(job: Candidate, held: Mapping[JobKey, Locks]) -> Wait | None:
+def _lock_stop(job: Candidate, held: HeldLocks | None) -> Wait | None:
     if not job.locks or not held:
         return None
     for level, request in sorted(job.locks.items()):
-        holders = tuple(key for key, locks in held.items()
-                        if conflicts({level: request}, {lvl: [r] for lvl, r in locks.items()}))
+        holders = tuple(held.blocking(level, request))
         if holders:
             names = f" {', '.join(sorted(request.names))}" if request.names else ""
             shown = ", ".join(f"{b}/{j}" for b, j in holders[:10]) + (", ..." if len(holders) > 10 else "")
@@ -265,18 +264,19 @@ def _retry_stop(job: Candidate, now_s: float) -> Wait | None:
                              f"waits {job.not_before_s - now_s:.1f} s more (exponential back-off with jitter)")
 
 
-def _order(queue: Sequence[Candidate], held: Mapping[str, Mapping[JobKey, Locks]], now_s: float) -> list[Candidate]:
-    """Priority first; within a priority the least contended (aged) first; then the queue's own order."""
-    by_project: dict[str, dict[str, list[LockRequest]]] = {}
+def _order(queue: Sequence[Candidate], running: Mapping[str, HeldLocks], now_s: float,
+           by_project: dict[str, dict[str, list[LockRequest]]]) -> list[Candidate]:
+    """Priority first; within a priority the least contended (aged) first; then the queue's own order.
+    `by_project` caches each project's running locks by level (each distinct lock once)."""
 
     def weight(job: Candidate) -> float:
         if not job.locks:
             return 0.0
-        running = by_project.get(job.billing_project)
-        if running is None:
-            running = by_project[job.billing_project] = running_locks_by_level(
-                held.get(job.billing_project, {}).values())
-        return aged_weight(static_weight(job.locks, running), now_s - job.created_s)
+        levels = by_project.get(job.billing_project)
+        if levels is None:
+            index = running.get(job.billing_project)
+            levels = by_project[job.billing_project] = index.by_level() if index is not None else {}
+        return aged_weight(static_weight(job.locks, levels), now_s - job.created_s)
 
     position = {job.key: i for i, job in enumerate(queue)}
     return sorted(queue, key=lambda job: (-job.priority, weight(job), position[job.key]))
@@ -288,7 +288,11 @@ def plan(snapshot: Snapshot) -> Plan:
     allocation = allocate_cores(sum(max(0, w.free_cores_mcpu) for w in snapshot.workers), demands)
     looked_at = depths(snapshot.workers, demands, snapshot.jobs_per_cycle)
     free = {w.name: [w.free_cores_mcpu, w.free_memory_bytes] for w in snapshot.workers}
-    held: dict[str, dict[JobKey, Locks]] = {p: dict(locks) for p, locks in snapshot.held.items()}
+    # The running jobs' locks, indexed (weights read them as they were; the rule's index also takes the
+    # locks of the jobs this cycle places).
+    running_locks = {p: HeldLocks(locks) for p, locks in snapshot.held.items()}
+    held = {p: HeldLocks(locks) for p, locks in snapshot.held.items()}
+    weights_cache: dict[str, dict[str, list[LockRequest]]] = {}
     placements: list[Placement] = []
     waits: dict[JobKey, Wait] = {}
     reserved: dict[str, int] = {}
@@ -302,8 +306,8 @@ def plan(snapshot: Snapshot) -> Plan:
                                                           "come first (higher priority, less contended or older)")
         used = 0
         share = allocation.get(user, 0)
-        for job in _order(queue[:depth], snapshot.held, snapshot.now_s):
-            project_held = held.setdefault(job.billing_project, {})
+        for job in _order(queue[:depth], running_locks, snapshot.now_s, weights_cache):
+            project_held = held.setdefault(job.billing_project, HeldLocks())
             budget = snapshot.budgets.get(job.billing_project)
             stop = _retry_stop(job, snapshot.now_s) or _budget_stop(job, budget, reserved.get(job.billing_project, 0)) \
                 or _lock_stop(job, project_held)
@@ -338,7 +342,7 @@ def plan(snapshot: Snapshot) -> Plan:
             if room[1] is not None:
                 room[1] -= job.memory_bytes
             if job.locks:
-                project_held[job.key] = job.locks
+                project_held.add(job.key, job.locks)
             placements.append(Placement(job.key, where.name, job.cores_mcpu))
     placed = {p.key for p in placements}
     for user, queue in snapshot.queues.items():  # queues of users without demand (a stale read)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from services.policy.lock_contention import (
     BIG_LOCK,
     Candidate,
+    HeldLocks,
     LockMode,
     LockRequest,
     aged_weight,
@@ -266,3 +267,19 @@ def test_order_is_deterministic_and_by_priority_first(cands: list, held: dict, r
     shuffled = list(cands)
     rnd.shuffle(shuffled)
     assert order_candidates(shuffled, held, now_s=2_000.0) == order
+
+
+# Many jobs holding few distinct locks, some the big lock: the index answers as the plain functions do.
+holders = st.lists(st.one_of(st.just(dict(BIG_LOCK)), job_locks), max_size=12)
+
+
+@given(holders, st.sampled_from([*LEVELS, "*"]), requests)
+def test_held_locks_answers_as_conflicts_does(jobs: list, level: str, request: LockRequest) -> None:
+    if level == "*" and request.mode not in (M.NONE, M.ALL_EXCLUSIVE):
+        request = BIG_LOCK["*"]
+    running_jobs = {(1, i): locks for i, locks in enumerate(jobs)}
+    index = HeldLocks(running_jobs)
+    assert index.blocking(level, request) == blocking_jobs({level: request}, running_jobs)
+    plain = running_locks_by_level(running_jobs.values())
+    for job in ({level: request}, *jobs):
+        assert static_weight(job, index.by_level(), n_levels=5) == static_weight(job, plain, n_levels=5)
