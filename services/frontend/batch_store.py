@@ -14,6 +14,7 @@ from typing import Any
 
 from services.common.identity import Principal
 from services.db.database import Database
+from services.frontend.validate import PoolMachine
 
 _BATCH_SELECT = """
 SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms,
@@ -106,6 +107,13 @@ class BatchStore:
         assert done is not None and live is not None
         return BatchCounts(n_jobs, int(live["r"]), int(live["n"]), int(done["s"]), int(done["f"]), int(done["e"]),
                            int(done["c"]))
+
+    async def pool_machines(self) -> dict[str, PoolMachine]:
+        """Each pool's machine: the largest job it takes, and its memory per core."""
+        rows = await self.db.fetchall(
+            "SELECT name, worker_cores, worker_memory_bytes FROM instance_collections "
+            "WHERE is_pool AND worker_cores > 0 AND worker_memory_bytes > 0", name="pool_machines")
+        return {r["name"]: PoolMachine(int(r["worker_cores"]) * 1000, int(r["worker_memory_bytes"])) for r in rows}
 
     async def region_names(self) -> frozenset[str]:
         """The regions jobs may name."""

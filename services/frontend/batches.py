@@ -195,7 +195,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         the regions it names included."""
         known_regions = await self.batches.region_names() if any(spec.regions for spec in specs) else None
         return check_bunch(specs, first_job_id, block, field, self.limits, self.urls.storage_roots(billing_project),
-                           billing_project, known_regions, new_batch)
+                           billing_project, known_regions, new_batch, await self.batches.pool_machines())
 
     async def _add_jobs(self, batch_id: int, update: dict[str, Any], first_index: int, jobs: Any,
                         billing_project: str, field: str = "jobs", checked: UpdateBlock | None = None) -> bool:
@@ -210,7 +210,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             if violations:
                 raise InvalidRequest(violations)
         stored = await self.specs.store_bunch(batch_id, update["update_id"], first_job_id, specs)
-        rows = [job_row(spec, first_job_id + i, block, stored.refs[i]) for i, spec in enumerate(specs)]
+        pools = await self.batches.pool_machines()
+        rows = [job_row(spec, first_job_id + i, block, stored.refs[i], pools) for i, spec in enumerate(specs)]
         try:
             status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows,
                                                  max_children_per_job=self.limits.max_children_per_job)

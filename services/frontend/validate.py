@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from corral.batch.v1 import job_spec_pb2 as spec_pb
@@ -59,6 +59,19 @@ class UpdateBlock:
     n_job_groups: int
 
 
+@dataclasses.dataclass(frozen=True)
+class PoolMachine:
+    """The machine of a pool (instance_collections.worker_cores, worker_memory_bytes): the largest a job of the
+    pool may ask for, and its memory per core is what a job that asks for no memory gets."""
+
+    cores_mcpu: int
+    memory_bytes: int
+
+    def memory_for(self, cores: int) -> int:
+        """The pool's standard memory for `cores` mcpu."""
+        return self.memory_bytes * cores // self.cores_mcpu
+
+
 def cores_mcpu(spec: spec_pb.JobSpec) -> int:
     if spec.WhichOneof("size") == "resources" and spec.resources.cores_mcpu:
         return spec.resources.cores_mcpu
@@ -70,6 +83,8 @@ def instance_collection(spec: spec_pb.JobSpec) -> str:
     otherwise memory per core picks highcpu, standard or highmem."""
     if spec.WhichOneof("size") == "machine_type":
         return "job-private"
+    if not spec.resources.memory_bytes:
+        return "standard"  # the standard amount per core (the protos' promise)
     memory_per_core = spec.resources.memory_bytes * 1000 / cores_mcpu(spec)
     if memory_per_core <= 1 * GIB:
         return "highcpu"
@@ -209,6 +224,37 @@ def retry_policy_json(policy: spec_pb.RetryPolicy) -> str:
     }, separators=(",", ":"))
 
 
+def memory_bytes(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> int:
+    """The memory a job reserves: what it asks for, else its pool's standard amount for its cores (0 when the
+    pools are not known: a job-private machine's is its machine's)."""
+    if spec.WhichOneof("size") == "resources" and spec.resources.memory_bytes:
+        return spec.resources.memory_bytes
+    machine = (pools or {}).get(instance_collection(spec))
+    return machine.memory_for(cores_mcpu(spec)) if machine is not None else 0
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:g} GiB"
+
+
+def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
+    """A job larger than its pool's machine could never run: refused with the machine's size."""
+    pool = instance_collection(spec)
+    machine = pools.get(pool)
+    if machine is None:
+        return []
+    v = []
+    cores = cores_mcpu(spec)
+    if cores > machine.cores_mcpu:
+        v.append(FieldViolation(f"{at}.resources.cores_mcpu", f"{cores / 1000:g} cores is more than the largest "
+                                                              f"{pool} machine has ({machine.cores_mcpu / 1000:g})"))
+    memory = memory_bytes(spec, pools)
+    if memory > machine.memory_bytes and not (v and not spec.resources.memory_bytes):  # not the default's fault
+        v.append(FieldViolation(f"{at}.resources.memory_bytes", f"{_gib(memory)} is more than the largest {pool} "
+                                                                f"machine has ({_gib(machine.memory_bytes)})"))
+    return v
+
+
 def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, known_regions: Collection[str] | None,
                           new_batch: bool) -> list[FieldViolation]:
     """Regions and groups that the database would refuse (insert_jobs), found before anything is written."""
@@ -229,10 +275,11 @@ def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, kn
 def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBlock,
                 field: str = "jobs", limits: Limits = Limits(), storage_roots: Sequence[str] = (),
                 project: str = "", known_regions: Collection[str] | None = None,
-                new_batch: bool = False) -> list[FieldViolation]:
+                new_batch: bool = False, pools: Mapping[str, PoolMachine] | None = None) -> list[FieldViolation]:
     """Every violation in a bunch whose first job gets id `first_job_id`; its files' URLs must lie
     under `storage_roots`, those of the batch's billing project `project`; its regions among
-    `known_regions` (None: the database checks them). With `new_batch` the update is the batch's
+    `known_regions` (None: the database checks them); its size within its pool's machine (`pools`, None:
+    not checked). With `new_batch` the update is the batch's
     first (SubmitBatch), so the groups that exist are known: the root and the update's."""
     if not specs:
         return [FieldViolation(field, "a bunch holds at least one job")]
@@ -247,6 +294,8 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
         violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]", limits)
         violations += file_url_violations(spec, storage_roots, project, f"{field}[{i}]")
         violations += _placement_violations(spec, block, f"{field}[{i}]", known_regions, new_batch)
+        if pools is not None and not any(v.field.startswith(f"{field}[{i}].resources") for v in violations):
+            violations += _size_violations(spec, f"{field}[{i}]", pools)
     return violations
 
 
@@ -296,7 +345,8 @@ def job_group_rows(specs: Sequence[Any], block: UpdateBlock, first_index: int, f
     return groups, violations
 
 
-def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str) -> dict[str, Any]:
+def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str,
+            pools: Mapping[str, PoolMachine] | None = None) -> dict[str, Any]:
     """The insert_jobs JSON object of one valid job."""
     ref = spec.job_group.WhichOneof("ref")
     if ref == "job_group_id":
@@ -323,7 +373,7 @@ def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: st
         "job_group_id": job_group_id,
         "always_run": spec.always_run,
         "cores_mcpu": cores_mcpu(spec),
-        "memory_bytes": spec.resources.memory_bytes if spec.WhichOneof("size") == "resources" else 0,
+        "memory_bytes": memory_bytes(spec, pools),
         "inst_coll": instance_collection(spec),
         "regions": list(spec.regions),
         "priority": spec.priority,

@@ -102,11 +102,12 @@ def test_a_killed_worker_is_not_a_failure(cluster: Cluster) -> None:
 
 @pytest.mark.timeout(400)
 def test_after_two_preemptions_a_job_runs_on_demand(cluster: Cluster) -> None:
-    # The operator makes the standard pool a spot pool: its new machines are preemptible.
-    cluster.execute("UPDATE instance_collections SET preemptible = TRUE WHERE name = 'standard'")
+    # The operator makes the highmem pool (which no other test here uses, so it has no machine yet) a spot
+    # pool: its new machines are preemptible.
+    cluster.execute("UPDATE instance_collections SET preemptible = TRUE WHERE name = 'highmem'")
     try:
         builder = corral.BatchBuilder("default", attributes={"test": "preemption"})
-        builder.job("busybox", "sleep 5", memory_bytes=2 * 2**30, max_attempts=5,
+        builder.job("busybox", "sleep 5", memory_bytes=6 * 2**30, max_attempts=5,
                     retry_policy=job_spec_pb2.RetryPolicy(max_preemptions_before_on_demand=2))
         with cluster.client() as client:
             batch_id = client.submit(builder).batch_id
@@ -117,7 +118,7 @@ def test_after_two_preemptions_a_job_runs_on_demand(cluster: Cluster) -> None:
             done = client.wait(batch_id)
             job = client.get_job(batch_id, 1)
     finally:
-        cluster.execute("UPDATE instance_collections SET preemptible = FALSE WHERE name = 'standard'")
+        cluster.execute("UPDATE instance_collections SET preemptible = FALSE WHERE name = 'highmem'")
     assert done.counts.n_succeeded == 1
     tries = attempts(cluster, batch_id, 1)
     assert [t["reason"] for t in tries] == ["preempted", "preempted", "exited"]

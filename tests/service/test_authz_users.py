@@ -218,7 +218,7 @@ async def call(stubs: dict[str, object], method: str, streaming: bool, request: 
 async def make_world(env: Env, auth_app: AuthApp) -> World:
     """alice's batches and updates, the projects the billing rows change, the tokens of every column."""
     w, alice = env.world, env.as_("alice")
-    await w.instance(inst_coll="highcpu")
+    await w.instance()
     grouped = job_spec_pb2.JobSpec()
     grouped.CopyFrom(spec())
     grouped.job_group.in_update_index = 0

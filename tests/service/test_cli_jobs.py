@@ -48,7 +48,7 @@ def out(result: subprocess.CompletedProcess[bytes]) -> str:
 async def test_jobs_job_logs_rerun_cancel_group_delete(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
                                                        tmp_path: Path) -> None:
     w = env.world
-    await w.instance(inst_coll="highcpu")
+    await w.instance()
     batch_id = await env.submit(spec(name="fetch"), spec(-1, name="align"))
     attempt = await w.run(batch_id, 1)
     sink = LogSink(tmp_path / "worker" / "main.log")
@@ -119,7 +119,7 @@ async def test_billing_and_users(env: Env, auth_app: AuthApp, certs: DevCertific
 
 async def test_the_async_client(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> None:
     w = env.world
-    await w.instance(inst_coll="highcpu")
+    await w.instance()
     batch_id = await env.submit(spec(name="a"), spec(-1, name="b"), groups=())
     attempt = await w.run(batch_id, 1)
     sink = LogSink(env.blobs.parent / "worker" / "main.log")

@@ -33,7 +33,7 @@ async def tree(env: Env) -> int:
 
 async def test_groups_count_their_subtree(env: Env) -> None:
     w = env.world
-    await w.instance(inst_coll="highcpu")
+    await w.instance()
     batch_id = await tree(env)
     attempt = await w.run(batch_id, 3)
     await w.store.add_attempt_resources(w.epoch, [{"batch_id": batch_id, "job_id": 3, "attempt_id": attempt,

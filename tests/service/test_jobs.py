@@ -313,7 +313,7 @@ async def test_explain_job(env: Env) -> None:
     [(code, detail)] = await reasons(2)
     assert code == codes.WAIT_REASON_CODE_WAITING_ON_PARENTS and "1" in detail
 
-    await w.instance(cores_mcpu=8000, inst_coll="highcpu")  # small jobs' pool
+    await w.instance(cores_mcpu=8000)  # default jobs' pool: standard
     attempt = await w.run(batch_id, 1)
     assert [c for c, _ in await reasons(1)] == [codes.WAIT_REASON_CODE_RUNNING]
     assert [c for c, _ in await reasons(3)] == []  # ready, room, nothing in the way
@@ -418,7 +418,7 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
     try:
         await eventually(lambda: driver.election.is_leader)
         assert driver.election.state.epoch is not None
-        await JobStore(db).create_instance(driver.election.state.epoch, "w-log", "highcpu", 2000, "activate")
+        await JobStore(db).create_instance(driver.election.state.epoch, "w-log", "standard", 2000, "activate")
         certs.issue("worker-w-log")
         worker = await start_worker(WorkerConfig("w-log", "activate", 2000, (address,), certs.directory,
                                                  tmp_path / "scratch", f"file://{blobs}", heartbeat_interval_s=0.2,
@@ -487,3 +487,25 @@ async def test_retry_policies_are_checked_and_the_attempt_chain_is_shown(env: En
         (first, job_pb2.ATTEMPT_END_REASON_OUT_OF_MEMORY, "out of memory at 1024 MiB: retried with 2048 MiB"),
         (second, job_pb2.ATTEMPT_END_REASON_UNSPECIFIED, "")]
     assert job.state == job_state_pb2.JOB_STATE_RUNNING
+
+
+async def test_a_job_larger_than_its_pools_machine_is_refused_and_memory_0_means_the_pools_share(env: Env) -> None:
+    gib = 2**30
+    # The local pools (migration 0002): highmem machines of 2 cores and 16 GiB, standard 2 cores and 8 GiB.
+    huge = spec(resources=job_spec_pb2.ResourceRequest(cores_mcpu=1000, memory_bytes=250 * gib))
+    wide = spec(resources=job_spec_pb2.ResourceRequest(cores_mcpu=16000))
+    error = await refused(env.submit(spec(), huge, wide))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(error)
+    details = error_details_pb2.BadRequest()
+    assert status is not None and status.details[0].Unpack(details)
+    assert [(v.field, v.description) for v in details.field_violations] == [
+        ("jobs[1].resources.memory_bytes", "250 GiB is more than the largest highmem machine has (16 GiB)"),
+        ("jobs[2].resources.cores_mcpu", "16 cores is more than the largest standard machine has (2)")]
+    assert await env.world.db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 0}  # nothing written
+
+    # Memory 0 is the standard pool's memory per core: 4 GiB a core, so a quarter core gets 1 GiB.
+    batch_id = await env.submit(spec(resources=job_spec_pb2.ResourceRequest(cores_mcpu=250)), spec())
+    rows = await env.world.db.fetchall("SELECT job_id, inst_coll, memory_bytes FROM jobs WHERE batch_id = %s "
+                                       "ORDER BY job_id", (batch_id,))
+    assert [(r["inst_coll"], r["memory_bytes"]) for r in rows] == [("standard", gib), ("standard", 4 * gib)]

@@ -235,7 +235,7 @@ async def callers(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -
 async def world(env: Env, auth_app: AuthApp) -> World:
     """alice's batch (job 1 failed, job 2 cancelled, group 1), an open update, an expired token."""
     w = env.world
-    await w.instance(inst_coll="highcpu")
+    await w.instance()
     group = job_spec_pb2.JobSpec()
     group.CopyFrom(spec())
     group.job_group.in_update_index = 0
