@@ -87,6 +87,10 @@ class Stop(enum.Enum):
     REFUSED = "refused by the driver"
 
 
+_DEACTIVATION_REASONS = {Stop.IDLE: ws.DRAIN_REASON_IDLE, Stop.PREEMPTED: ws.DRAIN_REASON_PREEMPTION_NOTICE}
+"""What DeactivateWorker says for a stop (any other: REQUESTED)."""
+
+
 class Worker:
     """See the module docstring. `run` drives it; the other public methods are
     what the process's signal handlers, WorkerService and tests use."""
@@ -203,8 +207,7 @@ class Worker:
         sessions.cancel()
         with contextlib.suppress(BaseException):
             await sessions
-        await self._deactivate({Stop.IDLE: ws.DRAIN_REASON_IDLE, Stop.PREEMPTED: ws.DRAIN_REASON_PREEMPTION_NOTICE}.get(
-            reason, ws.DRAIN_REASON_REQUESTED))
+        await self._deactivate(_DEACTIVATION_REASONS.get(reason, ws.DRAIN_REASON_REQUESTED))
         return EXIT_OK
 
     async def _drain(self, reason: int) -> None:
