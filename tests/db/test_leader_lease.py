@@ -259,21 +259,30 @@ async def test_a_takeover_waits_for_the_old_leaders_transaction_in_flight(world:
     old = await leading(world)
     await expire(world.db)
     standby_db = await Database.connect(dataclasses.replace(db_config, pool_size=2))
+    takeover: asyncio.Task[Any] | None = None
     try:
         async with world.db._pool.acquire() as conn:  # one of the old leader's transactions, open
             async with conn.cursor() as cursor:
-                await cursor.execute("START TRANSACTION")
-                await cursor.execute("CALL check_epoch(%s, @ok)", (old,))
-                await cursor.execute("SELECT @ok")
-                assert (await cursor.fetchone()) == (1,)
-                takeover = asyncio.create_task(JobStore(standby_db).acquire_leader_lease("driver-b", LEASE_MS))
-                while not await world.db.fetchall(
-                        "SELECT 1 FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'", name="lock_waits"):
-                    assert not takeover.done(), takeover.result()
-                    await asyncio.sleep(0.02)
-                await cursor.execute("COMMIT")
+                try:
+                    await cursor.execute("START TRANSACTION")
+                    await cursor.execute("CALL check_epoch(%s, @ok)", (old,))
+                    await cursor.execute("SELECT @ok")
+                    assert (await cursor.fetchone()) == (1,)
+                    takeover = asyncio.create_task(JobStore(standby_db).acquire_leader_lease("driver-b", LEASE_MS))
+                    waited_s = 0.0
+                    while not await world.db.fetchall(
+                            "SELECT 1 FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'",
+                            name="lock_waits"):
+                        assert not takeover.done(), takeover.result()
+                        assert waited_s < 30, "the takeover neither waits on the epoch row nor ends"
+                        await asyncio.sleep(0.02)
+                        waited_s += 0.02
+                finally:  # committed whatever happened: a failure must not leave the epoch row locked
+                    await cursor.execute("COMMIT")
         answer = await takeover
     finally:
+        if takeover is not None and not takeover.done():
+            takeover.cancel()
         await standby_db.close()
     assert (answer["elected"], answer["epoch"]) == (1, old + 1)
     with pytest.raises(StaleEpochError):
