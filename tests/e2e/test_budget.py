@@ -57,16 +57,21 @@ def test_a_limit_is_used_and_never_overshot(cluster: Cluster) -> None:
         thread.join()
     ids = list(batch_ids.values())
 
-    def settled() -> bool:
-        """Nothing runs any more, and what is left waits (the limit leaves too little to start one)."""
+    def states() -> dict[str, int]:
         rows = cluster.query("SELECT state, COUNT(*) n FROM jobs WHERE batch_id IN (%s, %s) GROUP BY state", ids)
-        states = {r["state"]: r["n"] for r in rows}
-        return not states.get("Running") and not states.get("Creating") and bool(
-            states.get("Success") or states.get("Failed"))
+        return {r["state"]: r["n"] for r in rows}
+
+    def settled() -> bool:
+        """Nothing runs any more, and what is left waits (the limit leaves too little to start one): nothing
+        runs now, nor 8 s (several scheduling cycles) later, and no job changed state in between. (A moment
+        between one attempt's end and the next one's start looks settled too.)"""
+        before = states()
+        if before.get("Running") or before.get("Creating") or not (before.get("Success") or before.get("Failed")):
+            return False
+        time.sleep(8)
+        return states() == before
 
     eventually(settled, 600, 1.0, "the project's jobs to stop running")
-    time.sleep(8)  # two scheduling cycles more: still nothing starts
-    assert settled()
 
     with cluster.client() as admin:
         project = admin.billing_project("capped")
