@@ -115,16 +115,17 @@ async def build(db: Database, n_users: int, n_batches: int) -> dict[str, int]:
             progress(f"  {done:,} of {n_users * n_batches:,} batches")
 
     await asyncio.gather(*(one(u) for _ in range(n_batches) for u in range(n_users)))
+    # Half the users' jobs hold or want an exclusive lock on one of 20 names (declared before the first
+    # ones start, so that schedule_jobs counts what they hold in held_locks, as for any job).
+    await db.execute(
+        "INSERT INTO job_locks (batch_id, job_id, level, mode, lock_name) "
+        "SELECT j.batch_id, j.job_id, 'dataset', 'exclusive', CONCAT('d', j.job_id %% 20) FROM jobs j "
+        "JOIN batches b ON b.batch_id = j.batch_id WHERE CAST(SUBSTRING(b.user, 5) AS UNSIGNED) %% 2 = 0")
     for pool, jobs in to_run.items():
         for first in range(0, len(jobs), SJ_CHUNK):
             outcomes = await store.schedule_jobs(epoch, f"bench-{pool}", jobs[first:first + SJ_CHUNK])
             if any(o["outcome"] != "scheduled" for o in outcomes):
                 raise RuntimeError(f"schedule_jobs refused: {outcomes}")
-    # Half the users' jobs hold or want an exclusive lock on one of 20 names.
-    await db.execute(
-        "INSERT INTO job_locks (batch_id, job_id, level, mode, lock_name) "
-        "SELECT j.batch_id, j.job_id, 'dataset', 'exclusive', CONCAT('d', j.job_id %% 20) FROM jobs j "
-        "JOIN batches b ON b.batch_id = j.batch_id WHERE CAST(SUBSTRING(b.user, 5) AS UNSIGNED) %% 2 = 0")
     rows = await db.fetchall("SELECT inst_coll, free_cores_mcpu FROM instances WHERE state = 'active'")
     return {row["inst_coll"]: int(row["free_cores_mcpu"]) for row in rows}
 

@@ -1,9 +1,9 @@
 """Recompute every maintained counter and aggregate from the base tables.
 
 The triggers and procedures keep tokenized counters, group and batch job
-counts, instance free cores, pending-parent counts and billing aggregates up
+counts, instance free cores, pending-parent counts, held locks and billing aggregates up
 to date incrementally. `check_invariants` recomputes each of them from
-jobs, job_parents, job_child_releases, attempts and attempt_resources and
+jobs, job_parents, job_child_releases, job_locks, attempts and attempt_resources and
 returns one line per difference (an empty list means consistent). Tests run it after every
 scenario; an operator or the driver can run it on a quiet database.
 """
@@ -209,6 +209,21 @@ async def _instances_and_parents(db: Database) -> list[str]:
     return problems
 
 
+async def _held_locks(db: Database) -> list[str]:
+    """held_locks: per distinct lock, the Creating and Running jobs holding it."""
+    return await _check(
+        db, "held_locks",
+        """SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders FROM held_locks
+           GROUP BY billing_project, level, mode, lock_name""",
+        """SELECT b.billing_project, l.level, l.mode, l.lock_name, COUNT(*) AS n_holders
+           FROM job_locks l
+           JOIN jobs j ON j.batch_id = l.batch_id AND j.job_id = l.job_id AND j.state IN ('Creating', 'Running')
+           JOIN batches b ON b.batch_id = l.batch_id
+           GROUP BY b.billing_project, l.level, l.mode, l.lock_name""",
+        ("billing_project", "level", "mode", "lock_name"), ("n_holders",),
+    )
+
+
 # usage of one attempt resource so far: quantity x elapsed rolled-up ms
 _ATTEMPT_USAGE = """
   attempt_resources r
@@ -286,6 +301,7 @@ CHECKS: tuple[Callable[[Database], Awaitable[list[str]]], ...] = (
     _group_and_batch_counts,
     _resource_counters,
     _instances_and_parents,
+    _held_locks,
     _billing,
     _batch_events,
 )

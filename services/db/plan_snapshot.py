@@ -4,23 +4,27 @@ both make, so that both hand `services.policy.planner.plan` the same kind of fac
 
 Bounded: a user's queue is read only as deep as the planner looks
 (`planner.depths`, which sums to at most `jobs_per_cycle` plus one per
-user); locks only for candidates that declare some, and the running jobs'
-locks only at those candidates' levels in their billing projects (at most
-MAX_HELD_LOCK_ROWS rows); budgets only for the candidates' projects.
+user); locks only for candidates that declare some; budgets only for the
+candidates' projects. The running jobs' locks are read from the held_locks
+summary (one row per distinct lock and writer token, migration 0016), not
+job by job, and only those that can matter to a candidate
+(`lock_contention.LockInterest`: in its billing project, at its levels,
+and there only the names a candidate asks for), so the planner decides
+exactly as if it had read every lock.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from services.db.database import Database
 from services.policy.fair_share import UserDemand
-from services.policy.lock_contention import BIG_LOCK, BIG_LOCK_LEVEL, Locks, locks_from_rows
-from services.policy.planner import Budget, Candidate, JobKey, Snapshot, Worker, depths, reservation_micro_usd
-
-MAX_HELD_LOCK_ROWS = 10_000
+from services.policy.lock_contention import BIG_LOCK_LEVEL, LockInterest, Locks, locks_from_rows
+from services.policy.planner import (
+    Budget, Candidate, HeldLock, Holder, JobKey, Snapshot, Worker, depths, reservation_micro_usd,
+)
 
 # Every pool at once: the view sums every counter row before any filter on
 # the pool applies, so it is read once per cycle, not once per pool.
@@ -59,13 +63,11 @@ _QUEUE_PART = """
  LIMIT %s)"""
 
 _HELD = """
-SELECT l.batch_id, l.job_id, l.level, l.mode, l.lock_name, b.billing_project
-FROM job_locks l
-JOIN jobs j ON j.batch_id = l.batch_id AND j.job_id = l.job_id AND j.state IN ('Running', 'Creating')
-JOIN batches b ON b.batch_id = l.batch_id
-WHERE b.billing_project IN ({projects}) {levels}
-ORDER BY l.batch_id, l.job_id
-LIMIT %s
+SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders
+FROM held_locks
+WHERE billing_project IN ({projects}) {which}
+GROUP BY billing_project, level, mode, lock_name
+HAVING n_holders > 0
 """
 
 _BUDGETS = """
@@ -138,12 +140,11 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
             not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None))
     rows_with_locks = [r for r in rows if r["has_locks"]]
     projects = {r["billing_project"] for r in rows}
-    held: dict[str, dict[JobKey, Locks]] = {}
+    held: dict[str, dict[Holder, Locks]] = {}
     if rows_with_locks:
         locks = await _locks_of(db, [(r["batch_id"], r["job_id"]) for r in rows_with_locks])
         queues = {user: [_with_locks(c, locks) for c in queue] for user, queue in queues.items()}
-        held = await _held(db, {r["billing_project"] for r in rows_with_locks},
-                           {level for job_locks in locks.values() for level in job_locks})
+        held = await read_held(db, {r["billing_project"] for r in rows_with_locks}, locks.values())
     budgets: dict[str, Budget] = {}
     if projects:
         ordered = sorted(projects)
@@ -171,21 +172,25 @@ async def _locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:
     return {key: locks_from_rows(e) for key, e in entries.items()}
 
 
-async def _held(db: Database, projects: set[str], levels: set[str]) -> dict[str, dict[JobKey, Locks]]:
-    """The locks running jobs of `projects` hold at `levels` (any level if the big lock is among them)."""
+async def read_held(db: Database, projects: set[str], wanted: Iterable[Locks]) -> dict[str, dict[Holder, Locks]]:
+    """The locks running jobs of `projects` hold that matter to jobs wanting `wanted` (`LockInterest`), one
+    `HeldLock` per distinct lock."""
     ordered = sorted(projects)
-    level_filter, params = "", []
-    if BIG_LOCK_LEVEL not in levels:
-        level_filter = f"AND l.level IN ({_marks(len(levels) + 1)})"
-        params = [*sorted(levels), BIG_LOCK_LEVEL]
-    rows = await db.fetchall(_HELD.format(projects=_marks(len(ordered)), levels=level_filter),
-                             (*ordered, *params, MAX_HELD_LOCK_ROWS), name="held_locks")
-    if len(rows) >= MAX_HELD_LOCK_ROWS:
-        # Too many to read: assume the worst, so that no two writers ever run together (the jobs with locks
-        # of these projects wait until fewer locks are held).
-        return {project: {(0, 0): BIG_LOCK} for project in projects}
-    entries: dict[str, dict[JobKey, list[tuple[str, str, str]]]] = {}
+    interest = LockInterest.of(wanted)
+    which, params = "", []
+    if not interest.everything:
+        clauses, params = ["level = %s"], [BIG_LOCK_LEVEL]
+        if interest.whole_levels:
+            clauses.append(f"level IN ({_marks(len(interest.whole_levels))})")
+            params += sorted(interest.whole_levels)
+        for level, names in sorted(interest.names.items()):
+            clauses.append(f"(level = %s AND lock_name IN ({_marks(len(names) + 1)}))")
+            params += [level, "", *sorted(names)]
+        which = f"AND ({' OR '.join(clauses)})"
+    rows = await db.fetchall(_HELD.format(projects=_marks(len(ordered)), which=which), (*ordered, *params),
+                             name="held_locks")
+    held: dict[str, dict[Holder, Locks]] = {}
     for r in rows:
-        entries.setdefault(r["billing_project"], {}).setdefault((r["batch_id"], r["job_id"]), []).append(
-            (r["level"], r["mode"], r["lock_name"]))
-    return {project: {key: locks_from_rows(e) for key, e in jobs.items()} for project, jobs in entries.items()}
+        holder = HeldLock(r["level"], r["mode"], r["lock_name"], int(r["n_holders"]))
+        held.setdefault(r["billing_project"], {})[holder] = locks_from_rows([(r["level"], r["mode"], r["lock_name"])])
+    return held

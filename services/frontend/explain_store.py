@@ -28,6 +28,8 @@ from services.policy import planner
 from services.policy.lock_contention import locks_from_rows
 
 MAX_JOBS_AHEAD = 1_000
+MAX_HOLDERS_NAMED = 10
+"""Running jobs named per lock that blocks a job."""
 
 _CANCELLED = """
 SELECT c.job_group_id, c.cancelled_by, c.reason
@@ -50,6 +52,17 @@ SELECT COUNT(*) AS n FROM (
           JOIN job_groups_cancelled oc ON oc.batch_id = oa.batch_id AND oc.job_group_id = oa.ancestor_id
           WHERE oa.batch_id = oj.batch_id AND oa.job_group_id = oj.job_group_id)))
   LIMIT %s) ahead
+"""
+
+
+# The running jobs of a billing project that hold one lock.
+_HOLDERS = """
+SELECT l.batch_id, l.job_id FROM job_locks l
+JOIN jobs j ON j.batch_id = l.batch_id AND j.job_id = l.job_id AND j.state IN ('Creating', 'Running')
+JOIN batches b ON b.batch_id = l.batch_id
+WHERE l.level = %s AND l.lock_name = %s AND l.mode = %s AND b.billing_project = %s
+ORDER BY l.batch_id, l.job_id
+LIMIT %s
 """
 
 
@@ -86,6 +99,19 @@ class ExplainStore:
             return facts
         return dataclasses.replace(facts, scheduling=await self.scheduling(job, locks))
 
+    async def _holders(self, project: str, holders: tuple[planner.Holder, ...]) -> list[planner.JobKey]:
+        """The jobs behind the snapshot's counted holders (`planner.HeldLock`): up to MAX_HOLDERS_NAMED of
+        each lock's running jobs."""
+        jobs: list[planner.JobKey] = []
+        for holder in holders:
+            if isinstance(holder, tuple):
+                jobs.append(holder)
+                continue
+            rows = await self.db.fetchall(_HOLDERS, (holder.level, holder.name, holder.mode, project,
+                                                     MAX_HOLDERS_NAMED), name="explain_lock_holders")
+            jobs += [(r["batch_id"], r["job_id"]) for r in rows if (r["batch_id"], r["job_id"]) not in jobs]
+        return jobs
+
     async def _regions(self, regions_bits: int | None) -> tuple[str, ...]:
         if regions_bits is None:
             return ()
@@ -121,5 +147,8 @@ class ExplainStore:
             stored = [r for r in locks if r["level"] == wait.level]
             mine = locks_from_rows((r["level"], r["mode"], r["lock_name"]) for r in stored).get(wait.level)
             names = tuple(sorted(mine.names)) if mine is not None else ()
-            lock = LockConflict(wait.level, stored[0]["mode"] if stored else "", names, wait.holders)
+            holders = await self._holders(job["billing_project"], wait.holders)
+            if mine is not None:
+                wait = planner.blocked_by_lock(wait.level, mine, holders)
+            lock = LockConflict(wait.level, stored[0]["mode"] if stored else "", names, tuple(holders))
         return Scheduling(wait, lock)

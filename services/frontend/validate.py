@@ -149,6 +149,11 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
             v.append(FieldViolation(f"{at}.locks[{i}].names", "shared and exclusive locks (only) name resources"))
         elif not all(lock.names):
             v.append(FieldViolation(f"{at}.locks[{i}].names", "a resource name must not be empty"))
+    levels = [lock.level for lock in spec.locks]
+    for i, level in enumerate(levels):
+        if level and level in levels[:i]:
+            v.append(FieldViolation(f"{at}.locks[{i}].level", f"level {level!r} is locked twice: one entry per "
+                                                              "level, with every name it needs"))
     ref = spec.job_group.WhichOneof("ref")
     if ref == "job_group_id" and spec.job_group.job_group_id < 0:
         v.append(FieldViolation(f"{at}.job_group.job_group_id", "must not be negative"))

@@ -296,6 +296,40 @@ class HeldLocks:
         return by_level
 
 
+@dataclasses.dataclass(frozen=True)
+class LockInterest:
+    """Which held locks can matter to jobs that want some locks: a held lock outside it neither clashes
+    with any of their requests nor weighs more (`static_weight`) than a level where nothing is held, so
+    leaving it out changes no decision. The big lock always matters."""
+
+    everything: bool
+    """A job wants the big lock: any held lock at all matters."""
+    whole_levels: frozenset[str]
+    """Levels where a job asks for a level-wide mode (or none): every name there matters."""
+    names: Mapping[str, frozenset[str]]
+    """Other levels: the names jobs ask for (and the level-wide holds, name '')."""
+
+    @classmethod
+    def of(cls, wanted: Iterable[Locks]) -> LockInterest:
+        names: dict[str, set[str]] = {}
+        whole: set[str] = set()
+        for job_locks in wanted:
+            for level, request in job_locks.items():
+                if request.mode.named and level not in whole:
+                    names.setdefault(level, set()).update(request.names)
+                else:
+                    whole.add(level)
+                    names.pop(level, None)
+        return cls(BIG_LOCK_LEVEL in whole, frozenset(whole),
+                   {level: frozenset(level_names) for level, level_names in names.items()})
+
+    def covers(self, level: str, name: str) -> bool:
+        """Whether a lock held at `level` on `name` ('' for a level-wide hold) matters."""
+        if self.everything or level == BIG_LOCK_LEVEL or level in self.whole_levels:
+            return True
+        return level in self.names and (name == "" or name in self.names[level])
+
+
 def blocking_jobs(job_locks: Locks, running_jobs: Mapping[K, Locks]) -> list[K]:
     """The running jobs whose locks keep this one from starting (for "why
     isn't my job running?" and `corral locks`), in the mapping's order."""

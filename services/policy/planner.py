@@ -135,8 +135,9 @@ class Snapshot:
     queues: Mapping[str, Sequence[Candidate]]
     """Per user, the head of their queue in priority-then-age order; at least `depths(...)[user]` long,
     or all of it."""
-    held: Mapping[str, Mapping[JobKey, Locks]] = dataclasses.field(default_factory=dict)
-    """Per billing project, the locks of its running (and starting) jobs."""
+    held: Mapping[str, Mapping[Holder, Locks]] = dataclasses.field(default_factory=dict)
+    """Per billing project, the locks of its running (and starting) jobs: by job, or by distinct lock
+    (`HeldLock`, what the database's held_locks summary gives); the decisions are the same."""
     budgets: Mapping[str, Budget] = dataclasses.field(default_factory=dict)
     """Per billing project of a candidate; a project not here is open and unlimited."""
     jobs_per_cycle: int = JOBS_PER_CYCLE
@@ -153,13 +154,42 @@ class Placement:
 
 
 @dataclasses.dataclass(frozen=True)
+class HeldLock:
+    """The running jobs that hold one lock, counted, not named (the held_locks summary)."""
+
+    level: str
+    mode: str
+    """As stored: shared, exclusive, unknown_shared, ..."""
+    name: str
+    """Empty for the level-wide modes."""
+    n_holders: int
+
+
+Holder = JobKey | HeldLock
+"""Who holds a lock: a job, or the jobs holding one distinct lock."""
+
+
+def _holders_text(holders: Sequence[Holder]) -> str:
+    shown = [f"job {h[0]}/{h[1]}" if isinstance(h, tuple) else
+             f"{h.n_holders} running job(s) ({h.mode}{' ' + h.name if h.name else ''})" for h in holders[:10]]
+    return ", ".join(shown) + (", ..." if len(holders) > 10 else "")
+
+
+def blocked_by_lock(level: str, request: LockRequest, holders: Sequence[Holder]) -> Wait:
+    """BLOCKED_BY_LOCK: `request` at `level` clashes with what `holders` hold."""
+    names = f" {', '.join(sorted(request.names))}" if request.names else ""
+    return Wait(BLOCKED_BY_LOCK, f"needs {request.mode.value} lock at level {level}{names}, held by "
+                                 f"{_holders_text(holders)}", tuple(holders), level)
+
+
+@dataclasses.dataclass(frozen=True)
 class Wait:
     """Why a job looked at (or not) was not placed this cycle."""
 
     code: str
     detail: str
-    holders: tuple[JobKey, ...] = ()
-    """BLOCKED_BY_LOCK: the jobs holding what it needs."""
+    holders: tuple[Holder, ...] = ()
+    """BLOCKED_BY_LOCK: who holds what it needs (jobs, or counted `HeldLock`s)."""
     level: str = ""
     """BLOCKED_BY_LOCK: the level of the clashing lock."""
 
@@ -231,12 +261,9 @@ def _lock_stop(job: Candidate, held: HeldLocks | None) -> Wait | None:
     if not job.locks or not held:
         return None
     for level, request in sorted(job.locks.items()):
-        holders = tuple(held.blocking(level, request))
+        holders = held.blocking(level, request)
         if holders:
-            names = f" {', '.join(sorted(request.names))}" if request.names else ""
-            shown = ", ".join(f"{b}/{j}" for b, j in holders[:10]) + (", ..." if len(holders) > 10 else "")
-            return Wait(BLOCKED_BY_LOCK, f"needs {request.mode.value} lock at level {level}{names}, held by "
-                                         f"job(s) {shown}", holders, level)
+            return blocked_by_lock(level, request, holders)
     return None
 
 

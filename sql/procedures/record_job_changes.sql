@@ -4,7 +4,9 @@
 -- described each change in tmp_job_changes (create_change_tables). Here the
 -- counter deltas become one grouped upsert into the writer's token rows
 -- (token = CONNECTION_ID() MOD 64, as the trigger), and the state changes
--- become job_state_changed events in one INSERT ... SELECT, in seq order.
+-- become job_state_changed events in one INSERT ... SELECT, in seq order;
+-- the jobs that start or stop holding their locks (enter or leave
+-- Creating/Running) move their job_locks rows in held_locks, grouped.
 -- The rules are the trigger's: keep the two in step.
 DROP PROCEDURE IF EXISTS record_job_changes;
 DELIMITER $$
@@ -52,6 +54,18 @@ BEGIN
     n_running_jobs = n_running_jobs + VALUES(n_running_jobs),
     running_cores_mcpu = running_cores_mcpu + VALUES(running_cores_mcpu),
     n_running_cancellable_jobs = n_running_cancellable_jobs + VALUES(n_running_cancellable_jobs);
+
+  INSERT INTO held_locks (billing_project, level, mode, lock_name, token, n_holders)
+    SELECT b.billing_project, l.level, l.mode, l.lock_name, CONNECTION_ID() MOD 16,
+           SUM((c.new_state IN ('Creating', 'Running')) - (c.old_state IN ('Creating', 'Running'))) AS delta
+    FROM tmp_job_changes c
+    JOIN job_locks l ON l.batch_id = c.batch_id AND l.job_id = c.job_id
+    JOIN batches b ON b.batch_id = c.batch_id
+    WHERE (c.new_state IN ('Creating', 'Running')) <> (c.old_state IN ('Creating', 'Running'))
+    GROUP BY b.billing_project, l.level, l.mode, l.lock_name
+    HAVING delta <> 0
+    ORDER BY b.billing_project, l.level, l.lock_name, l.mode
+  ON DUPLICATE KEY UPDATE n_holders = n_holders + VALUES(n_holders);
 
   INSERT INTO batch_event_outbox
       (batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, time_ms)

@@ -90,6 +90,16 @@ BEGIN
             n_running_cancellable_jobs = n_running_cancellable_jobs + d_running_cancellable;
         END IF;
       END IF;
+
+      -- Held locks: a job holds its locks while Creating or Running.
+      IF (NEW.state IN ('Creating', 'Running')) <> (OLD.state IN ('Creating', 'Running')) THEN
+        INSERT INTO held_locks (billing_project, level, mode, lock_name, token, n_holders)
+          SELECT b.billing_project, l.level, l.mode, l.lock_name, CONNECTION_ID() MOD 16,
+                 IF(NEW.state IN ('Creating', 'Running'), 1, -1)
+          FROM job_locks l JOIN batches b ON b.batch_id = l.batch_id
+          WHERE l.batch_id = NEW.batch_id AND l.job_id = NEW.job_id
+        ON DUPLICATE KEY UPDATE n_holders = n_holders + VALUES(n_holders);
+      END IF;
     END;
   END IF;
 END $$

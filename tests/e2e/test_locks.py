@@ -56,7 +56,7 @@ def test_clashing_locks_never_overlap_and_readers_share(cluster: Cluster) -> Non
         blocked = eventually(a_wait_on_a_lock, 120, 0.2, "a job waiting on a lock")
         assert blocked.lock.level == "dataset" and list(blocked.lock.names)
         assert blocked.jobs and blocked.jobs[0].batch_id == batch_id
-        assert f"held by job(s) {batch_id}/{blocked.jobs[0].job_id}" in blocked.detail
+        assert f"held by job {batch_id}/{blocked.jobs[0].job_id}" in blocked.detail
         done = client.wait(batch_id)
     assert done.counts.n_succeeded == 40
 

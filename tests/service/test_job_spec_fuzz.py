@@ -142,6 +142,10 @@ HALF_WRITTEN = {
                               "jobs[1].parents[1]"),
     "an empty lock name": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(locks=[job_spec_pb2.JobLock(
         level="l", mode=job_spec_pb2.LOCK_MODE_SHARED, names=["a", ""])])]), "jobs[0].locks[0].names"),
+    "one lock level twice": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(locks=[
+        job_spec_pb2.JobLock(level="l", mode=job_spec_pb2.LOCK_MODE_SHARED, names=["a"]),
+        job_spec_pb2.JobLock(level="l", mode=job_spec_pb2.LOCK_MODE_EXCLUSIVE, names=["b"])])]),
+        "jobs[0].locks[1].level"),
     "a group the batch does not have": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(
         job_group=job_spec_pb2.JobGroupRef(job_group_id=5))]), "jobs[0].job_group.job_group_id"),
     "groups nested 8 deep": (bpb.SubmitBatchRequest(billing_project="proj", job_groups=nested_groups(8),

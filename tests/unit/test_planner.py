@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 from hypothesis import given, settings
@@ -22,7 +23,7 @@ from hypothesis import strategies as st
 
 from services.policy import planner
 from services.policy.fair_share import UserDemand
-from services.policy.lock_contention import LockMode, LockRequest, conflicts
+from services.policy.lock_contention import LockInterest, LockMode, LockRequest, conflicts, locks_from_rows
 from services.policy.planner import Budget, Candidate, Snapshot, Worker, plan
 
 USERS = ("ann", "bob", "cat")
@@ -248,3 +249,58 @@ def test_a_project_at_its_limit_or_closed_starts_nothing() -> None:
                            budgets=budgets, jobs_per_cycle=10))
     assert not result.placements
     assert {w.code for w in result.waits.values()} == {planner.BILLING_LIMIT_REACHED}
+
+
+def _summarised(held: dict[str, dict[object, dict[str, LockRequest]]], interest: LockInterest
+                ) -> dict[str, dict[object, dict[str, LockRequest]]]:
+    """The held locks as the held_locks summary gives them: one `HeldLock` per (level, mode, name), only
+    those `interest` covers."""
+    counted: dict[str, dict[planner.HeldLock, int]] = defaultdict(lambda: defaultdict(int))
+    for project, jobs in held.items():
+        for locks in jobs.values():
+            for level, request in locks.items():
+                for name in sorted(request.names) or [""]:
+                    if interest.covers(level, name):
+                        counted[project][planner.HeldLock(level, request.mode.value, name, 0)] += 1
+    return {project: {dataclasses.replace(h, n_holders=n): locks_from_rows([(h.level, h.mode, h.name)])
+                      for h, n in by_lock.items()}
+            for project, by_lock in counted.items()}
+
+
+@settings(max_examples=400)
+@given(snapshots(), st.lists(lock_requests(), max_size=4), st.lists(st.sampled_from(PROJECTS), max_size=4))
+def test_the_counted_held_locks_the_candidates_can_meet_decide_as_every_holder(
+        snapshot: Snapshot, more_held: list[dict[str, LockRequest]], more_projects: list[str]) -> None:
+    """What the scheduler reads (held_locks: counted per distinct lock, only what `LockInterest` says the
+    candidates can meet) gives the plan that every holder's own locks give: the same placements, and the
+    same reason for every other job. Held names no candidate asks for (z) are among them."""
+    held = {p: dict(jobs) for p, jobs in snapshot.held.items()}
+    for i, (locks, project) in enumerate(zip(more_held, more_projects)):
+        renamed = {level: LockRequest(r.mode, frozenset({"z"}) if r.names else r.names)
+                   for level, r in locks.items()}
+        held.setdefault(project, {})[(8, i)] = renamed
+    # Room and money for everyone, so that the locks decide.
+    snapshot = dataclasses.replace(snapshot, workers=[Worker("w0", 0, 1_000_000, None, False)], budgets={})
+    every = dataclasses.replace(snapshot, held=held)
+    interest = LockInterest.of(c.locks for queue in snapshot.queues.values() for c in queue if c.locks)
+    counted = dataclasses.replace(snapshot, held=_summarised(held, interest))
+    by_job, by_lock = plan(every), plan(counted)
+    assert by_job.placements == by_lock.placements
+    assert {k: w.code for k, w in by_job.waits.items()} == {k: w.code for k, w in by_lock.waits.items()}
+    assert by_job.never_fit == by_lock.never_fit
+
+
+def test_counted_holds_the_candidates_meet_by_level_or_by_name_still_block() -> None:
+    """The cases a narrower `LockInterest` would miss: a level-wide hold where a job asks for a name, and
+    a held name where a job asks for the whole level."""
+    for wants, holds in (({"disk": LockRequest(LockMode.EXCLUSIVE, frozenset({"x"}))},
+                          {"disk": LockRequest(LockMode.UNKNOWN_EXCLUSIVE)}),
+                         ({"disk": LockRequest(LockMode.ALL_SHARED)},
+                          {"disk": LockRequest(LockMode.EXCLUSIVE, frozenset({"z"}))})):
+        job = Candidate((1, 1), "ann", "p1", 250, 0, None, 0, 0, wants, 0)
+        held = {"p1": {(9, 0): holds}}
+        snapshot = Snapshot("standard", [Worker("w0", 0, 1_000_000, None, False)], [UserDemand("ann", 0, 250)],
+                            {"ann": [job]}, _summarised(held, LockInterest.of([wants])), {}, 10, 1200.0)
+        result = plan(snapshot)
+        assert not result.placements and result.waits[(1, 1)].code == planner.BLOCKED_BY_LOCK
+        assert "held by 1 running job(s)" in result.waits[(1, 1)].detail
