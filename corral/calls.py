@@ -1,4 +1,4 @@
-"""Jobs, logs, job groups, re-runs, billing projects and users for the clients.
+"""Jobs, logs, job groups, re-runs, locks, billing projects and users for the clients.
 
 `AsyncCalls` (mixed into `corral.aio.Client`) and `Calls` (into
 `corral.Client`) are the same calls, asyncio and blocking. Jobs, groups and
@@ -23,7 +23,8 @@ from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import job_explanation_pb2, job_group_pb2, job_group_service_pb2_grpc, job_pb2
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
-from corral.batch.v1 import job_service_pb2_grpc, job_state_pb2, update_pb2
+from corral.batch.v1 import job_service_pb2_grpc, job_state_pb2, lock_pb2, lock_service_pb2_grpc, update_pb2
+from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, spend_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.errors import CorralError, from_rpc_error
@@ -93,6 +94,7 @@ class _Stubs:
     _jobs: job_service_pb2_grpc.JobServiceStub
     _groups: job_group_service_pb2_grpc.JobGroupServiceStub
     _billing: billing_service_pb2_grpc.BillingServiceStub
+    _locks: lock_service_pb2_grpc.LockServiceStub
     _auth: auth_service_pb2_grpc.AuthServiceStub | None
     _batches: Any
 
@@ -100,6 +102,7 @@ class _Stubs:
         self._jobs = job_service_pb2_grpc.JobServiceStub(channel)
         self._groups = job_group_service_pb2_grpc.JobGroupServiceStub(channel)
         self._billing = billing_service_pb2_grpc.BillingServiceStub(channel)
+        self._locks = lock_service_pb2_grpc.LockServiceStub(channel)
         self._auth = auth_service_pb2_grpc.AuthServiceStub(auth_channel) if auth_channel is not None else None
 
     def _auth_stub(self) -> auth_service_pb2_grpc.AuthServiceStub:
@@ -189,6 +192,20 @@ class AsyncCalls(_Stubs):
         """Re-run the failed jobs and their dependents as a new update; None if none failed."""
         response = await self._call(self._batches.RerunFailedJobs, rerun_request(batch_id, states, token))
         return response.update if response.HasField("update") else None
+
+    async def locks(self, project: str = "", level: str = "", name: str = "", page_size: int = 0
+                    ) -> AsyncIterator[lock_pb2.LockStatus]:
+        """Locks held by running jobs or wanted by ready ones, with their holders and waiters, by billing
+        project, level and name: of `project` (default: every project the caller may see), at `level`, named
+        `name` (with `level`)."""
+        request = lpb.ListLocksRequest(billing_project=project, level=level, name=name, page_size=page_size)
+        while True:
+            page = await self._call(self._locks.ListLocks, request)
+            for lock in page.locks:
+                yield lock
+            if not page.next_page_token:
+                return
+            request.page_token = page.next_page_token
 
     async def billing_projects(self, member: str = "") -> AsyncIterator[billing_project_pb2.BillingProject]:
         """The billing projects the caller may see, by name."""
@@ -338,6 +355,11 @@ class Calls(_Stubs):
                      ) -> update_pb2.Update | None:
         response = self._call(self._batches.RerunFailedJobs, rerun_request(batch_id, states, token))
         return response.update if response.HasField("update") else None
+
+    def locks(self, project: str = "", level: str = "", name: str = "", page_size: int = 0
+              ) -> Iterator[lock_pb2.LockStatus]:
+        return self._pages(self._locks.ListLocks, lpb.ListLocksRequest(
+            billing_project=project, level=level, name=name, page_size=page_size), "locks")
 
     def billing_projects(self, member: str = "") -> Iterator[billing_project_pb2.BillingProject]:
         return self._pages(self._billing.ListBillingProjects, cpb.ListBillingProjectsRequest(member=member),

@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from corral import __version__, cli_admin, cli_batches, cli_db, cli_jobs, cli_up
+from corral import __version__, cli_admin, cli_batches, cli_db, cli_jobs, cli_locks, cli_up
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_db.add_commands(commands)
     cli_batches.add_commands(commands)
     cli_jobs.add_commands(commands)
+    cli_locks.add_commands(commands)
     cli_admin.add_commands(commands)
     cli_up.add_commands(commands)
     return parser

@@ -43,6 +43,13 @@ WHERE i.state = 'active' {pool}
 ORDER BY i.name
 """
 
+MAY_RUN = """(j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
+         SELECT 1 FROM job_group_self_and_ancestors a
+         JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
+         WHERE a.batch_id = j.batch_id AND a.job_group_id = j.job_group_id)))"""
+"""A Ready job `j` the scheduler may start: one the cancellers will not cancel (its group and batch are not
+cancelled and no parent failed it), or one that always runs."""
+
 # The Ready jobs of one user's running batches in one pool that may run now, in queue order; one such
 # part per user, all in one statement (UNION ALL), so a cycle pays one round trip per pool, not per user.
 _QUEUE_PART = """
@@ -54,13 +61,9 @@ _QUEUE_PART = """
         EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS has_locks
  FROM batches b
  JOIN jobs j ON j.batch_id = b.batch_id AND j.state = 'Ready' AND j.inst_coll = %s
- WHERE b.user = %s AND b.state = 'running'
-   AND (j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
-         SELECT 1 FROM job_group_self_and_ancestors a
-         JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-         WHERE a.batch_id = j.batch_id AND a.job_group_id = j.job_group_id)))
+ WHERE b.user = %s AND b.state = 'running' AND {may_run}
  ORDER BY j.priority DESC, j.batch_id, j.job_id
- LIMIT %s)"""
+ LIMIT %s)""".format(may_run=MAY_RUN)
 
 _HELD = """
 SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders
@@ -142,7 +145,7 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
     projects = {r["billing_project"] for r in rows}
     held: dict[str, dict[Holder, Locks]] = {}
     if rows_with_locks:
-        locks = await _locks_of(db, [(r["batch_id"], r["job_id"]) for r in rows_with_locks])
+        locks = await locks_of(db, [(r["batch_id"], r["job_id"]) for r in rows_with_locks])
         queues = {user: [_with_locks(c, locks) for c in queue] for user, queue in queues.items()}
         held = await read_held(db, {r["billing_project"] for r in rows_with_locks}, locks.values())
     budgets: dict[str, Budget] = {}
@@ -162,7 +165,8 @@ def _with_locks(candidate: Candidate, locks: dict[JobKey, Locks]) -> Candidate:
     return dataclasses.replace(candidate, locks=job_locks)
 
 
-async def _locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:
+async def locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:
+    """The locks of each of these jobs that declares some, by level."""
     rows = await db.fetchall(
         f"SELECT batch_id, job_id, level, mode, lock_name FROM job_locks WHERE (batch_id, job_id) IN "
         f"({', '.join(['(%s, %s)'] * len(keys))})", tuple(v for key in keys for v in key), name="candidate_locks")

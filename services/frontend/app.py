@@ -10,7 +10,12 @@ from pathlib import Path
 
 import grpc
 
-from corral.batch.v1 import batch_service_pb2_grpc, job_group_service_pb2_grpc, job_service_pb2_grpc
+from corral.batch.v1 import (
+    batch_service_pb2_grpc,
+    job_group_service_pb2_grpc,
+    job_service_pb2_grpc,
+    lock_service_pb2_grpc,
+)
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
 from services.common.call_limits import CallLimits
@@ -40,6 +45,8 @@ from services.frontend.job_groups import JobGroupServicer
 from services.frontend.job_store import JobReadStore
 from services.frontend.jobs import JobServicer
 from services.frontend.limits import Limits
+from services.frontend.lock_store import LockStore
+from services.frontend.locks import LockServicer
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
 from services.common.specs import SpecStore
@@ -144,6 +151,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
                     job_group_service_pb2_grpc.add_JobGroupServiceServicer_to_server),
             Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(reads)),
                     billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
+            Service("corral.batch.v1.LockService", LockServicer(LockStore(reads), BillingStore(reads)),
+                    lock_service_pb2_grpc.add_LockServiceServicer_to_server),
         ]
         listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
         if config.internal_address:

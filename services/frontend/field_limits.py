@@ -40,6 +40,9 @@ SUBMIT_SUFFIX = "/submit"
 RERUN_PREFIX = "rerun/"
 PAGE_TOKEN_CHARS = 256
 """Longer than any token the services return (base64 of an id, day or name)."""
+LOCK_PAGE_TOKEN_CHARS = 4096
+"""ListLocks' token holds a project, level and name (100 + 64 + 255 characters, at most 6 bytes each as JSON)
+in base64: at most 3,376 characters."""
 ENUM_LIST_ITEMS = 16
 """A list of enum values: more entries than the enum has values is refused."""
 
@@ -68,7 +71,7 @@ def _int_column(column: str, least: int = INT32_MIN) -> Integer:
 
 
 def request_field_limits(limits: Limits) -> FieldLimits:
-    """Limits by field for BatchService, JobService, JobGroupService and BillingService."""
+    """Limits by field for BatchService, JobService, JobGroupService, LockService and BillingService."""
     batch_id = Integer(INT64_MIN, INT64_MAX, column="batches.batch_id")
     page_size = Integer(0, INT32_MAX, by_servicer=True)  # a negative one is refused; a larger one is the cap
     page_token = Text(PAGE_TOKEN_CHARS)
@@ -167,6 +170,12 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}GetJobGroupRequest.job_group_id": _int_column("job_groups.job_group_id"),
         f"{BATCH}ListJobGroupsRequest.parent_job_group_id": _int_column("job_groups.parent_id"),
         f"{BATCH}CancelJobGroupRequest.job_group_id": _int_column("job_groups.job_group_id"),
+        # LockService
+        f"{BATCH}ListLocksRequest.billing_project": project,
+        f"{BATCH}ListLocksRequest.level": Text(64, column="job_locks.level"),
+        f"{BATCH}ListLocksRequest.name": Text(255, column="job_locks.lock_name"),
+        f"{BATCH}ListLocksRequest.page_size": page_size,
+        f"{BATCH}ListLocksRequest.page_token": Text(LOCK_PAGE_TOKEN_CHARS),
         # BillingService
         f"{BILLING}CreateBillingProjectRequest.name": Text(64, column="billing_projects.name"),
         f"{BILLING}CreateBillingProjectRequest.limit_micro_usd": Integer(0, MAX_MICRO_USD, by_servicer=True),

@@ -291,6 +291,15 @@ def _retry_stop(job: Candidate, now_s: float) -> Wait | None:
                              f"waits {job.not_before_s - now_s:.1f} s more (exponential back-off with jitter)")
 
 
+def lock_weight(locks: Locks, running_by_level: Mapping[str, Sequence[LockRequest]], age_s: float) -> float:
+    """A job's place within its priority (lower is tried sooner): its contention weight against the locks
+    running jobs of its project hold (`HeldLocks.by_level`), times its aging factor; 0 without locks. The
+    scheduler orders by it, and the lock monitor (ListLocks) shows it."""
+    if not locks:
+        return 0.0
+    return aged_weight(static_weight(locks, running_by_level), age_s)
+
+
 def _order(queue: Sequence[Candidate], running: Mapping[str, HeldLocks], now_s: float,
            by_project: dict[str, dict[str, list[LockRequest]]]) -> list[Candidate]:
     """Priority first; within a priority the least contended (aged) first; then the queue's own order.
@@ -303,7 +312,7 @@ def _order(queue: Sequence[Candidate], running: Mapping[str, HeldLocks], now_s: 
         if levels is None:
             index = running.get(job.billing_project)
             levels = by_project[job.billing_project] = index.by_level() if index is not None else {}
-        return aged_weight(static_weight(job.locks, levels), now_s - job.created_s)
+        return lock_weight(job.locks, levels, now_s - job.created_s)
 
     position = {job.key: i for i, job in enumerate(queue)}
     return sorted(queue, key=lambda job: (-job.priority, weight(job), position[job.key]))

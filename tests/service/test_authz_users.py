@@ -39,6 +39,8 @@ from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import job_group_pb2, job_spec_pb2
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
+from corral.batch.v1 import lock_service_pb2 as lpb
+from corral.batch.v1 import lock_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.app import AuthApp
@@ -97,8 +99,9 @@ class Row:
     codes: dict[str, grpc.StatusCode]
 
 
-B, J, G, C, A = ("/corral.batch.v1.BatchService/", "/corral.batch.v1.JobService/", "/corral.batch.v1.JobGroupService/",
-                 "/corral.billing.v1.BillingService/", "/corral.auth.v1.AuthService/")
+B, J, G, L, C, A = ("/corral.batch.v1.BatchService/", "/corral.batch.v1.JobService/",
+                    "/corral.batch.v1.JobGroupService/", "/corral.batch.v1.LockService/",
+                    "/corral.billing.v1.BillingService/", "/corral.auth.v1.AuthService/")
 
 # Reads of a batch: members read, outsiders get the answer of a missing batch.
 READ = unauthenticated(NF, member=OK, owner=OK, admin=OK)
@@ -144,6 +147,8 @@ TABLE: dict[str, Row] = {
     G + "GetJobGroup": Row(lambda w: gpb.GetJobGroupRequest(batch_id=w.batch_id, job_group_id=1), READ),
     G + "ListJobGroups": Row(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id), READ),
     G + "CancelJobGroup": Row(lambda w: gpb.CancelJobGroupRequest(batch_id=w.batch_id, job_group_id=1), CHANGE),
+    # A project's locks: whoever may read the project; without one, each sees the projects they read.
+    L + "ListLocks": Row(lambda w: lpb.ListLocksRequest(billing_project="proj"), READ),
     C + "CreateBillingProject": Row(lambda w: cpb.CreateBillingProjectRequest(name="new-lab"), ADMIN_ONLY),
     C + "GetBillingProject": Row(lambda w: cpb.GetBillingProjectRequest(billing_project="proj"), READ),
     C + "ListBillingProjects": Row(lambda w: cpb.ListBillingProjectsRequest(),
@@ -187,7 +192,7 @@ def test_every_public_rpc_is_in_the_table() -> None:
     methods = public_methods()
     assert len(methods) > 40 and {m.split("/")[1] for m in methods} == {
         "corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-        "corral.billing.v1.BillingService", "corral.auth.v1.AuthService"}
+        "corral.batch.v1.LockService", "corral.billing.v1.BillingService", "corral.auth.v1.AuthService"}
     assert set(TABLE) == set(methods), (f"no row for {sorted(set(methods) - set(TABLE))}; "
                                         f"rows for no method {sorted(set(TABLE) - set(methods))}")
     assert all(set(row.codes) == set(CALLERS) for row in TABLE.values())
@@ -254,6 +259,7 @@ async def stubs(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> 
             person_channel(certs.issue("someone"), env.frontend.public_port) as channel:
         yield {"corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
                "corral.batch.v1.JobGroupService": env.groups,
+               "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
                "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
                "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)}
 

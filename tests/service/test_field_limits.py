@@ -296,7 +296,7 @@ async def send(callers: Callers, method: str, request: message.Message, metadata
 
 
 SERVICES = ("corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-            "corral.billing.v1.BillingService", "corral.auth.v1.AuthService")
+            "corral.batch.v1.LockService", "corral.billing.v1.BillingService", "corral.auth.v1.AuthService")
 
 
 @pytest.mark.parametrize("service", SERVICES)

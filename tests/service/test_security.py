@@ -39,6 +39,8 @@ from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
+from corral.batch.v1 import lock_service_pb2 as lpb
+from corral.batch.v1 import lock_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.driver.v1 import driver_service_pb2 as dpb
@@ -64,8 +66,8 @@ from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa:
 PD, NF = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND
 MISSING_BATCH_ID = 987_654_321
 SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.services_by_name["JobService"],
-            gpb.DESCRIPTOR.services_by_name["JobGroupService"], cpb.DESCRIPTOR.services_by_name["BillingService"],
-            apb.DESCRIPTOR.services_by_name["AuthService"])
+            gpb.DESCRIPTOR.services_by_name["JobGroupService"], lpb.DESCRIPTOR.services_by_name["LockService"],
+            cpb.DESCRIPTOR.services_by_name["BillingService"], apb.DESCRIPTOR.services_by_name["AuthService"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +126,7 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.JobGroupService/ListJobGroups": Case(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.JobGroupService/CancelJobGroup": Case(lambda w: gpb.CancelJobGroupRequest(
         batch_id=w.batch_id, job_group_id=1), member=PD),
+    "/corral.batch.v1.LockService/ListLocks": Case(lambda w: lpb.ListLocksRequest(billing_project=w.project)),
     "/corral.billing.v1.BillingService/CreateBillingProject": Case(lambda w: cpb.CreateBillingProjectRequest(
         name="new-lab"), outsider=PD, member=PD),
     "/corral.billing.v1.BillingService/GetBillingProject": Case(lambda w: cpb.GetBillingProjectRequest(
@@ -227,6 +230,7 @@ async def callers(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -
         yield Callers({
             "corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
             "corral.batch.v1.JobGroupService": env.groups,
+            "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
             "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
             "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)})
 

@@ -24,12 +24,11 @@ _sym_db = _symbol_database.Default()
 
 from corral.authz.v1 import authz_pb2 as corral_dot_authz_dot_v1_dot_authz__pb2
 from corral.driver.v1 import instance_pb2 as corral_dot_driver_dot_v1_dot_instance__pb2
-from corral.driver.v1 import lock_pb2 as corral_dot_driver_dot_v1_dot_lock__pb2
 from corral.driver.v1 import worker_session_pb2 as corral_dot_driver_dot_v1_dot_worker__session__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%corral/driver/v1/driver_service.proto\x12\x10\x63orral.driver.v1\x1a\x1b\x63orral/authz/v1/authz.proto\x1a\x1f\x63orral/driver/v1/instance.proto\x1a\x1b\x63orral/driver/v1/lock.proto\x1a%corral/driver/v1/worker_session.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x01\n\x15\x41\x63tivateWorkerRequest\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x18\n\x10\x61\x63tivation_token\x18\x02 \x01(\t\x12\x12\n\ncores_mcpu\x18\x03 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06region\x18\x06 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x07 \x01(\t\x12\x0f\n\x07version\x18\x08 \x01(\t\"\x85\x01\n\x16\x41\x63tivateWorkerResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x16\n\x0einstance_token\x18\x02 \x01(\t\x12/\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1f.corral.driver.v1.SessionConfig\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"w\n\x17\x44\x65\x61\x63tivateWorkerRequest\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x16\n\x0einstance_token\x18\x02 \x01(\t\x12-\n\x06reason\x18\x03 \x01(\x0e\x32\x1d.corral.driver.v1.DrainReason\"\x1a\n\x18\x44\x65\x61\x63tivateWorkerResponse\"\x8f\x03\n\x14WorkerSessionRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12+\n\x07sent_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05hello\x18\x03 \x01(\x0b\x32\x17.corral.driver.v1.HelloH\x00\x12\x30\n\theartbeat\x18\x04 \x01(\x0b\x32\x1b.corral.driver.v1.HeartbeatH\x00\x12\x33\n\x0bjob_started\x18\x05 \x01(\x0b\x32\x1c.corral.driver.v1.JobStartedH\x00\x12\x37\n\rjob_completed\x18\x06 \x01(\x0b\x32\x1e.corral.driver.v1.JobCompletedH\x00\x12\x33\n\x0b\x63ommand_ack\x18\x07 \x01(\x0b\x32\x1c.corral.driver.v1.CommandAckH\x00\x12.\n\x08\x64raining\x18\x08 \x01(\x0b\x32\x1a.corral.driver.v1.DrainingH\x00\x42\t\n\x07payload\"\xd6\x02\n\x15WorkerSessionResponse\x12\x12\n\ncommand_id\x18\x01 \x01(\x03\x12,\n\x07welcome\x18\x02 \x01(\x0b\x32\x19.corral.driver.v1.WelcomeH\x00\x12+\n\x07run_job\x18\x03 \x01(\x0b\x32\x18.corral.driver.v1.RunJobH\x00\x12\x31\n\ncancel_job\x18\x04 \x01(\x0b\x32\x1b.corral.driver.v1.CancelJobH\x00\x12(\n\x05\x64rain\x18\x05 \x01(\x0b\x32\x17.corral.driver.v1.DrainH\x00\x12.\n\x08shutdown\x18\x06 \x01(\x0b\x32\x1a.corral.driver.v1.ShutdownH\x00\x12\x36\n\rack_job_event\x18\x07 \x01(\x0b\x32\x1d.corral.driver.v1.AckJobEventH\x00\x42\t\n\x07payload\"\x82\x01\n\x13NotifyChangeRequest\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.corral.driver.v1.ChangeKind\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x03\x12\x14\n\x0cjob_group_id\x18\x03 \x01(\x03\x12\x17\n\x0f\x62illing_project\x18\x04 \x01(\t\"\x16\n\x14NotifyChangeResponse\"\x12\n\x10GetLeaderRequest\"}\n\x11GetLeaderResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x16\n\x0eleader_address\x18\x02 \x01(\t\x12\x11\n\tis_leader\x18\x03 \x01(\x08\x12.\n\nelected_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x10ListLocksRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\r\n\x05level\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"Y\n\x11ListLocksResponse\x12+\n\x05locks\x18\x01 \x03(\x0b\x32\x1c.corral.driver.v1.LockStatus\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x81\x01\n\x14ListInstancesRequest\x12.\n\x05state\x18\x01 \x01(\x0e\x32\x1f.corral.driver.v1.InstanceState\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"_\n\x15ListInstancesResponse\x12-\n\tinstances\x18\x01 \x03(\x0b\x32\x1a.corral.driver.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xac\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43HANGE_KIND_JOBS_READY\x10\x01\x12\x1f\n\x1b\x43HANGE_KIND_BATCH_CANCELLED\x10\x02\x12#\n\x1f\x43HANGE_KIND_JOB_GROUP_CANCELLED\x10\x03\x12\x1f\n\x1b\x43HANGE_KIND_BILLING_CHANGED\x10\x04\x32\xa7\x06\n\rDriverService\x12o\n\x0e\x41\x63tivateWorker\x12\'.corral.driver.v1.ActivateWorkerRequest\x1a(.corral.driver.v1.ActivateWorkerResponse\"\n\xa2\xbb\x18\x06worker\x12x\n\x10\x44\x65\x61\x63tivateWorker\x12).corral.driver.v1.DeactivateWorkerRequest\x1a*.corral.driver.v1.DeactivateWorkerResponse\"\r\x90\x02\x02\xa2\xbb\x18\x06worker\x12p\n\rWorkerSession\x12&.corral.driver.v1.WorkerSessionRequest\x1a\'.corral.driver.v1.WorkerSessionResponse\"\n\xa2\xbb\x18\x06worker(\x01\x30\x01\x12n\n\x0cNotifyChange\x12%.corral.driver.v1.NotifyChangeRequest\x1a&.corral.driver.v1.NotifyChangeResponse\"\x0f\x90\x02\x02\xa2\xbb\x18\x08\x66rontend\x12o\n\tGetLeader\x12\".corral.driver.v1.GetLeaderRequest\x1a#.corral.driver.v1.GetLeaderResponse\"\x19\x90\x02\x01\xa2\xbb\x18\x06worker\xa2\xbb\x18\x08\x66rontend\x12\x65\n\tListLocks\x12\".corral.driver.v1.ListLocksRequest\x1a#.corral.driver.v1.ListLocksResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend\x12q\n\rListInstances\x12&.corral.driver.v1.ListInstancesRequest\x1a\'.corral.driver.v1.ListInstancesResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontendb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%corral/driver/v1/driver_service.proto\x12\x10\x63orral.driver.v1\x1a\x1b\x63orral/authz/v1/authz.proto\x1a\x1f\x63orral/driver/v1/instance.proto\x1a%corral/driver/v1/worker_session.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x01\n\x15\x41\x63tivateWorkerRequest\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x18\n\x10\x61\x63tivation_token\x18\x02 \x01(\t\x12\x12\n\ncores_mcpu\x18\x03 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x04 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x05 \x01(\x03\x12\x0e\n\x06region\x18\x06 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x07 \x01(\t\x12\x0f\n\x07version\x18\x08 \x01(\t\"\x85\x01\n\x16\x41\x63tivateWorkerResponse\x12\x13\n\x0binstance_id\x18\x01 \x01(\x03\x12\x16\n\x0einstance_token\x18\x02 \x01(\t\x12/\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1f.corral.driver.v1.SessionConfig\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\"w\n\x17\x44\x65\x61\x63tivateWorkerRequest\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x16\n\x0einstance_token\x18\x02 \x01(\t\x12-\n\x06reason\x18\x03 \x01(\x0e\x32\x1d.corral.driver.v1.DrainReason\"\x1a\n\x18\x44\x65\x61\x63tivateWorkerResponse\"\x8f\x03\n\x14WorkerSessionRequest\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03\x12+\n\x07sent_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12(\n\x05hello\x18\x03 \x01(\x0b\x32\x17.corral.driver.v1.HelloH\x00\x12\x30\n\theartbeat\x18\x04 \x01(\x0b\x32\x1b.corral.driver.v1.HeartbeatH\x00\x12\x33\n\x0bjob_started\x18\x05 \x01(\x0b\x32\x1c.corral.driver.v1.JobStartedH\x00\x12\x37\n\rjob_completed\x18\x06 \x01(\x0b\x32\x1e.corral.driver.v1.JobCompletedH\x00\x12\x33\n\x0b\x63ommand_ack\x18\x07 \x01(\x0b\x32\x1c.corral.driver.v1.CommandAckH\x00\x12.\n\x08\x64raining\x18\x08 \x01(\x0b\x32\x1a.corral.driver.v1.DrainingH\x00\x42\t\n\x07payload\"\xd6\x02\n\x15WorkerSessionResponse\x12\x12\n\ncommand_id\x18\x01 \x01(\x03\x12,\n\x07welcome\x18\x02 \x01(\x0b\x32\x19.corral.driver.v1.WelcomeH\x00\x12+\n\x07run_job\x18\x03 \x01(\x0b\x32\x18.corral.driver.v1.RunJobH\x00\x12\x31\n\ncancel_job\x18\x04 \x01(\x0b\x32\x1b.corral.driver.v1.CancelJobH\x00\x12(\n\x05\x64rain\x18\x05 \x01(\x0b\x32\x17.corral.driver.v1.DrainH\x00\x12.\n\x08shutdown\x18\x06 \x01(\x0b\x32\x1a.corral.driver.v1.ShutdownH\x00\x12\x36\n\rack_job_event\x18\x07 \x01(\x0b\x32\x1d.corral.driver.v1.AckJobEventH\x00\x42\t\n\x07payload\"\x82\x01\n\x13NotifyChangeRequest\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.corral.driver.v1.ChangeKind\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x03\x12\x14\n\x0cjob_group_id\x18\x03 \x01(\x03\x12\x17\n\x0f\x62illing_project\x18\x04 \x01(\t\"\x16\n\x14NotifyChangeResponse\"\x12\n\x10GetLeaderRequest\"}\n\x11GetLeaderResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x16\n\x0eleader_address\x18\x02 \x01(\t\x12\x11\n\tis_leader\x18\x03 \x01(\x08\x12.\n\nelected_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x81\x01\n\x14ListInstancesRequest\x12.\n\x05state\x18\x01 \x01(\x0e\x32\x1f.corral.driver.v1.InstanceState\x12\x12\n\ncollection\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"_\n\x15ListInstancesResponse\x12-\n\tinstances\x18\x01 \x03(\x0b\x32\x1a.corral.driver.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xac\x01\n\nChangeKind\x12\x1b\n\x17\x43HANGE_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16\x43HANGE_KIND_JOBS_READY\x10\x01\x12\x1f\n\x1b\x43HANGE_KIND_BATCH_CANCELLED\x10\x02\x12#\n\x1f\x43HANGE_KIND_JOB_GROUP_CANCELLED\x10\x03\x12\x1f\n\x1b\x43HANGE_KIND_BILLING_CHANGED\x10\x04\x32\xc0\x05\n\rDriverService\x12o\n\x0e\x41\x63tivateWorker\x12\'.corral.driver.v1.ActivateWorkerRequest\x1a(.corral.driver.v1.ActivateWorkerResponse\"\n\xa2\xbb\x18\x06worker\x12x\n\x10\x44\x65\x61\x63tivateWorker\x12).corral.driver.v1.DeactivateWorkerRequest\x1a*.corral.driver.v1.DeactivateWorkerResponse\"\r\x90\x02\x02\xa2\xbb\x18\x06worker\x12p\n\rWorkerSession\x12&.corral.driver.v1.WorkerSessionRequest\x1a\'.corral.driver.v1.WorkerSessionResponse\"\n\xa2\xbb\x18\x06worker(\x01\x30\x01\x12n\n\x0cNotifyChange\x12%.corral.driver.v1.NotifyChangeRequest\x1a&.corral.driver.v1.NotifyChangeResponse\"\x0f\x90\x02\x02\xa2\xbb\x18\x08\x66rontend\x12o\n\tGetLeader\x12\".corral.driver.v1.GetLeaderRequest\x1a#.corral.driver.v1.GetLeaderResponse\"\x19\x90\x02\x01\xa2\xbb\x18\x06worker\xa2\xbb\x18\x08\x66rontend\x12q\n\rListInstances\x12&.corral.driver.v1.ListInstancesRequest\x1a\'.corral.driver.v1.ListInstancesResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontendb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,40 +45,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DRIVERSERVICE'].methods_by_name['NotifyChange']._serialized_options = b'\220\002\002\242\273\030\010frontend'
   _globals['_DRIVERSERVICE'].methods_by_name['GetLeader']._loaded_options = None
   _globals['_DRIVERSERVICE'].methods_by_name['GetLeader']._serialized_options = b'\220\002\001\242\273\030\006worker\242\273\030\010frontend'
-  _globals['_DRIVERSERVICE'].methods_by_name['ListLocks']._loaded_options = None
-  _globals['_DRIVERSERVICE'].methods_by_name['ListLocks']._serialized_options = b'\220\002\001\242\273\030\010frontend'
   _globals['_DRIVERSERVICE'].methods_by_name['ListInstances']._loaded_options = None
   _globals['_DRIVERSERVICE'].methods_by_name['ListInstances']._serialized_options = b'\220\002\001\242\273\030\010frontend'
-  _globals['_CHANGEKIND']._serialized_start=2168
-  _globals['_CHANGEKIND']._serialized_end=2340
-  _globals['_ACTIVATEWORKERREQUEST']._serialized_start=223
-  _globals['_ACTIVATEWORKERREQUEST']._serialized_end=410
-  _globals['_ACTIVATEWORKERRESPONSE']._serialized_start=413
-  _globals['_ACTIVATEWORKERRESPONSE']._serialized_end=546
-  _globals['_DEACTIVATEWORKERREQUEST']._serialized_start=548
-  _globals['_DEACTIVATEWORKERREQUEST']._serialized_end=667
-  _globals['_DEACTIVATEWORKERRESPONSE']._serialized_start=669
-  _globals['_DEACTIVATEWORKERRESPONSE']._serialized_end=695
-  _globals['_WORKERSESSIONREQUEST']._serialized_start=698
-  _globals['_WORKERSESSIONREQUEST']._serialized_end=1097
-  _globals['_WORKERSESSIONRESPONSE']._serialized_start=1100
-  _globals['_WORKERSESSIONRESPONSE']._serialized_end=1442
-  _globals['_NOTIFYCHANGEREQUEST']._serialized_start=1445
-  _globals['_NOTIFYCHANGEREQUEST']._serialized_end=1575
-  _globals['_NOTIFYCHANGERESPONSE']._serialized_start=1577
-  _globals['_NOTIFYCHANGERESPONSE']._serialized_end=1599
-  _globals['_GETLEADERREQUEST']._serialized_start=1601
-  _globals['_GETLEADERREQUEST']._serialized_end=1619
-  _globals['_GETLEADERRESPONSE']._serialized_start=1621
-  _globals['_GETLEADERRESPONSE']._serialized_end=1746
-  _globals['_LISTLOCKSREQUEST']._serialized_start=1748
-  _globals['_LISTLOCKSREQUEST']._serialized_end=1845
-  _globals['_LISTLOCKSRESPONSE']._serialized_start=1847
-  _globals['_LISTLOCKSRESPONSE']._serialized_end=1936
-  _globals['_LISTINSTANCESREQUEST']._serialized_start=1939
-  _globals['_LISTINSTANCESREQUEST']._serialized_end=2068
-  _globals['_LISTINSTANCESRESPONSE']._serialized_start=2070
-  _globals['_LISTINSTANCESRESPONSE']._serialized_end=2165
-  _globals['_DRIVERSERVICE']._serialized_start=2343
-  _globals['_DRIVERSERVICE']._serialized_end=3150
+  _globals['_CHANGEKIND']._serialized_start=1949
+  _globals['_CHANGEKIND']._serialized_end=2121
+  _globals['_ACTIVATEWORKERREQUEST']._serialized_start=194
+  _globals['_ACTIVATEWORKERREQUEST']._serialized_end=381
+  _globals['_ACTIVATEWORKERRESPONSE']._serialized_start=384
+  _globals['_ACTIVATEWORKERRESPONSE']._serialized_end=517
+  _globals['_DEACTIVATEWORKERREQUEST']._serialized_start=519
+  _globals['_DEACTIVATEWORKERREQUEST']._serialized_end=638
+  _globals['_DEACTIVATEWORKERRESPONSE']._serialized_start=640
+  _globals['_DEACTIVATEWORKERRESPONSE']._serialized_end=666
+  _globals['_WORKERSESSIONREQUEST']._serialized_start=669
+  _globals['_WORKERSESSIONREQUEST']._serialized_end=1068
+  _globals['_WORKERSESSIONRESPONSE']._serialized_start=1071
+  _globals['_WORKERSESSIONRESPONSE']._serialized_end=1413
+  _globals['_NOTIFYCHANGEREQUEST']._serialized_start=1416
+  _globals['_NOTIFYCHANGEREQUEST']._serialized_end=1546
+  _globals['_NOTIFYCHANGERESPONSE']._serialized_start=1548
+  _globals['_NOTIFYCHANGERESPONSE']._serialized_end=1570
+  _globals['_GETLEADERREQUEST']._serialized_start=1572
+  _globals['_GETLEADERREQUEST']._serialized_end=1590
+  _globals['_GETLEADERRESPONSE']._serialized_start=1592
+  _globals['_GETLEADERRESPONSE']._serialized_end=1717
+  _globals['_LISTINSTANCESREQUEST']._serialized_start=1720
+  _globals['_LISTINSTANCESREQUEST']._serialized_end=1849
+  _globals['_LISTINSTANCESRESPONSE']._serialized_start=1851
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=1946
+  _globals['_DRIVERSERVICE']._serialized_start=2124
+  _globals['_DRIVERSERVICE']._serialized_end=2828
 # @@protoc_insertion_point(module_scope)

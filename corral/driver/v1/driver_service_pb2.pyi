@@ -2,7 +2,6 @@ import datetime
 
 from corral.authz.v1 import authz_pb2 as _authz_pb2
 from corral.driver.v1 import instance_pb2 as _instance_pb2
-from corral.driver.v1 import lock_pb2 as _lock_pb2
 from corral.driver.v1 import worker_session_pb2 as _worker_session_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -142,26 +141,6 @@ class GetLeaderResponse(_message.Message):
     is_leader: bool
     elected_at: _timestamp_pb2.Timestamp
     def __init__(self, epoch: _Optional[int] = ..., leader_address: _Optional[str] = ..., is_leader: _Optional[bool] = ..., elected_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
-
-class ListLocksRequest(_message.Message):
-    __slots__ = ("billing_project", "level", "page_size", "page_token")
-    BILLING_PROJECT_FIELD_NUMBER: _ClassVar[int]
-    LEVEL_FIELD_NUMBER: _ClassVar[int]
-    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
-    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    billing_project: str
-    level: str
-    page_size: int
-    page_token: str
-    def __init__(self, billing_project: _Optional[str] = ..., level: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
-
-class ListLocksResponse(_message.Message):
-    __slots__ = ("locks", "next_page_token")
-    LOCKS_FIELD_NUMBER: _ClassVar[int]
-    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    locks: _containers.RepeatedCompositeFieldContainer[_lock_pb2.LockStatus]
-    next_page_token: str
-    def __init__(self, locks: _Optional[_Iterable[_Union[_lock_pb2.LockStatus, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListInstancesRequest(_message.Message):
     __slots__ = ("state", "collection", "page_size", "page_token")

@@ -62,11 +62,6 @@ class DriverServiceStub:
                 request_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderRequest.SerializeToString,
                 response_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderResponse.FromString,
                 _registered_method=True)
-        self.ListLocks = channel.unary_unary(
-                '/corral.driver.v1.DriverService/ListLocks',
-                request_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListLocksRequest.SerializeToString,
-                response_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListLocksResponse.FromString,
-                _registered_method=True)
         self.ListInstances = channel.unary_unary(
                 '/corral.driver.v1.DriverService/ListInstances',
                 request_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListInstancesRequest.SerializeToString,
@@ -120,14 +115,6 @@ class DriverServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ListLocks(self, request, context):
-        """Lists held locks with their holders and waiters (the lock monitor
-        behind `corral locks`).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def ListInstances(self, request, context):
         """Lists instances, newest first.
         """
@@ -162,11 +149,6 @@ def add_DriverServiceServicer_to_server(servicer, server):
                     servicer.GetLeader,
                     request_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderRequest.FromString,
                     response_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderResponse.SerializeToString,
-            ),
-            'ListLocks': grpc.unary_unary_rpc_method_handler(
-                    servicer.ListLocks,
-                    request_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListLocksRequest.FromString,
-                    response_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListLocksResponse.SerializeToString,
             ),
             'ListInstances': grpc.unary_unary_rpc_method_handler(
                     servicer.ListInstances,
@@ -312,33 +294,6 @@ class DriverService:
             '/corral.driver.v1.DriverService/GetLeader',
             corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderRequest.SerializeToString,
             corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def ListLocks(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/corral.driver.v1.DriverService/ListLocks',
-            corral_dot_driver_dot_v1_dot_driver__service__pb2.ListLocksRequest.SerializeToString,
-            corral_dot_driver_dot_v1_dot_driver__service__pb2.ListLocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -38,13 +38,17 @@ class LockHolder(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.JobRef, _Mapping]] = ..., mode: _Optional[_Union[_job_spec_pb2.LockMode, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class LockWaiter(_message.Message):
-    __slots__ = ("job", "mode", "since", "priority_weight")
+    __slots__ = ("job", "mode", "since", "priority_weight", "blocked_by", "priority")
     JOB_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     SINCE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    BLOCKED_BY_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     job: _job_pb2.JobRef
     mode: _job_spec_pb2.LockMode
     since: _timestamp_pb2.Timestamp
     priority_weight: float
-    def __init__(self, job: _Optional[_Union[_job_pb2.JobRef, _Mapping]] = ..., mode: _Optional[_Union[_job_spec_pb2.LockMode, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority_weight: _Optional[float] = ...) -> None: ...
+    blocked_by: _containers.RepeatedCompositeFieldContainer[_job_pb2.JobRef]
+    priority: int
+    def __init__(self, job: _Optional[_Union[_job_pb2.JobRef, _Mapping]] = ..., mode: _Optional[_Union[_job_spec_pb2.LockMode, str]] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., priority_weight: _Optional[float] = ..., blocked_by: _Optional[_Iterable[_Union[_job_pb2.JobRef, _Mapping]]] = ..., priority: _Optional[int] = ...) -> None: ...
