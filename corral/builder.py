@@ -63,6 +63,7 @@ class BatchBuilder:
         always_run: bool = False,
         cores: float = 1.0,
         memory_bytes: int = 0,
+        storage_bytes: int = 0,
         env: Mapping[str, str] | None = None,
         attributes: Mapping[str, str] | None = None,
         regions: Sequence[str] = (),
@@ -77,7 +78,9 @@ class BatchBuilder:
         holds while it runs (`job_spec_pb2.JobLock(level=..., mode=..., names=[...])`): the scheduler never
         starts it while a running job of the billing project holds a clashing one. `retry_policy` says which
         failed attempts are tried again (out of memory with more memory, listed exit codes after a back-off,
-        on-demand after preemptions); `on_demand` keeps it off spot machines."""
+        on-demand after preemptions); `on_demand` keeps it off spot machines. `memory_bytes` and
+        `storage_bytes` (scratch storage) are reserved on its machine (0: its pool's share per core); one its
+        pool's machine could never hold is refused at submission. Storage is checked, not enforced."""
         index = len(self._specs)
         accepted = [_STATES[s.lower()] for s in accept]
         refs = []
@@ -92,7 +95,8 @@ class BatchBuilder:
             image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
             max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, parents=refs,
             locks=list(locks),
-            resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes),
+            resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes,
+                                                   storage_bytes=storage_bytes),
         )
         if isinstance(command, str):
             spec.script = command

@@ -111,7 +111,8 @@ def builder_from_yaml(document: dict[str, Any]) -> BatchBuilder:
         handle = builder.job(
             job.get("image", ""), job.get("command", []), parents=parents,
             accept=job.get("accept", ("succeeded",)), always_run=job.get("always_run", False),
-            cores=job.get("cores", 1.0), memory_bytes=job.get("memory_bytes", 0), env=job.get("env"),
+            cores=job.get("cores", 1.0), memory_bytes=job.get("memory_bytes", 0),
+            storage_bytes=job.get("storage_bytes", 0), env=job.get("env"),
             attributes=job.get("attributes"), timeout_s=job.get("timeout_s"), priority=job.get("priority", 0))
         if "name" in job:
             named[job["name"]] = handle

@@ -17,6 +17,7 @@ from google.protobuf import json_format, message
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
 from corral.cli_batches import guarded, open_client
+from services.policy.sizes import binary_size
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -78,6 +79,9 @@ def _job(args: argparse.Namespace) -> int:
     print(job_line(job))
     command = list(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else [job.spec.script]
     print(f"  image {job.spec.image}  command {json.dumps(command)}")
+    r = job.resources
+    print(f"  reserves {r.cores_mcpu / 1000:g} cores, memory {binary_size(r.memory_bytes)}, scratch storage "
+          f"{binary_size(r.storage_bytes)} (checked, not enforced) in pool {r.pool}")
     if job.spec.parents:
         print("  parents " + ", ".join(str(p.job_id) for p in job.spec.parents))
     for a in job.attempts:

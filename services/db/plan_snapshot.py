@@ -32,14 +32,17 @@ _DEMAND = """
 SELECT user, inst_coll, n_ready_jobs, ready_cores_mcpu, running_cores_mcpu FROM user_inst_coll_fair_share
 """
 
-# Active instances with their free cores, and the memory their open attempts hold.
+# Active instances with their free cores, and the memory and storage their open attempts' jobs reserve: one
+# join over the open attempts of each instance (the attempts_instance index) sums both.
 _WORKERS = """
-SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes, i.preemptible,
-       (SELECT COALESCE(SUM(j.memory_bytes), 0) FROM attempts a
-        JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id
-        WHERE a.instance_name = i.name AND a.end_time_ms IS NULL) AS used_memory_bytes
+SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes,
+       i.storage_bytes, i.preemptible,
+       COALESCE(SUM(j.memory_bytes), 0) AS used_memory_bytes, COALESCE(SUM(j.storage_bytes), 0) AS used_storage_bytes
 FROM instances i LEFT JOIN regions r ON r.name = i.region
+LEFT JOIN attempts a ON a.instance_name = i.name AND a.end_time_ms IS NULL
+LEFT JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id
 WHERE i.state = 'active' {pool}
+GROUP BY i.name, i.inst_coll, r.region_id, i.free_cores_mcpu, i.memory_bytes, i.storage_bytes, i.preemptible
 ORDER BY i.name
 """
 
@@ -53,7 +56,7 @@ cancelled and no parent failed it), or one that always runs."""
 # The Ready jobs of one user's running batches in one pool that may run now, in queue order; one such
 # part per user, all in one statement (UNION ALL), so a cycle pays one round trip per pool, not per user.
 _QUEUE_PART = """
-(SELECT b.user, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.regions_bits, j.priority,
+(SELECT b.user, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.regions_bits, j.priority,
         j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance, j.not_before_ms,
         -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
         (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000 FROM billing_projects p
@@ -102,15 +105,21 @@ async def read_demand(db: Database) -> dict[str, list[UserDemand]]:
 
 async def read_workers(db: Database, pool: str | None = None) -> dict[str, list[Worker]]:
     """Active instances with free cores, by pool (one pool if given). An instance that did not say how much
-    memory it has (0) is not checked for memory."""
+    memory, or storage, it has (0) is not checked for it."""
     sql = _WORKERS.format(pool="AND i.inst_coll = %s" if pool is not None else "")
     by_pool: dict[str, list[Worker]] = {}
     for r in await db.fetchall(sql, (pool,) if pool is not None else None, name="scheduler_instances"):
-        memory = int(r["memory_bytes"] or 0)
         by_pool.setdefault(r["inst_coll"], []).append(Worker(
             r["name"], int(r["region_id"]), int(r["free_cores_mcpu"]),
-            max(0, memory - int(r["used_memory_bytes"])) if memory > 0 else None, bool(r["preemptible"])))
+            _free(r["memory_bytes"], r["used_memory_bytes"]), bool(r["preemptible"]),
+            _free(r["storage_bytes"], r["used_storage_bytes"])))
     return by_pool
+
+
+def _free(total: Any, used: Any) -> int | None:
+    """What is left of `total` bytes once `used` are reserved; None if `total` is not known (0)."""
+    total = int(total or 0)
+    return max(0, total - int(used)) if total > 0 else None
 
 
 async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], demands: Sequence[UserDemand],
@@ -140,7 +149,8 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
             int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
             int(r["priority"]), int(r["time_created_ms"]) / 1000, reserve_micro_usd=reserve,
             on_demand=bool(r["on_demand"]), avoid_worker=r["avoid_instance"],
-            not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None))
+            not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None,
+            storage_bytes=int(r["storage_bytes"] or 0)))
     rows_with_locks = [r for r in rows if r["has_locks"]]
     projects = {r["billing_project"] for r in rows}
     held: dict[str, dict[Holder, Locks]] = {}

@@ -163,20 +163,22 @@ class JobStore:
     async def create_instance(
         self, epoch: int, name: str, inst_coll: str, cores_mcpu: int, activation_token: str,
         region: str = "local", machine_type: str | None = None, memory_bytes: int = 0,
-        preemptible: bool | None = None,
+        preemptible: bool | None = None, storage_bytes: int = 0,
     ) -> None:
         """Record a machine about to be created (state pending); `preemptible`: a spot machine (None: the
-        pool's kind)."""
+        pool's kind); memory or storage 0: not known (not checked there)."""
         await self.db.call(
             "create_instance", epoch, name, inst_coll, region, machine_type, cores_mcpu, memory_bytes,
-            activation_token, self.clock_ms(), preemptible,
+            activation_token, self.clock_ms(), preemptible, storage_bytes,
         )
 
     async def activate_instance(self, epoch: int, name: str, activation_token: str,
-                                ip_address: str | None = "127.0.0.1") -> None:
+                                ip_address: str | None = "127.0.0.1", storage_bytes: int = 0) -> None:
         """pending -> active, when the worker presents its activation token; `ip_address` is the
-        host:port of its WorkerService."""
-        await self.db.call("activate_instance", epoch, name, activation_token, ip_address, self.clock_ms())
+        host:port of its WorkerService, `storage_bytes` the scratch storage it reports (0: it did not say,
+        the instance keeps what it was created with)."""
+        await self.db.call("activate_instance", epoch, name, activation_token, ip_address, self.clock_ms(),
+                           storage_bytes)
 
     async def deactivate_instance(self, epoch: int, name: str, reason: str, end_reason: str = "worker_lost") -> Row:
         """The machine is gone: its running jobs' attempts end with `end_reason` (worker_lost or preempted), and

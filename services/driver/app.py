@@ -140,7 +140,8 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
         WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
                 "--cores-mcpu", str(request.cores_mcpu),
-                "--memory-bytes", str(request.memory_bytes), "--region", request.region,
+                "--memory-bytes", str(request.memory_bytes), "--storage-bytes", str(request.storage_bytes),
+                "--region", request.region,
                 "--driver-addresses", ",".join(drivers), "--certs-dir", str(certs),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url,

@@ -44,6 +44,8 @@ class InstanceRequest:
     activation_token: str
     preemptible: bool = False
     """A spot machine, which the cloud may reclaim."""
+    storage_bytes: int = 0
+    """Its scratch storage (the pool's machine's; 0: not known)."""
 
 
 class InstanceProvider(Protocol):
@@ -144,7 +146,8 @@ class LocalProvider:
 
 
 _POOLS = """
-SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.max_instances, c.max_new_instances_per_loop, c.preemptible,
+SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.worker_storage_bytes, c.max_instances,
+       c.max_new_instances_per_loop, c.preemptible,
        (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
           WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active')) AS free_cores_mcpu,
        (SELECT COUNT(*) FROM instances i WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active'))
@@ -205,12 +208,14 @@ class Autoscaler(Loop):
             for preemptible in [False] * n_on_demand + [bool(pool["preemptible"])] * n:
                 await self._create(epoch, InstanceRequest(
                     f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
-                    int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16), preemptible))
+                    int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16), preemptible,
+                    int(pool["worker_storage_bytes"] or 0)))
 
     async def _create(self, epoch: int, request: InstanceRequest) -> None:
         await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
                                           request.activation_token, region=request.region,
-                                          memory_bytes=request.memory_bytes, preemptible=request.preemptible)
+                                          memory_bytes=request.memory_bytes, preemptible=request.preemptible,
+                                          storage_bytes=request.storage_bytes)
         await self._provider.create(request)
         self.created.append(request.name)
         log.info("autoscaler: created %s in %s%s", request.name, request.inst_coll,

@@ -3,7 +3,7 @@
 Each cycle, per pool (instance collection):
 1. the live instances (only those whose worker has a session with this
    driver and takes jobs: `Dispatcher.live_instances`), with their free
-   cores and memory;
+   cores, memory and scratch storage;
 2. the pool's snapshot (`services.db.plan_snapshot`): each user's queue as
    deep as the planner looks, the candidates' locks and those their billing
    projects' running jobs hold, the projects' budgets;

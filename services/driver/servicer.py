@@ -128,9 +128,10 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             raise InvalidRequest(FieldViolation("address", f"host:port of WorkerService, at most "
                                                            f"{MAX_ADDRESS_CHARS} characters"))
         epoch = self._leader_epoch()
-        # instances.ip_address holds the host:port of the worker's WorkerService.
+        # instances.ip_address holds the host:port of the worker's WorkerService; the storage it reports,
+        # its own disk's, replaces its pool's.
         await self._store.activate_instance(epoch, request.instance_name, request.activation_token,
-                                            request.address or None)
+                                            request.address or None, storage_bytes=max(0, request.storage_bytes))
         self._on_change("instance_active")
         return pb.ActivateWorkerResponse(instance_token=instance_token(request.activation_token),
                                          config=self._settings.proto(), epoch=epoch)

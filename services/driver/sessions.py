@@ -125,8 +125,9 @@ class SessionRegistry:
             return
         keys = ", ".join(["(%s, %s)"] * len(placements))
         rows = await self._db.fetchall(
-            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, j.timeout_ms, b.user, b.billing_project,
-                       u.trace_context, IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
+            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, j.storage_bytes, j.timeout_ms, b.user,
+                       b.billing_project, u.trace_context,
+                       IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
                 FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
                 JOIN billing_projects p ON p.name = b.billing_project
                 LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
@@ -146,7 +147,7 @@ class SessionRegistry:
             self.send(p.instance, pb.WorkerSessionResponse(run_job=ws.RunJob(
                 attempt=ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id),
                 user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,
-                memory_bytes=row["memory_bytes"], deadline=deadline,
+                memory_bytes=row["memory_bytes"], storage_bytes=row["storage_bytes"], deadline=deadline,
                 log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id),
                 trace_context=context_from_json(row["trace_context"]),
                 storage_roots=self._storage_roots.for_project(row["billing_project"]))))

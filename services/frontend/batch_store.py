@@ -109,11 +109,12 @@ class BatchStore:
                            int(done["c"]))
 
     async def pool_machines(self) -> dict[str, PoolMachine]:
-        """Each pool's machine: the largest job it takes, and its memory per core."""
+        """Each pool's machine: the largest job it takes, and its memory and storage per core."""
         rows = await self.db.fetchall(
-            "SELECT name, worker_cores, worker_memory_bytes FROM instance_collections "
+            "SELECT name, worker_cores, worker_memory_bytes, worker_storage_bytes FROM instance_collections "
             "WHERE is_pool AND worker_cores > 0 AND worker_memory_bytes > 0", name="pool_machines")
-        return {r["name"]: PoolMachine(int(r["worker_cores"]) * 1000, int(r["worker_memory_bytes"])) for r in rows}
+        return {r["name"]: PoolMachine(int(r["worker_cores"]) * 1000, int(r["worker_memory_bytes"]),
+                                       int(r["worker_storage_bytes"] or 0)) for r in rows}
 
     async def region_names(self) -> frozenset[str]:
         """The regions jobs may name."""

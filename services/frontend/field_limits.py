@@ -140,7 +140,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}ResourceRequest.cores_mcpu": Integer(0, limits.max_cores_mcpu, column="jobs.cores_mcpu",
                                                       setting="max_cores_mcpu"),
         f"{BATCH}ResourceRequest.memory_bytes": Integer(0, INT64_MAX, column="jobs.memory_bytes"),
-        f"{BATCH}ResourceRequest.storage_bytes": Integer(0, INT64_MAX),
+        f"{BATCH}ResourceRequest.storage_bytes": Integer(0, INT64_MAX, column="jobs.storage_bytes"),
         f"{BATCH}JobSpec.machine_type": _SPEC_ONLY,
         f"{BATCH}JobSpec.regions": Repeated(limits.max_regions_per_job, Text(64, column="regions.name"),
                                             setting="max_regions_per_job"),

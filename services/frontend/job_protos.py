@@ -65,7 +65,9 @@ def job_proto(row: dict[str, Any], attributes: dict[str, str]) -> job_pb2.Job:
         error_message=row["latest_error_message"] or "", cost_micro_usd=micro_usd(row["cost_usd"]),
         created_at=timestamp(row["time_committed_ms"]), started_at=timestamp(row["first_start_time_ms"]),
         completed_at=timestamp(row["latest_end_time_ms"]) if final else None,
-        rerun_of_job_id=row["rerun_of_job_id"] or 0)
+        rerun_of_job_id=row["rerun_of_job_id"] or 0,
+        resources=job_pb2.JobResources(cores_mcpu=row["cores_mcpu"], memory_bytes=row["memory_bytes"],
+                                       storage_bytes=row["storage_bytes"], pool=row["inst_coll"]))
 
 
 def resolved_spec(spec: job_spec_pb2.JobSpec, job_group_id: int, parents: list[dict[str, Any]]

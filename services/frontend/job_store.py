@@ -20,7 +20,7 @@ _JOB_COST = """(SELECT COALESCE(SUM(x.`usage` * xr.rate_usd), 0) FROM aggregated
 
 _JOB_SELECT = f"""
 SELECT j.batch_id, j.job_id, j.update_id, j.job_group_id, j.state, j.always_run, j.dependency_failed,
-       j.n_pending_parents, j.cores_mcpu, j.memory_bytes, j.inst_coll, j.regions_bits, j.priority,
+       j.n_pending_parents, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.inst_coll, j.regions_bits, j.priority,
        j.attempt_id, j.exit_code, j.spec_ref, jbt.user, jbt.billing_project, j.end_reason,
        jbu.time_committed_ms, lat.end_time_ms AS latest_end_time_ms,
        -- Why the control plane ended it (migration 0015), else what its latest attempt said.

@@ -19,6 +19,7 @@ from corral.batch.v1 import job_state_pb2
 from services.common.fields import FieldViolation
 from services.frontend.limits import Limits
 from services.frontend.url_checks import file_url_violations
+from services.policy.sizes import binary_size
 
 DEFAULT_CORES_MCPU = 1_000
 GIB = 1024**3
@@ -61,15 +62,22 @@ class UpdateBlock:
 
 @dataclasses.dataclass(frozen=True)
 class PoolMachine:
-    """The machine of a pool (instance_collections.worker_cores, worker_memory_bytes): the largest a job of the
-    pool may ask for, and its memory per core is what a job that asks for no memory gets."""
+    """The machine of a pool (instance_collections.worker_cores, worker_memory_bytes, worker_storage_bytes): the
+    largest a job of the pool may ask for, and its memory (storage) per core is what a job that asks for no
+    memory (storage) gets."""
 
     cores_mcpu: int
     memory_bytes: int
+    storage_bytes: int = 0
+    """0: the pool's storage is not known; a job's storage is then neither checked nor given a default."""
 
     def memory_for(self, cores: int) -> int:
         """The pool's standard memory for `cores` mcpu."""
         return self.memory_bytes * cores // self.cores_mcpu
+
+    def storage_for(self, cores: int) -> int:
+        """The pool's standard scratch storage for `cores` mcpu."""
+        return self.storage_bytes * cores // self.cores_mcpu
 
 
 def cores_mcpu(spec: spec_pb.JobSpec) -> int:
@@ -238,12 +246,18 @@ def memory_bytes(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None)
     return machine.memory_for(cores_mcpu(spec)) if machine is not None else 0
 
 
-def _gib(n: int) -> str:
-    return f"{n / GIB:g} GiB"
+def storage_bytes(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> int:
+    """The scratch storage a job reserves: what it asks for, else its pool's standard amount for its cores (0
+    when the pool's storage is not known)."""
+    if spec.WhichOneof("size") == "resources" and spec.resources.storage_bytes:
+        return spec.resources.storage_bytes
+    machine = (pools or {}).get(instance_collection(spec))
+    return machine.storage_for(cores_mcpu(spec)) if machine is not None else 0
 
 
 def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
-    """A job larger than its pool's machine could never run: refused with the machine's size."""
+    """A job larger than its pool's machine (cores, memory, scratch storage) could never run: refused with the
+    machine's size."""
     pool = instance_collection(spec)
     machine = pools.get(pool)
     if machine is None:
@@ -253,10 +267,14 @@ def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMac
     if cores > machine.cores_mcpu:
         v.append(FieldViolation(f"{at}.resources.cores_mcpu", f"{cores / 1000:g} cores is more than the largest "
                                                               f"{pool} machine has ({machine.cores_mcpu / 1000:g})"))
-    memory = memory_bytes(spec, pools)
-    if memory > machine.memory_bytes and not (v and not spec.resources.memory_bytes):  # not the default's fault
-        v.append(FieldViolation(f"{at}.resources.memory_bytes", f"{_gib(memory)} is more than the largest {pool} "
-                                                                f"machine has ({_gib(machine.memory_bytes)})"))
+    too_wide = bool(v)
+    sizes = (("memory_bytes", memory_bytes(spec, pools), machine.memory_bytes, spec.resources.memory_bytes),
+             ("storage_bytes", storage_bytes(spec, pools), machine.storage_bytes, spec.resources.storage_bytes))
+    for field, size, most, asked in sizes:
+        # A default (0) that grew past the machine with the job's cores is the cores' fault, said above.
+        if most and size > most and not (too_wide and not asked):
+            v.append(FieldViolation(f"{at}.resources.{field}", f"{binary_size(size)} is more than the largest "
+                                                                f"{pool} machine has ({binary_size(most)})"))
     return v
 
 
@@ -379,6 +397,7 @@ def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: st
         "always_run": spec.always_run,
         "cores_mcpu": cores_mcpu(spec),
         "memory_bytes": memory_bytes(spec, pools),
+        "storage_bytes": storage_bytes(spec, pools),
         "inst_coll": instance_collection(spec),
         "regions": list(spec.regions),
         "priority": spec.priority,

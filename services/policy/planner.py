@@ -29,13 +29,13 @@ A cycle, per pool:
    - BLOCKED_BY_LOCK: one of its locks clashes with a lock held by a running
      job, or by a job placed earlier in this cycle, of the same billing
      project (locks are named per project);
-   - NO_CAPACITY_IN_REGIONS: no worker in its regions has room for its cores
-     and memory (for a job that must run on demand: no on-demand worker; a
-     job retried after a system error skips the worker where it happened,
-     unless the pool has no other);
+   - NO_CAPACITY_IN_REGIONS: no worker in its regions has room for its cores,
+     memory and scratch storage (for a job that must run on demand: no
+     on-demand worker; a job retried after a system error skips the worker
+     where it happened, unless the pool has no other);
    - OVER_FAIR_SHARE: its user's fair share of this cycle is used up;
-4. a job placed goes first-fit onto the workers in order, takes their cores
-   and memory, and holds its locks for the jobs after it;
+4. a job placed goes first-fit onto the workers in order, takes their cores,
+   memory and storage, and holds its locks for the jobs after it;
 5. the jobs of a user's queue beyond what the cycle looks at wait with
    QUEUED_BEHIND_OWN_JOBS.
 """
@@ -50,6 +50,7 @@ from services.policy.fair_share import UserDemand, allocate_cores, fair_share_or
 from services.policy.lock_contention import (
     HeldLocks, Locks, LockRequest, aged_weight, static_weight,
 )
+from services.policy.sizes import binary_size
 
 JobKey = tuple[int, int]
 """(batch_id, job_id)."""
@@ -90,6 +91,8 @@ class Candidate:
     """Its last attempt failed there for a system error: another worker takes it if the pool has one."""
     not_before_s: float | None = None
     """Its retry back-off: it waits until then (the clock of `Snapshot.now_s`)."""
+    storage_bytes: int = 0
+    """The scratch storage it reserves."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +106,9 @@ class Worker:
     """None: the worker did not say how much memory it has; memory is then not checked there."""
     preemptible: bool = False
     """A spot machine: jobs that must run on demand do not go there."""
+    free_storage_bytes: int | None = None
+    """Its scratch storage less what its open attempts reserved; None: the worker did not say how much it has,
+    storage is then not checked there."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -271,8 +277,30 @@ def _allowed(job: Candidate, worker: Worker) -> bool:
     return job.regions_bits is None or bool((job.regions_bits >> worker.region_id) & 1)
 
 
-def _fits(job: Candidate, cores: int, memory: int | None) -> bool:
-    return cores >= job.cores_mcpu and (memory is None or memory >= job.memory_bytes)
+@dataclasses.dataclass
+class _Room:
+    """What is still free on a worker as the cycle places jobs (memory or storage None: not checked there)."""
+
+    cores_mcpu: int
+    memory_bytes: int | None
+    storage_bytes: int | None
+
+    def fits(self, job: Candidate) -> bool:
+        return (self.cores_mcpu >= job.cores_mcpu
+                and (self.memory_bytes is None or self.memory_bytes >= job.memory_bytes)
+                and (self.storage_bytes is None or self.storage_bytes >= job.storage_bytes))
+
+    def take(self, job: Candidate) -> None:
+        self.cores_mcpu -= job.cores_mcpu
+        if self.memory_bytes is not None:
+            self.memory_bytes -= job.memory_bytes
+        if self.storage_bytes is not None:
+            self.storage_bytes -= job.storage_bytes
+
+
+def _and(items: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else "".join(items)
 
 
 def _eligible(job: Candidate, workers: Sequence[Worker]) -> list[Worker]:
@@ -323,7 +351,7 @@ def plan(snapshot: Snapshot) -> Plan:
     demands = list(snapshot.demands)
     allocation = allocate_cores(sum(max(0, w.free_cores_mcpu) for w in snapshot.workers), demands)
     looked_at = depths(snapshot.workers, demands, snapshot.jobs_per_cycle)
-    free = {w.name: [w.free_cores_mcpu, w.free_memory_bytes] for w in snapshot.workers}
+    free = {w.name: _Room(w.free_cores_mcpu, w.free_memory_bytes, w.free_storage_bytes) for w in snapshot.workers}
     # The running jobs' locks, indexed (weights read them as they were; the rule's index also takes the
     # locks of the jobs this cycle places).
     running_locks = {p: HeldLocks(locks) for p, locks in snapshot.held.items()}
@@ -353,16 +381,16 @@ def plan(snapshot: Snapshot) -> Plan:
                         and _never_fits(job, budget):
                     never_fit.append(job.key)
                 continue
-            where = next((w for w in _eligible(job, snapshot.workers)
-                          if _fits(job, free[w.name][0], free[w.name][1])), None)
+            where = next((w for w in _eligible(job, snapshot.workers) if free[w.name].fits(job)), None)
             if where is None:
-                memory = f" and {job.memory_bytes} bytes of memory" if job.memory_bytes else ""
+                sizes = [f"{_cores(job.cores_mcpu)} cores"]
+                sizes += [f"{job.memory_bytes} bytes of memory"] if job.memory_bytes else []
+                sizes += [f"{binary_size(job.storage_bytes)} of scratch storage"] if job.storage_bytes else []
                 kind = " on-demand" if job.on_demand else ""
                 avoid = f" (other than {job.avoid_worker}, where its last attempt failed)" if job.avoid_worker else ""
                 waits[job.key] = Wait(NO_CAPACITY_IN_REGIONS,
                                       f"no live{kind} {snapshot.pool} worker{avoid} in the job's regions has "
-                                      f"{_cores(job.cores_mcpu)} cores{memory} free; the autoscaler adds "
-                                      "machines while the pool has room")
+                                      f"{_and(sizes)} free; the autoscaler adds machines while the pool has room")
                 continue
             if used + job.cores_mcpu > share:
                 running = next((d.running_cores_mcpu for d in demands if d.user == user), 0)
@@ -373,10 +401,7 @@ def plan(snapshot: Snapshot) -> Plan:
                 continue
             used += job.cores_mcpu
             reserved[job.billing_project] = reserved.get(job.billing_project, 0) + job.reserve_micro_usd
-            room = free[where.name]
-            room[0] -= job.cores_mcpu
-            if room[1] is not None:
-                room[1] -= job.memory_bytes
+            free[where.name].take(job)
             if job.locks:
                 project_held.add(job.key, job.locks)
             placements.append(Placement(job.key, where.name, job.cores_mcpu))

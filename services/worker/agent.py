@@ -58,7 +58,8 @@ from services.worker.attempts import (
     Attempt, AttemptTable, completed_event, log_url, run_attempt, timestamp, wall_ms,
 )
 from services.worker.config import WorkerConfig
-from services.worker.disk import out_of_space, ran_out
+from services.policy.sizes import binary_size
+from services.worker.disk import free_bytes, out_of_space, ran_out
 from services.worker.driver_link import REFUSED, DriverLink
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
@@ -99,6 +100,9 @@ class Worker:
         self.config = config
         self.runtime = runtime
         self.attempts = attempts
+        self.storage_bytes = config.storage_bytes or free_bytes(config.scratch_dir)
+        """Scratch storage offered to jobs: as configured, else what the scratch disk had free when the worker
+        started; reported at activation (the driver records it) and held against the attempts' reservations."""
         self._ids = itertools.count(1)
         self.unacked: dict[int, pb.WorkerSessionRequest] = {}
         """Events sent or to send, by event id, until the driver acknowledges them."""
@@ -256,7 +260,7 @@ class Worker:
         response = await self._link.activate(pb.ActivateWorkerRequest(
             instance_name=self.config.instance_name, activation_token=self.config.activation_token,
             cores_mcpu=self.config.cores_mcpu, memory_bytes=self.config.memory_bytes,
-            storage_bytes=self.config.storage_bytes, region=self.config.region, address=address,
+            storage_bytes=self.storage_bytes, region=self.config.region, address=address,
             version=__version__))
         if response is None:
             return False
@@ -359,12 +363,12 @@ class Worker:
 
     def _heartbeat(self) -> pb.WorkerSessionRequest:
         """A heartbeat: free resources, running attempts, and a billing rollup to now of each started one."""
-        reserved_mcpu, reserved_bytes = self.attempts.reserved()
+        reserved = self.attempts.reserved()
         now = timestamp(wall_ms())
         running = self.attempts.running()
         return pb.WorkerSessionRequest(heartbeat=ws.Heartbeat(
-            free_cores_mcpu=max(0, self.config.cores_mcpu - reserved_mcpu),
-            free_memory_bytes=max(0, self.config.memory_bytes - reserved_bytes),
+            free_cores_mcpu=max(0, self.config.cores_mcpu - reserved.cores_mcpu),
+            free_memory_bytes=max(0, self.config.memory_bytes - reserved.memory_bytes),
             running_attempts=[a.ref for a in running],
             rollups=[ws.BillingRollup(attempt=a.ref, rollup_time=now) for a in running if a.started_ms is not None]))
 
@@ -438,19 +442,37 @@ class Worker:
             return "the worker is leaving and takes no new jobs"
         if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
             return "the RunJob arrived after its deadline"
-        reserved_mcpu, _ = self.attempts.reserved()
-        if reserved_mcpu + run.cores_mcpu > self.config.cores_mcpu:
-            return (f"no room: {run.cores_mcpu} mcpu asked, "
-                    f"{self.config.cores_mcpu - reserved_mcpu} of {self.config.cores_mcpu} free")
         job = JobRun(run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id, run.spec, run.cores_mcpu,
                      run.memory_bytes, self.config.scratch_dir)
         attempt = Attempt(ref=run.attempt, run=run, log=LogSink(job.log_path),
-                          log_url=run.log_url or log_url(self.config.log_root_url, run.attempt))
+                          log_url=run.log_url or log_url(self.config.log_root_url, run.attempt),
+                          no_room=self._no_room(run))
         self.attempts.add(attempt)
         self._last_busy = time.monotonic()
         attempt.task = asyncio.create_task(self._run(attempt, job))
+        if attempt.no_room:  # it ends at once, as a system error: the driver runs it again elsewhere
+            return attempt.no_room
         # A spec the runtime refuses still runs to an Error outcome (so the job says why); the ack says it too.
         return "; ".join(self.runtime.check(run.spec) + file_url_refusals(run.spec, run.storage_roots))
+
+    def _no_room(self, run: ws.RunJob) -> str:
+        """Why `run` does not fit in what this worker has free now, in words ('' if it fits). The scheduler
+        placed it by the database's view of the worker, which may be stale."""
+        reserved = self.attempts.reserved()
+        short = []
+        if reserved.cores_mcpu + run.cores_mcpu > self.config.cores_mcpu:
+            free_mcpu = self.config.cores_mcpu - reserved.cores_mcpu
+            short.append(f"{run.cores_mcpu / 1000:g} cores asked, {free_mcpu / 1000:g} of "
+                         f"{self.config.cores_mcpu / 1000:g} free")
+        for what, asked, used, total in (("memory", run.memory_bytes, reserved.memory_bytes, self.config.memory_bytes),
+                                         ("scratch storage", run.storage_bytes, reserved.storage_bytes,
+                                          self.storage_bytes)):
+            if total > 0 and used + asked > total:  # 0: the worker offers no amount of it, so holds none to it
+                short.append(f"{binary_size(asked)} of {what} asked, {binary_size(max(0, total - used))} of "
+                             f"{binary_size(total)} free")
+        if not short:
+            return ""
+        return f"no room on the worker for the job now ({'; '.join(short)}): not the job's failure"
 
     def _completion_unacked(self, ref: ws.AttemptRef) -> bool:
         """Whether this worker ran the attempt and the driver has not yet recorded its end (an attempt it

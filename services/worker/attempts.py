@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from google.protobuf import duration_pb2, timestamp_pb2
 from opentelemetry import trace
@@ -78,6 +79,9 @@ class Attempt:
     """Killed because the worker is going away: report nothing, the driver runs it again."""
     uploaded: bool = False
     """Its log is in storage."""
+    no_room: str = ""
+    """Why it does not fit on the worker now (the scheduler's view was stale), in words: it ends at once as a
+    system error, which the driver retries on another worker; it reserves nothing meanwhile."""
     task: asyncio.Task[None] | None = None
 
     @property
@@ -87,6 +91,14 @@ class Attempt:
     @property
     def running(self) -> bool:
         return self.ended_at_s is None
+
+
+class Reserved(NamedTuple):
+    """What a worker's running attempts reserved."""
+
+    cores_mcpu: int
+    memory_bytes: int
+    storage_bytes: int
 
 
 class AttemptTable:
@@ -126,10 +138,11 @@ class AttemptTable:
             self._ended.append(attempt)
         self._forget_old()
 
-    def reserved(self) -> tuple[int, int]:
-        """(cores_mcpu, memory_bytes) reserved by running attempts."""
-        running = self.running()
-        return sum(a.run.cores_mcpu for a in running), sum(a.run.memory_bytes for a in running)
+    def reserved(self) -> Reserved:
+        """What running attempts reserved (not those that did not fit and end at once)."""
+        running = [a for a in self.running() if not a.no_room]
+        return Reserved(sum(a.run.cores_mcpu for a in running), sum(a.run.memory_bytes for a in running),
+                        sum(a.run.storage_bytes for a in running))
 
     def _forget_old(self) -> None:
         horizon = self._clock() - self._keep_ended_s
@@ -177,6 +190,10 @@ async def _run_and_upload(runtime: ContainerRuntime, attempt: Attempt, job: JobR
         outcome = JobOutcome(state="Cancelled", exit_code=None, error_message="cancelled before the command started",
                              start_time_ms=None, end_time_ms=wall_ms(), end_reason=CANCELLED,
                              isolation=runtime.isolation(job))
+    elif attempt.no_room:  # the system's mistake, not the job's: retried elsewhere (decide_retries)
+        attempt.log.close()
+        outcome = JobOutcome(state="Error", exit_code=None, error_message=attempt.no_room, start_time_ms=None,
+                             end_time_ms=wall_ms(), end_reason=SYSTEM_ERROR, isolation=runtime.isolation(job))
     elif refusals := file_url_refusals(job.spec, attempt.run.storage_roots):  # before any runtime copies a file
         attempt.log.close()
         outcome = JobOutcome(state="Error", exit_code=None, error_message="; ".join(refusals), start_time_ms=None,

@@ -26,6 +26,13 @@ REPORTS = (b"no space left on device", b"disk quota exceeded")
 """How programs say ENOSPC and EDQUOT (strerror)."""
 
 
+def free_bytes(path: Path) -> int:
+    """What the filesystem holding `path` (or its nearest existing ancestor) has free for an unprivileged
+    user; 0 if it cannot be read."""
+    stats = _statvfs(path)
+    return 0 if stats is None else stats.f_bavail * stats.f_frsize
+
+
 def is_full(path: Path) -> bool:
     """Whether the filesystem holding `path` (or its nearest existing ancestor) is full."""
     stats = _statvfs(path)

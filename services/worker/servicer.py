@@ -57,7 +57,7 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
                         ) -> pb.GetStatusResponse:
         self._authorize()
         worker, config = self._worker, self._worker.config
-        reserved_mcpu, reserved_bytes = worker.attempts.reserved()
+        reserved = worker.attempts.reserved()
         running = []
         for a in worker.attempts.running():
             item = worker_status_pb2.RunningAttempt(
@@ -71,9 +71,10 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
             runtime_kind=worker_status_pb2.RUNTIME_KIND_OCI if worker.runtime.isolates
             else worker_status_pb2.RUNTIME_KIND_PROCESS,
             isolated=worker.runtime.isolates, cores_mcpu=config.cores_mcpu,
-            free_cores_mcpu=max(0, config.cores_mcpu - reserved_mcpu), memory_bytes=config.memory_bytes,
-            free_memory_bytes=max(0, config.memory_bytes - reserved_bytes), storage_bytes=config.storage_bytes,
-            free_storage_bytes=config.storage_bytes, running_attempts=running, draining=worker.draining,
+            free_cores_mcpu=max(0, config.cores_mcpu - reserved.cores_mcpu), memory_bytes=config.memory_bytes,
+            free_memory_bytes=max(0, config.memory_bytes - reserved.memory_bytes), storage_bytes=worker.storage_bytes,
+            free_storage_bytes=max(0, worker.storage_bytes - reserved.storage_bytes), running_attempts=running,
+            draining=worker.draining,
             connected=worker.connected, started_at=timestamp(worker.started_at_ms))
 
     async def GetJobLog(self, request: pb.GetJobLogRequest, context: grpc.aio.ServicerContext

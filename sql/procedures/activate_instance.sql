@@ -1,10 +1,13 @@
 -- A worker that booted presents its activation token: pending -> active.
 -- Activating an active instance again with the right token is a no-op; a
 -- wrong token or an inactive/deleted instance is refused.
+-- in_storage_bytes: the scratch storage the worker reports (migration 0017);
+-- it replaces what the instance was created with, the worker knowing its
+-- own disk. 0 or NULL: the worker did not say, the instance's stays.
 DROP PROCEDURE IF EXISTS activate_instance;
 DELIMITER $$
 CREATE PROCEDURE activate_instance(IN in_epoch BIGINT, IN in_name VARCHAR(100), IN in_activation_token VARCHAR(100),
-                                   IN in_ip_address VARCHAR(64), IN in_now_ms BIGINT)
+                                   IN in_ip_address VARCHAR(64), IN in_now_ms BIGINT, IN in_storage_bytes BIGINT)
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_state VARCHAR(20);
@@ -37,6 +40,7 @@ proc: BEGIN
   END IF;
   UPDATE instances
     SET state = 'active', ip_address = in_ip_address,
+        storage_bytes = IF(in_storage_bytes > 0, in_storage_bytes, storage_bytes),
         time_activated_ms = COALESCE(time_activated_ms, in_now_ms),
         last_heartbeat_ms = GREATEST(COALESCE(last_heartbeat_ms, 0), in_now_ms)
     WHERE name = in_name;

@@ -2,7 +2,7 @@
 -- bunches of one update in parallel: ids come from the update's reserved
 -- block, so bunches never contend. in_jobs is a JSON array of
 --   {"job_id", "job_group_id", "always_run", "cores_mcpu", "memory_bytes",
---    "inst_coll", "regions": ["name", ...], "priority", "max_attempts",
+--    "storage_bytes" (migration 0017), "inst_coll", "regions": ["name", ...], "priority", "max_attempts",
 --    "spec_ref", "timeout_ms" (none: no timeout), "parents": [{"job_id": N} | {"in_update_offset": -k},
 --    "accepted_states": bits], "attributes": [{"key", "value"}],
 --    "locks": [{"level", "mode", "name"}], "retry_policy": "{...}" (migration 0014, the policy's
@@ -60,6 +60,7 @@ proc: BEGIN
     always_run BOOLEAN NOT NULL,
     cores_mcpu INT NULL,
     memory_bytes BIGINT NOT NULL,
+    storage_bytes BIGINT NOT NULL,
     inst_coll VARCHAR(100) NULL,
     regions_bits BIGINT NULL,
     priority INT NOT NULL,
@@ -104,10 +105,10 @@ proc: BEGIN
     SELECT 3 AS rc, 'a job id appears twice in the bunch' AS message;
     LEAVE proc;
   END IF;
-  INSERT INTO tmp_new_jobs (job_id, job_group_id, always_run, cores_mcpu, memory_bytes, inst_coll, priority,
-                            max_attempts, spec_ref, timeout_ms, retry_policy, on_demand)
+  INSERT INTO tmp_new_jobs (job_id, job_group_id, always_run, cores_mcpu, memory_bytes, storage_bytes, inst_coll,
+                            priority, max_attempts, spec_ref, timeout_ms, retry_policy, on_demand)
     SELECT jt.job_id, COALESCE(jt.job_group_id, 0), COALESCE(jt.always_run, FALSE), jt.cores_mcpu,
-           COALESCE(jt.memory_bytes, 0), jt.inst_coll, COALESCE(jt.priority, 0), COALESCE(jt.max_attempts, 3),
+           COALESCE(jt.memory_bytes, 0), COALESCE(jt.storage_bytes, 0), jt.inst_coll, COALESCE(jt.priority, 0), COALESCE(jt.max_attempts, 3),
            jt.spec_ref, jt.timeout_ms, jt.retry_policy, COALESCE(jt.on_demand, FALSE)
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       job_id INT PATH '$.job_id',
@@ -115,6 +116,7 @@ proc: BEGIN
       always_run BOOLEAN PATH '$.always_run',
       cores_mcpu INT PATH '$.cores_mcpu',
       memory_bytes BIGINT PATH '$.memory_bytes',
+      storage_bytes BIGINT PATH '$.storage_bytes',
       inst_coll VARCHAR(100) PATH '$.inst_coll',
       priority INT PATH '$.priority',
       max_attempts INT PATH '$.max_attempts',
@@ -155,10 +157,12 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs
-    WHERE cores_mcpu IS NULL OR cores_mcpu < 0 OR memory_bytes < 0 OR max_attempts < 1 OR timeout_ms <= 0;
+    WHERE cores_mcpu IS NULL OR cores_mcpu < 0 OR memory_bytes < 0 OR storage_bytes < 0 OR max_attempts < 1
+       OR timeout_ms <= 0;
   IF v_bad > 0 THEN
     ROLLBACK;
-    SELECT 3 AS rc, 'cores_mcpu, memory_bytes must be non-negative, max_attempts at least 1, a timeout positive' AS message;
+    SELECT 3 AS rc, CONCAT('cores_mcpu, memory_bytes, storage_bytes must be non-negative, max_attempts at least 1, ',
+                           'a timeout positive') AS message;
     LEAVE proc;
   END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs t LEFT JOIN instance_collections c ON c.name = t.inst_coll
@@ -318,10 +322,10 @@ proc: BEGIN
     SET t.n_pending_parents = x.n_pending, t.dependency_failed = (x.n_unaccepted > 0);
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
-                    n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-                    spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand)
+                    n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
+                    max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand)
     SELECT in_batch_id, job_id, in_update_id, job_group_id, 'Pending', dependency_failed, always_run,
-           n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
+           n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority, max_attempts,
            spec_ref, in_now_ms, timeout_ms, retry_policy, on_demand
     FROM tmp_new_jobs ORDER BY job_id;
   INSERT INTO on_demand_jobs (batch_id, job_id, inst_coll)

@@ -1,13 +1,14 @@
 -- RerunFailedJobs (design §9): a new update holding a copy of every
 -- committed job of the batch that ended in one of in_states_bits (2 =
 -- Failed, 4 = Error, 8 = Cancelled) and of every job depending on one of
--- them, transitively. A copy keeps its original's group, resources,
--- spec_ref, attributes and locks; an edge between two re-run jobs joins
--- their copies, an edge to a job that is not re-run keeps pointing at the
--- original (whose state is read under a shared lock, as insert_jobs does,
--- with its queued release: copies get ids above every reserved one, so a
--- final original whose children are still being released counts as a
--- pending parent of the copy, which the releaser will reach).
+-- them, transitively. A copy keeps its original's group, resources (cores,
+-- memory, storage), spec_ref, attributes and locks; an edge between two
+-- re-run jobs joins their copies, an edge to a job that is not re-run
+-- keeps pointing at the original (whose state is read under a shared lock,
+-- as insert_jobs does, with its queued release: copies get ids above every
+-- reserved one, so a final original whose children are still being
+-- released counts as a pending parent of the copy, which the releaser will
+-- reach).
 -- Copies get ids in their originals' order, so every parent id stays
 -- smaller than its child's. job_reruns records each copy's original; a job
 -- already re-run is not re-run again (its copy is, if the copy fails).
@@ -215,11 +216,11 @@ proc: BEGIN
   END IF;
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
-                    n_pending_parents, cores_mcpu, memory_bytes, inst_coll, regions_bits, priority, max_attempts,
-                    spec_ref, time_created_ms, timeout_ms, retry_policy)
+                    n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
+                    max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy)
     SELECT in_batch_id, t.new_job_id, v_update_id, j.job_group_id, 'Pending', COALESCE(x.n_unaccepted > 0, FALSE),
-           j.always_run, COALESCE(x.n_pending, 0), j.cores_mcpu, j.memory_bytes, j.inst_coll, j.regions_bits,
-           j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms, j.retry_policy
+           j.always_run, COALESCE(x.n_pending, 0), j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.inst_coll,
+           j.regions_bits, j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms, j.retry_policy
     FROM tmp_rerun t
     JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
     LEFT JOIN (SELECT job_id,

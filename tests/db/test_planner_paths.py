@@ -2,8 +2,8 @@
 MariaDB: for every Ready job, ExplainJob's reason is the reason the
 scheduler's plan gives (or none, when the scheduler places it), and then
 the scheduler places exactly what its plan said. Locks, two users, two
-billing projects, a project at its limit, regions, memory and a deep queue
-are all in play."""
+billing projects, a project at its limit, regions, memory, scratch storage
+and a deep queue are all in play."""
 
 from __future__ import annotations
 
@@ -41,13 +41,14 @@ async def test_explain_and_the_scheduler_decide_alike(world: World) -> None:
     for name, cores in (("i1", 4000), ("i2", 2000), ("i3", 1000)):
         await world.instance(name, cores_mcpu=cores)
     await world.db.execute("UPDATE instances SET memory_bytes = %s WHERE name = 'i2'", (2 << 30,))
+    await world.db.execute("UPDATE instances SET storage_bytes = %s WHERE name = 'i1'", (8 << 30,))
     await world.store.create_billing_project("tight", ["alice", "bob"])
     modes = [[], [lock("exclusive", "x")], [lock("shared", "x")], [lock("exclusive", "y")],
              [lock("all_exclusive", level="*")]]
     for user in ("alice", "bob"):
         jobs = [{"cores_mcpu": rng.choice([250, 500, 1000, 2000, 4000, 8000]),
                  "memory_bytes": rng.choice([0, 0, 1 << 30, 3 << 30]), "priority": rng.choice([0, 0, 1]),
-                 "locks": rng.choice(modes)} for _ in range(40)]
+                 "locks": rng.choice(modes), "storage_bytes": rng.choice([0, 3 << 30, 6 << 30])} for _ in range(40)]
         await world.batch(jobs, user=user)
     # bob also has a batch in the project at its limit
     created = await world.store.create_batch("bob", "tight")
@@ -97,3 +98,33 @@ async def test_explain_and_the_scheduler_decide_alike(world: World) -> None:
     await scheduler.cycle()
     assert {(p.batch_id, p.job_id, p.instance) for p in recorder.sent} == {
         (p.key[0], p.key[1], p.worker) for p in plan.placements}
+
+
+async def test_the_snapshot_reads_free_storage_as_it_reads_free_memory(world: World) -> None:
+    """An instance's storage less its open attempts' jobs' storage is free; an instance that did not say
+    (0) is not checked; the scheduler places nothing where the storage is not free and says so."""
+    gib = 1 << 30
+    await world.store.create_instance(world.epoch, "i1", "standard", 8000, "tok-i1", memory_bytes=8 * gib,
+                                      storage_bytes=16 * gib)
+    await world.store.activate_instance(world.epoch, "i1", "tok-i1")
+    await world.instance("i2")  # says nothing of its memory or storage
+    running, _, first = await world.batch([{"memory_bytes": 2 * gib, "storage_bytes": 5 * gib},
+                                           {"memory_bytes": 1 * gib, "storage_bytes": 4 * gib}, {}])
+    await world.run(running, first, "i1")
+    ended = await world.run(running, first + 1, "i1")
+    await world.finish(running, first + 1, ended, "Success")  # ended: it holds nothing any more
+    await world.run(running, first + 2, "i2")
+    workers = {w.name: w for w in (await read_workers(world.db, "standard"))["standard"]}
+    assert (workers["i1"].free_memory_bytes, workers["i1"].free_storage_bytes) == (6 * gib, 11 * gib)
+    assert (workers["i2"].free_memory_bytes, workers["i2"].free_storage_bytes) == (None, None)
+
+    batch_id, _, job_id = await world.batch([{"storage_bytes": 12 * gib}])
+    await world.db.execute("UPDATE instances SET state = 'inactive' WHERE name = 'i2'")
+    recorder = Recorder(world.db)
+    recorder.live = {"i1"}
+    await Scheduler(world.db, world.store, recorder, lambda: world.epoch, clock_ms=world.clock).cycle()
+    assert recorder.sent == [] and await world.state(batch_id, job_id) == "Ready"
+    scheduling = await ExplainStore(world.db, clock_ms=world.clock).scheduling(
+        {**await world.job(batch_id, job_id), "user": "alice", "billing_project": "proj"}, [])
+    assert scheduling.wait is not None and scheduling.wait.code == planner.NO_CAPACITY_IN_REGIONS
+    assert "12 GiB of scratch storage" in scheduling.wait.detail

@@ -2,7 +2,7 @@
 
 A re-run is a new update of copies: of the failed jobs and of everything
 below them, with edges between copies and to originals that are not re-run,
-resources, attributes and locks copied, idempotent under its token, and a
+resources (cores, memory, storage), attributes and locks copied, idempotent under its token, and a
 job already re-run is never re-run again (its copy is).
 """
 
@@ -15,6 +15,7 @@ from services.db.invariants import check_invariants
 from tests.world import World
 
 ANY = 15
+GIB = 2**30
 
 
 async def edges(world: World, batch_id: int) -> set[tuple[int, int, int]]:
@@ -34,7 +35,8 @@ async def failed_dag(world: World) -> int:
     batch_id, _, _ = await world.batch([
         {"attributes": [{"key": "name", "value": "root"}]},
         {"parents": [{"job_id": 1}], "attributes": [{"key": "name", "value": "flaky"}],
-         "locks": [{"level": "db", "mode": "exclusive", "name": "x"}], "priority": 7, "cores_mcpu": 250},
+         "locks": [{"level": "db", "mode": "exclusive", "name": "x"}], "priority": 7, "cores_mcpu": 250,
+         "memory_bytes": 3 * GIB, "storage_bytes": 5 * GIB},
         {"parents": [{"job_id": 2, "accepted_states": ANY}]},
         {},
         {"parents": [{"job_id": 2}, {"job_id": 4}]},
@@ -55,6 +57,8 @@ async def test_rerun_copies_failed_jobs_and_their_dependents(world: World) -> No
     assert await reruns(world, batch_id) == {6: 2, 7: 3, 8: 5}
     copy = await world.job(batch_id, 6)
     assert (copy["state"], copy["n_pending_parents"], copy["priority"], copy["cores_mcpu"]) == ("Pending", 0, 7, 250)
+    # It reserves what its original reserved: memory and scratch storage (migration 0017).
+    assert (copy["memory_bytes"], copy["storage_bytes"]) == (3 * GIB, 5 * GIB)
     attrs = await world.db.fetchall("SELECT job_id, `value` FROM job_attributes WHERE batch_id = %s AND `key` = 'name'",
                                     (batch_id,))
     assert {(r["job_id"], r["value"]) for r in attrs} == {(1, "root"), (2, "flaky"), (6, "flaky")}

@@ -509,3 +509,29 @@ async def test_a_job_larger_than_its_pools_machine_is_refused_and_memory_0_means
     rows = await env.world.db.fetchall("SELECT job_id, inst_coll, memory_bytes FROM jobs WHERE batch_id = %s "
                                        "ORDER BY job_id", (batch_id,))
     assert [(r["inst_coll"], r["memory_bytes"]) for r in rows] == [("standard", gib), ("standard", 4 * gib)]
+
+
+async def test_storage_larger_than_its_pools_machine_is_refused_and_0_reserves_the_pools_share(env: Env) -> None:
+    gib, pib = 2**30, 2**50
+    # The local pools' machines have 16 GiB of scratch storage (migration 0017), the standard one 2 cores.
+    huge = spec(resources=job_spec_pb2.ResourceRequest(cores_mcpu=1000, storage_bytes=10 * pib))
+    error = await refused(env.submit(spec(), huge))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    status = rpc_status.from_call(error)
+    details = error_details_pb2.BadRequest()
+    assert status is not None and status.details[0].Unpack(details)
+    assert [(v.field, v.description) for v in details.field_violations] == [
+        ("jobs[1].resources.storage_bytes", "10 PiB is more than the largest standard machine has (16 GiB)")]
+    for table in ("batches", "batch_updates", "jobs"):  # nothing written
+        assert await env.world.db.fetchone(f"SELECT COUNT(*) AS n FROM {table}") == {"n": 0}
+
+    # Storage 0 is the pool's storage per core: 8 GiB a core, so a quarter core gets 2 GiB; what a job asks
+    # for is what it reserves. GetJob shows the reservation.
+    batch_id = await env.submit(spec(resources=job_spec_pb2.ResourceRequest(cores_mcpu=250)),
+                                spec(resources=job_spec_pb2.ResourceRequest(storage_bytes=gib)))
+    rows = await env.world.db.fetchall("SELECT inst_coll, storage_bytes FROM jobs WHERE batch_id = %s "
+                                       "ORDER BY job_id", (batch_id,))
+    assert [(r["inst_coll"], r["storage_bytes"]) for r in rows] == [("standard", 2 * gib), ("standard", gib)]
+    job = (await env.jobs.GetJob(pb.GetJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))).job
+    assert job.resources == job_pb2.JobResources(cores_mcpu=250, memory_bytes=gib, storage_bytes=2 * gib,
+                                                 pool="standard")

@@ -279,6 +279,32 @@ async def test_a_spec_the_runtime_refuses_is_an_error_that_says_why(cluster: Clu
     assert await check_invariants(cluster.driver.db) == []
 
 
+async def test_a_job_that_does_not_fit_the_worker_now_ends_as_a_system_error_and_runs_elsewhere(
+        cluster: Cluster) -> None:
+    """The scheduler places by the database's view of a worker, which may be stale; the worker holds each
+    RunJob to what it has free now (memory and scratch storage too) and ends one that does not fit as a
+    system error: not the job's failure, and the job runs again on another worker."""
+    gib = 2**30
+    await cluster.worker("w1", memory_bytes=gib, storage_bytes=gib)
+    await cluster.worker("w2", memory_bytes=8 * gib, storage_bytes=8 * gib)
+    assert (await cluster.instance_row("w2"))["storage_bytes"] == 8 * gib  # the storage the worker reported
+    # The database no longer knows w1's memory or storage (stale), so the planner places on it first-fit.
+    await cluster.world.db.execute("UPDATE instances SET memory_bytes = 0, storage_bytes = 0 WHERE name = 'w1'")
+    disk_hungry, [disk_job] = await cluster.submit(script("echo stored"), storage_bytes=2 * gib)
+    memory_hungry, [memory_job] = await cluster.submit(script("echo remembered"), memory_bytes=2 * gib)
+    words = {(disk_hungry, disk_job): "2 GiB of scratch storage asked, 1 GiB of 1 GiB free",
+             (memory_hungry, memory_job): "2 GiB of memory asked, 1 GiB of 1 GiB free"}
+    for (batch_id, job_id), said in words.items():
+        job = await cluster.final(batch_id, job_id)
+        assert (job["state"], job["n_failed_retries"]) == ("Success", 0)
+        first, second = sorted(await cluster.attempts(batch_id, job_id), key=lambda a: a["end_time_ms"])
+        assert (first["instance_name"], first["reason"], first["start_time_ms"]) == ("w1", "system_error", None)
+        assert said in first["error_message"] and "not the job's failure" in first["error_message"]
+        assert first["retry_reason"] == "system error on w1: not a failure; the next attempt runs elsewhere"
+        assert (second["instance_name"], second["reason"]) == ("w2", "exited")
+    assert await check_invariants(cluster.driver.db) == []
+
+
 async def test_the_worker_copies_files_only_under_the_projects_storage_roots(make_cluster: ClusterFactory,
                                                                             tmp_path: Path) -> None:
     """Defence in depth: the worker checks each file URL against the roots the driver sent with the

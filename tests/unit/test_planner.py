@@ -1,6 +1,7 @@
 """The planner's promises, on generated snapshots (hypothesis):
 
-- no worker is given more cores or memory than it has free, and every job
+- no worker is given more cores, memory or scratch storage than it has
+  free (storage less its open attempts' reservations), and every job
   lands in one of its regions; a job that must run on demand never lands on
   a preemptible worker, a job avoiding a worker never lands there while the
   pool has another, and no job is placed before its retry back-off passed;
@@ -49,8 +50,9 @@ def lock_requests(draw: st.DrawFn) -> dict[str, LockRequest]:
 
 @st.composite
 def snapshots(draw: st.DrawFn) -> Snapshot:
-    workers = [Worker(f"w{i}", draw(st.integers(0, 2)), draw(st.integers(0, 16)) * 500,
-                      draw(st.one_of(st.none(), st.integers(0, 32).map(lambda g: g * GIB // 2))), draw(st.booleans()))
+    sizes = st.one_of(st.none(), st.integers(0, 32).map(lambda g: g * GIB // 2))
+    workers = [Worker(f"w{i}", draw(st.integers(0, 2)), draw(st.integers(0, 16)) * 500, draw(sizes), draw(st.booleans()),
+                      free_storage_bytes=draw(sizes))
                for i in range(draw(st.integers(0, 5)))]
     queues: dict[str, list[Candidate]] = {}
     next_job = 1
@@ -64,7 +66,8 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 draw(st.integers(0, 1200)), draw(lock_requests()),
                 draw(st.sampled_from([0, 0, 1, 500_000, 2_000_000, 7_000_000])),
                 on_demand=draw(st.booleans()), avoid_worker=draw(st.sampled_from([None, None, "w0", "w1"])),
-                not_before_s=draw(st.sampled_from([None, None, 1000.0, 1200.0, 1300.0]))))
+                not_before_s=draw(st.sampled_from([None, None, 1000.0, 1200.0, 1300.0])),
+                storage_bytes=draw(st.integers(0, 8)) * GIB // 2))
             next_job += 1
         queue.sort(key=lambda c: (-c.priority, c.key))  # the read's order
         queues[user] = queue
@@ -104,19 +107,21 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
     assert not set(placed) & set(result.waits)
 
     # Room and regions.
-    cores, memory = defaultdict(int), defaultdict(int)
+    cores, memory, storage = defaultdict(int), defaultdict(int), defaultdict(int)
     for p in result.placements:
         job, worker = jobs[p.key], workers[p.worker]
         assert p.cores_mcpu == job.cores_mcpu
         assert job.regions_bits is None or (job.regions_bits >> worker.region_id) & 1
         cores[p.worker] += job.cores_mcpu
         memory[p.worker] += job.memory_bytes
+        storage[p.worker] += job.storage_bytes
         assert not (job.on_demand and worker.preemptible)
         assert p.worker != job.avoid_worker or len(workers) == 1
         assert job.not_before_s is None or job.not_before_s <= snapshot.now_s
     for name, worker in workers.items():
         assert cores[name] <= worker.free_cores_mcpu
         assert worker.free_memory_bytes is None or memory[name] <= worker.free_memory_bytes
+        assert worker.free_storage_bytes is None or storage[name] <= worker.free_storage_bytes
 
     # Locks: placed against running and against each other, per project.
     for p in result.placements:
@@ -146,7 +151,8 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
 
     # Each reason is the first rule that stopped the job: the earlier rules did not apply.
     free_after = {name: (w.free_cores_mcpu - cores[name],
-                         None if w.free_memory_bytes is None else w.free_memory_bytes - memory[name])
+                         None if w.free_memory_bytes is None else w.free_memory_bytes - memory[name],
+                         None if w.free_storage_bytes is None else w.free_storage_bytes - storage[name])
                   for name, w in workers.items()}
     for key, wait in result.waits.items():
         job = jobs[key]
@@ -174,11 +180,12 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
             assert wait.holders and all(_clashes({wait.level: job.locks[wait.level]}, holders[h])
                                         for h in wait.holders)
         if wait.code == planner.NO_CAPACITY_IN_REGIONS:
-            for name, (c, m) in free_after.items():
+            for name, (c, m, s) in free_after.items():
                 allowed = (job.regions_bits is None or (job.regions_bits >> workers[name].region_id) & 1) \
                     and not (job.on_demand and workers[name].preemptible) \
                     and (name != job.avoid_worker or len(workers) == 1)
-                assert not (allowed and c >= job.cores_mcpu and (m is None or m >= job.memory_bytes))
+                assert not (allowed and c >= job.cores_mcpu and (m is None or m >= job.memory_bytes)
+                            and (s is None or s >= job.storage_bytes))
         if wait.code == planner.OVER_FAIR_SHARE and job.user in result.allocation:
             assert given_cores[job.user] + job.cores_mcpu > result.allocation[job.user]
 
@@ -304,3 +311,20 @@ def test_counted_holds_the_candidates_meet_by_level_or_by_name_still_block() -> 
         result = plan(snapshot)
         assert not result.placements and result.waits[(1, 1)].code == planner.BLOCKED_BY_LOCK
         assert "held by 1 running job(s)" in result.waits[(1, 1)].detail
+
+
+def test_a_job_goes_only_where_its_storage_is_free_and_its_wait_says_storage() -> None:
+    # w0 has the cores and memory but 4 GiB of storage left after its open attempts; w1 says nothing of its
+    # storage (not checked there) but is a spot machine; the job must run on demand.
+    workers = [Worker("w0", 0, 8000, 16 * GIB, free_storage_bytes=4 * GIB),
+               Worker("w1", 0, 8000, 16 * GIB, preemptible=True)]
+    big = Candidate((1, 1), "ann", "p1", 1000, GIB, storage_bytes=6 * GIB, on_demand=True)
+    small = Candidate((1, 2), "ann", "p1", 1000, GIB, storage_bytes=3 * GIB)
+    second = Candidate((1, 3), "ann", "p1", 1000, GIB, storage_bytes=3 * GIB, on_demand=True)
+    result = plan(Snapshot("standard", workers, [UserDemand("ann", 0, 3000)], {"ann": [big, small, second]},
+                           jobs_per_cycle=10))
+    assert [(p.key, p.worker) for p in result.placements] == [((1, 2), "w0")]
+    assert {key: w.code for key, w in result.waits.items()} == {
+        (1, 1): planner.NO_CAPACITY_IN_REGIONS, (1, 3): planner.NO_CAPACITY_IN_REGIONS}
+    assert "has 1 cores, 1073741824 bytes of memory and 6 GiB of scratch storage free" in result.waits[(1, 1)].detail
+    assert "3 GiB of scratch storage" in result.waits[(1, 3)].detail  # w0's last 1 GiB went to the small job

@@ -46,7 +46,7 @@ JOB_STEP_MAIN: JobStep
 JOB_STEP_OUTPUT: JobStep
 
 class Job(_message.Message):
-    __slots__ = ("batch_id", "job_id", "update_id", "job_group_id", "user", "billing_project", "state", "spec", "attempts", "attributes", "exit_code", "error_message", "cost_micro_usd", "created_at", "ready_at", "started_at", "completed_at", "rerun_of_job_id")
+    __slots__ = ("batch_id", "job_id", "update_id", "job_group_id", "user", "billing_project", "state", "spec", "attempts", "attributes", "exit_code", "error_message", "cost_micro_usd", "created_at", "ready_at", "started_at", "completed_at", "rerun_of_job_id", "resources")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,7 @@ class Job(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     RERUN_OF_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     job_id: int
     update_id: int
@@ -90,7 +91,20 @@ class Job(_message.Message):
     started_at: _timestamp_pb2.Timestamp
     completed_at: _timestamp_pb2.Timestamp
     rerun_of_job_id: int
-    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ...) -> None: ...
+    resources: JobResources
+    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ..., resources: _Optional[_Union[JobResources, _Mapping]] = ...) -> None: ...
+
+class JobResources(_message.Message):
+    __slots__ = ("cores_mcpu", "memory_bytes", "storage_bytes", "pool")
+    CORES_MCPU_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    cores_mcpu: int
+    memory_bytes: int
+    storage_bytes: int
+    pool: str
+    def __init__(self, cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd", "isolation", "retry_reason", "retry_delay")
