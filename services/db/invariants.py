@@ -1,7 +1,7 @@
 """Recompute every maintained counter and aggregate from the base tables.
 
 The triggers and procedures keep tokenized counters, group and batch job
-counts, instance free cores, pending-parent counts, held locks and billing aggregates up
+counts, instance free cores and reserved memory and storage, pending-parent counts, held locks and billing aggregates up
 to date incrementally. `check_invariants` recomputes each of them from
 jobs, job_parents, job_child_releases, job_locks, attempts and attempt_resources and
 returns one line per difference (an empty list means consistent). Tests run it after every
@@ -162,15 +162,18 @@ _RELEASED = """(p.state IN ('Success', 'Failed', 'Error', 'Cancelled')
 async def _instances_and_parents(db: Database) -> list[str]:
     problems = await _check(
         db, "instances.free_cores_mcpu",
-        "SELECT name, free_cores_mcpu FROM instances",
+        "SELECT name, free_cores_mcpu, used_memory_bytes, used_storage_bytes FROM instances",
         """SELECT i.name, i.cores_mcpu - COALESCE(SUM(IF(i.state IN ('pending', 'active'), j.cores_mcpu, 0)), 0)
-                  AS free_cores_mcpu
+                  AS free_cores_mcpu,
+                  COALESCE(SUM(IF(i.state IN ('pending', 'active'), COALESCE(j.memory_bytes, 0), 0)), 0)
+                  AS used_memory_bytes,
+                  COALESCE(SUM(IF(i.state IN ('pending', 'active'), j.storage_bytes, 0)), 0) AS used_storage_bytes
            FROM instances i
            LEFT JOIN attempts a ON a.instance_name = i.name
            LEFT JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
                            AND j.state IN ('Running', 'Creating')
            GROUP BY i.name, i.cores_mcpu""",
-        ("name",), ("free_cores_mcpu",),
+        ("name",), ("free_cores_mcpu", "used_memory_bytes", "used_storage_bytes"),
     )
     # An edge is released once its parent is final and the parent's queued
     # release (job_child_releases) has passed the child: until then it counts

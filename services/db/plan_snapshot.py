@@ -32,17 +32,13 @@ _DEMAND = """
 SELECT user, inst_coll, n_ready_jobs, ready_cores_mcpu, running_cores_mcpu FROM user_inst_coll_fair_share
 """
 
-# Active instances with their free cores, and the memory and storage their open attempts' jobs reserve: one
-# join over the open attempts of each instance (the attempts_instance index) sums both.
+# Active instances with their free cores, and the memory and storage their running jobs reserve (kept on the
+# instance by schedule_jobs and complete_jobs_core, migration 0018).
 _WORKERS = """
 SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes,
-       i.storage_bytes, i.preemptible,
-       COALESCE(SUM(j.memory_bytes), 0) AS used_memory_bytes, COALESCE(SUM(j.storage_bytes), 0) AS used_storage_bytes
+       i.storage_bytes, i.preemptible, i.used_memory_bytes, i.used_storage_bytes
 FROM instances i LEFT JOIN regions r ON r.name = i.region
-LEFT JOIN attempts a ON a.instance_name = i.name AND a.end_time_ms IS NULL
-LEFT JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id
 WHERE i.state = 'active' {pool}
-GROUP BY i.name, i.inst_coll, r.region_id, i.free_cores_mcpu, i.memory_bytes, i.storage_bytes, i.preemptible
 ORDER BY i.name
 """
 

@@ -155,21 +155,26 @@ BEGIN
           u.rollup_time_ms = a.rollup_time_ms;
   END IF;
 
-  -- Give back the cores of the attempt the job was running under. The
+  -- Give back the cores (and memory and storage) of the attempt the job was running under. The
   -- instances come from the attempts' primary key into a table of their
   -- own first: updating instances joined with attempts share-locked
   -- attempts (through attempts_instance) while holding instance rows, and
   -- two MJCs on one instance deadlocked. Instances are then updated in name
   -- order (the table's key, which leads the join).
   IF v_n_freeing > 0 THEN
-    INSERT INTO tmp_instance_cores (instance_name, cores_mcpu)
-      SELECT a.instance_name, SUM(t.cores_mcpu)
+    -- (jobs still carry the memory their attempt reserved: a retry's new
+    -- memory is written below.)
+    INSERT INTO tmp_instance_cores (instance_name, cores_mcpu, memory_bytes, storage_bytes)
+      SELECT a.instance_name, SUM(t.cores_mcpu), COALESCE(SUM(j.memory_bytes), 0), SUM(j.storage_bytes)
       FROM tmp_job_completions t
       JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.old_attempt_id
+      JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
       WHERE t.outcome IN ('completed', 'retried') AND t.old_state IN ('Running', 'Creating')
       GROUP BY a.instance_name;
     UPDATE tmp_instance_cores x STRAIGHT_JOIN instances i ON i.name = x.instance_name
-      SET i.free_cores_mcpu = i.free_cores_mcpu + x.cores_mcpu;
+      SET i.free_cores_mcpu = i.free_cores_mcpu + x.cores_mcpu,
+          i.used_memory_bytes = i.used_memory_bytes - x.memory_bytes,
+          i.used_storage_bytes = i.used_storage_bytes - x.storage_bytes;
   END IF;
 
   SET @corral_bulk_job_changes = TRUE;

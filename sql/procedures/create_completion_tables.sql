@@ -68,7 +68,9 @@ BEGIN
   DROP TEMPORARY TABLE IF EXISTS tmp_instance_cores;
   CREATE TEMPORARY TABLE tmp_instance_cores (
     instance_name VARCHAR(100) NOT NULL PRIMARY KEY,
-    cores_mcpu BIGINT NOT NULL
+    cores_mcpu BIGINT NOT NULL,
+    memory_bytes BIGINT NOT NULL,
+    storage_bytes BIGINT NOT NULL
   );
   -- Parents whose children this call releases: the children with
   -- from_child_id <= job_id < to_child_id (NULL: no upper end) of each

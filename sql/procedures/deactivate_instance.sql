@@ -61,7 +61,8 @@ proc: BEGIN
   SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
   IF v_state IN ('pending', 'active') THEN
     UPDATE instances
-      SET state = 'inactive', free_cores_mcpu = cores_mcpu, time_deactivated_ms = in_now_ms,
+      SET state = 'inactive', free_cores_mcpu = cores_mcpu, used_memory_bytes = 0, used_storage_bytes = 0,
+          time_deactivated_ms = in_now_ms,
           deactivation_reason = in_reason
       WHERE name = in_name;
   END IF;

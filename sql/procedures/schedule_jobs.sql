@@ -207,7 +207,15 @@ proc: BEGIN
     WHERE t.outcome IN ('scheduled', 'creating', 'start_created');
   SET @corral_bulk_job_changes = NULL;
   IF v_used_mcpu > 0 THEN
-    UPDATE instances SET free_cores_mcpu = free_cores_mcpu - v_used_mcpu WHERE name = in_instance_name;
+    -- The started jobs' cores, memory and storage (instances.used_*, migration 0018).
+    UPDATE instances i
+      JOIN (SELECT COALESCE(SUM(j.memory_bytes), 0) AS memory_bytes, COALESCE(SUM(j.storage_bytes), 0) AS storage_bytes
+            FROM tmp_schedule t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+            WHERE t.outcome IN ('scheduled', 'creating')) u
+      SET i.free_cores_mcpu = i.free_cores_mcpu - v_used_mcpu,
+          i.used_memory_bytes = i.used_memory_bytes + u.memory_bytes,
+          i.used_storage_bytes = i.used_storage_bytes + u.storage_bytes
+      WHERE i.name = in_instance_name;
   END IF;
   -- Counters and events last (lock order: token rows after the instance).
   INSERT INTO tmp_job_changes (batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,

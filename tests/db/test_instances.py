@@ -122,3 +122,32 @@ async def test_dead_worker_jobs_run_again_as_a_new_attempt(world: World, tmp_pat
     second = await world.run(batch_id, job_id, instance="i2")
     assert second != first and (await world.job(batch_id, job_id))["n_attempts"] == 2
     assert await check_invariants(world.db) == []
+
+
+async def test_an_instance_keeps_what_its_running_jobs_reserve_of_memory_and_storage(world: World) -> None:
+    """instances.used_memory_bytes and used_storage_bytes (migration 0018) follow every start and end, and
+    a deactivated instance holds nothing; the scheduler's workers read says what is left."""
+    from services.db.plan_snapshot import read_workers
+    gib = 2**30
+    await world.instance("i1")
+    await world.db.execute("UPDATE instances SET memory_bytes = %s, storage_bytes = %s WHERE name = 'i1'",
+                           (16 * gib, 32 * gib))
+    batch_id, _, first = await world.batch([{"memory_bytes": 2 * gib, "storage_bytes": 5 * gib},
+                                            {"memory_bytes": 3 * gib, "storage_bytes": 1 * gib}])
+
+    async def used() -> tuple[int, int]:
+        row = await world.db.fetchone("SELECT used_memory_bytes, used_storage_bytes FROM instances WHERE name = 'i1'")
+        assert row is not None
+        return int(row["used_memory_bytes"]), int(row["used_storage_bytes"])
+
+    a = await world.run(batch_id, first)
+    await world.run(batch_id, first + 1)
+    assert await used() == (5 * gib, 6 * gib)
+    worker = (await read_workers(world.db))["standard"][0]
+    assert (worker.free_memory_bytes, worker.free_storage_bytes) == (11 * gib, 26 * gib)
+    await world.finish(batch_id, first, a, "Success")
+    assert await used() == (3 * gib, 1 * gib)
+    assert await check_invariants(world.db) == []
+    await world.store.deactivate_instance(world.epoch, "i1", "missed heartbeats")
+    assert await used() == (0, 0)
+    assert await check_invariants(world.db) == []
