@@ -17,9 +17,13 @@ computation) and of each part.
 
 `cycle` is the scheduler's whole decision for the three pools, everything
 but SJ and the Run commands: the demand, the workers, each pool's snapshot
-(`services/db/plan_snapshot.py`: the users' queues as deep as the planner
-looks, the candidates' locks, the locks running jobs hold at their levels,
-the billing project's budget) and `planner.plan`. Half the users' jobs,
+(`services/db/plan_snapshot.py`: the users' queues of every pool as deep
+as the planner looks, in one statement; then per pool the locks running
+jobs hold that its candidates may meet and the billing project's budget)
+and `planner.plan`. `cycle_reused` is the same cycle reusing a fair-share
+read, as the driver's scheduler does for the cycles in the second after a
+read (`DEMAND_REUSE_S`, design §3): everything but the demand query. The
+two series are interleaved. Half the users' jobs,
 Ready and Running, declare an exclusive lock on one of 20 names, so the
 lock reads and checks are part of it.
 """
@@ -36,8 +40,8 @@ from bench.common import BenchContext, fresh_database, percentile, positive_int,
 from bench.populate import JobShape, ready_batch
 from services.db.database import Database
 from services.db.store import JobStore
-from services.policy.fair_share import allocate_cores, scheduling_shares
-from services.db.plan_snapshot import read_demand, read_snapshot, read_workers  # the scheduler's own reads
+from services.policy.fair_share import UserDemand, allocate_cores, scheduling_shares
+from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of  # the scheduler's own reads
 from services.policy import planner
 
 NAME = "fair-share"
@@ -78,7 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def figure_names() -> list[str]:
     """The names of every figure a run prints, in order."""
-    return [f"{NAME}.{part}.{q}" for part in ("total", "query", "compute", "cycle") for q in ("p50", "p99")]
+    return [f"{NAME}.{part}.{q}" for part in ("total", "query", "compute", "cycle", "cycle_reused")
+            for q in ("p50", "p99")]
 
 
 def job_cores_mcpu(user_index: int) -> int:
@@ -155,16 +160,20 @@ async def compute(db: Database, free_mcpu: dict[str, int]) -> tuple[Sample, dict
     return Sample((queried - started) * 1000, (computed - queried) * 1000), shares
 
 
-async def cycle(db: Database) -> tuple[float, int]:
+async def cycle(db: Database, demand: dict[str, list[UserDemand]] | None = None) -> tuple[float, int]:
     """The scheduler's decision for every pool, as `Scheduler.cycle` makes it (all workers live); returns
-    its milliseconds and the placements."""
+    its milliseconds and the placements. With `demand`, the cycle reuses that fair-share read, as the
+    driver's scheduler does for DEMAND_REUSE_S after a read."""
     started = time.perf_counter()
-    workers = await read_workers(db)
-    demand = await read_demand(db)
+    workers = {pool: [w for w in ws if w.free_cores_mcpu > 0] for pool, ws in (await read_workers(db)).items()}
+    if demand is None:
+        demand = await read_demand(db)
+    looks = {pool: planner.depths(ws, demand[pool], JOBS_PER_CYCLE) for pool, ws in workers.items()
+             if demand.get(pool)}
+    queues = await read_queues(db, looks)
     placed = 0
-    for pool in POOLS:
-        live = [w for w in workers.get(pool, []) if w.free_cores_mcpu > 0]
-        snapshot = await read_snapshot(db, pool, live, demand.get(pool, []), JOBS_PER_CYCLE, time.time())
+    for pool in sorted(queues):
+        snapshot = await snapshot_of(db, pool, workers[pool], demand[pool], queues[pool], JOBS_PER_CYCLE, time.time())
         placed += len(planner.plan(snapshot).placements)
     return (time.perf_counter() - started) * 1000, placed
 
@@ -188,13 +197,15 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         for pool, by_user in shares.items():
             if sum(by_user.values()) != JOBS_PER_CYCLE or len(by_user) != n_users:
                 raise RuntimeError(f"{pool}: shares do not add up: {by_user}")
-        cycles = []
+        cycles, reused = [], []
+        demand = await read_demand(db)
         for _ in range(WARM_UP + repetitions):
-            ms, placed = await cycle(db)
-            cycles.append(ms)
-            if placed == 0:
-                raise RuntimeError("the planner placed nothing: the benchmark's pools are not what it means")
-        cycles = cycles[WARM_UP:]
+            for series, given in ((cycles, None), (reused, demand)):
+                ms, placed = await cycle(db, given)
+                series.append(ms)
+                if placed == 0:
+                    raise RuntimeError("the planner placed nothing: the benchmark's pools are not what it means")
+        cycles, reused = cycles[WARM_UP:], reused[WARM_UP:]
 
     for part in ("total", "query", "compute"):
         values = [getattr(s, f"{part}_ms") for s in samples]
@@ -202,6 +213,8 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         ctx.figures.add(f"{NAME}.{part}.p99", round(percentile(values, 99), 2), "ms")
     ctx.figures.add(f"{NAME}.cycle.p50", round(percentile(cycles, 50), 2), "ms")
     ctx.figures.add(f"{NAME}.cycle.p99", round(percentile(cycles, 99), 2), "ms")
+    ctx.figures.add(f"{NAME}.cycle_reused.p50", round(percentile(reused, 50), 2), "ms")
+    ctx.figures.add(f"{NAME}.cycle_reused.p99", round(percentile(reused, 99), 2), "ms")
     return {
         "users": n_users,
         "running_batches_per_user": n_batches,

@@ -2,9 +2,15 @@
 scheduler (services.driver.scheduler) and ExplainJob (services.frontend.explain_store)
 both make, so that both hand `services.policy.planner.plan` the same kind of facts.
 
+Two steps, so that the scheduler reads the queues of every pool in one
+statement at the start of a cycle (`read_queues`), and each pool's locks
+and budgets just before it plans that pool (`snapshot_of`), after the
+previous pool's jobs started; `read_snapshot` does both for one pool.
+
 Bounded: a user's queue is read only as deep as the planner looks
 (`planner.depths`, which sums to at most `jobs_per_cycle` plus one per
-user); locks only for candidates that declare some; budgets only for the
+user and pool; the database still reads each user's Ready jobs in their
+running batches to put them in order); locks only for candidates that declare some; budgets only for the
 candidates' projects. The running jobs' locks are read from the held_locks
 summary (one row per distinct lock and writer token, migration 0016), not
 job by job, and only those that can matter to a candidate
@@ -15,8 +21,7 @@ exactly as if it had read every lock.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from services.db.database import Database
@@ -49,20 +54,26 @@ MAY_RUN = """(j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
 """A Ready job `j` the scheduler may start: one the cancellers will not cancel (its group and batch are not
 cancelled and no parent failed it), or one that always runs."""
 
-# The Ready jobs of one user's running batches in one pool that may run now, in queue order; one such
-# part per user, all in one statement (UNION ALL), so a cycle pays one round trip per pool, not per user.
+# The Ready jobs of one user's running batches that may run now, in queue order, for every pool the user is
+# looked at in: in each pool the head of the queue as deep as the planner looks there (its `queue_rank`). One
+# such part per user, all in one statement (UNION ALL), so that a cycle pays one round trip for every pool and
+# user, and each user's batches are read once, not once per pool. The reservation and the lock flag are read
+# only for the rows kept.
 _QUEUE_PART = """
-(SELECT b.user, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.regions_bits, j.priority,
-        j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance, j.not_before_ms,
+(SELECT q.*,
         -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
-        (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000 FROM billing_projects p
-         WHERE p.name = b.billing_project AND p.limit_usd IS NOT NULL) AS reserve_ms,
-        EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS has_locks
- FROM batches b
- JOIN jobs j ON j.batch_id = b.batch_id AND j.state = 'Ready' AND j.inst_coll = %s
- WHERE b.user = %s AND b.state = 'running' AND {may_run}
- ORDER BY j.priority DESC, j.batch_id, j.job_id
- LIMIT %s)""".format(may_run=MAY_RUN)
+        (SELECT COALESCE(q.timeout_ms, p.max_job_duration_ms) + 15000 FROM billing_projects p
+         WHERE p.name = q.billing_project AND p.limit_usd IS NOT NULL) AS reserve_ms,
+        EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = q.batch_id AND l.job_id = q.job_id) AS has_locks
+ FROM (SELECT b.user, j.inst_coll, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes,
+              j.regions_bits, j.priority, j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance,
+              j.not_before_ms, j.timeout_ms,
+              ROW_NUMBER() OVER (PARTITION BY j.inst_coll ORDER BY j.priority DESC, j.batch_id, j.job_id)
+                AS queue_rank
+       FROM batches b
+       JOIN jobs j ON j.batch_id = b.batch_id AND j.state = 'Ready' AND j.inst_coll IN ({pools})
+       WHERE b.user = %s AND b.state = 'running' AND {may_run}) q
+ WHERE q.queue_rank <= CASE q.inst_coll {depths} ELSE 0 END)"""
 
 _HELD = """
 SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders
@@ -120,55 +131,73 @@ def _free(total: Any, used: Any) -> int | None:
 
 async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], demands: Sequence[UserDemand],
                         jobs_per_cycle: int, now_s: float) -> Snapshot:
-    """The pool's snapshot: each user's queue as deep as the planner looks, the candidates' locks, the
-    locks their projects' running jobs hold at those levels, and the projects' budgets."""
-    looks = depths(workers, demands, jobs_per_cycle)
-    queues: dict[str, list[Candidate]] = {user: [] for user in looks}
-    rows: list[dict[str, Any]] = []
-    if looks:
-        users = sorted(looks)
-        rows = await db.fetchall(" UNION ALL ".join([_QUEUE_PART] * len(users)),
-                                 tuple(v for user in users for v in (pool, user, looks[user])),
-                                 name="scheduler_candidates")
+    """One pool's snapshot (`read_queues` for that pool, then `snapshot_of`)."""
+    queues = await read_queues(db, {pool: depths(workers, demands, jobs_per_cycle)})
+    return await snapshot_of(db, pool, workers, demands, queues[pool], jobs_per_cycle, now_s)
+
+
+async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
+                      ) -> dict[str, dict[str, list[Candidate]]]:
+    """Per pool, each user's queue as deep as the planner looks there (`looks[pool][user]`, from
+    `planner.depths`), with the candidates' locks: one statement for every pool, one for the locks."""
+    by_user: dict[str, dict[str, int]] = {}
+    for pool, users in looks.items():
+        for user, depth in users.items():
+            if depth > 0:
+                by_user.setdefault(user, {})[pool] = depth
+    queues: dict[str, dict[str, list[Candidate]]] = {pool: {user: [] for user in users} for pool, users in looks.items()}
+    if not by_user:
+        return queues
+    parts, params = [], []
+    for user in sorted(by_user):
+        pools = sorted(by_user[user])
+        parts.append(_QUEUE_PART.format(pools=_marks(len(pools)), depths=" ".join(["WHEN %s THEN %s"] * len(pools)),
+                                        may_run=MAY_RUN))
+        params += [*pools, user, *(v for pool in pools for v in (pool, by_user[user][pool]))]
+    rows = await db.fetchall(" UNION ALL ".join(parts), tuple(params), name="scheduler_candidates")
     # A union's order is not promised: each user's queue is put back in the queue's order.
     rows.sort(key=lambda r: (-int(r["priority"]), r["batch_id"], r["job_id"]))
     rates: dict[str, float] = {}
     if any(r["reserve_ms"] is not None for r in rows):
         rates = {r["name"]: float(r["rate_usd"]) for r in await db.fetchall(_RATES, name="reservation_rates")}
+    locks: dict[JobKey, Locks] = {}
+    with_locks = [(r["batch_id"], r["job_id"]) for r in rows if r["has_locks"]]
+    if with_locks:
+        locks = await locks_of(db, with_locks)
     for r in rows:
         reserve = 0
         if r["reserve_ms"] is not None:
             reserve = reservation_micro_usd(int(r["cores_mcpu"]), int(r["memory_bytes"] or 0), int(r["reserve_ms"]),
                                             rates.get("cpu/local/1", 0.0), rates.get("memory/local/1", 0.0))
-        queues[r["user"]].append(Candidate(
-            (r["batch_id"], r["job_id"]), r["user"], r["billing_project"], int(r["cores_mcpu"]),
+        key = (r["batch_id"], r["job_id"])
+        queues[r["inst_coll"]][r["user"]].append(Candidate(
+            key, r["user"], r["billing_project"], int(r["cores_mcpu"]),
             int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
-            int(r["priority"]), int(r["time_created_ms"]) / 1000, reserve_micro_usd=reserve,
+            int(r["priority"]), int(r["time_created_ms"]) / 1000, locks.get(key) or {}, reserve_micro_usd=reserve,
             on_demand=bool(r["on_demand"]), avoid_worker=r["avoid_instance"],
             not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None,
             storage_bytes=int(r["storage_bytes"] or 0)))
-    rows_with_locks = [r for r in rows if r["has_locks"]]
-    projects = {r["billing_project"] for r in rows}
+    return queues
+
+
+async def snapshot_of(db: Database, pool: str, workers: Sequence[Worker], demands: Sequence[UserDemand],
+                      queues: Mapping[str, Sequence[Candidate]], jobs_per_cycle: int, now_s: float) -> Snapshot:
+    """The pool's snapshot from its queues (`read_queues`): the locks the candidates' projects' running jobs
+    hold that can matter to them, and the projects' budgets, read now."""
+    candidates = [c for queue in queues.values() for c in queue]
     held: dict[str, dict[Holder, Locks]] = {}
-    if rows_with_locks:
-        locks = await locks_of(db, [(r["batch_id"], r["job_id"]) for r in rows_with_locks])
-        queues = {user: [_with_locks(c, locks) for c in queue] for user, queue in queues.items()}
-        held = await read_held(db, {r["billing_project"] for r in rows_with_locks}, locks.values())
+    wanting = [c for c in candidates if c.locks]
+    if wanting:
+        held = await read_held(db, {c.billing_project for c in wanting}, [c.locks for c in wanting])
     budgets: dict[str, Budget] = {}
+    projects = sorted({c.billing_project for c in candidates})
     if projects:
-        ordered = sorted(projects)
-        for r in await db.fetchall(_BUDGETS.format(projects=_marks(len(ordered))), tuple(ordered),
+        for r in await db.fetchall(_BUDGETS.format(projects=_marks(len(projects))), tuple(projects),
                                    name="scheduler_budgets"):
             limit = float(r["limit_usd"]) if r["limit_usd"] is not None else None
             budgets[r["name"]] = Budget(r["state"], limit, float(r["spend_usd"]), int(r["reserved_micro_usd"]))
-    return Snapshot(pool, tuple(workers), tuple(demands), queues, held, budgets, jobs_per_cycle, now_s)
-
-
-def _with_locks(candidate: Candidate, locks: dict[JobKey, Locks]) -> Candidate:
-    job_locks = locks.get(candidate.key)
-    if not job_locks:
-        return candidate
-    return dataclasses.replace(candidate, locks=job_locks)
+    return Snapshot(pool, tuple(workers), tuple(demands), {u: list(q) for u, q in queues.items()}, held, budgets,
+                    jobs_per_cycle, now_s)
 
 
 async def locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:

@@ -51,7 +51,7 @@ from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
-from services.driver.scheduler import Scheduler
+from services.driver.scheduler import DEMAND_REUSE_S, Scheduler
 from services.driver.servicer import DriverServicer, SessionSettings
 from services.driver.sessions import SessionRegistry
 from services.common.specs import SpecStore
@@ -79,6 +79,8 @@ class DriverConfig:
     driver_addresses: tuple[str, ...] = ()
     """Every driver's internal address, given to local workers so they find the leader."""
     autoscaler_period_s: float = 2.0
+    fair_share_reuse_s: float = DEMAND_REUSE_S
+    """How long the scheduler reuses a fair-share read, kept up to date with the jobs it starts."""
     """How often the autoscaler looks at demand."""
     session: SessionSettings = SessionSettings()
     """Heartbeat and idle settings sent to workers."""
@@ -179,10 +181,10 @@ async def start(config: DriverConfig) -> DriverApp:
         def epoch() -> int | None:
             return state.epoch
 
-        scheduler = Scheduler(db, store, registry, epoch)
+        scheduler = Scheduler(db, store, registry, epoch, demand_reuse_s=config.fair_share_reuse_s)
 
         def released() -> None:
-            scheduler.notify()  # children became Ready
+            scheduler.new_work()  # children became Ready
             canceller.notify()  # or Ready with a failed dependency
 
         releaser = ChildReleaser(store, epoch, on_released=released)
@@ -195,6 +197,7 @@ async def start(config: DriverConfig) -> DriverApp:
         running = RunningCanceller(db, store, registry, epoch)
 
         def cancelled() -> None:
+            scheduler.new_work()  # the cancelled jobs' demand is gone
             canceller.notify()
             running.notify()
 
@@ -207,7 +210,8 @@ async def start(config: DriverConfig) -> DriverApp:
         loops += more_loops
 
         def on_change(kind: str) -> None:
-            for loop in (scheduler, canceller, releaser, autoscaler, publisher, running):
+            scheduler.new_work()
+            for loop in (canceller, releaser, autoscaler, publisher, running):
                 loop.notify()
 
         async def on_elected(new_epoch: int) -> None:

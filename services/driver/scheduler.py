@@ -5,8 +5,10 @@ Each cycle, per pool (instance collection):
    driver and takes jobs: `Dispatcher.live_instances`), with their free
    cores, memory and scratch storage;
 2. the pool's snapshot (`services.db.plan_snapshot`): each user's queue as
-   deep as the planner looks, the candidates' locks and those their billing
-   projects' running jobs hold, the projects' budgets;
+   deep as the planner looks (read for every pool at once, at the start of
+   the cycle), the candidates' locks and those their billing projects'
+   running jobs hold, the projects' budgets (read for each pool in turn,
+   after the previous pool's jobs started);
 3. `services.policy.planner.plan`: the placements, and why every other
    candidate waits (ExplainJob reports the same reasons); jobs that can
    never run under their project's limit are cancelled, saying why;
@@ -20,14 +22,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from services.db.database import Database
-from services.db.plan_snapshot import read_demand, read_snapshot, read_workers
+from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
 from services.policy import planner
+from services.policy.planner import depths
 from services.policy.fair_share import UserDemand
 
 log = logging.getLogger(__name__)
@@ -54,14 +58,25 @@ class Dispatcher(Protocol):
         """Send the Run commands (never waits on one slow worker)."""
 
 
+DEMAND_REUSE_S = 1.0
+"""How long the driver's scheduler reuses a fair-share read (`Scheduler.demand_reuse_s`)."""
+
+
 class Scheduler(Loop):
     """See the module docstring."""
 
     name = "scheduler"
 
     def __init__(self, db: Database, store: JobStore, dispatcher: Dispatcher, epoch: Callable[[], int | None],
-                 period_s: float = 1.0, jobs_per_cycle: int = planner.JOBS_PER_CYCLE, clock_ms: Callable[[], int] = wall_clock_ms):
+                 period_s: float = 1.0, jobs_per_cycle: int = planner.JOBS_PER_CYCLE,
+                 clock_ms: Callable[[], int] = wall_clock_ms, demand_reuse_s: float = 0.0):
         super().__init__(period_s)
+        self.demand_reuse_s = demand_reuse_s
+        """How long a fair-share read (the demand) serves the cycles after it, kept up to date with the jobs
+        they start (design §3: the fair-share result is cached for a few seconds); 0: every cycle reads it.
+        `new_work` ends it early. The driver uses DEMAND_REUSE_S."""
+        self._demand: dict[str, list[UserDemand]] | None = None
+        self._demand_read_s = 0.0
         self._db = db
         self._store = store
         self._dispatcher = dispatcher
@@ -72,6 +87,27 @@ class Scheduler(Loop):
         self.last_plans: dict[str, planner.Plan] = {}
         """The last cycle's plan of each pool (for tests and the curious)."""
 
+    def new_work(self) -> None:
+        """Work came or went outside this scheduler (a batch committed, children released, jobs cancelled):
+        the next cycle, now, reads the demand afresh."""
+        self._demand = None
+        self.notify()
+
+    async def _read_demand(self) -> dict[str, list[UserDemand]]:
+        now = time.monotonic()
+        if self._demand is None or now - self._demand_read_s >= self.demand_reuse_s:
+            self._demand, self._demand_read_s = await read_demand(self._db), now
+        return self._demand
+
+    def _started(self, pool: str, cores_by_user: dict[str, int]) -> None:
+        """The demand read, as the jobs this cycle started in `pool` changed it."""
+        if self._demand is None or pool not in self._demand:
+            return
+        self._demand[pool] = [
+            UserDemand(d.user, d.running_cores_mcpu + cores_by_user.get(d.user, 0),
+                       max(0, d.ready_cores_mcpu - cores_by_user.get(d.user, 0)))
+            for d in self._demand[pool]]
+
     async def cycle(self) -> None:
         epoch = self._epoch()
         if epoch is None:
@@ -80,20 +116,21 @@ class Scheduler(Loop):
         workers = {pool: [w for w in ws if w.name in live and w.free_cores_mcpu > 0]
                    for pool, ws in (await read_workers(self._db)).items()}
         workers = {pool: ws for pool, ws in workers.items() if ws}
+        demand = await self._read_demand() if workers else {}
+        looks = {pool: depths(ws, demand[pool], self.jobs_per_cycle) for pool, ws in workers.items() if demand.get(pool)}
+        queues = await read_queues(self._db, looks) if looks else {}
         placed = 0
-        demand = await read_demand(self._db) if workers else {}
-        for pool in sorted(workers):
-            placed += await self._schedule_pool(epoch, pool, workers[pool], demand.get(pool, []))
+        for pool in sorted(queues):
+            placed += await self._schedule_pool(epoch, pool, workers[pool], demand[pool], queues[pool])
         self.scheduled_total += placed
         if placed:
             self.notify()  # there may be more to place on what is still free
 
     async def _schedule_pool(self, epoch: int, pool: str, workers: list[planner.Worker],
-                             demands: list[UserDemand]) -> int:
-        if not demands:
-            return 0
-        snapshot = await read_snapshot(self._db, pool, workers, demands, self.jobs_per_cycle,
-                                       self._clock_ms() / 1000)
+                             demands: list[UserDemand], queues: dict[str, list[planner.Candidate]]) -> int:
+        # Held locks and budgets are read now, after the previous pools' jobs started.
+        snapshot = await snapshot_of(self._db, pool, workers, demands, queues, self.jobs_per_cycle,
+                                     self._clock_ms() / 1000)
         plan = planner.plan(snapshot)
         self.last_plans[pool] = plan
         if plan.never_fit:  # they would wait forever: cancelled, saying why
@@ -113,5 +150,11 @@ class Scheduler(Loop):
             ok = {(o["batch_id"], o["job_id"]) for o in outcomes if o["outcome"] == "scheduled"}
             scheduled += [p for p in mine if (p.batch_id, p.job_id) in ok]
         if scheduled:
+            owners = {c.key: c.user for queue in queues.values() for c in queue}
+            cores_by_user: dict[str, int] = {}
+            for p in scheduled:
+                user = owners[(p.batch_id, p.job_id)]
+                cores_by_user[user] = cores_by_user.get(user, 0) + p.cores_mcpu
+            self._started(pool, cores_by_user)
             await self._dispatcher.run(scheduled)
         return len(scheduled)

@@ -75,3 +75,43 @@ async def test_no_epoch_no_scheduling(world: World) -> None:
     dispatcher = RecordingDispatcher({"i1"})
     await Scheduler(world.db, world.store, dispatcher, lambda: None).cycle()
     assert dispatcher.sent == []
+
+
+async def test_a_reused_fair_share_read_counts_the_jobs_it_started_and_new_work_ends_it(world: World) -> None:
+    """With demand_reuse_s, the cycles after a fair-share read reuse it, moving the cores of the jobs they
+    start from ready to running; new work outside the scheduler (`new_work`) makes the next cycle read it
+    again. Without new_work a batch of a user the read did not know waits for the next read."""
+    await world.store.create_billing_project("other", ["bob"])
+    await world.instance("i1", cores_mcpu=2000)
+    await world.batch([{} for _ in range(6)], user="alice")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, demand_reuse_s=3600)
+    await scheduler.cycle()
+    assert len(dispatcher.sent) == 2
+    (alice,) = (await scheduler._read_demand())["standard"]
+    assert (alice.running_cores_mcpu, alice.ready_cores_mcpu) == (2000, 4000)  # as the counters now say
+    fresh = {d.user: d for d in (await scheduler_demand(world))["standard"]}
+    assert fresh["alice"] == alice
+
+    # Room again, and bob's batch since the read: the reused read does not know bob.
+    await world.db.execute("UPDATE instances SET cores_mcpu = 4000, free_cores_mcpu = free_cores_mcpu + 2000")
+    bob_batch = await world.store.create_batch("bob", "other")
+    update = await world.store.create_update(bob_batch["batch_id"], 2)
+    await world.store.insert_jobs(bob_batch["batch_id"], update["update_id"],
+                                  [{"job_id": update["start_job_id"] + i, "cores_mcpu": 1000, "inst_coll": "standard"}
+                                   for i in range(2)])
+    await world.store.commit_update(bob_batch["batch_id"], update["update_id"])
+    await scheduler.cycle()
+    assert {p.batch_id for p in dispatcher.sent[2:]} <= {dispatcher.sent[0].batch_id}
+    assert all(k[0] != bob_batch["batch_id"] for k in scheduler.last_plans["standard"].waits)
+
+    scheduler.new_work()
+    await world.db.execute("UPDATE instances SET cores_mcpu = 6000, free_cores_mcpu = free_cores_mcpu + 2000")
+    await scheduler.cycle()
+    assert any(p.batch_id == bob_batch["batch_id"] for p in dispatcher.sent)
+    assert await check_invariants(world.db) == []
+
+
+async def scheduler_demand(world: World):  # type: ignore[no-untyped-def]
+    from services.db.plan_snapshot import read_demand
+    return await read_demand(world.db)
