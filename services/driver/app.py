@@ -59,6 +59,12 @@ from services.common.specs import SpecStore
 log = logging.getLogger(__name__)
 
 
+_DEMAND_UNCHANGED = frozenset({"job_started", "instance_active", "worker_connected", "CHANGE_KIND_BILLING_CHANGED"})
+"""Changes after which the scheduler may go on reusing its fair-share read: they move no job in or out of Ready
+or Running. Every other change (a commit, a cancellation, a job's end, which may release its children or
+retry it, a lost worker) ends the reuse."""
+
+
 @dataclasses.dataclass(frozen=True)
 class DriverConfig:
     """How to run one driver (run two or more: one leads)."""
@@ -210,7 +216,10 @@ async def start(config: DriverConfig) -> DriverApp:
         loops += more_loops
 
         def on_change(kind: str) -> None:
-            scheduler.new_work()
+            if kind in _DEMAND_UNCHANGED:
+                scheduler.notify()
+            else:
+                scheduler.new_work()
             for loop in (canceller, releaser, autoscaler, publisher, running):
                 loop.notify()
 
