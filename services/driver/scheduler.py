@@ -77,6 +77,8 @@ class Scheduler(Loop):
         `new_work` ends it early. The driver uses DEMAND_REUSE_S."""
         self._demand: dict[str, list[UserDemand]] | None = None
         self._demand_read_s = 0.0
+        self._changes = 0
+        """How many times new_work was called: a read that one overlapped is not reused."""
         self._db = db
         self._store = store
         self._dispatcher = dispatcher
@@ -91,13 +93,19 @@ class Scheduler(Loop):
         """Work came or went outside this scheduler (a batch committed, children released, jobs cancelled):
         the next cycle, now, reads the demand afresh."""
         self._demand = None
+        self._changes += 1
         self.notify()
 
     async def _read_demand(self) -> dict[str, list[UserDemand]]:
         now = time.monotonic()
-        if self._demand is None or now - self._demand_read_s >= self.demand_reuse_s:
-            self._demand, self._demand_read_s = await read_demand(self._db), now
-        return self._demand
+        if self._demand is not None and now - self._demand_read_s < self.demand_reuse_s:
+            return self._demand
+        changes = self._changes
+        demand = await read_demand(self._db)
+        # Work that came while the read ran may not be in it: this cycle uses it, the next one reads again.
+        self._demand = demand if self._changes == changes else None
+        self._demand_read_s = now
+        return demand
 
     def _started(self, pool: str, cores_by_user: dict[str, int]) -> None:
         """The demand read, as the jobs this cycle started in `pool` changed it."""
@@ -117,7 +125,8 @@ class Scheduler(Loop):
                    for pool, ws in (await read_workers(self._db)).items()}
         workers = {pool: ws for pool, ws in workers.items() if ws}
         demand = await self._read_demand() if workers else {}
-        looks = {pool: depths(ws, demand[pool], self.jobs_per_cycle) for pool, ws in workers.items() if demand.get(pool)}
+        looks = {pool: depths(ws, demand[pool], self.jobs_per_cycle)
+                 for pool, ws in workers.items() if demand.get(pool)}
         queues = await read_queues(self._db, looks) if looks else {}
         placed = 0
         for pool in sorted(queues):

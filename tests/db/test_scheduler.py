@@ -115,3 +115,27 @@ async def test_a_reused_fair_share_read_counts_the_jobs_it_started_and_new_work_
 async def scheduler_demand(world: World):  # type: ignore[no-untyped-def]
     from services.db.plan_snapshot import read_demand
     return await read_demand(world.db)
+
+
+async def test_a_fair_share_read_that_new_work_overlapped_is_not_reused(world: World, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Work that arrives while the read runs may be missing from it: that cycle uses the read, the next one
+    reads again."""
+    import services.driver.scheduler as scheduler_module
+    await world.instance("i1", cores_mcpu=2000)
+    await world.batch([{} for _ in range(4)], user="alice")
+    scheduler = Scheduler(world.db, world.store, RecordingDispatcher({"i1"}), lambda: world.epoch,
+                          demand_reuse_s=3600)
+    real = scheduler_module.read_demand
+
+    async def overlapped(db):  # type: ignore[no-untyped-def]
+        demand = await real(db)
+        scheduler.new_work()  # as if a commit's notice came while the read ran
+        return demand
+
+    monkeypatch.setattr(scheduler_module, "read_demand", overlapped)
+    await scheduler.cycle()
+    assert scheduler._demand is None
+    monkeypatch.setattr(scheduler_module, "read_demand", real)
+    await world.db.execute("UPDATE instances SET cores_mcpu = 4000, free_cores_mcpu = 2000")  # room again
+    await scheduler.cycle()
+    assert scheduler._demand is not None  # a read nothing overlapped is kept
