@@ -145,7 +145,8 @@ async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
         for user, depth in users.items():
             if depth > 0:
                 by_user.setdefault(user, {})[pool] = depth
-    queues: dict[str, dict[str, list[Candidate]]] = {pool: {user: [] for user in users} for pool, users in looks.items()}
+    queues: dict[str, dict[str, list[Candidate]]] = {
+        pool: {user: [] for user in users} for pool, users in looks.items()}
     if not by_user:
         return queues
     parts, params = [], []

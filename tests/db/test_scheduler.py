@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
+import services.driver.scheduler as scheduler_module
+from services.db.database import Database
 from services.db.invariants import check_invariants
+from services.db.plan_snapshot import read_demand
 from services.driver.scheduler import Placement, Scheduler
+from services.policy.fair_share import UserDemand
 from tests.world import World
 
 
@@ -112,22 +118,21 @@ async def test_a_reused_fair_share_read_counts_the_jobs_it_started_and_new_work_
     assert await check_invariants(world.db) == []
 
 
-async def scheduler_demand(world: World):  # type: ignore[no-untyped-def]
-    from services.db.plan_snapshot import read_demand
+async def scheduler_demand(world: World) -> dict[str, list[UserDemand]]:
     return await read_demand(world.db)
 
 
-async def test_a_fair_share_read_that_new_work_overlapped_is_not_reused(world: World, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_a_fair_share_read_that_new_work_overlapped_is_not_reused(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     """Work that arrives while the read runs may be missing from it: that cycle uses the read, the next one
     reads again."""
-    import services.driver.scheduler as scheduler_module
     await world.instance("i1", cores_mcpu=2000)
     await world.batch([{} for _ in range(4)], user="alice")
     scheduler = Scheduler(world.db, world.store, RecordingDispatcher({"i1"}), lambda: world.epoch,
                           demand_reuse_s=3600)
     real = scheduler_module.read_demand
 
-    async def overlapped(db):  # type: ignore[no-untyped-def]
+    async def overlapped(db: Database) -> dict[str, list[UserDemand]]:
         demand = await real(db)
         scheduler.new_work()  # as if a commit's notice came while the read ran
         return demand
