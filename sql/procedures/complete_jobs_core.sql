@@ -53,6 +53,7 @@ BEGIN
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id,
         t.job_group_id = j.job_group_id, t.inst_coll = j.inst_coll, t.cores_mcpu = j.cores_mcpu,
+        t.memory_bytes = COALESCE(j.memory_bytes, 0), t.storage_bytes = j.storage_bytes,
         t.always_run = j.always_run, t.dependency_failed = j.dependency_failed,
         t.outcome = CASE
           WHEN t.new_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'invalid_state'
@@ -162,13 +163,12 @@ BEGIN
   -- two MJCs on one instance deadlocked. Instances are then updated in name
   -- order (the table's key, which leads the join).
   IF v_n_freeing > 0 THEN
-    -- (jobs still carry the memory their attempt reserved: a retry's new
-    -- memory is written below.)
+    -- (t.memory_bytes is what the attempt reserved, read before a retry's
+    -- new memory is written below.)
     INSERT INTO tmp_instance_cores (instance_name, cores_mcpu, memory_bytes, storage_bytes)
-      SELECT a.instance_name, SUM(t.cores_mcpu), COALESCE(SUM(j.memory_bytes), 0), SUM(j.storage_bytes)
+      SELECT a.instance_name, SUM(t.cores_mcpu), SUM(t.memory_bytes), SUM(t.storage_bytes)
       FROM tmp_job_completions t
       JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.old_attempt_id
-      JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
       WHERE t.outcome IN ('completed', 'retried') AND t.old_state IN ('Running', 'Creating')
       GROUP BY a.instance_name;
     UPDATE tmp_instance_cores x STRAIGHT_JOIN instances i ON i.name = x.instance_name

@@ -31,6 +31,8 @@ BEGIN
     job_group_id INT NULL,
     inst_coll VARCHAR(100) NULL,
     cores_mcpu INT NULL,
+    memory_bytes BIGINT NULL,
+    storage_bytes BIGINT NULL,
     always_run BOOLEAN NULL,
     dependency_failed BOOLEAN NULL,
     -- Set by cancel_pending_jobs only: a Pending job may become Cancelled.
@@ -45,7 +47,6 @@ BEGIN
     retry_policy TEXT NULL,
     n_attempts INT NULL,
     max_attempts INT NULL,
-    memory_bytes BIGINT NULL,
     pool_memory_bytes BIGINT NULL,
     n_preemptions INT NULL,
     n_failed_retries INT NULL,

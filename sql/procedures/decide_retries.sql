@@ -27,7 +27,7 @@ CREATE PROCEDURE decide_retries(IN in_now_ms BIGINT)
 BEGIN
   UPDATE tmp_job_completions t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    SET t.n_attempts = j.n_attempts, t.max_attempts = j.max_attempts, t.memory_bytes = j.memory_bytes,
+    SET t.n_attempts = j.n_attempts, t.max_attempts = j.max_attempts,
         t.n_preemptions = j.n_preemptions, t.n_failed_retries = j.n_failed_retries,
         t.pool_memory_bytes = (SELECT c.worker_memory_bytes FROM instance_collections c WHERE c.name = j.inst_coll),
         t.retry_policy = COALESCE(j.retry_policy, (

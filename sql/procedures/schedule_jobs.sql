@@ -67,6 +67,8 @@ proc: BEGIN
     job_group_id INT NULL,
     inst_coll VARCHAR(100) NULL,
     cores_mcpu INT NULL,
+    memory_bytes BIGINT NULL,
+    storage_bytes BIGINT NULL,
     billing_project VARCHAR(100) NULL,
     reserve_ms BIGINT NULL,
     reserve_micro_usd BIGINT NOT NULL DEFAULT 0,
@@ -99,7 +101,7 @@ proc: BEGIN
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     SET t.found = TRUE, t.old_state = j.state, t.old_attempt_id = j.attempt_id, t.always_run = j.always_run,
         t.dependency_failed = j.dependency_failed, t.job_group_id = j.job_group_id, t.inst_coll = j.inst_coll,
-        t.cores_mcpu = j.cores_mcpu,
+        t.cores_mcpu = j.cores_mcpu, t.memory_bytes = COALESCE(j.memory_bytes, 0), t.storage_bytes = j.storage_bytes,
         -- Read by a subquery, which takes no locks: joined here, the batch rows were share-locked and
         -- deadlocked with the MJCs that update them.
         t.reserve_ms = (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + KILL_ALLOWANCE_MS
@@ -112,10 +114,9 @@ proc: BEGIN
            COALESCE(MAX(IF(name = 'memory/local/1', rate_usd, NULL)), 0)
       INTO v_cpu_rate, v_memory_rate FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1');
     UPDATE tmp_schedule t
-      JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
       SET t.billing_project = (SELECT b.billing_project FROM batches b WHERE b.batch_id = t.batch_id),
-          t.reserve_micro_usd = CEIL((j.cores_mcpu * v_cpu_rate
-                                      + ((j.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
+          t.reserve_micro_usd = CEIL((t.cores_mcpu * v_cpu_rate
+                                      + ((t.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
                                      * t.reserve_ms * 1000000)
       WHERE t.reserve_ms IS NOT NULL;
   END IF;
@@ -209,9 +210,8 @@ proc: BEGIN
   IF v_used_mcpu > 0 THEN
     -- The started jobs' cores, memory and storage (instances.used_*, migration 0018).
     UPDATE instances i
-      JOIN (SELECT COALESCE(SUM(j.memory_bytes), 0) AS memory_bytes, COALESCE(SUM(j.storage_bytes), 0) AS storage_bytes
-            FROM tmp_schedule t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-            WHERE t.outcome IN ('scheduled', 'creating')) u
+      JOIN (SELECT SUM(memory_bytes) AS memory_bytes, SUM(storage_bytes) AS storage_bytes
+            FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating')) u
       SET i.free_cores_mcpu = i.free_cores_mcpu - v_used_mcpu,
           i.used_memory_bytes = i.used_memory_bytes + u.memory_bytes,
           i.used_storage_bytes = i.used_storage_bytes + u.storage_bytes
