@@ -1,11 +1,13 @@
 """Recompute every maintained counter and aggregate from the base tables.
 
 The triggers and procedures keep tokenized counters, group and batch job
-counts, instance free cores and reserved memory and storage, pending-parent counts, held locks and billing aggregates up
-to date incrementally. `check_invariants` recomputes each of them from
-jobs, job_parents, job_child_releases, job_locks, attempts and attempt_resources and
-returns one line per difference (an empty list means consistent). Tests run it after every
-scenario; an operator or the driver can run it on a quiet database.
+counts, instance free cores and reserved memory and storage, pending-parent
+counts, held locks and billing aggregates up to date incrementally.
+`check_invariants` recomputes each of them from jobs, job_parents,
+job_child_releases, job_locks, attempts and attempt_resources and returns
+one line per difference (an empty list means consistent). Tests run it
+after every scenario; an operator or the driver can run it on a quiet
+database.
 """
 
 from __future__ import annotations
