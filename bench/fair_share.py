@@ -18,7 +18,7 @@ computation) and of each part.
 `cycle` is the scheduler's whole decision for the three pools, everything
 but SJ and the Run commands: the demand, the workers, each pool's snapshot
 (`services/db/plan_snapshot.py`: the users' queues of every pool as deep
-as the planner looks, in one statement; then per pool the locks running
+as the planner looks, in one call of `read_ready_heads`; then per pool the locks running
 jobs hold that its candidates may meet and the billing project's budget)
 and `planner.plan`. `cycle_reused` is the same cycle reusing a fair-share
 read, as the driver's scheduler does for the cycles in the second after a
@@ -26,6 +26,10 @@ read (`DEMAND_REUSE_S`, design §3): everything but the demand query. The
 two series are interleaved. Half the users' jobs,
 Ready and Running, declare an exclusive lock on one of 20 names, so the
 lock reads and checks are part of it.
+
+`--deep-queue N` gives the first user one more running batch of N Ready
+jobs, as a scientist's million-job batch would: the scheduler reads only
+the head of each queue, so a cycle should cost what it costs without it.
 """
 
 from __future__ import annotations
@@ -78,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"running batches per user (default {BATCHES_PER_USER})")
     parser.add_argument("--repetitions", type=positive_int, metavar="N",
                         help=f"computations timed (default {REPETITIONS})")
+    parser.add_argument("--deep-queue", type=positive_int, metavar="N",
+                        help="also give the first user one more running batch of N Ready jobs (over the three pools): "
+                             "a cycle should not cost more for it")
 
 
 def figure_names() -> list[str]:
@@ -187,6 +194,9 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         started = time.perf_counter()
         free_mcpu = await build(db, n_users, n_batches)
         await verify(db, n_users, n_batches)
+        if args.deep_queue:
+            shapes = tuple(JobShape(pool, job_cores_mcpu(0)) for pool in POOLS)
+            await ready_batch(JobStore(db), "user000", "bench", args.deep_queue, shapes)
         progress(f"{NAME}: built in {time.perf_counter() - started:.0f} s; {repetitions} computations")
         for _ in range(WARM_UP):
             await compute(db, free_mcpu)
@@ -222,6 +232,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "jobs_per_batch_per_pool": {"Running": 1, "Ready": 1},
         "free_cores_mcpu": free_mcpu,
         "repetitions": repetitions,
+        "deep_queue_jobs": args.deep_queue or 0,
         "jobs_per_cycle": JOBS_PER_CYCLE,
         "target_ms": TARGET_MS,
         "smoke": ctx.smoke,

@@ -57,7 +57,7 @@ ACCOUNTS: dict[str, Account] = {
         read_all=True,
         writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
-                    "cancel_job_group", "delete_batch", "rerun_failed_jobs", "check_job_limits")),
+                    "cancel_job_group", "delete_batch", "rerun_failed_jobs", "check_job_limits", "read_ready_heads")),
     "driver": Account(
         read_all=True, writes={},
         procedures=("acquire_leader_lease", "renew_leader_lease", "release_leader_lease", "create_instance",
@@ -65,7 +65,7 @@ ACCOUNTS: dict[str, Account] = {
                     "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup", "cancel_ready_jobs",
                     "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
                     "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit",
-                    "release_children", "cancel_pending_jobs", "cancel_unaffordable_jobs")),
+                    "release_children", "cancel_pending_jobs", "cancel_unaffordable_jobs", "read_ready_heads")),
 }
 
 INTERNAL_PROCEDURES = frozenset({

@@ -2,7 +2,8 @@
 
 The triggers and procedures keep tokenized counters, group and batch job
 counts, instance free cores and reserved memory and storage, pending-parent
-counts, held locks and billing aggregates up to date incrementally.
+counts, held locks, billing aggregates and each job's copy of its owner up to
+date incrementally.
 `check_invariants` recomputes each of them from jobs, job_parents,
 job_child_releases, job_locks, attempts and attempt_resources and returns
 one line per difference (an empty list means consistent). Tests run it
@@ -214,6 +215,16 @@ async def _instances_and_parents(db: Database) -> list[str]:
     return problems
 
 
+async def _job_owners(db: Database) -> list[str]:
+    """jobs.user: the owner of the job's batch (the scheduler's queue index, migration 0019)."""
+    return await _check(
+        db, "jobs.user",
+        "SELECT batch_id, job_id, 1 AS consistent FROM jobs",
+        "SELECT j.batch_id, j.job_id, j.user = b.user AS consistent FROM jobs j JOIN batches b ON b.batch_id = j.batch_id",
+        ("batch_id", "job_id"), ("consistent",),
+    )
+
+
 async def _held_locks(db: Database) -> list[str]:
     """held_locks: per distinct lock, the Creating and Running jobs holding it."""
     return await _check(
@@ -309,6 +320,7 @@ CHECKS: tuple[Callable[[Database], Awaitable[list[str]]], ...] = (
     _held_locks,
     _billing,
     _batch_events,
+    _job_owners,
 )
 
 

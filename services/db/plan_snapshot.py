@@ -3,20 +3,21 @@ scheduler (services.driver.scheduler) and ExplainJob (services.frontend.explain_
 both make, so that both hand `services.policy.planner.plan` the same kind of facts.
 
 Two steps, so that the scheduler reads the queues of every pool in one
-statement at the start of a cycle (`read_queues`), and each pool's locks
+call at the start of a cycle (`read_queues`), and each pool's locks
 and budgets just before it plans that pool (`snapshot_of`), after the
 previous pool's jobs started; `read_snapshot` does both for one pool.
 
 Bounded: a user's queue is read only as deep as the planner looks
 (`planner.depths`, which sums to at most `jobs_per_cycle` plus one per
-user and pool; the database still reads each user's Ready jobs in their
-running batches to put them in order); locks only for candidates that declare some; budgets only for the
-candidates' projects. The running jobs' locks are read from the held_locks
-summary (one row per distinct lock and writer token, migration 0016), not
-job by job, and only those that can matter to a candidate
-(`lock_contention.LockInterest`: in its billing project, at its levels,
-and there only the names a candidate asks for), so the planner decides
-exactly as if it had read every lock.
+user and pool), by the `read_ready_heads` procedure, which walks each
+user's queue in an index (jobs_ready_queue, migration 0019) and stops
+there, however many Ready jobs the user has; locks only for candidates
+that declare some; budgets only for the candidates' projects. The running
+jobs' locks are read from the held_locks summary (one row per distinct
+lock and writer token, migration 0016), not job by job, and only those
+that can matter to a candidate (`lock_contention.LockInterest`: in its
+billing project, at its levels, and there only the names a candidate asks
+for), so the planner decides exactly as if it had read every lock.
 """
 
 from __future__ import annotations
@@ -52,28 +53,8 @@ MAY_RUN = """(j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
          JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
          WHERE a.batch_id = j.batch_id AND a.job_group_id = j.job_group_id)))"""
 """A Ready job `j` the scheduler may start: one the cancellers will not cancel (its group and batch are not
-cancelled and no parent failed it), or one that always runs."""
-
-# The Ready jobs of one user's running batches that may run now, in queue order, for every pool the user is
-# looked at in: in each pool the head of the queue as deep as the planner looks there (its `queue_rank`). One
-# such part per user, all in one statement (UNION ALL), so that a cycle pays one round trip for every pool and
-# user, and each user's batches are read once, not once per pool. The reservation and the lock flag are read
-# only for the rows kept.
-_QUEUE_PART = """
-(SELECT q.*,
-        -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
-        (SELECT COALESCE(q.timeout_ms, p.max_job_duration_ms) + 15000 FROM billing_projects p
-         WHERE p.name = q.billing_project AND p.limit_usd IS NOT NULL) AS reserve_ms,
-        EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = q.batch_id AND l.job_id = q.job_id) AS has_locks
- FROM (SELECT b.user, j.inst_coll, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes,
-              j.regions_bits, j.priority, j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance,
-              j.not_before_ms, j.timeout_ms,
-              ROW_NUMBER() OVER (PARTITION BY j.inst_coll ORDER BY j.priority DESC, j.batch_id, j.job_id)
-                AS queue_rank
-       FROM batches b
-       JOIN jobs j ON j.batch_id = b.batch_id AND j.state = 'Ready' AND j.inst_coll IN ({pools})
-       WHERE b.user = %s AND b.state = 'running' AND {may_run}) q
- WHERE q.queue_rank <= CASE q.inst_coll {depths} ELSE 0 END)"""
+cancelled and no parent failed it), or one that always runs. The read_ready_heads procedure applies the same
+rule to the queues' heads."""
 
 _HELD = """
 SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders
@@ -139,25 +120,14 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
 async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
                       ) -> dict[str, dict[str, list[Candidate]]]:
     """Per pool, each user's queue as deep as the planner looks there (`looks[pool][user]`, from
-    `planner.depths`), with the candidates' locks: one statement for every pool, one for the locks."""
-    by_user: dict[str, dict[str, int]] = {}
-    for pool, users in looks.items():
-        for user, depth in users.items():
-            if depth > 0:
-                by_user.setdefault(user, {})[pool] = depth
+    `planner.depths`), with the candidates' locks: one call for every pool (`read_ready_heads`), one
+    statement for the locks."""
     queues: dict[str, dict[str, list[Candidate]]] = {
         pool: {user: [] for user in users} for pool, users in looks.items()}
-    if not by_user:
+    heads = [[pool, user, depth] for pool in sorted(looks) for user, depth in sorted(looks[pool].items()) if depth > 0]
+    if not heads:
         return queues
-    parts, params = [], []
-    for user in sorted(by_user):
-        pools = sorted(by_user[user])
-        parts.append(_QUEUE_PART.format(pools=_marks(len(pools)), depths=" ".join(["WHEN %s THEN %s"] * len(pools)),
-                                        may_run=MAY_RUN))
-        params += [*pools, user, *(v for pool in pools for v in (pool, by_user[user][pool]))]
-    rows = await db.fetchall(" UNION ALL ".join(parts), tuple(params), name="scheduler_candidates")
-    # A union's order is not promised: each user's queue is put back in the queue's order.
-    rows.sort(key=lambda r: (-int(r["priority"]), r["batch_id"], r["job_id"]))
+    _, (rows,) = await db.call("read_ready_heads", heads)
     rates: dict[str, float] = {}
     if any(r["reserve_ms"] is not None for r in rows):
         rates = {r["name"]: float(r["rate_usd"]) for r in await db.fetchall(_RATES, name="reservation_rates")}

@@ -34,6 +34,7 @@ proc: BEGIN
   DECLARE v_bad INT;
   DECLARE v_locked INT;
   DECLARE v_parent INT;
+  DECLARE v_user VARCHAR(100);
   DECLARE v_n_children INT;
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
@@ -87,7 +88,8 @@ proc: BEGIN
   START TRANSACTION;
   -- Lock order: the batch (shared) before its update row, as commit_update
   -- takes them exclusively in that order.
-  SELECT COUNT(*) INTO v_count FROM batches WHERE batch_id = in_batch_id LOCK IN SHARE MODE;
+  -- The owner is copied onto each job (jobs.user: the scheduler's queue index).
+  SELECT COUNT(*), MAX(user) INTO v_count, v_user FROM batches WHERE batch_id = in_batch_id LOCK IN SHARE MODE;
   -- Shared lock: commit_update takes it exclusively, so no bunch lands in a
   -- committed update.
   SELECT start_job_id, n_jobs, committed INTO v_start, v_n, v_committed
@@ -321,10 +323,10 @@ proc: BEGIN
           FROM tmp_new_edges GROUP BY job_id) x ON x.job_id = t.job_id
     SET t.n_pending_parents = x.n_pending, t.dependency_failed = (x.n_unaccepted > 0);
 
-  INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
+  INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
                     max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand)
-    SELECT in_batch_id, job_id, in_update_id, job_group_id, 'Pending', dependency_failed, always_run,
+    SELECT in_batch_id, job_id, in_update_id, job_group_id, v_user, 'Pending', dependency_failed, always_run,
            n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority, max_attempts,
            spec_ref, in_now_ms, timeout_ms, retry_policy, on_demand
     FROM tmp_new_jobs ORDER BY job_id;

@@ -215,10 +215,10 @@ proc: BEGIN
     END IF;
   END IF;
 
-  INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, state, dependency_failed, always_run,
+  INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
                     max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy)
-    SELECT in_batch_id, t.new_job_id, v_update_id, j.job_group_id, 'Pending', COALESCE(x.n_unaccepted > 0, FALSE),
+    SELECT in_batch_id, t.new_job_id, v_update_id, j.job_group_id, j.user, 'Pending', COALESCE(x.n_unaccepted > 0, FALSE),
            j.always_run, COALESCE(x.n_pending, 0), j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.inst_coll,
            j.regions_bits, j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms, j.retry_policy
     FROM tmp_rerun t

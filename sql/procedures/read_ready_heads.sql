@@ -1,0 +1,107 @@
+-- The heads of the users' queues: for each (pool, user, depth) of in_looks
+-- ([[pool, user, depth], ...], from the planner's depths), the first
+-- `depth` Ready jobs of that user in that pool that may run now, in queue
+-- order (priority, highest first, then batch and job). The scheduler and
+-- ExplainJob read their candidates with it (services/db/plan_snapshot.py).
+--
+-- Each head is one walk of the jobs_ready_queue index (migration 0019)
+-- that stops after `depth` jobs, so a cycle costs the same whether a user
+-- has ten Ready jobs or a million. A job may run unless it is cancelled
+-- (its group or an ancestor is) or a parent failed it, and a job that
+-- always runs may run anyway; the cancelled groups of running batches are
+-- gathered once per call, so each step of a walk decides from the index
+-- and one lookup, and a head is never cut short by jobs the cancellers have
+-- not drained yet.
+--
+-- Returns the candidates' rows, then the status row. Reads only, each
+-- statement at READ COMMITTED (the services' sessions): no lock is taken.
+DROP PROCEDURE IF EXISTS read_ready_heads;
+DELIMITER $$
+CREATE PROCEDURE read_ready_heads(IN in_looks JSON)
+proc: BEGIN
+  DECLARE v_done BOOLEAN DEFAULT FALSE;
+  DECLARE v_pool VARCHAR(100);
+  DECLARE v_user VARCHAR(100);
+  DECLARE v_depth INT;
+  DECLARE v_any_cancelled BOOLEAN;
+  DECLARE looks CURSOR FOR
+    SELECT pool, usr, depth
+    FROM JSON_TABLE(in_looks, '$[*]' COLUMNS (pool VARCHAR(100) PATH '$[0]', usr VARCHAR(100) PATH '$[1]',
+                                              depth INT PATH '$[2]')) t
+    WHERE depth > 0;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
+
+  IF in_looks IS NULL OR JSON_TYPE(in_looks) <> 'ARRAY' THEN
+    SELECT 3 AS rc, 'looks must be a JSON array of [pool, user, depth]' AS message;
+    LEAVE proc;
+  END IF;
+
+  -- MEMORY tables, dropped and made again per call (as create_change_tables
+  -- does): nothing of a previous call is left on a pooled connection.
+  DROP TEMPORARY TABLE IF EXISTS tmp_cancelled_groups;
+  CREATE TEMPORARY TABLE tmp_cancelled_groups (
+    batch_id BIGINT NOT NULL,
+    job_group_id INT NOT NULL,
+    PRIMARY KEY (batch_id, job_group_id)
+  ) ENGINE=MEMORY;
+  DROP TEMPORARY TABLE IF EXISTS tmp_ready_heads;
+  CREATE TEMPORARY TABLE tmp_ready_heads (
+    batch_id BIGINT NOT NULL,
+    job_id INT NOT NULL
+  ) ENGINE=MEMORY;
+
+  -- Every group of a running batch that is cancelled, itself or through an
+  -- ancestor (a Ready job's batch is running).
+  INSERT IGNORE INTO tmp_cancelled_groups (batch_id, job_group_id)
+    SELECT a.batch_id, a.job_group_id
+    FROM job_groups_cancelled c
+    JOIN batches b ON b.batch_id = c.batch_id AND b.state = 'running'
+    JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id;
+  SET v_any_cancelled = EXISTS (SELECT 1 FROM tmp_cancelled_groups);
+
+  OPEN looks;
+  heads: LOOP
+    FETCH looks INTO v_pool, v_user, v_depth;
+    IF v_done THEN
+      LEAVE heads;
+    END IF;
+    IF v_any_cancelled THEN
+      INSERT INTO tmp_ready_heads (batch_id, job_id)
+        SELECT j.batch_id, j.job_id
+        FROM jobs j FORCE INDEX (jobs_ready_queue)
+        LEFT JOIN tmp_cancelled_groups g ON g.batch_id = j.batch_id AND g.job_group_id = j.job_group_id
+        WHERE j.state = 'Ready' AND j.inst_coll = v_pool AND j.user = v_user
+          AND (j.always_run OR (NOT j.dependency_failed AND g.batch_id IS NULL))
+        ORDER BY j.priority DESC, j.batch_id, j.job_id
+        LIMIT v_depth;
+    ELSE
+      -- The same without the join: no group of a running batch is cancelled.
+      INSERT INTO tmp_ready_heads (batch_id, job_id)
+        SELECT j.batch_id, j.job_id
+        FROM jobs j FORCE INDEX (jobs_ready_queue)
+        WHERE j.state = 'Ready' AND j.inst_coll = v_pool AND j.user = v_user
+          AND (j.always_run OR NOT j.dependency_failed)
+        ORDER BY j.priority DESC, j.batch_id, j.job_id
+        LIMIT v_depth;
+    END IF;
+  END LOOP;
+  CLOSE looks;
+
+  SELECT j.user, j.inst_coll, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.regions_bits,
+         j.priority, j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance, j.not_before_ms,
+         j.timeout_ms,
+         -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
+         IF(p.limit_usd IS NULL, NULL, COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000) AS reserve_ms,
+         EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS has_locks
+  -- In this order: the few heads first, each a lookup by primary key.
+  FROM tmp_ready_heads h
+  STRAIGHT_JOIN jobs j ON j.batch_id = h.batch_id AND j.job_id = h.job_id AND j.state = 'Ready'
+  STRAIGHT_JOIN batches b ON b.batch_id = j.batch_id
+  STRAIGHT_JOIN billing_projects p ON p.name = b.billing_project
+  ORDER BY j.priority DESC, j.batch_id, j.job_id;
+
+  DROP TEMPORARY TABLE tmp_ready_heads;
+  DROP TEMPORARY TABLE tmp_cancelled_groups;
+  SELECT 0 AS rc;
+END $$
+DELIMITER ;

@@ -1,0 +1,80 @@
+"""The heads of the users' queues (read_ready_heads, through plan_snapshot.read_queues) against a model: on
+random batches with nested groups, some cancelled, priorities, jobs that always run, jobs a parent failed and
+jobs already running, each user's head in each pool is exactly the first `depth` Ready jobs that may run, in
+queue order, as a plain Python reading of every job decides it."""
+
+from __future__ import annotations
+
+import random
+
+from services.db.invariants import check_invariants
+from services.db.plan_snapshot import read_queues
+from tests.world import World
+
+POOLS = ("standard", "highmem")
+USERS = ("alice", "bob")
+
+
+async def _build(world: World, rng: random.Random) -> None:
+    await world.instance("i1", cores_mcpu=100_000)
+    for _ in range(6):
+        user = rng.choice(USERS)
+        groups = []
+        for g in range(1, 5):
+            groups.append({"job_group_id": g, "parent_id": rng.randrange(g)})
+        jobs = [{"job_group_id": rng.randrange(5), "priority": rng.choice([0, 0, 1, 2]),
+                 "always_run": rng.random() < 0.2, "inst_coll": rng.choice(POOLS), "cores_mcpu": 250}
+                for _ in range(rng.randrange(5, 30))]
+        batch_id, _, start = await world.batch(jobs, user=user, groups=groups)
+        # Some jobs leave Ready, some groups (or the whole batch) are cancelled and not drained.
+        for i, job in enumerate(jobs):
+            if job["inst_coll"] == "standard" and rng.random() < 0.15:
+                await world.run(batch_id, start + i)
+        for g in rng.sample(range(5), rng.choice([0, 0, 1, 2])):
+            await world.store.cancel_job_group(batch_id, g, user, "test")
+
+
+async def _model(world: World, looks: dict[str, dict[str, int]]) -> dict[str, dict[str, list[tuple[int, int]]]]:
+    jobs = await world.db.fetchall(
+        "SELECT j.batch_id, j.job_id, j.job_group_id, j.state, j.inst_coll, j.priority, j.always_run, "
+        "j.dependency_failed, b.user FROM jobs j JOIN batches b ON b.batch_id = j.batch_id")
+    cancelled = {(r["batch_id"], r["job_group_id"]) for r in await world.db.fetchall(
+        "SELECT a.batch_id, a.job_group_id FROM job_groups_cancelled c "
+        "JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id")}
+
+    def may_run(j: dict) -> bool:
+        return bool(j["always_run"]) or (not j["dependency_failed"]
+                                         and (j["batch_id"], j["job_group_id"]) not in cancelled)
+
+    ordered = sorted((j for j in jobs if j["state"] == "Ready" and may_run(j)),
+                     key=lambda j: (-j["priority"], j["batch_id"], j["job_id"]))
+    return {pool: {user: [(j["batch_id"], j["job_id"]) for j in ordered
+                          if j["inst_coll"] == pool and j["user"] == user][:depth]
+                   for user, depth in users.items()}
+            for pool, users in looks.items()}
+
+
+async def test_each_head_is_the_first_jobs_that_may_run_in_queue_order(world: World) -> None:
+    rng = random.Random(19)
+    await _build(world, rng)
+    # A parent that failed its child, as the releaser leaves it until the canceller drains it.
+    ready = await world.db.fetchall("SELECT batch_id, job_id FROM jobs WHERE state = 'Ready' AND NOT always_run")
+    for r in rng.sample(ready, 4):
+        await world.db.execute("UPDATE jobs SET dependency_failed = TRUE WHERE batch_id = %s AND job_id = %s",
+                               (r["batch_id"], r["job_id"]))
+    for _ in range(25):
+        looks = {pool: {user: rng.randrange(0, 14) for user in (*USERS, "carol")} for pool in POOLS}
+        queues = await read_queues(world.db, looks)
+        got = {pool: {user: [c.key for c in queue] for user, queue in users.items()}
+               for pool, users in queues.items()}
+        assert got == await _model(world, looks), looks
+
+
+async def test_a_users_head_skips_an_undrained_cancelled_batch_ahead_of_it(world: World) -> None:
+    await world.instance("i1", cores_mcpu=100_000)
+    first, _, _ = await world.batch([{} for _ in range(50)])
+    second, _, s = await world.batch([{} for _ in range(3)])
+    await world.store.cancel_job_group(first, 0, "alice", "not wanted")
+    queues = await read_queues(world.db, {"standard": {"alice": 2}})
+    assert [c.key for c in queues["standard"]["alice"]] == [(second, s), (second, s + 1)]
+    assert await check_invariants(world.db) == []
