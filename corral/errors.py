@@ -17,6 +17,19 @@ class FieldViolation:
     description: str
 
 
+class UsageError(Exception):
+    """What the user gave is wrong before any call is made (a batch file, an option, a handle): the CLI prints
+    it as one `error: ...` line. `location` says where, when it is in a file ("batch.yaml:3:5")."""
+
+    def __init__(self, message: str, location: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.location = location
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}" if self.location else self.message
+
+
 class CorralError(Exception):
     """A call to corral failed; `code` is the gRPC status code."""
 
