@@ -13,8 +13,6 @@ import dataclasses
 import getpass
 import json
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +25,8 @@ from corral.auth.v1 import auth_service_pb2, auth_service_pb2_grpc
 from corral.batch.v1 import batch_pb2
 from corral.builder import BatchBuilder, JobHandle
 from corral.client import Client
-from corral.errors import CorralError, from_rpc_error
+from corral.cli_common import EXIT_NOT_ALL_SUCCEEDED, with_json
+from corral.errors import CorralError, Unauthenticated, UsageError, from_rpc_error
 
 
 @dataclasses.dataclass
@@ -60,20 +59,8 @@ def open_client() -> Client:
     """A client with the CLI's settings (frontend, auth, CA, token)."""
     settings = Settings.load()
     if not settings.token:
-        raise CorralError("not logged in: run `corral login`")
+        raise Unauthenticated("not logged in: run `corral login`")
     return Client(settings.frontend, settings.token, settings.ca_cert, auth_address=settings.auth)
-
-
-def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Run a command; a CorralError becomes `error: ...` on stderr and exit code 1."""
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return command(args)
-        except CorralError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-
-    return run
 
 
 def _print_batch(batch: batch_pb2.Batch) -> None:
@@ -138,7 +125,12 @@ def _login(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    builder = builder_from_yaml(yaml.safe_load(Path(args.file).read_text()))
+    with open(args.file, "rb") as f:  # a file that cannot be read is reported by the CLI's `main`, as its YAML
+        document = yaml.safe_load(f)
+    try:
+        builder = builder_from_yaml(document)
+    except (CorralError, KeyError, TypeError, ValueError) as e:  # a value of the file the builder refused
+        raise UsageError(f"the batch file does not describe a batch: {e}", location=args.file) from e
     with open_client() as client:
         batch = client.submit(builder)
     if args.quiet:
@@ -171,15 +163,11 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-WAIT_NOT_ALL_SUCCEEDED = 3
-"""`corral wait`'s exit code when the batch completed but not every job succeeded."""
-
-
 def _wait(args: argparse.Namespace) -> int:
     with open_client() as client:
         batch = client.wait(args.batch_id, progress=not args.quiet)
     _emit(args, [batch])
-    return 0 if batch.counts.n_succeeded == batch.counts.n_jobs else WAIT_NOT_ALL_SUCCEEDED
+    return 0 if batch.counts.n_succeeded == batch.counts.n_jobs else EXIT_NOT_ALL_SUCCEEDED
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -189,30 +177,26 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     login.add_argument("--frontend", help="host:port of the frontend")
     login.add_argument("--auth", help="host:port of the auth service")
     login.add_argument("--ca-cert", help="CA certificate to trust (corral up prints it)")
-    login.set_defaults(run=guarded(_login))
-
-    def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser.add_argument("--json", action="store_true", help="machine-readable output")
-        return parser
+    login.set_defaults(run=_login)
 
     submit = with_json(commands.add_parser("submit", help="submit a batch described in YAML"))
     submit.add_argument("file")
     submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
-    submit.set_defaults(run=guarded(_submit))
+    submit.set_defaults(run=_submit)
     ls = with_json(commands.add_parser("ls", help="list batches matching a query (newest first)"))
     ls.add_argument("query", nargs="*", help="e.g. state=running name=~align")
     ls.add_argument("--limit", type=int, default=50)
-    ls.set_defaults(run=guarded(_ls))
+    ls.set_defaults(run=_ls)
     status = with_json(commands.add_parser("status", help="show one batch"))
     status.add_argument("batch_id", type=int)
-    status.set_defaults(run=guarded(_status))
+    status.set_defaults(run=_status)
     cancel = with_json(commands.add_parser("cancel", help="cancel a batch"))
     cancel.add_argument("batch_id", type=int)
     cancel.add_argument("--reason", default="cancelled from the command line")
-    cancel.set_defaults(run=guarded(_cancel))
+    cancel.set_defaults(run=_cancel)
     wait = with_json(commands.add_parser(
         "wait", help="wait until a batch completes, showing progress; exit 0 if every job succeeded, "
-                     f"{WAIT_NOT_ALL_SUCCEEDED} if not"))
+                     f"{EXIT_NOT_ALL_SUCCEEDED} if not"))
     wait.add_argument("batch_id", type=int)
     wait.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    wait.set_defaults(run=guarded(_wait))
+    wait.set_defaults(run=_wait)

@@ -14,8 +14,8 @@ import itertools
 from typing import Any
 
 from corral.batch.v1 import job_spec_pb2, lock_pb2
-from corral.cli_batches import guarded, open_client
-from corral.cli_jobs import print_json, with_json
+from corral.cli_batches import open_client
+from corral.cli_common import print_json, with_json
 
 HEADER = ("PROJECT", "LOCK", "MODE", "HOLDERS", "WAITERS")
 
@@ -72,4 +72,4 @@ def add_commands(commands: Any) -> None:
     locks.add_argument("--project", help="only this billing project's locks (default: every project you see)")
     locks.add_argument("--level", help="only locks at this level")
     locks.add_argument("--name", help="only the lock of this name (with --level)")
-    locks.set_defaults(run=guarded(_locks))
+    locks.set_defaults(run=_locks)
