@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from corral import __version__, cli_admin, cli_batches, cli_db, cli_jobs, cli_locks, cli_up
+from corral import __version__, cli_admin, cli_batches, cli_db, cli_identity, cli_jobs, cli_locks, cli_up
 from corral.cli_common import EXIT_BROKEN_PIPE, Parser, failure, print_error
 
 
@@ -22,9 +22,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
     parser = Parser(prog="corral", description="Run and use corral, a multi-tenant batch job system.")
     parser.add_argument("--version", action="version", version=f"corral {__version__}")
+    parser.add_argument("--profile", metavar="NAME",
+                        help="use this profile of the configuration file instead of the current one")
     parser.add_argument("--debug", action="store_true", help="on a failure, show the traceback")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     cli_db.add_commands(commands)
+    cli_identity.add_commands(commands)
     cli_batches.add_commands(commands)
     cli_jobs.add_commands(commands)
     cli_locks.add_commands(commands)

@@ -15,8 +15,7 @@ from typing import Any
 
 from corral.auth.v1 import user_pb2
 from corral.billing.v1 import billing_project_pb2
-from corral.cli_batches import open_client
-from corral.cli_common import print_json, usd, with_json
+from corral.cli_common import open_client, print_json, usd, with_json
 from corral.errors import UsageError
 
 
@@ -49,7 +48,7 @@ def _limit_usd(text: str) -> float | None:
 
 
 def _billing(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         action = args.action
         if action == "list":
             return _emit_projects(args, list(client.billing_projects()))
@@ -84,7 +83,7 @@ def user_line(u: user_pb2.User) -> str:
 
 
 def _users(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         if args.action == "token":
             token, secret = client.create_token(args.name, args.username,
                                                 args.ttl_days * 86400 if args.ttl_days else None)

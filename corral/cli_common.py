@@ -1,4 +1,5 @@
-"""What every `corral` command shares: its parser class, `--json`, and how a failure becomes one `error: ...` line and an exit code (the table in docs/cli.md#exit-codes).
+"""What every `corral` command shares: its parser class, the client it talks with, `--json`, and how a
+failure becomes one `error: ...` line and an exit code (the table in docs/cli.md#exit-codes).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import grpc
 import yaml
 from google.protobuf import json_format, message
 
+from corral.cli_config import connection
+from corral.client import Client
 from corral.errors import CorralError, UsageError, from_rpc_error
 
 EXIT_FAILED = 1
@@ -101,6 +104,14 @@ def yaml_error(error: yaml.YAMLError) -> str:
 def print_error(line: str) -> None:
     """`error: LINE` on stderr, on one line whatever the message holds."""
     print("error: " + " ".join(line.split()), file=sys.stderr, flush=True)
+
+
+def open_client(args: argparse.Namespace) -> Client:
+    """A client as the command's profile (`--profile`, else the current one) and token (`$CORRAL_TOKEN`,
+    else the profile's)."""
+    profile = connection(args.profile)
+    assert profile.token is not None
+    return Client(profile.frontend, profile.token, profile.ca_cert, auth_address=profile.auth)
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

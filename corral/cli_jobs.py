@@ -13,8 +13,7 @@ import sys
 from typing import Any
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
-from corral.cli_batches import open_client
-from corral.cli_common import print_json, usd, with_json
+from corral.cli_common import open_client, print_json, usd, with_json
 from services.policy.sizes import binary_size
 
 
@@ -36,7 +35,7 @@ def job_line(job: job_pb2.Job) -> str:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         jobs = []
         for job in client.jobs(args.batch_id, " ".join(args.query)):
             jobs.append(job)
@@ -55,7 +54,7 @@ def _reason_name(code: int) -> str:
 
 
 def _job(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         job = client.get_job(args.batch_id, args.job_id)
         why = client.explain_job(args.batch_id, args.job_id)
     if args.json:
@@ -89,7 +88,7 @@ def _job(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     start = -args.tail if args.tail else 0
-    with open_client() as client:
+    with open_client(args) as client:
         if args.follow:
             for data in client.follow_log(args.batch_id, args.job_id, args.attempt, start):
                 out.write(data)
@@ -101,7 +100,7 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _rerun(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         update = client.rerun_failed(args.batch_id, args.state or (), args.token)
     if args.json:
         print_json([update] if update is not None else [])
@@ -115,7 +114,7 @@ def _rerun(args: argparse.Namespace) -> int:
 
 
 def _cancel_group(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         group = client.cancel_job_group(args.batch_id, args.job_group_id, args.reason)
     if args.json:
         print_json([group])
@@ -126,7 +125,7 @@ def _cancel_group(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         client.delete_batch(args.batch_id)
     print(f"batch {args.batch_id} deleted")
     return 0

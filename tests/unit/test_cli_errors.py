@@ -5,7 +5,10 @@ found before any call, or the server is not there."""
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from corral import cli_batches, errors
 from corral.cli import main
 from corral.cli_common import (
+    EXIT_BROKEN_PIPE,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
@@ -99,6 +103,12 @@ def test_not_logged_in(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == EXIT_UNAUTHENTICATED and "corral login" in one_error(stderr)
 
 
+def test_a_broken_configuration_file(capsys: pytest.CaptureFixture[str], config: Path) -> None:
+    config.write_text("{not json")
+    code, stderr = corral(capsys, "ls")
+    assert code == EXIT_USAGE and str(config) in one_error(stderr)
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,3 +158,18 @@ def test_ctrl_c_is_quiet(capsys: pytest.CaptureFixture[str], monkeypatch: pytest
 
     monkeypatch.setattr(cli_batches, "_status", interrupted)
     assert corral(capsys, "status", "1") == (EXIT_INTERRUPTED, "")
+
+
+def test_a_closed_pipe_ends_quietly(config: Path) -> None:
+    """`corral ... | head`: the reader went away before the output was written."""
+    config.write_text(json.dumps({"current": "p0", "profiles": {
+        f"p{i}": {"frontend": "localhost:1", "auth": "localhost:2", "token": "t"} for i in range(100)}}))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run([sys.executable, "-m", "corral.cli", "profile", "list"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=60,
+                              env={**os.environ, "CORRAL_CONFIG": str(config)})
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")
