@@ -66,7 +66,7 @@ def _submit(args: argparse.Namespace) -> int:
         document = yaml.safe_load(f)
     try:
         builder = builder_from_yaml(document)
-    except (CorralError, KeyError, TypeError, ValueError) as e:  # a value of the file the builder refused
+    except (AttributeError, CorralError, KeyError, TypeError, ValueError) as e:  # what a value of the file did
         raise UsageError(f"the batch file does not describe a batch: {e}", location=args.file) from e
     with open_client(args) as client:
         batch = client.submit(builder)

@@ -57,7 +57,7 @@ async def test_refused_calls_are_one_line_and_their_exit_code(cli_env, frontend:
     # `corral jobs B | head`: the reader is gone before the jobs are written.
     batch_file = tmp_path / "many.yaml"
     batch_file.write_text("billing_project: proj\njobs:\n" + "".join(
-        f"  - image: busybox\n    command: [echo, {i}]\n" for i in range(200)))
+        f"  - image: busybox\n    command: [echo, '{i}']\n" for i in range(200)))
     submitted = await corral(cli_env, "submit", "-q", str(batch_file))
     assert submitted.returncode == 0, submitted.stderr
     read_end, write_end = os.pipe()
@@ -65,7 +65,8 @@ async def test_refused_calls_are_one_line_and_their_exit_code(cli_env, frontend:
     try:
         jobs = await asyncio.to_thread(subprocess.run, [sys.executable, "-m", "corral.cli", "jobs",
                                                         submitted.stdout.strip()],
-                                       stdout=write_end, stderr=subprocess.PIPE, text=True, env=cli_env, timeout=60)
+                                       stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=60,
+                                       env={k: v for k, v in cli_env.items() if k != "PYTHONUNBUFFERED"})
     finally:
         os.close(write_end)
     assert (jobs.returncode, jobs.stderr) == (EXIT_BROKEN_PIPE, "")

@@ -69,6 +69,7 @@ JOB = "billing_project: p\njobs:\n  - name: a\n    image: busybox\n    command: 
     ("env values must be strings", JOB + "    env: {A: 1}\n"),
     ("priority is a number", JOB + "    priority: high\n"),
     ("jobs is a list", "billing_project: p\njobs: 5\n"),
+    ("a job is a mapping", "billing_project: p\njobs: [1]\n"),
     ("a list, not a mapping", "- billing_project: p\n"),
 ])
 def test_a_batch_file_with_wrong_values(capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str,
@@ -160,6 +161,12 @@ def test_ctrl_c_is_quiet(capsys: pytest.CaptureFixture[str], monkeypatch: pytest
     assert corral(capsys, "status", "1") == (EXIT_INTERRUPTED, "")
 
 
+def buffered_environment() -> dict[str, str]:
+    """The environment, with stdout buffered as it is by default (the pipe then fails when stdout is
+    flushed, not at the first print)."""
+    return {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}
+
+
 def test_a_closed_pipe_ends_quietly(config: Path) -> None:
     """`corral ... | head`: the reader went away before the output was written."""
     config.write_text(json.dumps({"current": "p0", "profiles": {
@@ -169,7 +176,7 @@ def test_a_closed_pipe_ends_quietly(config: Path) -> None:
     try:
         done = subprocess.run([sys.executable, "-m", "corral.cli", "profile", "list"], stdout=write_end,
                               stderr=subprocess.PIPE, text=True, timeout=60,
-                              env={**os.environ, "CORRAL_CONFIG": str(config)})
+                              env={**buffered_environment(), "CORRAL_CONFIG": str(config)})
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (EXIT_BROKEN_PIPE, "")
