@@ -16,18 +16,16 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
-import yaml
 from google.protobuf import json_format
 
 from corral.aio import channel_credentials
 from corral.auth.v1 import auth_service_pb2, auth_service_pb2_grpc
 from corral.batch.v1 import batch_pb2
-from corral.builder import BatchBuilder, JobHandle
+from corral.batch_file import read_batch_file
 from corral.client import Client
-from corral.errors import CorralError, from_rpc_error
+from corral.errors import CorralError, UsageError, from_rpc_error
 
 
 @dataclasses.dataclass
@@ -65,11 +63,11 @@ def open_client() -> Client:
 
 
 def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Run a command; a CorralError becomes `error: ...` on stderr and exit code 1."""
+    """Run a command; a CorralError or UsageError becomes `error: ...` on stderr and exit code 1."""
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
-        except CorralError as e:
+        except (CorralError, UsageError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
 
@@ -95,30 +93,6 @@ def _emit(args: argparse.Namespace, batches: list[batch_pb2.Batch]) -> None:
             _print_batch(batch)
 
 
-def builder_from_yaml(document: dict[str, Any]) -> BatchBuilder:
-    """A batch file: billing_project, attributes, and jobs with local names for parents."""
-    if not isinstance(document, dict) or "billing_project" not in document:
-        raise CorralError("the batch file needs a billing_project and a list of jobs")
-    builder = BatchBuilder(document["billing_project"], attributes=document.get("attributes"),
-                           callback_url=document.get("callback_url"),
-                           cancel_after_n_failures=document.get("cancel_after_n_failures"))
-    named: dict[str, JobHandle] = {}
-    for i, job in enumerate(document.get("jobs") or []):
-        try:
-            parents = [named[p] for p in job.get("parents", [])]
-        except KeyError as e:
-            raise CorralError(f"jobs[{i}]: parent {e.args[0]!r} is not the name of an earlier job") from None
-        handle = builder.job(
-            job.get("image", ""), job.get("command", []), parents=parents,
-            accept=job.get("accept", ("succeeded",)), always_run=job.get("always_run", False),
-            cores=job.get("cores", 1.0), memory_bytes=job.get("memory_bytes", 0),
-            storage_bytes=job.get("storage_bytes", 0), env=job.get("env"),
-            attributes=job.get("attributes"), timeout_s=job.get("timeout_s"), priority=job.get("priority", 0))
-        if "name" in job:
-            named[job["name"]] = handle
-    return builder
-
-
 def _login(args: argparse.Namespace) -> int:
     settings = Settings.load()
     settings.frontend = args.frontend or settings.frontend
@@ -138,7 +112,7 @@ def _login(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    builder = builder_from_yaml(yaml.safe_load(Path(args.file).read_text()))
+    builder = read_batch_file(args.file)
     with open_client() as client:
         batch = client.submit(builder)
     if args.quiet:
@@ -195,7 +169,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         parser.add_argument("--json", action="store_true", help="machine-readable output")
         return parser
 
-    submit = with_json(commands.add_parser("submit", help="submit a batch described in YAML"))
+    submit = with_json(commands.add_parser("submit", help="submit a batch file (YAML, see docs/batch-file.md)"))
     submit.add_argument("file")
     submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
     submit.set_defaults(run=guarded(_submit))
