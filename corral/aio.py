@@ -121,7 +121,7 @@ class Client(AsyncCalls):
 
     async def submit(self, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
                      parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:
-        """Create and commit the batch: one call when small, parallel bunches when large.
+        """Create and commit the batch and its job groups: one call when small, parallel bunches when large.
 
         Safe to retry with the same builder: its idempotency token makes the
         server return the same batch, and re-sent bunches are recognised."""

@@ -179,13 +179,19 @@ class _Parser:
                   for i, node in enumerate(self._list(given, "job_groups"))]
         jobs = [self._job(node, f"jobs[{i}]") for i, node in enumerate(self._list(given, "jobs"))]
         group_index = self._resolve(groups, "job group")
-        job_index = self._resolve(jobs, "job")
+        self._resolve(jobs, "job")
         if defaults is not None and defaults.group is not None:
             self._lookup(defaults.group, group_index, "job group")
         for job in jobs:
             if job.group is not None:
                 self._lookup(job.group, group_index, "job group")
+        return self._build(batch, defaults, groups, jobs)
 
+    def _build(self, batch: batch_service_pb2.SubmitBatchRequest, defaults: _Entry | None, groups: list[_Entry],
+               jobs: list[_Entry]) -> BatchBuilder:
+        """The builder of a file whose names are all known to resolve."""
+        group_index = {group.name: i for i, group in enumerate(groups)}
+        job_index = {job.name: i for i, job in enumerate(jobs) if job.name is not None}
         builder = BatchBuilder(
             batch.billing_project, attributes=dict(batch.attributes), callback_url=batch.callback_url or None,
             cancel_after_n_failures=(batch.cancel_after_n_failures if batch.HasField("cancel_after_n_failures")

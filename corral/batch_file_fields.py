@@ -86,8 +86,9 @@ def _command(r: NodeReader, node: yaml.Node, what: str) -> list[str] | str:
         if not node.value:
             raise r.error(node, f"{what}: an empty list: give at least the program to run")
         return [r.string(item, f"{what}[{i}]") for i, item in enumerate(node.value)]
-    if isinstance(node, yaml.ScalarNode) and isinstance(r.scalar(node), str) and r.scalar(node):
-        return str(r.scalar(node))
+    script = r.scalar(node, what)
+    if isinstance(node, yaml.ScalarNode) and isinstance(script, str) and script:
+        return script
     raise r.error(node, f"{what}: expected a list (the program and its arguments) or a string (a shell script), "
                         f"got {r.kind(node)}")
 
@@ -185,10 +186,14 @@ class NodeReader:
     def at(self, node: yaml.Node) -> str:
         return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
 
-    def scalar(self, node: yaml.Node) -> Any:
+    def scalar(self, node: yaml.Node, what: str = "") -> Any:
+        """A scalar node's value (None for a collection: callers check the node's kind)."""
         if not isinstance(node, yaml.ScalarNode):
-            return None if isinstance(node, yaml.MappingNode) else []
-        return self._constructor.construct_object(node)
+            return None
+        try:
+            return self._constructor.construct_object(node)
+        except yaml.constructor.ConstructorError as e:  # an unknown tag, such as !!python/name:...
+            raise self.error(node, f"{what or 'value'}: cannot read this value: {e.problem}") from None
 
     def kind(self, node: yaml.Node) -> str:
         if isinstance(node, yaml.MappingNode):
@@ -204,14 +209,14 @@ class NodeReader:
         return list(node.value)
 
     def string(self, node: yaml.Node, what: str) -> str:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, what)
         if not isinstance(value, str) or not isinstance(node, yaml.ScalarNode):
             hint = " (put it in quotes)" if isinstance(node, yaml.ScalarNode) and value is not None else ""
             raise self.error(node, f"{what}: expected a string, got {self.kind(node)}{hint}")
         return value
 
     def integer(self, node: yaml.Node, what: str, least: int, most: int) -> int:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, what)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(node, f"{what}: expected a whole number, got {self.kind(node)}")
         if not least <= value <= most:
@@ -219,13 +224,13 @@ class NodeReader:
         return value
 
     def number(self, node: yaml.Node, what: str) -> float:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, what)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise self.error(node, f"{what}: expected a number, got {self.kind(node)}")
         return value
 
     def boolean(self, node: yaml.Node, what: str) -> bool:
-        value = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+        value = self.scalar(node, what)
         if not isinstance(value, bool):
             raise self.error(node, f"{what}: expected true or false, got {self.kind(node)}")
         return value
@@ -268,7 +273,7 @@ class NodeReader:
         """One value of `field`'s type (an element, for a repeated field)."""
         if field.message_type is not None:
             if field.message_type.full_name == DURATION:
-                text = self.scalar(node) if isinstance(node, yaml.ScalarNode) else None
+                text = self.scalar(node, what)
                 if not isinstance(text, str) or not _DURATION.match(text):
                     raise self.error(node, f"{what}: expected a duration in seconds such as \"90s\" or \"1.5s\", "
                                            f"got {self.kind(node)}")
