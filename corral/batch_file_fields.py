@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import math
 import re
+import sys
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
@@ -33,8 +34,13 @@ INT_RANGES = {F.TYPE_INT32: (-(2**31), 2**31 - 1), F.TYPE_SINT32: (-(2**31), 2**
               F.TYPE_SFIXED64: (-(2**63), 2**63 - 1), F.TYPE_UINT64: (0, 2**64 - 1), F.TYPE_FIXED64: (0, 2**64 - 1)}
 FLOAT_TYPES = {F.TYPE_DOUBLE, F.TYPE_FLOAT}
 DURATION = duration_pb2.Duration.DESCRIPTOR.full_name
-DURATION_PATTERN = r"^-?[0-9]+(\.[0-9]{1,9})?s$"
-"""A duration as protobuf's JSON writes it: seconds with up to 9 decimals and an "s" ("90s", "1.5s")."""
+DURATION_PATTERN = r"^-?[0-9]{1,11}(\.[0-9]{1,9})?s$"
+"""A duration as protobuf's JSON writes it: seconds with up to 9 decimals and an "s" ("90s", "1.5s"); 11 digits
+keep it inside the 10,000 years a Duration may hold."""
+MAX_DOUBLE = sys.float_info.max
+"""Bounds of a number: the schema's way of refusing infinity, as the parser does."""
+MAX_CORES = 1e12
+MAX_SECONDS = 99_999_999_999
 _DURATION = re.compile(DURATION_PATTERN)
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -95,8 +101,8 @@ def _command(r: NodeReader, node: yaml.Node, what: str) -> list[str] | str:
 
 def _cores(r: NodeReader, node: yaml.Node, what: str) -> float:
     cores = r.number(node, what)
-    if cores <= 0:
-        raise r.error(node, f"{what}: must be more than 0, e.g. 0.5 or 2")
+    if not 0 < cores <= MAX_CORES:
+        raise r.error(node, f"{what}: must be more than 0 and at most {MAX_CORES:g}, e.g. 0.5 or 2")
     return cores
 
 
@@ -106,8 +112,8 @@ def _bytes(r: NodeReader, node: yaml.Node, what: str) -> int:
 
 def _seconds(r: NodeReader, node: yaml.Node, what: str) -> float:
     seconds = r.number(node, what)
-    if seconds < 0:
-        raise r.error(node, f"{what}: must not be negative")
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise r.error(node, f"{what}: must be between 0 and {MAX_SECONDS}")
     return seconds
 
 
@@ -125,7 +131,7 @@ SHORTHANDS = {
         _command, lambda v: {"argv": {"args": v}} if isinstance(v, list) else {"script": v},
         replaces=("argv", "script")),
     "cores": Shorthand(
-        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_CORES},
         "Cores reserved for the job, e.g. 0.5 or 2 (resources.cores_mcpu = cores x 1000).",
         _cores, lambda v: {"resources": {"cores_mcpu": round(v * 1000)}}, into=("resources", "cores_mcpu")),
     "memory_bytes": Shorthand(
@@ -135,7 +141,8 @@ SHORTHANDS = {
         _BYTES_SCHEMA, "Scratch storage reserved for the job, in bytes (resources.storage_bytes).",
         _bytes, lambda v: {"resources": {"storage_bytes": v}}, into=("resources", "storage_bytes")),
     "timeout_s": Shorthand(
-        {"type": "number", "minimum": 0}, "Wall-clock limit of one attempt, in seconds (timeout: \"<seconds>s\").",
+        {"type": "number", "minimum": 0, "maximum": MAX_SECONDS},
+        "Wall-clock limit of one attempt, in seconds (timeout: \"<seconds>s\").",
         _seconds, _timeout, replaces=("timeout",)),
 }
 """The job keys that stand for JobSpec fields written the long way (both ways are accepted)."""
@@ -217,6 +224,8 @@ class NodeReader:
 
     def integer(self, node: yaml.Node, what: str, least: int, most: int) -> int:
         value = self.scalar(node, what)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 2.0 is a whole number to JSON Schema (and to ParseDict) too
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(node, f"{what}: expected a whole number, got {self.kind(node)}")
         if not least <= value <= most:

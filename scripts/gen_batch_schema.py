@@ -31,6 +31,7 @@ from corral.batch_file_fields import (
     DURATION_PATTERN,
     FLOAT_TYPES,
     INT_RANGES,
+    MAX_DOUBLE,
     SHORTHANDS,
     enum_names,
     exclusive_fields,
@@ -112,7 +113,7 @@ class SchemaWriter:
             least, most = INT_RANGES[field.type]
             return {"type": "integer", "minimum": least, "maximum": most}
         if field.type in FLOAT_TYPES:
-            return {"type": "number"}
+            return {"type": "number", "minimum": -MAX_DOUBLE, "maximum": MAX_DOUBLE}
         if field.type == F.TYPE_BOOL:
             return {"type": "boolean"}
         return {"type": "string"}

@@ -101,8 +101,10 @@ MISTAKES = {
     "cores twice": (HEAD + "  - {image: x, command: [a], cores: 2, resources: {cores_mcpu: 3}}\n",
                     "3:30: jobs[0].cores: cores and resources.cores_mcpu both set resources.cores_mcpu: give one of "
                     "them"),
-    "cores 0": (HEAD + "  - {image: x, command: [a], cores: 0}\n", "3:37: jobs[0].cores: must be more than 0, e.g. "
-                                                                   "0.5 or 2"),
+    "cores 0": (HEAD + "  - {image: x, command: [a], cores: 0}\n",
+                "3:37: jobs[0].cores: must be more than 0 and at most 1e+12, e.g. 0.5 or 2"),
+    "a whole number as 2.0": (HEAD + "  - {image: x, command: [a], priority: 2.5}\n",
+                              "3:40: jobs[0].priority: expected a whole number, got 2.5"),
     "empty command": (HEAD + "  - {image: x, command: []}\n", "3:25: jobs[0].command: an empty list: give at least "
                                                              "the program to run"),
     "unknown group": (HEAD + "  - {image: x, command: [a], job_group: samples}\n",
