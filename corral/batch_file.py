@@ -147,7 +147,10 @@ def read_batch_file(path: str | Path) -> BatchBuilder:
 
 def parse_batch_file(text: str, filename: str = "<batch file>") -> BatchBuilder:
     """The batch `text` describes (`filename` is for error locations only)."""
-    return _Parser(NodeReader(filename)).parse(text)
+    try:
+        return _Parser(NodeReader(filename)).parse(text)
+    except RecursionError:  # PyYAML composes, and the reader walks, nested values by recursion
+        raise BatchFileError("nested too deeply", f"{filename}:1:1") from None
 
 
 class _Parser:

@@ -122,6 +122,8 @@ MISTAKES = {
                       "2:12: defaults.name: each job has its own name, not a default one"),
     "defaults typo": ("billing_project: p\ndefaults: {imag: x}\n",
                       "2:12: defaults: unknown key 'imag'; did you mean 'image'?"),
+    "nested too deeply": ("billing_project: p\njobs: " + "[" * 5000 + "]" * 5000 + "\n",
+                          "1:1: nested too deeply"),
     "unknown YAML tag": (HEAD + "  - {image: !!python/name:os.system x, command: [a]}\n",
                          "3:13: jobs[0].image: cannot read this value: could not determine a constructor for the tag "
                          "'tag:yaml.org,2002:python/name:os.system'"),
