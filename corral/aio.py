@@ -22,6 +22,7 @@ from corral.builder import BatchBuilder
 from corral.calls import AsyncCalls
 from corral.errors import Unavailable, from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
+from corral.retries import channel_options
 
 T = TypeVar("T")
 
@@ -95,8 +96,8 @@ class Client(AsyncCalls):
 
     def __init__(self, address: str, token: str, ca_cert: str | Path | None = None,
                  auth_address: str | None = None):
-        self._channel = grpc.aio.secure_channel(address, channel_credentials(ca_cert))
-        self._auth_channel = (grpc.aio.secure_channel(auth_address, channel_credentials(ca_cert))
+        self._channel = grpc.aio.secure_channel(address, channel_credentials(ca_cert), channel_options())
+        self._auth_channel = (grpc.aio.secure_channel(auth_address, channel_credentials(ca_cert), channel_options())
                               if auth_address else None)
         self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
         self._open_stubs(self._channel, self._auth_channel)

@@ -26,6 +26,7 @@ from corral.batch.v1 import batch_pb2
 from corral.batch_file import read_batch_file
 from corral.client import Client
 from corral.errors import CorralError, UsageError, from_rpc_error
+from corral.retries import channel_options
 
 
 @dataclasses.dataclass
@@ -99,7 +100,7 @@ def _login(args: argparse.Namespace) -> int:
     settings.auth = args.auth or settings.auth
     settings.ca_cert = args.ca_cert or settings.ca_cert
     password = os.environ.get("CORRAL_PASSWORD") or getpass.getpass(f"password for {args.username}: ")
-    with grpc.secure_channel(settings.auth, channel_credentials(settings.ca_cert)) as channel:
+    with grpc.secure_channel(settings.auth, channel_credentials(settings.ca_cert), channel_options()) as channel:
         try:
             response = auth_service_pb2_grpc.AuthServiceStub(channel).Login(
                 auth_service_pb2.LoginRequest(username=args.username, password=password))

@@ -17,7 +17,7 @@ from google.protobuf import json_format, message
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
 from corral.cli_batches import guarded, open_client
-from services.policy.sizes import binary_size
+from corral.sizes import binary_size
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
