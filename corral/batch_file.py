@@ -33,6 +33,7 @@ from corral.batch.v1 import batch_service_pb2, job_group_pb2, job_spec_pb2, job_
 from corral.batch_file_fields import (
     DURATION,
     SHORTHANDS,
+    TEXT_SCHEMA,
     BatchFileError,
     NodeReader,
     enum_names,
@@ -74,7 +75,7 @@ class FileKey:
 
 
 _STATES_SCHEMA = {"type": "array", "minItems": 1, "items": {"enum": list(FINAL_STATES)}}
-_NAME = {"type": "string", "minLength": 1}
+_NAME = {**TEXT_SCHEMA, "minLength": 1}
 TOP_KEYS = {
     "defaults": FileKey({"$ref": "#/$defs/defaults"}, "Keys every job starts from; a job's own keys win."),
     "job_groups": FileKey({"type": "array", "items": {"$ref": "#/$defs/job_group"}},

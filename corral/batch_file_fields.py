@@ -92,9 +92,8 @@ def _command(r: NodeReader, node: yaml.Node, what: str) -> list[str] | str:
         if not node.value:
             raise r.error(node, f"{what}: an empty list: give at least the program to run")
         return [r.string(item, f"{what}[{i}]") for i, item in enumerate(node.value)]
-    script = r.scalar(node, what)
-    if isinstance(node, yaml.ScalarNode) and isinstance(script, str) and script:
-        return script
+    if isinstance(node, yaml.ScalarNode) and r.scalar(node, what) is not None and node.value:
+        return r.string(node, what)
     raise r.error(node, f"{what}: expected a list (the program and its arguments) or a string (a shell script), "
                         f"got {r.kind(node)}")
 
@@ -124,9 +123,11 @@ def _timeout(seconds: float) -> dict[str, Any]:
 
 
 _BYTES_SCHEMA = {"type": "integer", "minimum": 0, "maximum": INT_RANGES[F.TYPE_INT64][1]}
+TEXT_SCHEMA: dict[str, Any] = {"type": ["string", "number", "boolean"]}
+"""Where the protos want a string: a number or boolean is taken as written (NodeReader.string)."""
 SHORTHANDS = {
     "command": Shorthand(
-        {"oneOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1}, {"type": "string", "minLength": 1}]},
+        {"oneOf": [{"type": "array", "items": TEXT_SCHEMA, "minItems": 1}, {**TEXT_SCHEMA, "minLength": 1}]},
         "What the job runs: a list is the program and its arguments (argv), a string a shell script (script).",
         _command, lambda v: {"argv": {"args": v}} if isinstance(v, list) else {"script": v},
         replaces=("argv", "script")),
@@ -172,23 +173,25 @@ class NodeReader:
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:
                 continue
-            key = self.scalar(key_node)
-            if not isinstance(key, str):
-                raise self.error(key_node, f"{what}: a key must be a name, not {key!r}")
+            key = self.key(key_node, what)
             if key in seen:
                 raise self.error(key_node, f"{what}: key {key!r} is given twice (first at {self.at(seen[key])})")
             seen[key] = key_node
         self._constructor.flatten_mapping(node)  # `<<: *defaults` merges; the mapping's own keys win
         pairs: dict[str, tuple[str, yaml.Node, yaml.Node]] = {}
         for key_node, value_node in node.value:
-            key = self.scalar(key_node)
-            if not isinstance(key, str):
-                raise self.error(key_node, f"{what}: a key must be a name, not {key!r}")
+            key = self.key(key_node, what)
             if key not in allowed:
                 raise self.error(key_node, f"{what}: unknown key {key!r}{suggestion(key, allowed)}")
             pairs.pop(key, None)
             pairs[key] = (key, key_node, value_node)
         return list(pairs.values())
+
+    def key(self, node: yaml.Node, what: str) -> str:
+        """A mapping's key, as written (`2024:` is the key "2024")."""
+        if not isinstance(node, yaml.ScalarNode) or self.scalar(node, what) is None:
+            raise self.error(node, f"{what}: a key must be a name, not {self.kind(node)}")
+        return str(node.value)
 
     def at(self, node: yaml.Node) -> str:
         return f"{node.start_mark.line + 1}:{node.start_mark.column + 1}"
@@ -216,11 +219,11 @@ class NodeReader:
         return list(node.value)
 
     def string(self, node: yaml.Node, what: str) -> str:
-        value = self.scalar(node, what)
-        if not isinstance(value, str) or not isinstance(node, yaml.ScalarNode):
-            hint = " (put it in quotes)" if isinstance(node, yaml.ScalarNode) and value is not None else ""
-            raise self.error(node, f"{what}: expected a string, got {self.kind(node)}{hint}")
-        return value
+        """A scalar as written: where the protos want a string, `sleep 10`'s 10, a version's 1.10 and a date
+        are the text the file has, not the number YAML would read (which would make 1.10 into "1.1")."""
+        if not isinstance(node, yaml.ScalarNode) or self.scalar(node, what) is None:
+            raise self.error(node, f"{what}: expected a string, got {self.kind(node)}")
+        return str(node.value)
 
     def integer(self, node: yaml.Node, what: str, least: int, most: int) -> int:
         value = self.scalar(node, what)

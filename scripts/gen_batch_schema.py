@@ -33,6 +33,7 @@ from corral.batch_file_fields import (
     INT_RANGES,
     MAX_DOUBLE,
     SHORTHANDS,
+    TEXT_SCHEMA,
     enum_names,
     exclusive_fields,
 )
@@ -116,7 +117,7 @@ class SchemaWriter:
             return {"type": "number", "minimum": -MAX_DOUBLE, "maximum": MAX_DOUBLE}
         if field.type == F.TYPE_BOOL:
             return {"type": "boolean"}
-        return {"type": "string"}
+        return dict(TEXT_SCHEMA)
 
     def message(self, message: descriptor.Descriptor) -> str:
         name = message.full_name.removeprefix(PACKAGE)

@@ -67,9 +67,9 @@ MISTAKES = {
     "no billing_project": ("jobs: []\n", "1:1: batch file: billing_project is required"),
     "top-level typo": ("billing_project: p\njob: []\n", "2:1: batch file: unknown key 'job'; did you mean 'jobs'?"),
     "jobs not a list": ("billing_project: p\njobs: {image: x}\n", "2:7: jobs: expected a list, got a mapping"),
-    "project a number": ("billing_project: 7\n", "1:18: billing_project: expected a string, got 7 (put it in quotes)"),
-    "env value a number": (HEAD + "  - {image: x, command: [t], env: {N: 1}}\n",
-                           "3:39: jobs[0].env.N: expected a string, got 1 (put it in quotes)"),
+    "project a list": ("billing_project: [a]\n", "1:18: billing_project: expected a string, got a list"),
+    "env value a mapping": (HEAD + "  - {image: x, command: [t], env: {N: {a: b}}}\n",
+                            "3:39: jobs[0].env.N: expected a string, got a mapping"),
     "a key twice": (HEAD + "  - {image: x, command: [t], image: y}\n", "3:30: jobs[0]: key 'image' is given twice "
                                                                         "(first at 3:6)"),
     "no value": (HEAD + "  - image:\n    command: [t]\n", "3:11: jobs[0].image: expected a string, got nothing"),
@@ -89,8 +89,8 @@ MISTAKES = {
                     "3:45: jobs[0].retry_policy: unknown key 'max_failed_retry'; did you mean 'max_failed_retries'?"),
     "nested type": (HEAD + "  - {image: x, command: [t], resources: {cores_mcpu: 1.5}}\n",
                     "3:54: jobs[0].resources.cores_mcpu: expected a whole number, got 1.5"),
-    "list item": (HEAD + "  - {image: x, command: [t], locks: [{level: d, mode: shared, names: [a, 3]}]}\n",
-                  "3:74: jobs[0].locks[0].names[1]: expected a string, got 3 (put it in quotes)"),
+    "list item": (HEAD + "  - {image: x, command: [t], locks: [{level: d, mode: shared, names: [a, ~]}]}\n",
+                  "3:74: jobs[0].locks[0].names[1]: expected a string, got nothing"),
     "oneof": (HEAD + "  - {image: x, argv: {args: [a]}, script: hi}\n",
               "3:35: jobs[0].script: argv and script are alternatives (one command): give one of them"),
     "command and script": (HEAD + "  - {image: x, command: [a], script: hi}\n",
@@ -278,3 +278,12 @@ def test_the_files_own_keys_shadow_only_the_fields_it_writes_by_name() -> None:
     spec_fields = {f.name for f in job_spec_pb2.JobSpec.DESCRIPTOR.fields}
     assert (set(JOB_KEYS) | set(SHORTHANDS)) & spec_fields == set(REPLACED_JOB_FIELDS)
     assert set(GROUP_KEYS) & {f.name for f in job_group_pb2.JobGroupSpec.DESCRIPTOR.fields} == {"parent"}
+
+
+def test_text_fields_take_numbers_and_booleans_as_written() -> None:
+    """`command: [sleep, 10]` is common, and a version 1.10 must not become 1.1."""
+    spec, = parse_batch_file(HEAD + "  - {image: 3, command: [sleep, 10, 1.10, true, 0x1F], env: {N: 1}, "
+                             "attributes: {version: 1.10, day: 2024-01-01, 2024: year}}\n").specs()
+    assert (spec.image, list(spec.argv.args)) == ("3", ["sleep", "10", "1.10", "true", "0x1F"])
+    assert (dict(spec.env), dict(spec.attributes)) == ({"N": "1"}, {"version": "1.10", "day": "2024-01-01",
+                                                                    "2024": "year"})

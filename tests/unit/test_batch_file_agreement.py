@@ -41,6 +41,8 @@ def valid(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     kind = schema.get("type")
+    if isinstance(kind, list):  # text: a string, or a number or boolean taken as written
+        return st.one_of([valid({**schema, "type": k}, depth) for k in kind])
     if kind == "string":
         if "pattern" in schema:
             return st.sampled_from(["90s", "1.5s", "0s", "-2s", "0.000000001s"])

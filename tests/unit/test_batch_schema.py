@@ -94,7 +94,7 @@ def test_the_schema_accepts_the_generated_every_field_file() -> None:
     ({"machine_type": "n2"}, "machine_type"), ({"resources": {"cores_mcpu": 500}}, "resources"),
     ({"timeout": 90}, "timeout"), ({"timeout": "90s"}, "timeout_s"), ({"network_mode": "nonee"}, "network_mode"),
     ({"locks": [{"level": "d", "mode": "exclusiv"}]}, "locks"), ({"priority": 2**31}, "priority"),
-    ({"env": {"N": 1}}, "env"), ({"retry_policy": {"retry_delay": "soon"}}, "retry_policy"),
+    ({"env": {"N": [1]}}, "env"), ({"retry_policy": {"retry_delay": "soon"}}, "retry_policy"),
 ])
 def test_the_schema_refuses_what_the_parser_refuses(change: dict[str, object], path: str) -> None:
     job = {"image": "busybox", "command": ["true"], "cores": 1, "timeout_s": 5, **change}
