@@ -122,17 +122,22 @@ class Client(AsyncCalls):
 
     async def submit(self, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
                      parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:
-        """Create and commit the batch: one call when small, parallel bunches when large.
+        """Create and commit the batch and its job groups: one call when small, parallel bunches when large.
 
         Safe to retry with the same builder: its idempotency token makes the
         server return the same batch, and re-sent bunches are recognised."""
         settings = builder.batch_fields()
-        if len(builder) <= SMALL_BATCH:
+        groups = builder.job_group_specs()
+        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
             response = await self._call(self._batches.SubmitBatch,
-                                        pb.SubmitBatchRequest(jobs=builder.specs(), **settings))
+                                        pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings))
             return response.batch
-        created = await self._call(self._batches.CreateBatch, pb.CreateBatchRequest(n_jobs=len(builder), **settings))
+        created = await self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
+            n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
+        for first in range(0, len(groups), bunch_size):
+            await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                batch_id=batch_id, update_id=update_id, first_index=first, job_groups=groups[first:first + bunch_size]))
         limit = asyncio.Semaphore(parallelism)
 
         async def send(number: int, first_index: int, specs: list) -> None:

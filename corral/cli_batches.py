@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
 
-import yaml
 from google.protobuf import json_format
 
 from corral.batch.v1 import batch_pb2
-from corral.builder import BatchBuilder, JobHandle
+from corral.batch_file import read_batch_file
 from corral.cli_common import EXIT_NOT_ALL_SUCCEEDED, open_client, with_json
-from corral.errors import CorralError, UsageError
 
 
 def _print_batch(batch: batch_pb2.Batch) -> None:
@@ -37,37 +34,8 @@ def _emit(args: argparse.Namespace, batches: list[batch_pb2.Batch]) -> None:
             _print_batch(batch)
 
 
-def builder_from_yaml(document: dict[str, Any]) -> BatchBuilder:
-    """A batch file: billing_project, attributes, and jobs with local names for parents."""
-    if not isinstance(document, dict) or "billing_project" not in document:
-        raise CorralError("the batch file needs a billing_project and a list of jobs")
-    builder = BatchBuilder(document["billing_project"], attributes=document.get("attributes"),
-                           callback_url=document.get("callback_url"),
-                           cancel_after_n_failures=document.get("cancel_after_n_failures"))
-    named: dict[str, JobHandle] = {}
-    for i, job in enumerate(document.get("jobs") or []):
-        try:
-            parents = [named[p] for p in job.get("parents", [])]
-        except KeyError as e:
-            raise CorralError(f"jobs[{i}]: parent {e.args[0]!r} is not the name of an earlier job") from None
-        handle = builder.job(
-            job.get("image", ""), job.get("command", []), parents=parents,
-            accept=job.get("accept", ("succeeded",)), always_run=job.get("always_run", False),
-            cores=job.get("cores", 1.0), memory_bytes=job.get("memory_bytes", 0),
-            storage_bytes=job.get("storage_bytes", 0), env=job.get("env"),
-            attributes=job.get("attributes"), timeout_s=job.get("timeout_s"), priority=job.get("priority", 0))
-        if "name" in job:
-            named[job["name"]] = handle
-    return builder
-
-
 def _submit(args: argparse.Namespace) -> int:
-    with open(args.file, "rb") as f:  # a file that cannot be read is reported by the CLI's `main`, as its YAML
-        document = yaml.safe_load(f)
-    try:
-        builder = builder_from_yaml(document)
-    except (AttributeError, CorralError, KeyError, TypeError, ValueError) as e:  # what a value of the file did
-        raise UsageError(f"the batch file does not describe a batch: {e}", location=args.file) from e
+    builder = read_batch_file(args.file)
     with open_client(args) as client:
         batch = client.submit(builder)
     if args.quiet:
@@ -109,7 +77,7 @@ def _wait(args: argparse.Namespace) -> int:
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     """Add submit, ls, status, cancel and wait."""
-    submit = with_json(commands.add_parser("submit", help="submit a batch described in YAML"))
+    submit = with_json(commands.add_parser("submit", help="submit a batch file (YAML, see docs/batch-file.md)"))
     submit.add_argument("file")
     submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
     submit.set_defaults(run=_submit)

@@ -63,10 +63,16 @@ class Client(Calls):
                parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:
         """See `corral.aio.Client.submit`."""
         settings = builder.batch_fields()
-        if len(builder) <= SMALL_BATCH:
-            return self._call(self._batches.SubmitBatch, pb.SubmitBatchRequest(jobs=builder.specs(), **settings)).batch
-        created = self._call(self._batches.CreateBatch, pb.CreateBatchRequest(n_jobs=len(builder), **settings))
+        groups = builder.job_group_specs()
+        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
+            return self._call(self._batches.SubmitBatch,
+                              pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings)).batch
+        created = self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
+            n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
+        for first in range(0, len(groups), bunch_size):
+            self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                batch_id=batch_id, update_id=update_id, first_index=first, job_groups=groups[first:first + bunch_size]))
         requests = [pb.AddJobsRequest(batch_id=batch_id, update_id=update_id, bunch_index=n, first_index=first,
                                       jobs=specs) for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
         with ThreadPoolExecutor(parallelism) as pool:
