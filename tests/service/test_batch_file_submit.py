@@ -18,6 +18,7 @@ import corral
 from corral import aio
 from corral.batch.v1 import batch_pb2, job_spec_pb2
 from corral.batch_file import parse_batch_file, read_batch_file
+from corral.cli_common import EXIT_USAGE
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
@@ -106,11 +107,11 @@ async def test_corral_submit_refuses_a_bad_file_with_one_line_and_sends_nothing(
     bad.write_text("billing_project: proj\njobs:\n  - name: a\n    image: busybox\n    command: [echo]\n"
                    "  - image: busybox\n    command: [echo]\n    parent: [a]\n")
     refused = await run_cli(env, "submit", str(bad))
-    assert refused.returncode == 1
+    assert refused.returncode == EXIT_USAGE
     assert refused.stderr == f"error: {bad}:8:5: jobs[1]: unknown key 'parent'; did you mean 'parents'?\n"
     missing = await run_cli(env, "submit", str(tmp_path / "missing.yaml"))
     assert (missing.returncode, missing.stderr) == (
-        1, f"error: {tmp_path / 'missing.yaml'}: cannot read the batch file: No such file or directory\n")
+        EXIT_USAGE, f"error: {tmp_path / 'missing.yaml'}: cannot read the batch file: No such file or directory\n")
 
     async with aio.Client(f"localhost:{storage_frontend.public_port}", alice_token, certs.ca_cert_path) as client:
         assert [b async for b in client.list_batches()] == []
