@@ -84,7 +84,9 @@ TOP_KEYS = {
                     "The jobs, in the order of their ids (1, 2, ...): a job comes after its parents."),
 }
 JOB_KEYS = {
-    "name": FileKey(_NAME, "The job's name in this file, for other jobs' parents; unique among the jobs."),
+    "name": FileKey(_NAME, "The job's name: other jobs' parents name it, and it is stored as the job's attribute "
+                           "`name` (unless attributes sets one), shown by `corral jobs` and found by `name=...`; "
+                           "unique among the jobs."),
     "parents": FileKey(
         {"type": "array", "items": {"oneOf": [_NAME, {
             "type": "object", "additionalProperties": False, "required": ["job"],
@@ -219,8 +221,10 @@ class _Parser:
             accept = job.accept or ("succeeded",)
             parents = [Parent(job_handles[job_index[ref.name]], ref.accept or accept) for ref in job.refs]
             group_handle = group_handles[group_index[job.group.name]] if job.group is not None else None
-            job_handles.append(builder.add_job(self._parsed(job, job_spec_pb2.JobSpec()), parents=parents,
-                                               job_group=group_handle))
+            spec = self._parsed(job, job_spec_pb2.JobSpec())
+            if job.name is not None and "name" not in spec.attributes:
+                spec.attributes["name"] = job.name  # stored: `corral jobs` shows it, `name=...` finds it
+            job_handles.append(builder.add_job(spec, parents=parents, job_group=group_handle))
         return builder
 
     def _list(self, given: dict[str, yaml.Node], key: str) -> list[yaml.Node]:

@@ -155,13 +155,16 @@ def expected_specs(root: str) -> tuple[list[job_group_pb2.JobGroupSpec], list[jo
     jobs = []
     for i, job in enumerate(document["jobs"][:-1]):
         fields = {k: v for k, v in job.items() if k not in ("name", "job_group", "parents", "accept")}
-        jobs.append(json_format.ParseDict(proto_json(fields, job_spec_pb2.JobSpec.DESCRIPTOR), job_spec_pb2.JobSpec()))
+        spec = json_format.ParseDict(proto_json(fields, job_spec_pb2.JobSpec.DESCRIPTOR), job_spec_pb2.JobSpec())
+        spec.attributes.setdefault("name", job["name"])  # a job's name is stored as its attribute `name`
+        jobs.append(spec)
     jobs[0].job_group.in_update_index = 0
     jobs[1].job_group.in_update_index = 1
     jobs[1].parents.add(in_update_offset=-1, accepted_states=["JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"])
     short = job_spec_pb2.JobSpec(image="busybox", always_run=True, resources=job_spec_pb2.ResourceRequest(
         cores_mcpu=250, memory_bytes=GIB, storage_bytes=GIB // 2))
     short.argv.args.extend(["echo", "short"])
+    short.attributes["name"] = "shorthands"
     short.timeout.FromNanoseconds(90_500_000_000)
     last = len(jobs)
     short.parents.add(in_update_offset=-last, accepted_states=["JOB_STATE_SUCCEEDED"])

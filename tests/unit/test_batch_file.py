@@ -171,10 +171,11 @@ jobs:
 
 def test_the_files_the_cli_tests_use_read_as_before() -> None:
     """tests/service/test_cli.py's file, as the old reader made it with BatchBuilder.job (whose explicit
-    1 core is the default the frontend applies to a job that gives no size)."""
+    1 core is the default the frontend applies to a job that gives no size), and the jobs' names now stored
+    as their attribute `name`."""
     b = BatchBuilder("proj", attributes={"name": "cli-dag"})
-    fetch = b.job("busybox", ["echo", "fetch"])
-    work = b.job("busybox", "echo work", parents=[fetch])
+    fetch = b.job("busybox", ["echo", "fetch"], attributes={"name": "fetch"})  # a file's names are stored
+    work = b.job("busybox", "echo work", parents=[fetch], attributes={"name": "work"})
     b.job("busybox", ["echo", "cleanup"], parents=[fetch, work], accept=("succeeded", "failed"), always_run=True)
     expected = [_without_size(spec) for spec in b.specs()]
     read = parse_batch_file(CLI_TEST_FILE)
