@@ -12,20 +12,12 @@ from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
 from services.frontend.app import FrontendApp
 from tests.service.test_cli import cli_env, corral  # noqa: F401 - cli_env is a fixture
+from tests.service.test_cli_errors import one_error
 
 
 def whoami(result: subprocess.CompletedProcess[str]) -> str:
     assert result.returncode == 0, result.stderr
     return result.stdout.split()[0]
-
-
-def one_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    """The one `error: ...` line, checking it is all of stderr and that the exit code is `code`."""
-    assert "Traceback" not in result.stderr, result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert result.returncode == code, result.stderr
-    return lines[0]
 
 
 async def test_login_with_a_token_profiles_and_corral_token(cli_env, frontend: FrontendApp,  # noqa: F811

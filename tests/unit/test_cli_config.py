@@ -11,14 +11,9 @@ import pytest
 from corral.cli import main
 from corral.cli_config import Config, Profile, connection, write_server_profile
 from corral.errors import Unauthenticated, UsageError
+from tests.unit.test_cli_errors import config  # noqa: F401 - the autouse fixture: a config file of its own
 
 
-@pytest.fixture(autouse=True)
-def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "config.json"
-    monkeypatch.setenv("CORRAL_CONFIG", str(path))
-    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
-    return path
 
 
 CA = "/data/ca.pem"
