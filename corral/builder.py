@@ -6,7 +6,9 @@
 
 Parents added in the same builder become negative in-update offsets, so a
 submission never needs to know job ids in advance; an `int` parent names a
-job of the batch that already exists.
+job of the batch that already exists. A handle is good only in the builder
+that returned it: one from another builder (another batch) is refused with a
+`UsageError` at once, never turned into an edge to some job of this one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from corral.errors import UsageError
 
 _STATES = {
     "succeeded": job_state_pb2.JOB_STATE_SUCCEEDED,
@@ -30,10 +33,12 @@ _STATES = {
 
 @dataclasses.dataclass(frozen=True)
 class JobHandle:
-    """A job added to a builder; pass it as a parent of later jobs."""
+    """A job added to a builder; pass it as a parent of later jobs of the same builder."""
 
     index: int
     """Position in the builder (0-based)."""
+    builder: BatchBuilder = dataclasses.field(repr=False)
+    """The builder that returned it: its index means nothing to any other."""
 
 
 class BatchBuilder:
@@ -86,11 +91,16 @@ class BatchBuilder:
         refs = []
         for parent in parents:
             if isinstance(parent, JobHandle):
-                if parent.index >= index:
-                    raise ValueError("a parent must be added before its child")
+                if parent.builder is not self:
+                    # Its index is a position in another builder: as an offset here it would
+                    # silently point at a job of this batch.
+                    raise UsageError(f"parent {parent} was returned by another BatchBuilder; a parent is a "
+                                     "handle from this builder or the int id of a job of the batch")
                 refs.append(job_spec_pb2.ParentRef(in_update_offset=parent.index - index, accepted_states=accepted))
-            else:
+            elif isinstance(parent, int) and not isinstance(parent, bool):
                 refs.append(job_spec_pb2.ParentRef(job_id=parent, accepted_states=accepted))
+            else:
+                raise UsageError(f"parent {parent!r} is neither a JobHandle from this builder nor an int job id")
         spec = job_spec_pb2.JobSpec(
             image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
             max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, parents=refs,
@@ -109,7 +119,7 @@ class BatchBuilder:
         if timeout_s is not None:
             spec.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s), nanos=int(timeout_s % 1 * 1e9)))
         self._specs.append(spec)
-        return JobHandle(index)
+        return JobHandle(index, self)
 
     def batch_fields(self) -> dict[str, object]:
         """The batch settings as fields of SubmitBatch/CreateBatch requests."""
