@@ -360,8 +360,11 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                           ) -> pb.CancelBatchResponse:
         principal = current_principal()
         row = await self._own_batch(request.batch_id, principal)
-        await self.jobs.cancel_job_group(request.batch_id, 0, principal.name, request.reason or "cancelled by user")
-        await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
+        status = await self.jobs.cancel_job_group(request.batch_id, 0, principal.name,
+                                                  request.reason or "cancelled by user")
+        # A finished batch is left as it is (cancel_job_group): complete, with no cancellation.
+        if status["message"] != "complete":
+            await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
         batch = await self.batch_proto(await self._batch_row(request.batch_id, principal))
         return pb.CancelBatchResponse(batch=batch)
 
