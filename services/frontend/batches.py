@@ -35,6 +35,7 @@ from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows,
 from services.frontend.watch import BatchWatcher
 
 MAX_PAGE_SIZE = 1000
+REQUIRED_TOKEN = "required: a client-generated unique string (e.g. a UUID), so that a retried call does not repeat it"
 MAX_RESERVED_IDS = 2**31 - 1
 """Job (and job group) ids are INT columns: a batch reserves at most this many."""
 # RerunFailedJobs' states as the bits of rerun_failed_jobs.
@@ -127,11 +128,6 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             last_event_id=row["last_event_id"],
         )
 
-    @staticmethod
-    def _check_token(token: str) -> str | None:
-        """The token, or None for none (its length is a field limit: field_limits.py)."""
-        return token or None
-
     def _job_caps(self) -> dict[str, int]:
         """The limits create_update and rerun_failed_jobs enforce."""
         return {"max_jobs_per_batch": self.limits.max_jobs_per_batch,
@@ -143,6 +139,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         violations = []
         if not request.billing_project:
             violations.append(FieldViolation("billing_project", "required"))
+        if not request.idempotency_token:  # its length is a field limit (field_limits.py)
+            violations.append(FieldViolation("idempotency_token", REQUIRED_TOKEN))
         if request.HasField("cancel_after_n_failures") and request.cancel_after_n_failures < 1:
             violations.append(FieldViolation("cancel_after_n_failures", "must be at least 1"))
         message = "invalid request"
@@ -162,12 +160,11 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         if request.callback_url:
             await self.urls.check_callback(request.callback_url)
         if n_jobs:
-            token = self._check_token(request.idempotency_token)
-            await self.jobs.check_job_limits(principal.name, request.billing_project, n_jobs, token,
+            await self.jobs.check_job_limits(principal.name, request.billing_project, n_jobs, request.idempotency_token,
                                              **self._job_caps())
         try:
             status = await self.jobs.create_batch(
-                principal.name, request.billing_project, self._check_token(request.idempotency_token),
+                principal.name, request.billing_project, request.idempotency_token,
                 request.callback_url or None,
                 request.cancel_after_n_failures if request.HasField("cancel_after_n_failures") else None,
                 dict(request.attributes))
@@ -248,7 +245,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         batch_id = await self._create_batch(principal, request, request.n_jobs)
         update = None
         if request.n_jobs or request.n_job_groups:
-            token = request.idempotency_token + FIRST_UPDATE_SUFFIX if request.idempotency_token else None
+            token = request.idempotency_token + FIRST_UPDATE_SUFFIX
             update = update_proto(await self._create_update(batch_id, request.n_jobs, request.n_job_groups, token))
         batch = await self.batch_proto(await self._batch_row(batch_id, principal))
         return pb.CreateBatchResponse(batch=batch, update=update)
@@ -256,6 +253,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def CreateUpdate(self, request: pb.CreateUpdateRequest, context: grpc.aio.ServicerContext
                            ) -> pb.CreateUpdateResponse:
         principal = current_principal()
+        if not request.idempotency_token:
+            raise InvalidRequest(FieldViolation("idempotency_token", REQUIRED_TOKEN))
         batch = await self._own_batch(request.batch_id, principal)
         for field, reserved, more in (("n_jobs", batch["n_reserved_jobs"], request.n_jobs),
                                       ("n_job_groups", batch["n_reserved_job_groups"], request.n_job_groups)):
@@ -264,7 +263,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                     field, f"batch {request.batch_id} has reserved {reserved}; with {more} more it would pass "
                            f"{MAX_RESERVED_IDS}, the most ids a batch has"))
         row = await self._create_update(request.batch_id, request.n_jobs, request.n_job_groups,
-                                        self._check_token(request.idempotency_token))
+                                        request.idempotency_token)
         return pb.CreateUpdateResponse(update=update_proto(row))
 
     async def CreateJobGroups(self, request: pb.CreateJobGroupsRequest, context: grpc.aio.ServicerContext
@@ -315,7 +314,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         if violations:
             raise InvalidRequest(violations, message)
         batch_id = await self._create_batch(principal, request, len(request.jobs), "jobs")
-        token = request.idempotency_token + SUBMIT_SUFFIX if request.idempotency_token else None
+        token = request.idempotency_token + SUBMIT_SUFFIX
         update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
         if not update["committed"]:
             await self._create_job_groups(batch_id, update, 0, request.job_groups)
@@ -388,7 +387,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         principal = current_principal()
         violations = []
         if not request.idempotency_token:
-            violations.append(FieldViolation("idempotency_token", "required"))
+            violations.append(FieldViolation("idempotency_token", REQUIRED_TOKEN))
         for i, state in enumerate(request.states):
             if state not in _RERUN_STATE_BITS:
                 violations.append(FieldViolation(f"states[{i}]", "only FAILED, ERROR and CANCELLED are re-run"))

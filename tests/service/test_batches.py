@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -97,7 +98,7 @@ async def test_large_submission_in_parallel_bunches(stub, tokens, frontend) -> N
 ])
 async def test_malformed_specs_are_invalid_argument_and_nothing_is_written(stub, tokens, frontend, bad_job,
                                                                           field) -> None:
-    request = pb.SubmitBatchRequest(billing_project="proj", jobs=[job(), bad_job])
+    request = pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj", jobs=[job(), bad_job])
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.SubmitBatch(request, metadata=bearer(tokens["alice"]))
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -112,7 +113,8 @@ async def test_malformed_specs_are_invalid_argument_and_nothing_is_written(stub,
 async def test_oversize_bunch_is_refused(stub, tokens, frontend) -> None:
     alice = bearer(tokens["alice"])
     most = Limits().max_jobs_per_bunch
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=most + 1), metadata=alice)
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                           billing_project="proj", n_jobs=most + 1), metadata=alice)
     request = pb.AddJobsRequest(batch_id=created.batch.batch_id, update_id=created.update.update_id,
                                 jobs=[job() for _ in range(most + 1)])
     with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -122,16 +124,19 @@ async def test_oversize_bunch_is_refused(stub, tokens, frontend) -> None:
 
 
 async def test_only_members_see_or_touch_a_batch(stub, tokens, frontend) -> None:
-    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]),
+    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                             billing_project="proj", jobs=[job()]),
                                        metadata=bearer(tokens["alice"]))
     batch_id = submitted.batch.batch_id
     bob = bearer(tokens["bob"])  # outside proj: its batches are as missing to him as ones that never were
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=bob)
+        await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                     billing_project="proj", jobs=[job()]), metadata=bob)
     assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, "no billing project proj")
     for call in (stub.GetBatch(pb.GetBatchRequest(batch_id=batch_id), metadata=bob),
                  stub.CancelBatch(pb.CancelBatchRequest(batch_id=batch_id), metadata=bob),
-                 stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1), metadata=bob)):
+                 stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                          batch_id=batch_id, n_jobs=1), metadata=bob)):
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await call
         assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, f"no batch {batch_id}")
@@ -145,9 +150,12 @@ async def test_only_members_see_or_touch_a_batch(stub, tokens, frontend) -> None
 @pytest.mark.parametrize("metadata", [(), bearer("garbage")], ids=["anonymous", "garbage"])
 async def test_every_rpc_refuses_a_caller_without_valid_token(stub, tokens, frontend, metadata) -> None:
     calls = [
-        stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj"), metadata=metadata),
-        stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=metadata),
-        stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=1, n_jobs=1), metadata=metadata),
+        stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                               billing_project="proj"), metadata=metadata),
+        stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                               billing_project="proj", jobs=[job()]), metadata=metadata),
+        stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                 batch_id=1, n_jobs=1), metadata=metadata),
         stub.CreateJobGroups(pb.CreateJobGroupsRequest(batch_id=1, update_id=1), metadata=metadata),
         stub.AddJobs(pb.AddJobsRequest(batch_id=1, update_id=1, jobs=[job()]), metadata=metadata),
         stub.CommitUpdate(pb.CommitUpdateRequest(batch_id=1, update_id=1), metadata=metadata),
@@ -164,7 +172,8 @@ async def test_every_rpc_refuses_a_caller_without_valid_token(stub, tokens, fron
 
 async def test_cancel_records_who_and_why(stub, tokens, frontend) -> None:
     alice = bearer(tokens["alice"])
-    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job(), job(-1)]),
+    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                             billing_project="proj", jobs=[job(), job(-1)]),
                                        metadata=alice)
     cancelled = await stub.CancelBatch(pb.CancelBatchRequest(batch_id=submitted.batch.batch_id, reason="wrong input"),
                                        metadata=alice)
@@ -172,7 +181,8 @@ async def test_cancel_records_who_and_why(stub, tokens, frontend) -> None:
     assert (info.cancelled_by, info.reason, info.cause) == ("alice", "wrong input",
                                                              batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=submitted.batch.batch_id, n_jobs=1), metadata=alice)
+        await stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                       batch_id=submitted.batch.batch_id, n_jobs=1), metadata=alice)
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -181,6 +191,7 @@ async def test_list_batches_with_a_query_and_pages(stub, tokens, frontend) -> No
     ids = []
     for i in range(5):
         submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(
+            idempotency_token=uuid.uuid4().hex,
             billing_project="proj", attributes={"stage": "a" if i % 2 else "b"}, jobs=[job()]), metadata=alice)
         ids.append(submitted.batch.batch_id)
     stage_a = await stub.ListBatches(pb.ListBatchesRequest(query="stage=a user=alice"), metadata=alice)
@@ -201,3 +212,27 @@ async def test_list_batches_with_a_query_and_pages(stub, tokens, frontend) -> No
     details = error_details_pb2.BadRequest()
     assert status is not None and status.details[0].Unpack(details)
     assert details.field_violations[0].field == "query"
+
+
+def violated(error: grpc.aio.AioRpcError) -> list[str]:
+    status = rpc_status.from_call(error)
+    details = error_details_pb2.BadRequest()
+    assert status is not None and status.details[0].Unpack(details)
+    return [v.field for v in details.field_violations]
+
+
+async def test_the_idempotency_token_is_required(stub, tokens, frontend) -> None:
+    """Issue 12: the protos say it is required; a request without one is INVALID_ARGUMENT, writing nothing."""
+    alice = bearer(tokens["alice"])
+    batch_id = (await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token="first", billing_project="proj",
+                                                             jobs=[job()]), metadata=alice)).batch.batch_id
+    before = (await count(frontend, "batches"), await count(frontend, "batch_updates"))
+    for call in (stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=1), metadata=alice),
+                 stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=alice),
+                 stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1), metadata=alice)):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await call
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert violated(error.value) == ["idempotency_token"]
+    assert (await count(frontend, "batches"), await count(frontend, "batch_updates")) == before
+

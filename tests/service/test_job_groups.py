@@ -3,6 +3,8 @@ listing with a parent filter and pages, and cancelling a subtree."""
 
 from __future__ import annotations
 
+import uuid
+
 import grpc
 
 from corral.batch.v1 import batch_pb2, job_group_pb2, job_spec_pb2
@@ -74,7 +76,8 @@ async def test_groups_count_their_subtree(env: Env) -> None:
     assert await listed(parent_job_group_id=0) == [1, 3]
     assert await listed(parent_job_group_id=1) == [2]
     # Groups of an update that is not committed are invisible.
-    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1, n_job_groups=1),
+    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                                     batch_id=batch_id, n_jobs=1, n_job_groups=1),
                                              metadata=env.as_("alice"))
     await env.batches.CreateJobGroups(bpb.CreateJobGroupsRequest(
         batch_id=batch_id, update_id=created.update.update_id, job_groups=[child_of()]), metadata=env.as_("alice"))
