@@ -58,7 +58,8 @@ ACCOUNTS: dict[str, Account] = {
         read_all=True,
         writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
-                    "cancel_job_group", "delete_batch", "rerun_failed_jobs", "check_job_limits", "read_ready_heads")),
+                    "cancel_job_group", "delete_batch", "discard_batch", "rerun_failed_jobs", "check_job_limits",
+                    "read_ready_heads")),
     "driver": Account(
         read_all=True, writes={},
         procedures=("acquire_leader_lease", "renew_leader_lease", "release_leader_lease", "create_instance",

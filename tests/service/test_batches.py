@@ -17,6 +17,7 @@ from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database
+from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.common.specs import SpecStore
@@ -221,6 +222,10 @@ def violated(error: grpc.aio.AioRpcError) -> list[str]:
     return [v.field for v in details.field_violations]
 
 
+async def listed(stub, metadata) -> list[int]:
+    return [b.batch_id for b in (await stub.ListBatches(pb.ListBatchesRequest(), metadata=metadata)).batches]
+
+
 async def test_the_idempotency_token_is_required(stub, tokens, frontend) -> None:
     """Issue 12: the protos say it is required; a request without one is INVALID_ARGUMENT, writing nothing."""
     alice = bearer(tokens["alice"])
@@ -236,3 +241,36 @@ async def test_the_idempotency_token_is_required(stub, tokens, frontend) -> None
         assert violated(error.value) == ["idempotency_token"]
     assert (await count(frontend, "batches"), await count(frontend, "batch_updates")) == before
 
+
+@pytest.mark.parametrize("rpc", ["SubmitBatch", "CreateBatch"])
+async def test_a_submission_refused_after_its_batch_was_created_leaves_no_batch(
+        stub, tokens, frontend, db, monkeypatch, rpc) -> None:
+    """Issue 12, nothing half-written: the project closes between create_batch and create_update (someone
+    else's change, which no check before create_batch can see). The refusal takes the batch back, so the
+    batch list is as before, and the same request (the same token) succeeds once the project reopens."""
+    alice = bearer(tokens["alice"])
+    kept = (await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token="kept", billing_project="proj",
+                                                         jobs=[job()]), metadata=alice)).batch.batch_id
+    create_update = JobStore.create_update
+
+    async def closed_meanwhile(self, *args, **kwargs):
+        await db.execute("UPDATE billing_projects SET state = 'closed' WHERE name = 'proj'")
+        return await create_update(self, *args, **kwargs)
+
+    monkeypatch.setattr(JobStore, "create_update", closed_meanwhile)
+    request = (pb.SubmitBatchRequest(idempotency_token="t", billing_project="proj", jobs=[job(), job(-1)])
+               if rpc == "SubmitBatch" else pb.CreateBatchRequest(idempotency_token="t", billing_project="proj",
+                                                                  n_jobs=2))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await getattr(stub, rpc)(request, metadata=alice)
+    assert (error.value.code(), error.value.details()) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                           "billing project proj is closed")
+    assert await listed(stub, alice) == [kept]
+    assert await check_invariants(db) == []
+
+    monkeypatch.undo()
+    await db.execute("UPDATE billing_projects SET state = 'open' WHERE name = 'proj'")
+    again = await getattr(stub, rpc)(request, metadata=alice)
+    assert again.batch.batch_id != kept and await listed(stub, alice) == [again.batch.batch_id, kept]
+    retried = await getattr(stub, rpc)(request, metadata=alice)  # the token names the new batch now
+    assert retried.batch.batch_id == again.batch.batch_id
