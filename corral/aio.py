@@ -23,6 +23,7 @@ from corral.builder import BatchBuilder
 from corral.calls import AsyncCalls
 from corral.errors import CorralError, Unavailable, from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
+from corral.retries import channel_options
 
 T = TypeVar("T")
 
@@ -109,8 +110,8 @@ class Client(AsyncCalls):
 
     def __init__(self, address: str, token: str, ca_cert: str | Path | None = None,
                  auth_address: str | None = None):
-        self._channel = grpc.aio.secure_channel(address, channel_credentials(ca_cert))
-        self._auth_channel = (grpc.aio.secure_channel(auth_address, channel_credentials(ca_cert))
+        self._channel = grpc.aio.secure_channel(address, channel_credentials(ca_cert), channel_options())
+        self._auth_channel = (grpc.aio.secure_channel(auth_address, channel_credentials(ca_cert), channel_options())
                               if auth_address else None)
         self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
         self._open_stubs(self._channel, self._auth_channel)
@@ -135,7 +136,7 @@ class Client(AsyncCalls):
 
     async def submit(self, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
                      parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:
-        """Create and commit the batch: one call when small, parallel bunches when large.
+        """Create and commit the batch and its job groups: one call when small, parallel bunches when large.
 
         Safe to retry with the same builder: its idempotency token makes the
         server return the same batch, and re-sent bunches are recognised.
@@ -144,11 +145,13 @@ class Client(AsyncCalls):
         the commit is refused, this deletes the batch it made and gives the
         builder a new token)."""
         settings = builder.batch_fields()
-        if len(builder) <= SMALL_BATCH:
+        groups = builder.job_group_specs()
+        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
             response = await self._call(self._batches.SubmitBatch,
-                                        pb.SubmitBatchRequest(jobs=builder.specs(), **settings))
+                                        pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings))
             return response.batch
-        created = await self._call(self._batches.CreateBatch, pb.CreateBatchRequest(n_jobs=len(builder), **settings))
+        created = await self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
+            n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
         limit = asyncio.Semaphore(parallelism)
 
@@ -157,9 +160,13 @@ class Client(AsyncCalls):
                 await self._call(self._batches.AddJobs, pb.AddJobsRequest(
                     batch_id=batch_id, update_id=update_id, bunch_index=number, first_index=first_index, jobs=specs))
 
-        sends = [asyncio.ensure_future(send(n, first, specs))
-                 for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
         try:
+            for first in range(0, len(groups), bunch_size):
+                await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                    batch_id=batch_id, update_id=update_id, first_index=first,
+                    job_groups=groups[first:first + bunch_size]))
+            sends = [asyncio.ensure_future(send(n, first, specs))
+                     for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
             try:
                 await asyncio.gather(*sends)
             finally:  # no bunch still in flight once this fails (nor when the batch is deleted)

@@ -6,9 +6,12 @@
 
 Parents added in the same builder become negative in-update offsets, so a
 submission never needs to know job ids in advance; an `int` parent names a
-job of the batch that already exists. A handle is good only in the builder
+job of the batch that already exists. `add_job` takes a whole JobSpec (every
+field of the proto) and `job_group` adds a job group, which is how batch
+files (corral.batch_file) are built. A handle is good only in the builder
 that returned it: one from another builder (another batch) is refused with a
-`UsageError` at once, never turned into an edge to some job of this one.
+`UsageError` at once, never turned into a reference to some job or group of
+this one.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from google.protobuf import duration_pb2
 
-from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.errors import UsageError
 
 _STATES = {
@@ -37,7 +40,28 @@ class JobHandle:
 
     index: int
     """Position in the builder (0-based)."""
-    builder: BatchBuilder = dataclasses.field(repr=False)
+    builder: BatchBuilder | None = dataclasses.field(default=None, repr=False)
+    """The builder that returned it: its index means nothing to any other."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Parent:
+    """A parent with its own accepted states, where a job's other parents take the call's `accept`."""
+
+    job: JobHandle | int
+    """The parent: a job of this builder, or the id of a job of the batch that already exists."""
+    accept: Iterable[str] = ("succeeded",)
+    """Its final states that let the child run: "succeeded", "failed", "error", "cancelled"."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JobGroupHandle:
+    """A job group added to a builder; pass it as a job's `job_group` or a later group's `parent`, in the same
+    builder."""
+
+    index: int
+    """Position among the builder's groups (0-based)."""
+    builder: BatchBuilder | None = dataclasses.field(default=None, repr=False)
     """The builder that returned it: its index means nothing to any other."""
 
 
@@ -54,6 +78,7 @@ class BatchBuilder:
         self.idempotency_token = idempotency_token or uuid.uuid4().hex
         """Retrying a submission with the same builder never makes a second batch."""
         self._specs: list[job_spec_pb2.JobSpec] = []
+        self._groups: list[job_group_pb2.JobGroupSpec] = []
 
     def __len__(self) -> int:
         return len(self._specs)
@@ -86,25 +111,9 @@ class BatchBuilder:
         on-demand after preemptions); `on_demand` keeps it off spot machines. `memory_bytes` and
         `storage_bytes` (scratch storage) are reserved on its machine (0: its pool's share per core); one its
         pool's machine could never hold is refused at submission. Storage is checked, not enforced."""
-        index = len(self._specs)
-        accepted = [_STATES[s.lower()] for s in accept]
-        refs = []
-        for parent in parents:
-            if isinstance(parent, JobHandle):
-                if parent.builder is not self:
-                    # Its index is a position in another builder: as an offset here it would
-                    # silently point at a job of this batch.
-                    raise UsageError(f"parent {parent} was returned by another BatchBuilder; a parent is a "
-                                     "handle from this builder or the int id of a job of the batch")
-                refs.append(job_spec_pb2.ParentRef(in_update_offset=parent.index - index, accepted_states=accepted))
-            elif isinstance(parent, int) and not isinstance(parent, bool):
-                refs.append(job_spec_pb2.ParentRef(job_id=parent, accepted_states=accepted))
-            else:
-                raise UsageError(f"parent {parent!r} is neither a JobHandle from this builder nor an int job id")
         spec = job_spec_pb2.JobSpec(
             image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
-            max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, parents=refs,
-            locks=list(locks),
+            max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, locks=list(locks),
             resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes,
                                                    storage_bytes=storage_bytes),
         )
@@ -118,8 +127,65 @@ class BatchBuilder:
             spec.provisioning_model = job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND
         if timeout_s is not None:
             spec.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s), nanos=int(timeout_s % 1 * 1e9)))
+        return self._add(spec, parents, accept, None)
+
+    def add_job(self, spec: job_spec_pb2.JobSpec, *, parents: Iterable[JobHandle | int | Parent] = (),
+                accept: Iterable[str] = ("succeeded",), job_group: JobGroupHandle | None = None) -> JobHandle:
+        """Add a job given as a whole spec (a copy is kept). Its parents and group are given here, as handles,
+        and replace any the spec names; a `Parent` carries its own accepted states, the others take `accept`."""
+        copied = job_spec_pb2.JobSpec()
+        copied.CopyFrom(spec)
+        return self._add(copied, parents, accept, job_group)
+
+    def _add(self, spec: job_spec_pb2.JobSpec, parents: Iterable[JobHandle | int | Parent], accept: Iterable[str],
+             job_group: JobGroupHandle | None) -> JobHandle:
+        """Keep `spec` (this builder's own), its parents and group set from handles."""
+        index = len(self._specs)
+        spec.ClearField("parents")
+        spec.ClearField("job_group")
+        accepted = _accepted(accept)
+        for parent in parents:
+            states = accepted
+            if isinstance(parent, Parent):
+                parent, states = parent.job, _accepted(parent.accept)
+            if isinstance(parent, JobHandle):
+                if parent.builder is not self:
+                    # Its index is a position in another builder: as an offset here it would
+                    # silently point at a job of this batch.
+                    raise UsageError(f"parent {parent} was returned by another BatchBuilder; a parent is a "
+                                     "handle from this builder or the int id of a job of the batch")
+                spec.parents.append(job_spec_pb2.ParentRef(in_update_offset=parent.index - index,
+                                                           accepted_states=states))
+            elif isinstance(parent, int) and not isinstance(parent, bool):
+                spec.parents.append(job_spec_pb2.ParentRef(job_id=parent, accepted_states=states))
+            else:
+                raise UsageError(f"parent {parent!r} is neither a JobHandle from this builder nor an int job id")
+        if job_group is not None:
+            if job_group.builder is not self:
+                raise UsageError(f"job_group {job_group} was returned by another BatchBuilder: a job's group "
+                                 "must be added to the same builder first")
+            spec.job_group.in_update_index = job_group.index
         self._specs.append(spec)
         return JobHandle(index, self)
+
+    def job_group(self, *, parent: JobGroupHandle | None = None, attributes: Mapping[str, str] | None = None,
+                  cancel_after_n_failures: int | None = None,
+                  retry_policy: job_spec_pb2.RetryPolicy | None = None) -> JobGroupHandle:
+        """Add a job group (under `parent`, else under the batch's root group): cancelling it cancels its
+        jobs and subgroups; `cancel_after_n_failures` cancels it by itself; `retry_policy` applies to its
+        jobs whose spec sets none."""
+        index = len(self._groups)
+        group = job_group_pb2.JobGroupSpec(attributes=dict(attributes or {}),
+                                           cancel_after_n_failures=cancel_after_n_failures)
+        if parent is not None:
+            if parent.builder is not self:
+                raise UsageError(f"parent {parent} was returned by another BatchBuilder: a parent group must be "
+                                 "added before its child, to the same builder")
+            group.parent.in_update_index = parent.index
+        if retry_policy is not None:
+            group.retry_policy.CopyFrom(retry_policy)
+        self._groups.append(group)
+        return JobGroupHandle(index, self)
 
     def batch_fields(self) -> dict[str, object]:
         """The batch settings as fields of SubmitBatch/CreateBatch requests."""
@@ -131,6 +197,14 @@ class BatchBuilder:
         """The job specs in order (relative parents already resolved to offsets)."""
         return list(self._specs)
 
+    def job_group_specs(self) -> list[job_group_pb2.JobGroupSpec]:
+        """The job groups in order (parents already resolved to in-update indexes)."""
+        return list(self._groups)
+
     def bunches(self, size: int) -> list[tuple[int, list[job_spec_pb2.JobSpec]]]:
         """(first_index, specs) slices for parallel AddJobs calls."""
         return [(i, self._specs[i:i + size]) for i in range(0, len(self._specs), size)]
+
+
+def _accepted(accept: Iterable[str]) -> list[int]:
+    return [_STATES[s.lower()] for s in accept]

@@ -15,9 +15,8 @@ from typing import Any
 
 from corral.auth.v1 import user_pb2
 from corral.billing.v1 import billing_project_pb2
-from corral.cli_batches import guarded, open_client
-from corral.cli_jobs import print_json, usd, with_json
-from corral.errors import CorralError
+from corral.cli_common import open_client, print_json, usd, with_json
+from corral.errors import UsageError
 
 
 def project_line(p: billing_project_pb2.BillingProject) -> str:
@@ -45,11 +44,11 @@ def _limit_usd(text: str) -> float | None:
     try:
         return float(text.lstrip("$"))
     except ValueError:
-        raise CorralError(f"a limit is an amount in USD or 'none', not {text!r}") from None
+        raise UsageError(f"a limit is an amount in USD or 'none', not {text!r}") from None
 
 
 def _billing(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         action = args.action
         if action == "list":
             return _emit_projects(args, list(client.billing_projects()))
@@ -84,7 +83,7 @@ def user_line(u: user_pb2.User) -> str:
 
 
 def _users(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         if args.action == "token":
             token, secret = client.create_token(args.name, args.username,
                                                 args.ttl_days * 86400 if args.ttl_days else None)
@@ -136,7 +135,7 @@ def add_commands(commands: Any) -> None:
     spend.add_argument("--by", choices=("day", "batch", "user"), help="split the total into lines")
     spend.add_argument("--from", dest="first_day", metavar="YYYY-MM-DD")
     spend.add_argument("--to", dest="last_day", metavar="YYYY-MM-DD")
-    billing.set_defaults(run=guarded(_billing))
+    billing.set_defaults(run=_billing)
 
     users = commands.add_parser("users", help="people, service identities and their tokens (admin)")
     actions = users.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
@@ -156,4 +155,4 @@ def add_commands(commands: Any) -> None:
     token.add_argument("--ttl-days", type=float, help="validity in days (default: 30)")
     deactivate = with_json(actions.add_parser("deactivate", help="deactivate a user and revoke their tokens"))
     deactivate.add_argument("username")
-    users.set_defaults(run=guarded(_users))
+    users.set_defaults(run=_users)

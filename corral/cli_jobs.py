@@ -10,31 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
 from typing import Any
 
-from google.protobuf import json_format, message
-
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
-from corral.cli_batches import guarded, open_client
-from services.policy.sizes import binary_size
-
-
-def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    return parser
-
-
-def print_json(messages: Iterable[message.Message]) -> None:
-    print(json.dumps([json_format.MessageToDict(m) for m in messages], indent=2))
+from corral.cli_common import open_client, print_json, usd, with_json
+from corral.sizes import binary_size
 
 
 def state_name(state: int) -> str:
     return job_state_pb2.JobState.Name(state).removeprefix("JOB_STATE_").lower()
-
-
-def usd(micro_usd: int) -> str:
-    return f"${micro_usd / 1e6:.6f}"
 
 
 def job_line(job: job_pb2.Job) -> str:
@@ -51,7 +35,7 @@ def job_line(job: job_pb2.Job) -> str:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         jobs = []
         for job in client.jobs(args.batch_id, " ".join(args.query)):
             jobs.append(job)
@@ -70,7 +54,7 @@ def _reason_name(code: int) -> str:
 
 
 def _job(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         job = client.get_job(args.batch_id, args.job_id)
         why = client.explain_job(args.batch_id, args.job_id)
     if args.json:
@@ -104,7 +88,7 @@ def _job(args: argparse.Namespace) -> int:
 def _logs(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     start = -args.tail if args.tail else 0
-    with open_client() as client:
+    with open_client(args) as client:
         if args.follow:
             for data in client.follow_log(args.batch_id, args.job_id, args.attempt, start):
                 out.write(data)
@@ -116,7 +100,7 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _rerun(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         update = client.rerun_failed(args.batch_id, args.state or (), args.token)
     if args.json:
         print_json([update] if update is not None else [])
@@ -130,7 +114,7 @@ def _rerun(args: argparse.Namespace) -> int:
 
 
 def _cancel_group(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         group = client.cancel_job_group(args.batch_id, args.job_group_id, args.reason)
     if args.json:
         print_json([group])
@@ -143,7 +127,7 @@ def _cancel_group(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         client.delete_batch(args.batch_id)
     print(f"batch {args.batch_id} deleted")
     return 0
@@ -155,29 +139,29 @@ def add_commands(commands: Any) -> None:
     jobs.add_argument("batch_id", type=int)
     jobs.add_argument("query", nargs="*", help="e.g. state=failed name=~align (see docs/query-language.md)")
     jobs.add_argument("--limit", type=int, default=1000, help="most jobs to show")
-    jobs.set_defaults(run=guarded(_jobs))
+    jobs.set_defaults(run=_jobs)
     job = with_json(commands.add_parser("job", help="show one job, its attempts and why it is not running"))
     job.add_argument("batch_id", type=int)
     job.add_argument("job_id", type=int)
-    job.set_defaults(run=guarded(_job))
+    job.set_defaults(run=_job)
     logs = commands.add_parser("logs", help="print a job's log")
     logs.add_argument("batch_id", type=int)
     logs.add_argument("job_id", type=int)
     logs.add_argument("--attempt", help="an attempt id (default: the latest)")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the attempt runs")
     logs.add_argument("--tail", type=int, metavar="BYTES", help="only the last BYTES bytes")
-    logs.set_defaults(run=guarded(_logs))
+    logs.set_defaults(run=_logs)
     rerun = with_json(commands.add_parser("rerun", help="re-run a batch's failed jobs and their dependents"))
     rerun.add_argument("batch_id", type=int)
     rerun.add_argument("--state", action="append", choices=("failed", "error", "cancelled"),
                        help="states to re-run (repeatable; default: failed and error)")
     rerun.add_argument("--token", help="idempotency token: the same token re-runs once (default: a new one)")
-    rerun.set_defaults(run=guarded(_rerun))
+    rerun.set_defaults(run=_rerun)
     cancel_group = with_json(commands.add_parser("cancel-group", help="cancel a job group and its subtree"))
     cancel_group.add_argument("batch_id", type=int)
     cancel_group.add_argument("job_group_id", type=int)
     cancel_group.add_argument("--reason", default="cancelled from the command line")
-    cancel_group.set_defaults(run=guarded(_cancel_group))
+    cancel_group.set_defaults(run=_cancel_group)
     delete = commands.add_parser("delete", help="delete a batch (cancelling it if it runs)")
     delete.add_argument("batch_id", type=int)
-    delete.set_defaults(run=guarded(_delete))
+    delete.set_defaults(run=_delete)

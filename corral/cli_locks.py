@@ -14,8 +14,7 @@ import itertools
 from typing import Any
 
 from corral.batch.v1 import job_spec_pb2, lock_pb2
-from corral.cli_batches import guarded, open_client
-from corral.cli_jobs import print_json, with_json
+from corral.cli_common import open_client, print_json, with_json
 
 HEADER = ("PROJECT", "LOCK", "MODE", "HOLDERS", "WAITERS")
 
@@ -53,7 +52,7 @@ def table(rows: list[tuple[str, ...]]) -> list[str]:
 
 
 def _locks(args: argparse.Namespace) -> int:
-    with open_client() as client:
+    with open_client(args) as client:
         locks = list(client.locks(args.project or "", args.level or "", args.name or ""))
     if args.json:
         print_json(locks)
@@ -72,4 +71,4 @@ def add_commands(commands: Any) -> None:
     locks.add_argument("--project", help="only this billing project's locks (default: every project you see)")
     locks.add_argument("--level", help="only locks at this level")
     locks.add_argument("--name", help="only the lock of this name (with --level)")
-    locks.set_defaults(run=guarded(_locks))
+    locks.set_defaults(run=_locks)

@@ -26,6 +26,7 @@ from corral.builder import BatchBuilder
 from corral.calls import Calls
 from corral.errors import CorralError, from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
+from corral.retries import channel_options
 
 T = TypeVar("T")
 
@@ -36,8 +37,8 @@ class Client(Calls):
 
     def __init__(self, address: str, token: str, ca_cert: str | Path | None = None,
                  auth_address: str | None = None):
-        self._channel = grpc.secure_channel(address, channel_credentials(ca_cert))
-        self._auth_channel = (grpc.secure_channel(auth_address, channel_credentials(ca_cert))
+        self._channel = grpc.secure_channel(address, channel_credentials(ca_cert), channel_options())
+        self._auth_channel = (grpc.secure_channel(auth_address, channel_credentials(ca_cert), channel_options())
                               if auth_address else None)
         self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
         self._open_stubs(self._channel, self._auth_channel)
@@ -64,13 +65,20 @@ class Client(Calls):
                parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:
         """See `corral.aio.Client.submit`."""
         settings = builder.batch_fields()
-        if len(builder) <= SMALL_BATCH:
-            return self._call(self._batches.SubmitBatch, pb.SubmitBatchRequest(jobs=builder.specs(), **settings)).batch
-        created = self._call(self._batches.CreateBatch, pb.CreateBatchRequest(n_jobs=len(builder), **settings))
+        groups = builder.job_group_specs()
+        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
+            return self._call(self._batches.SubmitBatch,
+                              pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings)).batch
+        created = self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
+            n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
         requests = [pb.AddJobsRequest(batch_id=batch_id, update_id=update_id, bunch_index=n, first_index=first,
                                       jobs=specs) for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
         try:
+            for first in range(0, len(groups), bunch_size):
+                self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                    batch_id=batch_id, update_id=update_id, first_index=first,
+                    job_groups=groups[first:first + bunch_size]))
             # Leaving the pool waits for every bunch: none is in flight when the batch is deleted.
             with ThreadPoolExecutor(parallelism) as pool:
                 list(pool.map(lambda r: self._call(self._batches.AddJobs, r), requests))

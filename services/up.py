@@ -4,7 +4,7 @@ Starts (or connects to) MariaDB, applies migrations, gives each service its
 own database account, keeps a development CA and gives each service its own
 certificate directory, starts auth, the frontend, a leading driver and a
 standby on loopback, makes sure an administrator and a `default` billing
-project exist, writes the CLI configuration, prints the endpoints and an
+project exist, writes the CLI's `admin` profile, prints the endpoints and an
 admin token, then supervises (services.up_supervisor: a part that dies is
 started again with back-off) until Ctrl-C or SIGTERM, or until a part cannot
 be kept running, and stops every process it started, by pid, saying what it
@@ -40,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+from corral.cli_config import ADMIN_PROFILE, Profile, write_server_profile
 from services.auth.store import AuthStore
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
@@ -144,6 +145,8 @@ class Running:
     """The data directory's lock, held while this `corral up` runs."""
     endpoints: dict[str, str] = dataclasses.field(default_factory=dict)
     admin_token: str = ""
+    cli_profile: str = ""
+    """The CLI's current profile once the `admin` profile is written (the user's own, if they had one)."""
 
     def stop(self) -> None:
         """Stop everything, each step saying what it waits for; then let go of the data directory."""
@@ -364,12 +367,12 @@ def _without_password(url: str) -> str:
 
 
 def _write_client_config(config: UpConfig, running: Running) -> None:
-    from corral.cli_batches import Settings  # the CLI's own file format
-
-    if config.client_config is not None:
-        os.environ["CORRAL_CONFIG"] = str(config.client_config)
-    Settings(frontend=running.endpoints["frontend"], auth=running.endpoints["auth"],
-             ca_cert=running.endpoints["ca_cert"], token=running.admin_token).save()
+    """The CLI's `admin` profile; the user's own profiles of this server follow its new ports, and the
+    current profile stays current (corral.cli_config)."""
+    running.cli_profile = write_server_profile(
+        Profile(frontend=running.endpoints["frontend"], auth=running.endpoints["auth"],
+                ca_cert=running.endpoints["ca_cert"], token=running.admin_token, user=ADMIN),
+        ADMIN_PROFILE, config.client_config)
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -414,8 +417,13 @@ def serve_forever(config: UpConfig) -> int:
     for name, value in running.endpoints.items():
         print(f"  {name:<9} {value}")
     print(f"  admin token: {running.admin_token}")
-    print("The CLI is configured as the administrator (billing project 'default'); Ctrl-C stops everything.",
-          flush=True)
+    if running.cli_profile == ADMIN_PROFILE:
+        print(f"The CLI is configured as the administrator (profile '{ADMIN_PROFILE}', billing project 'default'); "
+              "Ctrl-C stops everything.", flush=True)
+    else:
+        print(f"The CLI is configured: profile '{ADMIN_PROFILE}' is the administrator (billing project 'default'), "
+              f"'{running.cli_profile}' stays current (`corral profile use {ADMIN_PROFILE}` switches); "
+              "Ctrl-C stops everything.", flush=True)
     supervisor = running.supervisor
     while not requests and supervisor.failed is None:
         supervisor.check()

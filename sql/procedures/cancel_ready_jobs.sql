@@ -52,6 +52,24 @@ proc: BEGIN
                                    ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
                                  WHERE a.batch_id = in_batch_id))
     LIMIT in_limit;
+  -- A job a parent failed says which parent, how it ended and what the job
+  -- accepts (GetJob's error_message, ExplainJob); a job of a cancelled group
+  -- keeps the group's reason.
+  UPDATE jobs j
+    JOIN tmp_job_completions t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
+    SET j.end_reason = (
+      SELECT CONCAT('cancelled: parent job ', p.job_id, ' ended ', LOWER(p.state), ' and this job runs only after ',
+                    CONCAT_WS(' or ', IF(e.accepted_states & 1, 'success', NULL), IF(e.accepted_states & 2, 'failed', NULL),
+                              IF(e.accepted_states & 4, 'error', NULL), IF(e.accepted_states & 8, 'cancelled', NULL)))
+      FROM job_parents e
+      JOIN jobs p ON p.batch_id = e.batch_id AND p.job_id = e.parent_id
+      WHERE e.batch_id = j.batch_id AND e.job_id = j.job_id
+        AND p.state IN ('Success', 'Failed', 'Error', 'Cancelled')
+        AND (e.accepted_states & CASE p.state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
+                                              WHEN 'Error' THEN 4 ELSE 8 END) = 0
+      ORDER BY e.parent_id
+      LIMIT 1)
+    WHERE j.dependency_failed AND j.end_reason IS NULL;
   CALL complete_jobs_core(in_now_ms, in_max_children);
   SELECT COUNT(*) INTO v_n FROM tmp_job_completions WHERE outcome = 'completed';
   COMMIT;

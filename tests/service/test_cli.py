@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from corral.cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAUTHENTICATED
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
@@ -73,12 +74,12 @@ async def test_login_submit_ls_status_cancel(cli_env, frontend: FrontendApp, aut
     assert "cancelled by alice: typo" in cancelled.stdout
 
     bad = await corral(cli_env, "ls", "cost>>1")
-    assert bad.returncode == 1 and "error:" in bad.stderr and "query" in bad.stderr
+    assert bad.returncode == EXIT_REFUSED and "error:" in bad.stderr and "query" in bad.stderr
     missing = await corral(cli_env, "status", "9999")
-    assert missing.returncode == 1 and "no batch 9999" in missing.stderr
+    assert missing.returncode == EXIT_NOT_FOUND and "no batch 9999" in missing.stderr
 
 
 async def test_commands_need_a_login(tmp_path: Path) -> None:
     env = {**os.environ, "CORRAL_CONFIG": str(tmp_path / "none.json")}
     result = await corral(env, "ls")
-    assert result.returncode == 1 and "corral login" in result.stderr
+    assert result.returncode == EXIT_UNAUTHENTICATED and "corral login" in result.stderr

@@ -17,6 +17,7 @@ import pytest
 from corral import aio
 from corral.auth.v1 import user_pb2
 from corral.batch.v1 import job_explanation_pb2
+from corral.cli_common import EXIT_NOT_FOUND, EXIT_PERMISSION_DENIED, EXIT_REFUSED
 from corral.errors import CorralError, NotFound, PermissionDenied
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
@@ -77,10 +78,10 @@ async def test_jobs_job_logs_rerun_cancel_group_delete(env: Env, auth_app: AuthA
     cancelled = await corral(alice, "cancel-group", b, "0", "--reason", "enough")
     assert out(cancelled) == f"job group 0 of batch {b}: cancelled by alice: enough\n"
     bad = await corral(alice, "jobs", b, "cost>>1")
-    assert bad.returncode == 1 and b"error:" in bad.stderr and b"query" in bad.stderr
+    assert bad.returncode == EXIT_REFUSED and b"error:" in bad.stderr and b"query" in bad.stderr
     assert out(await corral(alice, "delete", b)) == f"batch {b} deleted\n"
     gone = await corral(alice, "jobs", b)
-    assert gone.returncode == 1 and f"no batch {b}".encode() in gone.stderr
+    assert gone.returncode == EXIT_NOT_FOUND and f"no batch {b}".encode() in gone.stderr
 
 
 
@@ -128,8 +129,8 @@ async def test_billing_and_users(env: Env, auth_app: AuthApp, certs: DevCertific
     alice = logged_in(env, auth_app, certs, tmp_path, "alice")
     refused = await asyncio.gather(corral(alice, "billing", "create", "mine"), corral(alice, "users", "list"),
                                    corral(alice, "billing", "show", "lab"))
-    for result in refused:
-        assert result.returncode == 1 and result.stderr.startswith(b"error: "), result.stderr
+    for result, code in zip(refused, (EXIT_PERMISSION_DENIED, EXIT_PERMISSION_DENIED, EXIT_NOT_FOUND)):
+        assert result.returncode == code and result.stderr.startswith(b"error: "), result.stderr
     assert b"no billing project lab" in refused[2].stderr  # outsiders are told what a missing one gets
 
 

@@ -18,6 +18,7 @@ import pytest
 from corral.batch.v1 import job_spec_pb2, lock_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import lock_service_pb2 as pb
+from corral.cli_common import EXIT_NOT_FOUND
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
 from tests.service.conftest import person_channel
@@ -147,5 +148,5 @@ async def test_corral_locks(env: Env, auth_app: AuthApp, certs: DevCertificateAu
                     ["proj", "db/y", "-", "-", "-"]]
     carol = logged_in(env, auth_app, certs, tmp_path, "carol")
     result = await corral(carol, "locks", "--project", "proj")
-    assert (result.returncode, result.stderr.decode()) == (1, "error: no billing project proj\n")
+    assert (result.returncode, result.stderr.decode()) == (EXIT_NOT_FOUND, "error: no billing project proj\n")
     assert out(await corral(carol, "locks")) == "no lock is held or wanted\n"

@@ -1,6 +1,8 @@
 """Where code may reach: the frontend and the driver share only what lives
-below both (services.policy, services.db, services.common), and the policy
-package stays pure (no I/O, nothing of corral's services but itself).
+below both (services.policy, services.db, services.common), the policy
+package stays pure (no I/O, nothing of corral's services but itself), and
+the client package (`corral/`: client, CLI, generated code) imports nothing
+of the server's (`services`), so that it can be installed alone.
 
 Read from the sources' import statements, including imports inside
 functions, so a late `import` cannot slip past."""
@@ -12,25 +14,26 @@ from pathlib import Path
 
 import pytest
 
-SERVICES = Path(__file__).resolve().parents[2] / "services"
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = REPO / "services"
 
 
-def imports_of(package: str) -> dict[str, set[str]]:
-    """Every module each file of `services/<package>` imports, by file."""
+def imports_of(package: str, root: Path = SERVICES) -> dict[str, set[str]]:
+    """Every module each file of `root/<package>` imports, by file."""
     found: dict[str, set[str]] = {}
-    for path in sorted((SERVICES / package).rglob("*.py")):
+    for path in sorted((root / package).rglob("*.py")):
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module)
-        found[str(path.relative_to(SERVICES.parent))] = names
+        found[str(path.relative_to(REPO))] = names
     return found
 
 
-def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [f"{path} imports {name}" for path, names in imports_of(package).items() for name in sorted(names)
+def offenders(package: str, forbidden: tuple[str, ...], root: Path = SERVICES) -> list[str]:
+    return [f"{path} imports {name}" for path, names in imports_of(package, root).items() for name in sorted(names)
             if any(name == f or name.startswith(f + ".") for f in forbidden)]
 
 
@@ -43,6 +46,11 @@ def offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
 ])
 def test_no_forbidden_imports(package: str, forbidden: tuple[str, ...]) -> None:
     assert offenders(package, forbidden) == []
+
+
+def test_the_client_package_imports_nothing_of_the_server() -> None:
+    assert len(imports_of("corral", REPO)) > 20  # the client, the CLI and the generated code are all read
+    assert offenders("corral", ("services",), REPO) == []
 
 
 def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""`corral up`: run the whole system on this machine (see services/up.py)."""
+"""`corral up`: run the whole system on this machine (see services/up.py). A command of the server package,
+registered under the `corral.commands` entry points (corral/cli.py)."""
 
 from __future__ import annotations
 

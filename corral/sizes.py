@@ -1,0 +1,20 @@
+"""How the CLI says an amount of bytes: in the largest binary unit that
+leaves at least one of it ("16 GiB", "512 MiB").
+
+The server says sizes the same way in its refusals and wait reasons
+(services/policy/sizes.py). The two are kept apart on purpose, because the
+client package imports nothing of the server's; tests/unit/test_sizes.py
+checks that they agree."""
+
+from __future__ import annotations
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+
+
+def binary_size(n_bytes: int) -> str:
+    """`n_bytes` as '16 GiB' ('%g' of the unit: '8.88178 PiB'); under 1 KiB, '100 bytes'."""
+    for power in range(len(_UNITS), 0, -1):
+        unit = 1 << (10 * power)
+        if n_bytes >= unit:
+            return f"{n_bytes / unit:g} {_UNITS[power - 1]}"
+    return f"{n_bytes} bytes"

@@ -1,0 +1,113 @@
+"""The CLI's profiles (corral.cli_config): which profile and token a command uses, switching profiles, and
+what `corral up` writes: its `admin` profile, never the user's current one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corral.cli import main
+from corral.cli_config import Config, Profile, connection, write_server_profile
+from corral.errors import Unauthenticated, UsageError
+
+
+@pytest.fixture(autouse=True)
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "config.json"
+    monkeypatch.setenv("CORRAL_CONFIG", str(path))
+    monkeypatch.delenv("CORRAL_TOKEN", raising=False)
+    return path
+
+
+CA = "/data/ca.pem"
+
+
+def two_profiles(path: Path) -> None:
+    Config({"admin": Profile("localhost:1", "localhost:2", CA, "admin-token", "admin"),
+            "alice": Profile("localhost:1", "localhost:2", CA, "alice-token", "alice")}, "alice").save(path)
+
+
+def test_the_current_profile_or_the_one_named(config: Path) -> None:
+    two_profiles(config)
+    assert connection().token == "alice-token"
+    assert connection("admin").token == "admin-token"
+    with pytest.raises(UsageError, match="no profile 'bob'"):
+        connection("bob")
+
+
+def test_corral_token_overrides_the_profiles_token(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    two_profiles(config)
+    monkeypatch.setenv("CORRAL_TOKEN", "given")
+    assert (connection().token, connection("admin").token, connection("admin").frontend) == (
+        "given", "given", "localhost:1")
+    assert Config.load(config).profiles["admin"].token == "admin-token"  # read, never written
+
+
+def test_corral_token_without_any_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(Unauthenticated, match="not logged in"):
+        connection()
+    monkeypatch.setenv("CORRAL_TOKEN", "given")
+    assert (connection().token, connection().frontend) == ("given", Profile().frontend)
+
+
+def test_a_flat_file_from_before_profiles_is_the_profile_default(config: Path) -> None:
+    config.write_text(json.dumps({"frontend": "h:1", "auth": "h:2", "ca_cert": CA, "token": "old"}))
+    assert Config.load() == Config({"default": Profile("h:1", "h:2", CA, "old")}, "default")
+    assert connection().token == "old"
+
+
+def test_profile_use_switches_and_refuses_an_unknown_name(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    two_profiles(config)
+    assert main(["profile", "use", "admin"]) == 0
+    assert (Config.load().current, connection().token) == ("admin", "admin-token")
+    assert main(["profile", "use", "bob"]) == 2
+    assert Config.load().current == "admin"
+    capsys.readouterr()
+    assert main(["profile", "list"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "* admin  user=admin  frontend=localhost:1  auth=localhost:2",
+        "  alice  user=alice  frontend=localhost:1  auth=localhost:2"]
+
+
+def test_corral_up_keeps_the_current_profile(config: Path) -> None:
+    """A restarted `corral up` (new ports, a new admin token) logs nobody out: alice stays current with her
+    token, at the new addresses; a profile of another server is left alone."""
+    two_profiles(config)
+    elsewhere = Profile("far:1", "far:2", "/other/ca.pem", "far-token")
+    loaded = Config.load()
+    loaded.profiles["elsewhere"] = elsewhere
+    loaded.save()
+    current = write_server_profile(Profile("localhost:5", "localhost:6", CA, "new-admin-token", "admin"))
+    after = Config.load()
+    assert (current, after.current) == ("alice", "alice")
+    assert after.profiles == {"admin": Profile("localhost:5", "localhost:6", CA, "new-admin-token", "admin"),
+                              "alice": Profile("localhost:5", "localhost:6", CA, "alice-token", "alice"),
+                              "elsewhere": elsewhere}
+    assert oct(config.stat().st_mode & 0o777) == "0o600"
+
+
+def test_corral_up_makes_admin_current_when_nothing_is(config: Path) -> None:
+    assert write_server_profile(Profile("localhost:5", "localhost:6", CA, "t", "admin")) == "admin"
+    assert connection().token == "t"
+
+
+def test_corral_up_keeps_a_flat_file(config: Path) -> None:
+    """The file an older `corral up` or `corral login` wrote stays the current profile."""
+    config.write_text(json.dumps({"frontend": "localhost:1", "auth": "localhost:2", "ca_cert": CA, "token": "old"}))
+    assert write_server_profile(Profile("localhost:5", "localhost:6", CA, "t", "admin")) == "default"
+    assert connection() == Profile("localhost:5", "localhost:6", CA, "old")
+
+
+def test_corral_up_writes_its_admin_profile_where_it_is_told(tmp_path: Path, config: Path) -> None:
+    from services.up import Running, UpConfig, _write_client_config
+
+    two_profiles(config)
+    running = Running(supervisor=None, lifeline=None, lock_fd=-1,  # type: ignore[arg-type]
+                      endpoints={"frontend": "localhost:5", "auth": "localhost:6", "ca_cert": CA},
+                      admin_token="new-admin-token")
+    _write_client_config(UpConfig(tmp_path / "data", client_config=config), running)
+    assert running.cli_profile == "alice"
+    assert Config.load(config).profiles["admin"] == Profile("localhost:5", "localhost:6", CA, "new-admin-token",
+                                                            "admin")
