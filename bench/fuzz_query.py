@@ -29,6 +29,7 @@ import random
 import re
 import time
 import traceback
+import uuid
 from typing import Any
 
 import grpc
@@ -219,6 +220,7 @@ async def fuzz_over_grpc(ctx: BenchContext, sample: list[tuple[str, str]], count
                 spec = job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]),
                                             attributes={"name": "fuzz-job"})
                 batch_id = (await batches.SubmitBatch(bpb.SubmitBatchRequest(
+                    idempotency_token=uuid.uuid4().hex,
                     billing_project=stack.billing_project, jobs=[spec] * 20), metadata=metadata)).batch.batch_id
                 slots = asyncio.Semaphore(CONCURRENT_CALLS)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import uuid
 from typing import Any
 
 import grpc
@@ -92,6 +93,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
                 spec = job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]),
                                             attributes={"name": "bench-query-job"})
                 submitted = await batches.SubmitBatch(bpb.SubmitBatchRequest(
+                    idempotency_token=uuid.uuid4().hex,
                     billing_project=stack.billing_project, jobs=[spec] * n_jobs), metadata=metadata)
                 batch_id = submitted.batch.batch_id
                 rss_before = server_rss_bytes(db.config)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
 from corral.calls import AsyncCalls
-from corral.errors import Unavailable, from_rpc_error
+from corral.errors import CorralError, Unavailable, from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
 from corral.retries import channel_options
 
@@ -30,6 +31,12 @@ SMALL_BATCH = 1_000
 """Up to this many jobs go in one SubmitBatch call; more go up in bunches."""
 BUNCH_SIZE = 1_000
 PARALLEL_BUNCHES = 4
+
+REFUSED_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+                           grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.NOT_FOUND,
+                           grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.OUT_OF_RANGE})
+"""A bunch or commit failing with these was refused by the server: `submit` deletes the batch it made. Any
+other failure (UNAVAILABLE, a deadline) keeps it, for a retry with the same builder to finish."""
 
 RESUMABLE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
 """A watch that fails with these is resumed from the next event (the server or the network went away)."""
@@ -84,6 +91,13 @@ class WatchResume:
         return reconnect_delay_s(self._failures)
 
 
+def refused_submission(error: CorralError, batch: batch_pb2.Batch) -> bool:
+    """Whether `submit` must take back `batch` (as CreateBatch answered it) after `error`: the server refused
+    a bunch or the commit, and the batch had never been committed (one that was is the answer of an earlier
+    submission of this builder, and stays)."""
+    return error.code in REFUSED_CODES and batch.state == batch_pb2.BATCH_STATE_OPEN
+
+
 def channel_credentials(ca_cert: str | Path | None) -> grpc.ChannelCredentials:
     """TLS trusting `ca_cert` (the corral CA), or the system roots when None."""
     root = Path(ca_cert).expanduser().read_bytes() if ca_cert else None
@@ -125,7 +139,11 @@ class Client(AsyncCalls):
         """Create and commit the batch and its job groups: one call when small, parallel bunches when large.
 
         Safe to retry with the same builder: its idempotency token makes the
-        server return the same batch, and re-sent bunches are recognised."""
+        server return the same batch, and re-sent bunches are recognised.
+        Nothing half-written: a refused submission leaves no batch behind (the
+        server takes back what SubmitBatch or CreateBatch made; when a bunch or
+        the commit is refused, this deletes the batch it made and gives the
+        builder a new token)."""
         settings = builder.batch_fields()
         groups = builder.job_group_specs()
         if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
@@ -135,9 +153,6 @@ class Client(AsyncCalls):
         created = await self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
             n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
-        for first in range(0, len(groups), bunch_size):
-            await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
-                batch_id=batch_id, update_id=update_id, first_index=first, job_groups=groups[first:first + bunch_size]))
         limit = asyncio.Semaphore(parallelism)
 
         async def send(number: int, first_index: int, specs: list) -> None:
@@ -145,9 +160,30 @@ class Client(AsyncCalls):
                 await self._call(self._batches.AddJobs, pb.AddJobsRequest(
                     batch_id=batch_id, update_id=update_id, bunch_index=number, first_index=first_index, jobs=specs))
 
-        await asyncio.gather(*(send(n, first, specs) for n, (first, specs) in enumerate(builder.bunches(bunch_size))))
-        committed = await self._call(self._batches.CommitUpdate,
-                                     pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id))
+        try:
+            for first in range(0, len(groups), bunch_size):
+                await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                    batch_id=batch_id, update_id=update_id, first_index=first,
+                    job_groups=groups[first:first + bunch_size]))
+            sends = [asyncio.ensure_future(send(n, first, specs))
+                     for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
+            try:
+                await asyncio.gather(*sends)
+            finally:  # no bunch still in flight once this fails (nor when the batch is deleted)
+                for task in sends:
+                    task.cancel()
+                await asyncio.gather(*sends, return_exceptions=True)
+            committed = await self._call(self._batches.CommitUpdate,
+                                         pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id))
+        except CorralError as e:
+            if refused_submission(e, created.batch):
+                try:
+                    await self._call(self._batches.DeleteBatch, pb.DeleteBatchRequest(batch_id=batch_id))
+                except CorralError as delete_error:
+                    e.add_note(f"batch {batch_id} was left open: deleting it failed ({delete_error})")
+                else:  # submitting the builder again starts afresh, not at the deleted batch
+                    builder.idempotency_token = uuid.uuid4().hex
+            raise
         return committed.batch
 
     async def get_batch(self, batch_id: int) -> batch_pb2.Batch:

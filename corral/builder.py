@@ -8,7 +8,10 @@ Parents added in the same builder become negative in-update offsets, so a
 submission never needs to know job ids in advance; an `int` parent names a
 job of the batch that already exists. `add_job` takes a whole JobSpec (every
 field of the proto) and `job_group` adds a job group, which is how batch
-files (corral.batch_file) are built.
+files (corral.batch_file) are built. A handle is good only in the builder
+that returned it: one from another builder (another batch) is refused with a
+`UsageError` at once, never turned into a reference to some job or group of
+this one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
+from corral.errors import UsageError
 
 _STATES = {
     "succeeded": job_state_pb2.JOB_STATE_SUCCEEDED,
@@ -32,10 +36,12 @@ _STATES = {
 
 @dataclasses.dataclass(frozen=True)
 class JobHandle:
-    """A job added to a builder; pass it as a parent of later jobs."""
+    """A job added to a builder; pass it as a parent of later jobs of the same builder."""
 
     index: int
     """Position in the builder (0-based)."""
+    builder: BatchBuilder | None = dataclasses.field(default=None, repr=False)
+    """The builder that returned it: its index means nothing to any other."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +56,13 @@ class Parent:
 
 @dataclasses.dataclass(frozen=True)
 class JobGroupHandle:
-    """A job group added to a builder; pass it as a job's `job_group` or a later group's `parent`."""
+    """A job group added to a builder; pass it as a job's `job_group` or a later group's `parent`, in the same
+    builder."""
 
     index: int
     """Position among the builder's groups (0-based)."""
+    builder: BatchBuilder | None = dataclasses.field(default=None, repr=False)
+    """The builder that returned it: its index means nothing to any other."""
 
 
 class BatchBuilder:
@@ -140,18 +149,24 @@ class BatchBuilder:
             if isinstance(parent, Parent):
                 parent, states = parent.job, _accepted(parent.accept)
             if isinstance(parent, JobHandle):
-                if parent.index >= index:
-                    raise ValueError("a parent must be added before its child")
+                if parent.builder is not self:
+                    # Its index is a position in another builder: as an offset here it would
+                    # silently point at a job of this batch.
+                    raise UsageError(f"parent {parent} was returned by another BatchBuilder; a parent is a "
+                                     "handle from this builder or the int id of a job of the batch")
                 spec.parents.append(job_spec_pb2.ParentRef(in_update_offset=parent.index - index,
                                                            accepted_states=states))
-            else:
+            elif isinstance(parent, int) and not isinstance(parent, bool):
                 spec.parents.append(job_spec_pb2.ParentRef(job_id=parent, accepted_states=states))
+            else:
+                raise UsageError(f"parent {parent!r} is neither a JobHandle from this builder nor an int job id")
         if job_group is not None:
-            if not 0 <= job_group.index < len(self._groups):
-                raise ValueError("a job's group must be added to the same builder first")
+            if job_group.builder is not self:
+                raise UsageError(f"job_group {job_group} was returned by another BatchBuilder: a job's group "
+                                 "must be added to the same builder first")
             spec.job_group.in_update_index = job_group.index
         self._specs.append(spec)
-        return JobHandle(index)
+        return JobHandle(index, self)
 
     def job_group(self, *, parent: JobGroupHandle | None = None, attributes: Mapping[str, str] | None = None,
                   cancel_after_n_failures: int | None = None,
@@ -163,13 +178,14 @@ class BatchBuilder:
         group = job_group_pb2.JobGroupSpec(attributes=dict(attributes or {}),
                                            cancel_after_n_failures=cancel_after_n_failures)
         if parent is not None:
-            if not 0 <= parent.index < index:
-                raise ValueError("a parent group must be added before its child")
+            if parent.builder is not self:
+                raise UsageError(f"parent {parent} was returned by another BatchBuilder: a parent group must be "
+                                 "added before its child, to the same builder")
             group.parent.in_update_index = parent.index
         if retry_policy is not None:
             group.retry_policy.CopyFrom(retry_policy)
         self._groups.append(group)
-        return JobGroupHandle(index)
+        return JobGroupHandle(index, self)
 
     def batch_fields(self) -> dict[str, object]:
         """The batch settings as fields of SubmitBatch/CreateBatch requests."""

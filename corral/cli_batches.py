@@ -64,7 +64,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _cancel(args: argparse.Namespace) -> int:
     with open_client(args) as client:
-        _emit(args, [client.cancel_batch(args.batch_id, args.reason)])
+        batch = client.cancel_batch(args.batch_id, args.reason)
+    if not args.json and not batch.HasField("cancellation"):  # it had finished: the server cancelled nothing
+        print(f"batch {batch.batch_id} is already complete: nothing to cancel")
+    _emit(args, [batch])
     return 0
 
 

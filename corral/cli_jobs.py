@@ -118,6 +118,8 @@ def _cancel_group(args: argparse.Namespace) -> int:
         group = client.cancel_job_group(args.batch_id, args.job_group_id, args.reason)
     if args.json:
         print_json([group])
+    elif not group.HasField("cancellation"):  # it had finished: the server cancelled nothing
+        print(f"job group {group.job_group_id} of batch {group.batch_id} is already complete: nothing to cancel")
     else:
         c = group.cancellation
         print(f"job group {group.job_group_id} of batch {group.batch_id}: cancelled by {c.cancelled_by}: {c.reason}")

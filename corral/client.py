@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,12 +18,13 @@ from corral.aio import (
     SMALL_BATCH,
     WatchResume,
     channel_credentials,
+    refused_submission,
 )
 from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
 from corral.calls import Calls
-from corral.errors import from_rpc_error
+from corral.errors import CorralError, from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
 from corral.retries import channel_options
 
@@ -70,15 +72,27 @@ class Client(Calls):
         created = self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
             n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
-        for first in range(0, len(groups), bunch_size):
-            self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
-                batch_id=batch_id, update_id=update_id, first_index=first, job_groups=groups[first:first + bunch_size]))
         requests = [pb.AddJobsRequest(batch_id=batch_id, update_id=update_id, bunch_index=n, first_index=first,
                                       jobs=specs) for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
-        with ThreadPoolExecutor(parallelism) as pool:
-            list(pool.map(lambda r: self._call(self._batches.AddJobs, r), requests))
-        return self._call(self._batches.CommitUpdate,
-                          pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id)).batch
+        try:
+            for first in range(0, len(groups), bunch_size):
+                self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                    batch_id=batch_id, update_id=update_id, first_index=first,
+                    job_groups=groups[first:first + bunch_size]))
+            # Leaving the pool waits for every bunch: none is in flight when the batch is deleted.
+            with ThreadPoolExecutor(parallelism) as pool:
+                list(pool.map(lambda r: self._call(self._batches.AddJobs, r), requests))
+            return self._call(self._batches.CommitUpdate,
+                              pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id)).batch
+        except CorralError as e:
+            if refused_submission(e, created.batch):
+                try:
+                    self._call(self._batches.DeleteBatch, pb.DeleteBatchRequest(batch_id=batch_id))
+                except CorralError as delete_error:
+                    e.add_note(f"batch {batch_id} was left open: deleting it failed ({delete_error})")
+                else:  # submitting the builder again starts afresh, not at the deleted batch
+                    builder.idempotency_token = uuid.uuid4().hex
+            raise
 
     def get_batch(self, batch_id: int) -> batch_pb2.Batch:
         return self._call(self._batches.GetBatch, pb.GetBatchRequest(batch_id=batch_id)).batch

@@ -10,7 +10,8 @@ creates `corral_auth`, `corral_frontend` and `corral_driver` and grants each:
 
 No account gets DDL, FILE, PROCESS, SUPER or GRANT, and neither the frontend
 nor the driver can read the users and tokens tables (password and token
-hashes). Stored procedures and triggers run with their definer's rights
+hashes): the `usernames` view (migration 0020) shows them the names alone.
+Stored procedures and triggers run with their definer's rights
 (the migrating administrator), so EXECUTE on a procedure is all a caller
 needs for what it changes inside. A procedure or table added later is
 granted by the next run (corral up runs it at every start); a procedure no
@@ -57,7 +58,8 @@ ACCOUNTS: dict[str, Account] = {
         read_all=True,
         writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
-                    "cancel_job_group", "delete_batch", "rerun_failed_jobs", "check_job_limits", "read_ready_heads")),
+                    "cancel_job_group", "delete_batch", "discard_batch", "rerun_failed_jobs", "check_job_limits",
+                    "read_ready_heads")),
     "driver": Account(
         read_all=True, writes={},
         procedures=("acquire_leader_lease", "renew_leader_lease", "release_leader_lease", "create_instance",

@@ -122,6 +122,12 @@ class JobStore:
         status, _ = await self.db.call("delete_batch", batch_id)
         return status
 
+    async def discard_batch(self, batch_id: int, user: str) -> Row:
+        """Take back a batch no update of which was committed, after the call that created it was refused:
+        cancelled, deleted and its idempotency token released (FailedPreconditionError once committed)."""
+        status, _ = await self.db.call("discard_batch", batch_id, user, self.clock_ms())
+        return status
+
     async def rerun_failed_jobs(
         self, batch_id: int, idempotency_token: str, states_bits: int, max_jobs_per_batch: int | None = None,
         max_open_jobs_per_user: int | None = None, max_open_jobs_per_billing_project: int | None = None,

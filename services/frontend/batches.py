@@ -10,6 +10,8 @@ batches. Every step is idempotent under the client's tokens.
 from __future__ import annotations
 
 import base64
+import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +20,14 @@ from google.protobuf import timestamp_pb2
 
 from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_state_pb2, update_pb2
 from corral.batch.v1 import batch_service_pb2 as pb
-from services.common.errors import FieldViolation, InvalidRequest, NotFound
+from services.common.errors import (
+    DeadlineExceeded,
+    FieldViolation,
+    InvalidRequest,
+    NotFound,
+    RequestError,
+    Unavailable,
+)
 from services.common.telemetry import current_context_json
 from services.common.identity import Principal, current_principal
 from services.db.database import PermissionDeniedError, ProcedureError
@@ -34,7 +43,10 @@ from services.frontend.url_checks import UrlChecks
 from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row
 from services.frontend.watch import BatchWatcher
 
+log = logging.getLogger(__name__)
+
 MAX_PAGE_SIZE = 1000
+REQUIRED_TOKEN = "required: a client-generated unique string (e.g. a UUID), so that a retried call does not repeat it"
 MAX_RESERVED_IDS = 2**31 - 1
 """Job (and job group) ids are INT columns: a batch reserves at most this many."""
 # RerunFailedJobs' states as the bits of rerun_failed_jobs.
@@ -127,11 +139,6 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             last_event_id=row["last_event_id"],
         )
 
-    @staticmethod
-    def _check_token(token: str) -> str | None:
-        """The token, or None for none (its length is a field limit: field_limits.py)."""
-        return token or None
-
     def _job_caps(self) -> dict[str, int]:
         """The limits create_update and rerun_failed_jobs enforce."""
         return {"max_jobs_per_batch": self.limits.max_jobs_per_batch,
@@ -143,6 +150,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         violations = []
         if not request.billing_project:
             violations.append(FieldViolation("billing_project", "required"))
+        if not request.idempotency_token:  # its length is a field limit (field_limits.py)
+            violations.append(FieldViolation("idempotency_token", REQUIRED_TOKEN))
         if request.HasField("cancel_after_n_failures") and request.cancel_after_n_failures < 1:
             violations.append(FieldViolation("cancel_after_n_failures", "must be at least 1"))
         message = "invalid request"
@@ -153,21 +162,20 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return violations, message
 
     async def _create_batch(self, principal: Principal, request: Any, n_jobs: int = 0,
-                            n_jobs_field: str = "n_jobs") -> int:
+                            n_jobs_field: str = "n_jobs") -> tuple[int, bool]:
         """Create the batch; with `n_jobs`, first check that its update would be accepted, so
-        that a refusal writes nothing."""
+        that a refusal writes nothing. Its id, and whether this call created it (not a retry's)."""
         violations, message = self._batch_violations(request, n_jobs, n_jobs_field)
         if violations:
             raise InvalidRequest(violations, message)
         if request.callback_url:
             await self.urls.check_callback(request.callback_url)
         if n_jobs:
-            token = self._check_token(request.idempotency_token)
-            await self.jobs.check_job_limits(principal.name, request.billing_project, n_jobs, token,
+            await self.jobs.check_job_limits(principal.name, request.billing_project, n_jobs, request.idempotency_token,
                                              **self._job_caps())
         try:
             status = await self.jobs.create_batch(
-                principal.name, request.billing_project, self._check_token(request.idempotency_token),
+                principal.name, request.billing_project, request.idempotency_token,
                 request.callback_url or None,
                 request.cancel_after_n_failures if request.HasField("cancel_after_n_failures") else None,
                 dict(request.attributes))
@@ -176,7 +184,23 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                 raise
             # Not a member: the answer of a project that does not exist (services.frontend.access).
             raise NotFound(f"no billing project {request.billing_project}") from None
-        return int(status["batch_id"])
+        return int(status["batch_id"]), bool(status["created"])
+
+    @contextlib.asynccontextmanager
+    async def _discarded_if_refused(self, batch_id: int, created: bool, principal: Principal) -> AsyncIterator[None]:
+        """Nothing half-written: when a step after create_batch is refused (someone else closed the project,
+        took the quota, removed a region between the procedures), the batch this call created is taken back
+        (discard_batch), so the caller's batches are as before and a retry starts afresh. A failure that is no
+        refusal (the database away) keeps it: a retry with the same token finishes it."""
+        try:
+            yield
+        except (ProcedureError, RequestError) as refusal:
+            if created and not isinstance(refusal, (Unavailable, DeadlineExceeded)):
+                try:
+                    await self.jobs.discard_batch(batch_id, principal.name)
+                except Exception:  # the refusal is the answer; the batch stays open, as before this existed
+                    log.exception("could not discard batch %s after its submission was refused", batch_id)
+            raise
 
     async def _create_update(self, batch_id: int, n_jobs: int, n_job_groups: int, token: str | None
                              ) -> dict[str, Any]:
@@ -245,17 +269,21 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CreateBatchResponse:
         principal = current_principal()
-        batch_id = await self._create_batch(principal, request, request.n_jobs)
+        batch_id, created = await self._create_batch(principal, request, request.n_jobs)
         update = None
         if request.n_jobs or request.n_job_groups:
-            token = request.idempotency_token + FIRST_UPDATE_SUFFIX if request.idempotency_token else None
-            update = update_proto(await self._create_update(batch_id, request.n_jobs, request.n_job_groups, token))
+            token = request.idempotency_token + FIRST_UPDATE_SUFFIX
+            async with self._discarded_if_refused(batch_id, created, principal):
+                update = update_proto(await self._create_update(batch_id, request.n_jobs, request.n_job_groups,
+                                                                token))
         batch = await self.batch_proto(await self._batch_row(batch_id, principal))
         return pb.CreateBatchResponse(batch=batch, update=update)
 
     async def CreateUpdate(self, request: pb.CreateUpdateRequest, context: grpc.aio.ServicerContext
                            ) -> pb.CreateUpdateResponse:
         principal = current_principal()
+        if not request.idempotency_token:
+            raise InvalidRequest(FieldViolation("idempotency_token", REQUIRED_TOKEN))
         batch = await self._own_batch(request.batch_id, principal)
         for field, reserved, more in (("n_jobs", batch["n_reserved_jobs"], request.n_jobs),
                                       ("n_job_groups", batch["n_reserved_job_groups"], request.n_job_groups)):
@@ -264,7 +292,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                     field, f"batch {request.batch_id} has reserved {reserved}; with {more} more it would pass "
                            f"{MAX_RESERVED_IDS}, the most ids a batch has"))
         row = await self._create_update(request.batch_id, request.n_jobs, request.n_job_groups,
-                                        self._check_token(request.idempotency_token))
+                                        request.idempotency_token)
         return pb.CreateUpdateResponse(update=update_proto(row))
 
     async def CreateJobGroups(self, request: pb.CreateJobGroupsRequest, context: grpc.aio.ServicerContext
@@ -303,9 +331,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         if too_many is not None:
             raise InvalidRequest(too_many, too_many.description)
         # Everything that can be checked is checked before the batch is created: the
-        # procedures commit one by one, so a refusal after create_batch would leave an
-        # open batch holding its reserved ids. A new batch's first update has job ids
-        # from 1 and group ids from 1 (0 is the root).
+        # procedures commit one by one, so a refusal after create_batch leaves a batch
+        # to take back (_discarded_if_refused), which is for someone else's change in
+        # between only. A new batch's first update has job ids from 1 and group ids
+        # from 1 (0 is the root).
         block = UpdateBlock(1, len(request.jobs), 1, len(request.job_groups))
         violations, message = self._batch_violations(request, len(request.jobs), "jobs")
         violations += job_group_rows(request.job_groups, block, 0, new_batch=True)[1]
@@ -314,14 +343,16 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                                                      new_batch=True)
         if violations:
             raise InvalidRequest(violations, message)
-        batch_id = await self._create_batch(principal, request, len(request.jobs), "jobs")
-        token = request.idempotency_token + SUBMIT_SUFFIX if request.idempotency_token else None
-        update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
+        batch_id, created = await self._create_batch(principal, request, len(request.jobs), "jobs")
+        token = request.idempotency_token + SUBMIT_SUFFIX
+        async with self._discarded_if_refused(batch_id, created, principal):
+            update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
+            if not update["committed"]:
+                await self._create_job_groups(batch_id, update, 0, request.job_groups)
+                if request.jobs:
+                    await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project, checked=block)
+                await self.jobs.commit_update(batch_id, update["update_id"])
         if not update["committed"]:
-            await self._create_job_groups(batch_id, update, 0, request.job_groups)
-            if request.jobs:
-                await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project, checked=block)
-            await self.jobs.commit_update(batch_id, update["update_id"])
             await self.notify("jobs_ready", batch_id, 0, request.billing_project)
         update = await self.batches.get_update(batch_id, update["update_id"])
         assert update is not None
@@ -360,8 +391,11 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                           ) -> pb.CancelBatchResponse:
         principal = current_principal()
         row = await self._own_batch(request.batch_id, principal)
-        await self.jobs.cancel_job_group(request.batch_id, 0, principal.name, request.reason or "cancelled by user")
-        await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
+        status = await self.jobs.cancel_job_group(request.batch_id, 0, principal.name,
+                                                  request.reason or "cancelled by user")
+        # A finished batch is left as it is (cancel_job_group): complete, with no cancellation.
+        if status["message"] != "complete":
+            await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
         batch = await self.batch_proto(await self._batch_row(request.batch_id, principal))
         return pb.CancelBatchResponse(batch=batch)
 
@@ -385,7 +419,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         principal = current_principal()
         violations = []
         if not request.idempotency_token:
-            violations.append(FieldViolation("idempotency_token", "required"))
+            violations.append(FieldViolation("idempotency_token", REQUIRED_TOKEN))
         for i, state in enumerate(request.states):
             if state not in _RERUN_STATE_BITS:
                 violations.append(FieldViolation(f"states[{i}]", "only FAILED, ERROR and CANCELLED are re-run"))

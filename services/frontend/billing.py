@@ -40,6 +40,7 @@ from services.frontend.billing_store import (
     BillingStore,
     ProjectExists,
     StateRefuses,
+    UnknownUser,
     may_read,
     micro_from_usd,
     sees_every_project,
@@ -189,6 +190,8 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
             await change()
         except StateRefuses as e:
             raise FailedPrecondition(e.message) from None
+        except UnknownUser as e:
+            raise NotFound(f"no user {e.username}") from None
         return await self._changed(name)
 
     async def CreateBillingProject(self, request: pb.CreateBillingProjectRequest, context: grpc.aio.ServicerContext
@@ -208,6 +211,8 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
                 request.name, {*request.members, principal.name}, _limit_usd(request))
         except ProjectExists:
             raise AlreadyExists(f"billing project {request.name} exists") from None
+        except UnknownUser as e:
+            raise NotFound(f"no user {e.username}") from None
         return pb.CreateBillingProjectResponse(billing_project=project_proto(project))
 
     async def GetBillingProject(self, request: pb.GetBillingProjectRequest, context: grpc.aio.ServicerContext

@@ -101,6 +101,27 @@ class ProjectExists(Exception):
     """create_project with a taken name (deleted projects keep theirs)."""
 
 
+class UnknownUser(Exception):
+    """A member to add who is not a user of corral (the `usernames` view, migration 0020)."""
+
+    def __init__(self, username: str):
+        super().__init__(username)
+        self.username = username
+
+
+async def _refuse_unknown(cursor: aiomysql.Cursor, usernames: Iterable[str]) -> None:
+    """UnknownUser for the first of `usernames` that names nobody."""
+    wanted = sorted(set(usernames))
+    if not wanted:
+        return
+    await cursor.execute(f"SELECT username FROM usernames WHERE username IN ({', '.join(['%s'] * len(wanted))})",
+                         tuple(wanted))
+    known = {row["username"] for row in await cursor.fetchall()}
+    for username in wanted:
+        if username not in known:
+            raise UnknownUser(username)
+
+
 class StateRefuses(Exception):
     """The project's state refuses the change (deleted; open when deleting; running batches)."""
 
@@ -151,13 +172,15 @@ class BillingStore:
     # -- projects ----------------------------------------------------------
 
     async def create_project(self, name: str, members: Iterable[str], limit_usd: float | None) -> BillingProject:
-        """An open project with its members, in one transaction; ProjectExists if the name is taken."""
+        """An open project with its members, in one transaction; ProjectExists if the name is taken,
+        UnknownUser if a member is not a user."""
 
         async def body(cursor: aiomysql.Cursor) -> None:
+            users = sorted(set(members))
+            await _refuse_unknown(cursor, users)
             await cursor.execute(
                 "INSERT INTO billing_projects (name, limit_usd, time_created_ms) VALUES (%s, %s, %s)",
                 (name, limit_usd, self.clock_ms()))
-            users = sorted(set(members))
             if users:
                 await cursor.executemany(
                     "INSERT INTO billing_project_members (billing_project, user) VALUES (%s, %s)",
@@ -212,10 +235,11 @@ class BillingStore:
     # -- changes: each locks the project row, then checks its state --------
 
     async def add_member(self, name: str, user: str) -> None:
-        """Idempotent; refused on a deleted project."""
+        """Idempotent; refused on a deleted project, and UnknownUser if `user` is not a user."""
 
         async def body(cursor: aiomysql.Cursor) -> None:
             _refuse_deleted(name, await self._lock(cursor, name))
+            await _refuse_unknown(cursor, [user])
             await cursor.execute(
                 """INSERT INTO billing_project_members (billing_project, user) VALUES (%s, %s)
                    ON DUPLICATE KEY UPDATE user = user""", (name, user))

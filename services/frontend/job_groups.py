@@ -2,8 +2,10 @@
 
 Cancelling is the one O(1) write of `cancel_job_group` (group 0 is the
 batch, as CancelBatch); the first cancellation's who, when and why are
-kept, a repeat changes nothing. The driver is then told, so its canceller
-drains the subtree's jobs now rather than at its next period.
+kept, a repeat changes nothing, and so does cancelling a finished group
+(the answer is the group as it is: complete, no cancellation). The driver
+is then told, so its canceller drains the subtree's jobs now rather than at
+its next period.
 """
 
 from __future__ import annotations
@@ -91,8 +93,10 @@ class JobGroupServicer(job_group_service_pb2_grpc.JobGroupServiceServicer):
         batch = await owned_batch(self.batches, request.batch_id, principal)
         if await self.groups.get_group(request.batch_id, request.job_group_id) is None:
             raise NotFound(f"no job group {request.job_group_id} in batch {request.batch_id}")
-        await self.jobs.cancel_job_group(request.batch_id, request.job_group_id, principal.name,
-                                         request.reason or "cancelled by user")
-        kind = "batch_cancelled" if request.job_group_id == 0 else "job_group_cancelled"
-        await self.notify(kind, request.batch_id, request.job_group_id, batch["billing_project"])
+        status = await self.jobs.cancel_job_group(request.batch_id, request.job_group_id, principal.name,
+                                                  request.reason or "cancelled by user")
+        # A finished group is left as it is (cancel_job_group): complete, with no cancellation.
+        if status["message"] != "complete":
+            kind = "batch_cancelled" if request.job_group_id == 0 else "job_group_cancelled"
+            await self.notify(kind, request.batch_id, request.job_group_id, batch["billing_project"])
         return pb.CancelJobGroupResponse(job_group=await self._group(request.batch_id, request.job_group_id))

@@ -41,6 +41,8 @@ _LOCK_MODES = {
 }
 _NAMED_MODES = {spec_pb.LOCK_MODE_SHARED, spec_pb.LOCK_MODE_EXCLUSIVE}
 
+MAX_DURATION_S = 315_576_000_000
+"""The largest valid google.protobuf.Duration (10,000 years)."""
 MAX_RETRIES = 100
 """Most preemptions before on-demand, and most retries after non-zero exits, a policy may ask for."""
 MAX_OOM_FACTOR = 16.0
@@ -140,6 +142,9 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
         v.append(FieldViolation(f"{at}.machine_type", "must not be empty"))
     if spec.timeout.seconds < 0 or spec.timeout.nanos < 0:
         v.append(FieldViolation(f"{at}.timeout", "must not be negative"))
+    elif spec.timeout.seconds > MAX_DURATION_S or spec.timeout.nanos > 999_999_999:
+        # Past a Duration's range job_row could not convert it: refused here, before anything is written.
+        v.append(FieldViolation(f"{at}.timeout", f"at most {MAX_DURATION_S:,} s (a protobuf Duration's range)"))
     if spec.max_attempts < 0:
         v.append(FieldViolation(f"{at}.max_attempts", "must not be negative (0 means the default)"))
     for name in spec.env:

@@ -178,3 +178,25 @@ async def test_a_resent_bunch_is_recognised_and_commit_twice_is_a_no_op(world: W
     batch = await world.batch_row(batch_id)
     assert (batch["n_jobs"], batch["state"]) == (2, "running")
     assert await check_invariants(world.db) == []
+
+
+async def test_discard_takes_back_a_batch_never_committed_and_keeps_a_committed_one(world: World) -> None:
+    """discard_batch (issue 12): what a refused SubmitBatch or CreateBatch made is cancelled, hidden and its
+    token freed, so its reserved ids stop counting and the same token makes a new batch; a batch with a
+    committed update (a concurrent call with the token succeeded) is kept."""
+    created = await world.store.create_batch("alice", "proj", idempotency_token="t")
+    open_batch = int(created["batch_id"])
+    await world.store.create_update(open_batch, 5)
+    assert (await world.store.discard_batch(open_batch, "alice"))["message"] == "discarded"
+    assert (await world.store.discard_batch(open_batch, "alice"))["message"] == "already deleted"
+    row = await world.batch_row(open_batch)
+    assert (row["deleted"], row["idempotency_token"]) == (1, None)
+    await world.store.check_job_limits("alice", "proj", 10, max_open_jobs_per_user=10)  # the 5 count no more
+    again = await world.store.create_batch("alice", "proj", idempotency_token="t")
+    assert again["created"] == 1 and int(again["batch_id"]) != open_batch
+
+    committed, _, _ = await world.batch([{}], idempotency_token="c")
+    with pytest.raises(FailedPreconditionError, match="committed update"):
+        await world.store.discard_batch(committed, "alice")
+    assert (await world.batch_row(committed))["deleted"] == 0
+    assert await check_invariants(world.db) == []

@@ -110,11 +110,15 @@ async def test_refusals_write_nothing(world: World) -> None:
         await world.store.rerun_failed_jobs(batch_id, "", 2)
     with pytest.raises(NotFoundError):
         await world.store.rerun_failed_jobs(batch_id + 1, "t", 2)
+    # Cancelling the finished batch changes nothing (issue 12)...
+    assert (await world.store.cancel_job_group(batch_id, 0, "alice", "enough"))["message"] == "complete"
+    # ...but with an update open it is not finished, and a cancelled batch takes no re-run.
+    await world.store.create_update(batch_id, 1)
     await world.store.cancel_job_group(batch_id, 0, "alice", "enough")
     with pytest.raises(FailedPreconditionError):
         await world.store.rerun_failed_jobs(batch_id, "t", 2)
     batch = await world.batch_row(batch_id)
-    assert (batch["n_updates"], batch["n_reserved_jobs"]) == (1, 5)
+    assert (batch["n_updates"], batch["n_reserved_jobs"]) == (2, 6)
     assert await reruns(world, batch_id) == {}
 
 
@@ -122,8 +126,10 @@ async def test_copies_in_a_cancelled_group_are_refused(world: World) -> None:
     await world.instance()
     batch_id, _, _ = await world.batch([{"job_group_id": 1}],
                                        groups=[{"job_group_id": 1, "parent_id": 0}])
-    await world.finish(batch_id, 1, await world.run(batch_id, 1), "Failed")
+    attempt = await world.run(batch_id, 1)
+    # Cancelled while its job runs (a finished group is not cancelled: issue 12); the job then fails.
     await world.store.cancel_job_group(batch_id, 1, "alice", "stop")
+    await world.finish(batch_id, 1, attempt, "Failed")
     with pytest.raises(FailedPreconditionError, match="job group 1"):
         await world.store.rerun_failed_jobs(batch_id, "t", 2)
     assert (await world.batch_row(batch_id))["n_updates"] == 1

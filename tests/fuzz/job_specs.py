@@ -23,6 +23,7 @@ a refused submission must write nothing (tests/service/test_job_spec_fuzz.py).
 from __future__ import annotations
 
 import math
+import uuid
 from typing import Any
 
 from google.protobuf import descriptor, message
@@ -196,7 +197,8 @@ def valid_submissions(draw: st.DrawFn) -> bpb.SubmitBatchRequest:
             group.parent.in_update_index = draw(st.integers(min_value=0, max_value=g - 1))
         groups.append(group)
     jobs = [valid_job(i, n_groups, draw) for i in range(draw(st.integers(min_value=1, max_value=4)))]
-    return bpb.SubmitBatchRequest(billing_project="proj", attributes={"name": "fuzz"}, job_groups=groups, jobs=jobs)
+    return bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                  billing_project="proj", attributes={"name": "fuzz"}, job_groups=groups, jobs=jobs)
 
 
 @st.composite

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -118,13 +119,15 @@ ONESELF = unauthenticated(PD, member=PD, owner=OK, admin=OK)
 
 TABLE: dict[str, Row] = {
     # Submitting charges the project: its members only (an administrator sees it, but is no member).
-    B + "CreateBatch": Row(lambda w: bpb.CreateBatchRequest(billing_project="proj", n_jobs=1), SUBMIT),
+    B + "CreateBatch": Row(lambda w: bpb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                            billing_project="proj", n_jobs=1), SUBMIT),
     B + "GetBatch": Row(lambda w: bpb.GetBatchRequest(batch_id=w.batch_id), READ),
     B + "ListBatches": Row(lambda w: bpb.ListBatchesRequest(), unauthenticated(OK, member=OK, owner=OK, admin=OK)),
     B + "CancelBatch": Row(lambda w: bpb.CancelBatchRequest(batch_id=w.cancel_batch_id), CHANGE),
     B + "DeleteBatch": Row(lambda w: bpb.DeleteBatchRequest(batch_id=w.delete_batch_id), CHANGE),
     B + "WatchBatch": Row(lambda w: bpb.WatchBatchRequest(batch_id=w.batch_id), READ),
-    B + "CreateUpdate": Row(lambda w: bpb.CreateUpdateRequest(batch_id=w.batch_id, n_jobs=1), CHANGE),
+    B + "CreateUpdate": Row(lambda w: bpb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                              batch_id=w.batch_id, n_jobs=1), CHANGE),
     B + "CreateJobGroups": Row(lambda w: bpb.CreateJobGroupsRequest(
         batch_id=w.batch_id, update_id=w.update_ids["CreateJobGroups"], job_groups=[job_group_pb2.JobGroupSpec()]),
         CHANGE),
@@ -132,7 +135,8 @@ TABLE: dict[str, Row] = {
                                                     jobs=[spec()]), CHANGE),
     B + "CommitUpdate": Row(lambda w: bpb.CommitUpdateRequest(batch_id=w.batch_id,
                                                               update_id=w.update_ids["CommitUpdate"]), CHANGE),
-    B + "SubmitBatch": Row(lambda w: bpb.SubmitBatchRequest(billing_project="proj", jobs=[spec()]), SUBMIT),
+    B + "SubmitBatch": Row(lambda w: bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                            billing_project="proj", jobs=[spec()]), SUBMIT),
     B + "RerunFailedJobs": Row(lambda w: bpb.RerunFailedJobsRequest(batch_id=w.batch_id, idempotency_token="rerun"),
                                CHANGE),
     J + "GetJob": Row(lambda w: jpb.GetJobRequest(batch_id=w.batch_id, job_id=1), READ),
@@ -235,7 +239,7 @@ async def make_world(env: Env, auth_app: AuthApp) -> World:
     updates = {}
     for method, jobs, groups in (("AddJobs", 1, 0), ("CreateJobGroups", 0, 1), ("CommitUpdate", 0, 0)):
         created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(
-            batch_id=batch_id, n_jobs=jobs, n_job_groups=groups), metadata=alice)
+            idempotency_token=uuid.uuid4().hex, batch_id=batch_id, n_jobs=jobs, n_job_groups=groups), metadata=alice)
         updates[method] = created.update.update_id
     cancel_batch_id, delete_batch_id = await env.submit(spec()), await env.submit(spec())
     for project in ("leaving", "closing", "closed", "doomed"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import grpc
@@ -16,6 +17,7 @@ from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database
+from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.common.specs import SpecStore
@@ -97,7 +99,7 @@ async def test_large_submission_in_parallel_bunches(stub, tokens, frontend) -> N
 ])
 async def test_malformed_specs_are_invalid_argument_and_nothing_is_written(stub, tokens, frontend, bad_job,
                                                                           field) -> None:
-    request = pb.SubmitBatchRequest(billing_project="proj", jobs=[job(), bad_job])
+    request = pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj", jobs=[job(), bad_job])
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.SubmitBatch(request, metadata=bearer(tokens["alice"]))
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -112,7 +114,8 @@ async def test_malformed_specs_are_invalid_argument_and_nothing_is_written(stub,
 async def test_oversize_bunch_is_refused(stub, tokens, frontend) -> None:
     alice = bearer(tokens["alice"])
     most = Limits().max_jobs_per_bunch
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=most + 1), metadata=alice)
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                           billing_project="proj", n_jobs=most + 1), metadata=alice)
     request = pb.AddJobsRequest(batch_id=created.batch.batch_id, update_id=created.update.update_id,
                                 jobs=[job() for _ in range(most + 1)])
     with pytest.raises(grpc.aio.AioRpcError) as error:
@@ -122,16 +125,19 @@ async def test_oversize_bunch_is_refused(stub, tokens, frontend) -> None:
 
 
 async def test_only_members_see_or_touch_a_batch(stub, tokens, frontend) -> None:
-    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]),
+    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                             billing_project="proj", jobs=[job()]),
                                        metadata=bearer(tokens["alice"]))
     batch_id = submitted.batch.batch_id
     bob = bearer(tokens["bob"])  # outside proj: its batches are as missing to him as ones that never were
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=bob)
+        await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                     billing_project="proj", jobs=[job()]), metadata=bob)
     assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, "no billing project proj")
     for call in (stub.GetBatch(pb.GetBatchRequest(batch_id=batch_id), metadata=bob),
                  stub.CancelBatch(pb.CancelBatchRequest(batch_id=batch_id), metadata=bob),
-                 stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1), metadata=bob)):
+                 stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                          batch_id=batch_id, n_jobs=1), metadata=bob)):
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await call
         assert (error.value.code(), error.value.details()) == (grpc.StatusCode.NOT_FOUND, f"no batch {batch_id}")
@@ -145,9 +151,12 @@ async def test_only_members_see_or_touch_a_batch(stub, tokens, frontend) -> None
 @pytest.mark.parametrize("metadata", [(), bearer("garbage")], ids=["anonymous", "garbage"])
 async def test_every_rpc_refuses_a_caller_without_valid_token(stub, tokens, frontend, metadata) -> None:
     calls = [
-        stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj"), metadata=metadata),
-        stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=metadata),
-        stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=1, n_jobs=1), metadata=metadata),
+        stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                               billing_project="proj"), metadata=metadata),
+        stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                               billing_project="proj", jobs=[job()]), metadata=metadata),
+        stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                 batch_id=1, n_jobs=1), metadata=metadata),
         stub.CreateJobGroups(pb.CreateJobGroupsRequest(batch_id=1, update_id=1), metadata=metadata),
         stub.AddJobs(pb.AddJobsRequest(batch_id=1, update_id=1, jobs=[job()]), metadata=metadata),
         stub.CommitUpdate(pb.CommitUpdateRequest(batch_id=1, update_id=1), metadata=metadata),
@@ -164,7 +173,8 @@ async def test_every_rpc_refuses_a_caller_without_valid_token(stub, tokens, fron
 
 async def test_cancel_records_who_and_why(stub, tokens, frontend) -> None:
     alice = bearer(tokens["alice"])
-    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job(), job(-1)]),
+    submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                             billing_project="proj", jobs=[job(), job(-1)]),
                                        metadata=alice)
     cancelled = await stub.CancelBatch(pb.CancelBatchRequest(batch_id=submitted.batch.batch_id, reason="wrong input"),
                                        metadata=alice)
@@ -172,7 +182,8 @@ async def test_cancel_records_who_and_why(stub, tokens, frontend) -> None:
     assert (info.cancelled_by, info.reason, info.cause) == ("alice", "wrong input",
                                                              batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
     with pytest.raises(grpc.aio.AioRpcError) as error:
-        await stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=submitted.batch.batch_id, n_jobs=1), metadata=alice)
+        await stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                       batch_id=submitted.batch.batch_id, n_jobs=1), metadata=alice)
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
 
 
@@ -181,6 +192,7 @@ async def test_list_batches_with_a_query_and_pages(stub, tokens, frontend) -> No
     ids = []
     for i in range(5):
         submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(
+            idempotency_token=uuid.uuid4().hex,
             billing_project="proj", attributes={"stage": "a" if i % 2 else "b"}, jobs=[job()]), metadata=alice)
         ids.append(submitted.batch.batch_id)
     stage_a = await stub.ListBatches(pb.ListBatchesRequest(query="stage=a user=alice"), metadata=alice)
@@ -201,3 +213,64 @@ async def test_list_batches_with_a_query_and_pages(stub, tokens, frontend) -> No
     details = error_details_pb2.BadRequest()
     assert status is not None and status.details[0].Unpack(details)
     assert details.field_violations[0].field == "query"
+
+
+def violated(error: grpc.aio.AioRpcError) -> list[str]:
+    status = rpc_status.from_call(error)
+    details = error_details_pb2.BadRequest()
+    assert status is not None and status.details[0].Unpack(details)
+    return [v.field for v in details.field_violations]
+
+
+async def listed(stub, metadata) -> list[int]:
+    return [b.batch_id for b in (await stub.ListBatches(pb.ListBatchesRequest(), metadata=metadata)).batches]
+
+
+async def test_the_idempotency_token_is_required(stub, tokens, frontend) -> None:
+    """Issue 12: the protos say it is required; a request without one is INVALID_ARGUMENT, writing nothing."""
+    alice = bearer(tokens["alice"])
+    batch_id = (await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token="first", billing_project="proj",
+                                                             jobs=[job()]), metadata=alice)).batch.batch_id
+    before = (await count(frontend, "batches"), await count(frontend, "batch_updates"))
+    for call in (stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=1), metadata=alice),
+                 stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()]), metadata=alice),
+                 stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1), metadata=alice)):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await call
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert violated(error.value) == ["idempotency_token"]
+    assert (await count(frontend, "batches"), await count(frontend, "batch_updates")) == before
+
+
+@pytest.mark.parametrize("rpc", ["SubmitBatch", "CreateBatch"])
+async def test_a_submission_refused_after_its_batch_was_created_leaves_no_batch(
+        stub, tokens, frontend, db, monkeypatch, rpc) -> None:
+    """Issue 12, nothing half-written: the project closes between create_batch and create_update (someone
+    else's change, which no check before create_batch can see). The refusal takes the batch back, so the
+    batch list is as before, and the same request (the same token) succeeds once the project reopens."""
+    alice = bearer(tokens["alice"])
+    kept = (await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token="kept", billing_project="proj",
+                                                         jobs=[job()]), metadata=alice)).batch.batch_id
+    create_update = JobStore.create_update
+
+    async def closed_meanwhile(self, *args, **kwargs):
+        await db.execute("UPDATE billing_projects SET state = 'closed' WHERE name = 'proj'")
+        return await create_update(self, *args, **kwargs)
+
+    monkeypatch.setattr(JobStore, "create_update", closed_meanwhile)
+    request = (pb.SubmitBatchRequest(idempotency_token="t", billing_project="proj", jobs=[job(), job(-1)])
+               if rpc == "SubmitBatch" else pb.CreateBatchRequest(idempotency_token="t", billing_project="proj",
+                                                                  n_jobs=2))
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await getattr(stub, rpc)(request, metadata=alice)
+    assert (error.value.code(), error.value.details()) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                           "billing project proj is closed")
+    assert await listed(stub, alice) == [kept]
+    assert await check_invariants(db) == []
+
+    monkeypatch.undo()
+    await db.execute("UPDATE billing_projects SET state = 'open' WHERE name = 'proj'")
+    again = await getattr(stub, rpc)(request, metadata=alice)
+    assert again.batch.batch_id != kept and await listed(stub, alice) == [again.batch.batch_id, kept]
+    retried = await getattr(stub, rpc)(request, metadata=alice)  # the token names the new batch now
+    assert retried.batch.batch_id == again.batch.batch_id

@@ -139,6 +139,7 @@ async def project_world(db: Database, clock: FakeClock) -> World:
 async def test_create_get_list_members_limit_close_reopen_delete(
         stub, frontend_billing: FrontendServer, admin_token: str, user_token: UserToken) -> None:
     alice = await user_token("alice")
+    await user_token("bob")
     root = bearer(admin_token)
     created = await create(stub, admin_token, members=("alice",), limit_micro_usd=5_000_000)
     assert (created.name, created.state, list(created.members)) == ("lab", OPEN, ["alice", "root"])
@@ -315,6 +316,27 @@ async def test_only_admins_create_and_nothing_is_written(
         assert error.code() == grpc.StatusCode.PERMISSION_DENIED
     assert await billing_rows(frontend_billing.db) == before == ([], [])
 
+
+
+async def test_a_member_who_is_not_a_user_is_not_found_and_nothing_is_written(
+        stub, frontend_billing: FrontendServer, admin_token: str, user_token: UserToken) -> None:
+    """Issue 12: a member list names only users."""
+    await user_token("alice")
+    root = bearer(admin_token)
+    await create(stub, admin_token, "lab", ("alice",))
+    before = await billing_rows(frontend_billing.db)
+    for call in (stub.AddMember(pb.AddMemberRequest(billing_project="lab", username="nobody"), metadata=root),
+                 stub.CreateBillingProject(pb.CreateBillingProjectRequest(name="other", members=["alice", "nobody"]),
+                                           metadata=root)):
+        error = await refused(call)
+        assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND, "no user nobody")
+    assert await billing_rows(frontend_billing.db) == before
+    got = await stub.GetBillingProject(pb.GetBillingProjectRequest(billing_project="lab"), metadata=root)
+    assert list(got.billing_project.members) == ["alice", "root"]
+    # Once the user exists, adding them works.
+    await user_token("nobody")
+    added = await stub.AddMember(pb.AddMemberRequest(billing_project="lab", username="nobody"), metadata=root)
+    assert list(added.billing_project.members) == ["alice", "nobody", "root"]
 
 @pytest.mark.parametrize("credentials", ["anonymous", "garbage"])
 async def test_every_rpc_refuses_bad_credentials(stub, frontend_billing: FrontendServer, admin_token: str,

@@ -45,7 +45,7 @@ async def test_reflection_lists_the_public_services_and_a_json_call_works(
     assert "corral.batch.v1.BatchService/SubmitBatch" in out.split()
 
     await JobStore(frontend.db).create_billing_project("proj", ["root"])
-    request = {"billingProject": "proj", "attributes": {"name": "from-buf"},
+    request = {"billingProject": "proj", "idempotencyToken": "from-buf", "attributes": {"name": "from-buf"},
                "jobs": [{"image": "busybox", "argv": {"args": ["true"]}}]}
     code, out, err = await buf_curl("--cacert", ca, "-H", f"authorization: Bearer {admin_token}",
                                     "-d", json.dumps(request), f"{url}/corral.batch.v1.BatchService/SubmitBatch")

@@ -84,6 +84,22 @@ async def test_jobs_job_logs_rerun_cancel_group_delete(env: Env, auth_app: AuthA
     assert gone.returncode == EXIT_NOT_FOUND and f"no batch {b}".encode() in gone.stderr
 
 
+
+async def test_cancel_and_cancel_group_of_a_finished_batch_say_so(env: Env, auth_app: AuthApp,
+                                                                 certs: DevCertificateAuthority,
+                                                                 tmp_path: Path) -> None:
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec())
+    await complete(env, batch_id, 1, await w.run(batch_id, 1), "Success")
+    alice = logged_in(env, auth_app, certs, tmp_path, "alice")
+    b = str(batch_id)
+    group = await corral(alice, "cancel-group", b, "0")
+    assert out(group) == f"job group 0 of batch {b} is already complete: nothing to cancel\n"
+    batch = out(await corral(alice, "cancel", b)).splitlines()
+    assert batch[0] == f"batch {b} is already complete: nothing to cancel"
+    assert f"batch {b}  complete  user=alice" in batch[1] and "cancelled by" not in batch[1]
+
 async def test_billing_and_users(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
                                  tmp_path: Path) -> None:
     root = logged_in(env, auth_app, certs, tmp_path, "root")

@@ -73,3 +73,34 @@ async def test_sync_client_and_typed_errors(frontend: FrontendApp, tokens,  # no
                 client.get_batch(1)
 
     await asyncio.to_thread(use_it)
+
+
+async def test_a_refused_bunch_leaves_no_batch(frontend: FrontendApp, tokens,  # noqa: F811
+                                               certs: DevCertificateAuthority) -> None:
+    """Issue 12, nothing half-written, the bunch path: CreateBatch cannot see the jobs, so a bad job is
+    refused in its bunch, after the batch exists; the client then deletes the batch it made."""
+    def bad_large() -> corral.BatchBuilder:
+        b = dag(aio.SMALL_BATCH + 10)
+        b.job("", ["true"])  # no image: refused in the last bunch
+        return b
+
+    address = f"localhost:{frontend.public_port}"
+    async with aio.Client(address, tokens["alice"], certs.ca_cert_path) as client:
+        kept = await client.submit(dag(1))
+        builder = bad_large()
+        token = builder.idempotency_token
+        with pytest.raises(corral.InvalidArgument) as error:
+            await client.submit(builder, bunch_size=400)
+        assert [v.field for v in error.value.field_violations] == ["jobs[212].image"]
+        assert [b.batch_id async for b in client.list_batches()] == [kept.batch_id]
+        assert builder.idempotency_token != token  # submitting it again starts afresh
+    left_open = await frontend.db.fetchone("SELECT COUNT(*) n FROM batches WHERE NOT deleted AND state = 'open'")
+    assert left_open["n"] == 0
+
+    def sync_client() -> None:
+        with corral.Client(address, tokens["alice"], certs.ca_cert_path) as client:
+            with pytest.raises(corral.InvalidArgument):
+                client.submit(bad_large(), bunch_size=400)
+            assert [b.batch_id for b in client.list_batches()] == [kept.batch_id]
+
+    await asyncio.to_thread(sync_client)

@@ -6,6 +6,7 @@ cancelled says so in GetBatch."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import grpc
@@ -61,7 +62,8 @@ async def test_a_running_job_gets_cancel_job_after_cancel_batch(world: World, fr
     try:
         async with person_channel(certs.issue("someone"), frontend.public_port) as people:
             batches = batch_service_pb2_grpc.BatchServiceStub(people)
-            submitted = await batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj", jobs=[
+            submitted = await batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                         billing_project="proj", jobs=[
                 job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["sleep", "3600"]))]),
                 metadata=alice)
             batch_id = submitted.batch.batch_id
@@ -114,12 +116,14 @@ async def test_a_batch_over_its_billing_limit_shows_why_it_was_cancelled(world: 
     await world.store.create_billing_project("spent", ["alice"])
     async with person_channel(certs.issue("someone"), frontend.public_port) as people:
         batches = batch_service_pb2_grpc.BatchServiceStub(people)
-        submitted = await batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="spent", jobs=[
+        submitted = await batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                     billing_project="spent", jobs=[
             job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]))]), metadata=alice)
         # An administrator sets a limit of 0: nothing more may be spent, and the running batch is cancelled.
         await world.db.execute("UPDATE billing_projects SET limit_usd = 0 WHERE name = 'spent'")
         with pytest.raises(grpc.aio.AioRpcError) as refused:  # and no new batch is taken
-            await batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="spent", jobs=[
+            await batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                             billing_project="spent", jobs=[
                 job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]))]), metadata=alice)
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "billing project spent has spent $0.000000 of its $0.000000 limit" in (refused.value.details() or "")

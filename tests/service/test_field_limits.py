@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -383,10 +384,13 @@ async def test_attribute_keys_the_database_would_take_for_one_are_refused(env: E
     alice = env.as_("alice")
     job = spec()
     job.attributes.update({"k": "1", "k ": "2"})
-    for request, field in ((bpb.SubmitBatchRequest(billing_project="proj", attributes={"a": "", "a ": ""},
+    for request, field in ((bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                   billing_project="proj", attributes={"a": "", "a ": ""},
                                                    jobs=[spec()]), "attributes"),
-                           (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job]), "jobs[0].attributes"),
-                           (bpb.SubmitBatchRequest(billing_project="proj", jobs=[spec()], job_groups=[
+                           (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                   billing_project="proj", jobs=[job]), "jobs[0].attributes"),
+                           (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                   billing_project="proj", jobs=[spec()], job_groups=[
                                job_group_pb2.JobGroupSpec(attributes={"g": "", "g   ": ""})]), "job_groups[0].attributes")):
         error = await refused(env.batches.SubmitBatch(request, metadata=alice))
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and field in violated(error), request

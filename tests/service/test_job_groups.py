@@ -3,6 +3,8 @@ listing with a parent filter and pages, and cancelling a subtree."""
 
 from __future__ import annotations
 
+import uuid
+
 import grpc
 
 from corral.batch.v1 import batch_pb2, job_group_pb2, job_spec_pb2
@@ -74,7 +76,8 @@ async def test_groups_count_their_subtree(env: Env) -> None:
     assert await listed(parent_job_group_id=0) == [1, 3]
     assert await listed(parent_job_group_id=1) == [2]
     # Groups of an update that is not committed are invisible.
-    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1, n_job_groups=1),
+    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                                     batch_id=batch_id, n_jobs=1, n_job_groups=1),
                                              metadata=env.as_("alice"))
     await env.batches.CreateJobGroups(bpb.CreateJobGroupsRequest(
         batch_id=batch_id, update_id=created.update.update_id, job_groups=[child_of()]), metadata=env.as_("alice"))
@@ -117,4 +120,43 @@ async def test_cancel_a_subtree(env: Env) -> None:
     assert whole.cancellation.reason == "cancelled by user"
     batch = (await env.batches.GetBatch(bpb.GetBatchRequest(batch_id=batch_id), metadata=env.as_("alice"))).batch
     assert batch.cancellation.cancelled_by == "alice"
+    assert await check_invariants(w.db) == []
+
+
+async def test_cancelling_what_has_finished_changes_nothing_and_says_so(env: Env) -> None:
+    """Issue 12: a finished group, or batch, is left as it is; the answer shows it complete, not cancelled."""
+    w = env.world
+    await w.instance()
+    batch_id = await tree(env)
+    alice = env.as_("alice")
+    attempt = await w.run(batch_id, 3)
+    await complete(env, batch_id, 3, attempt, "Success")
+    finished = (await env.groups.CancelJobGroup(pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=2),
+                                                metadata=alice)).job_group
+    assert (finished.state, finished.HasField("cancellation")) == (batch_pb2.BATCH_STATE_COMPLETE, False)
+    for job_id in (1, 2, 4, 5):
+        await complete(env, batch_id, job_id, await w.run(batch_id, job_id), "Success")
+
+    batch = (await env.batches.CancelBatch(bpb.CancelBatchRequest(batch_id=batch_id, reason="late"),
+                                           metadata=alice)).batch
+    assert (batch.state, batch.HasField("cancellation")) == (batch_pb2.BATCH_STATE_COMPLETE, False)
+    for group_id in (0, 1, 3):
+        group = (await env.groups.CancelJobGroup(pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=group_id),
+                                                 metadata=alice)).job_group
+        assert (group.state, group.HasField("cancellation")) == (batch_pb2.BATCH_STATE_COMPLETE, False)
+    assert await w.db.fetchone("SELECT 1 AS x FROM job_groups_cancelled") is None
+    # Still complete, and still open to more work: a later update is not refused as cancelled.
+    update = (await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1,
+                                                                     idempotency_token="more"), metadata=alice)
+              ).update
+    await env.batches.AddJobs(bpb.AddJobsRequest(batch_id=batch_id, update_id=update.update_id, jobs=[spec()]),
+                              metadata=alice)
+    # An open update may add jobs: the batch is not finished any more, so this cancellation counts.
+    cancelled = (await env.batches.CancelBatch(bpb.CancelBatchRequest(batch_id=batch_id, reason="stop"),
+                                               metadata=alice)).batch
+    assert cancelled.cancellation.reason == "stop"
+    refused_commit = await refused(env.batches.CommitUpdate(bpb.CommitUpdateRequest(
+        batch_id=batch_id, update_id=update.update_id), metadata=alice))
+    assert (refused_commit.code(), refused_commit.details()) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                                 f"batch {batch_id} is cancelled")
     assert await check_invariants(w.db) == []

@@ -13,6 +13,7 @@ mixes perturbations anywhere in a request.
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import grpc
@@ -87,6 +88,7 @@ async def test_generated_bunches_are_added_whole_or_refused_writing_nothing(env:
     for request, changed in examples:
         where = f"AddJobs with {changed or 'no change'}"
         created = await env.batches.CreateBatch(bpb.CreateBatchRequest(
+            idempotency_token=uuid.uuid4().hex,
             billing_project="proj", n_jobs=len(request.jobs), n_job_groups=len(request.job_groups)), metadata=alice)
         batch_id, update = created.batch.batch_id, created.update
         before, specs_before = await snapshot(env.world.db), stored_specs(env.blobs)
@@ -130,27 +132,35 @@ def nested_groups(depth: int) -> list[job_group_pb2.JobGroupSpec]:
 # and then was refused, leaving an open batch that held its reserved ids.
 HALF_WRITTEN = {
     "a job without an image": (bpb.SubmitBatchRequest(
-        billing_project="proj", job_groups=[job_group_pb2.JobGroupSpec()],
+        idempotency_token=uuid.uuid4().hex, billing_project="proj", job_groups=[job_group_pb2.JobGroupSpec()],
         jobs=[spec(), job_spec_pb2.JobSpec(argv=job_spec_pb2.Argv(args=["true"]))]), "jobs[1].image"),
     "an input file outside the storage roots": (bpb.SubmitBatchRequest(
+        idempotency_token=uuid.uuid4().hex,
         billing_project="proj", jobs=[job(input_files=[job_spec_pb2.InputFile(from_url="file:///etc/shadow",
                                                                                 to_path="/in")])]),
         "jobs[0].input_files[0].from_url"),
-    "an unknown region": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(regions=["mars"])]),
+    "an unknown region": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                 billing_project="proj", jobs=[job(regions=["mars"])]),
                           "jobs[0].regions[0]"),
-    "the same parent twice": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[spec(), spec(-1, -1)]),
+    "the same parent twice": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                     billing_project="proj", jobs=[spec(), spec(-1, -1)]),
                               "jobs[1].parents[1]"),
-    "an empty lock name": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(locks=[job_spec_pb2.JobLock(
+    "an empty lock name": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                  billing_project="proj", jobs=[job(locks=[job_spec_pb2.JobLock(
         level="l", mode=job_spec_pb2.LOCK_MODE_SHARED, names=["a", ""])])]), "jobs[0].locks[0].names"),
-    "one lock level twice": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(locks=[
+    "one lock level twice": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                    billing_project="proj", jobs=[job(locks=[
         job_spec_pb2.JobLock(level="l", mode=job_spec_pb2.LOCK_MODE_SHARED, names=["a"]),
         job_spec_pb2.JobLock(level="l", mode=job_spec_pb2.LOCK_MODE_EXCLUSIVE, names=["b"])])]),
         "jobs[0].locks[1].level"),
-    "a group the batch does not have": (bpb.SubmitBatchRequest(billing_project="proj", jobs=[job(
+    "a group the batch does not have": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                               billing_project="proj", jobs=[job(
         job_group=job_spec_pb2.JobGroupRef(job_group_id=5))]), "jobs[0].job_group.job_group_id"),
-    "groups nested 8 deep": (bpb.SubmitBatchRequest(billing_project="proj", job_groups=nested_groups(8),
+    "groups nested 8 deep": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                    billing_project="proj", job_groups=nested_groups(8),
                                                     jobs=[spec()]), "job_groups[7].parent"),
-    "a group's parent past the update": (bpb.SubmitBatchRequest(billing_project="proj", job_groups=[
+    "a group's parent past the update": (bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                billing_project="proj", job_groups=[
         job_group_pb2.JobGroupSpec(parent=job_spec_pb2.JobGroupRef(in_update_index=3))], jobs=[spec()]),
         "job_groups[0].parent.in_update_index"),
 }
@@ -169,7 +179,8 @@ async def test_a_refused_submission_writes_nothing(env: Env, case: str) -> None:
 
 async def test_a_bunch_the_database_refuses_leaves_no_spec_and_replaces_none(env: Env) -> None:
     alice = env.as_("alice")
-    created = await env.batches.CreateBatch(bpb.CreateBatchRequest(billing_project="proj", n_jobs=2),
+    created = await env.batches.CreateBatch(bpb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                   billing_project="proj", n_jobs=2),
                                             metadata=alice)
     batch_id, update_id = created.batch.batch_id, created.update.update_id
     await env.batches.AddJobs(bpb.AddJobsRequest(batch_id=batch_id, update_id=update_id, jobs=[spec(name="first")]),

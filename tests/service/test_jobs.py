@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import os
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -72,7 +73,8 @@ class Env:
     async def submit(self, *specs: job_spec_pb2.JobSpec, groups: tuple = (), who: str = "alice",
                      token: str = "") -> int:
         response = await self.batches.SubmitBatch(bpb.SubmitBatchRequest(
-            billing_project="proj", jobs=list(specs), job_groups=list(groups), idempotency_token=token),
+            billing_project="proj", jobs=list(specs), job_groups=list(groups),
+            idempotency_token=token or uuid.uuid4().hex),
             metadata=self.as_(who))
         return response.batch.batch_id
 
@@ -203,7 +205,8 @@ async def test_list_jobs_with_queries_and_pages(env: Env) -> None:
         await complete(env, batch_id, job_id, await w.run(batch_id, job_id), state,
                        exit_code=0 if state == "Success" else 2)
     # An update that is not committed yet is invisible.
-    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1),
+    created = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                                     batch_id=batch_id, n_jobs=1),
                                              metadata=env.as_("alice"))
     await env.batches.AddJobs(bpb.AddJobsRequest(batch_id=batch_id, update_id=created.update.update_id,
                                                  jobs=[spec()]), metadata=env.as_("alice"))

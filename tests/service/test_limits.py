@@ -10,6 +10,7 @@ deadline) interrupt the wait as they would a slow plan.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -207,12 +208,14 @@ async def test_streams_per_user_are_limited_and_released_however_they_end(start_
 async def test_a_request_over_the_message_size_is_resource_exhausted(start_env) -> None:
     async with start_env(max_request_bytes=64 * 1024) as env:
         big = job_spec_pb2.JobSpec(image="busybox", script="x" * (100 * 1024))
-        error = await refused(env.batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj", jobs=[big]),
+        error = await refused(env.batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                             billing_project="proj", jobs=[big]),
                                                       metadata=env.as_("alice")))
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert await env.world.db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 0}
         small = job_spec_pb2.JobSpec(image="busybox", script="x" * (32 * 1024))
-        await env.batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj", jobs=[small]),
+        await env.batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                             billing_project="proj", jobs=[small]),
                                       metadata=env.as_("alice"))
 
 

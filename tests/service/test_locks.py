@@ -8,6 +8,7 @@ procedures on the same database (`tests.world.World`), as in test_jobs.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -93,7 +94,8 @@ async def test_holders_and_waiters(env: Env, locks: lock_service_pb2_grpc.LockSe
 
 async def test_who_sees_which_projects(env: Env, locks: lock_service_pb2_grpc.LockServiceStub) -> None:
     await world(env)
-    await env.batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="elsewhere", jobs=[locked(SHARED, "z")]),
+    await env.batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                         billing_project="elsewhere", jobs=[locked(SHARED, "z")]),
                                   metadata=env.as_("carol"))
     assert {s.billing_project for s in await listed(locks, env, "bob")} == {"proj"}
     assert {s.billing_project for s in await listed(locks, env, "carol")} == {"elsewhere"}

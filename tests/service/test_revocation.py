@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -115,7 +116,8 @@ async def test_a_revoked_token_is_refused_everywhere_within_the_bound(
         jobs = job_service_pb2_grpc.JobServiceStub(channel)
         groups = job_group_service_pb2_grpc.JobGroupServiceStub(channel)
         billing = billing_service_pb2_grpc.BillingServiceStub(channel)
-        batch_id = (await batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj", jobs=[spec()]),
+        batch_id = (await batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                     billing_project="proj", jobs=[spec()]),
                                               metadata=alice)).batch.batch_id
         calls: dict[str, Call] = {
             "BatchService.GetBatch": lambda: batches.GetBatch(bpb.GetBatchRequest(batch_id=batch_id), metadata=alice),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.BatchService/CommitUpdate": Case(lambda w: bpb.CommitUpdateRequest(
         batch_id=w.batch_id, update_id=w.update_id), member=PD),
     "/corral.batch.v1.BatchService/SubmitBatch": Case(lambda w: bpb.SubmitBatchRequest(
-        billing_project=w.project, jobs=[spec()])),
+        idempotency_token=uuid.uuid4().hex, billing_project=w.project, jobs=[spec()])),
     "/corral.batch.v1.BatchService/RerunFailedJobs": Case(lambda w: bpb.RerunFailedJobsRequest(
         batch_id=w.batch_id, idempotency_token="sec"), member=PD),
     "/corral.batch.v1.JobService/GetJob": Case(lambda w: jpb.GetJobRequest(batch_id=w.batch_id, job_id=1)),
@@ -248,7 +249,8 @@ async def world(env: Env, auth_app: AuthApp) -> World:
     await w.store.mark_jobs_complete(w.epoch, "i1", [{"batch_id": batch_id, "job_id": 1, "attempt_id": attempt,
                                                       "state": "Failed", "exit_code": 1}])
     await w.drain(batch_id)
-    update = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1, n_job_groups=1),
+    update = await env.batches.CreateUpdate(bpb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                                    batch_id=batch_id, n_jobs=1, n_job_groups=1),
                                             metadata=env.as_("alice"))
     people = AuthStore(auth_app.db)
     token, secret = await people.create_token("alice", "api", name="expiring")
@@ -374,7 +376,8 @@ async def test_oversize_bunches_and_bad_queries_name_the_field(env: Env, world: 
         ("jobs", env.batches.AddJobs(bpb.AddJobsRequest(batch_id=world.batch_id, update_id=world.update_id,
                                                         jobs=[spec()] * (Limits().max_jobs_per_bunch + 1)),
                                      metadata=env.as_("alice"))),
-        ("jobs", env.batches.SubmitBatch(bpb.SubmitBatchRequest(billing_project="proj",
+        ("jobs", env.batches.SubmitBatch(bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                billing_project="proj",
                                                                 jobs=[spec()] * (Limits().max_jobs_per_bunch + 1)),
                                          metadata=env.as_("alice"))),
         ("query", env.jobs.ListJobs(jpb.ListJobsRequest(batch_id=world.batch_id, query="cost>>1"),

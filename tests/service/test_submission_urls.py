@@ -5,6 +5,7 @@ the field and why, and nothing is written."""
 from __future__ import annotations
 
 import socket
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ async def test_file_urls_outside_the_projects_roots_are_refused(db: Database, st
                                                                 tmp_path: Path) -> None:
     root = f"file://{tmp_path}/storage/proj"
     ca_key = f"file://{certs.directory}/ca.key"
-    request = pb.SubmitBatchRequest(billing_project="proj", jobs=[
+    request = pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj", jobs=[
         job(inputs=(f"{root}/ref.fa",), outputs=(f"{root}/out/",)),
         job(inputs=(ca_key, f"{root}/../other/x", f"{root}/%2e%2e/x", f"file://localhost{tmp_path}/storage/proj/x"),
             outputs=("file:///etc/cron.d/evil", f"file://{tmp_path}/storage/proj2/x")),
@@ -105,14 +106,16 @@ async def test_file_urls_outside_the_projects_roots_are_refused(db: Database, st
 
 async def test_files_under_the_projects_root_are_accepted(stub: Stub, alice: Any, tmp_path: Path) -> None:
     root = f"file://{tmp_path}/storage/proj"
-    response = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[
+    response = await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                            billing_project="proj", jobs=[
         job(inputs=(f"{root}/ref.fa", f"{root}/dir/"), outputs=(f"{root}/result.txt",))]), metadata=alice)
     assert response.batch.counts.n_jobs == 1
 
 
 async def test_add_jobs_names_the_job_and_file_of_each_refusal(db: Database, stub: Stub, alice: Any, auth_app: AuthApp,
                                                                tmp_path: Path) -> None:
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=4), metadata=alice)
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                           billing_project="proj", n_jobs=4), metadata=alice)
     bunch = [job(), job(), job(), job(inputs=(f"file://{tmp_path}/storage/proj/a", "file:///etc/shadow"))]
     with pytest.raises(grpc.aio.AioRpcError) as error:
         await stub.AddJobs(pb.AddJobsRequest(batch_id=created.batch.batch_id, update_id=created.update.update_id,
@@ -126,7 +129,8 @@ async def test_without_storage_roots_no_job_may_name_a_file(db: Database, fronte
                                                             tmp_path: Path) -> None:
     async with person_channel(certs.issue("someone"), frontend.public_port) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as error:
-            await Stub(channel).SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[
+            await Stub(channel).SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                  billing_project="proj", jobs=[
                 job(outputs=(f"file://{tmp_path}/anywhere",))]), metadata=alice)
     assert violations(error.value) == {"jobs[0].output_files[0].to_url": (
         "no storage roots are configured for billing project 'proj': this deployment accepts no input or output "
@@ -157,8 +161,9 @@ def hooks_resolve_to_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
 ])
 async def test_callbacks_into_the_deployment_are_refused(db: Database, stub: Stub, alice: Any, auth_app: AuthApp,
                                                          hooks_resolve_to_loopback: None, url: str, why: str) -> None:
-    for request in (pb.CreateBatchRequest(billing_project="proj", callback_url=url),
-                    pb.SubmitBatchRequest(billing_project="proj", callback_url=url, jobs=[job()])):
+    for request in (pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj", callback_url=url),
+                    pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                          billing_project="proj", callback_url=url, jobs=[job()])):
         call = stub.CreateBatch if isinstance(request, pb.CreateBatchRequest) else stub.SubmitBatch
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await call(request, metadata=alice)
@@ -174,11 +179,12 @@ async def test_an_operator_may_allow_callbacks_into_given_networks(
         async with person_channel(certs.issue("someone"), app.public_port) as channel:
             stub = Stub(channel)
             for url in ("http://127.0.0.1:8080/done", "http://hooks.example:8080/done"):
-                created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", callback_url=url),
+                created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                       billing_project="proj", callback_url=url),
                                                  metadata=alice)
                 assert created.batch.callback_url == url
             with pytest.raises(grpc.aio.AioRpcError) as error:
-                await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj",
+                await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
                                                              callback_url="http://10.0.0.5/"), metadata=alice)
             assert violations(error.value) == {"callback_url": "10.0.0.5 is a private address"}
     finally:
@@ -186,7 +192,7 @@ async def test_an_operator_may_allow_callbacks_into_given_networks(
 
 
 async def test_a_public_callback_is_accepted(stub: Stub, alice: Any) -> None:
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj",
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
                                                            callback_url="https://93.184.215.14/hooks/corral"),
                                      metadata=alice)
     assert created.batch.callback_url == "https://93.184.215.14/hooks/corral"

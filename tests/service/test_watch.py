@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,7 @@ def job(*parents: int, **attributes: str) -> job_spec_pb2.JobSpec:
 async def submit_dag(stub: Any, token: str) -> batch_pb2.Batch:
     """a; b after a; c after a and b."""
     submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(
+        idempotency_token=uuid.uuid4().hex,
         billing_project="proj", jobs=[job(name="a"), job(-1, name="b"), job(-2, -1, name="c")]),
         metadata=bearer(token))
     return submitted.batch

@@ -6,6 +6,7 @@ value, and writes nothing."""
 from __future__ import annotations
 
 import argparse
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -81,49 +82,59 @@ async def refused(frontend: FrontendApp, code: grpc.StatusCode, message: str, ca
 
 async def test_a_batch_over_the_cap_is_refused_before_anything_is_written(stub, alice, small_frontend) -> None:
     error = await refused(small_frontend, grpc.StatusCode.INVALID_ARGUMENT, "at most 10 jobs (max_jobs_per_batch)",
-                          stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=11), metadata=alice))
+                          stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                                 billing_project="proj", n_jobs=11), metadata=alice))
     details = error_details_pb2.BadRequest()
     status = rpc_status.from_call(error)
     assert status is not None and status.details[0].Unpack(details)
     assert [v.field for v in details.field_violations] == ["n_jobs"]
     await refused(small_frontend, grpc.StatusCode.INVALID_ARGUMENT, "max_jobs_per_batch",
-                  stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job()] * 11), metadata=alice))
+                  stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                         billing_project="proj", jobs=[job()] * 11), metadata=alice))
     # Growing a batch past it, update by update, is refused too.
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=8), metadata=alice)
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                           billing_project="proj", n_jobs=8), metadata=alice)
     await refused(small_frontend, grpc.StatusCode.INVALID_ARGUMENT,
                   "a batch may have at most 10 jobs (max_jobs_per_batch); this one would have 11",
-                  stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=created.batch.batch_id, n_jobs=3), metadata=alice))
+                  stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                           batch_id=created.batch.batch_id, n_jobs=3), metadata=alice))
 
 
 async def test_open_jobs_past_the_quota_are_resource_exhausted(stub, alice, small_frontend) -> None:
-    await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=10), metadata=alice)
+    await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                 billing_project="proj", n_jobs=10), metadata=alice)
     error = await refused(
         small_frontend, grpc.StatusCode.RESOURCE_EXHAUSTED,
         "user alice has 10 open jobs; 6 more would pass the limit (max_open_jobs_per_user) of 15",
-        stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=6), metadata=alice))
+        stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                               billing_project="proj", n_jobs=6), metadata=alice))
     status = rpc_status.from_call(error)
     failure = error_details_pb2.QuotaFailure()
     assert status is not None and status.details[0].Unpack(failure)
     assert "max_open_jobs_per_user" in failure.violations[0].description
-    await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=5), metadata=alice)
+    await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                 billing_project="proj", n_jobs=5), metadata=alice)
 
 
 async def test_a_fan_out_over_the_cap_is_refused(stub, alice, small_frontend) -> None:
     await refused(small_frontend, grpc.StatusCode.INVALID_ARGUMENT,
                   "its parent would have more than 3 children (max_children_per_job)",
-                  stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj",
+                  stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
                                                          jobs=[job(), job(-1), job(-2), job(-3), job(-4)]),
                                    metadata=alice))
-    done = await stub.SubmitBatch(pb.SubmitBatchRequest(billing_project="proj", jobs=[job(), job(-1), job(-2),
+    done = await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                        billing_project="proj", jobs=[job(), job(-1), job(-2),
                                                                                      job(-3)]), metadata=alice)
     assert done.batch.counts.n_jobs == 4
     # AddJobs to a later update counts the children stored before (in the database).
-    created = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", n_jobs=3), metadata=alice)
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                           billing_project="proj", n_jobs=3), metadata=alice)
     batch_id, update_id = created.batch.batch_id, created.update.update_id
     await stub.AddJobs(pb.AddJobsRequest(batch_id=batch_id, update_id=update_id, jobs=[job(), job(-1), job(-2)]),
                        metadata=alice)
     await stub.CommitUpdate(pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id), metadata=alice)
-    update = await stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=batch_id, n_jobs=2), metadata=alice)
+    update = await stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
+                                                            batch_id=batch_id, n_jobs=2), metadata=alice)
     later = [job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]),
                                   parents=[job_spec_pb2.ParentRef(job_id=1)])]
     await refused(small_frontend, grpc.StatusCode.INVALID_ARGUMENT,

@@ -1,5 +1,5 @@
 """BatchBuilder's whole-spec and job group calls: what `add_job` keeps, how parents and groups become
-in-update references, and what it refuses."""
+in-update references, and what it refuses before any call: a handle from another builder (issue 12)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 
 from corral.batch.v1 import job_spec_pb2, job_state_pb2
 from corral.builder import BatchBuilder, JobGroupHandle, Parent
+from corral.errors import UsageError
 
 
 def test_add_job_keeps_a_copy_with_parents_and_group_from_handles() -> None:
@@ -36,7 +37,62 @@ def test_add_job_keeps_a_copy_with_parents_and_group_from_handles() -> None:
 
 def test_references_to_what_the_builder_does_not_have_yet_are_refused() -> None:
     b = BatchBuilder("p")
-    with pytest.raises(ValueError, match="group must be added to the same builder"):
+    with pytest.raises(UsageError, match="group must be added to the same builder"):
         b.add_job(job_spec_pb2.JobSpec(image="x", script="y"), job_group=JobGroupHandle(0))
-    with pytest.raises(ValueError, match="parent group must be added before"):
+    with pytest.raises(UsageError, match="parent group must be added before"):
         b.job_group(parent=JobGroupHandle(0))
+
+
+def test_a_group_handle_from_another_builder_is_refused() -> None:
+    other = BatchBuilder("p")
+    other.job_group()
+    foreign = other.job_group()
+    b = BatchBuilder("p")
+    b.job_group()
+    b.job_group()  # index 1 exists here too
+    with pytest.raises(UsageError, match="another BatchBuilder"):
+        b.add_job(job_spec_pb2.JobSpec(image="x", script="y"), job_group=foreign)
+    with pytest.raises(UsageError, match="another BatchBuilder"):
+        b.job_group(parent=foreign)
+    assert (len(b), len(b.job_group_specs())) == (0, 2)
+
+
+def test_a_handle_of_this_builder_becomes_an_offset() -> None:
+    b = BatchBuilder("proj")
+    first = b.job("busybox", ["true"])
+    b.job("busybox", ["true"])
+    b.job("busybox", ["true"], parents=[first, 7])
+    refs = b.specs()[2].parents
+    assert (refs[0].in_update_offset, refs[1].job_id) == (-2, 7)
+
+
+@pytest.mark.parametrize("jobs_here", [0, 1, 3], ids=["empty", "one-job", "three-jobs"])
+def test_a_handle_from_another_builder_is_refused_at_once(jobs_here: int) -> None:
+    other = BatchBuilder("proj")
+    other.job("busybox", ["true"])
+    foreign = other.job("busybox", ["true"])  # index 1: a valid position in a builder of 3 jobs
+    b = BatchBuilder("proj")
+    for _ in range(jobs_here):
+        b.job("busybox", ["true"])
+    with pytest.raises(UsageError, match="another BatchBuilder"):
+        b.job("busybox", ["true"], parents=[foreign])
+    assert len(b) == jobs_here  # nothing added
+
+
+def test_a_handle_from_a_submitted_builder_does_not_carry_over() -> None:
+    """A second batch built from the first one's handles: each handle belongs to the first batch."""
+    first_batch = BatchBuilder("proj")
+    handles = [first_batch.job("busybox", ["true"]) for _ in range(3)]
+    second_batch = BatchBuilder("proj")
+    second_batch.job("busybox", ["true"])
+    second_batch.job("busybox", ["true"])
+    with pytest.raises(UsageError):
+        second_batch.job("busybox", ["true"], parents=[handles[0]])
+
+
+@pytest.mark.parametrize("parent", ["a", 1.0, True, None])
+def test_a_parent_that_is_neither_handle_nor_job_id_is_refused(parent: object) -> None:
+    b = BatchBuilder("proj")
+    b.job("busybox", ["true"])
+    with pytest.raises(UsageError, match="neither a JobHandle"):
+        b.job("busybox", ["true"], parents=[parent])  # type: ignore[list-item]

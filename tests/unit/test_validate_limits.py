@@ -47,3 +47,16 @@ def test_at_the_limits_a_spec_is_valid() -> None:
 def test_a_bunch_is_held_to_max_jobs_per_bunch() -> None:
     assert check_bunch([job()] * 3, 1, BLOCK, limits=Limits(max_jobs_per_bunch=2)) == [
         FieldViolation("jobs", "at most 2 jobs per bunch (max_jobs_per_bunch); send several bunches")]
+
+
+def test_a_timeout_past_a_durations_range_is_refused() -> None:
+    """Found by tests/service/test_job_spec_fuzz.py: it passed the checks, then job_row failed to convert it
+    (INTERNAL, after the batch was created)."""
+    from google.protobuf import duration_pb2
+
+    from services.frontend.validate import MAX_DURATION_S, job_row
+    assert check_bunch([job(timeout=duration_pb2.Duration(seconds=MAX_DURATION_S))], 5, BLOCK) == []
+    job_row(job(timeout=duration_pb2.Duration(seconds=MAX_DURATION_S)), 5, BLOCK, "ref")
+    for bad in (duration_pb2.Duration(seconds=MAX_DURATION_S + 1), duration_pb2.Duration(seconds=220651627862092),
+                duration_pb2.Duration(nanos=1_000_000_000)):
+        assert [v.field for v in check_bunch([job(timeout=bad)], 5, BLOCK)] == ["jobs[0].timeout"]

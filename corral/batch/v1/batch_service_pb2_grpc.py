@@ -131,7 +131,9 @@ class BatchServiceServicer:
 
     def CancelBatch(self, request, context):
         """Cancels a batch: one O(1) write; its jobs that are not always_run drain
-        in the background. Cancelling again changes nothing.
+        in the background. Cancelling again changes nothing, and so does
+        cancelling a finished batch (complete, no update open): the response's
+        batch is then complete and has no cancellation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

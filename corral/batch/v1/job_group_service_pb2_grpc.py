@@ -74,7 +74,10 @@ class JobGroupServiceServicer:
 
     def CancelJobGroup(self, request, context):
         """Cancels a job group and its subtree: one O(1) write; jobs that are not
-        always_run drain in the background. Cancelling again changes nothing.
+        always_run drain in the background. Cancelling again changes nothing,
+        and so does cancelling a finished group (complete, and no update of the
+        batch open): the response's group is then complete and has no
+        cancellation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -101,7 +101,8 @@ class BillingServiceServicer:
     """
 
     def CreateBillingProject(self, request, context):
-        """Creates an open billing project. Admin only.
+        """Creates an open billing project. Admin only. NOT_FOUND if a member is
+        not a user.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,7 +124,7 @@ class BillingServiceServicer:
 
     def AddMember(self, request, context):
         """Adds a user to a project's members. Adding a member again changes
-        nothing.
+        nothing; NOT_FOUND if the username is not a user's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
