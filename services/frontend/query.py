@@ -213,7 +213,8 @@ def _state_parser(kind: Kind) -> Callable[[str], str]:
     def parse(text: str) -> str:
         state = _STATE_ALIASES.get(text.lower(), text.lower())
         if state not in known:
-            raise ValueError(f"unknown {kind[:-1]} state {text!r}; one of {', '.join(known)}")
+            raise ValueError(f"unknown {'batch' if kind == 'batches' else 'job'} state {text!r}; "
+                             f"one of {', '.join(known)}")
         return state
 
     return parse

@@ -114,6 +114,7 @@ def test_a_quoted_key_is_an_attribute_even_if_it_is_a_keyword() -> None:
     ("name=x bogus>3", "batches", 7, "unknown keyword 'bogus'"),
     ("state>running", "batches", 5, "state takes =, !="),
     ("state=sleeping", "jobs", 6, "unknown job state 'sleeping'"),
+    ("state=sleeping", "batches", 6, "unknown batch state 'sleeping'"),
     ("batch_id=12x", "batches", 9, "expected an integer"),
     ("cost>cheap", "jobs", 5, "expected a cost"),
     ("cost > ", "batches", 6, "a value must follow >"),
