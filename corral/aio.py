@@ -21,6 +21,7 @@ from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
 from corral.calls import AsyncCalls
+from corral.cli_config import connection
 from corral.errors import CorralError, Unavailable, from_rpc_error
 from corral.progress import BatchProgress, ProgressLine
 from corral.retries import channel_options
@@ -116,6 +117,15 @@ class Client(AsyncCalls):
         self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
         self._open_stubs(self._channel, self._auth_channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
+
+    @classmethod
+    def from_profile(cls, profile: str | None = None) -> Client:
+        """A client as the `corral` CLI would connect: the configuration file's profile `profile`, else its
+        current one (`corral up` writes `admin`, `corral login` one per user), with `$CORRAL_TOKEN` in
+        place of its token when set."""
+        found = connection(profile)
+        assert found.token is not None  # connection() raises Unauthenticated otherwise
+        return cls(found.frontend, found.token, found.ca_cert, auth_address=found.auth)
 
     async def __aenter__(self) -> Client:
         return self
