@@ -116,7 +116,7 @@ def event_proto(row: Row) -> batch_event_pb2.BatchEvent:
         event.job_state_changed.CopyFrom(batch_event_pb2.JobStateChanged(
             job_id=row["job_id"], job_group_id=row["job_group_id"], attempt_id=row["attempt_id"] or "",
             old_state=_JOB_STATES[row["old_state"]], new_state=_JOB_STATES[row["state"]],
-            exit_code=row["exit_code"]))
+            exit_code=row["exit_code"], reason=row["reason"] or ""))
     elif kind == "update_committed":
         event.update_committed.CopyFrom(batch_event_pb2.UpdateCommitted(
             update_id=row["update_id"], start_job_id=row["start_job_id"], n_jobs=row["n_jobs"]))

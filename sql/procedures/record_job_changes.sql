@@ -68,15 +68,18 @@ BEGIN
   ON DUPLICATE KEY UPDATE n_holders = n_holders + VALUES(n_holders);
 
   INSERT INTO batch_event_outbox
-      (batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, time_ms)
-    SELECT batch_id, 'job_state_changed', job_id, job_group_id,
+      (batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, reason, time_ms)
+    SELECT t.batch_id, 'job_state_changed', t.job_id, t.job_group_id,
            -- the attempt the change starts or ends, as the trigger writes it
-           IF(old_state IN ('Creating', 'Running') OR new_state IN ('Creating', 'Running'), attempt_id, NULL),
-           old_state, new_state,
-           IF(new_state IN ('Success', 'Failed', 'Error', 'Cancelled'), exit_code, NULL),
+           IF(t.old_state IN ('Creating', 'Running') OR t.new_state IN ('Creating', 'Running'), t.attempt_id, NULL),
+           t.old_state, t.new_state,
+           IF(t.new_state IN ('Success', 'Failed', 'Error', 'Cancelled'), t.exit_code, NULL),
+           -- why a job was cancelled, when it says (a parent that failed it): read only for those
+           IF(t.new_state = 'Cancelled',
+              (SELECT j.end_reason FROM jobs j WHERE j.batch_id = t.batch_id AND j.job_id = t.job_id), NULL),
            ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000)
-    FROM tmp_job_changes
-    WHERE old_state <> new_state
-    ORDER BY seq;
+    FROM tmp_job_changes t
+    WHERE t.old_state <> t.new_state
+    ORDER BY t.seq;
 END $$
 DELIMITER ;

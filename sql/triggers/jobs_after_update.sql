@@ -38,7 +38,7 @@ BEGIN
 
       IF OLD.state <> NEW.state THEN
         INSERT INTO batch_event_outbox
-            (batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, time_ms)
+            (batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, reason, time_ms)
           VALUES (NEW.batch_id, 'job_state_changed', NEW.job_id, NEW.job_group_id,
                   -- the attempt the change starts or ends; none for Pending -> Ready
                   -- or for cancelling a Ready job
@@ -46,6 +46,7 @@ BEGIN
                      NEW.attempt_id, NULL),
                   OLD.state, NEW.state,
                   IF(NEW.state IN ('Success', 'Failed', 'Error', 'Cancelled'), NEW.exit_code, NULL),
+                  IF(NEW.state = 'Cancelled', NEW.end_reason, NULL),
                   ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000));
       END IF;
 

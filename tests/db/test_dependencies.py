@@ -55,6 +55,12 @@ async def test_every_accepted_subset_against_every_parent_outcome(world: World) 
         reason = (f"cancelled: parent job {start + 2 * i} ended {outcome.lower()} and this job runs only after "
                   f"{runs_after}")
         assert child["end_reason"] == (reason if want == "Cancelled" else None)
+        # ... and its event says so too (GetJob's error_message and WatchBatch's JobStateChanged.reason).
+        events = await world.db.fetchall(
+            "SELECT reason FROM batch_event_outbox WHERE batch_id = %s AND job_id = %s AND new_state = 'Cancelled' "
+            "UNION ALL SELECT reason FROM batch_events WHERE batch_id = %s AND job_id = %s AND new_state = 'Cancelled'",
+            (batch_id, child["job_id"], batch_id, child["job_id"]))
+        assert [e["reason"] for e in events] == ([reason] if want == "Cancelled" else [])
     assert await check_invariants(world.db) == []
 
 

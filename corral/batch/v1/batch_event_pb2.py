@@ -27,7 +27,7 @@ from corral.batch.v1 import job_state_pb2 as corral_dot_batch_dot_v1_dot_job__st
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/batch/v1/batch_event.proto\x12\x0f\x63orral.batch.v1\x1a\x1b\x63orral/batch/v1/batch.proto\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x03\n\nBatchEvent\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\x12&\n\x02\x61t\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12=\n\x11job_state_changed\x18\x04 \x01(\x0b\x32 .corral.batch.v1.JobStateChangedH\x00\x12<\n\x10update_committed\x18\x05 \x01(\x0b\x32 .corral.batch.v1.UpdateCommittedH\x00\x12/\n\tcancelled\x18\x06 \x01(\x0b\x32\x1a.corral.batch.v1.CancelledH\x00\x12:\n\x0f\x62\x61tch_completed\x18\x07 \x01(\x0b\x32\x1f.corral.batch.v1.BatchCompletedH\x00\x12\x34\n\x0c\x63ost_accrued\x18\x08 \x01(\x0b\x32\x1c.corral.batch.v1.CostAccruedH\x00\x42\x07\n\x05\x65vent\"\xcd\x01\n\x0fJobStateChanged\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x14\n\x0cjob_group_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12,\n\told_state\x18\x04 \x01(\x0e\x32\x19.corral.batch.v1.JobState\x12,\n\tnew_state\x18\x05 \x01(\x0e\x32\x19.corral.batch.v1.JobState\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_exit_code\"J\n\x0fUpdateCommitted\x12\x11\n\tupdate_id\x18\x01 \x01(\x03\x12\x14\n\x0cstart_job_id\x18\x02 \x01(\x03\x12\x0e\n\x06n_jobs\x18\x03 \x01(\x03\"Z\n\tCancelled\x12\x14\n\x0cjob_group_id\x18\x01 \x01(\x03\x12\x37\n\x0c\x63\x61ncellation\x18\x02 \x01(\x0b\x32!.corral.batch.v1.CancellationInfo\"g\n\x0e\x42\x61tchCompleted\x12*\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x1a.corral.batch.v1.JobCounts\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x12\x16\n\x0e\x63ost_micro_usd\x18\x03 \x01(\x03\">\n\x0b\x43ostAccrued\x12\x16\n\x0e\x63ost_micro_usd\x18\x01 \x01(\x03\x12\x17\n\x0f\x64\x65lta_micro_usd\x18\x02 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/batch/v1/batch_event.proto\x12\x0f\x63orral.batch.v1\x1a\x1b\x63orral/batch/v1/batch.proto\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\x03\n\nBatchEvent\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65vent_id\x18\x02 \x01(\x03\x12&\n\x02\x61t\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12=\n\x11job_state_changed\x18\x04 \x01(\x0b\x32 .corral.batch.v1.JobStateChangedH\x00\x12<\n\x10update_committed\x18\x05 \x01(\x0b\x32 .corral.batch.v1.UpdateCommittedH\x00\x12/\n\tcancelled\x18\x06 \x01(\x0b\x32\x1a.corral.batch.v1.CancelledH\x00\x12:\n\x0f\x62\x61tch_completed\x18\x07 \x01(\x0b\x32\x1f.corral.batch.v1.BatchCompletedH\x00\x12\x34\n\x0c\x63ost_accrued\x18\x08 \x01(\x0b\x32\x1c.corral.batch.v1.CostAccruedH\x00\x42\x07\n\x05\x65vent\"\xdd\x01\n\x0fJobStateChanged\x12\x0e\n\x06job_id\x18\x01 \x01(\x03\x12\x14\n\x0cjob_group_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12,\n\told_state\x18\x04 \x01(\x0e\x32\x19.corral.batch.v1.JobState\x12,\n\tnew_state\x18\x05 \x01(\x0e\x32\x19.corral.batch.v1.JobState\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x07 \x01(\tB\x0c\n\n_exit_code\"J\n\x0fUpdateCommitted\x12\x11\n\tupdate_id\x18\x01 \x01(\x03\x12\x14\n\x0cstart_job_id\x18\x02 \x01(\x03\x12\x0e\n\x06n_jobs\x18\x03 \x01(\x03\"Z\n\tCancelled\x12\x14\n\x0cjob_group_id\x18\x01 \x01(\x03\x12\x37\n\x0c\x63\x61ncellation\x18\x02 \x01(\x0b\x32!.corral.batch.v1.CancellationInfo\"g\n\x0e\x42\x61tchCompleted\x12*\n\x06\x63ounts\x18\x01 \x01(\x0b\x32\x1a.corral.batch.v1.JobCounts\x12\x11\n\tcancelled\x18\x02 \x01(\x08\x12\x16\n\x0e\x63ost_micro_usd\x18\x03 \x01(\x03\">\n\x0b\x43ostAccrued\x12\x16\n\x0e\x63ost_micro_usd\x18\x01 \x01(\x03\x12\x17\n\x0f\x64\x65lta_micro_usd\x18\x02 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,13 +37,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BATCHEVENT']._serialized_start=150
   _globals['_BATCHEVENT']._serialized_end=535
   _globals['_JOBSTATECHANGED']._serialized_start=538
-  _globals['_JOBSTATECHANGED']._serialized_end=743
-  _globals['_UPDATECOMMITTED']._serialized_start=745
-  _globals['_UPDATECOMMITTED']._serialized_end=819
-  _globals['_CANCELLED']._serialized_start=821
-  _globals['_CANCELLED']._serialized_end=911
-  _globals['_BATCHCOMPLETED']._serialized_start=913
-  _globals['_BATCHCOMPLETED']._serialized_end=1016
-  _globals['_COSTACCRUED']._serialized_start=1018
-  _globals['_COSTACCRUED']._serialized_end=1080
+  _globals['_JOBSTATECHANGED']._serialized_end=759
+  _globals['_UPDATECOMMITTED']._serialized_start=761
+  _globals['_UPDATECOMMITTED']._serialized_end=835
+  _globals['_CANCELLED']._serialized_start=837
+  _globals['_CANCELLED']._serialized_end=927
+  _globals['_BATCHCOMPLETED']._serialized_start=929
+  _globals['_BATCHCOMPLETED']._serialized_end=1032
+  _globals['_COSTACCRUED']._serialized_start=1034
+  _globals['_COSTACCRUED']._serialized_end=1096
 # @@protoc_insertion_point(module_scope)

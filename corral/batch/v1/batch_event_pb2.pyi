@@ -31,20 +31,22 @@ class BatchEvent(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., event_id: _Optional[int] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., job_state_changed: _Optional[_Union[JobStateChanged, _Mapping]] = ..., update_committed: _Optional[_Union[UpdateCommitted, _Mapping]] = ..., cancelled: _Optional[_Union[Cancelled, _Mapping]] = ..., batch_completed: _Optional[_Union[BatchCompleted, _Mapping]] = ..., cost_accrued: _Optional[_Union[CostAccrued, _Mapping]] = ...) -> None: ...
 
 class JobStateChanged(_message.Message):
-    __slots__ = ("job_id", "job_group_id", "attempt_id", "old_state", "new_state", "exit_code")
+    __slots__ = ("job_id", "job_group_id", "attempt_id", "old_state", "new_state", "exit_code", "reason")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     OLD_STATE_FIELD_NUMBER: _ClassVar[int]
     NEW_STATE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     job_id: int
     job_group_id: int
     attempt_id: str
     old_state: _job_state_pb2.JobState
     new_state: _job_state_pb2.JobState
     exit_code: int
-    def __init__(self, job_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., attempt_id: _Optional[str] = ..., old_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., new_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., exit_code: _Optional[int] = ...) -> None: ...
+    reason: str
+    def __init__(self, job_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., attempt_id: _Optional[str] = ..., old_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., new_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class UpdateCommitted(_message.Message):
     __slots__ = ("update_id", "start_job_id", "n_jobs")
