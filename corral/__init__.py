@@ -16,11 +16,12 @@ from corral.errors import (
     PermissionDenied,
     Unauthenticated,
     Unavailable,
+    UsageError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BatchBuilder", "Client", "CorralError", "FailedPrecondition", "FieldViolation", "InvalidArgument",
-    "JobHandle", "NotFound", "PermissionDenied", "Unauthenticated", "Unavailable",
+    "JobHandle", "NotFound", "PermissionDenied", "Unauthenticated", "Unavailable", "UsageError",
 ]

@@ -4,8 +4,10 @@
 `corral.Client`) are the same calls, asyncio and blocking. Jobs, groups and
 billing go to the frontend; users and tokens to the auth service, whose
 address the client must then be given (`auth_address`). Lists are
-iterators that fetch page after page; every error is a typed
-`corral.errors.CorralError`.
+iterators that fetch page after page; every error the server returns is a
+typed `corral.errors.CorralError`, and a mistake found before any call (an
+unknown state, role or breakdown; users asked of a client without an auth
+address) is a `corral.errors.UsageError`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from corral.batch.v1 import job_service_pb2_grpc, job_state_pb2, lock_pb2, lock_
 from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, spend_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
-from corral.errors import CorralError, from_rpc_error
+from corral.errors import UsageError, from_rpc_error
 
 T = TypeVar("T")
 LOG_READ_BYTES = 4 * 1024 * 1024
@@ -56,7 +58,7 @@ def rerun_request(batch_id: int, states: Iterable[str], token: str | None) -> bp
     try:
         codes = [_STATES[s.lower()] for s in states]
     except KeyError as e:
-        raise CorralError(f"unknown state {e.args[0]!r}: failed, error or cancelled") from None
+        raise UsageError(f"unknown state {e.args[0]!r}: failed, error or cancelled") from None
     return bpb.RerunFailedJobsRequest(batch_id=batch_id, states=codes, idempotency_token=token or str(uuid.uuid4()))
 
 
@@ -65,7 +67,7 @@ def create_user_request(username: str, roles: Sequence[str], password: str | Non
     try:
         role_codes = [_ROLES[r] for r in roles]
     except KeyError as e:
-        raise CorralError(f"unknown role {e.args[0]!r}: user, developer or admin") from None
+        raise UsageError(f"unknown role {e.args[0]!r}: user, developer or admin") from None
     kind = user_pb2.USER_KIND_SERVICE if service else user_pb2.USER_KIND_PERSON
     return apb.CreateUserRequest(username=username, kind=kind, roles=role_codes, password=password or "",
                                  display_name=display_name, email=email)
@@ -82,7 +84,7 @@ def create_token_request(name: str, username: str, ttl_s: float | None) -> apb.C
 def spend_request(project: str, breakdown: str | None, first_day: str, last_day: str, page_token: str
                   ) -> cpb.GetSpendRequest:
     if breakdown not in _BREAKDOWNS:
-        raise CorralError(f"unknown breakdown {breakdown!r}: day, batch or user")
+        raise UsageError(f"unknown breakdown {breakdown!r}: day, batch or user")
     return cpb.GetSpendRequest(billing_project=project, breakdown=_BREAKDOWNS[breakdown], first_day=first_day,
                                last_day=last_day, page_token=page_token)
 
@@ -107,7 +109,7 @@ class _Stubs:
 
     def _auth_stub(self) -> auth_service_pb2_grpc.AuthServiceStub:
         if self._auth is None:
-            raise CorralError("users and tokens are managed by the auth service: give the client its auth_address")
+            raise UsageError("users and tokens are managed by the auth service: give the client its auth_address")
         return self._auth
 
 

@@ -14,7 +14,6 @@ import grpc
 import yaml
 from google.protobuf import json_format, message
 
-from corral.cli_config import connection
 from corral.client import Client
 from corral.errors import CorralError, UsageError, from_rpc_error
 
@@ -109,9 +108,7 @@ def print_error(line: str) -> None:
 def open_client(args: argparse.Namespace) -> Client:
     """A client as the command's profile (`--profile`, else the current one) and token (`$CORRAL_TOKEN`,
     else the profile's)."""
-    profile = connection(args.profile)
-    assert profile.token is not None
-    return Client(profile.frontend, profile.token, profile.ca_cert, auth_address=profile.auth)
+    return Client.from_profile(args.profile)
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

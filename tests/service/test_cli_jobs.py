@@ -18,7 +18,7 @@ from corral import aio
 from corral.auth.v1 import user_pb2
 from corral.batch.v1 import job_explanation_pb2
 from corral.cli_common import EXIT_NOT_FOUND, EXIT_PERMISSION_DENIED, EXIT_REFUSED
-from corral.errors import CorralError, NotFound, PermissionDenied
+from corral.errors import NotFound, PermissionDenied, UsageError
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
 from services.worker.logs import LogSink
@@ -158,7 +158,7 @@ async def test_the_async_client(env: Env, auth_app: AuthApp, certs: DevCertifica
         assert (await client.cancel_job_group(batch_id, 0, "done")).cancellation.reason == "done"
         assert [p.name async for p in client.billing_projects()] == ["proj"]
         assert await client.spend("proj", "day") == (0, [])
-        with pytest.raises(CorralError, match="auth_address"):
+        with pytest.raises(UsageError, match="auth_address"):
             await client.create_user("eve")
         with pytest.raises(PermissionDenied):
             await client.set_limit("proj", 1.0)
