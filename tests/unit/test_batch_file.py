@@ -21,6 +21,7 @@ from corral.batch_file_fields import SHORTHANDS
 from corral.builder import BatchBuilder
 from corral.errors import UsageError
 from tests.every_field import all_fields, every_field_yaml, expected_specs, fields_set
+from tests.service.test_cli import BATCH_YAML
 
 HEAD = "billing_project: p\njobs:\n"
 A = "  - {name: a, image: x, command: [t]}\n"
@@ -150,23 +151,7 @@ def test_an_unreadable_file_is_a_usage_error(tmp_path: Path) -> None:
         read_batch_file(tmp_path / "latin1.yaml")
 
 
-CLI_TEST_FILE = """
-billing_project: proj
-attributes: {name: cli-dag}
-jobs:
-  - name: fetch
-    image: busybox
-    command: [echo, fetch]
-  - name: work
-    image: busybox
-    command: "echo work"
-    parents: [fetch]
-  - image: busybox
-    command: [echo, cleanup]
-    parents: [fetch, work]
-    accept: [succeeded, failed]
-    always_run: true
-"""
+CLI_TEST_FILE = BATCH_YAML
 
 
 def test_the_files_the_cli_tests_use_read_as_before() -> None:
