@@ -103,8 +103,10 @@ class BatchBuilder:
         locks: Iterable[job_spec_pb2.JobLock] = (),
         retry_policy: job_spec_pb2.RetryPolicy | None = None,
         on_demand: bool = False,
+        job_group: JobGroupHandle | None = None,
     ) -> JobHandle:
-        """Add a job; `command` is an argv list or a shell script string. `locks` are the resource locks it
+        """Add a job (to `job_group`, a handle from `job_group()`, else to the batch's root group); `command`
+        is an argv list or a shell script string. `locks` are the resource locks it
         holds while it runs (`job_spec_pb2.JobLock(level=..., mode=..., names=[...])`): the scheduler never
         starts it while a running job of the billing project holds a clashing one. `retry_policy` says which
         failed attempts are tried again (out of memory with more memory, listed exit codes after a back-off,
@@ -127,7 +129,7 @@ class BatchBuilder:
             spec.provisioning_model = job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND
         if timeout_s is not None:
             spec.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s), nanos=int(timeout_s % 1 * 1e9)))
-        return self._add(spec, parents, accept, None)
+        return self._add(spec, parents, accept, job_group)
 
     def add_job(self, spec: job_spec_pb2.JobSpec, *, parents: Iterable[JobHandle | int | Parent] = (),
                 accept: Iterable[str] = ("succeeded",), job_group: JobGroupHandle | None = None) -> JobHandle:

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import getpass
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -81,6 +82,12 @@ def _whoami(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     config = Config.load()
+    if args.action == "env":
+        profile = connection(args.name or args.profile)
+        for variable, value in (("CORRAL_FRONTEND", profile.frontend), ("CORRAL_AUTH", profile.auth),
+                                ("CORRAL_CA_CERT", profile.ca_cert or ""), (TOKEN_VARIABLE, profile.token)):
+            print(f"export {variable}={shlex.quote(value or '')}")
+        return 0
     if args.action == "use":
         config.profile(args.name)  # refuses an unknown name
         config.current = args.name
@@ -115,4 +122,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     actions = profile.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", help="every profile; * marks the current one")
     actions.add_parser("use", help="make a profile current").add_argument("name")
+    env = actions.add_parser(
+        "env", help="the profile as shell variables, for other tools: eval \"$(corral profile env)\"",
+        description="Print export lines for CORRAL_FRONTEND, CORRAL_AUTH, CORRAL_CA_CERT and CORRAL_TOKEN of "
+                    "the profile NAME (default: --profile, else the current one), with $CORRAL_TOKEN in place "
+                    "of its token if set.")
+    env.add_argument("name", nargs="?")
     profile.set_defaults(run=_profile)

@@ -58,7 +58,7 @@ proc: BEGIN
   UPDATE jobs j
     JOIN tmp_job_completions t ON t.batch_id = j.batch_id AND t.job_id = j.job_id
     SET j.end_reason = (
-      SELECT CONCAT('cancelled: parent job ', p.job_id, ' ended ', LOWER(p.state), ' and this job runs only after ',
+      SELECT CONCAT('parent job ', p.job_id, ' ended ', LOWER(p.state), ' and this job runs only after ',
                     CONCAT_WS(' or ', IF(e.accepted_states & 1, 'success', NULL), IF(e.accepted_states & 2, 'failed', NULL),
                               IF(e.accepted_states & 4, 'error', NULL), IF(e.accepted_states & 8, 'cancelled', NULL)))
       FROM job_parents e

@@ -52,7 +52,7 @@ async def test_every_accepted_subset_against_every_parent_outcome(world: World) 
         assert child["state"] == want, (sorted(accepted), outcome, always_run, child)
         # A cancelled child names the parent, how it ended and what the child accepts.
         runs_after = " or ".join(s.lower() for s in OUTCOMES if s in accepted)
-        reason = (f"cancelled: parent job {start + 2 * i} ended {outcome.lower()} and this job runs only after "
+        reason = (f"parent job {start + 2 * i} ended {outcome.lower()} and this job runs only after "
                   f"{runs_after}")
         assert child["end_reason"] == (reason if want == "Cancelled" else None)
         # ... and its event says so too (GetJob's error_message and WatchBatch's JobStateChanged.reason).

@@ -54,7 +54,18 @@ def test_a_group_handle_from_another_builder_is_refused() -> None:
         b.add_job(job_spec_pb2.JobSpec(image="x", script="y"), job_group=foreign)
     with pytest.raises(UsageError, match="another BatchBuilder"):
         b.job_group(parent=foreign)
+    with pytest.raises(UsageError, match="another BatchBuilder"):
+        b.job("x", "y", job_group=foreign)
     assert (len(b), len(b.job_group_specs())) == (0, 2)
+
+
+def test_job_puts_a_job_in_the_group_given_else_the_root() -> None:
+    b = BatchBuilder("p")
+    b.job_group()
+    group = b.job_group()
+    b.job("busybox", "true", job_group=group)
+    b.job("busybox", "true")
+    assert [(s.HasField("job_group"), s.job_group.in_update_index) for s in b.specs()] == [(True, 1), (False, 0)]
 
 
 def test_a_handle_of_this_builder_becomes_an_offset() -> None:

@@ -66,6 +66,21 @@ def test_profile_use_switches_and_refuses_an_unknown_name(config: Path, capsys: 
         "  alice  user=alice  frontend=localhost:1  auth=localhost:2"]
 
 
+def test_profile_env_prints_a_profile_for_the_shell(config: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`eval "$(corral profile env)"` gives other tools the current (or named) profile; values are quoted for
+    the shell, and $CORRAL_TOKEN stands in for the token as it does for every command."""
+    Config({"odd": Profile("localhost:1", "localhost:2", "/a dir/ca.pem", "to'ken", "odd")}, "odd").save(config)
+    assert main(["profile", "env"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "export CORRAL_FRONTEND=localhost:1", "export CORRAL_AUTH=localhost:2",
+        "export CORRAL_CA_CERT='/a dir/ca.pem'", "export CORRAL_TOKEN='to'\"'\"'ken'"]
+    monkeypatch.setenv("CORRAL_TOKEN", "given")
+    assert main(["profile", "env", "odd"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "export CORRAL_TOKEN=given"
+    assert main(["profile", "env", "bob"]) == 2
+
+
 def test_corral_up_keeps_the_current_profile(config: Path) -> None:
     """A restarted `corral up` (new ports, a new admin token) logs nobody out: alice stays current with her
     token, at the new addresses; a profile of another server is left alone."""

@@ -1,0 +1,195 @@
+"""The docs run as written: every shell and Python block of README.md and
+docs/*.md, in order, against one fresh `corral up` started with the README's
+run command.
+
+A block is skipped only where the line before it says why
+(`<!-- not run: REASON -->`); the README's run command (marked `<!-- run
+command ... -->`) is the one that starts the system. Shell blocks run with
+`bash -euo pipefail` in a scratch directory that holds the checkout's
+`.venv`, `.tools` and programs, as its top folder would, with `~` a scratch
+home whose `.local/share/corral` is the system's data directory. A page's
+Python blocks run one after the other in one interpreter, sharing their
+names, as a reader pasting them into one session would. Some blocks' output
+is checked too (`CHECKS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import cluster as up
+
+PAGES = [up.REPO_DIR / "README.md", *sorted((up.REPO_DIR / "docs").glob("*.md"))]
+RUNNABLE = {"sh", "python"}
+NOT_RUN = re.compile(r"<!-- not run: (?P<reason>\S.*?) -->")
+RUN_COMMAND = "<!-- run command"
+LINKED_FROM_CHECKOUT = (".venv", ".tools", "scripts", "faults", "bench", "services", "corral", "sql", "protos")
+BLOCK_SEPARATOR = "\n----- end of block -----\n"
+
+
+@dataclasses.dataclass
+class Block:
+    page: Path
+    line: int
+    language: str
+    code: str
+    marker: str
+    """The HTML comment on the line before the opening fence, if any."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(up.REPO_DIR)}:{self.line}"
+
+
+def blocks(page: Path) -> list[Block]:
+    """Every fenced block of `page`, with its language and the comment before it."""
+    text = page.read_text()
+    found = []
+    for match in re.finditer(r"^```(\w*)\n(.*?)^```$", text, re.S | re.M):
+        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        found.append(Block(page, text.count("\n", 0, match.start()) + 1, match.group(1), match.group(2),
+                           before if before.startswith("<!--") else ""))
+    return found
+
+
+def to_run(all_blocks: list[Block]) -> list[Block]:
+    return [b for b in all_blocks if b.language in RUNNABLE and not NOT_RUN.fullmatch(b.marker)
+            and not b.marker.startswith(RUN_COMMAND)]
+
+
+def check_readme_quickstart(out: str) -> None:
+    assert "logged in as alice" in out
+    assert re.search(r"batch \d+ +complete +user=alice .*jobs=4 .*succeeded=4", out), out
+    assert len(re.findall(r"^job \d+ +succeeded", out, re.M)) == 4, out
+    assert out.rstrip().endswith("says HELLO"), out  # the log of job 2
+
+
+def check_client_first_example(out: str) -> None:
+    batch_id, n_jobs = out.split()[:2]
+    assert n_jobs == "102", out
+    # The listing names states, not numbers: the new batch (running or, if cancelled by then, not listed).
+    assert all(line.split()[1].startswith("BATCH_STATE_") for line in out.splitlines()[1:]), out
+
+
+def check_client_events(out: str) -> None:
+    assert out.splitlines() == ["1 of 3 succeeded", "job 1 failed"], out
+
+
+def check_client_calls(out: str) -> None:
+    lines = out.splitlines()
+    assert lines[0] == "1 3 exited with code 3", out                  # the failed job
+    assert lines[1].startswith("parent job 1 ended failed"), out      # who cancelled job 2
+    assert "fetching" in out and "index" in out, out                      # the two logs
+
+
+def check_traces(out: str) -> None:
+    counts = [int(line.split()[0]) for line in out.splitlines()]
+    assert counts and all(n >= 1 for n in counts), out  # each batch's job.run spans share a trace
+
+
+def check_buf_curl(out: str) -> None:
+    assert "corral.batch.v1.BatchService" in out, out
+    assert json.loads(out[out.index("{"):])["batch"]["batchId"] == "1", out
+
+
+CHECKS: dict[tuple[str, str], Callable[[str], None]] = {
+    # (page, the start of the block's first line): what its output must show
+    ("README.md", "# corral up made the CLI its administrator"): check_readme_quickstart,
+    ("docs/client.md", "import corral"): check_client_first_example,
+    ("docs/client.md", "import sys"): check_client_events,
+    ("docs/client.md", "batch_id = batch.batch_id"): check_client_calls,
+    ("docs/operations.md", "cat ~/.local/share/corral/traces/"): check_traces,
+    ("docs/operations.md", 'eval "$(corral profile env)"'): check_buf_curl,
+}
+
+
+def check_of(block: Block) -> Callable[[str], None] | None:
+    page = str(block.page.relative_to(up.REPO_DIR))
+    found = [check for (p, start), check in CHECKS.items() if p == page and block.code.startswith(start)]
+    assert len(found) <= 1, f"{block.where}: more than one check"
+    return found[0] if found else None
+
+
+def test_every_block_runs_or_says_why_not() -> None:
+    """Each skipped block gives its reason, there is one run command, and every check names a block that
+    runs (a moved block must move its check)."""
+    all_blocks = [b for page in PAGES for b in blocks(page)]
+    for block in all_blocks:
+        if block.marker.startswith("<!-- not run"):
+            assert NOT_RUN.fullmatch(block.marker), f"{block.where}: say why it is not run: {block.marker}"
+    assert [b.where for b in all_blocks if b.marker.startswith(RUN_COMMAND)] == ["README.md:19"]
+    for page in PAGES:
+        languages = {b.language for b in to_run(blocks(page))}
+        assert languages != RUNNABLE, f"{page}: the test runs a page's Python blocks after its shell blocks"
+    runnable = to_run(all_blocks)
+    checked = [check_of(b) for b in runnable]
+    assert sorted(map(id, filter(None, checked))) == sorted(map(id, CHECKS.values())), "a check finds no block"
+    assert len(runnable) >= 8, [b.where for b in runnable]
+
+
+def run_command() -> list[str]:
+    [block] = [b for b in blocks(PAGES[0]) if b.marker.startswith(RUN_COMMAND)]
+    [line] = [line for line in block.code.splitlines() if line.strip()]
+    return [str(up.REPO_DIR / word) if word.startswith("scripts/") else word for word in line.split()]
+
+
+def scratch_checkout(work: Path, data_dir: Path) -> Path:
+    """A folder where the docs' relative paths (`.venv/bin/python`, `.tools/...`) resolve, and a home whose
+    default data directory is the running system's."""
+    work.mkdir()
+    for name in LINKED_FROM_CHECKOUT:
+        (work / name).symlink_to(up.REPO_DIR / name)
+    home = work / "home"
+    (home / ".local" / "share").mkdir(parents=True)
+    (home / ".local" / "share" / "corral").symlink_to(data_dir)
+    return home
+
+
+def python_runner(blocks_: list[Block]) -> str:
+    """One program running `blocks_` in one namespace, printing BLOCK_SEPARATOR after each."""
+    sources = [(b.where, b.code) for b in blocks_]
+    return (f"import sys\nnamespace = {{'__name__': '__main__'}}\n"
+            f"for where, code in {sources!r}:\n"
+            f"    exec(compile(code, where, 'exec'), namespace)\n"
+            f"    sys.stdout.flush()\n"
+            f"    print({BLOCK_SEPARATOR!r}, end='', flush=True)\n")
+
+
+@pytest.mark.timeout(900)
+def test_the_docs_run_as_written(tmp_path: Path) -> None:
+    cluster = up.start(tmp_path, "--trace", command=run_command())
+    try:
+        work = tmp_path / "checkout"
+        home = scratch_checkout(work, cluster.data_dir)
+        env = {**cluster.env, "HOME": str(home), "CORRAL_PASSWORD": "choose-a-password",
+               "PATH": f"{up.REPO_DIR / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+        for page in PAGES:
+            runnable = to_run(blocks(page))
+            for block in (b for b in runnable if b.language == "sh"):
+                result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=work, env=env,
+                                        capture_output=True, text=True, timeout=300)
+                assert result.returncode == 0, f"{block.where}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+                if check := check_of(block):
+                    check(result.stdout)
+            python = [b for b in runnable if b.language == "python"]
+            if python:
+                result = subprocess.run([sys.executable, "-c", python_runner(python)], cwd=work, env=env,
+                                        capture_output=True, text=True, timeout=300)
+                outputs = result.stdout.split(BLOCK_SEPARATOR)
+                assert result.returncode == 0, (f"{python[len(outputs) - 1].where}\nstdout:\n{result.stdout}\n"
+                                                f"stderr:\n{result.stderr}")
+                for block, out in zip(python, outputs):
+                    if check := check_of(block):
+                        check(out)
+    finally:
+        cluster.stop()
+    assert cluster.process.returncode == 0
