@@ -19,7 +19,7 @@ from services.db.database import Database
 _GROUP_SELECT = """
 SELECT g.batch_id, g.job_group_id, g.parent_id, COALESCE(g.update_id, 0) AS update_id, g.state, g.n_jobs,
        g.cancel_after_n_failures, COALESCE(u.time_committed_ms, g.time_created_ms) AS created_ms,
-       g.time_completed_ms
+       g.time_completed_ms, g.retry_policy
 FROM job_groups g
 LEFT JOIN batch_updates u ON u.batch_id = g.batch_id AND u.update_id = g.update_id
 WHERE g.batch_id = %s AND (g.update_id IS NULL OR u.committed)

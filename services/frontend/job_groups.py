@@ -10,11 +10,13 @@ its next period.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import grpc
+from google.protobuf import duration_pb2
 
-from corral.batch.v1 import batch_pb2, job_group_pb2, job_group_service_pb2_grpc
+from corral.batch.v1 import batch_pb2, job_group_pb2, job_group_service_pb2_grpc, job_spec_pb2
 from corral.batch.v1 import job_group_service_pb2 as pb
 from services.common.errors import NotFound
 from services.common.identity import current_principal
@@ -39,6 +41,20 @@ def cancellation_proto(row: dict[str, Any] | None) -> batch_pb2.CancellationInfo
                                       cancelled_at=timestamp(row["time_cancelled_ms"]), cause=cause)
 
 
+def retry_policy_proto(stored: str | None) -> job_spec_pb2.RetryPolicy | None:
+    """A group's retry policy as stored (`validate.retry_policy_json`: the delays' defaults filled in)."""
+    if stored is None:
+        return None
+    policy = json.loads(stored)
+    return job_spec_pb2.RetryPolicy(
+        max_preemptions_before_on_demand=policy["max_preemptions_before_on_demand"],
+        retry_oom_with_memory_factor=policy["oom_memory_factor"], max_memory_bytes=policy["max_memory_bytes"],
+        max_failed_retries=policy["max_failed_retries"], retry_exit_codes=policy["exit_codes"],
+        retry_delay=duration_pb2.Duration(seconds=policy["delay_ms"] // 1000, nanos=policy["delay_ms"] % 1000 * 10**6),
+        max_retry_delay=duration_pb2.Duration(seconds=policy["max_delay_ms"] // 1000,
+                                              nanos=policy["max_delay_ms"] % 1000 * 10**6))
+
+
 def group_proto(row: dict[str, Any], details: dict[str, Any]) -> job_group_pb2.JobGroup:
     counts = details["counts"]
     root = row["job_group_id"] == 0
@@ -46,7 +62,7 @@ def group_proto(row: dict[str, Any], details: dict[str, Any]) -> job_group_pb2.J
         batch_id=row["batch_id"], job_group_id=row["job_group_id"],
         parent_job_group_id=None if root else row["parent_id"] or 0, update_id=row["update_id"],
         attributes=details["attributes"], cancel_after_n_failures=row["cancel_after_n_failures"],
-        state=_STATES[row["state"]], cancellation=cancellation_proto(details["cancellation"]),
+        retry_policy=retry_policy_proto(row["retry_policy"]), state=_STATES[row["state"]], cancellation=cancellation_proto(details["cancellation"]),
         counts=batch_pb2.JobCounts(
             n_jobs=counts.n_jobs, n_pending=counts.n_pending, n_ready=counts.n_ready, n_running=counts.n_running,
             n_succeeded=counts.n_succeeded, n_failed=counts.n_failed, n_errored=counts.n_errored,
