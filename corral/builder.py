@@ -20,8 +20,6 @@ import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
-from google.protobuf import duration_pb2
-
 from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.errors import UsageError
 
@@ -128,7 +126,7 @@ class BatchBuilder:
         if on_demand:
             spec.provisioning_model = job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND
         if timeout_s is not None:
-            spec.timeout.CopyFrom(duration_pb2.Duration(seconds=int(timeout_s), nanos=int(timeout_s % 1 * 1e9)))
+            spec.timeout.FromNanoseconds(round(timeout_s * 1e9))  # a negative one stays negative: refused
         return self._add(spec, parents, accept, job_group)
 
     def add_job(self, spec: job_spec_pb2.JobSpec, *, parents: Iterable[JobHandle | int | Parent] = (),

@@ -107,3 +107,10 @@ def test_a_parent_that_is_neither_handle_nor_job_id_is_refused(parent: object) -
     b.job("busybox", ["true"])
     with pytest.raises(UsageError, match="neither a JobHandle"):
         b.job("busybox", ["true"], parents=[parent])  # type: ignore[list-item]
+
+
+def test_a_negative_timeout_stays_negative_for_the_server_to_refuse() -> None:
+    b = BatchBuilder("p")
+    b.job("busybox", "true", timeout_s=-0.5)
+    b.job("busybox", "true", timeout_s=90.25)
+    assert [s.timeout.ToNanoseconds() for s in b.specs()] == [-500_000_000, 90_250_000_000]
