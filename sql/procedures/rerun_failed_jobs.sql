@@ -2,7 +2,7 @@
 -- committed job of the batch that ended in one of in_states_bits (2 =
 -- Failed, 4 = Error, 8 = Cancelled) and of every job depending on one of
 -- them, transitively. A copy keeps its original's group, resources (cores,
--- memory, storage), spec_ref, attributes and locks; an edge between two
+-- memory, storage), on-demand choice, spec_ref, attributes and locks; an edge between two
 -- re-run jobs joins their copies, an edge to a job that is not re-run
 -- keeps pointing at the original (whose state is read under a shared lock,
 -- as insert_jobs does, with its queued release: copies get ids above every
@@ -217,10 +217,12 @@ proc: BEGIN
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
-                    max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy)
+                    max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand)
     SELECT in_batch_id, t.new_job_id, v_update_id, j.job_group_id, j.user, 'Pending', COALESCE(x.n_unaccepted > 0, FALSE),
            j.always_run, COALESCE(x.n_pending, 0), j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.inst_coll,
-           j.regions_bits, j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms, j.retry_policy
+           j.regions_bits, j.priority, j.max_attempts, j.spec_ref, in_now_ms, j.timeout_ms, j.retry_policy,
+           -- On-demand if the original was (asked for, or moved there after preemptions).
+           j.on_demand
     FROM tmp_rerun t
     JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
     LEFT JOIN (SELECT job_id,
@@ -240,6 +242,10 @@ proc: BEGIN
   INSERT INTO job_locks (batch_id, job_id, level, mode, lock_name)
     SELECT in_batch_id, t.new_job_id, l.level, l.mode, l.lock_name
     FROM tmp_rerun t JOIN job_locks l ON l.batch_id = in_batch_id AND l.job_id = t.job_id;
+  INSERT INTO on_demand_jobs (batch_id, job_id, inst_coll)
+    SELECT in_batch_id, t.new_job_id, j.inst_coll
+    FROM tmp_rerun t JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
+    WHERE j.on_demand ORDER BY t.new_job_id;
   INSERT INTO job_reruns (batch_id, job_id, rerun_of_job_id)
     SELECT in_batch_id, new_job_id, job_id FROM tmp_rerun ORDER BY new_job_id;
   COMMIT;

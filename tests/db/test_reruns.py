@@ -2,7 +2,7 @@
 
 A re-run is a new update of copies: of the failed jobs and of everything
 below them, with edges between copies and to originals that are not re-run,
-resources (cores, memory, storage), attributes and locks copied, idempotent under its token, and a
+resources (cores, memory, storage), on-demand, attributes and locks copied, idempotent under its token, and a
 job already re-run is never re-run again (its copy is).
 """
 
@@ -36,7 +36,7 @@ async def failed_dag(world: World) -> int:
         {"attributes": [{"key": "name", "value": "root"}]},
         {"parents": [{"job_id": 1}], "attributes": [{"key": "name", "value": "flaky"}],
          "locks": [{"level": "db", "mode": "exclusive", "name": "x"}], "priority": 7, "cores_mcpu": 250,
-         "memory_bytes": 3 * GIB, "storage_bytes": 5 * GIB},
+         "memory_bytes": 3 * GIB, "storage_bytes": 5 * GIB, "on_demand": True},
         {"parents": [{"job_id": 2, "accepted_states": ANY}]},
         {},
         {"parents": [{"job_id": 2}, {"job_id": 4}]},
@@ -59,6 +59,9 @@ async def test_rerun_copies_failed_jobs_and_their_dependents(world: World) -> No
     assert (copy["state"], copy["n_pending_parents"], copy["priority"], copy["cores_mcpu"]) == ("Pending", 0, 7, 250)
     # It reserves what its original reserved: memory and scratch storage (migration 0017).
     assert (copy["memory_bytes"], copy["storage_bytes"]) == (3 * GIB, 5 * GIB)
+    # And it stays off spot machines as its original did.
+    on_demand = await world.db.fetchall("SELECT job_id FROM on_demand_jobs WHERE batch_id = %s", (batch_id,))
+    assert (copy["on_demand"], sorted(r["job_id"] for r in on_demand)) == (1, [2, 6])
     attrs = await world.db.fetchall("SELECT job_id, `value` FROM job_attributes WHERE batch_id = %s AND `key` = 'name'",
                                     (batch_id,))
     assert {(r["job_id"], r["value"]) for r in attrs} == {(1, "root"), (2, "flaky"), (6, "flaky")}
