@@ -22,6 +22,7 @@ for), so the planner decides exactly as if it had read every lock.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -120,8 +121,7 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
 async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
                       ) -> dict[str, dict[str, list[Candidate]]]:
     """Per pool, each user's queue as deep as the planner looks there (`looks[pool][user]`, from
-    `planner.depths`), with the candidates' locks: one call for every pool (`read_ready_heads`), one
-    statement for the locks."""
+    `planner.depths`), with the candidates' locks: one call for every pool (`read_ready_heads`)."""
     queues: dict[str, dict[str, list[Candidate]]] = {
         pool: {user: [] for user in users} for pool, users in looks.items()}
     heads = [[pool, user, depth] for pool in sorted(looks) for user, depth in sorted(looks[pool].items()) if depth > 0]
@@ -131,10 +131,6 @@ async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
     rates: dict[str, float] = {}
     if any(r["reserve_ms"] is not None for r in rows):
         rates = {r["name"]: float(r["rate_usd"]) for r in await db.fetchall(_RATES, name="reservation_rates")}
-    locks: dict[JobKey, Locks] = {}
-    with_locks = [(r["batch_id"], r["job_id"]) for r in rows if r["has_locks"]]
-    if with_locks:
-        locks = await locks_of(db, with_locks)
     for r in rows:
         reserve = 0
         if r["reserve_ms"] is not None:
@@ -144,7 +140,8 @@ async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
         queues[r["inst_coll"]][r["user"]].append(Candidate(
             key, r["user"], r["billing_project"], int(r["cores_mcpu"]),
             int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
-            int(r["priority"]), int(r["time_created_ms"]) / 1000, locks.get(key) or {}, reserve_micro_usd=reserve,
+            int(r["priority"]), int(r["time_created_ms"]) / 1000,
+            locks_from_rows(json.loads(r["locks"])) if r["locks"] is not None else {}, reserve_micro_usd=reserve,
             on_demand=bool(r["on_demand"]), avoid_worker=r["avoid_instance"],
             not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None,
             storage_bytes=int(r["storage_bytes"] or 0)))

@@ -54,6 +54,32 @@ def _filled(level: int, d: UserDemand) -> int:
     return min(max(level - d.running_cores_mcpu, 0), d.ready_cores_mcpu)
 
 
+def water_level(to_give: int, demands: Iterable[UserDemand]) -> int:
+    """The highest level L >= 0 at which topping every user up to L (running plus given, at most their
+    demand) costs no more than `to_give`; at least max(running + ready) when `to_give` covers every demand.
+
+    The cost of L is piecewise linear and rises by one mcpu per step for each user whose running cores are
+    at most L and whose running plus ready cores are above it, so it is walked from breakpoint to breakpoint
+    (a sort of the users, not a search over L)."""
+    slope_changes: dict[int, int] = {}
+    top = 0
+    for d in demands:
+        end = d.running_cores_mcpu + d.ready_cores_mcpu
+        top = max(top, end)
+        if d.ready_cores_mcpu > 0:
+            slope_changes[d.running_cores_mcpu] = slope_changes.get(d.running_cores_mcpu, 0) + 1
+            slope_changes[end] = slope_changes.get(end, 0) - 1
+    level, cost, slope = 0, 0, 0
+    for point in sorted(slope_changes):
+        if point > level:
+            cost_at_point = cost + slope * (point - level)
+            if cost_at_point > to_give:  # within this stretch, where slope > 0
+                return level + (to_give - cost) // slope
+            level, cost = point, cost_at_point
+        slope += slope_changes[point]
+    return top
+
+
 def allocate_cores(free_cores_mcpu: int, demands: Sequence[UserDemand]) -> dict[str, int]:
     """Water-fill `free_cores_mcpu` over the users: mcpu per user.
 
@@ -68,17 +94,7 @@ def allocate_cores(free_cores_mcpu: int, demands: Sequence[UserDemand]) -> dict[
         raise ValueError(f"free_cores_mcpu must be non-negative, got {free_cores_mcpu}")
     by_user = _by_user(demands)
     to_give = min(free_cores_mcpu, sum(d.ready_cores_mcpu for d in by_user.values()))
-
-    # The water level: the highest L at which topping everyone up to L costs
-    # no more than we have. The cost is monotone in L, so bisect; at
-    # L = max(running + ready) it is the whole demand, which is >= to_give.
-    lo, hi = 0, max((d.running_cores_mcpu + d.ready_cores_mcpu for d in by_user.values()), default=0)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if sum(_filled(mid, d) for d in by_user.values()) <= to_give:
-            lo = mid
-        else:
-            hi = mid - 1
+    lo = water_level(to_give, by_user.values())
     allocation = {user: _filled(lo, d) for user, d in by_user.items()}
 
     # Raising the level by one would overspend, so fewer than "users still

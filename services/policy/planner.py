@@ -219,7 +219,14 @@ def _cores(mcpu: int) -> str:
 def depths(workers: Sequence[Worker], demands: Sequence[UserDemand], jobs_per_cycle: int) -> dict[str, int]:
     """How many jobs of each user's queue a cycle looks at: the user's share of `jobs_per_cycle`, and at
     least one for every user with ready work (the reason of a queue's head is always the planner's)."""
-    allocation = allocate_cores(sum(max(0, w.free_cores_mcpu) for w in workers), demands)
+    return _depths(_allocation(workers, demands), demands, jobs_per_cycle)
+
+
+def _allocation(workers: Sequence[Worker], demands: Sequence[UserDemand]) -> dict[str, int]:
+    return allocate_cores(sum(max(0, w.free_cores_mcpu) for w in workers), demands)
+
+
+def _depths(allocation: Mapping[str, int], demands: Sequence[UserDemand], jobs_per_cycle: int) -> dict[str, int]:
     shares = scheduling_shares(allocation, demands, total_jobs=jobs_per_cycle)
     return {d.user: max(1, shares.get(d.user, 0)) for d in demands if d.ready_cores_mcpu > 0}
 
@@ -349,8 +356,10 @@ def _order(queue: Sequence[Candidate], running: Mapping[str, HeldLocks], now_s: 
 def plan(snapshot: Snapshot) -> Plan:
     """Placements for this cycle and, for every other candidate, the first rule that stopped it."""
     demands = list(snapshot.demands)
-    allocation = allocate_cores(sum(max(0, w.free_cores_mcpu) for w in snapshot.workers), demands)
-    looked_at = depths(snapshot.workers, demands, snapshot.jobs_per_cycle)
+    allocation = _allocation(snapshot.workers, demands)
+    looked_at = _depths(allocation, demands, snapshot.jobs_per_cycle)
+    handed_out = _cores(sum(allocation.values()))
+    running_by_user = {d.user: d.running_cores_mcpu for d in demands}
     free = {w.name: _Room(w.free_cores_mcpu, w.free_memory_bytes, w.free_storage_bytes) for w in snapshot.workers}
     # The running jobs' locks, indexed (weights read them as they were; the rule's index also takes the
     # locks of the jobs this cycle places).
@@ -393,10 +402,9 @@ def plan(snapshot: Snapshot) -> Plan:
                                       f"{_and(sizes)} free; the autoscaler adds machines while the pool has room")
                 continue
             if used + job.cores_mcpu > share:
-                running = next((d.running_cores_mcpu for d in demands if d.user == user), 0)
                 waits[job.key] = Wait(OVER_FAIR_SHARE,
-                                      f"user {user} runs {_cores(running)} cores of pool {snapshot.pool} and "
-                                      f"is given {_cores(share)} of the {_cores(sum(allocation.values()))} "
+                                      f"user {user} runs {_cores(running_by_user.get(user, 0))} cores of pool "
+                                      f"{snapshot.pool} and is given {_cores(share)} of the {handed_out} "
                                       "cores handed out this cycle by fair share; others wait too")
                 continue
             used += job.cores_mcpu

@@ -92,7 +92,10 @@ proc: BEGIN
          j.timeout_ms,
          -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
          IF(p.limit_usd IS NULL, NULL, COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000) AS reserve_ms,
-         EXISTS (SELECT 1 FROM job_locks l WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS has_locks
+         -- Its locks as [[level, mode, name], ...], NULL if it declares none: read here, by the primary key,
+         -- rather than by a second statement naming every candidate.
+         (SELECT JSON_ARRAYAGG(JSON_ARRAY(l.level, l.mode, l.lock_name)) FROM job_locks l
+          WHERE l.batch_id = j.batch_id AND l.job_id = j.job_id) AS locks
   -- In this order: the few heads first, each a lookup by primary key.
   FROM tmp_ready_heads h
   STRAIGHT_JOIN jobs j ON j.batch_id = h.batch_id AND j.job_id = h.job_id AND j.state = 'Ready'

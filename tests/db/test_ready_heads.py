@@ -1,7 +1,7 @@
 """The heads of the users' queues (read_ready_heads, through plan_snapshot.read_queues) against a model: on
 random batches with nested groups, some cancelled, priorities, jobs that always run, jobs a parent failed and
 jobs already running, each user's head in each pool is exactly the first `depth` Ready jobs that may run, in
-queue order, as a plain Python reading of every job decides it."""
+queue order, as a plain Python reading of every job decides it, each with the locks it declares."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import random
 
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_queues
+from services.policy.lock_contention import locks_from_rows
 from tests.world import World
 
 POOLS = ("standard", "highmem")
+LOCKS = ([], [], [{"level": "db", "mode": "exclusive", "name": "x"}],
+         [{"level": "db", "mode": "shared", "name": "x"}, {"level": "db", "mode": "shared", "name": "it's \"y\""},
+          {"level": "table", "mode": "all_shared", "name": ""}])
 USERS = ("alice", "bob")
 
 
@@ -23,7 +27,8 @@ async def _build(world: World, rng: random.Random) -> None:
         for g in range(1, 5):
             groups.append({"job_group_id": g, "parent_id": rng.randrange(g)})
         jobs = [{"job_group_id": rng.randrange(5), "priority": rng.choice([0, 0, 1, 2]),
-                 "always_run": rng.random() < 0.2, "inst_coll": rng.choice(POOLS), "cores_mcpu": 250}
+                 "always_run": rng.random() < 0.2, "inst_coll": rng.choice(POOLS), "cores_mcpu": 250,
+                 "locks": rng.choice(LOCKS)}
                 for _ in range(rng.randrange(5, 30))]
         batch_id, _, start = await world.batch(jobs, user=user, groups=groups)
         # Some jobs leave Ready, some groups (or the whole batch) are cancelled and not drained.
@@ -68,6 +73,14 @@ async def test_each_head_is_the_first_jobs_that_may_run_in_queue_order(world: Wo
         got = {pool: {user: [c.key for c in queue] for user, queue in users.items()}
                for pool, users in queues.items()}
         assert got == await _model(world, looks), looks
+    # Each candidate carries its own locks, as its job_locks rows say.
+    declared: dict[tuple[int, int], list[tuple[str, str, str]]] = {}
+    for r in await world.db.fetchall("SELECT batch_id, job_id, level, mode, lock_name FROM job_locks"):
+        declared.setdefault((r["batch_id"], r["job_id"]), []).append((r["level"], r["mode"], r["lock_name"]))
+    candidates = [c for users in queues.values() for queue in users.values() for c in queue]
+    assert any(c.locks for c in candidates) and any(not c.locks for c in candidates)
+    for c in candidates:
+        assert c.locks == locks_from_rows(declared.get(c.key, [])), c.key
 
 
 async def test_a_users_head_skips_an_undrained_cancelled_batch_ahead_of_it(world: World) -> None:

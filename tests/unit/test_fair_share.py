@@ -15,6 +15,7 @@ from services.policy.fair_share import (
     cancel_shares,
     fair_share_order,
     scheduling_shares,
+    water_level,
 )
 
 # ---------------------------------------------------------------- examples
@@ -108,6 +109,24 @@ def test_allocation_is_bounded_by_free_cores_and_demand(free_mcpu: int, demands:
     assert sum(allocation.values()) <= free_mcpu
     for d in demands:
         assert 0 <= allocation[d.user] <= d.ready_cores_mcpu
+
+
+def bisected_level(to_give: int, demands: list[UserDemand]) -> int:
+    """The water level by its definition: the highest L whose cost is at most `to_give`, by bisection."""
+    def cost(level: int) -> int:
+        return sum(min(max(level - d.running_cores_mcpu, 0), d.ready_cores_mcpu) for d in demands)
+    lo, hi = 0, max((d.running_cores_mcpu + d.ready_cores_mcpu for d in demands), default=0)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if cost(mid) <= to_give else (lo, mid - 1)
+    return lo
+
+
+@given(free, demand_lists)
+def test_the_water_level_walked_over_breakpoints_is_the_bisected_one(free_mcpu: int,
+                                                                      demands: list[UserDemand]) -> None:
+    to_give = min(free_mcpu, sum(d.ready_cores_mcpu for d in demands))
+    assert water_level(to_give, demands) == bisected_level(to_give, demands)
 
 
 @given(free, demand_lists)
