@@ -193,7 +193,7 @@ class ImageCache:
 
     @property
     def size_bytes(self) -> int:
-        """Disk space of the images held now."""
+        """Disk space of the images in the cache now."""
         return self._bytes
 
     def held(self) -> list[HeldImage]:
