@@ -3,15 +3,17 @@
 # each step runs only when its result is missing or out of date.
 #   - Debian packages: MariaDB (tests start a private server of their own; the
 #     system service is neither started nor configured here), the OCI tools of
-#     the container runtime (runc, umoci, skopeo), iptables (the partition
-#     fault cuts a worker off with it), and Node.js for buf;
+#     the container runtime (runc, umoci, skopeo), the OCI registry `corral up`
+#     runs on loopback (docker-registry) and the static busybox it seeds it
+#     with (busybox-static), iptables (the partition fault cuts a worker off
+#     with it), and Node.js for buf;
 #   - .venv with corral installed editable, re-installed when pyproject.toml
 #     changes;
 #   - the buf CLI in .tools/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo iptables nodejs npm)
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm)
 BUF_VERSION=1.75.0
 STAMP=.venv/.corral-pyproject.sha256
 
@@ -43,6 +45,13 @@ if ((${#missing[@]})); then
     say "installing ${missing[*]}"
     as_root apt-get update -q
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # Under systemd, the docker-registry package starts a system registry on every interface (:5000),
+    # without authentication. corral runs its own on loopback (services/registry), so the system one
+    # goes again, if this run installed it.
+    if [[ " ${missing[*]} " == *" docker-registry "* && -d /run/systemd/system ]]; then
+        say "stopping and disabling the system docker-registry service (corral runs its own on loopback)"
+        as_root systemctl disable --now docker-registry.service || true
+    fi
 else
     say "Debian packages present"
 fi

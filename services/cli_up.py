@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from services.common.entry import add_url_settings, allowed_networks
+from services.common.image_refs import InvalidImageReference, Registry
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -21,7 +22,15 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_roots=tuple(args.storage_root) if args.storage_root else None,
                                   callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                   unisolated_dev=args.unisolated_dev,
-                                  restart_policy=RestartPolicy(tries=args.restart_tries)))
+                                  restart_policy=RestartPolicy(tries=args.restart_tries),
+                                  registry_url=args.registry))
+
+
+def _registry_url(text: str) -> str:
+    try:
+        return Registry.parse(text).url
+    except InvalidImageReference as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -50,4 +59,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="a process that dies is started again, at once, then after 1 s, 2 s, 4 s...; after N "
                          "restarts in a row that do not serve (ready, then up 2 s), stop everything and exit 1 "
                          "(default: %(default)s)")
+    up.add_argument("--registry", metavar="URL", type=_registry_url,
+                    help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
+                         "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
+                         "seeded with busybox")
     up.set_defaults(run=_up)

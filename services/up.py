@@ -3,12 +3,14 @@
 Starts (or connects to) MariaDB, applies migrations, gives each service its
 own database account, keeps a development CA and gives each service its own
 certificate directory, starts auth, the frontend, a leading driver and a
-standby on loopback, makes sure an administrator and a `default` billing
-project exist, writes the CLI's `admin` profile, prints the endpoints and an
-admin token, then supervises (services.up_supervisor: a part that dies is
-started again with back-off) until Ctrl-C or SIGTERM, or until a part cannot
-be kept running, and stops every process it started, by pid, saying what it
-waits for. Nothing it started outlives it, however it ends: each part dies
+standby on loopback, an OCI registry on loopback seeded with the images the
+quickstart and tests use (services.registry; unless `--registry` names
+another), makes sure an administrator and a `default` billing project exist,
+writes the CLI's `admin` profile, prints the endpoints and an admin token,
+then supervises (services.up_supervisor: a part that dies is started again
+with back-off) until Ctrl-C or SIGTERM, or until a part cannot be kept
+running, and stops every process it started, by pid, saying what it waits
+for. Nothing it started outlives it, however it ends: each part dies
 with it (PR_SET_PDEATHSIG), each worker when its lifeline closes
 (services.common.lifeline), and a restarted `corral up` ends what a killed
 one left, from the pid files in DATA/run/pids. State lives in the data
@@ -22,6 +24,7 @@ The data directory (docs/security.md):
       certs/NAME/    0700: one per service: ca.pem and its own certificate and key
       secrets/       0700: the database passwords (admin and one per service)
       mariadb/       0700: the private server, its data and its socket
+      registry/      0700: the loopback registry's configuration, storage/ and seed/ (the seed images' build)
       run/           the ports files, up.lock (one `corral up` per data directory), pids/ (a pid file per process)
       blobs/ logs/ workers/ ...   created by the services, private to them (umask 077)
 """
@@ -45,6 +48,7 @@ from services.auth.store import AuthStore
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
 from services.common.lifeline import Lifeline
+from services.common.parent_death import launcher
 from services.common.processes import PidFiles, Recorded, end_processes
 from services.common.tls import SERVICE_IDENTITIES, WORKER_ISSUER, DevCertificateAuthority
 from services.db.accounts import grant_service_accounts, service_passwords
@@ -52,6 +56,8 @@ from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
 from services.db.store import JobStore
 from services.driver.leader import LeaseSettings
+from services.registry.seed import seed
+from services.registry.server import RegistryServer
 from services.up_supervisor import (
     DatabaseServer,
     RestartPolicy,
@@ -97,6 +103,9 @@ class UpConfig:
     (development only: a job can then read everything the services can)."""
     restart_policy: RestartPolicy = RestartPolicy()
     """When a process that died is started again, and when `corral up` gives up and stops."""
+    registry_url: str | None = None
+    """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
+    and seeding one in the data directory."""
 
 
 def _ephemeral_ports() -> range:
@@ -162,6 +171,7 @@ class Running:
         # The drivers (each stops any worker of its own still there), then auth.
         supervisor.end([name for name in names if name.startswith("driver-")], SERVICE_GRACE_S)
         supervisor.end(["auth"], SERVICE_GRACE_S)
+        supervisor.end(["registry"], SERVICE_GRACE_S)  # no worker is left to pull from it
         # Whatever else a pid file names and still runs (a worker started during the steps above).
         leftovers = [Recorded(record) for record in pid_files.live() if record.name != "mariadb"]
         if leftovers:
@@ -298,6 +308,14 @@ def start(config: UpConfig) -> Running:
         urls = [*(a for root in _storage_roots(config, data) for a in ("--storage-root", root)),
                 "--callback-allow-networks", ",".join(config.callback_allow_networks)]
         asyncio.run(_configure_pools(database_url, config.worker_cores, config.max_workers))
+        if config.registry_url is not None:
+            registry, registry_url = None, config.registry_url
+        else:
+            # Started now and seeded while the services start: it adds little to the time to ready.
+            registry = RegistryServer(data / "registry", free_port(), launcher=launcher(),
+                                      log_file=logs / "registry.log")
+            supervisor.start(registry)
+            registry_url = registry.url
         env = dict(os.environ)
         env.pop(DATABASE_URL_VARIABLE, None)
         if config.trace:
@@ -325,6 +343,7 @@ def start(config: UpConfig) -> Running:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
+        session += ["--default-registry", registry_url]
 
         # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()
@@ -346,11 +365,17 @@ def start(config: UpConfig) -> Running:
                 ["--certs-dir", str(certs["frontend"]), "--auth-address", f"localhost:{auth_internal}",
                  "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
                  "--driver-addresses", driver_addresses, *urls])
+        if registry is not None:
+            registry.wait_ready()
+            for seeded in seed(registry.address, data / "registry" / "seed"):
+                if seeded.pushed:
+                    supervisor.say(f"registry: seeded {seeded.reference} ({seeded.digest})")
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", supervisor)
         running.admin_token = asyncio.run(_bootstrap(database_url))
         running.endpoints = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}",
                              "drivers": driver_addresses, "database": _without_password(database_url),
+                             "registry": registry_url,
                              "ca_cert": str(data / "ca.pem"), "logs": str(logs)}
         _write_client_config(config, running)
         return running

@@ -106,6 +106,9 @@ class DriverConfig:
     unisolated_dev_workers: bool = False
     """Start local workers with --unisolated-dev: when not root, they run jobs unisolated as their own user
     instead of refusing them (development only)."""
+    default_registry: str | None = None
+    """The registry local workers pull bare image names (`busybox`) from (`http://host:port`: plain HTTP);
+    None: they know no default registry."""
 
 
 @dataclasses.dataclass
@@ -153,7 +156,8 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
                 "--driver-addresses", ",".join(drivers), "--certs-dir", str(certs),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url,
-                *(["--unisolated-dev"] if config.unisolated_dev_workers else [])]
+                *(["--unisolated-dev"] if config.unisolated_dev_workers else []),
+                *(["--default-registry", config.default_registry] if config.default_registry else [])]
 
     return command
 

@@ -33,6 +33,12 @@ parser.add_argument("--driver-silence", type=float, default=WorkerConfig.driver_
 parser.add_argument("--unisolated-dev", action="store_true",
                     help="when not root, run jobs unisolated as this worker's own user instead of refusing them "
                          "(development only: a job can then read everything the worker can)")
+parser.add_argument("--default-registry", metavar="URL",
+                    help="where bare image names (busybox) are pulled from: http://HOST:PORT (plain HTTP) or "
+                         "https://HOST (default: none; jobs name their images' registries)")
+parser.add_argument("--image-cache-dir", type=Path, help="the image cache (default: SCRATCH_DIR/images)")
+parser.add_argument("--image-cache-bytes", type=int, default=WorkerConfig.image_cache_bytes,
+                    help="most disk the cached images may take, images in use aside (default: %(default)s)")
 args = parser.parse_args()
 private_files()
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
@@ -44,4 +50,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
-    driver_silence_s=args.driver_silence))))
+    driver_silence_s=args.driver_silence, default_registry=args.default_registry,
+    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes))))

@@ -23,6 +23,7 @@ from services.common.tls import TlsFiles
 from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
 from services.worker.config import WorkerConfig
+from services.worker.images import ImageCache
 from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
 from services.worker.servicer import WorkerServicer
 
@@ -69,7 +70,12 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         runtime = runtime or ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev))
         stack.push_async_callback(runtime.close)  # the job launcher, once the jobs are gone
         worker = Worker(config, runtime, attempts, tls)
-        servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker),
+        # Opened now so that ListImages reports what a worker before this one left; the OCI runtime
+        # will pull through it.
+        images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
+                            config.image_cache_bytes)
+        stack.push_async_callback(images.close)
+        servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker, images),
                                        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
                               [Listener.mutual_tls(config.listen_address, tls)],
                               tracer_provider=tracing.provider)

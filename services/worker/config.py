@@ -8,6 +8,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+DEFAULT_IMAGE_CACHE_BYTES = 10 * 2**30
+"""The image cache's size limit unless configured (10 GiB)."""
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
@@ -59,6 +62,13 @@ class WorkerConfig:
     deactivate_timeout_s: float = 15.0
     """How long to keep trying DeactivateWorker before exiting anyway (the dead-worker detector
     then deactivates the instance)."""
+    default_registry: str | None = None
+    """Where bare image names (`busybox`) are pulled from: `http://host:port` (plain HTTP) or `https://host`
+    (services.common.image_refs); None: a job must name its image's registry."""
+    image_cache_dir: Path | None = None
+    """The image cache (services.worker.images); None: `<scratch_dir>/images`."""
+    image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES
+    """Most disk the unpacked images of the cache may take, images in use aside."""
     unisolated_dev: bool = False
     """If the worker cannot isolate jobs (it is not root), run them anyway, unisolated, as its own user
     (development only; each attempt's isolation note says so). Otherwise such a worker refuses them."""

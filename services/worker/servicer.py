@@ -11,6 +11,8 @@ ended within its retention time; anything else is NOT_FOUND.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import AsyncIterator
 
 import grpc
@@ -22,18 +24,21 @@ from services.common.errors import FieldViolation, InvalidRequest, NotFound, Per
 from services.common.identity import current_principal
 from services.worker.agent import Worker
 from services.worker.attempts import Attempt, timestamp
+from services.worker.images import ImageCache
 
 DEFAULT_LOG_BYTES = 2**20
 MAX_LOG_BYTES = 4 * 2**20
 STREAM_CHUNK_BYTES = 64 * 2**10
+DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 
 
 class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
     """See the module docstring."""
 
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: Worker, images: ImageCache):
         self._worker = worker
+        self._images = images
 
     @staticmethod
     def _authorize() -> None:
@@ -105,10 +110,37 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         self._authorize()
         if request.page_size < 0:
             raise InvalidRequest(FieldViolation("page_size", f"between 0 and {MAX_PAGE_SIZE}"))
-        if request.page_token:
-            raise InvalidRequest(FieldViolation("page_token", "not a token this service returned"))
-        # The process runtime runs commands on the host: it has no image cache.
-        return pb.ListImagesResponse()
+        after = _page_after(request.page_token)
+        page_size = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+        # One entry per reference an image was pulled as, in (reference, digest) order: the page token's.
+        images = {image.digest: image for image in self._images.held()}
+        rows = sorted((reference, image.digest) for image in images.values() for reference in image.references)
+        rows = [row for row in rows if after is None or row > after]
+        page = rows[:page_size]
+        cached = [worker_status_pb2.CachedImage(reference=reference, digest=digest,
+                                                size_bytes=images[digest].size_bytes,
+                                                pulled_at=timestamp(images[digest].pulled_at_ms),
+                                                last_used_at=timestamp(images[digest].last_used_at_ms))
+                  for reference, digest in page]
+        token = _page_token(page[-1]) if len(rows) > page_size else ""
+        return pb.ListImagesResponse(images=cached, next_page_token=token)
+
+
+def _page_token(last: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(last).encode()).decode()
+
+
+def _page_after(token: str) -> tuple[str, str] | None:
+    """The last (reference, digest) of the previous page, from its token (None: the first page)."""
+    if not token:
+        return None
+    try:
+        reference, digest = json.loads(base64.urlsafe_b64decode(token.encode()))
+        if isinstance(reference, str) and isinstance(digest, str):
+            return reference, digest
+    except (ValueError, TypeError):
+        pass
+    raise InvalidRequest(FieldViolation("page_token", "not a token this service returned"))
 
 
 def _size(attempt: Attempt) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 
 import grpc
@@ -24,7 +24,15 @@ from services.frontend.billing import BillingServicer
 from services.frontend.billing_store import BillingStore
 from services.frontend.field_limits import request_field_limits
 from services.frontend.limits import Limits
+from tests import registry as test_registry
 from tests.conftest import service_url
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[test_registry.SeededRegistry]:
+    """A real registry on loopback serving corral's busybox and variants of it (and the same behind a
+    login), started once for the session and stopped by pid."""
+    yield from test_registry.running(tmp_path_factory.mktemp("registry"))
 
 
 @pytest.fixture
