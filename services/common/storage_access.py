@@ -96,7 +96,8 @@ class StorageAccess:
     def from_args(cls, args: argparse.Namespace) -> StorageAccess:
         """The settings of options added by `add_arguments`."""
         return cls(gcs_endpoint=args.gcs_endpoint, gcs_token_file=args.gcs_token_file,
-                   gcs_anonymous=args.gcs_anonymous, azure_connection_string_file=args.azure_blob_connection_string_file,
+                   gcs_anonymous=args.gcs_anonymous,
+                   azure_connection_string_file=args.azure_blob_connection_string_file,
                    azure_account=args.azure_account, azure_account_key_file=args.azure_account_key_file,
                    copy_timeout_s=args.storage_timeout)
 
