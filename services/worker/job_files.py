@@ -96,7 +96,8 @@ def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, 
                 finally:
                     os.close(parent_fd)
             except Exception as e:
-                raise CopyRefused(f"{f.from_url} -> {f.to_path}: {_reason(e, f.from_url, stores.timeout_s)}") from e
+                missing = None if _local(f.from_url) else f"{f.from_url}, or its bucket or container, does not exist"
+                raise CopyRefused(f"{f.from_url} -> {f.to_path}: {_reason(e, missing, stores.timeout_s)}") from e
     finally:
         os.close(work_fd)
 
@@ -125,7 +126,8 @@ def copy_outputs(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: Ur
                     os.close(parent_fd)
                 _copy_out(fd, f.from_path, uid, target.fs, target.path, stores.timeout_s)
             except Exception as e:
-                raise CopyRefused(f"{f.from_path} -> {f.to_url}: {_reason(e, f.to_url, stores.timeout_s)}") from e
+                missing = None if _local(f.to_url) else f"the bucket or container of {f.to_url} does not exist"
+                raise CopyRefused(f"{f.from_path} -> {f.to_url}: {_reason(e, missing, stores.timeout_s)}") from e
     finally:
         os.close(work_fd)
 
@@ -138,15 +140,20 @@ def _resolved(source: Location, check_url: UrlCheck) -> str:
     return real
 
 
-def _reason(e: Exception, url: str, timeout_s: float) -> str:
-    """What went wrong, in one line: storage libraries' own messages can be a page long."""
+def _local(url: str) -> bool:
+    return urlsplit(url).scheme == "file"
+
+
+def _reason(e: Exception, missing: str | None, timeout_s: float) -> str:
+    """What went wrong, in one line (storage libraries' own messages can be a page long); `missing` says it
+    when an object store answers "not found" (the libraries name the object without its scheme, if at all)."""
     if isinstance(e, CopyRefused):
         return str(e)
     if isinstance(e, FSTimeoutError):
         return (f"not done within {timeout_s:g} s (worker setting --storage-timeout): the object store is "
                 "unreachable or too slow")
-    if isinstance(e, FileNotFoundError) and "://" in url and not url.startswith("file://"):
-        return f"{url}, or its bucket or container, does not exist"
+    if isinstance(e, FileNotFoundError) and missing is not None:
+        return missing
     text = " ".join(str(e).split())
     return (text[:300] + "..." if len(text) > 300 else text) or type(e).__name__
 
