@@ -9,7 +9,8 @@
 #     with it), and Node.js for buf;
 #   - .venv with corral installed editable, re-installed when pyproject.toml
 #     changes;
-#   - the buf CLI in .tools/.
+#   - the buf CLI in .tools/;
+#   - Azurite (the Azure Blob Storage emulator) in .tools/azurite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,4 +80,16 @@ if [[ ! -x .tools/node_modules/.bin/buf ]]; then
     npm install --no-save --prefix .tools "@bufbuild/buf@$BUF_VERSION"
 else
     say "buf present"
+fi
+
+# Azurite, the Azure Blob Storage emulator the object-storage tests run on
+# loopback, in a prefix of its own: npm prunes packages it was not asked for,
+# so sharing buf's would remove one or the other. 3.35.0 is the newest that
+# runs on Node.js 20 (3.36 wants 21, 3.37 wants 22).
+AZURITE_VERSION=3.35.0
+if [[ $(cat .tools/azurite/node_modules/azurite/package.json 2>/dev/null) != *"\"version\": \"$AZURITE_VERSION\""* ]]; then
+    say "installing azurite $AZURITE_VERSION into .tools/azurite"
+    npm install --no-save --no-audit --no-fund --loglevel=error --prefix .tools/azurite "azurite@$AZURITE_VERSION" >/dev/null
+else
+    say "azurite present"
 fi

@@ -7,8 +7,10 @@ import argparse
 import os
 from pathlib import Path
 
+from corral.errors import UsageError
 from services.common.entry import add_url_settings, allowed_networks
 from services.common.image_refs import InvalidImageReference, Registry
+from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -16,12 +18,16 @@ def _up(args: argparse.Namespace) -> int:
     from services.up import UpConfig, serve_forever
     from services.up_supervisor import RestartPolicy
 
+    storage_access = StorageAccess.from_args(args)
+    if problems := storage_access.problems():
+        raise UsageError("; ".join(problems))
     return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
                                   idle_timeout_s=args.idle_timeout, trace=args.trace,
                                   storage_roots=tuple(args.storage_root) if args.storage_root else None,
                                   callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                   unisolated_dev=args.unisolated_dev,
+                                  storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry))
 
@@ -52,6 +58,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--trace", action="store_true",
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
+    add_storage_access(up)
     up.add_argument("--unisolated-dev", action="store_true",
                     help="when not run as root, let workers run jobs unisolated as your own user instead of "
                          "refusing them (development only: a job can then read everything corral can)")

@@ -50,6 +50,7 @@ from services.common.files import write_atomically
 from services.common.lifeline import Lifeline
 from services.common.parent_death import launcher
 from services.common.processes import PidFiles, Recorded, end_processes
+from services.common.storage_access import StorageAccess
 from services.common.tls import SERVICE_IDENTITIES, WORKER_ISSUER, DevCertificateAuthority
 from services.db.accounts import grant_service_accounts, service_passwords
 from services.db.database import Database, DatabaseConfig
@@ -98,6 +99,9 @@ class UpConfig:
     in the data directory, `file://<data_dir>/storage/{project}/`."""
     callback_allow_networks: tuple[str, ...] = ()
     """Networks (CIDR) completion callbacks may reach although they are not public (e.g. 127.0.0.0/8)."""
+    storage_access: StorageAccess = StorageAccess()
+    """How workers reach gs:// and az:// storage roots: handed to the drivers, which hand it to each
+    worker they start (paths of the secret files; only workers read them)."""
     unisolated_dev: bool = False
     """When not root, let local workers run jobs unisolated as this user instead of refusing them
     (development only: a job can then read everything the services can)."""
@@ -279,6 +283,8 @@ def _storage_roots(config: UpConfig, data: Path) -> tuple[str, ...]:
 
 def start(config: UpConfig) -> Running:
     """Bring everything up; on failure, stop what was started and re-raise."""
+    if problems := config.storage_access.problems():
+        raise ValueError("object storage settings: " + "; ".join(problems))
     data = config.data_dir.expanduser()
     os.umask(0o077)  # everything created here is private to this account, unless made otherwise on purpose
     data.mkdir(parents=True, exist_ok=True)
@@ -359,7 +365,7 @@ def start(config: UpConfig) -> Running:
             service(f"driver-{i}", "services.driver", "driver",
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
                      "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", driver_addresses,
-                     *session, *urls], lifeline=True, policy=driver_policy)
+                     *session, *urls, *config.storage_access.to_args()], lifeline=True, policy=driver_policy)
         frontend = free_port()
         service("frontend", "services.frontend", "frontend",
                 ["--certs-dir", str(certs["frontend"]), "--auth-address", f"localhost:{auth_internal}",

@@ -1,5 +1,6 @@
 """Fixtures shared by every tier: a private MariaDB for the session and a
-fresh, migrated database for each test that asks for one."""
+fresh, migrated database for each test that asks for one; object stores on
+loopback (a GCS emulator and Azurite) for the tests that ask for them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from services.db.database import Database, DatabaseConfig
 from services.db.migrations import drop_database, migrate
 from services.db.server import PrivateMariaDB
 from services.db.store import JobStore
+from tests import storage_emulators
+from tests.storage_emulators import Emulator
 from tests.world import FakeClock, World
 
 
@@ -79,3 +82,17 @@ def service_url(config: DatabaseConfig, service: str) -> str:
     are named corral_test_*, so a shared server's corral_* accounts are never touched."""
     configs = grant_service_accounts(config, _SERVICE_PASSWORDS, prefix="corral_test_")
     return configs[service].to_url()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """gcp-storage-emulator on loopback, for the session (each test makes buckets of its own)."""
+    with storage_emulators.running(storage_emulators.start_gcs(tmp_path_factory.mktemp("gcs"))) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    """Azurite's blob service on loopback, for the session (each test makes containers of its own)."""
+    with storage_emulators.running(storage_emulators.start_azurite(tmp_path_factory.mktemp("azurite"))) as emulator:
+        yield emulator

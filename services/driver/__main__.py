@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
+from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.driver.app import DriverConfig, run
 from services.driver.leader import LeaseSettings
 from services.driver.servicer import SessionSettings
@@ -33,6 +34,7 @@ parser.add_argument("--leader-renew-interval", type=float, default=LeaseSettings
 parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_timeout_s,
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
 add_url_settings(parser, [], "none: jobs may name no files; workers check each job's files against them too")
+add_storage_access(parser)  # for the local workers it starts
 parser.add_argument("--unisolated-dev-workers", action="store_true",
                     help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
                          "as their own user instead of refusing them; development only)")
@@ -53,4 +55,5 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                                                      args.idle_timeout),
                              lease=lease,
                              storage_roots=tuple(args.storage_root),
+                             storage_access=StorageAccess.from_args(args),
                              callback_allow_networks=allowed_networks(args.callback_allow_networks))))

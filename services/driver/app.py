@@ -35,6 +35,7 @@ from services.common.server import (
     serve,
     write_ports_file,
 )
+from services.common.storage_access import StorageAccess
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles, WorkerIssuer
 from services.common.urls import CallbackRules, StorageRoots
@@ -103,6 +104,9 @@ class DriverConfig:
     callback_allow_networks: tuple[str, ...] = ()
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8;
     checked again when each callback is sent. The frontend's setting."""
+    storage_access: StorageAccess = StorageAccess()
+    """How local workers reach gs:// and az:// storage: passed on to each (the paths of its secret files,
+    never what is in them: the driver reads none)."""
     unisolated_dev_workers: bool = False
     """Start local workers with --unisolated-dev: when not root, they run jobs unisolated as their own user
     instead of refusing them (development only)."""
@@ -153,6 +157,7 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
                 "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--storage-bytes", str(request.storage_bytes),
                 "--region", request.region,
+                *config.storage_access.to_args(),
                 "--driver-addresses", ",".join(drivers), "--certs-dir", str(certs),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url,

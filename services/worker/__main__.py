@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from services.common.entry import private_files
+from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.worker.app import run
 from services.worker.config import WorkerConfig
 
@@ -25,6 +26,7 @@ parser.add_argument("--driver-addresses", required=True, help="every driver's ad
 parser.add_argument("--certs-dir", type=Path, required=True)
 parser.add_argument("--scratch-dir", type=Path, required=True)
 parser.add_argument("--log-root-url", required=True)
+add_storage_access(parser)
 parser.add_argument("--listen-address", default="127.0.0.1:0")
 parser.add_argument("--advertise-host", default="127.0.0.1")
 parser.add_argument("--driver-silence", type=float, default=WorkerConfig.driver_silence_s,
@@ -48,6 +50,7 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname
 sys.exit(asyncio.run(run(WorkerConfig(
     args.instance_name, token, args.cores_mcpu,
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
+    storage_access=StorageAccess.from_args(args),
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,

@@ -24,6 +24,7 @@ from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
 from services.worker.config import WorkerConfig
 from services.worker.images import ImageCache
+from services.worker.object_stores import ObjectStores
 from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
 from services.worker.servicer import WorkerServicer
 
@@ -67,7 +68,10 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         tracing = Tracing("corral-worker")  # $CORRAL_TRACE_EXPORTER, inherited from the driver that started us
         stack.callback(tracing.shutdown)
         attempts = AttemptTable(config.keep_ended_s)
-        runtime = runtime or ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev))
+        stores = ObjectStores(config.storage_access)  # reads its secrets: a bad one stops the worker here
+        stack.callback(stores.close)
+        runtime = runtime or ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev,
+                                                                 object_stores=stores))
         stack.push_async_callback(runtime.close)  # the job launcher, once the jobs are gone
         worker = Worker(config, runtime, attempts, tls)
         # Opened now so that ListImages reports what a worker before this one left; the OCI runtime

@@ -1,12 +1,15 @@
 """What a worker process is told: its identity, its machine, and where the
 drivers and storage are. The driver's local provider passes these as the
 command line of `python -m services.worker`, but for the activation token,
-which goes in its environment (a command line is there for anyone to read)."""
+which goes in its environment (a command line is there for anyone to read),
+and the storage secrets, which stay in files only the worker reads."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+
+from services.common.storage_access import StorageAccess
 
 DEFAULT_IMAGE_CACHE_BYTES = 10 * 2**30
 """The image cache's size limit unless configured (10 GiB)."""
@@ -30,6 +33,8 @@ class WorkerConfig:
     """Where attempts get their working directories and local logs."""
     log_root_url: str
     """fsspec URL under which finished logs go when a RunJob names no log_url."""
+    storage_access: StorageAccess = StorageAccess()
+    """How jobs' gs:// and az:// files are reached: endpoints, and the files holding the credentials."""
     memory_bytes: int = 0
     """Memory offered to jobs, in bytes (0: not declared)."""
     storage_bytes: int = 0

@@ -10,7 +10,14 @@ own user could read them (which a hard link to someone else's file fails)
 and only regular files and directories are copied. Inputs are written the
 same way, so a link inside one input cannot redirect a later one.
 
-Every storage URL goes through one hook, `check_url`, before its copy.
+Every storage URL goes through one hook, `check_url`, before its copy, and
+is opened through `ObjectStores` (object_stores.py): the local disk, GCS or
+Azure Blob Storage with the deployment's credentials. An object is moved
+whole by one fsspec call bounded by `ObjectStores.timeout_s`, between the
+object store and a descriptor opened here as above (named to fsspec by its
+/proc/self/fd path, which is that open file and nothing a job could swap in).
+An input URL that is a prefix of objects (a "directory") brings each object
+below it; an output directory sends each file in it.
 """
 
 from __future__ import annotations
@@ -25,8 +32,11 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 import fsspec
+from fsspec.exceptions import FSTimeoutError
+from fsspec.implementations.local import LocalFileSystem
 
 from corral.batch.v1 import job_spec_pb2
+from services.worker.object_stores import SCHEMES, Location, ObjectStores, describe_schemes
 
 UrlCheck = Callable[[str], None]
 """Raises (any exception, its message saying why) if the deployment does not allow a storage URL."""
@@ -43,10 +53,12 @@ class CopyRefused(Exception):
 
 
 def url_refusals(what: str, url: str) -> list[str]:
-    """Why the process runtime cannot copy `url` (it copies local file:// URLs only)."""
+    """Why a worker cannot copy `url`: a scheme it has no file system for, or a file:// URL naming a host."""
     parts = urlsplit(url)
-    if parts.scheme != "file" or parts.netloc:
-        return [f"{what} URL {url!r} is not a local file:// URL; the process runtime copies only those"]
+    if parts.scheme not in SCHEMES:
+        return [f"{what} URL {url!r} is not one a worker copies ({describe_schemes()})"]
+    if parts.scheme == "file" and parts.netloc:
+        return [f"{what} URL {url!r} names a host; a file:// URL is a path on the worker: file:///path"]
     return []
 
 
@@ -63,7 +75,7 @@ def host_path(work: Path, container_path: str) -> Path:
     return work / posixpath.normpath(container_path).lstrip("/")
 
 
-def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> None:
+def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, stores: ObjectStores) -> None:
     """Copy every input into `work` (before the job runs). A local source that is a link is followed (the
     user named it), and where it leads is checked too; links inside a copied directory are copied as links."""
     work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -71,20 +83,21 @@ def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> 
         for f in spec.input_files:
             try:
                 check_url(f.from_url)
-                source = _local_path(f.from_url)
-                real = os.path.realpath(source)
-                if real != os.path.normpath(source):
-                    check_url(f"file://{real}")
+                source = stores.locate(f.from_url)
+                real = _resolved(source, check_url) if source.local else ""
                 parent_fd, name = _parent_beneath(work_fd, f.to_path, create=True)
                 try:
-                    if os.path.isdir(real):
+                    if not source.local:
+                        _fetch(source, parent_fd, name, stores.timeout_s)
+                    elif os.path.isdir(real):
                         _copy_dir_in(real, parent_fd, name)
                     else:
                         _copy_file_in(real, parent_fd, name)
                 finally:
                     os.close(parent_fd)
             except Exception as e:
-                raise CopyRefused(f"{f.from_url} -> {f.to_path}: {e}") from e
+                missing = None if _local(f.from_url) else f"{f.from_url}, or its bucket or container, does not exist"
+                raise CopyRefused(f"{f.from_url} -> {f.to_path}: {_reason(e, missing, stores.timeout_s)}") from e
     finally:
         os.close(work_fd)
 
@@ -97,29 +110,97 @@ def give_to(work: Path, uid: int, gid: int) -> None:
     os.chown(work, uid, gid, follow_symlinks=False)
 
 
-def copy_outputs(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: UrlCheck) -> None:
+def copy_outputs(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: UrlCheck, *,
+                 stores: ObjectStores) -> None:
     """Copy every output out of `work` (once the job's processes are gone), as described above."""
     work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for f in spec.output_files:
             try:
                 check_url(f.to_url)
+                target = stores.locate(f.to_url)
                 parent_fd, name = _parent_beneath(work_fd, f.from_path, create=False)
                 try:
                     fd = _open_output(parent_fd, name, f.from_path)
                 finally:
                     os.close(parent_fd)
-                fs, remote = fsspec.core.url_to_fs(f.to_url)
-                _copy_out(fd, f.from_path, uid, fs, remote)
+                _copy_out(fd, f.from_path, uid, target.fs, target.path, stores.timeout_s)
             except Exception as e:
-                raise CopyRefused(f"{f.from_path} -> {f.to_url}: {e}") from e
+                missing = None if _local(f.to_url) else f"the bucket or container of {f.to_url} does not exist"
+                raise CopyRefused(f"{f.from_path} -> {f.to_url}: {_reason(e, missing, stores.timeout_s)}") from e
     finally:
         os.close(work_fd)
 
 
-def _local_path(url: str) -> str:
-    _, path = fsspec.core.url_to_fs(url)
-    return path
+def _resolved(source: Location, check_url: UrlCheck) -> str:
+    """A local source's real path; where a link leads must be allowed too."""
+    real = os.path.realpath(source.path)
+    if real != os.path.normpath(source.path):
+        check_url(f"file://{real}")
+    return real
+
+
+def _local(url: str) -> bool:
+    return urlsplit(url).scheme == "file"
+
+
+def _reason(e: Exception, missing: str | None, timeout_s: float) -> str:
+    """What went wrong, in one line (storage libraries' own messages can be a page long); `missing` says it
+    when an object store answers "not found" (the libraries name the object without its scheme, if at all)."""
+    if isinstance(e, CopyRefused):
+        return str(e)
+    if isinstance(e, FSTimeoutError):
+        return (f"not done within {timeout_s:g} s (worker setting --storage-timeout): the object store is "
+                "unreachable or too slow")
+    if isinstance(e, FileNotFoundError) and missing is not None:
+        return missing
+    text = " ".join(str(e).split())
+    return (text[:300] + "..." if len(text) > 300 else text) or type(e).__name__
+
+
+def _fd_path(fd: int) -> str:
+    """A path naming exactly the open file `fd`, for fsspec calls that take a path."""
+    return f"/proc/self/fd/{fd}"
+
+
+def _fetch(source: Location, parent_fd: int, name: str, timeout_s: float) -> None:
+    """Copy an object, or every object below a prefix, from an object store to `name` in `parent_fd`."""
+    try:
+        info = source.fs.info(source.path, timeout=timeout_s)
+    except FileNotFoundError:
+        raise CopyRefused(f"{source.url} does not exist") from None
+    if info["type"] != "directory":
+        _fetch_file(source, source.path, parent_fd, name, timeout_s)
+        return
+    prefix = source.path.rstrip("/") + "/"
+    try:
+        os.mkdir(name, 0o700, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    dir_fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    try:
+        for key in sorted(source.fs.find(source.path, timeout=timeout_s)):
+            relative = key[len(prefix):] if key.startswith(prefix) else ""
+            if not relative or relative.endswith("/"):
+                continue  # the prefix itself, or a marker some tools write for a "directory"
+            if any(part in ("", ".", "..") for part in relative.split("/")):
+                raise CopyRefused(f"object {key!r} has a name that is no path below {source.url}")
+            inner_fd, inner_name = _parent_beneath(dir_fd, "/" + relative, create=True)
+            try:
+                _fetch_file(source, key, inner_fd, inner_name, timeout_s)
+            finally:
+                os.close(inner_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _fetch_file(source: Location, key: str, parent_fd: int, name: str, timeout_s: float) -> None:
+    target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=parent_fd)
+    try:
+        source.fs.get_file(key, _fd_path(target), timeout=timeout_s)
+    finally:
+        os.close(target)
 
 
 def _parent_beneath(work_fd: int, container_path: str, create: bool) -> tuple[int, str]:
@@ -164,18 +245,23 @@ def _open_output(parent_fd: int, name: str, where: str) -> int:
         raise CopyRefused(_describe(e, where)) from e
 
 
-def _copy_out(fd: int, where: str, uid: int, fs: fsspec.AbstractFileSystem, remote: str) -> None:
-    """Copy the opened file or directory `fd` (closed here) to `remote`."""
+def _copy_out(fd: int, where: str, uid: int, fs: fsspec.AbstractFileSystem, remote: str, timeout_s: float) -> None:
+    """Copy the opened file or directory `fd` (closed here) to `remote`. Object stores have no directories
+    to make (and a worker must not create buckets or containers)."""
+    local = isinstance(fs, LocalFileSystem)
     try:
         st = os.fstat(fd)
         if not _readable_by(st, uid):
             raise CopyRefused(f"{where} is not readable by the job's user, so it is not copied")
-        if stat.S_ISREG(st.st_mode):
+        if stat.S_ISREG(st.st_mode) and local:
             fs.makedirs(posixpath.dirname(remote.rstrip("/")) or "/", exist_ok=True)
             with open(fd, "rb", closefd=False) as source, fs.open(remote, "wb") as target:
                 shutil.copyfileobj(source, target)
+        elif stat.S_ISREG(st.st_mode):
+            fs.put_file(_fd_path(fd), remote, timeout=timeout_s)
         elif stat.S_ISDIR(st.st_mode):
-            fs.makedirs(remote, exist_ok=True)
+            if local:
+                fs.makedirs(remote, exist_ok=True)
             for entry in sorted(os.listdir(fd)):
                 try:
                     child = os.open(entry, _READ, dir_fd=fd)
@@ -184,7 +270,7 @@ def _copy_out(fd: int, where: str, uid: int, fs: fsspec.AbstractFileSystem, remo
                         raise CopyRefused(f"{where}/{entry} is a symbolic link; outputs are copied without "
                                           "following links") from e
                     raise CopyRefused(_describe(e, f"{where}/{entry}")) from e
-                _copy_out(child, f"{where}/{entry}", uid, fs, f"{remote.rstrip('/')}/{entry}")
+                _copy_out(child, f"{where}/{entry}", uid, fs, f"{remote.rstrip('/')}/{entry}", timeout_s)
         else:
             raise CopyRefused(f"{where} is neither a regular file nor a directory")
     finally:

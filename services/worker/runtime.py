@@ -26,6 +26,7 @@ from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, co
 from services.worker.job_process import Ended, IsolatedCommand, Isolation, Launcher, PlainCommand, StartFailed
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
+from services.worker.object_stores import ObjectStores
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          ContainerRuntime, JobOutcome, JobRun)
 
@@ -86,6 +87,9 @@ class ProcessRuntimeConfig:
     check_url: UrlCheck = allow_all_urls
     """Called with every input and output URL before its copy; raises to refuse it (the deployment's
     storage policy). The default allows every URL."""
+    object_stores: ObjectStores = field(default_factory=ObjectStores)
+    """How input and output files are reached: the local disk, and object stores with the deployment's
+    endpoints and credentials (by default, the storage libraries' own)."""
 
 
 class ProcessRuntime:
@@ -272,7 +276,8 @@ class ProcessRuntime:
         code = os.waitstatus_to_exitcode(ended.wait_status)
         if code == 0:
             try:
-                await asyncio.to_thread(copy_outputs, job.spec, work, uid, self.config.check_url)
+                await asyncio.to_thread(copy_outputs, job.spec, work, uid, self.config.check_url,
+                                        stores=self.config.object_stores)
             except Exception as e:
                 return outcome("Error", SYSTEM_ERROR, f"copying output files failed: {e}", 0)
             return outcome("Success", EXITED, "", 0)
@@ -323,7 +328,8 @@ class ProcessRuntime:
         except OSError as e:
             raise _SystemError(f"could not make the attempt's directories: {e}") from e
         try:
-            await asyncio.to_thread(copy_inputs, job.spec, work, self.config.check_url)
+            await asyncio.to_thread(copy_inputs, job.spec, work, self.config.check_url,
+                                    stores=self.config.object_stores)
             if uid is not None:
                 await asyncio.to_thread(give_to, work, uid, gid)
                 await asyncio.to_thread(give_to, tmp, uid, gid)

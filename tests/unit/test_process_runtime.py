@@ -343,9 +343,11 @@ def test_check_refuses_what_a_process_cannot_honour(isolated: bool, monkeypatch:
         assert "NETWORK_MODE_NONE" in reason and "cannot isolate the network" in reason
     [reason] = runtime.check(spec("true", machine_type="n2-standard-8"))
     assert "machine_type 'n2-standard-8'" in reason
-    [reason] = runtime.check(spec("true", input_files=[js.InputFile(from_url="gs://bucket/ref.fa",
+    assert runtime.check(spec("true", input_files=[js.InputFile(from_url="gs://bucket/ref.fa", to_path="/in/ref.fa")],
+                              output_files=[js.OutputFile(from_path="/out", to_url="az://container/out")])) == []
+    [reason] = runtime.check(spec("true", input_files=[js.InputFile(from_url="s3://bucket/ref.fa",
                                                                     to_path="/in/ref.fa")]))
-    assert "gs://bucket/ref.fa" in reason and "file://" in reason
+    assert "s3://bucket/ref.fa" in reason and "gs://" in reason and "az://" in reason
     [reason] = runtime.check(spec("true", output_files=[js.OutputFile(from_path="../x",
                                                                       to_url="file:///tmp/x")]))
     assert "'../x'" in reason
