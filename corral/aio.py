@@ -202,6 +202,7 @@ class Client(AsyncCalls):
         return committed.batch
 
     async def get_batch(self, batch_id: int) -> batch_pb2.Batch:
+        """One batch, with its state and job counts."""
         return (await self._call(self._batches.GetBatch, pb.GetBatchRequest(batch_id=batch_id))).batch
 
     def list_batches(self, query: str = "", page_size: int = 100) -> AsyncIterator[batch_pb2.Batch]:
@@ -210,6 +211,8 @@ class Client(AsyncCalls):
                            "batches")
 
     async def cancel_batch(self, batch_id: int, reason: str = "") -> batch_pb2.Batch:
+        """Cancel the batch: its jobs that are not `always_run` drain in the background. Cancelling again,
+        or a finished batch, changes nothing (the batch returned then has no `cancellation`)."""
         return (await self._call(self._batches.CancelBatch,
                                  pb.CancelBatchRequest(batch_id=batch_id, reason=reason))).batch
 
