@@ -1,4 +1,5 @@
-"""The asyncio client: `corral.aio.Client`.
+"""The asyncio client: `corral.aio.Client`, where every call is written (the
+blocking `corral.Client` runs these same calls on an event loop thread).
 
     async with Client("localhost:7443", token, ca_cert="~/.corral/ca.pem") as client:
         batch = await client.submit(builder)
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
+from corral.batch.v1 import batch_event_pb2, batch_pb2
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
 from corral.calls import AsyncCalls
@@ -54,7 +55,7 @@ def reconnect_delay_s(failures: int) -> float:
 
 class WatchResume:
     """Where a watch of one batch resumes, and when it gives up: the policy
-    both clients' `watch` follow around their own stream calls."""
+    `watch` follows around its stream calls."""
 
     def __init__(self, batch_id: int, from_event_id: int, max_reconnects: int):
         self.batch_id = batch_id
@@ -105,6 +106,13 @@ def channel_credentials(ca_cert: str | Path | None) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(root_certificates=root)
 
 
+def profile_connection(profile: str | None) -> tuple[str, str, str | None, str]:
+    """The address, token, CA certificate and auth address that `from_profile` of both clients connects with."""
+    found = connection(profile)
+    assert found.token is not None  # connection() raises Unauthenticated otherwise
+    return found.frontend, found.token, found.ca_cert, found.auth
+
+
 class Client(AsyncCalls):
     """Batches, jobs, logs, billing projects (and, with `auth_address`, users) over
     gRPC, authenticated with a bearer token."""
@@ -114,7 +122,6 @@ class Client(AsyncCalls):
         self._channel = grpc.aio.secure_channel(address, channel_credentials(ca_cert), channel_options())
         self._auth_channel = (grpc.aio.secure_channel(auth_address, channel_credentials(ca_cert), channel_options())
                               if auth_address else None)
-        self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
         self._open_stubs(self._channel, self._auth_channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
 
@@ -123,9 +130,7 @@ class Client(AsyncCalls):
         """A client as the `corral` CLI would connect: the configuration file's profile `profile`, else its
         current one (`corral up` writes `admin`, `corral login` one per user), with `$CORRAL_TOKEN` in
         place of its token when set."""
-        found = connection(profile)
-        assert found.token is not None  # connection() raises Unauthenticated otherwise
-        return cls(found.frontend, found.token, found.ca_cert, auth_address=found.auth)
+        return cls(*profile_connection(profile))
 
     async def __aenter__(self) -> Client:
         return self
@@ -197,21 +202,17 @@ class Client(AsyncCalls):
         return committed.batch
 
     async def get_batch(self, batch_id: int) -> batch_pb2.Batch:
+        """One batch, with its state and job counts."""
         return (await self._call(self._batches.GetBatch, pb.GetBatchRequest(batch_id=batch_id))).batch
 
-    async def list_batches(self, query: str = "", page_size: int = 100) -> AsyncIterator[batch_pb2.Batch]:
+    def list_batches(self, query: str = "", page_size: int = 100) -> AsyncIterator[batch_pb2.Batch]:
         """Every batch matching `query`, newest first, fetched page by page."""
-        token = ""
-        while True:
-            page = await self._call(self._batches.ListBatches,
-                                    pb.ListBatchesRequest(query=query, page_size=page_size, page_token=token))
-            for batch in page.batches:
-                yield batch
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(self._batches.ListBatches, pb.ListBatchesRequest(query=query, page_size=page_size),
+                           "batches")
 
     async def cancel_batch(self, batch_id: int, reason: str = "") -> batch_pb2.Batch:
+        """Cancel the batch: its jobs that are not `always_run` drain in the background. Cancelling again,
+        or a finished batch, changes nothing (the batch returned then has no `cancellation`)."""
         return (await self._call(self._batches.CancelBatch,
                                  pb.CancelBatchRequest(batch_id=batch_id, reason=reason))).batch
 

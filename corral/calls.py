@@ -1,19 +1,19 @@
-"""Jobs, logs, job groups, re-runs, locks, billing projects and users for the clients.
+"""Jobs, logs, job groups, re-runs, locks, billing projects and users: the calls of
+`corral.aio.Client` beyond batches (which `corral.Client` wraps, blocking).
 
-`AsyncCalls` (mixed into `corral.aio.Client`) and `Calls` (into
-`corral.Client`) are the same calls, asyncio and blocking. Jobs, groups and
-billing go to the frontend; users and tokens to the auth service, whose
-address the client must then be given (`auth_address`). Lists are
-iterators that fetch page after page; every error the server returns is a
-typed `corral.errors.CorralError`, and a mistake found before any call (an
-unknown state, role or breakdown; users asked of a client without an auth
-address) is a `corral.errors.UsageError`.
+Jobs, groups and billing go to the frontend; users and tokens to the auth
+service, whose address the client must then be given (`auth_address`).
+Lists are iterators that fetch page after page; every error the server
+returns is a typed `corral.errors.CorralError`, and a mistake found before
+any call (an unknown state, role or breakdown; users asked of a client
+without an auth address) is a `corral.errors.UsageError`.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -22,6 +22,7 @@ from google.protobuf import duration_pb2
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc, token_pb2, user_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import batch_service_pb2_grpc
 from corral.batch.v1 import job_explanation_pb2, job_group_pb2, job_group_service_pb2_grpc, job_pb2
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
@@ -30,6 +31,7 @@ from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, spend_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.errors import UsageError, from_rpc_error
+from corral.pages import Pages
 
 T = TypeVar("T")
 LOG_READ_BYTES = 4 * 1024 * 1024
@@ -89,18 +91,21 @@ def spend_request(project: str, breakdown: str | None, first_day: str, last_day:
                                last_day=last_day, page_token=page_token)
 
 
-class _Stubs:
-    """The stubs both mixins call; `_auth` is None without an auth address."""
+class AsyncCalls:
+    """The calls; `corral.aio.Client` opens the stubs and is the `_call` every unary call goes through."""
 
-    _call: Callable[..., Any]
+    _call: Callable[[Callable[..., Awaitable[T]], Any], Awaitable[T]]  # type: ignore[valid-type]
+    _metadata: tuple[tuple[str, str], ...]
+    _batches: batch_service_pb2_grpc.BatchServiceStub
     _jobs: job_service_pb2_grpc.JobServiceStub
     _groups: job_group_service_pb2_grpc.JobGroupServiceStub
     _billing: billing_service_pb2_grpc.BillingServiceStub
     _locks: lock_service_pb2_grpc.LockServiceStub
     _auth: auth_service_pb2_grpc.AuthServiceStub | None
-    _batches: Any
+    """None without an auth address."""
 
-    def _open_stubs(self, channel: Any, auth_channel: Any | None) -> None:
+    def _open_stubs(self, channel: grpc.aio.Channel, auth_channel: grpc.aio.Channel | None) -> None:
+        self._batches = batch_service_pb2_grpc.BatchServiceStub(channel)
         self._jobs = job_service_pb2_grpc.JobServiceStub(channel)
         self._groups = job_group_service_pb2_grpc.JobGroupServiceStub(channel)
         self._billing = billing_service_pb2_grpc.BillingServiceStub(channel)
@@ -112,24 +117,14 @@ class _Stubs:
             raise UsageError("users and tokens are managed by the auth service: give the client its auth_address")
         return self._auth
 
+    def _pages(self, method: Callable[..., Awaitable[Any]], request: Any, field: str) -> Pages[Any]:
+        """The items in `field` of the list call `method`, page by page from `request` on."""
+        return Pages(functools.partial(self._call, method), request, field)
 
-class AsyncCalls(_Stubs):
-    """The asyncio calls; see the module docstring."""
-
-    _call: Callable[[Callable[..., Awaitable[T]], Any], Awaitable[T]]  # type: ignore[valid-type]
-    _metadata: tuple[tuple[str, str], ...]
-
-    async def jobs(self, batch_id: int, query: str = "", page_size: int = 100) -> AsyncIterator[job_pb2.Job]:
+    def jobs(self, batch_id: int, query: str = "", page_size: int = 100) -> AsyncIterator[job_pb2.Job]:
         """The batch's jobs matching `query` (the query language), by increasing id."""
-        token = ""
-        while True:
-            page = await self._call(self._jobs.ListJobs, jpb.ListJobsRequest(
-                batch_id=batch_id, query=query, page_size=page_size, page_token=token))
-            for job in page.jobs:
-                yield job
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(self._jobs.ListJobs, jpb.ListJobsRequest(batch_id=batch_id, query=query,
+                                                                    page_size=page_size), "jobs")
 
     async def get_job(self, batch_id: int, job_id: int) -> job_pb2.Job:
         """One job with its spec and attempts."""
@@ -167,18 +162,11 @@ class AsyncCalls(_Stubs):
         finally:
             call.cancel()
 
-    async def job_groups(self, batch_id: int, parent_job_group_id: int | None = None
-                         ) -> AsyncIterator[job_group_pb2.JobGroup]:
+    def job_groups(self, batch_id: int, parent_job_group_id: int | None = None
+                   ) -> AsyncIterator[job_group_pb2.JobGroup]:
         """The batch's job groups (or one group's children) by increasing id."""
-        token = ""
-        while True:
-            page = await self._call(self._groups.ListJobGroups, gpb.ListJobGroupsRequest(
-                batch_id=batch_id, parent_job_group_id=parent_job_group_id, page_token=token))
-            for group in page.job_groups:
-                yield group
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(self._groups.ListJobGroups, gpb.ListJobGroupsRequest(
+            batch_id=batch_id, parent_job_group_id=parent_job_group_id), "job_groups")
 
     async def cancel_job_group(self, batch_id: int, job_group_id: int, reason: str = "") -> job_group_pb2.JobGroup:
         """Cancel a group and its subtree (0: the whole batch)."""
@@ -195,46 +183,39 @@ class AsyncCalls(_Stubs):
         response = await self._call(self._batches.RerunFailedJobs, rerun_request(batch_id, states, token))
         return response.update if response.HasField("update") else None
 
-    async def locks(self, project: str = "", level: str = "", name: str = "", page_size: int = 0
-                    ) -> AsyncIterator[lock_pb2.LockStatus]:
+    def locks(self, project: str = "", level: str = "", name: str = "", page_size: int = 0
+              ) -> AsyncIterator[lock_pb2.LockStatus]:
         """Locks held by running jobs or wanted by ready ones, with their holders and waiters, by billing
         project, level and name: of `project` (default: every project the caller may see), at `level`, named
         `name` (with `level`)."""
-        request = lpb.ListLocksRequest(billing_project=project, level=level, name=name, page_size=page_size)
-        while True:
-            page = await self._call(self._locks.ListLocks, request)
-            for lock in page.locks:
-                yield lock
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
+        return self._pages(self._locks.ListLocks, lpb.ListLocksRequest(
+            billing_project=project, level=level, name=name, page_size=page_size), "locks")
 
-    async def billing_projects(self, member: str = "") -> AsyncIterator[billing_project_pb2.BillingProject]:
+    def billing_projects(self, member: str = "") -> AsyncIterator[billing_project_pb2.BillingProject]:
         """The billing projects the caller may see, by name."""
-        token = ""
-        while True:
-            page = await self._call(self._billing.ListBillingProjects,
-                                    cpb.ListBillingProjectsRequest(member=member, page_token=token))
-            for project in page.billing_projects:
-                yield project
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(self._billing.ListBillingProjects, cpb.ListBillingProjectsRequest(member=member),
+                           "billing_projects")
 
     async def billing_project(self, name: str) -> billing_project_pb2.BillingProject:
+        """One billing project, with its members and limit."""
         return (await self._call(self._billing.GetBillingProject,
                                  cpb.GetBillingProjectRequest(billing_project=name))).billing_project
 
     async def create_billing_project(self, name: str, members: Sequence[str] = (), limit_usd: float | None = None
                                      ) -> billing_project_pb2.BillingProject:
+        """An open billing project with `members` and a spending limit in USD (None: none); administrators
+        only."""
         return (await self._call(self._billing.CreateBillingProject, cpb.CreateBillingProjectRequest(
             name=name, members=list(members), limit_micro_usd=micro_usd(limit_usd)))).billing_project
 
     async def add_member(self, project: str, username: str) -> billing_project_pb2.BillingProject:
+        """Add a user to the project's members (again: no change); administrators only."""
         return (await self._call(self._billing.AddMember, cpb.AddMemberRequest(
             billing_project=project, username=username))).billing_project
 
     async def remove_member(self, project: str, username: str) -> billing_project_pb2.BillingProject:
+        """Remove a user from the project's members (their running batches go on); administrators, or a
+        member removing themselves."""
         return (await self._call(self._billing.RemoveMember, cpb.RemoveMemberRequest(
             billing_project=project, username=username))).billing_project
 
@@ -246,10 +227,12 @@ class AsyncCalls(_Stubs):
                                                                     max_job_duration_s))).billing_project
 
     async def close_billing_project(self, project: str) -> billing_project_pb2.BillingProject:
+        """Close the project: new batches and updates are refused; administrators only."""
         return (await self._call(self._billing.CloseBillingProject,
                                  cpb.CloseBillingProjectRequest(billing_project=project))).billing_project
 
     async def reopen_billing_project(self, project: str) -> billing_project_pb2.BillingProject:
+        """Reopen a closed project; administrators only."""
         return (await self._call(self._billing.ReopenBillingProject,
                                  cpb.ReopenBillingProjectRequest(billing_project=project))).billing_project
 
@@ -272,16 +255,9 @@ class AsyncCalls(_Stubs):
         return (await self._call(self._auth_stub().CreateUser, create_user_request(
             username, roles, password, service, display_name, email))).user
 
-    async def users(self) -> AsyncIterator[user_pb2.User]:
+    def users(self) -> AsyncIterator[user_pb2.User]:
         """Every user by username; administrators only."""
-        token = ""
-        while True:
-            page = await self._call(self._auth_stub().ListUsers, apb.ListUsersRequest(page_token=token))
-            for user in page.users:
-                yield user
-            token = page.next_page_token
-            if not token:
-                return
+        return self._pages(self._auth_stub().ListUsers, apb.ListUsersRequest(), "users")
 
     async def create_token(self, name: str, username: str = "", ttl_s: float | None = None
                            ) -> tuple[token_pb2.Token, str]:
@@ -293,131 +269,3 @@ class AsyncCalls(_Stubs):
         """Deactivate a user and revoke their tokens; administrators only."""
         return (await self._call(self._auth_stub().DeactivateUser,
                                  apb.DeactivateUserRequest(username=username))).user
-
-
-class Calls(_Stubs):
-    """The blocking calls; see `AsyncCalls` for each one's contract."""
-
-    _metadata: tuple[tuple[str, str], ...]
-
-    def _pages(self, method: Callable[..., Any], request: Any, items: str) -> Iterator[Any]:
-        while True:
-            page = self._call(method, request)
-            yield from getattr(page, items)
-            if not page.next_page_token:
-                return
-            request.page_token = page.next_page_token
-
-    def jobs(self, batch_id: int, query: str = "", page_size: int = 100) -> Iterator[job_pb2.Job]:
-        return self._pages(self._jobs.ListJobs, jpb.ListJobsRequest(batch_id=batch_id, query=query,
-                                                                    page_size=page_size), "jobs")
-
-    def get_job(self, batch_id: int, job_id: int) -> job_pb2.Job:
-        return self._call(self._jobs.GetJob, jpb.GetJobRequest(batch_id=batch_id, job_id=job_id)).job
-
-    def explain_job(self, batch_id: int, job_id: int) -> job_explanation_pb2.JobExplanation:
-        return self._call(self._jobs.ExplainJob, jpb.ExplainJobRequest(batch_id=batch_id, job_id=job_id)).explanation
-
-    def job_log(self, batch_id: int, job_id: int, attempt: str | None = None, start_byte: int = 0) -> bytes:
-        data, offset = b"", start_byte
-        while True:
-            chunk = self._call(self._jobs.GetJobLog, jpb.GetJobLogRequest(
-                batch_id=batch_id, job_id=job_id, attempt_id=attempt or "", start_byte=offset,
-                max_bytes=LOG_READ_BYTES))
-            data += chunk.data
-            offset = chunk.start_byte + len(chunk.data)
-            if not chunk.data or offset >= chunk.total_bytes:
-                return data
-
-    def follow_log(self, batch_id: int, job_id: int, attempt: str | None = None, start_byte: int = 0
-                   ) -> Iterator[bytes]:
-        call = self._jobs.StreamJobLog(jpb.StreamJobLogRequest(
-            batch_id=batch_id, job_id=job_id, attempt_id=attempt or "", start_byte=start_byte),
-            metadata=self._metadata)
-        try:
-            for chunk in call:
-                yield chunk.data
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        finally:
-            call.cancel()
-
-    def job_groups(self, batch_id: int, parent_job_group_id: int | None = None) -> Iterator[job_group_pb2.JobGroup]:
-        return self._pages(self._groups.ListJobGroups, gpb.ListJobGroupsRequest(
-            batch_id=batch_id, parent_job_group_id=parent_job_group_id), "job_groups")
-
-    def cancel_job_group(self, batch_id: int, job_group_id: int, reason: str = "") -> job_group_pb2.JobGroup:
-        return self._call(self._groups.CancelJobGroup, gpb.CancelJobGroupRequest(
-            batch_id=batch_id, job_group_id=job_group_id, reason=reason)).job_group
-
-    def delete_batch(self, batch_id: int) -> None:
-        self._call(self._batches.DeleteBatch, bpb.DeleteBatchRequest(batch_id=batch_id))
-
-    def rerun_failed(self, batch_id: int, states: Iterable[str] = (), token: str | None = None
-                     ) -> update_pb2.Update | None:
-        response = self._call(self._batches.RerunFailedJobs, rerun_request(batch_id, states, token))
-        return response.update if response.HasField("update") else None
-
-    def locks(self, project: str = "", level: str = "", name: str = "", page_size: int = 0
-              ) -> Iterator[lock_pb2.LockStatus]:
-        return self._pages(self._locks.ListLocks, lpb.ListLocksRequest(
-            billing_project=project, level=level, name=name, page_size=page_size), "locks")
-
-    def billing_projects(self, member: str = "") -> Iterator[billing_project_pb2.BillingProject]:
-        return self._pages(self._billing.ListBillingProjects, cpb.ListBillingProjectsRequest(member=member),
-                           "billing_projects")
-
-    def billing_project(self, name: str) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.GetBillingProject,
-                          cpb.GetBillingProjectRequest(billing_project=name)).billing_project
-
-    def create_billing_project(self, name: str, members: Sequence[str] = (), limit_usd: float | None = None
-                               ) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.CreateBillingProject, cpb.CreateBillingProjectRequest(
-            name=name, members=list(members), limit_micro_usd=micro_usd(limit_usd))).billing_project
-
-    def add_member(self, project: str, username: str) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.AddMember, cpb.AddMemberRequest(
-            billing_project=project, username=username)).billing_project
-
-    def remove_member(self, project: str, username: str) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.RemoveMember, cpb.RemoveMemberRequest(
-            billing_project=project, username=username)).billing_project
-
-    def set_limit(self, project: str, limit_usd: float | None, max_job_duration_s: float | None = None
-                  ) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.SetLimit, _set_limit(project, limit_usd, max_job_duration_s)).billing_project
-
-    def close_billing_project(self, project: str) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.CloseBillingProject,
-                          cpb.CloseBillingProjectRequest(billing_project=project)).billing_project
-
-    def reopen_billing_project(self, project: str) -> billing_project_pb2.BillingProject:
-        return self._call(self._billing.ReopenBillingProject,
-                          cpb.ReopenBillingProjectRequest(billing_project=project)).billing_project
-
-    def spend(self, project: str, breakdown: str | None = None, first_day: str = "", last_day: str = ""
-              ) -> tuple[int, list[spend_pb2.SpendLine]]:
-        lines: list[spend_pb2.SpendLine] = []
-        token = ""
-        while True:
-            page = self._call(self._billing.GetSpend, spend_request(project, breakdown, first_day, last_day, token))
-            lines += page.lines
-            token = page.next_page_token
-            if not token:
-                return page.total_micro_usd, lines
-
-    def create_user(self, username: str, roles: Sequence[str] = ("user",), password: str | None = None,
-                    service: bool = False, display_name: str = "", email: str = "") -> user_pb2.User:
-        return self._call(self._auth_stub().CreateUser, create_user_request(
-            username, roles, password, service, display_name, email)).user
-
-    def users(self) -> Iterator[user_pb2.User]:
-        return self._pages(self._auth_stub().ListUsers, apb.ListUsersRequest(), "users")
-
-    def create_token(self, name: str, username: str = "", ttl_s: float | None = None) -> tuple[token_pb2.Token, str]:
-        response = self._call(self._auth_stub().CreateToken, create_token_request(name, username, ttl_s))
-        return response.token, response.secret
-
-    def deactivate_user(self, username: str) -> user_pb2.User:
-        return self._call(self._auth_stub().DeactivateUser, apb.DeactivateUserRequest(username=username)).user

@@ -1,58 +1,103 @@
-"""The synchronous client: `corral.Client` (same calls as `corral.aio.Client`)."""
+"""The blocking client: `corral.Client`, a thin wrapper over `corral.aio.Client`.
+
+Each call is written once, in the asyncio client; this one runs it on an
+event loop in a thread of its own (`EventLoopThread`) and waits for the
+answer, so both clients behave alike by construction: the same arguments,
+results, typed errors, retries and resumption. Lists and streams become
+blocking iterators, still fetched page by page (a list crosses between the
+threads a page at a time) and closed when you stop iterating.
+
+Any thread may call it, several at once, including one that runs an
+asyncio loop of its own (the call then blocks that loop, as any blocking
+call does). Ctrl-C during a call cancels the call. `close()` (or leaving
+`with`) closes the channels and ends the thread; a client that is dropped
+unclosed is closed when it is garbage-collected.
+"""
 
 from __future__ import annotations
 
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import contextlib
+import functools
+import inspect
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar, overload
 
-import grpc
+from corral import aio
+from corral.event_loop_thread import EventLoopThread
+from corral.pages import Pages
 
-from corral.aio import (
-    BUNCH_SIZE,
-    MAX_RECONNECTS,
-    PARALLEL_BUNCHES,
-    SMALL_BATCH,
-    WatchResume,
-    channel_credentials,
-    refused_submission,
-)
-from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2_grpc
-from corral.batch.v1 import batch_service_pb2 as pb
-from corral.builder import BatchBuilder
-from corral.calls import Calls
-from corral.cli_config import connection
-from corral.errors import CorralError, from_rpc_error
-from corral.progress import BatchProgress, ProgressLine
-from corral.retries import channel_options
-
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class Client(Calls):
+def _iterate(client: Client, result: AsyncIterator[T]) -> Iterator[T]:
+    """`result`'s items, read on `client`'s loop: a list a page per hop between the threads. Holding
+    `client` here keeps it open (not garbage-collected) while the iterator is in use."""
+    if isinstance(result, Pages):
+        pages = client._loop.iterate(result.pages)
+        with contextlib.closing(pages):  # stopping early closes the list on the loop too
+            for page in pages:
+                yield from page
+    else:
+        yield from client._loop.iterate(result)
+
+
+@overload
+def _blocking(method: Callable[Concatenate[aio.Client, P], Coroutine[Any, Any, T]]
+              ) -> Callable[Concatenate[Client, P], T]: ...
+
+
+@overload
+def _blocking(method: Callable[Concatenate[aio.Client, P], AsyncIterator[T]]
+              ) -> Callable[Concatenate[Client, P], Iterator[T]]: ...
+
+
+def _blocking(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`corral.aio.Client`'s `method` as a method of `Client`: a coroutine's result is waited for, an async
+    iterator becomes a blocking one. Its name, docstring and signature stay, for help() and editors."""
+    if inspect.iscoroutinefunction(method):
+        def call(self: Client, *args: Any, **kwargs: Any) -> Any:
+            return self._loop.run(method(self._client, *args, **kwargs))
+    else:
+        def call(self: Client, *args: Any, **kwargs: Any) -> Any:
+            return _iterate(self, method(self._client, *args, **kwargs))
+    functools.update_wrapper(call, method)
+    call.__module__, call.__qualname__ = __name__, f"Client.{method.__name__}"
+    signature = inspect.signature(method)
+    returns = signature.return_annotation  # a string: the modules use `from __future__ import annotations`
+    if isinstance(returns, str) and returns.startswith("AsyncIterator["):
+        returns = returns.removeprefix("Async")
+    call.__signature__ = signature.replace(return_annotation=returns)  # type: ignore[attr-defined]
+    call.__annotations__ = {**method.__annotations__, "return": returns}
+    return call
+
+
+async def _made(factory: Callable[..., T], *args: Any) -> T:
+    return factory(*args)
+
+
+class Client:
     """Batches, jobs, logs, billing projects (and, with `auth_address`, users) over
-    gRPC, authenticated with a bearer token; blocking calls."""
+    gRPC, authenticated with a bearer token; blocking calls. The same calls as
+    `corral.aio.Client`, which documents each."""
 
     def __init__(self, address: str, token: str, ca_cert: str | Path | None = None,
                  auth_address: str | None = None):
-        self._channel = grpc.secure_channel(address, channel_credentials(ca_cert), channel_options())
-        self._auth_channel = (grpc.secure_channel(auth_address, channel_credentials(ca_cert), channel_options())
-                              if auth_address else None)
-        self._batches = batch_service_pb2_grpc.BatchServiceStub(self._channel)
-        self._open_stubs(self._channel, self._auth_channel)
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._loop = EventLoopThread("corral.Client")
+        try:  # on the loop: a grpc.aio channel belongs to the loop it is made on
+            self._client = self._loop.run(_made(aio.Client, address, token, ca_cert, auth_address))
+        except BaseException:
+            self._loop.close()
+            raise
+        # Also what garbage collection calls: a client dropped unclosed leaves no thread behind.
+        self._close = weakref.finalize(self, self._loop.close, self._client.close)
 
     @classmethod
     def from_profile(cls, profile: str | None = None) -> Client:
-        """A client as the `corral` CLI would connect: the configuration file's profile `profile`, else its
-        current one (`corral up` writes `admin`, `corral login` one per user), with `$CORRAL_TOKEN` in
-        place of its token when set."""
-        found = connection(profile)
-        assert found.token is not None  # connection() raises Unauthenticated otherwise
-        return cls(found.frontend, found.token, found.ca_cert, auth_address=found.auth)
+        """A client as the `corral` CLI would connect (see `corral.aio.Client.from_profile`)."""
+        return cls(*aio.profile_connection(profile))
 
     def __enter__(self) -> Client:
         return self
@@ -61,102 +106,40 @@ class Client(Calls):
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
-        if self._auth_channel is not None:
-            self._auth_channel.close()
+        """Close the channels (cancelling calls still running) and end the client's thread; any call
+        after that raises UsageError. A no-op once closed."""
+        self._close()
 
-    def _call(self, method: Callable[..., T], request: Any) -> T:
-        try:
-            return method(request, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-
-    def submit(self, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
-               parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:
-        """See `corral.aio.Client.submit`."""
-        settings = builder.batch_fields()
-        groups = builder.job_group_specs()
-        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
-            return self._call(self._batches.SubmitBatch,
-                              pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings)).batch
-        created = self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
-            n_jobs=len(builder), n_job_groups=len(groups), **settings))
-        batch_id, update_id = created.batch.batch_id, created.update.update_id
-        requests = [pb.AddJobsRequest(batch_id=batch_id, update_id=update_id, bunch_index=n, first_index=first,
-                                      jobs=specs) for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
-        try:
-            for first in range(0, len(groups), bunch_size):
-                self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
-                    batch_id=batch_id, update_id=update_id, first_index=first,
-                    job_groups=groups[first:first + bunch_size]))
-            # Leaving the pool waits for every bunch: none is in flight when the batch is deleted.
-            with ThreadPoolExecutor(parallelism) as pool:
-                list(pool.map(lambda r: self._call(self._batches.AddJobs, r), requests))
-            return self._call(self._batches.CommitUpdate,
-                              pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id)).batch
-        except CorralError as e:
-            if refused_submission(e, created.batch):
-                try:
-                    self._call(self._batches.DeleteBatch, pb.DeleteBatchRequest(batch_id=batch_id))
-                except CorralError as delete_error:
-                    e.add_note(f"batch {batch_id} was left open: deleting it failed ({delete_error})")
-                else:  # submitting the builder again starts afresh, not at the deleted batch
-                    builder.idempotency_token = uuid.uuid4().hex
-            raise
-
-    def get_batch(self, batch_id: int) -> batch_pb2.Batch:
-        return self._call(self._batches.GetBatch, pb.GetBatchRequest(batch_id=batch_id)).batch
-
-    def list_batches(self, query: str = "", page_size: int = 100) -> Iterator[batch_pb2.Batch]:
-        """Every batch matching `query`, newest first, fetched page by page."""
-        token = ""
-        while True:
-            page = self._call(self._batches.ListBatches,
-                              pb.ListBatchesRequest(query=query, page_size=page_size, page_token=token))
-            yield from page.batches
-            token = page.next_page_token
-            if not token:
-                return
-
-    def cancel_batch(self, batch_id: int, reason: str = "") -> batch_pb2.Batch:
-        return self._call(self._batches.CancelBatch, pb.CancelBatchRequest(batch_id=batch_id, reason=reason)).batch
-
-    def watch(self, batch_id: int, from_event_id: int = 1, query: str = "", include_cost_events: bool = False,
-              max_reconnects: int = MAX_RECONNECTS) -> Iterator[batch_event_pb2.BatchEvent]:
-        """See `corral.aio.Client.watch`: resumes by itself, never repeats or skips an event."""
-        resume = WatchResume(batch_id, from_event_id, max_reconnects)
-        while True:
-            call = self._batches.WatchBatch(resume.request(query, include_cost_events), metadata=self._metadata)
-            error: grpc.RpcError | None = None
-            try:
-                for response in call:
-                    if resume.is_new(response.event):
-                        yield response.event
-            except grpc.RpcError as e:
-                error = e
-            finally:
-                call.cancel()
-            time.sleep(resume.after_drop(error))
-
-    def wait(self, batch_id: int, progress: bool = False) -> batch_pb2.Batch:
-        """See `corral.aio.Client.wait`: the batch once complete, with an optional progress line on stderr."""
-        batch = self.get_batch(batch_id)
-        if batch.state == batch_pb2.BATCH_STATE_COMPLETE:
-            return batch
-        counts = BatchProgress.from_batch(batch)
-        line = ProgressLine() if progress else None
-        events = self.watch(batch_id, from_event_id=batch.last_event_id + 1)
-        try:
-            if line is not None:
-                line.show(counts)
-            for event in events:
-                counts.apply(event)
-                if line is not None:
-                    line.show(counts)
-                if event.HasField("batch_completed"):
-                    break
-        finally:
-            events.close()  # cancels the stream now
-            if line is not None:
-                line.close()
-        return self.get_batch(batch_id)
+    # Batches (corral/aio.py).
+    submit = _blocking(aio.Client.submit)
+    get_batch = _blocking(aio.Client.get_batch)
+    list_batches = _blocking(aio.Client.list_batches)
+    cancel_batch = _blocking(aio.Client.cancel_batch)
+    watch = _blocking(aio.Client.watch)
+    wait = _blocking(aio.Client.wait)
+    # Jobs, logs, groups, re-runs and locks (corral/calls.py).
+    jobs = _blocking(aio.Client.jobs)
+    get_job = _blocking(aio.Client.get_job)
+    explain_job = _blocking(aio.Client.explain_job)
+    job_log = _blocking(aio.Client.job_log)
+    follow_log = _blocking(aio.Client.follow_log)
+    job_groups = _blocking(aio.Client.job_groups)
+    cancel_job_group = _blocking(aio.Client.cancel_job_group)
+    delete_batch = _blocking(aio.Client.delete_batch)
+    rerun_failed = _blocking(aio.Client.rerun_failed)
+    locks = _blocking(aio.Client.locks)
+    # Billing projects.
+    billing_projects = _blocking(aio.Client.billing_projects)
+    billing_project = _blocking(aio.Client.billing_project)
+    create_billing_project = _blocking(aio.Client.create_billing_project)
+    add_member = _blocking(aio.Client.add_member)
+    remove_member = _blocking(aio.Client.remove_member)
+    set_limit = _blocking(aio.Client.set_limit)
+    close_billing_project = _blocking(aio.Client.close_billing_project)
+    reopen_billing_project = _blocking(aio.Client.reopen_billing_project)
+    spend = _blocking(aio.Client.spend)
+    # Users and tokens (the auth service).
+    create_user = _blocking(aio.Client.create_user)
+    users = _blocking(aio.Client.users)
+    create_token = _blocking(aio.Client.create_token)
+    deactivate_user = _blocking(aio.Client.deactivate_user)
