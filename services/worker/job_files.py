@@ -63,9 +63,12 @@ def host_path(work: Path, container_path: str) -> Path:
     return work / posixpath.normpath(container_path).lstrip("/")
 
 
-def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> None:
+def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> list[str]:
     """Copy every input into `work` (before the job runs). A local source that is a link is followed (the
-    user named it), and where it leads is checked too; links inside a copied directory are copied as links."""
+    user named it), and where it leads is checked too; links inside a copied directory are copied as links.
+    Returns the container paths it made: each directory made on the way to an input (root's, 0700), then
+    the inputs themselves, so that a caller can give exactly those to the job's user."""
+    made: list[str] = []
     work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for f in spec.input_files:
@@ -75,7 +78,7 @@ def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> 
                 real = os.path.realpath(source)
                 if real != os.path.normpath(source):
                     check_url(f"file://{real}")
-                parent_fd, name = _parent_beneath(work_fd, f.to_path, create=True)
+                parent_fd, name = _parent_beneath(work_fd, f.to_path, create=True, made=made)
                 try:
                     if os.path.isdir(real):
                         _copy_dir_in(real, parent_fd, name)
@@ -83,10 +86,12 @@ def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck) -> 
                         _copy_file_in(real, parent_fd, name)
                 finally:
                     os.close(parent_fd)
+                made.append(posixpath.normpath(f.to_path))
             except Exception as e:
                 raise CopyRefused(f"{f.from_url} -> {f.to_path}: {e}") from e
     finally:
         os.close(work_fd)
+    return made
 
 
 def give_to(work: Path, uid: int, gid: int) -> None:
@@ -122,9 +127,11 @@ def _local_path(url: str) -> str:
     return path
 
 
-def _parent_beneath(work_fd: int, container_path: str, create: bool) -> tuple[int, str]:
+def _parent_beneath(work_fd: int, container_path: str, create: bool,
+                    made: list[str] | None = None) -> tuple[int, str]:
     """A descriptor of the directory holding `container_path` below the working directory, and the last
-    component's name; each directory on the way is opened without following links (and made if `create`)."""
+    component's name; each directory on the way is opened without following links (and made if `create`,
+    its container path then appended to `made`)."""
     parts = PurePosixPath(posixpath.normpath(container_path)).parts[1:]
     fd = os.dup(work_fd)
     try:
@@ -132,6 +139,8 @@ def _parent_beneath(work_fd: int, container_path: str, create: bool) -> tuple[in
             if create:
                 try:
                     os.mkdir(part, 0o700, dir_fd=fd)
+                    if made is not None:
+                        made.append("/" + "/".join(parts[: i + 1]))
                 except FileExistsError:
                     pass
             try:
