@@ -33,6 +33,12 @@ parser.add_argument("--driver-silence", type=float, default=WorkerConfig.driver_
 parser.add_argument("--unisolated-dev", action="store_true",
                     help="when not root, run jobs unisolated as this worker's own user instead of refusing them "
                          "(development only: a job can then read everything the worker can)")
+parser.add_argument("--runtime", choices=("process", "oci", "auto"), default=WorkerConfig.runtime,
+                    help="how jobs run: process, oci (runc containers; the worker does not start where it "
+                         "cannot) or auto (oci where possible, else process) (default: %(default)s)")
+parser.add_argument("--oci-images-dir", type=Path,
+                    help="the OCI runtime's images, unpacked: IMAGE is DIR/IMAGE/rootfs (with DIR/IMAGE/config.json, "
+                         "optionally, as umoci unpack writes it)")
 args = parser.parse_args()
 private_files()
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
@@ -44,4 +50,4 @@ sys.exit(asyncio.run(run(WorkerConfig(
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
-    driver_silence_s=args.driver_silence))))
+    driver_silence_s=args.driver_silence, runtime=args.runtime, oci_images_dir=args.oci_images_dir))))

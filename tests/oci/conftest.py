@@ -5,14 +5,12 @@ the test's runtimes after it and checks that nothing it made is left
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from tests.oci.host import BUSYBOX, WHY_NOT, BusyboxImages, OciHost
+from tests.oci.host import WHY_NOT, BusyboxImages, OciHost, build_busybox_images
 
 
 @pytest.fixture(scope="session")
@@ -21,25 +19,7 @@ def busybox_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
     /etc/passwd and /etc/group, /tmp 1777), made once."""
     if WHY_NOT:
         pytest.skip(WHY_NOT)
-    images = tmp_path_factory.mktemp("images")
-    images.chmod(0o755)
-    root = images / "busybox" / "rootfs"
-    for d in ("bin", "etc", "tmp", "proc", "sys", "dev", "root"):
-        (root / d).mkdir(parents=True)
-    for d in (images / "busybox", root, *(root / x for x in ("bin", "etc", "proc", "sys", "dev"))):
-        d.chmod(0o755)
-    (root / "tmp").chmod(0o1777)
-    (root / "root").chmod(0o700)
-    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
-    applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True).stdout.split()
-    for applet in applets:
-        if applet != "busybox":
-            (root / "bin" / applet).symlink_to("busybox")
-    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
-    (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
-    for f in ("passwd", "group"):
-        (root / "etc" / f).chmod(0o644)
-    return images
+    return build_busybox_images(tmp_path_factory.mktemp("images"))
 
 
 @pytest.fixture(autouse=True)

@@ -50,6 +50,30 @@ WHY_NOT = _why_not()
 needs_oci = pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)
 
 
+def build_busybox_images(images: Path) -> Path:
+    """`images`, a directory of images for DirectoryRootfs, with 'busybox': busybox-static, its applets as
+    links in /bin, /etc/passwd and /etc/group, /tmp 1777."""
+    images.mkdir(exist_ok=True)
+    images.chmod(0o755)
+    root = images / "busybox" / "rootfs"
+    for d in ("bin", "etc", "tmp", "proc", "sys", "dev", "root"):
+        (root / d).mkdir(parents=True)
+    for d in (images / "busybox", root, *(root / x for x in ("bin", "etc", "proc", "sys", "dev"))):
+        d.chmod(0o755)
+    (root / "tmp").chmod(0o1777)
+    (root / "root").chmod(0o700)
+    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
+    applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for applet in applets:
+        if applet != "busybox":
+            (root / "bin" / applet).symlink_to("busybox")
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+    (root / "etc" / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+    for f in ("passwd", "group"):
+        (root / "etc" / f).chmod(0o644)
+    return images
+
+
 class BusyboxImages:
     """The session's busybox root filesystem as the image 'busybox' (a digest of its busybox binary);
     any other image is not there, as a registry would say. Counts what is held."""
