@@ -3,7 +3,8 @@
 # each step runs only when its result is missing or out of date.
 #   - Debian packages: MariaDB (tests start a private server of their own; the
 #     system service is neither started nor configured here), the OCI tools of
-#     the container runtime (runc, umoci, skopeo), iptables (the partition
+#     the container runtime (runc, umoci, skopeo; busybox-static, of which the
+#     OCI runtime's tests make their image), iptables (the partition
 #     fault cuts a worker off with it), and Node.js for buf;
 #   - .venv with corral installed editable, re-installed when pyproject.toml
 #     changes;
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo iptables nodejs npm)
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo busybox-static iptables nodejs npm)
 BUF_VERSION=1.75.0
 STAMP=.venv/.corral-pyproject.sha256
 
