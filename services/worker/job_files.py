@@ -212,8 +212,14 @@ def _readable_by(st: os.stat_result, uid: int) -> bool:
 
 
 def _copy_file_in(source: str, parent_fd: int, name: str) -> None:
-    target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=parent_fd)
+    # Non-blocking, then checked: a FIFO already there (an image may ship one) must neither hang the copy
+    # nor take the input. (A device node cannot be opened: the OCI runtime's root filesystems are nodev.)
+    target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600, dir_fd=parent_fd)
+    if not stat.S_ISREG(os.fstat(target).st_mode):
+        os.close(target)
+        raise CopyRefused(f"{name} is already there and not a regular file")
+    os.set_blocking(target, True)
     with open(source, "rb") as src, open(target, "wb") as dst:
         shutil.copyfileobj(src, dst)
         os.fchmod(dst.fileno(), os.fstat(src.fileno()).st_mode & 0o777)  # keeps x bits, never setuid

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,27 @@ async def test_an_image_directory_named_by_its_digest(oci_host: OciHost, busybox
     runtime = oci_host.runtime(layer="overlayfs", rootfs=CachedImages(cache / "sha256:ab,c"))
     outcome, log = await run(runtime, oci_host.job(spec("echo > /tmp/x && echo ok=$(ls /bin/busybox)")))
     assert (outcome.state, fields(log)) == ("Success", {"ok": "/bin/busybox"})
+
+
+@pytest.mark.parametrize("layer", ["overlayfs", "copy"])
+async def test_the_worker_never_uses_an_images_device_node_or_fifo(oci_host: OciHost, busybox_images: Path,
+                                                                   tmp_path: Path, layer: str) -> None:
+    """An image may ship a device node (to the worker, root on the host, it would be the host's device)
+    or a FIFO (a copy into it would hang): inputs and outputs there are refused, nothing is opened."""
+    image = tmp_path / "odd-image"
+    shutil.copytree(busybox_images / "busybox" / "rootfs", image, symlinks=True)
+    (image / "data").mkdir(mode=0o755)
+    os.mknod(image / "data" / "device", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+    os.mkfifo(image / "data" / "fifo")
+    source = tmp_path / "in.txt"
+    source.write_text("data\n")
+    runtime = oci_host.runtime(layer=layer, rootfs=CachedImages(image))
+    for i, target in enumerate(("/data/device", "/data/fifo")):
+        job_spec = spec("true", input_files=[js.InputFile(from_url=f"file://{source}", to_path=target)])
+        outcome, _ = await run(runtime, oci_host.job(job_spec, f"in{i}"))
+        assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+        assert outcome.error_message.startswith("input files: copying input files failed"), outcome.error_message
+    job_spec = spec("true", output_files=[js.OutputFile(from_path="/data/device", to_url=f"file://{tmp_path}/o")])
+    outcome, _ = await run(runtime, oci_host.job(job_spec, "out"))
+    assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+    assert "Permission denied" in outcome.error_message and not (tmp_path / "o").exists()

@@ -16,7 +16,9 @@ The worker writes into that root filesystem as root before the job runs
 image is not trusted: a link in it, relative or absolute, could lead the
 worker anywhere on the host, so every path is walked one component at a
 time with O_NOFOLLOW from a descriptor of the root (job_files.py does the
-same for inputs and outputs), and a link on the way is refused.
+same for inputs and outputs), and a link on the way is refused; and a
+device node in it would be the host's device to the worker, so the root
+filesystem is mounted nodev (and nosuid), whichever the layer.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ COPY = "copy"
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
 MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
 
@@ -135,7 +139,7 @@ async def make_root(image_root: Path, oci_dir: Path, kind: str) -> Path:
         upper.mkdir(mode=0o755)
         work.mkdir(mode=0o700)
         try:
-            mount("overlay", root, "overlay", 0, _overlay_options(image_root, upper, work))
+            mount("overlay", root, "overlay", MS_NODEV | MS_NOSUID, _overlay_options(image_root, upper, work))
         except OSError as e:
             raise LayerError(f"could not mount the writable layer (overlayfs): {e}") from e
         return root
@@ -146,14 +150,21 @@ async def make_root(image_root: Path, oci_dir: Path, kind: str) -> Path:
     if copy.returncode != 0:
         raise LayerError(f"could not copy the image into the attempt's root filesystem: "
                          f"{err.decode(errors='replace').strip()[-500:]}")
+    try:  # a mount of its own, nodev and nosuid as the overlay is
+        mount(str(root), root, "", MS_BIND)
+        mount("", root, "", MS_BIND | MS_REMOUNT | MS_NODEV | MS_NOSUID)
+    except OSError as e:
+        raise LayerError(f"could not mount the attempt's copy of the image: {e}") from e
     return root
 
 
 def remove_oci_dir(oci_dir: Path) -> None:
-    """Unmount whatever is mounted below the attempt's `oci_dir`, then remove it."""
+    """Unmount whatever is mounted below the attempt's `oci_dir`, then remove it (never through a mount)."""
     if not oci_dir.exists():
         return
     unmount_all_under(oci_dir)
+    if left := mounts_under(oci_dir):
+        raise OSError(f"still mounted after unmounting: {', '.join(map(str, left))}")
     shutil.rmtree(oci_dir)
 
 
