@@ -43,10 +43,10 @@ class CopyRefused(Exception):
 
 
 def url_refusals(what: str, url: str) -> list[str]:
-    """Why the process runtime cannot copy `url` (it copies local file:// URLs only)."""
+    """Why the worker cannot copy `url` (it copies local file:// URLs only, in either runtime)."""
     parts = urlsplit(url)
     if parts.scheme != "file" or parts.netloc:
-        return [f"{what} URL {url!r} is not a local file:// URL; the process runtime copies only those"]
+        return [f"{what} URL {url!r} is not a local file:// URL; the worker copies only those"]
     return []
 
 

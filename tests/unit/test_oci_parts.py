@@ -87,7 +87,7 @@ def test_refusals() -> None:
                   secrets=[js.SecretMount(name="db", mount_path="/run/secrets/db")])
     assert len(oci_refusals(hidden)) == 3
     assert oci_refusals(spec(input_files=[js.InputFile(from_url="gs://b/x", to_path="/in/x")])) == [
-        "input URL 'gs://b/x' is not a local file:// URL; the process runtime copies only those"]
+        "input URL 'gs://b/x' is not a local file:// URL; the worker copies only those"]
     assert oci_refusals(js.JobSpec(image="busybox", network_mode=js.NETWORK_MODE_NONE)) == [
         "the spec has no command (argv or script)"]
 
