@@ -9,12 +9,15 @@ process limit enforced; the log streams while the job runs."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from pathlib import Path
 
 import pytest
 from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_spec_pb2 as js
+from tests.job_processes import marked, processes_marked
 from tests.oci.host import OciHost, fields, needs_oci, run, spec, start
 
 pytestmark = [pytest.mark.timeout(60), needs_oci]
@@ -159,3 +162,38 @@ async def test_failures_around_the_job_are_errors_naming_the_step(oci_host: OciH
     into_proc, _ = await run(runtime, oci_host.job(spec("true", input_files=[
         js.InputFile(from_url="file:///etc/hostname", to_path="/proc/x")]), "a4"))
     assert (into_proc.state, into_proc.end_reason) == ("Error", "refused")
+
+
+async def test_an_abandoned_attempt_is_killed_and_cleaned_up(oci_host: OciHost) -> None:
+    """The worker cancels an attempt's task when it leaves (SIGTERM, a lost session): the container dies
+    and nothing of it is left (the fixture checks), though `run` never returns."""
+    runtime = oci_host.runtime()
+    job_spec, mark = marked(spec("trap '' TERM; sleep 30"))
+    task, _, started = start(runtime, oci_host.job(job_spec))
+    await started.wait()
+    assert processes_marked(mark)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not processes_marked(mark)
+
+
+async def test_a_runc_that_never_starts_the_container_is_an_error(oci_host: OciHost, tmp_path: Path) -> None:
+    stuck = tmp_path / "stuck-runc"
+    stuck.write_text('#!/bin/sh\ncase " $* " in *" run "*) exec sleep 60;; *" list "*) echo null;; esac\n')
+    stuck.chmod(0o755)
+    runtime = oci_host.runtime(runc=str(stuck), start_timeout_s=0.5, kill_grace_s=0.5)
+    began = time.monotonic()
+    outcome, _ = await run(runtime, oci_host.job(spec("true")))
+    assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+    assert outcome.error_message == "runc: the container did not start in 0.5 s (runc is stuck); it was killed"
+    assert time.monotonic() - began < 3
+    assert not [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                if str(stuck).encode() in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import resource
+import signal
 import stat
 import time
 from collections.abc import Awaitable, Callable
@@ -94,6 +95,8 @@ class OciRuntimeConfig:
     """After SIGTERM on timeout or cancel, how long the job may take to exit before SIGKILL."""
     max_timeout_s: float | None = None
     """The deployment's longest attempt; applies when a spec sets no timeout or a longer one."""
+    start_timeout_s: float = 60.0
+    """How long runc may take to start a container (some 30 ms, as a rule) before the attempt ends in Error."""
     output_drain_s: float = 5.0
     """How long to keep reading the log pipe after runc exited."""
     uid_first: int = 2_000_000_000
@@ -385,7 +388,12 @@ class OciRuntime:
             pipe = await LogPipe.attach(read_fd, log)
             read_fd = -1
             timeout_s = attempt_timeout_s(job.spec, self.config.max_timeout_s)
-            if await _started(runc, pid_file):
+            try:
+                running = await asyncio.wait_for(_started(runc, pid_file), self.config.start_timeout_s)
+            except TimeoutError:
+                raise AttemptFailed("runc", f"the container did not start in {self.config.start_timeout_s:g} s "
+                                    "(runc is stuck); it was killed") from None
+            if running:
                 attempt.start_ms = self.config.clock_ms()
                 await on_started(1)
                 ending = await self._supervise(attempt, stop, timeout_s)
@@ -451,12 +459,12 @@ class OciRuntime:
             exited.cancel()
             stopped.cancel()
 
-    async def _signal(self, attempt: _Attempt, signal: str) -> None:
+    async def _signal(self, attempt: _Attempt, which: str) -> None:
         assert self._runc is not None
         try:
-            await self._runc.kill(attempt.container_id, signal)
+            await self._runc.kill(attempt.container_id, which)
         except RuncError as e:
-            logger.warning("could not send SIG%s to container %s: %s", signal, attempt.container_id, e)
+            logger.warning("could not send SIG%s to container %s: %s", which, attempt.container_id, e)
 
     async def _teardown(self, attempt: _Attempt) -> None:
         """Undo everything the attempt made, whatever happened; what cannot be undone stays recorded for
@@ -467,8 +475,8 @@ class OciRuntime:
             try:
                 await asyncio.wait_for(attempt.runc.wait(), self.config.kill_grace_s)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    attempt.runc.kill()  # the keeper; runc delete below kills what is left
+                with contextlib.suppress(ProcessLookupError):  # the keeper and runc, in its process group
+                    os.killpg(attempt.runc.pid, signal.SIGKILL)
                 await attempt.runc.wait()
         if self._runc is not None and attempt.container_id and (self._runc.root / attempt.container_id).exists():
             # A detached container stays, stopped, until deleted (runc's cgroup with it, read by now).
