@@ -2,7 +2,7 @@
 
 Where things are:
 - `runtime.py`: `OciRuntime`, the `ContainerRuntime` (runtime_api.py) that runs an attempt from start to
-  cleanup, and its settings;
+  cleanup; its settings in `config.py`, what it refuses in `refusals.py`;
 - `bundle.py`: the bundle's `config.json`, from the image's config and the job's spec (pure);
 - `images.py`: what the runtime needs of an image (`Rootfs`, `RootfsSource`) and a source serving
   unpacked root filesystems from a directory;
@@ -17,7 +17,9 @@ Where things are:
   its own, and the cleanup of what a dead worker left.
 """
 
+from services.worker.oci.config import OciRuntimeConfig
 from services.worker.oci.images import ImageConfig, Rootfs, RootfsSource
-from services.worker.oci.runtime import OciRuntime, OciRuntimeConfig, oci_refusals
+from services.worker.oci.refusals import oci_refusals
+from services.worker.oci.runtime import OciRuntime
 
 __all__ = ["ImageConfig", "OciRuntime", "OciRuntimeConfig", "Rootfs", "RootfsSource", "oci_refusals"]

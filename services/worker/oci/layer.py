@@ -258,3 +258,30 @@ def stage_secrets(secrets_dir: Path, sources: list[Path], uid: int, gid: int) ->
         os.chown(copy, uid, gid)
         copies.append(copy)
     return copies
+
+
+def make_attempt_dir(oci_dir: Path) -> Path:
+    """The attempt's directory (private to the worker on the way) and its fresh `oci_dir` inside."""
+    attempt_dir = oci_dir.parent
+    scratch = attempt_dir.parent
+    try:
+        scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if scratch.stat().st_mode & (stat.S_ISVTX | stat.S_IWOTH):
+            raise LayerError(f"the scratch root {scratch} is shared with other users; the worker needs a "
+                             "directory of its own")
+        scratch.chmod(0o700)
+        attempt_dir.mkdir(mode=0o700, exist_ok=True)  # the log may have made it already
+        attempt_dir.chmod(0o700)
+        oci_dir.mkdir(mode=0o700)
+        return oci_dir
+    except FileExistsError as e:
+        raise LayerError(f"{attempt_dir}/oci already exists") from e
+    except OSError as e:
+        raise LayerError(f"could not make the attempt's directories: {e}") from e
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """A new file only the worker may read (the bundle's config.json holds the job's environment)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with open(fd, "wb") as f:
+        f.write(data)

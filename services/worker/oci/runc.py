@@ -103,3 +103,18 @@ def last_error(log: Path) -> str:
         if isinstance(entry, dict) and entry.get("level") in ("error", "fatal"):
             return str(entry.get("msg", "")).strip()
     return ""
+
+
+async def wait_until_running(keeper: asyncio.subprocess.Process, pid_file: Path) -> bool:
+    """Wait until the job's process runs (runc wrote its pid file) or the keeper exited (runc could not
+    start it); whether it runs."""
+    exited = asyncio.ensure_future(keeper.wait())
+    try:
+        delay = 0.001
+        while not pid_file.exists():
+            if (await asyncio.wait({exited}, timeout=delay))[0]:
+                return pid_file.exists()
+            delay = min(2 * delay, 0.005)  # a stat every 5 ms at most: runc takes some 30 ms
+        return True
+    finally:
+        exited.cancel()

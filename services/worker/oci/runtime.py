@@ -27,22 +27,22 @@ import os
 import re
 import resource
 import signal
-import stat
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from dataclasses import dataclass
+from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
-from services.worker.job_files import UrlCheck, allow_all_urls, copy_inputs, copy_outputs, path_refusals, url_refusals
+from services.worker.job_files import copy_inputs, copy_outputs, path_refusals
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.oci import cgroups, layer
 from services.worker.oci.bundle import Container, config_json, merged_env
-from services.worker.oci.images import Rootfs, RootfsSource
+from services.worker.oci.config import OciRuntimeConfig
+from services.worker.oci.images import Rootfs
 from services.worker.oci.owner import AttemptRecord, Owner, OwnerBusy, clean_up, clean_up_dead_owners
-from services.worker.oci.runc import Runc, RuncError, find, last_error
+from services.worker.oci.refusals import oci_refusals
+from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          JobOutcome, JobRun, attempt_timeout_s, signal_name)
 
@@ -50,100 +50,7 @@ logger = logging.getLogger(__name__)
 
 WORK_DIR = "/io"
 """The job's own directory in the container: its working directory unless the image names one, and HOME."""
-CONTAINER_MOUNTS = ("/proc", "/sys", "/dev")
-"""Where the container's own mounts hide the root filesystem: no input or output may be there."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _host_memory_per_core_bytes() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class OciRuntimeConfig:
-    """Settings of the OCI runtime."""
-
-    rootfs: RootfsSource
-    """Where images' root filesystems come from (the worker's image cache)."""
-    owner: str = "worker"
-    """The worker's name on this host (its instance name): names its runc state, cgroups and containers,
-    and a runtime with the same name must not be running. Letters, digits, '.', '_' and '-'."""
-    state_root: Path = Path("/run/corral/oci")
-    """Where the runtimes of this host keep their state, one directory per owner (see owner.py)."""
-    cgroup_root: str = "corral"
-    """Attempts' cgroups are CGROUP_ROOT/OWNER/ATTEMPT in each hierarchy."""
-    runc: str = "runc"
-    """runc's name or path (looked up in /usr/sbin:/usr/bin:/sbin:/bin)."""
-    layer: str = "auto"
-    """How an attempt's writable root filesystem is made: 'overlayfs', 'copy' (of the whole image), or
-    'auto' (overlayfs where a probe on the scratch filesystem mounts one, else copy)."""
-    memory_per_core_bytes: int = field(default_factory=_host_memory_per_core_bytes)
-    """The memory limit of a job that reserved none (JobRun.memory_bytes 0), per core it reserved; by
-    default the host's memory per cpu. The worker passes its own memory per core."""
-    max_processes: int = 4096
-    """Most processes (threads included) one attempt may have (its cgroup's pids.max)."""
-    shm_bytes: int = 64 * 2**20
-    """Size of the container's /dev/shm (counted in its memory)."""
-    max_open_files: int = 65536
-    """RLIMIT_NOFILE of the job's processes (at most the worker's own hard limit: runc sets it once the
-    process has no capability left to raise it)."""
-    kill_grace_s: float = 10.0
-    """After SIGTERM on timeout or cancel, how long the job may take to exit before SIGKILL."""
-    max_timeout_s: float | None = None
-    """The deployment's longest attempt; applies when a spec sets no timeout or a longer one."""
-    start_timeout_s: float = 60.0
-    """How long runc may take to start a container (some 30 ms, as a rule) before the attempt ends in Error."""
-    output_drain_s: float = 5.0
-    """How long to keep reading the log pipe after runc exited."""
-    uid_first: int = 2_000_000_000
-    """First uid (and gid) given to jobs (shared with the process runtime's claims: see job_uids.py)."""
-    uid_count: int = 65_536
-    uid_claims_dir: Path = Path("/run/corral/job-uids")
-    check_url: UrlCheck = allow_all_urls
-    """Called with every input and output URL before its copy; raises to refuse it."""
-    clock_ms: Callable[[], int] = field(default=_wall_ms)
-
-
-def oci_refusals(spec: job_spec_pb2.JobSpec) -> list[str]:
-    """What in `spec` the OCI runtime cannot honour (on any machine)."""
-    reasons = []
-    command = spec.WhichOneof("command")
-    if command is None or (command == "argv" and not spec.argv.args) or (command == "script" and not spec.script):
-        reasons.append("the spec has no command (argv or script)")
-    if any("\0" in arg for arg in spec.argv.args) or "\0" in spec.script:
-        reasons.append("the command contains a NUL byte")
-    for name, value in spec.env.items():
-        if not name or "=" in name or "\0" in name or "\0" in value:
-            reasons.append(f"environment variable {name!r} cannot be passed to a process")
-    if spec.network_mode != job_spec_pb2.NETWORK_MODE_NONE:
-        mode = job_spec_pb2.NetworkMode.Name(spec.network_mode)
-        if spec.network_mode == job_spec_pb2.NETWORK_MODE_UNSPECIFIED:
-            mode += " (NETWORK_MODE_PUBLIC, the default)"
-        reasons.append(f"network_mode {mode} is not offered by the OCI runtime yet: only NETWORK_MODE_NONE "
-                       "(a network namespace with loopback only); private and public networks are to come")
-    hidden = (*CONTAINER_MOUNTS, *(s.mount_path for s in spec.secrets))
-    for s in spec.secrets:
-        reasons += path_refusals(f"secret {s.name!r} mount_path", s.mount_path)
-    for what, path in ([("input to_path", f.to_path) for f in spec.input_files]
-                       + [("output from_path", f.from_path) for f in spec.output_files]):
-        refused = path_refusals(what, path)
-        reasons += refused
-        if not refused and any(_below(path, top) for top in hidden):
-            reasons.append(f"{what} {path!r} is where the container mounts something of its own (/proc, /sys, "
-                           "/dev or a secret), which hides the files the worker copies")
-    for f in spec.input_files:
-        reasons += url_refusals("input", f.from_url)
-    for f in spec.output_files:
-        reasons += url_refusals("output", f.to_url)
-    return reasons
-
-
-def _below(path: str, top: str) -> bool:
-    return PurePosixPath(path) == PurePosixPath(top) or PurePosixPath(top) in PurePosixPath(path).parents
 
 
 class AttemptFailed(Exception):
@@ -287,7 +194,10 @@ class OciRuntime:
         oci_dir = Path(os.path.realpath(job.scratch)) / job.attempt_dir.name / "oci"
         self.owner.record(AttemptRecord(attempt.container_id, str(oci_dir), attempt.cgroup_path))
         attempt.recorded = True  # before anything it names is made
-        attempt.oci_dir = await asyncio.to_thread(_make_attempt_dir, oci_dir)
+        try:
+            attempt.oci_dir = await asyncio.to_thread(layer.make_attempt_dir, oci_dir)
+        except layer.LayerError as e:
+            raise AttemptFailed("attempt directory", str(e)) from e
 
         try:
             rootfs = await self.config.rootfs.acquire(job.spec.image)
@@ -323,8 +233,8 @@ class OciRuntime:
             max_open_files=_open_files_limit(self.config.max_open_files), read_only_binds=binds,
             annotations=(("corral.owner", self.config.owner), ("corral.attempt", job.attempt_id)))
         try:
-            await asyncio.to_thread(_write_private, attempt.oci_dir / "config.json",
-                                    _json_bytes(config_json(container)))
+            await asyncio.to_thread(layer.write_private, attempt.oci_dir / "config.json",
+                                    json.dumps(config_json(container)).encode())
         except OSError as e:
             raise AttemptFailed("bundle", f"could not write config.json: {e}") from e
         if stop.is_set():
@@ -389,7 +299,7 @@ class OciRuntime:
             read_fd = -1
             timeout_s = attempt_timeout_s(job.spec, self.config.max_timeout_s)
             try:
-                running = await asyncio.wait_for(_started(runc, pid_file), self.config.start_timeout_s)
+                running = await asyncio.wait_for(wait_until_running(runc, pid_file), self.config.start_timeout_s)
             except TimeoutError:
                 raise AttemptFailed("runc", f"the container did not start in {self.config.start_timeout_s:g} s "
                                     "(runc is stuck); it was killed") from None
@@ -564,50 +474,6 @@ class _Attempt:
     start_ms: int | None = None
 
 
-def _make_attempt_dir(oci_dir: Path) -> Path:
-    """The attempt's directory (private to the worker on the way) and its fresh `oci_dir` inside."""
-    attempt_dir = oci_dir.parent
-    scratch = attempt_dir.parent
-    try:
-        scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if scratch.stat().st_mode & (stat.S_ISVTX | stat.S_IWOTH):
-            raise AttemptFailed("attempt directory", f"the scratch root {scratch} is shared with other users; "
-                                "the worker needs a directory of its own")
-        scratch.chmod(0o700)
-        attempt_dir.mkdir(mode=0o700, exist_ok=True)  # the log may have made it already
-        attempt_dir.chmod(0o700)
-        oci_dir.mkdir(mode=0o700)
-        return oci_dir
-    except FileExistsError as e:
-        raise AttemptFailed("attempt directory", f"{attempt_dir}/oci already exists") from e
-    except OSError as e:
-        raise AttemptFailed("attempt directory", f"could not make the attempt's directories: {e}") from e
-
-
-async def _started(runc: asyncio.subprocess.Process, pid_file: Path) -> bool:
-    """Wait until the job's process runs (runc wrote its pid file) or runc exited; whether it runs."""
-    exited = asyncio.ensure_future(runc.wait())
-    try:
-        delay = 0.001
-        while not pid_file.exists():
-            if (await asyncio.wait({exited}, timeout=delay))[0]:
-                return pid_file.exists()
-            delay = min(2 * delay, 0.005)  # a stat every 5 ms at most: runc takes some 30 ms
-        return True
-    finally:
-        exited.cancel()
-
-
 def _open_files_limit(wanted: int) -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with open(fd, "wb") as f:
-        f.write(data)
-
-
-def _json_bytes(document: dict) -> bytes:
-    return json.dumps(document).encode()
