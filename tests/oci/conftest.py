@@ -29,4 +29,6 @@ async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHos
     yield host
     for runtime in host.runtimes:
         await runtime.close()
-    assert host.leftovers() == []
+    left = host.leftovers()
+    await host.clean_up()  # whatever happened: a failing test must not leave its mess on the host
+    assert left == []

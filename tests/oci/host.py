@@ -28,6 +28,7 @@ from services.worker.oci import OciRuntime, OciRuntimeConfig
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.images import DirectoryRootfs, ImageUnavailable, Rootfs, RootfsSource
 from services.worker.oci.layer import mounts_under
+from services.worker.oci.owner import clean_up_dead_owners
 from services.worker.runtime_api import JobOutcome, JobRun
 
 BUSYBOX = "/bin/busybox"
@@ -126,6 +127,13 @@ class OciHost:
             job_id: int = 3, **fields) -> JobRun:
         return JobRun(batch_id=7, job_id=job_id, attempt_id=attempt_id, spec=spec, cores_mcpu=cores_mcpu,
                       memory_bytes=memory_bytes, scratch=self.scratch, **fields)
+
+    async def clean_up(self) -> None:
+        """Remove what the test's runtimes left (all closed or dead by now), as a worker starting on the host
+        would."""
+        runc = shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin")
+        assert runc is not None
+        await clean_up_dead_owners(self.state_root, CGROUP_ROOT, runc, Hierarchies.of_host(), alive="")
 
     def leftovers(self) -> list[str]:
         """What the test's runtimes left on the host."""

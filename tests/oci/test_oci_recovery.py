@@ -74,7 +74,7 @@ async def test_a_killed_workers_container_dies_and_the_next_runtime_cleans_up(oc
     worker.kill()
     worker.wait()
     worker.stdout.close()  # type: ignore[union-attr]
-    await eventually(lambda: not processes_marked(mark), 5.0)  # its keeper killed the container
+    await eventually(lambda: not processes_marked(mark))  # its keeper killed the container
     assert left_by(oci_host, dead)  # its mounts, cgroup and record are still there
     # Another worker starts on the host: it cleans up after the dead one.
     runtime = oci_host.runtime()
