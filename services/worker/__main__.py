@@ -41,6 +41,12 @@ parser.add_argument("--default-registry", metavar="URL",
 parser.add_argument("--image-cache-dir", type=Path, help="the image cache (default: SCRATCH_DIR/images)")
 parser.add_argument("--image-cache-bytes", type=int, default=WorkerConfig.image_cache_bytes,
                     help="most disk the cached images may take, images in use aside (default: %(default)s)")
+parser.add_argument("--runtime", choices=("process", "oci", "auto"), default=WorkerConfig.runtime,
+                    help="how jobs run: process, oci (runc containers; the worker does not start where it "
+                         "cannot) or auto (oci where possible, else process) (default: %(default)s)")
+parser.add_argument("--oci-images-dir", type=Path,
+                    help="the OCI runtime's images, unpacked: IMAGE is DIR/IMAGE/rootfs (with DIR/IMAGE/config.json, "
+                         "optionally, as umoci unpack writes it)")
 args = parser.parse_args()
 private_files()
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
@@ -54,4 +60,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,
-    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes))))
+    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
+    runtime=args.runtime, oci_images_dir=args.oci_images_dir))))

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import signal
 
 from corral.worker.v1 import worker_service_pb2_grpc
@@ -25,6 +26,9 @@ from services.worker.attempts import AttemptTable
 from services.worker.config import WorkerConfig
 from services.worker.images import ImageCache
 from services.worker.object_stores import ObjectStores
+from services.worker.oci import OciRuntime, OciRuntimeConfig
+from services.worker.oci.images import DirectoryRootfs
+from services.worker.oci.runtime import AttemptFailed
 from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
 from services.worker.servicer import WorkerServicer
 
@@ -70,9 +74,8 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         attempts = AttemptTable(config.keep_ended_s)
         stores = ObjectStores(config.storage_access)  # reads its secrets: a bad one stops the worker here
         stack.callback(stores.close)
-        runtime = runtime or ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev,
-                                                                 object_stores=stores))
-        stack.push_async_callback(runtime.close)  # the job launcher, once the jobs are gone
+        runtime = runtime or await choose_runtime(config, stores)
+        stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
         worker = Worker(config, runtime, attempts, tls)
         # Opened now so that ListImages reports what a worker before this one left; the OCI runtime
         # will pull through it.
@@ -90,6 +93,47 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
                          stack.pop_all())
 
 
+RUNTIMES = ("process", "oci", "auto")
+
+
+async def choose_runtime(config: WorkerConfig, stores: ObjectStores) -> ContainerRuntime:
+    """The runtime `config.runtime` names; 'auto' is the OCI runtime where this machine can run it. An OCI
+    runtime has taken the worker's name on the host and cleaned up after dead workers before it returns.
+    Raises ValueError if 'oci' was asked for and cannot run here."""
+    if config.runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {config.runtime!r}: one of {', '.join(RUNTIMES)}")
+    process = ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev, object_stores=stores))
+    if config.runtime == "process":
+        return process
+    why_not = []
+    oci = None
+    if config.oci_images_dir is None:
+        why_not.append("no images: the OCI runtime needs --oci-images-dir (a directory of unpacked images)")
+    else:
+        memory_per_core = {"memory_per_core_bytes": config.memory_bytes * 1000 // config.cores_mcpu} \
+            if config.memory_bytes > 0 and config.cores_mcpu > 0 else {}
+        oci = OciRuntime(OciRuntimeConfig(DirectoryRootfs(config.oci_images_dir), owner=oci_owner(config.instance_name),
+                                          object_stores=stores, **memory_per_core))
+        why_not += oci.host_refusals()
+    if oci is not None and not why_not:
+        try:
+            await oci.start()
+            log.info("worker %s: jobs run in OCI containers (runc)", config.instance_name)
+            return oci
+        except AttemptFailed as e:
+            why_not.append(str(e))
+    if config.runtime == "oci":
+        raise ValueError("the OCI runtime cannot run on this machine: " + "; ".join(why_not))
+    log.warning("worker %s: jobs run in the process runtime, not in containers: %s", config.instance_name,
+                "; ".join(why_not))
+    return process
+
+
+def oci_owner(instance_name: str) -> str:
+    """The worker's name as the OCI runtime's owner (letters, digits, '.', '_' and '-')."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", instance_name).lstrip("._-") or "worker"
+
+
 LIFELINE_EXIT_S = 20.0
 """After `corral up` is gone, how long the worker's shutdown may take before the process exits anyway."""
 
@@ -98,7 +142,11 @@ async def run(config: WorkerConfig) -> int:
     """The worker process: serve until the worker leaves; SIGTERM and SIGINT shut it down, and so does
     the end of the `corral up` it was started under (services.common.lifeline), whichever driver
     started it."""
-    app = await start(config)
+    try:
+        app = await start(config)
+    except ValueError as e:  # a runtime asked for that this machine cannot run
+        log.error("worker %s cannot start: %s", config.instance_name, e)
+        return 2
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.worker.shutdown)

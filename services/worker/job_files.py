@@ -75,9 +75,12 @@ def host_path(work: Path, container_path: str) -> Path:
     return work / posixpath.normpath(container_path).lstrip("/")
 
 
-def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, stores: ObjectStores) -> None:
+def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, stores: ObjectStores) -> list[str]:
     """Copy every input into `work` (before the job runs). A local source that is a link is followed (the
-    user named it), and where it leads is checked too; links inside a copied directory are copied as links."""
+    user named it), and where it leads is checked too; links inside a copied directory are copied as links.
+    Returns the container paths it made: each directory made on the way to an input (root's, 0700), then
+    the inputs themselves, so that a caller can give exactly those to the job's user."""
+    made: list[str] = []
     work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for f in spec.input_files:
@@ -85,7 +88,7 @@ def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, 
                 check_url(f.from_url)
                 source = stores.locate(f.from_url)
                 real = _resolved(source, check_url) if source.local else ""
-                parent_fd, name = _parent_beneath(work_fd, f.to_path, create=True)
+                parent_fd, name = _parent_beneath(work_fd, f.to_path, create=True, made=made)
                 try:
                     if not source.local:
                         _fetch(source, parent_fd, name, stores.timeout_s)
@@ -95,11 +98,13 @@ def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, 
                         _copy_file_in(real, parent_fd, name)
                 finally:
                     os.close(parent_fd)
+                made.append(posixpath.normpath(f.to_path))
             except Exception as e:
                 missing = None if _local(f.from_url) else f"{f.from_url}, or its bucket or container, does not exist"
                 raise CopyRefused(f"{f.from_url} -> {f.to_path}: {_reason(e, missing, stores.timeout_s)}") from e
     finally:
         os.close(work_fd)
+    return made
 
 
 def give_to(work: Path, uid: int, gid: int) -> None:
@@ -203,9 +208,11 @@ def _fetch_file(source: Location, key: str, parent_fd: int, name: str, timeout_s
         os.close(target)
 
 
-def _parent_beneath(work_fd: int, container_path: str, create: bool) -> tuple[int, str]:
+def _parent_beneath(work_fd: int, container_path: str, create: bool,
+                    made: list[str] | None = None) -> tuple[int, str]:
     """A descriptor of the directory holding `container_path` below the working directory, and the last
-    component's name; each directory on the way is opened without following links (and made if `create`)."""
+    component's name; each directory on the way is opened without following links (and made if `create`,
+    its container path then appended to `made`)."""
     parts = PurePosixPath(posixpath.normpath(container_path)).parts[1:]
     fd = os.dup(work_fd)
     try:
@@ -213,6 +220,8 @@ def _parent_beneath(work_fd: int, container_path: str, create: bool) -> tuple[in
             if create:
                 try:
                     os.mkdir(part, 0o700, dir_fd=fd)
+                    if made is not None:
+                        made.append("/" + "/".join(parts[: i + 1]))
                 except FileExistsError:
                     pass
             try:
@@ -289,8 +298,14 @@ def _readable_by(st: os.stat_result, uid: int) -> bool:
 
 
 def _copy_file_in(source: str, parent_fd: int, name: str) -> None:
-    target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                     dir_fd=parent_fd)
+    # Non-blocking, then checked: a FIFO already there (an image may ship one) must neither hang the copy
+    # nor take the input. (A device node cannot be opened: the OCI runtime's root filesystems are nodev.)
+    target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600, dir_fd=parent_fd)
+    if not stat.S_ISREG(os.fstat(target).st_mode):
+        os.close(target)
+        raise CopyRefused(f"{name} is already there and not a regular file")
+    os.set_blocking(target, True)
     with open(source, "rb") as src, open(target, "wb") as dst:
         shutil.copyfileobj(src, dst)
         os.fchmod(dst.fileno(), os.fstat(src.fileno()).st_mode & 0o777)  # keeps x bits, never setuid

@@ -28,7 +28,7 @@ from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.object_stores import ObjectStores
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
-                                         ContainerRuntime, JobOutcome, JobRun)
+                                         ContainerRuntime, JobOutcome, JobRun, attempt_timeout_s, signal_name)
 
 __all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "REFUSED", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime",
            "JobOutcome", "JobRun", "ProcessRuntime", "ProcessRuntimeConfig", "can_isolate"]
@@ -254,7 +254,7 @@ class ProcessRuntime:
         except (_SystemError, NoFreeUid, StartFailed) as e:
             words = f"{ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else str(e)
             return self._outcome(job, "Error", SYSTEM_ERROR, words)
-        timeout_s = _timeout_s(job.spec, self.config.max_timeout_s)
+        timeout_s = attempt_timeout_s(job.spec, self.config.max_timeout_s)
         try:
             start_ms, ending, ended = await self._watch(command, read_fd, log, on_started, stop, timeout_s)
         except StartFailed as e:
@@ -282,7 +282,7 @@ class ProcessRuntime:
                 return outcome("Error", SYSTEM_ERROR, f"copying output files failed: {e}", 0)
             return outcome("Success", EXITED, "", 0)
         if code < 0:
-            message, exit_code = f"killed by signal {_signal_name(-code)}", 128 - code
+            message, exit_code = f"killed by signal {signal_name(-code)}", 128 - code
         else:
             message, exit_code = f"exited with code {code}", code
         if is_full(work) or reports_out_of_space(log.recent) or (
@@ -444,13 +444,6 @@ def _cover(work: Path) -> str:
     raise _SystemError(f"no directory on the way to {work} is private to the worker")
 
 
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def _address_space_limit(memory_bytes: int) -> int:
     """RLIMIT_AS for a reservation of `memory_bytes` (0: none): never above the worker's own hard limit,
     which an unprivileged process could not raise."""
@@ -463,14 +456,7 @@ def _address_space_limit(memory_bytes: int) -> int:
 def _signal_or_code(returncode: int | None) -> str:
     if returncode is None:
         return "it stopped answering"
-    return f"killed by {_signal_name(-returncode)}" if returncode < 0 else f"exit code {returncode}"
-
-
-def _timeout_s(spec: job_spec_pb2.JobSpec, max_timeout_s: float | None) -> float | None:
-    asked = spec.timeout.ToTimedelta().total_seconds() if spec.HasField("timeout") else 0.0
-    if asked <= 0:
-        return max_timeout_s
-    return asked if max_timeout_s is None else min(asked, max_timeout_s)
+    return f"killed by {signal_name(-returncode)}" if returncode < 0 else f"exit code {returncode}"
 
 
 def _reports_allocation_failure(log: LogSink) -> bool:

@@ -12,6 +12,7 @@ lower case, as the driver stores them.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,16 @@ REFUSED = "refused"
 
 
 @dataclass(frozen=True)
+class SecretDir:
+    """A secret of the job, ready on the worker: a directory of its files, to mount at `mount_path`."""
+
+    host_dir: Path
+    """The worker's directory holding the secret's files (one file per key)."""
+    mount_path: str
+    """Where the job sees them (the spec's `secrets[].mount_path`)."""
+
+
+@dataclass(frozen=True)
 class JobRun:
     """One attempt of a job, as a runtime needs it."""
 
@@ -40,9 +51,14 @@ class JobRun:
     cores_mcpu: int
     """Cores reserved for the attempt, in thousandths of a core."""
     memory_bytes: int
-    """Memory reserved for the attempt (after any out-of-memory increase); 0 = no limit."""
+    """Memory reserved for the attempt (after any out-of-memory increase). 0 = none reserved (a job-private
+    machine's job, or a pool that declares no memory): the process runtime then sets no limit, the OCI
+    runtime its worker's memory per core for the attempt's cores."""
     scratch: Path
     """The worker's scratch root; the attempt gets its own directory under it."""
+    secret_mounts: tuple[SecretDir, ...] = ()
+    """The spec's secrets, fetched by the worker (one per `spec.secrets` entry, by mount_path). Only the OCI
+    runtime mounts them (read-only, copied for the job's uid); the process runtime refuses secrets."""
 
     @property
     def attempt_dir(self) -> Path:
@@ -111,3 +127,20 @@ class ContainerRuntime(Protocol):
         """Release what the runtime keeps between attempts (the process runtime's job launcher), once no
         attempt runs. A later `run` may start over."""
         ...
+
+
+def attempt_timeout_s(spec: job_spec_pb2.JobSpec, max_timeout_s: float | None) -> float | None:
+    """How long the attempt's command may run: the spec's timeout, capped by the deployment's longest
+    (`max_timeout_s`, which also applies when the spec sets none); None = no limit."""
+    asked = spec.timeout.ToTimedelta().total_seconds() if spec.HasField("timeout") else 0.0
+    if asked <= 0:
+        return max_timeout_s
+    return asked if max_timeout_s is None else min(asked, max_timeout_s)
+
+
+def signal_name(number: int) -> str:
+    """'SIGKILL' for 9; 'signal 99' for a number that names none."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

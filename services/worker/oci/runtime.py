@@ -1,0 +1,481 @@
+"""The OCI runtime: each attempt in a container of its own, run by runc.
+(The interface and what outcomes mean are in runtime_api.py; the parts of
+an attempt in the modules beside this one.)
+
+One attempt, in order; each step that fails ends it in Error naming the
+step, and whatever was made is undone whatever happens (`_teardown`):
+
+1. a uid of its own (job_uids.py, as the process runtime's), a record of
+   the attempt under the worker's name (owner.py);
+2. the image's root filesystem from the `RootfsSource`, and the attempt's
+   writable layer over it (layer.py): the work directory /io (the job's,
+   0700), /tmp, the inputs (job_files.py), secrets on a tmpfs;
+3. its cgroup with its limits and the out-of-memory watch (cgroups.py);
+4. the bundle's config.json (bundle.py), then `runc run --detach` under
+   its keeper (runc.py, keeper.py), the output into the log;
+5. the end: exit code, timeout or cancel; out of memory from the cgroup;
+   cpu time and peak memory from the cgroup; outputs copied on success.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import re
+import resource
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral.batch.v1 import job_spec_pb2
+from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
+from services.worker.job_files import copy_inputs, copy_outputs, path_refusals
+from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
+from services.worker.logs import LogPipe, LogSink
+from services.worker.oci import cgroups, layer
+from services.worker.oci.bundle import Container, config_json, merged_env
+from services.worker.oci.config import OciRuntimeConfig
+from services.worker.oci.images import Rootfs
+from services.worker.oci.owner import AttemptRecord, Owner, OwnerBusy, clean_up, clean_up_dead_owners
+from services.worker.oci.refusals import oci_refusals
+from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
+from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
+                                         JobOutcome, JobRun, attempt_timeout_s, signal_name)
+
+logger = logging.getLogger(__name__)
+
+WORK_DIR = "/io"
+"""The job's own directory in the container: its working directory unless the image names one, and HOME."""
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+class AttemptFailed(Exception):
+    """The system failed around the job at `step`; the attempt ends in Error."""
+
+    def __init__(self, step: str, message: str):
+        super().__init__(f"{step}: {message}")
+
+
+class OciRuntime:
+    """Runs each attempt in a container of its own, with runc (see the module's docstring and
+    docs/containers.md). Needs root on Linux, runc, and cgroups with the memory,
+    cpu, cpuacct and pids controllers (v1, or v2)."""
+
+    name = "oci"
+    isolates = True
+
+    def __init__(self, config: OciRuntimeConfig):
+        if not _ID.fullmatch(config.owner):
+            raise ValueError(f"owner {config.owner!r}: letters, digits, '.', '_' and '-' only")
+        if config.layer not in ("auto", layer.OVERLAY, layer.COPY):
+            raise ValueError(f"layer {config.layer!r}: 'auto', 'overlayfs' or 'copy'")
+        self.config = config
+        self.owner = Owner(config.state_root, config.owner, config.cgroup_root)
+        self._uids = JobUids(config.uid_claims_dir, config.uid_first, config.uid_count)
+        self._stops: dict[str, asyncio.Event] = {}
+        self._starting = asyncio.Lock()
+        self._started = False
+        self._runc: Runc | None = None
+        self._hierarchies: cgroups.Hierarchies | None = None
+        self._layers: dict[int, str] = {}  # scratch filesystem (device) -> how its attempts' layers are made
+
+    # -- the host ---------------------------------------------------------------------------------
+
+    def host_refusals(self) -> list[str]:
+        """Why this machine cannot run the OCI runtime at all; empty if it can."""
+        reasons = []
+        if os.geteuid() != 0:
+            reasons.append(f"the OCI runtime runs containers as root (this worker runs as uid {os.geteuid()})")
+        if find(self.config.runc) is None:
+            reasons.append(f"{self.config.runc} is not installed (looked in /usr/sbin:/usr/bin:/sbin:/bin)")
+        try:
+            if missing := cgroups.Hierarchies.of_host().missing():
+                reasons.append(f"the cgroup controllers {', '.join(missing)} are not mounted")
+        except (cgroups.CgroupError, OSError) as e:
+            reasons.append(str(e))
+        return reasons
+
+    async def start(self) -> list[str]:
+        """Take the worker's name on this host and clean up what a dead worker left (this one's
+        predecessor, or any other gone); `run` does it on first use. Returns what could not be cleaned
+        (logged too). Raises AttemptFailed if the runtime cannot run here."""
+        async with self._starting:
+            if self._started:
+                return []
+            if refusals := self.host_refusals():
+                raise AttemptFailed("the OCI runtime", "; ".join(refusals))
+            runc = find(self.config.runc)
+            assert runc is not None
+            hierarchies = cgroups.Hierarchies.of_host()
+            try:
+                await asyncio.to_thread(self.owner.claim)
+            except (OwnerBusy, OSError) as e:
+                raise AttemptFailed("the OCI runtime", str(e)) from e
+            left = await clean_up(self.owner, runc, hierarchies)
+            left += await clean_up_dead_owners(self.config.state_root, self.config.cgroup_root, runc, hierarchies,
+                                               alive=self.config.owner)
+            for what in left:
+                logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
+            self._runc, self._hierarchies, self._started = Runc(runc, self.owner.runc_root), hierarchies, True
+            return left
+
+    async def close(self) -> None:
+        """Remove the worker's cgroup parent and state and let its name go, once no attempt runs."""
+        async with self._starting:
+            if not self._started or self._stops:
+                return
+            assert self._runc is not None and self._hierarchies is not None
+            left = await clean_up(self.owner, self._runc.binary, self._hierarchies)
+            for what in left:
+                logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
+            if not left:
+                await asyncio.to_thread(self.owner.release)
+                self._started = False
+
+    # -- ContainerRuntime -------------------------------------------------------------------------
+
+    def check(self, spec: job_spec_pb2.JobSpec) -> list[str]:
+        """See `ContainerRuntime.check`."""
+        return self.host_refusals() + oci_refusals(spec)
+
+    def isolation(self, job: JobRun) -> str:
+        """See `ContainerRuntime.isolation`."""
+        return (f"OCI container (runc) of the image {job.spec.image!r} on a writable layer of its own; as a uid of "
+                "its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
+                "IPC, UTS and cgroup namespaces and a network namespace with only loopback; cgroup limits: "
+                f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
+                f"{self.config.max_processes} processes; its writes go to the worker's scratch disk, not limited "
+                "in size. Shared with the host: the kernel.")
+
+    async def cancel(self, attempt_id: str) -> None:
+        """Ask the attempt to stop: SIGTERM to all its processes, SIGKILL after `kill_grace_s`."""
+        if (stop := self._stops.get(attempt_id)) is not None:
+            stop.set()
+
+    async def run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]]) -> JobOutcome:
+        """See `ContainerRuntime.run`."""
+        if job.attempt_id in self._stops:
+            raise ValueError(f"attempt {job.attempt_id} is already running")
+        self._stops[job.attempt_id] = stop = asyncio.Event()
+        attempt = _Attempt(job)
+        try:
+            if refusals := self.check(job.spec):
+                return self._outcome(job, "Error", REFUSED,
+                                     "the OCI runtime cannot run this job: " + "; ".join(refusals))
+            try:
+                await self.start()
+                return await self._run(attempt, log, on_started, stop)
+            except AttemptFailed as e:
+                words = f"{ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else str(e)
+                return self._outcome(job, "Error", SYSTEM_ERROR, words, start_ms=attempt.start_ms)
+        finally:
+            log.close()
+            try:
+                await asyncio.shield(asyncio.ensure_future(self._teardown(attempt)))
+            finally:
+                self._stops.pop(job.attempt_id, None)
+
+    # -- one attempt ------------------------------------------------------------------------------
+
+    async def _run(self, attempt: _Attempt, log: LogSink, on_started: Callable[[int], Awaitable[None]],
+                   stop: asyncio.Event) -> JobOutcome:
+        job = attempt.job
+        assert self._runc is not None and self._hierarchies is not None
+        if not _ID.fullmatch(job.attempt_id):
+            raise AttemptFailed("attempt", f"attempt id {job.attempt_id!r} cannot name a container")
+        attempt.claim = await self._claim_uid()
+        uid = gid = attempt.claim.uid
+        attempt.container_id = f"{self.config.owner}-{job.batch_id}-{job.job_id}-{job.attempt_id}"
+        attempt.cgroup_path = f"{self.owner.cgroup_parent}/{job.batch_id}-{job.job_id}-{job.attempt_id}"
+        oci_dir = Path(os.path.realpath(job.scratch)) / job.attempt_dir.name / "oci"
+        self.owner.record(AttemptRecord(attempt.container_id, str(oci_dir), attempt.cgroup_path))
+        attempt.recorded = True  # before anything it names is made
+        try:
+            attempt.oci_dir = await asyncio.to_thread(layer.make_attempt_dir, oci_dir)
+        except layer.LayerError as e:
+            raise AttemptFailed("attempt directory", str(e)) from e
+
+        try:
+            rootfs = await self.config.rootfs.acquire(job.spec.image)
+        except Exception as e:  # noqa: BLE001 - whatever the source raises, its words are the reason
+            raise AttemptFailed("image", f"could not get {job.spec.image!r}: {e}") from e
+        attempt.rootfs = rootfs
+        kind = await self._layer_kind(attempt.oci_dir)
+        try:
+            root = await layer.make_root(rootfs.path, attempt.oci_dir, kind)
+        except (layer.LayerError, OSError) as e:
+            raise AttemptFailed("root filesystem", str(e)) from e
+        cwd = rootfs.config.working_dir or WORK_DIR
+        if path_refusals("working directory", cwd) and cwd != "/":
+            raise AttemptFailed("image", f"the image's working directory {cwd!r} is not an absolute path without '..'")
+        await self._fill(attempt, root, cwd, uid, gid)
+        binds = await self._secrets(attempt, uid, gid)
+
+        try:
+            attempt.cgroup = await asyncio.to_thread(
+                cgroups.AttemptCgroup.create, self._hierarchies, attempt.cgroup_path,
+                cgroups.Limits(job.cores_mcpu, self._memory_limit(job), self.config.max_processes))
+        except cgroups.CgroupError as e:
+            raise AttemptFailed("cgroup", str(e)) from e
+        container = Container(
+            argv=tuple(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else
+            ("/bin/sh", "-c", job.spec.script),
+            env=merged_env({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": WORK_DIR},
+                           rootfs.config.env, dict(job.spec.env),
+                           {"CORRAL_BATCH_ID": str(job.batch_id), "CORRAL_JOB_ID": str(job.job_id),
+                            "CORRAL_ATTEMPT_ID": job.attempt_id}),
+            cwd=cwd, uid=uid, gid=gid, hostname=f"job-{job.batch_id}-{job.job_id}",
+            cgroups_path=attempt.cgroup.runc_path, network_none=True, shm_bytes=self.config.shm_bytes,
+            max_open_files=_open_files_limit(self.config.max_open_files), read_only_binds=binds,
+            annotations=(("corral.owner", self.config.owner), ("corral.attempt", job.attempt_id)))
+        try:
+            await asyncio.to_thread(layer.write_private, attempt.oci_dir / "config.json",
+                                    json.dumps(config_json(container)).encode())
+        except OSError as e:
+            raise AttemptFailed("bundle", f"could not write config.json: {e}") from e
+        if stop.is_set():
+            return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
+        return await self._contain(attempt, root, log, on_started, stop, uid)
+
+    async def _fill(self, attempt: _Attempt, root: Path, cwd: str, uid: int, gid: int) -> None:
+        """The job's directories in its root filesystem, and its inputs."""
+        job = attempt.job
+
+        def fill() -> None:
+            root_fd = layer.open_root(root)
+            try:
+                layer.ensure_dir(root_fd, "/tmp", 0o1777)
+                layer.ensure_dir(root_fd, WORK_DIR, 0o700, owner=(uid, gid))
+                if cwd not in (WORK_DIR, "/"):
+                    layer.ensure_dir(root_fd, cwd, 0o755)
+            finally:
+                os.close(root_fd)
+
+        try:
+            await asyncio.to_thread(fill)
+        except (layer.LayerError, OSError) as e:
+            raise AttemptFailed("root filesystem", str(e)) from e
+        try:
+            made = await asyncio.to_thread(copy_inputs, job.spec, root, self.config.check_url,
+                                           stores=self.config.object_stores)
+            await asyncio.to_thread(layer.give_paths, root, made, uid, gid)
+        except Exception as e:
+            raise AttemptFailed("input files", f"copying input files failed: {e}") from e
+
+    async def _secrets(self, attempt: _Attempt, uid: int, gid: int) -> tuple[tuple[str, str], ...]:
+        """Copies of the job's secrets for its uid, and where each is mounted."""
+        job = attempt.job
+        given = {m.mount_path: m.host_dir for m in job.secret_mounts}
+        missing = [s.name for s in job.spec.secrets if s.mount_path not in given]
+        if missing:
+            raise AttemptFailed("secrets", f"the worker was not given the secrets {', '.join(missing)}")
+        if not job.secret_mounts:
+            return ()
+        try:
+            copies = await asyncio.to_thread(layer.stage_secrets, attempt.oci_dir / "secrets",
+                                             [m.host_dir for m in job.secret_mounts], uid, gid)
+        except (layer.LayerError, OSError) as e:
+            raise AttemptFailed("secrets", str(e)) from e
+        return tuple((str(copy), m.mount_path) for copy, m in zip(copies, job.secret_mounts))
+
+    async def _contain(self, attempt: _Attempt, root: Path, log: LogSink,
+                       on_started: Callable[[int], Awaitable[None]], stop: asyncio.Event, uid: int) -> JobOutcome:
+        """Run the container, its output into `log`, to its end; read what it used; copy its outputs."""
+        assert self._runc is not None and attempt.cgroup is not None and attempt.oci_dir is not None
+        job, oci_dir = attempt.job, attempt.oci_dir
+        runc_log, pid_file = oci_dir / "runc.log", oci_dir / "pid"
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        pipe = None
+        try:
+            try:
+                runc = await self._runc.run(attempt.container_id, oci_dir, runc_log, pid_file, write_fd)
+            finally:
+                os.close(write_fd)
+            attempt.runc = runc
+            pipe = await LogPipe.attach(read_fd, log)
+            read_fd = -1
+            timeout_s = attempt_timeout_s(job.spec, self.config.max_timeout_s)
+            try:
+                running = await asyncio.wait_for(wait_until_running(runc, pid_file), self.config.start_timeout_s)
+            except TimeoutError:
+                raise AttemptFailed("runc", f"the container did not start in {self.config.start_timeout_s:g} s "
+                                    "(runc is stuck); it was killed") from None
+            if running:
+                attempt.start_ms = self.config.clock_ms()
+                await on_started(1)
+                ending = await self._supervise(attempt, stop, timeout_s)
+            else:
+                await runc.wait()
+                ending = None
+            await pipe.drain(self.config.output_drain_s)
+        finally:
+            if read_fd >= 0:
+                os.close(read_fd)
+            if pipe is not None:
+                pipe.close()
+        log.close()
+        started = pid_file.exists()
+        code = runc.returncode
+        assert code is not None
+        usage = await asyncio.to_thread(attempt.cgroup.usage)
+        out_of_memory = await asyncio.to_thread(attempt.cgroup.out_of_memory)
+
+        def outcome(state: str, reason: str, message: str, exit_code: int | None = None) -> JobOutcome:
+            return self._outcome(job, state, reason, message, exit_code=exit_code, start_ms=attempt.start_ms,
+                                 usage=usage if started else None)
+
+        if ending == CANCELLED:
+            return outcome("Cancelled", CANCELLED, "cancelled while running; its container was killed")
+        if ending == TIMED_OUT:
+            return outcome("Failed", TIMED_OUT, f"timed out after {timeout_s:g} s; its container was killed")
+        if not started:
+            words = last_error(runc_log) or f"runc exited with code {code}"
+            return outcome("Error", SYSTEM_ERROR, f"the container did not start: {words}")
+        if code == 0:
+            try:
+                await asyncio.to_thread(copy_outputs, job.spec, root, uid, self.config.check_url,
+                                        stores=self.config.object_stores)
+            except Exception as e:  # noqa: BLE001 - any copy failure is the system's, said with its reason
+                return outcome("Error", SYSTEM_ERROR, f"copying output files failed: {e}", 0)
+            return outcome("Success", EXITED, "", 0)
+        message = f"exited with code {code}"
+        if 128 < code < 128 + 65:
+            message = f"killed by {signal_name(code - 128)} (exit code {code})"
+        if out_of_memory:
+            return outcome("Failed", OUT_OF_MEMORY, f"ran out of memory: the kernel killed a process of the job at "
+                           f"its cgroup's limit of {self._memory_limit(job)} bytes; the command {message}", code)
+        if is_full(oci_dir) or reports_out_of_space(log.recent):
+            return outcome("Error", SYSTEM_ERROR, f"{ran_out(oci_dir)}; the command {message}", code)
+        return outcome("Failed", EXITED, message, code)
+
+    async def _supervise(self, attempt: _Attempt, stop: asyncio.Event, timeout_s: float | None) -> str | None:
+        """Wait for runc to exit, a cancel or the timeout; stop the container in the last two cases.
+        Returns CANCELLED, TIMED_OUT or None (it exited by itself)."""
+        assert attempt.runc is not None and self._runc is not None
+        exited = asyncio.ensure_future(attempt.runc.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            done, _ = await asyncio.wait({exited, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            if exited in done:
+                return None
+            await self._signal(attempt, "TERM")
+            if not (await asyncio.wait({exited}, timeout=self.config.kill_grace_s))[0]:
+                await self._signal(attempt, "KILL")
+                await exited
+            return CANCELLED if stopped in done else TIMED_OUT
+        finally:
+            exited.cancel()
+            stopped.cancel()
+
+    async def _signal(self, attempt: _Attempt, which: str) -> None:
+        assert self._runc is not None
+        try:
+            await self._runc.kill(attempt.container_id, which)
+        except RuncError as e:
+            logger.warning("could not send SIG%s to container %s: %s", which, attempt.container_id, e)
+
+    async def _teardown(self, attempt: _Attempt) -> None:
+        """Undo everything the attempt made, whatever happened; what cannot be undone stays recorded for
+        the next start (and is logged)."""
+        left = []
+        if attempt.runc is not None and attempt.runc.returncode is None:  # our task was cancelled meanwhile
+            await self._signal(attempt, "KILL")
+            try:
+                await asyncio.wait_for(attempt.runc.wait(), self.config.kill_grace_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):  # the keeper and runc, in its process group
+                    os.killpg(attempt.runc.pid, signal.SIGKILL)
+                await attempt.runc.wait()
+        if self._runc is not None and attempt.container_id and (self._runc.root / attempt.container_id).exists():
+            # A detached container stays, stopped, until deleted (runc's cgroup with it, read by now).
+            try:
+                await self._runc.delete(attempt.container_id)
+            except RuncError as e:
+                left.append(str(e))
+        if attempt.cgroup is not None:
+            attempt.cgroup.close()
+        if attempt.cgroup_path and self._hierarchies is not None:
+            left += await asyncio.to_thread(cgroups.remove_tree, self._hierarchies, attempt.cgroup_path)
+        if attempt.oci_dir is not None:
+            try:
+                await asyncio.to_thread(layer.remove_oci_dir, attempt.oci_dir)
+            except OSError as e:
+                left.append(f"{attempt.oci_dir}: {e}")
+        if attempt.rootfs is not None:
+            try:
+                await self.config.rootfs.release(attempt.rootfs)
+            except Exception as e:  # noqa: BLE001 - the source's trouble; the attempt is over either way
+                logger.warning("could not release the image %s: %s", attempt.rootfs.image, e)
+        if attempt.claim is not None:
+            attempt.claim.release()
+        if left:
+            for what in left:
+                logger.warning("attempt %s: could not clean up %s", attempt.container_id, what)
+        elif attempt.recorded:
+            self.owner.forget(attempt.container_id)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _memory_limit(self, job: JobRun) -> int:
+        """The job's memory limit: what it reserved, else the worker's memory per core for its cores
+        (never 'no limit')."""
+        if job.memory_bytes > 0:
+            return job.memory_bytes
+        return max(1, job.cores_mcpu) * self.config.memory_per_core_bytes // 1000
+
+    async def _layer_kind(self, oci_dir: Path) -> str:
+        if self.config.layer != "auto":
+            return self.config.layer
+        key = os.stat(oci_dir).st_dev
+        if key not in self._layers:
+            why_not = await asyncio.to_thread(layer.overlay_works, oci_dir)
+            self._layers[key] = layer.OVERLAY if not why_not else layer.COPY
+            if why_not:
+                logger.warning("overlayfs cannot be mounted on the scratch filesystem of %s (%s): each attempt "
+                               "gets a copy of its image instead", oci_dir, why_not)
+        return self._layers[key]
+
+    async def _claim_uid(self) -> UidClaim:
+        """A uid of its own (the claim looks through /proc: in a thread); released if we are cancelled."""
+        claiming = asyncio.ensure_future(asyncio.to_thread(self._uids.claim))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            claiming.add_done_callback(
+                lambda f: f.cancelled() or f.exception() is not None or f.result().release())
+            raise
+        except NoFreeUid as e:
+            raise AttemptFailed("uid", str(e)) from e
+
+    def _outcome(self, job: JobRun, state: str, reason: str, message: str, *, exit_code: int | None = None,
+                 start_ms: int | None = None, usage: cgroups.Usage | None = None) -> JobOutcome:
+        return JobOutcome(
+            state=state, exit_code=exit_code, error_message=message, start_time_ms=start_ms,
+            end_time_ms=self.config.clock_ms(), end_reason=reason, isolation=self.isolation(job),
+            peak_memory_bytes=None if usage is None else usage.peak_memory_bytes,
+            cpu_time_ms=None if usage is None else usage.cpu_time_ms)
+
+
+@dataclass
+class _Attempt:
+    """What one attempt has made so far (for `_teardown`)."""
+
+    job: JobRun
+    claim: UidClaim | None = None
+    container_id: str = ""
+    cgroup_path: str = ""
+    oci_dir: Path | None = None
+    recorded: bool = False
+    rootfs: Rootfs | None = None
+    cgroup: cgroups.AttemptCgroup | None = None
+    runc: asyncio.subprocess.Process | None = None
+    start_ms: int | None = None
+
+
+def _open_files_limit(wanted: int) -> int:
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)

@@ -1,0 +1,34 @@
+"""Fixtures of the OCI runtime's tests (tests/oci/host.py has the rest): a
+busybox image built once per session, and `oci_host`, autouse, which closes
+the test's runtimes after it and checks that nothing it made is left
+(acceptance 4)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from tests.oci.host import WHY_NOT, BusyboxImages, OciHost, build_busybox_images
+
+
+@pytest.fixture(scope="session")
+def busybox_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory of images for DirectoryRootfs: 'busybox' (busybox-static, its applets as links in /bin,
+    /etc/passwd and /etc/group, /tmp 1777), made once."""
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    return build_busybox_images(tmp_path_factory.mktemp("images"))
+
+
+@pytest.fixture(autouse=True)
+async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHost]:
+    """The test's corner of the host; what it leaves is a failure."""
+    host = OciHost(tmp_path, BusyboxImages(busybox_images))
+    yield host
+    for runtime in host.runtimes:
+        await runtime.close()
+    left = host.leftovers()
+    await host.clean_up()  # whatever happened: a failing test must not leave its mess on the host
+    assert left == []

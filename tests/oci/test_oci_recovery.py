@@ -1,0 +1,111 @@
+"""A worker that dies leaves nothing running and nothing for long: its
+containers die with it (their keepers kill them), and the next OCI runtime
+to start on the host, under the same name or another, removes what it
+left: runc state, mounts and writable layers, cgroups. Even a container
+whose keeper was killed too is found and killed then."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from services.worker.oci.cgroups import Hierarchies
+from services.worker.oci.layer import mounts_under
+from tests.job_processes import processes_marked
+from tests.oci.host import CGROUP_ROOT, OciHost, needs_oci
+
+pytestmark = [pytest.mark.timeout(60), needs_oci]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def eventually(predicate, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        await asyncio.sleep(0.05)
+
+
+async def crashing_worker(oci_host: OciHost, busybox_images: Path, owner: str) -> tuple[subprocess.Popen, str]:
+    """A worker process running one attempt (sleep 120), once the attempt runs; the attempt's mark."""
+    mark = uuid.uuid4().hex
+    oci_host.owners.add(owner)  # what it leaves is checked after the test, too
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tests.oci.crashing_worker", str(oci_host.state_root), owner, str(oci_host.scratch),
+         str(busybox_images), mark], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
+    assert line == "started\n"
+    assert processes_marked(mark)
+    return worker, mark
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def left_by(oci_host: OciHost, owner: str) -> list[str]:
+    left = [str(p) for p in mounts_under(oci_host.scratch)]
+    left += [f"cgroup {m}" for m in Hierarchies.of_host().all if (m / CGROUP_ROOT / owner).exists()]
+    left += [f"record {r.name}" for r in (oci_host.state_root / owner / "attempts").glob("*.json")]
+    return left
+
+
+async def test_a_killed_workers_container_dies_and_the_next_runtime_cleans_up(oci_host: OciHost,
+                                                                              busybox_images: Path) -> None:
+    dead = f"test-dead-{uuid.uuid4().hex[:6]}"
+    worker, mark = await crashing_worker(oci_host, busybox_images, dead)
+    worker.kill()
+    worker.wait()
+    worker.stdout.close()  # type: ignore[union-attr]
+    await eventually(lambda: not processes_marked(mark))  # its keeper killed the container
+    assert left_by(oci_host, dead)  # its mounts, cgroup and record are still there
+    # Another worker starts on the host: it cleans up after the dead one.
+    runtime = oci_host.runtime()
+    assert await runtime.start() == []
+    assert left_by(oci_host, dead) == []
+    assert not (oci_host.state_root / dead).exists()
+
+
+async def test_a_restarted_worker_kills_what_even_the_keeper_left_running(oci_host: OciHost,
+                                                                          busybox_images: Path) -> None:
+    owner = f"test-restart-{uuid.uuid4().hex[:6]}"
+    worker, mark = await crashing_worker(oci_host, busybox_images, owner)
+    (keeper,) = children(worker.pid)
+    for pid in (keeper, worker.pid):  # the keeper first, so that it cannot act
+        os.kill(pid, signal.SIGKILL)
+    worker.wait()
+    worker.stdout.close()  # type: ignore[union-attr]
+    await asyncio.sleep(0.3)
+    assert processes_marked(mark)  # orphaned, still running
+    runtime = oci_host.runtime(owner=owner)  # the same worker, started again
+    assert await runtime.start() == []
+    assert not processes_marked(mark)
+    assert left_by(oci_host, owner) == []
+    listed = subprocess.run(["runc", "--root", str(oci_host.state_root / owner / "runc"), "list", "-q"],
+                            capture_output=True, text=True).stdout
+    assert listed.split() == []
+
+
+async def test_two_live_runtimes_cannot_share_a_name(oci_host: OciHost) -> None:
+    first = oci_host.runtime()
+    await first.start()
+    second = oci_host.runtime(owner=first.config.owner)
+    with pytest.raises(Exception, match="another OCI runtime named"):
+        await second.start()

@@ -1,0 +1,194 @@
+"""The OCI runtime's parts that need neither root nor runc: the bundle's
+config.json, the refusals, images from a directory, the cgroup hierarchies
+read from a mount table, the cgroup v2 files written and read (on a fake
+tree: this machine's cgroups are v1), and the walks that never follow an
+image's links. The runtime itself is tested for real in tests/oci."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from corral.batch.v1 import job_spec_pb2 as js
+from services.worker.oci import oci_refusals
+from services.worker.oci.bundle import Container, config_json, merged_env
+from services.worker.oci.cgroups import V1, V2, AttemptCgroup, Hierarchies, Limits, Usage, read_usage
+from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavailable
+from services.worker.oci.layer import LayerError, ensure_dir, mounts_under, open_root
+
+
+def container(**fields) -> Container:
+    settings = dict(argv=("/bin/sh", "-c", "true"), env=("PATH=/bin",), cwd="/io", uid=2_000_000_001,
+                    gid=2_000_000_001, hostname="job-1-2", cgroups_path="/corral/w/1-2-a/job", network_none=True,
+                    shm_bytes=64 * 2**20, max_open_files=1024)
+    return Container(**{**settings, **fields})
+
+
+def test_the_container_has_no_privilege() -> None:
+    config = config_json(container(), machine="x86_64")
+    process = config["process"]
+    assert process["user"] == {"uid": 2_000_000_001, "gid": 2_000_000_001, "additionalGids": [], "umask": 0o022}
+    assert all(caps == [] for caps in process["capabilities"].values()) and len(process["capabilities"]) == 5
+    assert process["noNewPrivileges"] is True and process["terminal"] is False
+    assert {"type": "RLIMIT_CORE", "hard": 0, "soft": 0} in process["rlimits"]
+    linux = config["linux"]
+    assert [n["type"] for n in linux["namespaces"]] == ["pid", "ipc", "uts", "mount", "cgroup", "network"]
+    assert "/proc/kcore" in linux["maskedPaths"] and "/proc/sys" in linux["readonlyPaths"]
+    assert linux["cgroupsPath"] == "/corral/w/1-2-a/job"
+    assert linux["resources"] == {"devices": [{"allow": False, "access": "rwm"}]}  # the limits are the parent's
+    assert config["root"] == {"path": "rootfs", "readonly": False}
+    assert config["hostname"] == "job-1-2"
+
+
+def test_the_seccomp_filter_refuses_namespaces_and_kernel_interfaces() -> None:
+    seccomp = config_json(container(), machine="x86_64")["linux"]["seccomp"]
+    assert seccomp["defaultAction"] == "SCMP_ACT_ALLOW"
+    assert seccomp["architectures"] == ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"]
+    denied = {name for rule in seccomp["syscalls"] if "args" not in rule and rule["errnoRet"] == 1
+              for name in rule["names"]}
+    assert {"unshare", "setns", "mount", "keyctl", "bpf", "userfaultfd", "io_uring_setup", "perf_event_open"} <= denied
+    clone_flags = {rule["args"][0]["value"] for rule in seccomp["syscalls"] if rule["names"] == ["clone"]}
+    assert 0x10000000 in clone_flags and len(clone_flags) == 7  # CLONE_NEWUSER among the seven
+    assert {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": 38} in seccomp["syscalls"]
+
+
+def test_secrets_are_read_only_binds_and_shm_has_its_size() -> None:
+    mounts = config_json(container(read_only_binds=(("/host/s/0", "/run/secrets/db"),), shm_bytes=2**20),
+                         machine="x86_64")["mounts"]
+    assert {"destination": "/run/secrets/db", "type": "bind", "source": "/host/s/0",
+            "options": ["bind", "ro", "nosuid", "nodev", "noexec"]} in mounts
+    (shm,) = [m for m in mounts if m["destination"] == "/dev/shm"]
+    assert "size=1024k" in shm["options"]
+    assert not any(m["destination"].startswith("/sys/fs/cgroup") for m in mounts)
+
+
+def test_environment_layers_later_wins_in_the_first_place() -> None:
+    assert merged_env({"PATH": "/bin", "HOME": "/io"}, ["PATH=/usr/bin", "LANG=C"], {"HOME": "/home/me"}) == (
+        "PATH=/usr/bin", "HOME=/home/me", "LANG=C")
+    assert merged_env(["A=x=y", "B="]) == ("A=x=y", "B=")
+
+
+def spec(**fields) -> js.JobSpec:
+    return js.JobSpec(image="busybox", script="true", network_mode=js.NETWORK_MODE_NONE, **fields)
+
+
+def test_refusals() -> None:
+    assert oci_refusals(spec()) == []
+    for mode in (js.NETWORK_MODE_UNSPECIFIED, js.NETWORK_MODE_PRIVATE, js.NETWORK_MODE_PUBLIC):
+        (reason,) = oci_refusals(js.JobSpec(image="busybox", script="true", network_mode=mode))
+        assert reason.startswith(f"network_mode {js.NetworkMode.Name(mode)}")
+        assert "is not offered by the OCI runtime yet" in reason
+        assert ("(NETWORK_MODE_PUBLIC, the default)" in reason) == (mode == js.NETWORK_MODE_UNSPECIFIED)
+    hidden = spec(input_files=[js.InputFile(from_url="file:///x", to_path="/proc/x"),
+                               js.InputFile(from_url="file:///x", to_path="/run/secrets/db/key")],
+                  output_files=[js.OutputFile(from_path="/dev/shm/out", to_url="file:///y")],
+                  secrets=[js.SecretMount(name="db", mount_path="/run/secrets/db")])
+    assert len(oci_refusals(hidden)) == 3
+    assert oci_refusals(spec(input_files=[js.InputFile(from_url="gs://b/x", to_path="/in/x")])) == []
+    (reason,) = oci_refusals(spec(input_files=[js.InputFile(from_url="s3://b/x", to_path="/in/x")]))
+    assert reason.startswith("input URL 's3://b/x' is not one a worker copies")
+    assert oci_refusals(js.JobSpec(image="busybox", network_mode=js.NETWORK_MODE_NONE)) == [
+        "the spec has no command (argv or script)"]
+
+
+async def test_directory_images(tmp_path: Path) -> None:
+    (tmp_path / "tools:1.2" / "rootfs").mkdir(parents=True)
+    (tmp_path / "tools:1.2" / "config.json").write_text(
+        '{"process": {"env": ["PATH=/opt/bin", "X=1"], "cwd": "/work"}}')  # as umoci unpack writes it
+    (tmp_path / "plain" / "rootfs").mkdir(parents=True)
+    images = DirectoryRootfs(tmp_path)
+    tools = await images.acquire("tools:1.2")
+    assert tools.path == tmp_path / "tools:1.2" / "rootfs"
+    assert tools.config == ImageConfig(env=("PATH=/opt/bin", "X=1"), working_dir="/work")
+    assert tools.digest.startswith("dir:sha256:")
+    assert (await images.acquire("plain")).config == ImageConfig()
+    for name, why in (("nope", "no image 'nope' here"), ("../etc", "is not a plain NAME[:TAG]"),
+                      ("/etc", "is not a plain NAME[:TAG]")):
+        with pytest.raises(ImageUnavailable, match=why.replace("[", r"\[").replace("]", r"\]")):
+            await images.acquire(name)
+
+
+def test_an_oci_image_config() -> None:
+    config = ImageConfig.from_oci({"config": {"Env": ["A=1"], "WorkingDir": "/w", "User": "app",
+                                              "Entrypoint": ["/e"], "Cmd": ["c"]}})
+    assert config == ImageConfig(env=("A=1",), working_dir="/w", user="app", entrypoint=("/e",), cmd=("c",))
+    assert ImageConfig.from_oci({}) == ImageConfig()
+
+
+HYBRID = """\
+25 1 0:23 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:24 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw
+27 25 0:25 / /sys/fs/cgroup/systemd rw - cgroup cgroup rw,xattr,name=systemd
+28 25 0:26 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory
+29 25 0:27 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+30 25 0:28 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids
+31 1 8:1 / /srv/scratch/a\\040b rw - ext4 /dev/sda1 rw
+"""
+
+
+def test_hierarchies_of_a_hybrid_host(tmp_path: Path) -> None:
+    (tmp_path / "mountinfo").write_text(HYBRID)
+    found = Hierarchies.of_host(tmp_path / "mountinfo")
+    assert found.version == V1 and found.missing() == []
+    assert found.by_controller["cpuacct"] == Path("/sys/fs/cgroup/cpu,cpuacct")
+    assert len(found.all) == 5  # the unified and the named hierarchies too: runc makes its cgroup there
+    assert mounts_under(Path("/srv/scratch"), tmp_path / "mountinfo") == [Path("/srv/scratch/a b")]
+
+
+def fake_v2(tmp_path: Path) -> Hierarchies:
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    (root / "cgroup.subtree_control").touch()
+    (tmp_path / "mountinfo").write_text(f"26 1 0:24 / {root} rw - cgroup2 cgroup2 rw\n")
+    return Hierarchies.of_host(tmp_path / "mountinfo")
+
+
+def test_cgroup_v2_limits_oom_and_usage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    hierarchies = fake_v2(tmp_path)
+    assert hierarchies.version == V2 and hierarchies.missing() == []
+    root = hierarchies.by_controller["memory"]
+    made = []
+    real_mkdir = Path.mkdir
+
+    def mkdir(path: Path, *args, **kwargs) -> None:  # a cgroup directory comes with its files
+        real_mkdir(path, *args, **kwargs)
+        made.append(path)
+        for name in ("cgroup.subtree_control", "memory.max", "memory.swap.max", "cpu.max", "pids.max"):
+            (path / name).touch()
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    cgroup = AttemptCgroup.create(hierarchies, "/corral/w/1-2-a", Limits(250, 2**30, 100))
+    attempt = root / "corral" / "w" / "1-2-a"
+    assert made == [root / "corral", root / "corral" / "w", attempt]
+    assert (root / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert (root / "corral" / "w" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    assert [(attempt / f).read_text() for f in ("memory.max", "memory.swap.max", "cpu.max", "pids.max")] == [
+        str(2**30), "0", "25000 100000", "100"]
+    assert cgroup.runc_path == "/corral/w/1-2-a/job"
+    (attempt / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+    assert not cgroup.out_of_memory()
+    (attempt / "memory.events").write_text("low 0\nhigh 0\nmax 9\noom 2\noom_kill 1\n")
+    assert cgroup.out_of_memory()
+    (attempt / "cpu.stat").write_text("usage_usec 1234567\nuser_usec 1000000\n")
+    (attempt / "memory.peak").write_text("52428800\n")
+    assert read_usage(hierarchies, "/corral/w/1-2-a") == Usage(cpu_time_ms=1234, peak_memory_bytes=50 * 2**20)
+
+
+def test_the_workers_walks_never_follow_an_images_links(tmp_path: Path) -> None:
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "io").symlink_to("/etc")  # an image could ship this
+    (root / "tmp").symlink_to("etc")
+    fd = open_root(root)
+    try:
+        for path in ("/io", "/tmp/x"):
+            with pytest.raises(LayerError, match="is a symbolic link or not a directory"):
+                ensure_dir(fd, path, 0o700)
+        ensure_dir(fd, "/data/in", 0o750)
+    finally:
+        os.close(fd)
+    assert (root / "data").stat().st_mode & 0o777 == 0o755 and (root / "data" / "in").stat().st_mode & 0o777 == 0o750
+    assert not (Path("/etc") / "x").exists()
