@@ -12,8 +12,8 @@ lower case, as the driver stores them.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -30,6 +30,17 @@ REFUSED = "refused"
 
 
 @dataclass(frozen=True)
+class SecretVolume:
+    """One secret an attempt mounts, as the driver delivered it (services/worker/secret_files.py)."""
+
+    name: str
+    mount_path: str
+    """Where the job sees the files (JobSpec.secrets[].mount_path), read only."""
+    files: Mapping[str, bytes] = field(repr=False)
+    """File name to content: never in a repr, a log line or an error message."""
+
+
+@dataclass(frozen=True)
 class JobRun:
     """One attempt of a job, as a runtime needs it."""
 
@@ -43,6 +54,8 @@ class JobRun:
     """Memory reserved for the attempt (after any out-of-memory increase); 0 = no limit."""
     scratch: Path
     """The worker's scratch root; the attempt gets its own directory under it."""
+    secrets: tuple[SecretVolume, ...] = ()
+    """The secrets the spec mounts, delivered (one per spec.secrets entry, or the attempt is refused first)."""
 
     @property
     def attempt_dir(self) -> Path:
@@ -53,6 +66,11 @@ class JobRun:
     def log_path(self) -> Path:
         """Where the main command's log is written while it runs."""
         return self.attempt_dir / "main.log"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Where the attempt's secrets are kept while it runs, one directory each (`0`, `1`, ...)."""
+        return self.attempt_dir / "secrets"
 
 
 @dataclass(frozen=True)
