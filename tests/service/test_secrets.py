@@ -13,7 +13,9 @@ with a search of its data directory, tests/e2e/test_secrets.py.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import secrets
 import uuid
 from pathlib import Path
@@ -283,3 +285,66 @@ async def test_deleting_a_project_deletes_its_secrets(env: Env, certs: DevCertif
     assert await env.world.db.fetchall("SELECT name FROM secrets WHERE billing_project = 'doomed'") == []
     error = await refused(create(env, "db", project="doomed"))
     assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+# ------------------------------------------------------------------ the clients and the CLI
+
+
+async def test_corral_secrets_create_list_delete_never_print_a_value(env: Env, auth_app: AuthApp,
+                                                                    certs: DevCertificateAuthority,
+                                                                    tmp_path: Path) -> None:
+    from tests.service.test_cli_jobs import corral, logged_in, out
+
+    value = secrets.token_urlsafe(32)
+    password, user = tmp_path / "password.txt", tmp_path / "u"
+    password.write_text(value)
+    user.write_text("corral")
+    alice = logged_in(env, auth_app, certs, tmp_path, "alice")
+    created = await corral(alice, "secrets", "create", "db", "--project", "proj", "--from-file", str(password),
+                           "--from-file", f"user={user}")
+    assert out(created).startswith("db  files=password.txt,user  created=") and out(created).endswith(" by=alice\n")
+    taken = await corral(alice, "secrets", "create", "db", "--project", "proj", "--from-file", str(password))
+    assert taken.returncode == 4 and b"replace" in taken.stderr  # EXIT_REFUSED: ALREADY_EXISTS
+    replaced = await corral(alice, "secrets", "create", "db", "--project", "proj", "--replace", "--json",
+                            "--from-file", f"pw={password}")
+    assert json.loads(out(replaced))[0]["keys"] == ["pw"]
+    listed = await corral(alice, "secrets", "list", "--project", "proj")
+    assert out(listed).startswith("db  files=pw  created=")
+    carol = logged_in(env, auth_app, certs, tmp_path, "carol")
+    assert (await corral(carol, "secrets", "list", "--project", "proj")).returncode == 5  # EXIT_NOT_FOUND
+    twice = await corral(alice, "secrets", "create", "x", "--project", "proj", "--from-file", f"a={password}",
+                         "--from-file", f"a={user}")
+    assert twice.returncode == 2 and b"two files named 'a'" in twice.stderr
+    assert out(await corral(alice, "secrets", "delete", "db", "--project", "proj")) == (
+        "deleted secret db of billing project proj\n")
+    assert out(await corral(alice, "secrets", "list", "--project", "proj")) == "billing project proj has no secrets\n"
+    for result in (created, replaced, listed):
+        assert value.encode() not in result.stdout + result.stderr
+
+
+async def test_both_clients_create_list_and_delete(env: Env, certs: DevCertificateAuthority) -> None:
+    from corral import aio
+    from corral.client import Client
+    from corral.errors import CorralError
+
+    address = f"localhost:{env.frontend.public_port}"
+
+    def blocking() -> None:  # in a thread: the frontend serves on this test's event loop
+        with Client(address, env.tokens["alice"], certs.ca_cert_path) as client:
+            made = client.create_secret("proj", "db", {"password": b"hunter2"})
+            assert (made.name, list(made.keys)) == ("db", ["password"])
+            assert [s.name for s in client.secrets("proj", page_size=1)] == ["db"]
+            with pytest.raises(CorralError) as error:
+                client.create_secret("proj", "db", {"password": b"x"})
+            assert error.value.code == grpc.StatusCode.ALREADY_EXISTS
+            client.create_secret("proj", "db", {"password": b"x"}, replace=True)
+            client.delete_secret("proj", "db")
+            assert list(client.secrets("proj")) == []
+
+    await asyncio.to_thread(blocking)
+    async with aio.Client(address, env.tokens["bob"], certs.ca_cert_path) as client:
+        await client.create_secret("proj", "a", {"k": b"1"})
+        await client.create_secret("proj", "b", {"k": b"2"})
+        assert [s.name async for s in client.secrets("proj", page_size=1)] == ["a", "b"]
+        await client.delete_secret("proj", "a")
+        assert [s.name async for s in client.secrets("proj")] == ["b"]
