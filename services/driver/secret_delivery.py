@@ -22,6 +22,12 @@ from services.common.sealing import Opener, SealError, secret_row, unpack_files
 from services.db.database import Database
 
 
+MAX_BYTES_PER_JOB = 1024 * 1024
+"""The most bytes of secrets one job may mount, all its secrets together. A RunJob is one message of the
+worker's session, which takes 4 MiB: 64 secrets of 64 KiB each (what submission allows) would pass that and
+break the session, again at each re-send, so such a job is refused instead."""
+
+
 def _reference(name: str, billing_project: str) -> tuple[str, str]:
     """(project, secret) of a mount's name: 'NAME' is the batch's project's, 'PROJECT/NAME' names one."""
     project, _, secret = name.rpartition("/")
@@ -31,10 +37,11 @@ def _reference(name: str, billing_project: str) -> tuple[str, str]:
 class SecretDelivery:
     """Opens the secrets of the jobs a driver sends (see the module docstring)."""
 
-    def __init__(self, db: Database, opener: Opener | None):
+    def __init__(self, db: Database, opener: Opener | None, max_bytes_per_job: int = MAX_BYTES_PER_JOB):
         self._db = db
         self._opener = opener
         """None: this driver was given no key, and delivers no secret."""
+        self._max_bytes_per_job = max_bytes_per_job
 
     async def files(self, jobs: Sequence[tuple[str, job_spec_pb2.JobSpec]]) -> list[list[ws.SecretFiles]]:
         """For each (billing project, spec), its secrets in the order of spec.secrets, read in one query."""
@@ -47,7 +54,17 @@ class SecretDelivery:
                 f"SELECT billing_project, name, sealed, key_id FROM secrets WHERE (billing_project, name) IN ({keys})",
                 tuple(v for pair in wanted for v in pair), name="secrets_to_deliver")
             rows = {(r["billing_project"], r["name"]): r for r in found}
-        return [[self._one(billing_project, mount, rows) for mount in spec.secrets] for billing_project, spec in jobs]
+        return [self._limited([self._one(billing_project, mount, rows) for mount in spec.secrets])
+                for billing_project, spec in jobs]
+
+    def _limited(self, delivered: list[ws.SecretFiles]) -> list[ws.SecretFiles]:
+        """A job's secrets, or only errors if together they hold more than a job may mount."""
+        total = sum(len(content) for secret in delivered for content in secret.files.values())
+        if total <= self._max_bytes_per_job:
+            return delivered
+        return [ws.SecretFiles(name=s.name, mount_path=s.mount_path,
+                               error=f"the job's secrets hold {total:,} bytes together, more than the "
+                                     f"{self._max_bytes_per_job:,} one job may mount") for s in delivered]
 
     def _one(self, billing_project: str, mount: job_spec_pb2.SecretMount, rows: dict) -> ws.SecretFiles:
         delivered = ws.SecretFiles(name=mount.name, mount_path=mount.mount_path)

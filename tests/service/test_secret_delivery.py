@@ -174,3 +174,13 @@ async def test_the_driver_delivers_only_what_it_can_open(db: Database, tmp_path:
     [[wrong, _]] = await SecretDelivery(db, Opener.from_file(other)).files([("proj", job)])
     assert not wrong.files and "sealed with key" in wrong.error
     assert os.stat(deployment.env.secrets_key).st_mode & 0o077 == 0
+    # More than a job may mount together (a RunJob must fit the session's 4 MiB messages): errors only.
+    [[big, small]] = await SecretDelivery(db, opener, max_bytes_per_job=6).files([("proj", mounting_twice())])
+    assert not big.files and not small.files
+    assert big.error == small.error == "the job's secrets hold 14 bytes together, more than the 6 one job may mount"
+
+
+def mounting_twice() -> job_spec_pb2.JobSpec:
+    job = mounting("true")
+    job.secrets.add(name="proj/db", mount_path="/again")
+    return job
