@@ -102,6 +102,7 @@ class BatchBuilder:
         retry_policy: job_spec_pb2.RetryPolicy | None = None,
         on_demand: bool = False,
         job_group: JobGroupHandle | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> JobHandle:
         """Add a job (to `job_group`, a handle from `job_group()`, else to the batch's root group); `command`
         is an argv list or a shell script string. `locks` are the resource locks it
@@ -110,7 +111,9 @@ class BatchBuilder:
         failed attempts are tried again (out of memory with more memory, listed exit codes after a back-off,
         on-demand after preemptions); `on_demand` keeps it off spot machines. `memory_bytes` and
         `storage_bytes` (scratch storage) are reserved on its machine (0: its pool's share per core); one its
-        pool's machine could never hold is refused at submission. Storage is checked, not enforced."""
+        pool's machine could never hold is refused at submission. Storage is checked, not enforced. `secrets`
+        maps the name of a secret of the batch's billing project to the directory where the job reads its files
+        (`{"db": "/secrets/db"}`, read-only)."""
         spec = job_spec_pb2.JobSpec(
             image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
             max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, locks=list(locks),
@@ -127,6 +130,8 @@ class BatchBuilder:
             spec.provisioning_model = job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND
         if timeout_s is not None:
             spec.timeout.FromNanoseconds(round(timeout_s * 1e9))  # a negative one stays negative: refused
+        for name, mount_path in (secrets or {}).items():
+            spec.secrets.add(name=name, mount_path=mount_path)
         return self._add(spec, parents, accept, job_group)
 
     def add_job(self, spec: job_spec_pb2.JobSpec, *, parents: Iterable[JobHandle | int | Parent] = (),

@@ -1,4 +1,4 @@
-"""Jobs, logs, job groups, re-runs, locks, billing projects and users: the calls of
+"""Jobs, logs, job groups, re-runs, locks, secrets, billing projects and users: the calls of
 `corral.aio.Client` beyond batches (which `corral.Client` wraps, blocking).
 
 Jobs, groups and billing go to the frontend; users and tokens to the auth
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -28,6 +28,8 @@ from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
 from corral.batch.v1 import job_service_pb2_grpc, job_state_pb2, lock_pb2, lock_service_pb2_grpc, update_pb2
 from corral.batch.v1 import lock_service_pb2 as lpb
+from corral.batch.v1 import secret_pb2, secret_service_pb2_grpc
+from corral.batch.v1 import secret_service_pb2 as spb
 from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, spend_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.errors import UsageError, from_rpc_error
@@ -101,6 +103,7 @@ class AsyncCalls:
     _groups: job_group_service_pb2_grpc.JobGroupServiceStub
     _billing: billing_service_pb2_grpc.BillingServiceStub
     _locks: lock_service_pb2_grpc.LockServiceStub
+    _secrets: secret_service_pb2_grpc.SecretServiceStub
     _auth: auth_service_pb2_grpc.AuthServiceStub | None
     """None without an auth address."""
 
@@ -110,6 +113,7 @@ class AsyncCalls:
         self._groups = job_group_service_pb2_grpc.JobGroupServiceStub(channel)
         self._billing = billing_service_pb2_grpc.BillingServiceStub(channel)
         self._locks = lock_service_pb2_grpc.LockServiceStub(channel)
+        self._secrets = secret_service_pb2_grpc.SecretServiceStub(channel)
         self._auth = auth_service_pb2_grpc.AuthServiceStub(auth_channel) if auth_channel is not None else None
 
     def _auth_stub(self) -> auth_service_pb2_grpc.AuthServiceStub:
@@ -190,6 +194,23 @@ class AsyncCalls:
         `name` (with `level`)."""
         return self._pages(self._locks.ListLocks, lpb.ListLocksRequest(
             billing_project=project, level=level, name=name, page_size=page_size), "locks")
+
+    async def create_secret(self, project: str, name: str, files: Mapping[str, bytes], replace: bool = False
+                            ) -> secret_pb2.Secret:
+        """Store a secret of `project`: its files (file name to content), which the project's jobs mount
+        read-only (JobSpec.secrets) and no call returns again. A taken name is ALREADY_EXISTS unless
+        `replace`."""
+        return (await self._call(self._secrets.CreateSecret, spb.CreateSecretRequest(
+            billing_project=project, name=name, files=dict(files), replace=replace))).secret
+
+    def secrets(self, project: str, page_size: int = 0) -> AsyncIterator[secret_pb2.Secret]:
+        """The project's secrets by name: names, file names and who made them when; never contents."""
+        return self._pages(self._secrets.ListSecrets,
+                           spb.ListSecretsRequest(billing_project=project, page_size=page_size), "secrets")
+
+    async def delete_secret(self, project: str, name: str) -> None:
+        """Delete a secret of `project`; jobs submitted before that mount it end in Error when they start."""
+        await self._call(self._secrets.DeleteSecret, spb.DeleteSecretRequest(billing_project=project, name=name))
 
     def billing_projects(self, member: str = "") -> AsyncIterator[billing_project_pb2.BillingProject]:
         """The billing projects the caller may see, by name."""

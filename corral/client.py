@@ -128,6 +128,10 @@ class Client:
     delete_batch = _blocking(aio.Client.delete_batch)
     rerun_failed = _blocking(aio.Client.rerun_failed)
     locks = _blocking(aio.Client.locks)
+    # Secrets of billing projects.
+    create_secret = _blocking(aio.Client.create_secret)
+    secrets = _blocking(aio.Client.secrets)
+    delete_secret = _blocking(aio.Client.delete_secret)
     # Billing projects.
     billing_projects = _blocking(aio.Client.billing_projects)
     billing_project = _blocking(aio.Client.billing_project)

@@ -21,8 +21,10 @@ The data directory (docs/security.md):
     DATA/            0711: other accounts may pass through (to a job's own directory), not list
       ca.pem         the CA certificate, for clients
       ca/            0700: the CA and its key; only this process reads it
-      certs/NAME/    0700: one per service: ca.pem and its own certificate and key
-      secrets/       0700: the database passwords (admin and one per service)
+      certs/NAME/    0700: one per service: ca.pem and its own certificate and key; the drivers' also the
+                     key that opens job secrets, the frontend's its public half (which seals them)
+      secrets/       0700: the database passwords (admin and one per service) and job-secrets.key, the key
+                     pair job secrets are sealed for (made once: without it no stored secret opens)
       mariadb/       0700: the private server, its data and its socket
       registry/      0700: the loopback registry's configuration, storage/ and seed/ (the seed images' build)
       run/           the ports files, up.lock (one `corral up` per data directory), pids/ (a pid file per process)
@@ -50,6 +52,7 @@ from services.common.files import write_atomically
 from services.common.lifeline import Lifeline
 from services.common.parent_death import launcher
 from services.common.processes import PidFiles, Recorded, end_processes
+from services.common.sealing import ensure_key_files
 from services.common.storage_access import StorageAccess
 from services.common.tls import SERVICE_IDENTITIES, WORKER_ISSUER, DevCertificateAuthority
 from services.db.accounts import grant_service_accounts, service_passwords
@@ -218,6 +221,22 @@ def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]
     return ca, dirs
 
 
+SECRETS_KEY = "job-secrets.key"
+SECRETS_PUBLIC_KEY = "job-secrets.pub"
+
+
+def _secrets_keys(data: Path, certs: dict[str, Path]) -> tuple[Path, Path]:
+    """The key pair job secrets are sealed for: made once in DATA/secrets (never replaced: every stored secret
+    needs it), its private half copied into the drivers' directory (they alone open secrets), its public half
+    into the frontend's (it seals them and cannot open them). Returns (drivers' key, frontend's key)."""
+    keys = data / "secrets"
+    keys.mkdir(mode=0o700, exist_ok=True)
+    private, public = certs["driver"] / SECRETS_KEY, certs["frontend"] / SECRETS_PUBLIC_KEY
+    ensure_key_files(keys / SECRETS_KEY, public)
+    write_atomically(private, (keys / SECRETS_KEY).read_bytes(), 0o600)
+    return private, public
+
+
 def _service_databases(admin_url: str, data: Path) -> dict[str, str]:
     """Each service's own database account (created or updated now) and its URL."""
     configs = grant_service_accounts(DatabaseConfig.from_url(admin_url), service_passwords(data / "secrets"))
@@ -308,6 +327,7 @@ def start(config: UpConfig) -> Running:
         migrate(DatabaseConfig.from_url(database_url), create_database=True)
         service_urls = _service_databases(database_url, data)
         ca, certs = _certificates(data)
+        secrets_key, secrets_public_key = _secrets_keys(data, certs)
         for stale in run_dir.glob("*.ports"):
             stale.unlink()
         logs, blobs = data / "logs", f"file://{data / 'blobs'}"
@@ -365,12 +385,14 @@ def start(config: UpConfig) -> Running:
             service(f"driver-{i}", "services.driver", "driver",
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
                      "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", driver_addresses,
-                     *session, *urls, *config.storage_access.to_args()], lifeline=True, policy=driver_policy)
+                     "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args()],
+                    lifeline=True, policy=driver_policy)
         frontend = free_port()
         service("frontend", "services.frontend", "frontend",
                 ["--certs-dir", str(certs["frontend"]), "--auth-address", f"localhost:{auth_internal}",
                  "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
-                 "--driver-addresses", driver_addresses, *urls])
+                 "--driver-addresses", driver_addresses, "--secrets-public-key-file", str(secrets_public_key),
+                 *urls])
         if registry is not None:
             registry.wait_ready()
             for seeded in seed(registry.address, data / "registry" / "seed"):

@@ -134,6 +134,23 @@ def _packed(message: object) -> any_pb2.Any:
     return packed
 
 
+MAX_DETAIL_BYTES = 4096
+"""The most bytes of field violations a status carries. The status travels base64-encoded in a trailer, and
+gRPC clients take 8 KiB of metadata by default: past it, a client sees RESOURCE_EXHAUSTED, not the answer."""
+
+
+def bad_request(violations: list[FieldViolation]) -> error_details_pb2.BadRequest:
+    """The violations, as many of the first ones as fit in MAX_DETAIL_BYTES, and how many more there were."""
+    bad = error_details_pb2.BadRequest()
+    for i, v in enumerate(violations):
+        entry = error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+        if bad.ByteSize() + entry.ByteSize() + 40 > MAX_DETAIL_BYTES:  # room for the line saying so
+            bad.field_violations.add(description=f"and {len(violations) - i} more violations, not shown")
+            break
+        bad.field_violations.append(entry)
+    return bad
+
+
 def to_status(error: Exception) -> status_pb2.Status | None:
     """The google.rpc.Status for a known error, or None for an unexpected one."""
     if isinstance(error, RequestError):
@@ -155,9 +172,7 @@ def to_status(error: Exception) -> status_pb2.Status | None:
         return None
     status = status_pb2.Status(code=code.value[0], message=message)
     if isinstance(error, InvalidRequest):
-        status.details.append(_packed(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
-            for v in error.violations])))
+        status.details.append(_packed(bad_request(error.violations)))
     elif isinstance(error, InvalidArgumentError):
         status.details.append(_packed(error_details_pb2.BadRequest(field_violations=[
             error_details_pb2.BadRequest.FieldViolation(field="", description=error.message)])))

@@ -6,7 +6,10 @@ creates `corral_auth`, `corral_frontend` and `corral_driver` and grants each:
 
 - **auth**: the users and tokens tables, and nothing else;
 - **frontend**, **driver**: SELECT on every other table and view, EXECUTE on
-  the procedures each one calls, and the few direct writes each makes.
+  the procedures each one calls, and the few direct writes each makes;
+- the **secrets** table only as each needs it: the frontend writes rows and
+  reads every column but the sealed contents, the driver reads them all (it
+  alone holds the key that opens them: services.common.sealing).
 
 No account gets DDL, FILE, PROCESS, SUPER or GRANT, and neither the frontend
 nor the driver can read the users and tokens tables (password and token
@@ -37,6 +40,8 @@ AUTH_TABLES = ("users", "tokens")
 """What only the auth service reads and writes."""
 RUNNER_TABLES = ("corral_migrations", "corral_routines")
 """The migration runner's own bookkeeping: no service reads it."""
+PRIVATE_TABLES = ("secrets",)
+"""Left out of `read_all`: an account reads them only as its `reads` say."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +49,13 @@ class Account:
     """What one service may do in corral's database."""
 
     read_all: bool
-    """SELECT on every table and view except the auth and runner tables."""
+    """SELECT on every table and view except the auth, runner and private tables."""
     writes: Mapping[str, tuple[str, ...]]
     """Direct writes: table → privileges (INSERT, UPDATE, DELETE)."""
     procedures: tuple[str, ...]
     """Procedures it calls (EXECUTE)."""
+    reads: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """SELECT on private tables: table → the columns it may read (empty: all of them)."""
 
 
 ACCOUNTS: dict[str, Account] = {
@@ -56,12 +63,15 @@ ACCOUNTS: dict[str, Account] = {
                     procedures=()),
     "frontend": Account(
         read_all=True,
-        writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE")},
+        writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE"),
+                "secrets": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
                     "cancel_job_group", "delete_batch", "discard_batch", "rerun_failed_jobs", "check_job_limits",
-                    "read_ready_heads")),
+                    "read_ready_heads"),
+        # Everything but the sealed contents, which it could not open anyway.
+        reads={"secrets": ("billing_project", "name", "file_names", "key_id", "created_by", "time_created_ms")}),
     "driver": Account(
-        read_all=True, writes={},
+        read_all=True, writes={}, reads={"secrets": ()},
         procedures=("acquire_leader_lease", "renew_leader_lease", "release_leader_lease", "create_instance",
                     "activate_instance", "deactivate_instance", "schedule_jobs", "mark_jobs_started",
                     "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup", "cancel_ready_jobs",
@@ -100,7 +110,11 @@ def _statements(database: str, user_name: str, account: Account, host: str, tabl
     out = []
     if account.read_all:
         out += [f"GRANT SELECT ON {db}.{_quote(t)} TO {user}" for t in tables
-                if t not in AUTH_TABLES and t not in RUNNER_TABLES]
+                if t not in AUTH_TABLES and t not in RUNNER_TABLES and t not in PRIVATE_TABLES]
+    for table, columns in account.reads.items():
+        if table in tables:
+            select = f"SELECT ({', '.join(map(_quote, columns))})" if columns else "SELECT"
+            out.append(f"GRANT {select} ON {db}.{_quote(table)} TO {user}")
     for table, privileges in account.writes.items():
         out.append(f"GRANT {', '.join(privileges)} ON {db}.{_quote(table)} TO {user}")
     out += [f"GRANT EXECUTE ON PROCEDURE {db}.{_quote(p)} TO {user}" for p in account.procedures if p in procedures]

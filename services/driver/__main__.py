@@ -1,5 +1,5 @@
 """python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR
-[--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]"""
+[--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...] [--secrets-key-file PEM]"""
 
 import argparse
 import asyncio
@@ -40,6 +40,9 @@ parser.add_argument("--unisolated-dev-workers", action="store_true",
                          "as their own user instead of refusing them; development only)")
 parser.add_argument("--default-registry", metavar="URL",
                     help="the registry local workers pull bare image names from (http://HOST:PORT: plain HTTP)")
+parser.add_argument("--secrets-key-file", type=Path,
+                    help="the private key that opens job secrets (PEM, X25519, 0600), to send them to the jobs' "
+                         "workers; without it, jobs that mount secrets end in Error")
 args = parser.parse_args()
 try:
     lease = LeaseSettings(args.leader_lease, args.leader_renew_interval)
@@ -56,4 +59,5 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              lease=lease,
                              storage_roots=tuple(args.storage_root),
                              storage_access=StorageAccess.from_args(args),
-                             callback_allow_networks=allowed_networks(args.callback_allow_networks))))
+                             callback_allow_networks=allowed_networks(args.callback_allow_networks),
+                             secrets_key_file=args.secrets_key_file)))

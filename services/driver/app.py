@@ -26,6 +26,7 @@ from pathlib import Path
 from corral.driver.v1 import driver_service_pb2_grpc
 from services.common.call_limits import CallLimits
 from services.common.processes import PidFiles
+from services.common.sealing import Opener
 from services.common.server import (
     Listener,
     RunningServers,
@@ -53,6 +54,7 @@ from services.driver.loop import Loop
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import DEMAND_REUSE_S, Scheduler
+from services.driver.secret_delivery import SecretDelivery
 from services.driver.servicer import DriverServicer, SessionSettings
 from services.driver.sessions import SessionRegistry
 from services.common.specs import SpecStore
@@ -113,6 +115,10 @@ class DriverConfig:
     default_registry: str | None = None
     """The registry local workers pull bare image names (`busybox`) from (`http://host:port`: plain HTTP);
     None: they know no default registry."""
+    secrets_key_file: Path | None = None
+    """The private key of the deployment's key pair for job secrets (PEM, 0600; services.common.sealing): the
+    driver opens a job's secrets with it to send them to the job's worker. None: jobs that mount secrets end
+    in Error, saying the driver has no key."""
 
 
 @dataclasses.dataclass
@@ -175,6 +181,7 @@ async def start(config: DriverConfig) -> DriverApp:
     storage = StorageRoots(config.storage_roots)
     storage.check_apart_from(config.spec_root_url)
     callback_rules = CallbackRules.parse(config.callback_allow_networks)
+    opener = Opener.from_file(config.secrets_key_file) if config.secrets_key_file else None
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-driver", config.trace_exporter)
         stack.callback(tracing.shutdown)
@@ -183,7 +190,8 @@ async def start(config: DriverConfig) -> DriverApp:
         stack.push_async_callback(db.close)
         store = JobStore(db)
         specs = SpecStore(config.spec_root_url)
-        registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage)
+        registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage,
+                                   secrets=SecretDelivery(db, opener))
         tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
         provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
                                  config.data_dir / "worker-logs",

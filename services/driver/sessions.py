@@ -26,6 +26,7 @@ from services.common.urls import StorageRoots
 from services.db.database import Database
 from services.db.store import wall_clock_ms
 from services.driver.scheduler import Placement
+from services.driver.secret_delivery import SecretDelivery
 from services.common.specs import SpecStore
 
 RUN_DEADLINE_MS = 60_000
@@ -57,9 +58,11 @@ class SessionRegistry:
     """The sessions of this driver; implements the scheduler's Dispatcher."""
 
     def __init__(self, db: Database, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms,
-                 log_root_url: str = "", storage_roots: StorageRoots = StorageRoots()):
+                 log_root_url: str = "", storage_roots: StorageRoots = StorageRoots(),
+                 secrets: SecretDelivery | None = None):
         self._db = db
         self._specs = specs
+        self._secrets = secrets or SecretDelivery(db, None)
         self._log_root_url = log_root_url.rstrip("/")
         self._storage_roots = storage_roots
         self._sessions: dict[str, Session] = {}
@@ -120,7 +123,7 @@ class SessionRegistry:
         return True
 
     async def run(self, placements: Sequence[Placement]) -> None:
-        """Send a RunJob per placement, with the job's spec and accounting."""
+        """Send a RunJob per placement, with the job's spec, accounting and secrets."""
         if not placements:
             return
         keys = ", ".join(["(%s, %s)"] * len(placements))
@@ -137,6 +140,12 @@ class SessionRegistry:
         deadline = timestamp_pb2.Timestamp()
         deadline.FromMilliseconds(self._clock_ms() + RUN_DEADLINE_MS)
         specs = await self._specs.read_many([row["spec_ref"] for row in rows])
+        # Opened here, sent below and kept nowhere (services.driver.secret_delivery).
+        mounting = [(p.batch_id, p.job_id) for p in placements
+                    if specs[details[(p.batch_id, p.job_id)]["spec_ref"]].secrets]
+        opened = await self._secrets.files([(details[key]["billing_project"], specs[details[key]["spec_ref"]])
+                                            for key in mounting])
+        secret_files = dict(zip(mounting, opened))
         for p in placements:
             row = details[(p.batch_id, p.job_id)]
             spec = specs[row["spec_ref"]]
@@ -150,7 +159,8 @@ class SessionRegistry:
                 memory_bytes=row["memory_bytes"], storage_bytes=row["storage_bytes"], deadline=deadline,
                 log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id),
                 trace_context=context_from_json(row["trace_context"]),
-                storage_roots=self._storage_roots.for_project(row["billing_project"]))))
+                storage_roots=self._storage_roots.for_project(row["billing_project"]),
+                secrets=secret_files.get((p.batch_id, p.job_id), ()))))
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""

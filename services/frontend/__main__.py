@@ -1,6 +1,6 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
-[--token-cache-s S]
+[--token-cache-s S] [--secrets-public-key-file PEM]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -24,6 +24,9 @@ parser.add_argument("--driver-addresses", default="", help="comma-separated inte
 parser.add_argument("--token-cache-s", type=float, default=FrontendConfig.token_cache_s,
                     help="how long a verified token is trusted before auth is asked again: the longest a "
                          "revoked token keeps working here (default %(default)s)")
+parser.add_argument("--secrets-public-key-file", type=Path,
+                    help="the public key job secrets are sealed with (PEM, X25519; the drivers hold the private "
+                         "key). Without it this deployment keeps no secrets")
 add_url_settings(parser, [])
 Limits.add_flags(parser)
 args = parser.parse_args()
@@ -34,4 +37,5 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                driver_addresses=tuple(a for a in args.driver_addresses.split(",") if a),
                                token_cache_s=args.token_cache_s, storage_roots=tuple(args.storage_root),
                                callback_allow_networks=allowed_networks(args.callback_allow_networks),
-                               limits=Limits.from_args(args))))
+                               limits=Limits.from_args(args),
+                               secrets_public_key_file=args.secrets_public_key_file)))

@@ -15,11 +15,13 @@ from corral.batch.v1 import (
     job_group_service_pb2_grpc,
     job_service_pb2_grpc,
     lock_service_pb2_grpc,
+    secret_service_pb2_grpc,
 )
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.client import RemoteTokenVerifier
 from services.common.call_limits import CallLimits
 from services.common.identity import BearerAuthenticator
+from services.common.sealing import Sealer
 from services.common.server import (
     Listener,
     RunningServers,
@@ -49,6 +51,8 @@ from services.frontend.lock_store import LockStore
 from services.frontend.locks import LockServicer
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
+from services.frontend.secret_store import SecretStore
+from services.frontend.secrets import SecretServicer
 from services.common.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
 
@@ -92,6 +96,10 @@ class FrontendConfig:
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8."""
     limits: Limits = Limits()
     """What one request or one user may ask for (services.frontend.limits, docs/security.md)."""
+    secrets_public_key_file: Path | None = None
+    """The public half of the deployment's key pair for job secrets (PEM; services.common.sealing): new
+    secrets are sealed with it, and only the drivers' private half opens them. None: this deployment keeps
+    no secrets (CreateSecret is FAILED_PRECONDITION)."""
 
 
 @dataclasses.dataclass
@@ -122,6 +130,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
     urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
     limits = config.limits
     tls = TlsFiles.of(config.certs_dir, config.identity)
+    sealer = Sealer.from_file(config.secrets_public_key_file) if config.secrets_public_key_file else None
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-frontend", config.trace_exporter)
         stack.callback(tracing.shutdown)
@@ -138,9 +147,10 @@ async def start(config: FrontendConfig) -> FrontendApp:
         notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
         stack.push_async_callback(notifier.close)
         jobs, batches, specs = JobStore(db), BatchStore(reads), SpecStore(config.spec_root_url)
+        secrets = SecretStore(reads)
         services = [
             Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
-                                                                  limits=limits),
+                                                                  limits=limits, secrets=secrets),
                     batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
             Service("corral.batch.v1.JobService",
                     JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
@@ -153,6 +163,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
                     billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
             Service("corral.batch.v1.LockService", LockServicer(LockStore(reads), BillingStore(reads)),
                     lock_service_pb2_grpc.add_LockServiceServicer_to_server),
+            Service("corral.batch.v1.SecretService", SecretServicer(secrets, sealer, limits),
+                    secret_service_pb2_grpc.add_SecretServiceServicer_to_server),
         ]
         listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
         if config.internal_address:

@@ -25,6 +25,7 @@ from services.common.errors import (
     FieldViolation,
     InvalidRequest,
     NotFound,
+    PermissionDenied,
     RequestError,
     Unavailable,
 )
@@ -38,9 +39,10 @@ from services.frontend.batch_store import BatchStore, sees_everything
 from services.frontend.field_limits import FIRST_UPDATE_SUFFIX, RERUN_PREFIX, SUBMIT_SUFFIX
 from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
+from services.frontend.secret_store import SecretStore
 from services.common.specs import SpecStore
 from services.frontend.url_checks import UrlChecks
-from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row
+from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row, secret_reference
 from services.frontend.watch import BatchWatcher
 
 log = logging.getLogger(__name__)
@@ -95,7 +97,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     """The batch half of the frontend."""
 
     def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = no_notify,
-                 watcher: BatchWatcher | None = None, urls: UrlChecks | None = None, limits: Limits = Limits()):
+                 watcher: BatchWatcher | None = None, urls: UrlChecks | None = None, limits: Limits = Limits(),
+                 secrets: SecretStore | None = None):
         self.jobs = jobs
         self.batches = batches
         self.specs = specs
@@ -103,6 +106,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         self.limits = limits
         self.watcher = watcher or BatchWatcher(batches, limits=limits)
         self.urls = urls or UrlChecks()
+        self.secrets = secrets or SecretStore(batches.db)
 
     # -- helpers -------------------------------------------------------------
 
@@ -214,15 +218,47 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return row
 
     async def _job_violations(self, specs: list[Any], first_job_id: int, block: UpdateBlock, billing_project: str,
-                              field: str = "jobs", new_batch: bool = False) -> list[FieldViolation]:
+                              principal: Principal, field: str = "jobs", new_batch: bool = False
+                              ) -> list[FieldViolation]:
         """Everything wrong with a bunch that can be known before writing it (validate.check_bunch),
-        the regions it names included."""
+        the regions and secrets it names included."""
         known_regions = await self.batches.region_names() if any(spec.regions for spec in specs) else None
-        return check_bunch(specs, first_job_id, block, field, self.limits, self.urls.storage_roots(billing_project),
-                           billing_project, known_regions, new_batch, await self.batches.pool_machines())
+        violations = check_bunch(specs, first_job_id, block, field, self.limits,
+                                 self.urls.storage_roots(billing_project), billing_project, known_regions, new_batch,
+                                 await self.batches.pool_machines())
+        return violations + await self._secret_violations(specs, billing_project, principal, field)
+
+    async def _secret_violations(self, specs: list[Any], billing_project: str, principal: Principal, field: str
+                                 ) -> list[FieldViolation]:
+        """The secrets the jobs mount must be their batch's project's. A secret named with another project
+        (PROJECT/NAME) is PERMISSION_DENIED, decided on the name alone: the answer is the same whether that
+        project, or its secret, exists. A secret of the batch's own project that it does not have is a
+        violation of the mount's name, looked up only for a caller who may see the project (anyone else
+        gets the answer of a project that does not exist, as create_batch gives them)."""
+        wanted: dict[str, list[str]] = {}
+        for i, spec in enumerate(specs):
+            for j, mount in enumerate(spec.secrets):
+                reference = secret_reference(mount.name)
+                if reference is None:
+                    continue  # refused by check_bunch
+                project, name = reference
+                if project and project != billing_project:
+                    raise PermissionDenied(
+                        f"{field}[{i}].secrets[{j}]: secret {mount.name!r} is not of billing project "
+                        f"{billing_project!r}: a job mounts secrets of its own batch's billing project only")
+                wanted.setdefault(name, []).append(f"{field}[{i}].secrets[{j}].name")
+        if not wanted:
+            return []
+        project_access = await self.secrets.project(billing_project)
+        if project_access is None or not (sees_everything(principal) or principal.name in project_access.members):
+            raise NotFound(f"no billing project {billing_project}")
+        existing = await self.secrets.existing(billing_project, wanted)
+        return [FieldViolation(path, f"billing project {billing_project} has no secret {name!r}")
+                for name in sorted(set(wanted) - existing) for path in wanted[name]]
 
     async def _add_jobs(self, batch_id: int, update: dict[str, Any], first_index: int, jobs: Any,
-                        billing_project: str, field: str = "jobs", checked: UpdateBlock | None = None) -> bool:
+                        billing_project: str, principal: Principal, field: str = "jobs",
+                        checked: UpdateBlock | None = None) -> bool:
         """Validate (unless already `checked` against this update's block), store specs, insert;
         returns whether the bunch was already received."""
         block = UpdateBlock(update["start_job_id"], update["n_jobs"], update["start_job_group_id"],
@@ -230,7 +266,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         first_job_id = block.start_job_id + first_index
         specs = list(jobs)
         if checked != block:
-            violations = await self._job_violations(specs, first_job_id, block, billing_project, field)
+            violations = await self._job_violations(specs, first_job_id, block, billing_project, principal, field)
             if violations:
                 raise InvalidRequest(violations)
         stored = await self.specs.store_bunch(batch_id, update["update_id"], first_job_id, specs)
@@ -302,11 +338,12 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return pb.CreateJobGroupsResponse(first_job_group_id=update["start_job_group_id"] + request.first_index)
 
     async def AddJobs(self, request: pb.AddJobsRequest, context: grpc.aio.ServicerContext) -> pb.AddJobsResponse:
-        batch, update = await self._open_update(request.batch_id, request.update_id, current_principal())
+        principal = current_principal()
+        batch, update = await self._open_update(request.batch_id, request.update_id, principal)
         # A committed update refuses new jobs in insert_jobs, but still
         # recognises a re-sent bunch.
         already = await self._add_jobs(request.batch_id, update, request.first_index, request.jobs,
-                                       batch["billing_project"])
+                                       batch["billing_project"], principal)
         return pb.AddJobsResponse(first_job_id=update["start_job_id"] + request.first_index, already_received=already)
 
     async def CommitUpdate(self, request: pb.CommitUpdateRequest, context: grpc.aio.ServicerContext
@@ -340,7 +377,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         violations += job_group_rows(request.job_groups, block, 0, new_batch=True)[1]
         if request.jobs:
             violations += await self._job_violations(list(request.jobs), 1, block, request.billing_project,
-                                                     new_batch=True)
+                                                     principal, new_batch=True)
         if violations:
             raise InvalidRequest(violations, message)
         batch_id, created = await self._create_batch(principal, request, len(request.jobs), "jobs")
@@ -350,7 +387,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             if not update["committed"]:
                 await self._create_job_groups(batch_id, update, 0, request.job_groups)
                 if request.jobs:
-                    await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project, checked=block)
+                    await self._add_jobs(batch_id, update, 0, request.jobs, request.billing_project, principal,
+                                         checked=block)
                 await self.jobs.commit_update(batch_id, update["update_id"])
         if not update["committed"]:
             await self.notify("jobs_ready", batch_id, 0, request.billing_project)

@@ -298,6 +298,8 @@ class BillingStore:
                 raise StateRefuses(f"billing project {name} has running batches "
                                    f"({', '.join(map(str, running))}{', …' if len(running) == 5 else ''})")
             await cursor.execute("UPDATE billing_projects SET state = 'deleted' WHERE name = %s", (name,))
+            # Its secrets go with it: no job of the project can run any more to need them.
+            await cursor.execute("DELETE FROM secrets WHERE billing_project = %s", (name,))
 
         await self._transaction("delete_billing_project", body)
 

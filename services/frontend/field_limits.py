@@ -71,7 +71,8 @@ def _int_column(column: str, least: int = INT32_MIN) -> Integer:
 
 
 def request_field_limits(limits: Limits) -> FieldLimits:
-    """Limits by field for BatchService, JobService, JobGroupService, LockService and BillingService."""
+    """Limits by field for BatchService, JobService, JobGroupService, LockService, SecretService and
+    BillingService."""
     batch_id = Integer(INT64_MIN, INT64_MAX, column="batches.batch_id")
     page_size = Integer(0, INT32_MAX, by_servicer=True)  # a negative one is refused; a larger one is the cap
     page_token = Text(PAGE_TOKEN_CHARS)
@@ -176,6 +177,14 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}ListLocksRequest.name": Text(255, column="job_locks.lock_name"),
         f"{BATCH}ListLocksRequest.page_size": page_size,
         f"{BATCH}ListLocksRequest.page_token": Text(LOCK_PAGE_TOKEN_CHARS),
+        # SecretService
+        f"{BATCH}CreateSecretRequest.name": Text(64, column="secrets.name"),
+        f"{BATCH}CreateSecretRequest.files": Map(
+            limits.max_secret_files, Text(100),  # file names, stored in secrets.file_names (TEXT) with the others
+            Text(max_bytes=limits.max_secret_bytes, setting="max_secret_bytes"), setting="max_secret_files"),
+        f"{BATCH}DeleteSecretRequest.name": Text(64, column="secrets.name"),
+        f"{BATCH}ListSecretsRequest.page_size": page_size,
+        f"{BATCH}ListSecretsRequest.page_token": page_token,
         # BillingService
         f"{BILLING}CreateBillingProjectRequest.name": Text(64, column="billing_projects.name"),
         f"{BILLING}CreateBillingProjectRequest.limit_micro_usd": Integer(0, MAX_MICRO_USD, by_servicer=True),
@@ -197,4 +206,6 @@ def request_field_limits(limits: Limits) -> FieldLimits:
     for request in ("GetBillingProject", "AddMember", "RemoveMember", "SetLimit", "CloseBillingProject",
                     "ReopenBillingProject", "DeleteBillingProject", "GetSpend", "WatchSpend"):
         table[f"{BILLING}{request}Request.billing_project"] = project
+    for request in ("CreateSecret", "ListSecrets", "DeleteSecret"):
+        table[f"{BATCH}{request}Request.billing_project"] = Text(100, column="secrets.billing_project")
     return table

@@ -80,6 +80,13 @@ class Limits:
     max_members_per_request: int = 1_000
     """Usernames in one CreateBillingProject call."""
 
+    # -- secrets (SecretService) --------------------------------------------------
+
+    max_secret_files: int = 64
+    """Files in one secret (CreateSecret's `files`)."""
+    max_secret_bytes: int = 65_536
+    """Bytes of one secret's contents, its files together (so also of any one file)."""
+
     # -- work: how much one batch, user or project may hold ----------------------
 
     max_jobs_per_batch: int = 1_000_000

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import posixpath
 import re
 from collections.abc import Collection, Mapping, Sequence
+from pathlib import PurePosixPath
 from typing import Any
 
 from corral.batch.v1 import job_spec_pb2 as spec_pb
@@ -25,6 +27,12 @@ DEFAULT_CORES_MCPU = 1_000
 GIB = 1024**3
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SECRET_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+"""A secret's name, within its billing project: the billing project names' rule."""
+SECRET_NAME_RULE = "1-64 characters: lower-case letters, digits, '-', '_', starting with a letter or digit"
+SECRET_FILE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+"""A file of a secret ('.' and '..' excepted): one path component, in any filesystem."""
+SECRET_FILE_RULE = "a file name: 1-100 letters, digits, '.', '-', '_' (not '.' or '..')"
 _ACCEPTED_BITS = {
     job_state_pb2.JOB_STATE_SUCCEEDED: 1,
     job_state_pb2.JOB_STATE_FAILED: 2,
@@ -197,8 +205,61 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
                 break
     if spec.HasField("retry_policy"):
         v += retry_policy_violations(spec.retry_policy, f"{at}.retry_policy")
+    v += _secret_mount_violations(spec, at)
     if spec.ByteSize() > limits.max_spec_bytes:
         v.append(FieldViolation(at, f"the spec is larger than {limits.max_spec_bytes} bytes (max_spec_bytes)"))
+    return v
+
+
+def secret_file_name_ok(name: str) -> bool:
+    """Whether `name` may name a file of a secret."""
+    return bool(SECRET_FILE_NAME.match(name)) and name not in (".", "..")
+
+
+def secret_reference(name: str) -> tuple[str, str] | None:
+    """A SecretMount's name as (project, secret): 'NAME' has project '' (the batch's), 'PROJECT/NAME' names
+    its project; None if it is neither."""
+    project, _, secret = name.rpartition("/")
+    if not SECRET_NAME.match(secret) or (project and not SECRET_NAME.match(project)):
+        return None
+    return project, secret
+
+
+def _container_path(path: str) -> PurePosixPath | None:
+    """An absolute path below / with no empty, '.' or '..' segment, as written; None otherwise."""
+    if not path.startswith("/") or "\0" in path or path == "/":
+        return None
+    parts = path[1:].rstrip("/").split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    return PurePosixPath(path)
+
+
+def _overlap(a: PurePosixPath, b: PurePosixPath) -> bool:
+    return a == b or a in b.parents or b in a.parents
+
+
+def _secret_mount_violations(spec: spec_pb.JobSpec, at: str) -> list[FieldViolation]:
+    """Each secret is named well and mounted where nothing else of the job is: not on another secret, not
+    on or under an input's or output's path (an output there would copy the secret out to storage)."""
+    v = []
+    files = [(f"input_files[{k}].to_path", f.to_path) for k, f in enumerate(spec.input_files)]
+    files += [(f"output_files[{k}].from_path", f.from_path) for k, f in enumerate(spec.output_files)]
+    others = [(field, PurePosixPath(posixpath.normpath(path))) for field, path in files if path.startswith("/")]
+    for j, mount in enumerate(spec.secrets):
+        where = f"{at}.secrets[{j}]"
+        if secret_reference(mount.name) is None:
+            v.append(FieldViolation(f"{where}.name", f"a secret's name ({SECRET_NAME_RULE}), or PROJECT/NAME"))
+        path = _container_path(mount.mount_path)
+        if path is None:
+            v.append(FieldViolation(f"{where}.mount_path", "an absolute directory below /, without empty, '.' or "
+                                                           "'..' segments"))
+            continue
+        for field, other in others:
+            if _overlap(path, other):
+                v.append(FieldViolation(f"{where}.mount_path", f"overlaps {field} {str(other)!r}"))
+                break
+        others.append((f"secrets[{j}].mount_path", path))
     return v
 
 

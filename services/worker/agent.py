@@ -63,6 +63,7 @@ from services.worker.disk import free_bytes, out_of_space, ran_out
 from services.worker.driver_link import REFUSED, DriverLink
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
+from services.worker.secret_files import delivered_secrets
 from services.worker.storage_check import file_url_refusals
 
 log = logging.getLogger(__name__)
@@ -442,18 +443,21 @@ class Worker:
             return "the worker is leaving and takes no new jobs"
         if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
             return "the RunJob arrived after its deadline"
+        secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
+        run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
         job = JobRun(run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id, run.spec, run.cores_mcpu,
-                     run.memory_bytes, self.config.scratch_dir)
+                     run.memory_bytes, self.config.scratch_dir, secrets)
         attempt = Attempt(ref=run.attempt, run=run, log=LogSink(job.log_path),
                           log_url=run.log_url or log_url(self.config.log_root_url, run.attempt),
-                          no_room=self._no_room(run))
+                          no_room=self._no_room(run), secret_refusals=secret_refusals)
         self.attempts.add(attempt)
         self._last_busy = time.monotonic()
         attempt.task = asyncio.create_task(self._run(attempt, job))
         if attempt.no_room:  # it ends at once, as a system error: the driver runs it again elsewhere
             return attempt.no_room
         # A spec the runtime refuses still runs to an Error outcome (so the job says why); the ack says it too.
-        return "; ".join(self.runtime.check(run.spec) + file_url_refusals(run.spec, run.storage_roots))
+        return "; ".join(self.runtime.check(run.spec) + file_url_refusals(run.spec, run.storage_roots)
+                         + secret_refusals)
 
     def _no_room(self, run: ws.RunJob) -> str:
         """Why `run` does not fit in what this worker has free now, in words ('' if it fits). The scheduler

@@ -30,6 +30,7 @@ from services.worker.oci import OciRuntime, OciRuntimeConfig
 from services.worker.oci.images import DirectoryRootfs
 from services.worker.oci.runtime import AttemptFailed
 from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
+from services.worker.secret_files import remove_leftover_secrets
 from services.worker.servicer import WorkerServicer
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,8 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
     that fails is closed)."""
     tls = TlsFiles.of(config.certs_dir, f"worker-{config.instance_name}")
     config.scratch_dir.mkdir(parents=True, exist_ok=True)
+    if removed := remove_leftover_secrets(config.scratch_dir):  # a worker that died before us left them
+        log.warning("removed the secrets of %d attempts a previous worker left in %s", removed, config.scratch_dir)
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-worker")  # $CORRAL_TRACE_EXPORTER, inherited from the driver that started us
         stack.callback(tracing.shutdown)

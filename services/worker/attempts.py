@@ -82,6 +82,9 @@ class Attempt:
     no_room: str = ""
     """Why it does not fit on the worker now (the scheduler's view was stale), in words: it ends at once as a
     system error, which the driver retries on another worker; it reserves nothing meanwhile."""
+    secret_refusals: list[str] = dataclasses.field(default_factory=list)
+    """Why the secrets it mounts cannot be (services.worker.secret_files.delivered_secrets): it ends at once,
+    refused."""
     task: asyncio.Task[None] | None = None
 
     @property
@@ -194,7 +197,8 @@ async def _run_and_upload(runtime: ContainerRuntime, attempt: Attempt, job: JobR
         attempt.log.close()
         outcome = JobOutcome(state="Error", exit_code=None, error_message=attempt.no_room, start_time_ms=None,
                              end_time_ms=wall_ms(), end_reason=SYSTEM_ERROR, isolation=runtime.isolation(job))
-    elif refusals := file_url_refusals(job.spec, attempt.run.storage_roots):  # before any runtime copies a file
+    elif refusals := file_url_refusals(job.spec, attempt.run.storage_roots) + attempt.secret_refusals:
+        # Before any runtime copies a file or mounts a secret.
         attempt.log.close()
         outcome = JobOutcome(state="Error", exit_code=None, error_message="; ".join(refusals), start_time_ms=None,
                              end_time_ms=wall_ms(), end_reason=REFUSED, isolation=runtime.isolation(job))

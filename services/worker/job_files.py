@@ -75,6 +75,29 @@ def host_path(work: Path, container_path: str) -> Path:
     return work / posixpath.normpath(container_path).lstrip("/")
 
 
+def make_directory_beneath(work: Path, container_path: str) -> Path:
+    """Make the directory a container path names below the working directory, and its missing parents, each
+    0700 and without following a link on the way (a link an input brought stops it); an existing directory
+    is kept. Returns its host path (a mount point, e.g. a secret's)."""
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        parent_fd, name = _parent_beneath(work_fd, container_path, create=True)
+        try:
+            try:
+                os.mkdir(name, 0o700, dir_fd=parent_fd)
+            except FileExistsError:
+                pass
+            try:
+                os.close(os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd))
+            except OSError as e:
+                raise CopyRefused(_describe(e, container_path)) from e
+        finally:
+            os.close(parent_fd)
+    finally:
+        os.close(work_fd)
+    return host_path(work, container_path)
+
+
 def copy_inputs(spec: job_spec_pb2.JobSpec, work: Path, check_url: UrlCheck, *, stores: ObjectStores) -> list[str]:
     """Copy every input into `work` (before the job runs). A local source that is a link is followed (the
     user named it), and where it leads is checked too; links inside a copied directory are copied as links.

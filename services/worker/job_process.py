@@ -73,6 +73,9 @@ class Isolation:
     private_dirs: tuple[str, ...]
     private_dir_bytes: int
     max_processes: int
+    read_only_binds: tuple[tuple[str, str], ...] = ()
+    """(source, target) directories: each source, hidden from the job like the rest of the scratch root, is
+    mounted read-only at its target below the job's working directory (its secrets)."""
 
 
 class _Process:
@@ -309,6 +312,7 @@ class IsolatedCommand:
                 "network": "none" if isolation.network_none else "host", "cover": isolation.cover,
                 "reveal": list(isolation.reveal), "private_dirs": list(isolation.private_dirs),
                 "private_dir_bytes": isolation.private_dir_bytes, "max_processes": isolation.max_processes,
+                "read_only_binds": [list(bind) for bind in isolation.read_only_binds],
             }, output_fd, status_w)
         except BaseException:
             os.close(status_r)

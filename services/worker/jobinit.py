@@ -17,7 +17,8 @@ launcher's descriptors, unshares the mount, PID, IPC and UTS namespaces
 (and the network one for network_mode NONE) and forks the namespace's
 init, PID 1 there. The init makes the job's view of the files (its own
 /proc, fresh private /tmp and the like, the worker's scratch root hidden but
-for the attempt's own directories), names the host, brings loopback up,
+for the attempt's own directories, its secrets mounted read-only below its
+working directory), names the host, brings loopback up,
 then forks the command, PID 2, which drops every privilege and execs. The
 init reaps orphans, passes SIGTERM on to every process of the job (the top
 process passes it to the init) and exits when the command does; the kernel
@@ -48,9 +49,11 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
+MS_RDONLY = 0x1
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
+MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
@@ -199,9 +202,12 @@ def _namespace_init(spec: dict, status: int, alive_r: int) -> int:
 def _isolate_files(spec: dict) -> None:
     """The job's view of the files: the host's, but for a fresh /proc, fresh private directories (/tmp and
     the like), and the worker's scratch root hidden under an empty tmpfs ("cover") in which only the
-    attempt's own directories ("reveal") appear, at their usual paths."""
+    attempt's own directories ("reveal") appear, at their usual paths; then each read-only bind (its
+    secrets: a directory of the attempt's that the cover hides) at its target below them."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount reaches the host
     kept = [os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW) for path in spec["reveal"]]
+    binds = [(os.open(source, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW), target)
+             for source, target in spec.get("read_only_binds", [])]
     _mount("tmpfs", spec["cover"], "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0711,size=1m")
     for path in spec["private_dirs"]:
         if os.path.isdir(path) and not os.path.islink(path):
@@ -210,7 +216,40 @@ def _isolate_files(spec: dict) -> None:
         _make_path(path)
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
         os.close(fd)
+    for source_fd, target in binds:
+        _bind_read_only(source_fd, target)
+        os.close(source_fd)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _open_without_links(path: str) -> int:
+    """An O_PATH descriptor of directory `path`, opened a component at a time, following no link."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        for part in path.strip("/").split("/"):
+            next_fd = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _bind_read_only(source_fd: int, target: str) -> None:
+    """Mount the directory `source_fd` at `target` (a directory the worker made, reached without following a
+    link), then make that mount read-only: its files' owner cannot write, chmod or remove them either."""
+    target_fd = _open_without_links(target)
+    try:
+        _mount(f"/proc/self/fd/{source_fd}", f"/proc/self/fd/{target_fd}", None, MS_BIND)
+    finally:
+        os.close(target_fd)
+    mounted_fd = _open_without_links(target)  # now the mount's root
+    try:
+        _mount(None, f"/proc/self/fd/{mounted_fd}", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+               | MS_NOEXEC)
+    finally:
+        os.close(mounted_fd)
 
 
 def _make_path(path: str) -> None:

@@ -21,14 +21,15 @@ from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
-from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs, give_to, path_refusals,
-                                       url_refusals)
+from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs, give_to,
+                                       make_directory_beneath, path_refusals, url_refusals)
 from services.worker.job_process import Ended, IsolatedCommand, Isolation, Launcher, PlainCommand, StartFailed
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.object_stores import ObjectStores
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          ContainerRuntime, JobOutcome, JobRun, attempt_timeout_s, signal_name)
+from services.worker.secret_files import place_secrets, remove_secret_dirs
 
 __all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "REFUSED", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime",
            "JobOutcome", "JobRun", "ProcessRuntime", "ProcessRuntimeConfig", "can_isolate"]
@@ -122,8 +123,12 @@ class ProcessRuntime:
     instead of killing the process, so out-of-memory is recognised from what
     the job printed last. There is no cpu or disk limit; a job that runs the
     scratch disk out of space ends in Error naming it (see disk.py). Container paths of
-    input and output files are rooted at the working directory ('/in/ref.fa'
-    is 'in/ref.fa' there).
+    input and output files, and secrets' mount paths, are rooted at the working
+    directory ('/in/ref.fa' is 'in/ref.fa' there). A secret is a directory of the
+    attempt's own (0500, its files 0400, the job's uid's: secret_files.py),
+    mounted read-only at its mount path in the job's mount namespace, and removed
+    when the attempt ends; unisolated, secrets are refused (the job would run as
+    the worker's user, able to read every attempt's).
     """
 
     name = "process"
@@ -167,9 +172,11 @@ class ProcessRuntime:
         if spec.WhichOneof("size") == "machine_type":
             reasons.append(f"machine_type {spec.machine_type!r} asks for a job-private machine; "
                            "the process runtime runs jobs on this shared machine")
-        if spec.secrets:
-            reasons.append("secrets cannot be mounted: without a container the process runtime cannot keep "
-                           "them private to the job")
+        if spec.secrets and not isolated:
+            reasons.append("secrets cannot be mounted: the unisolated process runtime runs jobs as the worker's "
+                           "own user, who can read every attempt's secrets")
+        for mount in spec.secrets:
+            reasons += path_refusals(f"secret {mount.name!r} mount_path", mount.mount_path)
         mode = job_spec_pb2.NetworkMode.Name(spec.network_mode)
         if spec.network_mode == job_spec_pb2.NETWORK_MODE_PRIVATE:
             reasons.append(f"network_mode {mode} cannot be enforced: the process runtime offers NETWORK_MODE_NONE "
@@ -203,7 +210,7 @@ class ProcessRuntime:
                 "of its own: it saw only its own processes, its own working directory and private /tmp, "
                 "/var/tmp and /dev/shm, none of the worker's files, and the rest of the host's files as any "
                 f"unprivileged user does; network: {network}. Shared with the host: the kernel. No cpu or disk "
-                f"limit; at most {self.config.max_processes} processes{memory}.")
+                f"limit; at most {self.config.max_processes} processes{memory}.{_secrets_note(job)}")
 
     async def cancel(self, attempt_id: str) -> None:
         """Ask the attempt to stop; returns at once, and `run` returns Cancelled once its processes are gone."""
@@ -241,11 +248,12 @@ class ProcessRuntime:
                 uid, gid = os.getuid(), os.getgid()
             cleanup.push_async_callback(self._remove_work_dirs, job)
             work, tmp = await self._prepare(job, uid if isolated else None, gid)
+            binds = await self._write_secrets(job, work, uid, gid, cleanup)
             if stop.is_set():
                 return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
             read_fd, write_fd = os.pipe()
             try:
-                command = self._start(job, work, tmp, write_fd, uid, gid, isolated)
+                command = self._start(job, work, tmp, write_fd, uid, gid, isolated, binds)
             except BaseException:
                 os.close(read_fd)
                 raise
@@ -330,15 +338,36 @@ class ProcessRuntime:
         try:
             await asyncio.to_thread(copy_inputs, job.spec, work, self.config.check_url,
                                     stores=self.config.object_stores)
+        except Exception as e:
+            raise _SystemError(f"copying input files failed: {e}") from e
+        try:
+            for secret in job.secrets:  # the mount points, before the job's user is given everything below work/
+                await asyncio.to_thread(make_directory_beneath, work, secret.mount_path)
+        except Exception as e:
+            raise _SystemError(f"could not make the mount points of the job's secrets: {e}") from e
+        try:
             if uid is not None:
                 await asyncio.to_thread(give_to, work, uid, gid)
                 await asyncio.to_thread(give_to, tmp, uid, gid)
         except Exception as e:
-            raise _SystemError(f"copying input files failed: {e}") from e
+            raise _SystemError(f"could not give the job its directories: {e}") from e
         return work, tmp
 
+    async def _write_secrets(self, job: JobRun, work: Path, uid: int, gid: int,
+                             cleanup: contextlib.AsyncExitStack) -> tuple[tuple[str, str], ...]:
+        """The attempt's secrets in place (secret_files.place_secrets), removed when the attempt ends whatever
+        `keep_work_dirs` says; returns the read-only binds that mount them."""
+        if not job.secrets:
+            return ()
+        secrets_dir = work.parent / "secrets"
+        cleanup.push_async_callback(asyncio.to_thread, remove_secret_dirs, secrets_dir)
+        try:
+            return await asyncio.to_thread(place_secrets, job.secrets, secrets_dir, work, uid, gid)
+        except Exception as e:  # the message names a path or a file, never what a file holds
+            raise _SystemError(f"could not put the job's secrets in place: {e}") from e
+
     def _start(self, job: JobRun, work: Path, tmp: Path, output_fd: int, uid: int, gid: int,
-               isolated: bool) -> IsolatedCommand | PlainCommand:
+               isolated: bool, binds: tuple[tuple[str, str], ...] = ()) -> IsolatedCommand | PlainCommand:
         """Start the command, its stdout and stderr on `output_fd`. Runs in the event loop's thread (see
         `Launcher.start`)."""
         spec = job.spec
@@ -353,7 +382,8 @@ class ProcessRuntime:
             uid=uid, gid=gid, hostname=f"job-{job.batch_id}-{job.job_id}",
             network_none=spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE, cover=_cover(work),
             reveal=(str(work), str(tmp)), private_dirs=self.config.private_dirs,
-            private_dir_bytes=self.config.private_dir_bytes, max_processes=self.config.max_processes)
+            private_dir_bytes=self.config.private_dir_bytes, max_processes=self.config.max_processes,
+            read_only_binds=binds)
         return IsolatedCommand.start(self._running_launcher(), argv, env, work, output_fd, job.memory_bytes,
                                      isolation)
 
@@ -442,6 +472,13 @@ def _cover(work: Path) -> str:
         if not path.stat().st_mode & stat.S_IXOTH:
             return str(path)
     raise _SystemError(f"no directory on the way to {work} is private to the worker")
+
+
+def _secrets_note(job: JobRun) -> str:
+    if not job.spec.secrets:
+        return ""
+    paths = ", ".join(repr(m.mount_path.lstrip("/")) for m in job.spec.secrets)
+    return f" Its secrets were mounted read-only below its working directory: {paths}."
 
 
 def _address_space_limit(memory_bytes: int) -> int:

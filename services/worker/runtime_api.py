@@ -13,8 +13,8 @@ lower case, as the driver stores them.
 from __future__ import annotations
 
 import signal
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -31,13 +31,14 @@ REFUSED = "refused"
 
 
 @dataclass(frozen=True)
-class SecretDir:
-    """A secret of the job, ready on the worker: a directory of its files, to mount at `mount_path`."""
+class SecretVolume:
+    """One secret an attempt mounts, as the driver delivered it (services/worker/secret_files.py)."""
 
-    host_dir: Path
-    """The worker's directory holding the secret's files (one file per key)."""
+    name: str
     mount_path: str
-    """Where the job sees them (the spec's `secrets[].mount_path`)."""
+    """Where the job sees the files (JobSpec.secrets[].mount_path), read only."""
+    files: Mapping[str, bytes] = field(repr=False)
+    """File name to content: never in a repr, a log line or an error message."""
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,8 @@ class JobRun:
     runtime its worker's memory per core for the attempt's cores."""
     scratch: Path
     """The worker's scratch root; the attempt gets its own directory under it."""
-    secret_mounts: tuple[SecretDir, ...] = ()
-    """The spec's secrets, fetched by the worker (one per `spec.secrets` entry, by mount_path). Only the OCI
-    runtime mounts them (read-only, copied for the job's uid); the process runtime refuses secrets."""
+    secrets: tuple[SecretVolume, ...] = ()
+    """The secrets the spec mounts, delivered (one per spec.secrets entry, or the attempt is refused first)."""
 
     @property
     def attempt_dir(self) -> Path:
@@ -69,6 +69,11 @@ class JobRun:
     def log_path(self) -> Path:
         """Where the main command's log is written while it runs."""
         return self.attempt_dir / "main.log"
+
+    @property
+    def secrets_dir(self) -> Path:
+        """Where the attempt's secrets are kept while it runs, one directory each (`0`, `1`, ...)."""
+        return self.attempt_dir / "secrets"
 
 
 @dataclass(frozen=True)

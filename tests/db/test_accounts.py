@@ -98,3 +98,40 @@ def test_granting_again_narrows_what_was_granted(db_config: DatabaseConfig) -> N
             assert refused(narrowed, "SELECT COUNT(*) FROM jobs")
         finally:
             narrowed.close()
+
+
+def test_only_the_driver_reads_sealed_secrets_and_only_the_frontend_writes_them(db_config: DatabaseConfig) -> None:
+    frontend, driver, auth = (connect(db_config, s) for s in ("frontend", "driver", "auth"))
+    try:
+        assert not refused(frontend, "INSERT INTO billing_projects (name, time_created_ms) VALUES ('sealed', 0)")
+        assert not refused(frontend, """INSERT INTO secrets (billing_project, name, file_names, sealed, key_id,
+                                        created_by, time_created_ms)
+                                        VALUES ('sealed', 's', '[]', 'box', 'k', 'a', 0)""")
+        assert not refused(frontend, "SELECT name, file_names, key_id, created_by, time_created_ms FROM secrets")
+        for statement in ("SELECT sealed FROM secrets", "SELECT * FROM secrets"):
+            assert refused(frontend, statement), statement
+        assert not refused(driver, "SELECT sealed FROM secrets WHERE billing_project = 'sealed'")
+        for statement in ("DELETE FROM secrets", "UPDATE secrets SET sealed = ''",
+                          "INSERT INTO secrets (billing_project, name, file_names, sealed, key_id, created_by, "
+                          "time_created_ms) VALUES ('sealed', 't', '[]', '', 'k', 'a', 0)"):
+            assert refused(driver, statement), statement
+        assert refused(auth, "SELECT name FROM secrets")
+        assert not refused(frontend, "DELETE FROM secrets WHERE billing_project = 'sealed' AND name = 's'")
+    finally:
+        for connection in (frontend, driver, auth):
+            connection.close()
+
+
+def test_granting_again_takes_back_column_grants(db_config: DatabaseConfig) -> None:
+    passwords = {s: "column-pw" for s in ACCOUNTS}
+    grant_service_accounts(db_config, passwords, prefix="corral_cols_")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(ACCOUNTS, "frontend", ACCOUNTS["auth"])  # as if the frontend's grant had shrunk
+        grant_service_accounts(db_config, passwords, prefix="corral_cols_")
+    config = DatabaseConfig.from_url(db_config.to_url())
+    narrowed = pymysql.connect(**{**config.connect_kwargs(with_database=False), "user": "corral_cols_frontend",
+                                  "password": "column-pw"}, database=db_config.database)
+    try:
+        assert refused(narrowed, "SELECT name FROM secrets")
+    finally:
+        narrowed.close()

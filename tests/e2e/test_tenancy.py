@@ -42,6 +42,8 @@ try worker-issuer-key  cat "$DATA/certs/driver/worker-issuer.key"
 try worker-keys        ls "$DATA/worker-certs"
 try db-passwords       cat "$DATA/secrets/db-driver.password"
 try db-admin-password  cat "$DATA/mariadb/admin.password"
+try secrets-key        cat "$DATA/secrets/job-secrets.key"
+try driver-secrets-key cat "$DATA/certs/driver/job-secrets.key"
 try specs              sh -c "grep -r -l $SECRET '$DATA/blobs'"
 try spec-dir           ls "$DATA/blobs/specs"
 try logs               ls "$DATA/blobs/logs"
@@ -57,7 +59,7 @@ id -u
 """
 
 TARGETS = ("ca-key", "ca-dir", "frontend-key", "driver-key", "worker-issuer-key", "worker-keys", "db-passwords",
-           "db-admin-password", "specs", "spec-dir", "logs", "service-logs", "cli-config", "root-cli-config",
+           "db-admin-password", "secrets-key", "driver-secrets-key", "specs", "spec-dir", "logs", "service-logs", "cli-config", "root-cli-config",
            "scratch-root", "database-socket", "other-processes", "driver-argv", "other-environ")
 
 
@@ -119,8 +121,9 @@ def test_services_hold_only_their_own_keys_and_no_secret_is_on_a_command_line(cl
     held = {service.name: sorted(p.name for p in service.iterdir()) for service in certs.iterdir()}
     assert held == {
         "auth": ["auth.key", "auth.pem", "ca.pem"],
-        "frontend": ["ca.pem", "frontend.key", "frontend.pem"],
-        "driver": ["ca.pem", "driver.key", "driver.pem", "worker-issuer.key", "worker-issuer.pem"],
+        "frontend": ["ca.pem", "frontend.key", "frontend.pem", "job-secrets.pub"],  # seals secrets, cannot open
+        "driver": ["ca.pem", "driver.key", "driver.pem", "job-secrets.key", "worker-issuer.key",
+                   "worker-issuer.pem"],
     }
     secrets = [(cluster.data_dir / "secrets" / f"db-{s}.password").read_text().strip()
                for s in ("auth", "frontend", "driver")]

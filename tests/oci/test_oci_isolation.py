@@ -20,7 +20,7 @@ import pytest
 
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker.oci.images import Rootfs
-from services.worker.runtime_api import SecretDir
+from services.worker.runtime_api import SecretVolume
 from tests.oci.host import OciHost, fields, needs_oci, run, spec
 
 pytestmark = [pytest.mark.timeout(60), needs_oci]
@@ -131,23 +131,20 @@ async def test_network_none_cannot_reach_a_server_on_the_hosts_loopback(oci_host
 
 
 async def test_secrets_are_the_jobs_to_read_and_nobody_can_change_them(oci_host: OciHost, tmp_path: Path) -> None:
-    secret = tmp_path / "secret-source"
-    secret.mkdir(mode=0o700)
-    (secret / "token").write_text("s3cr3t")
-    (secret / "token").chmod(0o400)  # root's: the job reads its own copy
     job_spec = spec("echo token=$(cat /run/secrets/db/token); echo mode=$(stat -c %A /run/secrets/db/token); "
                     "echo owner=$(stat -c %u /run/secrets/db/token); echo uid=$(id -u); "
                     "echo x > /run/secrets/db/token 2>/dev/null && echo write=done || echo write=refused; "
                     "touch /run/secrets/db/new 2>/dev/null && echo create=done || echo create=refused",
                     secrets=[js.SecretMount(name="db", mount_path="/run/secrets/db")])
-    job = oci_host.job(job_spec, secret_mounts=(SecretDir(secret, "/run/secrets/db"),))
+    delivered = {"token": b"s3cr3t"}
+    job = oci_host.job(job_spec, secrets=(SecretVolume("db", "/run/secrets/db", delivered),))
     outcome, log = await run(oci_host.runtime(), job)
     assert outcome.state == "Success", log
     seen = fields(log)
     assert "write" in seen, log
     assert (seen["token"], seen["mode"], seen["owner"]) == ("s3cr3t", "-r--------", seen["uid"])
     assert (seen["write"], seen["create"]) == ("refused", "refused")
-    assert (secret / "token").read_text() == "s3cr3t"
+    assert delivered == {"token": b"s3cr3t"}
 
 
 async def test_a_secret_the_worker_was_not_given_is_an_error(oci_host: OciHost) -> None:

@@ -42,6 +42,7 @@ from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
 from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.batch.v1 import lock_service_pb2_grpc
+from corral.batch.v1 import secret_service_pb2 as spb
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.billing.v1 import billing_service_pb2_grpc
 from services.auth.app import AuthApp
@@ -103,6 +104,7 @@ class Row:
 B, J, G, L, C, A = ("/corral.batch.v1.BatchService/", "/corral.batch.v1.JobService/",
                     "/corral.batch.v1.JobGroupService/", "/corral.batch.v1.LockService/",
                     "/corral.billing.v1.BillingService/", "/corral.auth.v1.AuthService/")
+S = "/corral.batch.v1.SecretService/"
 
 # Reads of a batch: members read, outsiders get the answer of a missing batch.
 READ = unauthenticated(NF, member=OK, owner=OK, admin=OK)
@@ -112,6 +114,8 @@ CHANGE = unauthenticated(NF, member=PD, owner=OK, admin=OK)
 PROJECT_CHANGE = unauthenticated(NF, member=PD, owner=PD, admin=OK)
 # Submitting to a project: its members.
 SUBMIT = unauthenticated(NF, member=OK, owner=OK, admin=PD)
+# A project's secrets: its members and administrators change them (members who own no batch too).
+SECRETS = unauthenticated(NF, member=OK, owner=OK, admin=OK)
 # Administration of users: refused before any name is looked up.
 ADMIN_ONLY = unauthenticated(PD, member=PD, owner=PD, admin=OK)
 # About a user (alice): herself, and administrators.
@@ -153,6 +157,10 @@ TABLE: dict[str, Row] = {
     G + "CancelJobGroup": Row(lambda w: gpb.CancelJobGroupRequest(batch_id=w.batch_id, job_group_id=1), CHANGE),
     # A project's locks: whoever may read the project; without one, each sees the projects they read.
     L + "ListLocks": Row(lambda w: lpb.ListLocksRequest(billing_project="proj"), READ),
+    S + "CreateSecret": Row(lambda w: spb.CreateSecretRequest(billing_project="proj", name="new",
+                                                            files={"password": b"hunter2"}), SECRETS),
+    S + "ListSecrets": Row(lambda w: spb.ListSecretsRequest(billing_project="proj"), READ),
+    S + "DeleteSecret": Row(lambda w: spb.DeleteSecretRequest(billing_project="proj", name="doomed"), SECRETS),
     C + "CreateBillingProject": Row(lambda w: cpb.CreateBillingProjectRequest(name="new-lab"), ADMIN_ONLY),
     C + "GetBillingProject": Row(lambda w: cpb.GetBillingProjectRequest(billing_project="proj"), READ),
     C + "ListBillingProjects": Row(lambda w: cpb.ListBillingProjectsRequest(),
@@ -196,7 +204,8 @@ def test_every_public_rpc_is_in_the_table() -> None:
     methods = public_methods()
     assert len(methods) > 40 and {m.split("/")[1] for m in methods} == {
         "corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-        "corral.batch.v1.LockService", "corral.billing.v1.BillingService", "corral.auth.v1.AuthService"}
+        "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.billing.v1.BillingService",
+        "corral.auth.v1.AuthService"}
     assert set(TABLE) == set(methods), (f"no row for {sorted(set(methods) - set(TABLE))}; "
                                         f"rows for no method {sorted(set(TABLE) - set(methods))}")
     assert all(set(row.codes) == set(CALLERS) for row in TABLE.values())
@@ -242,6 +251,9 @@ async def make_world(env: Env, auth_app: AuthApp) -> World:
             idempotency_token=uuid.uuid4().hex, batch_id=batch_id, n_jobs=jobs, n_job_groups=groups), metadata=alice)
         updates[method] = created.update.update_id
     cancel_batch_id, delete_batch_id = await env.submit(spec()), await env.submit(spec())
+    assert env.secrets is not None
+    await env.secrets.CreateSecret(spb.CreateSecretRequest(billing_project="proj", name="doomed",
+                                                           files={"password": b"hunter2"}), metadata=alice)
     for project in ("leaving", "closing", "closed", "doomed"):
         await w.store.create_billing_project(project, ["alice", "bob"])
     await w.db.execute("UPDATE billing_projects SET state = 'closed' WHERE name IN ('closed', 'doomed')")
@@ -264,6 +276,7 @@ async def stubs(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> 
         yield {"corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
                "corral.batch.v1.JobGroupService": env.groups,
                "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
+               "corral.batch.v1.SecretService": env.secrets,
                "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
                "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)}
 

@@ -100,6 +100,11 @@ SCALAR_ELEMENTS: dict[str, Callable[[int], Any]] = {
 }
 
 
+def _map_value(field: F, text: str) -> str | bytes:
+    """`text` as the map's values are: a bytes map (a secret's files) takes its UTF-8 (as many bytes)."""
+    return text.encode() if field.message_type.fields_by_name["value"].type == F.TYPE_BYTES else text
+
+
 def element_of(field: F, i: int) -> Any:
     if field.message_type is not None:
         return ELEMENTS[field.message_type.full_name](i)
@@ -196,7 +201,7 @@ def requests_at(base: message.Message, case: FieldCase) -> Iterator[tuple[str, m
                     entries = getattr(holder, name)
                     for i in range(n):
                         if field.message_type.fields_by_name["value"].message_type is None:
-                            entries[f"K{i}"] = "v"
+                            entries[f"K{i}"] = _map_value(field, "v")
                 else:
                     getattr(holder, name).extend(element_of(field, i) for i in range(n))
             yield which, made(fill)
@@ -213,9 +218,9 @@ def requests_at(base: message.Message, case: FieldCase) -> Iterator[tuple[str, m
             def put(holder: message.Message, value: str = value) -> None:
                 holder.ClearField(name)
                 if case.part == "key":
-                    getattr(holder, name)[value] = "v"
+                    getattr(holder, name)[value] = _map_value(field, "v")
                 else:
-                    getattr(holder, name)["k"] = value
+                    getattr(holder, name)["k"] = _map_value(field, value)
             yield which, made(put)
         return
     scalar = limit.each if case.part == "element" else limit
@@ -297,7 +302,8 @@ async def send(callers: Callers, method: str, request: message.Message, metadata
 
 
 SERVICES = ("corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-            "corral.batch.v1.LockService", "corral.billing.v1.BillingService", "corral.auth.v1.AuthService")
+            "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.billing.v1.BillingService",
+            "corral.auth.v1.AuthService")
 
 
 @pytest.mark.parametrize("service", SERVICES)

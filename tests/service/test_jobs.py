@@ -31,11 +31,13 @@ from corral.batch.v1 import (
     job_service_pb2_grpc,
     job_spec_pb2,
     job_state_pb2,
+    secret_service_pb2_grpc,
 )
 from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import job_service_pb2 as pb
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
+from services.common.sealing import ensure_key_files
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
@@ -66,6 +68,9 @@ class Env:
     batches: batch_service_pb2_grpc.BatchServiceStub
     jobs: job_service_pb2_grpc.JobServiceStub
     groups: job_group_service_pb2_grpc.JobGroupServiceStub
+    secrets: secret_service_pb2_grpc.SecretServiceStub | None = None
+    secrets_key: Path | None = None
+    """The private key that opens the secrets the frontend sealed (what a driver is given), if it has one."""
 
     def as_(self, who: str) -> tuple[tuple[str, str], ...]:
         return bearer(self.tokens[who])
@@ -93,7 +98,8 @@ async def start_frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: De
 
 
 async def make_env(frontend: FrontendApp, auth_app: AuthApp, db: Database, clock: FakeClock,
-                   certs: DevCertificateAuthority, blobs: Path, elect: bool = True) -> AsyncIterator[Env]:
+                   certs: DevCertificateAuthority, blobs: Path, elect: bool = True,
+                   secrets_key: Path | None = None) -> AsyncIterator[Env]:
     """People, projects and stubs; with `elect`, a leader epoch of the test's own (without a real driver)."""
     people = AuthStore(auth_app.db)
     tokens = {}
@@ -109,15 +115,24 @@ async def make_env(frontend: FrontendApp, auth_app: AuthApp, db: Database, clock
         world.epoch = await store.elect_leader("driver-0")
     async with person_channel(certs.issue("someone"), frontend.public_port) as channel:
         yield Env(frontend, world, blobs, tokens, batch_service_pb2_grpc.BatchServiceStub(channel),
-                  job_service_pb2_grpc.JobServiceStub(channel), job_group_service_pb2_grpc.JobGroupServiceStub(channel))
+                  job_service_pb2_grpc.JobServiceStub(channel), job_group_service_pb2_grpc.JobGroupServiceStub(channel),
+                  secret_service_pb2_grpc.SecretServiceStub(channel), secrets_key)
+
+
+def secrets_key_pair(directory: Path) -> tuple[Path, Path]:
+    """A deployment's key pair for job secrets (private, public), made in `directory`."""
+    private, public = directory / "secrets.key", directory / "secrets.pub"
+    ensure_key_files(private, public)
+    return private, public
 
 
 @pytest.fixture
 async def env(auth_app: AuthApp, db_config: DatabaseConfig, db: Database, clock: FakeClock,
               certs: DevCertificateAuthority, tmp_path: Path) -> AsyncIterator[Env]:
-    frontend = await start_frontend(auth_app, db_config, certs, tmp_path / "blobs")
+    private, public = secrets_key_pair(tmp_path)
+    frontend = await start_frontend(auth_app, db_config, certs, tmp_path / "blobs", secrets_public_key_file=public)
     try:
-        async for value in make_env(frontend, auth_app, db, clock, certs, tmp_path / "blobs"):
+        async for value in make_env(frontend, auth_app, db, clock, certs, tmp_path / "blobs", secrets_key=private):
             yield value
     finally:
         await frontend.stop()

@@ -42,6 +42,7 @@ from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
 from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.batch.v1 import lock_service_pb2_grpc
+from corral.batch.v1 import secret_service_pb2 as spb
 from corral.billing.v1 import billing_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.driver.v1 import driver_service_pb2 as dpb
@@ -68,7 +69,8 @@ PD, NF = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND
 MISSING_BATCH_ID = 987_654_321
 SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.services_by_name["JobService"],
             gpb.DESCRIPTOR.services_by_name["JobGroupService"], lpb.DESCRIPTOR.services_by_name["LockService"],
-            cpb.DESCRIPTOR.services_by_name["BillingService"], apb.DESCRIPTOR.services_by_name["AuthService"])
+            spb.DESCRIPTOR.services_by_name["SecretService"], cpb.DESCRIPTOR.services_by_name["BillingService"],
+            apb.DESCRIPTOR.services_by_name["AuthService"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,12 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.JobGroupService/CancelJobGroup": Case(lambda w: gpb.CancelJobGroupRequest(
         batch_id=w.batch_id, job_group_id=1), member=PD),
     "/corral.batch.v1.LockService/ListLocks": Case(lambda w: lpb.ListLocksRequest(billing_project=w.project)),
+    # A project's secrets: its members (and administrators) change them, whoever reads the project lists them.
+    "/corral.batch.v1.SecretService/CreateSecret": Case(lambda w: spb.CreateSecretRequest(
+        billing_project=w.project, name="db", files={"password": b"hunter2"})),
+    "/corral.batch.v1.SecretService/ListSecrets": Case(lambda w: spb.ListSecretsRequest(billing_project=w.project)),
+    "/corral.batch.v1.SecretService/DeleteSecret": Case(lambda w: spb.DeleteSecretRequest(
+        billing_project=w.project, name="db")),
     "/corral.billing.v1.BillingService/CreateBillingProject": Case(lambda w: cpb.CreateBillingProjectRequest(
         name="new-lab"), outsider=PD, member=PD),
     "/corral.billing.v1.BillingService/GetBillingProject": Case(lambda w: cpb.GetBillingProjectRequest(
@@ -232,6 +240,7 @@ async def callers(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -
             "corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
             "corral.batch.v1.JobGroupService": env.groups,
             "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
+            "corral.batch.v1.SecretService": env.secrets,
             "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
             "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)})
 

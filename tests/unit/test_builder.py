@@ -114,3 +114,10 @@ def test_a_negative_timeout_stays_negative_for_the_server_to_refuse() -> None:
     b.job("busybox", "true", timeout_s=-0.5)
     b.job("busybox", "true", timeout_s=90.25)
     assert [s.timeout.ToNanoseconds() for s in b.specs()] == [-500_000_000, 90_250_000_000]
+
+
+def test_a_job_names_the_secrets_it_mounts() -> None:
+    b = BatchBuilder("p")
+    b.job("busybox", "cat /secrets/db/password", secrets={"db": "/secrets/db", "p/key": "/secrets/key"})
+    assert [(m.name, m.mount_path) for m in b.specs()[0].secrets] == [("db", "/secrets/db"),
+                                                                     ("p/key", "/secrets/key")]

@@ -126,7 +126,7 @@ class Welcome(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., config: _Optional[_Union[_instance_pb2.SessionConfig, _Mapping]] = ...) -> None: ...
 
 class RunJob(_message.Message):
-    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context", "storage_roots")
+    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context", "storage_roots", "secrets")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +146,7 @@ class RunJob(_message.Message):
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     STORAGE_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     user: str
     billing_project: str
@@ -158,7 +159,27 @@ class RunJob(_message.Message):
     deadline: _timestamp_pb2.Timestamp
     trace_context: _containers.ScalarMap[str, str]
     storage_roots: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., storage_roots: _Optional[_Iterable[str]] = ...) -> None: ...
+    secrets: _containers.RepeatedCompositeFieldContainer[SecretFiles]
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., storage_roots: _Optional[_Iterable[str]] = ..., secrets: _Optional[_Iterable[_Union[SecretFiles, _Mapping]]] = ...) -> None: ...
+
+class SecretFiles(_message.Message):
+    __slots__ = ("name", "mount_path", "files", "error")
+    class FilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MOUNT_PATH_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mount_path: str
+    files: _containers.ScalarMap[str, bytes]
+    error: str
+    def __init__(self, name: _Optional[str] = ..., mount_path: _Optional[str] = ..., files: _Optional[_Mapping[str, bytes]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class CancelJob(_message.Message):
     __slots__ = ("attempt", "reason")

@@ -30,6 +30,7 @@ import os
 import shutil
 import stat
 import uuid
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 OVERLAY = "overlayfs"
@@ -218,39 +219,23 @@ def give_paths(root: Path, container_paths: list[str], uid: int, gid: int) -> No
                     os.chown(os.path.join(top, name), uid, gid, follow_symlinks=False)
 
 
-def stage_secrets(secrets_dir: Path, sources: list[Path], uid: int, gid: int) -> list[Path]:
-    """Copies of each secret directory's files for the job: on a tmpfs of the attempt's own (never on
-    disk), each directory 0500 and each file 0400, the job's. Returns each copy's directory, in order.
-    Only regular files directly in a secret's directory are copied; anything else is refused."""
-    total = 0
-    files: list[list[tuple[str, bytes]]] = []
-    for source in sources:
-        entries = []
-        fd = os.open(source, _DIR)
-        try:
-            for name in sorted(os.listdir(fd)):
-                try:
-                    file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-                except OSError as e:
-                    raise LayerError(f"secret file {source}/{name}: {e.strerror}") from e
-                if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-                    os.close(file_fd)
-                    raise LayerError(f"secret file {source}/{name} is not a regular file")
-                with open(file_fd, "rb") as f:
-                    data = f.read()
-                entries.append((name, data))
-                total += len(data)
-        finally:
-            os.close(fd)
-        files.append(entries)
+def stage_secrets(secrets_dir: Path, secrets: list[Mapping[str, bytes]], uid: int, gid: int) -> list[Path]:
+    """Each secret's files (name to content, as the driver delivered them) for the job: on a tmpfs of the
+    attempt's own (never on disk), each directory 0500 and each file 0400, the job's. Returns each secret's
+    directory, in order. A file name that is not a plain name is refused."""
+    for files in secrets:
+        for name in files:
+            if not name or name in (".", "..") or "/" in name or "\0" in name:
+                raise LayerError(f"a secret file name must be a plain file name, got {name!r}")
+    total = sum(len(data) for files in secrets for data in files.values())
     secrets_dir.mkdir(mode=0o700)
-    size_kib = total // 1024 + 64 * (len(sources) + 1)
+    size_kib = total // 1024 + 64 * (len(secrets) + 1)
     mount("tmpfs", secrets_dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"mode=0711,size={size_kib}k")
     copies = []
-    for i, entries in enumerate(files):
+    for i, files in enumerate(secrets):
         copy = secrets_dir / str(i)
         copy.mkdir(mode=0o500)
-        for name, data in entries:
+        for name, data in sorted(files.items()):
             fd = os.open(copy / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o400)
             with open(fd, "wb") as f:
                 f.write(data)

@@ -269,18 +269,18 @@ class OciRuntime:
     async def _secrets(self, attempt: _Attempt, uid: int, gid: int) -> tuple[tuple[str, str], ...]:
         """Copies of the job's secrets for its uid, and where each is mounted."""
         job = attempt.job
-        given = {m.mount_path: m.host_dir for m in job.secret_mounts}
+        given = {m.mount_path for m in job.secrets}
         missing = [s.name for s in job.spec.secrets if s.mount_path not in given]
         if missing:
             raise AttemptFailed("secrets", f"the worker was not given the secrets {', '.join(missing)}")
-        if not job.secret_mounts:
+        if not job.secrets:
             return ()
         try:
             copies = await asyncio.to_thread(layer.stage_secrets, attempt.oci_dir / "secrets",
-                                             [m.host_dir for m in job.secret_mounts], uid, gid)
+                                             [m.files for m in job.secrets], uid, gid)
         except (layer.LayerError, OSError) as e:
             raise AttemptFailed("secrets", str(e)) from e
-        return tuple((str(copy), m.mount_path) for copy, m in zip(copies, job.secret_mounts))
+        return tuple((str(copy), m.mount_path) for copy, m in zip(copies, job.secrets))
 
     async def _contain(self, attempt: _Attempt, root: Path, log: LogSink,
                        on_started: Callable[[int], Awaitable[None]], stop: asyncio.Event, uid: int) -> JobOutcome:
