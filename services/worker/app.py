@@ -27,7 +27,7 @@ from services.worker.config import WorkerConfig
 from services.worker.images import ImageCache
 from services.worker.object_stores import ObjectStores
 from services.worker.oci import OciRuntime, OciRuntimeConfig
-from services.worker.oci.images import DirectoryRootfs
+from services.worker.oci.images import CachedRootfs, DirectoryRootfs, RootfsSource
 from services.worker.oci.runtime import AttemptFailed
 from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
 from services.worker.secret_files import remove_leftover_secrets
@@ -77,14 +77,14 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         attempts = AttemptTable(config.keep_ended_s)
         stores = ObjectStores(config.storage_access)  # reads its secrets: a bad one stops the worker here
         stack.callback(stores.close)
-        runtime = runtime or await choose_runtime(config, stores)
-        stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
-        worker = Worker(config, runtime, attempts, tls)
-        # Opened now so that ListImages reports what a worker before this one left; the OCI runtime
-        # will pull through it.
+        # Opened first: ListImages reports what a worker before this one left, and the OCI runtime pulls
+        # through it.
         images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
                             config.image_cache_bytes)
         stack.push_async_callback(images.close)
+        runtime = runtime or await choose_runtime(config, stores, images)
+        stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
+        worker = Worker(config, runtime, attempts, tls)
         servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker, images),
                                        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
                               [Listener.mutual_tls(config.listen_address, tls)],
@@ -99,7 +99,8 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
 RUNTIMES = ("process", "oci", "auto")
 
 
-async def choose_runtime(config: WorkerConfig, stores: ObjectStores) -> ContainerRuntime:
+async def choose_runtime(config: WorkerConfig, stores: ObjectStores, images: ImageCache | None = None
+                         ) -> ContainerRuntime:
     """The runtime `config.runtime` names; 'auto' is the OCI runtime where this machine can run it. An OCI
     runtime has taken the worker's name on the host and cleaned up after dead workers before it returns.
     Raises ValueError if 'oci' was asked for and cannot run here."""
@@ -110,13 +111,16 @@ async def choose_runtime(config: WorkerConfig, stores: ObjectStores) -> Containe
         return process
     why_not = []
     oci = None
-    if config.oci_images_dir is None:
-        why_not.append("no images: the OCI runtime needs --oci-images-dir (a directory of unpacked images)")
+    # Images unpacked beforehand if the worker is given a directory of them, else pulled through its cache.
+    source: RootfsSource | None = DirectoryRootfs(config.oci_images_dir) if config.oci_images_dir is not None \
+        else CachedRootfs(images) if images is not None else None
+    if source is None:
+        why_not.append("no images: the OCI runtime needs an image cache or --oci-images-dir (unpacked images)")
     else:
         memory_per_core = {"memory_per_core_bytes": config.memory_bytes * 1000 // config.cores_mcpu} \
             if config.memory_bytes > 0 and config.cores_mcpu > 0 else {}
-        oci = OciRuntime(OciRuntimeConfig(DirectoryRootfs(config.oci_images_dir), owner=oci_owner(config.instance_name),
-                                          object_stores=stores, **memory_per_core))
+        oci = OciRuntime(OciRuntimeConfig(source, owner=oci_owner(config.instance_name), object_stores=stores,
+                                          **memory_per_core))
         why_not += oci.host_refusals()
     if oci is not None and not why_not:
         try:

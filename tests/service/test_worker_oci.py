@@ -41,7 +41,7 @@ async def test_runtime_choice(tmp_path: Path) -> None:
                             "file:///x", **fields)
 
     assert isinstance(await choose_runtime(config(), ObjectStores()), ProcessRuntime)
-    with pytest.raises(ValueError, match="the OCI runtime needs --oci-images-dir"):
+    with pytest.raises(ValueError, match="the OCI runtime needs an image cache or --oci-images-dir"):
         await choose_runtime(config(runtime="oci"), ObjectStores())
     assert isinstance(await choose_runtime(config(runtime="auto"), ObjectStores()), ProcessRuntime)
     oci = await choose_runtime(config(runtime="auto", oci_images_dir=build_busybox_images(tmp_path / "images")),

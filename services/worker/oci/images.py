@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from services.worker.image_tools import ImagePullError
+from services.worker.images import Image, ImageCache
+
 
 class ImageUnavailable(Exception):
     """The image cannot be had (no such image, registry down, refused); the message says why."""
@@ -104,6 +107,31 @@ class DirectoryRootfs:
 
     async def release(self, rootfs: Rootfs) -> None:
         pass
+
+
+class CachedRootfs:
+    """The worker's image cache (services/worker/images.py) as a source: the image is pulled from its
+    registry unless held (each digest pulled and unpacked once, whatever the number of attempts), held
+    while an attempt runs it, so never evicted then. A pull that fails is ImageUnavailable with the
+    registry's own words."""
+
+    def __init__(self, cache: ImageCache):
+        self.cache = cache
+        self._held: dict[int, Image] = {}
+        """id() of each Rootfs handed out -> the cache's Image to release."""
+
+    async def acquire(self, image: str) -> Rootfs:
+        try:
+            held = await self.cache.acquire(image)
+        except ImagePullError as e:
+            raise ImageUnavailable(str(e)) from e
+        rootfs = Rootfs(image=image, digest=held.digest, path=held.rootfs, config=ImageConfig.from_oci(held.config))
+        self._held[id(rootfs)] = held
+        return rootfs
+
+    async def release(self, rootfs: Rootfs) -> None:
+        if (held := self._held.pop(id(rootfs), None)) is not None:
+            self.cache.release(held)
 
 
 def _image_config(document: dict[str, Any]) -> ImageConfig:

@@ -77,6 +77,8 @@ class OciRuntime:
         self.owner = Owner(config.state_root, config.owner, config.cgroup_root)
         self._uids = JobUids(config.uid_claims_dir, config.uid_first, config.uid_count)
         self._stops: dict[str, asyncio.Event] = {}
+        self._digests: dict[str, str] = {}
+        """Attempt id -> the digest of the image it runs, once acquired (for its isolation note)."""
         self._starting = asyncio.Lock()
         self._started = False
         self._runc: Runc | None = None
@@ -144,7 +146,8 @@ class OciRuntime:
 
     def isolation(self, job: JobRun) -> str:
         """See `ContainerRuntime.isolation`."""
-        return (f"OCI container (runc) of the image {job.spec.image!r} on a writable layer of its own; as a uid of "
+        image = f"{job.spec.image!r}" + (f" ({digest})" if (digest := self._digests.get(job.attempt_id)) else "")
+        return (f"OCI container (runc) of the image {image} on a writable layer of its own; as a uid of "
                 "its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
                 "IPC, UTS and cgroup namespaces and a network namespace with only loopback; cgroup limits: "
                 f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
@@ -174,6 +177,7 @@ class OciRuntime:
                 return self._outcome(job, "Error", SYSTEM_ERROR, words, start_ms=attempt.start_ms)
         finally:
             log.close()
+            self._digests.pop(job.attempt_id, None)
             try:
                 await asyncio.shield(asyncio.ensure_future(self._teardown(attempt)))
             finally:
@@ -204,6 +208,7 @@ class OciRuntime:
         except Exception as e:  # noqa: BLE001 - whatever the source raises, its words are the reason
             raise AttemptFailed("image", f"could not get {job.spec.image!r}: {e}") from e
         attempt.rootfs = rootfs
+        self._digests[job.attempt_id] = rootfs.digest  # what ran, in the attempt's isolation note
         kind = await self._layer_kind(attempt.oci_dir)
         try:
             root = await layer.make_root(rootfs.path, attempt.oci_dir, kind)
