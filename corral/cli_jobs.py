@@ -75,6 +75,8 @@ def _job(args: argparse.Namespace) -> int:
         memory = f"  memory={a.memory_bytes // 2**20} MiB" if a.memory_bytes else ""
         print(f"  attempt {a.attempt_id} on {a.instance_name}{spot}: {end if a.end_reason else 'running'}{exit_code}"
               f"{memory}  cost={usd(a.cost_micro_usd)}" + (f"  error: {a.error_message}" if a.error_message else ""))
+        if a.isolation:
+            print(f"    ran as: {a.isolation}")
         if a.retry_reason:
             print(f"    next attempt: {a.retry_reason}")
     reasons = why.reasons or []

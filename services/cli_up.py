@@ -29,7 +29,7 @@ def _up(args: argparse.Namespace) -> int:
                                   unisolated_dev=args.unisolated_dev,
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
-                                  registry_url=args.registry))
+                                  registry_url=args.registry, worker_runtime=args.worker_runtime))
 
 
 def _registry_url(text: str) -> str:
@@ -59,6 +59,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     add_storage_access(up)
+    up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="process",
+                    help="how local workers run jobs: process (each as its own user in namespaces of its own), oci "
+                         "(runc containers of the job's image, pulled from the registry; jobs must ask for "
+                         "network_mode none until container networks are built) or auto (oci where this machine "
+                         "can run it, else process) (default: %(default)s)")
     up.add_argument("--unisolated-dev", action="store_true",
                     help="when not run as root, let workers run jobs unisolated as your own user instead of "
                          "refusing them (development only: a job can then read everything corral can)")

@@ -113,6 +113,8 @@ class UpConfig:
     registry_url: str | None = None
     """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
     and seeding one in the data directory."""
+    worker_runtime: str = "process"
+    """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
 
 
 def _ephemeral_ports() -> range:
@@ -369,7 +371,7 @@ def start(config: UpConfig) -> Running:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
-        session += ["--default-registry", registry_url]
+        session += ["--default-registry", registry_url, "--worker-runtime", config.worker_runtime]
 
         # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()

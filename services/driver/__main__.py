@@ -38,6 +38,8 @@ add_storage_access(parser)  # for the local workers it starts
 parser.add_argument("--unisolated-dev-workers", action="store_true",
                     help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
                          "as their own user instead of refusing them; development only)")
+parser.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="process",
+                    help="how the local workers it starts run jobs (their --runtime; default: %(default)s)")
 parser.add_argument("--default-registry", metavar="URL",
                     help="the registry local workers pull bare image names from (http://HOST:PORT: plain HTTP)")
 parser.add_argument("--secrets-key-file", type=Path,
@@ -53,7 +55,7 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
-                             default_registry=args.default_registry,
+                             default_registry=args.default_registry, worker_runtime=args.worker_runtime,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
                              lease=lease,

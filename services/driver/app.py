@@ -112,6 +112,8 @@ class DriverConfig:
     unisolated_dev_workers: bool = False
     """Start local workers with --unisolated-dev: when not root, they run jobs unisolated as their own user
     instead of refusing them (development only)."""
+    worker_runtime: str = "process"
+    """How local workers run jobs (their --runtime): process, oci or auto."""
     default_registry: str | None = None
     """The registry local workers pull bare image names (`busybox`) from (`http://host:port`: plain HTTP);
     None: they know no default registry."""
@@ -168,6 +170,7 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url,
                 *(["--unisolated-dev"] if config.unisolated_dev_workers else []),
+                "--runtime", config.worker_runtime,
                 *(["--default-registry", config.default_registry] if config.default_registry else [])]
 
     return command

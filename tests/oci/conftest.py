@@ -5,6 +5,7 @@ the test's runtimes after it and checks that nothing it made is left
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,9 +25,14 @@ def busybox_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(autouse=True)
 async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHost]:
-    """The test's corner of the host; what it leaves is a failure."""
+    """The test's corner of the host; what it leaves is a failure. The test runs with the services' umask
+    (077, services.common.entry), as a worker does."""
     host = OciHost(tmp_path, BusyboxImages(busybox_images))
-    yield host
+    umask = os.umask(0o077)
+    try:
+        yield host
+    finally:
+        os.umask(umask)
     for runtime in host.runtimes:
         await runtime.close()
     left = host.leftovers()

@@ -40,6 +40,9 @@ LOST = 255
 
 def main(worker_pid: int, runc: str, state_dir: str, container_id: str, runc_log: str, bundle: str,
          pid_file: str) -> int:
+    # runc makes the mount points the image lacks (/dev, /run/secrets/..., ...) with this umask: the worker's
+    # 077 would make them directories the job cannot enter.
+    os.umask(0o022)
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     dying = False

@@ -134,10 +134,12 @@ def _overlay_options(lower: Path, upper: Path, work: Path) -> str:
 async def make_root(image_root: Path, oci_dir: Path, kind: str) -> Path:
     """The attempt's writable root filesystem at `oci_dir/rootfs`, over (or copied from) `image_root`."""
     root = oci_dir / "rootfs"
-    root.mkdir(mode=0o755)
+    root.mkdir(mode=0o700)
+    os.chmod(root, 0o755)  # exactly, whatever the umask (services run with 077): the job must enter its /
     if kind == OVERLAY:
         upper, work = oci_dir / "upper", oci_dir / "ovlwork"
-        upper.mkdir(mode=0o755)
+        upper.mkdir(mode=0o700)
+        os.chmod(upper, 0o755)  # the overlay's top directory takes the upper layer's mode
         work.mkdir(mode=0o700)
         try:
             mount("overlay", root, "overlay", MS_NODEV | MS_NOSUID, _overlay_options(image_root, upper, work))
