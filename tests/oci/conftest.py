@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
+
 from tests.oci.host import WHY_NOT, BusyboxImages, OciHost, build_busybox_images
 
 
@@ -26,9 +28,11 @@ def busybox_images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHost]:
     """The test's corner of the host; what it leaves is a failure."""
     host = OciHost(tmp_path, BusyboxImages(busybox_images))
+    forwarding = FORWARDING.read_text()
     yield host
     for runtime in host.runtimes:
         await runtime.close()
     left = host.leftovers()
     await host.clean_up()  # whatever happened: a failing test must not leave its mess on the host
+    FORWARDING.write_text(forwarding)  # a runtime turns IPv4 forwarding on for its bridges and leaves it on
     assert left == []
