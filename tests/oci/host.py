@@ -151,7 +151,7 @@ class OciHost:
                      if (mount / CGROUP_ROOT / owner).exists()]
             if (self.state_root / owner).exists():
                 left.append(f"state directory {self.state_root / owner}")
-            h = owner_hash(owner)
+            h = owner_hash(self.state_root / owner)
             left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
             rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
             left += [f"iptables rule or chain {line}" for line in rules.splitlines() if f"CORRAL-{h}" in line]

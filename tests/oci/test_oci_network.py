@@ -16,6 +16,10 @@ with the address it was reached at and the peer it saw:
   private network);
 - 169.254.169.254, routed the same way: "the cloud's metadata server".
 
+The host's side of the pair has 10.197.77.1 too: an address of the host
+itself inside the private range, which private jobs may reach and public
+ones may not.
+
 Before the jobs try them, the test connects to all three from the host
 itself: they answer, so a job that cannot reach one is refused by the
 worker's rules, not by the stand-in. The host's own servers are one more
@@ -39,13 +43,13 @@ from pathlib import Path
 import pytest
 
 from corral.batch.v1 import job_spec_pb2 as js
-from services.worker.oci.network import PRIVATE, PUBLIC
+from services.worker.oci.network import PRIVATE, PUBLIC, owner_hash
 from tests.oci.host import OciHost, fields, needs_oci, run, spec
 
 pytestmark = [pytest.mark.timeout(90), needs_oci]
 
 INTERNET, PRIVATE_MACHINE, METADATA = "198.51.100.2", "10.197.77.2", "169.254.169.254"
-HOST_SIDE = "198.51.100.1"
+HOST_SIDE, HOST_PRIVATE = "198.51.100.1", "10.197.77.1"
 PRIVATE_RANGE = ipaddress.IPv4Network("10.197.77.0/24")
 
 SERVER = r"""
@@ -85,6 +89,7 @@ async def outside() -> AsyncIterator[Outside]:
         sh("ip", "netns", "add", netns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
         sh("ip", "addr", "add", f"{HOST_SIDE}/24", "dev", veth)
+        sh("ip", "addr", "add", f"{HOST_PRIVATE}/32", "dev", veth)
         sh("ip", "link", "set", veth, "up")
         for address in (f"{INTERNET}/24", f"{PRIVATE_MACHINE}/32", f"{METADATA}/32"):
             sh("ip", "-n", netns, "addr", "add", address, "dev", "eth0")
@@ -129,7 +134,7 @@ def host_addresses() -> list[str]:
     """The host's own IPv4 addresses but loopback's and the stand-in's."""
     out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True, check=True).stdout
     found = [line.split()[3].split("/")[0] for line in out.splitlines()]
-    return [a for a in found if not a.startswith("127.") and a != HOST_SIDE]
+    return [a for a in found if not a.startswith("127.") and a not in (HOST_SIDE, HOST_PRIVATE)]
 
 
 def tries(targets: dict[str, tuple[str, int]]) -> str:
@@ -160,7 +165,7 @@ async def test_each_mode_reaches_what_it_should_and_nothing_else(oci_host: OciHo
                "metadata": (METADATA, outside.port), "host_loopback": ("127.0.0.1", host_port),
                "host_public_gateway": (str(plan.gateway(PUBLIC)), host_port),
                "host_private_gateway": (str(plan.gateway(PRIVATE)), host_port),
-               "host_outside_side": (HOST_SIDE, host_port)}
+               "host_outside_side": (HOST_SIDE, host_port), "host_private": (HOST_PRIVATE, host_port)}
     targets |= {f"host_{i}": (address, host_port) for i, address in enumerate(host_addresses())}
     seen, words = {}, {}
     for number, mode in enumerate((js.NETWORK_MODE_PUBLIC, js.NETWORK_MODE_UNSPECIFIED, js.NETWORK_MODE_PRIVATE,
@@ -176,12 +181,14 @@ async def test_each_mode_reaches_what_it_should_and_nothing_else(oci_host: OciHo
     for mode in ("NETWORK_MODE_PUBLIC", "NETWORK_MODE_UNSPECIFIED"):
         assert seen[mode].pop("resolv") != "0"
         assert seen[mode] == nothing | {"internet": f"reached-{INTERNET}-from-{HOST_SIDE}"}, mode
-    # Private: the private range only.
+    # Private: the private range only: a machine in it, and the host's own address in it.
     seen["NETWORK_MODE_PRIVATE"].pop("resolv")
-    assert seen["NETWORK_MODE_PRIVATE"] == nothing | {"private": f"reached-{PRIVATE_MACHINE}-from-{HOST_SIDE}"}
+    private = seen["NETWORK_MODE_PRIVATE"]
+    assert private["private"].startswith(f"reached-{PRIVATE_MACHINE}-from-")  # NATed to a host address
+    assert private == nothing | {"private": private["private"], "host_private": "host"}
     # None: nothing at all.
     assert seen["NETWORK_MODE_NONE"] == nothing | {"resolv": "0"}
-    assert host_peers == []
+    assert len(host_peers) == 1  # the private job's, to the host's address in the private range
     assert "public bridge" in words["NETWORK_MODE_PUBLIC"] and "private bridge" in words["NETWORK_MODE_PRIVATE"]
     assert "only loopback" in words["NETWORK_MODE_NONE"]
 
@@ -217,3 +224,20 @@ async def test_a_host_that_cannot_make_bridges_refuses_network_modes_saying_why(
     none, _ = await run(runtime, oci_host.job(spec("true"), attempt_id="a2"))
     assert none.state == "Success"
 
+
+
+async def test_a_bridge_of_the_workers_name_that_is_not_its_own_is_left_alone(oci_host: OciHost) -> None:
+    runtime = oci_host.runtime()
+    bridge = f"crl-{owner_hash(runtime.owner.dir)}-p"
+    sh("ip", "link", "add", bridge, "type", "bridge")
+    try:
+        await runtime.start()
+        outcome, _ = await run(runtime, oci_host.job(spec("true", network_mode=js.NETWORK_MODE_PRIVATE)))
+        assert (outcome.state, outcome.end_reason) == ("Error", "refused")
+        assert f"bridge {bridge} already exist(s), not made by this worker" in outcome.error_message
+        none, _ = await run(runtime, oci_host.job(spec("true"), attempt_id="a2"))
+        assert none.state == "Success"
+        await runtime.close()
+        assert Path("/sys/class/net", bridge).exists()  # not the worker's to remove
+    finally:
+        sh("ip", "link", "del", bridge)

@@ -69,7 +69,7 @@ def left_by(oci_host: OciHost, owner: str, alive: bool = False) -> list[str]:
     left += [f"cgroup {m}" for m in Hierarchies.of_host().all if (m / CGROUP_ROOT / owner).exists()]
     left += [f"record {r.name}" for r in (oci_host.state_root / owner / "attempts").glob("*.json")]
     if not alive:
-        h = owner_hash(owner)
+        h = owner_hash(oci_host.state_root / owner)
         left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
         left += [f"iptables {line}" for line in subprocess.run(["iptables-save"], capture_output=True, text=True)
                  .stdout.splitlines() if f"CORRAL-{h}" in line]

@@ -58,8 +58,10 @@ class NetworkError(Exception):
     """The host's network could not be set up (or torn down) as asked; the words say which command and why."""
 
 
-def owner_hash(owner: str) -> str:
-    return hashlib.sha256(owner.encode()).hexdigest()[:8]
+def owner_hash(owner_dir: Path) -> str:
+    """8 hex digits naming an owner's bridges and chains: of its state directory, so that runtimes of one
+    name under two state roots (whose locks do not see each other) do not share them."""
+    return hashlib.sha256(str(owner_dir).encode()).hexdigest()[:8]
 
 
 def attempt_hash(container_id: str) -> str:
@@ -232,7 +234,7 @@ class HostNetwork:
     def __init__(self, state_root: Path, owner_dir: Path, owner: str,
                  private_networks: tuple[ipaddress.IPv4Network, ...]):
         self.state_root, self.dir = state_root, owner_dir
-        self.hash, self.private_networks = owner_hash(owner), private_networks
+        self.hash, self.private_networks = owner_hash(owner_dir), private_networks
         self.plan: Plan | None = None
 
     def set_up(self) -> Plan:
@@ -246,6 +248,9 @@ class HostNetwork:
             if subnet is None:
                 raise NetworkError(f"no free /24 in {SUBNETS} for this worker's containers")
             plan = Plan(self.hash, subnet, self.private_networks)
+            if there := _existing(plan):
+                raise NetworkError(f"{', '.join(there)} already exist(s), not made by this worker: another "
+                                   "program's, or a worker's of another state root (left untouched)")
             (self.dir / "addresses").mkdir(mode=0o700, exist_ok=True)
             (self.dir / "network.json").write_text(plan.to_json())  # before anything it names is made
             self.plan = plan
@@ -272,6 +277,13 @@ class HostNetwork:
     def tear_down(self) -> list[str]:
         """Remove what `network.json` names; returns what could not be removed."""
         return tear_down(self.dir)
+
+
+def _existing(plan: Plan) -> list[str]:
+    """What of `plan`'s names the host already has."""
+    there = [f"bridge {plan.bridge(m)}" for m in (PUBLIC, PRIVATE) if Path("/sys/class/net", plan.bridge(m)).exists()]
+    return there + [f"iptables chain {plan.chain(kind)}" for kind, (table, _) in plan.chains.items()
+                    if _iptables(table, "-L", plan.chain(kind), "-n", check=False).returncode == 0]
 
 
 def _claimed(state_root: Path) -> list[Plan]:

@@ -208,6 +208,9 @@ class OciRuntime:
                                      "the OCI runtime cannot run this job: " + "; ".join(refusals))
             try:
                 await self.start()
+                if refusals := self._network_refusals(job.spec):  # known once the worker's bridges are tried
+                    return self._outcome(job, "Error", REFUSED,
+                                         "the OCI runtime cannot run this job: " + "; ".join(refusals))
                 return await self._run(attempt, log, on_started, stop)
             except AttemptFailed as e:
                 words = f"{ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else str(e)
