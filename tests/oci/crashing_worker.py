@@ -1,6 +1,7 @@
 """A worker's OCI runtime in a process of its own, for tests that kill it:
 `python -m tests.oci.crashing_worker STATE_ROOT OWNER SCRATCH IMAGES MARK [MODE]`
-runs one attempt of `sleep 120` (network_mode MODE, NETWORK_MODE_NONE unless given) (its environment carries TEST_MARK=MARK),
+runs one attempt of `sleep 120` (network_mode MODE, NETWORK_MODE_NONE unless
+given) (its environment carries TEST_MARK=MARK),
 prints `started` once it runs, and waits to be killed."""
 
 from __future__ import annotations

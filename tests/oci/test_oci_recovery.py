@@ -44,9 +44,15 @@ async def crashing_worker(oci_host: OciHost, busybox_images: Path, owner: str,
     worker = subprocess.Popen(
         [sys.executable, "-m", "tests.oci.crashing_worker", str(oci_host.state_root), owner, str(oci_host.scratch),
          str(busybox_images), mark, mode], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
-    assert line == "started\n"
-    assert processes_marked(mark)
+    try:
+        line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
+        assert line == "started\n"
+        assert processes_marked(mark)
+    except BaseException:
+        worker.kill()  # never left running, with its container, after a failed test
+        worker.wait()
+        worker.stdout.close()  # type: ignore[union-attr]
+        raise
     return worker, mark
 
 
