@@ -188,7 +188,7 @@ def resolvers(resolv_conf: str, mode: str, private_networks: tuple[ipaddress.IPv
 def host_refusals() -> list[str]:
     """Why this host cannot give containers a network (empty if it can)."""
     reasons = []
-    for tool in ("ip", "iptables"):
+    for tool in ("ip", "bridge", "iptables"):
         if shutil.which(tool, path=_PATH) is None:
             reasons.append(f"{tool} is not installed (looked in {_PATH}): private and public networks need it")
     return reasons
