@@ -61,9 +61,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_storage_access(up)
     up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="process",
                     help="how local workers run jobs: process (each as its own user in namespaces of its own), oci "
-                         "(runc containers of the job's image, pulled from the registry; jobs must ask for "
-                         "network_mode none until container networks are built) or auto (oci where this machine "
-                         "can run it, else process) (default: %(default)s)")
+                         "(runc containers of the job's image, pulled from the registry) or auto (oci where this "
+                         "machine can run it, else process) (default: %(default)s)")
     up.add_argument("--unisolated-dev", action="store_true",
                     help="when not run as root, let workers run jobs unisolated as your own user instead of "
                          "refusing them (development only: a job can then read everything corral can)")

@@ -9,6 +9,7 @@ import os
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,15 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     """Azurite's blob service on loopback, for the session (each test makes containers of its own)."""
     with storage_emulators.running(storage_emulators.start_azurite(tmp_path_factory.mktemp("azurite"))) as emulator:
         yield emulator
+
+
+@pytest.fixture
+def host_ip_forwarding() -> Iterator[None]:
+    """For tests whose workers run containers with networks: a worker turns the host's IPv4 forwarding on
+    for its bridges and leaves it on (it is host-wide); the test puts it back as it found it."""
+    setting = Path("/proc/sys/net/ipv4/ip_forward")
+    before = setting.read_text()
+    try:
+        yield
+    finally:
+        setting.write_text(before)

@@ -4,6 +4,7 @@ environment as CORRAL_ACTIVATION_TOKEN (never on the command line, which every l
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import sys
@@ -15,6 +16,15 @@ from services.worker.app import run
 from services.worker.config import WorkerConfig
 
 TOKEN_VARIABLE = "CORRAL_ACTIVATION_TOKEN"
+
+
+def networks(text: str) -> tuple[ipaddress.IPv4Network, ...]:
+    """`CIDR,...` as IPv4 networks."""
+    try:
+        return tuple(ipaddress.IPv4Network(part.strip()) for part in text.split(",") if part.strip())
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
 
 parser = argparse.ArgumentParser(prog="python -m services.worker", description=__doc__)
 parser.add_argument("--instance-name", required=True)
@@ -47,6 +57,9 @@ parser.add_argument("--runtime", choices=("process", "oci", "auto"), default=Wor
 parser.add_argument("--oci-images-dir", type=Path,
                     help="the OCI runtime's images, unpacked: IMAGE is DIR/IMAGE/rootfs (with DIR/IMAGE/config.json, "
                          "optionally, as umoci unpack writes it)")
+parser.add_argument("--private-networks", type=networks, default=(), metavar="CIDR,...",
+                    help="the deployment's private IPv4 ranges: all that network_mode private jobs in containers "
+                         "reach, and what public ones do not (default: none)")
 args = parser.parse_args()
 private_files()
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
@@ -61,4 +74,4 @@ sys.exit(asyncio.run(run(WorkerConfig(
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,
     image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
-    runtime=args.runtime, oci_images_dir=args.oci_images_dir))))
+    runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks))))

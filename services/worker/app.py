@@ -120,6 +120,7 @@ async def choose_runtime(config: WorkerConfig, stores: ObjectStores, images: Ima
         memory_per_core = {"memory_per_core_bytes": config.memory_bytes * 1000 // config.cores_mcpu} \
             if config.memory_bytes > 0 and config.cores_mcpu > 0 else {}
         oci = OciRuntime(OciRuntimeConfig(source, owner=oci_owner(config.instance_name), object_stores=stores,
+                                          private_networks=config.private_networks,
                                           **memory_per_core))
         why_not += oci.host_refusals()
     if oci is not None and not why_not:

@@ -7,6 +7,7 @@ and the storage secrets, which stay in files only the worker reads."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from pathlib import Path
 
 from services.common.storage_access import StorageAccess
@@ -83,3 +84,6 @@ class WorkerConfig:
     oci_images_dir: Path | None = None
     """Where the OCI runtime finds images, unpacked: IMAGE is `DIR/IMAGE/rootfs` (until the worker has an
     image cache that pulls them). The OCI runtime needs it."""
+    private_networks: tuple[ipaddress.IPv4Network, ...] = ()
+    """The deployment's private ranges: all a NETWORK_MODE_PRIVATE job in a container reaches, and what a
+    PUBLIC one does not (services/worker/oci/network.py). None by default: private jobs reach nothing."""

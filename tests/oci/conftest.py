@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
+
 from tests.oci.host import WHY_NOT, BusyboxImages, OciHost, build_busybox_images
 
 
@@ -28,6 +30,7 @@ async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHos
     """The test's corner of the host; what it leaves is a failure. The test runs with the services' umask
     (077, services.common.entry), as a worker does."""
     host = OciHost(tmp_path, BusyboxImages(busybox_images))
+    forwarding = FORWARDING.read_text()
     umask = os.umask(0o077)
     try:
         yield host
@@ -37,4 +40,5 @@ async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHos
         await runtime.close()
     left = host.leftovers()
     await host.clean_up()  # whatever happened: a failing test must not leave its mess on the host
+    FORWARDING.write_text(forwarding)  # a runtime turns IPv4 forwarding on for its bridges and leaves it on
     assert left == []

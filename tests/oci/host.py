@@ -6,7 +6,9 @@ gets `oci_host`: its own state root and scratch directory, and runtimes of
 owner names of its own; after the test it closes them and checks that
 nothing the test made is left (acceptance 4): no runc container in their
 state, no cgroup under their names in any hierarchy, no mount under the
-test's directory, no attempt's oci/ directory (writable layer, bundle)."""
+test's directory, no attempt's oci/ directory (writable layer, bundle), no
+bridge or iptables chain or rule of theirs, no attempt's network namespace
+or veth."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from services.worker.oci import OciRuntime, OciRuntimeConfig
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.images import DirectoryRootfs, ImageUnavailable, Rootfs, RootfsSource
 from services.worker.oci.layer import mounts_under
+from services.worker.oci.network import NETNS_DIR, owner_hash
 from services.worker.oci.owner import clean_up_dead_owners
 from services.worker.runtime_api import JobOutcome, JobRun
 
@@ -148,6 +151,13 @@ class OciHost:
                      if (mount / CGROUP_ROOT / owner).exists()]
             if (self.state_root / owner).exists():
                 left.append(f"state directory {self.state_root / owner}")
+            h = owner_hash(self.state_root / owner)
+            left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
+            rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+            left += [f"iptables rule or chain {line}" for line in rules.splitlines() if f"CORRAL-{h}" in line]
+        # Attempts' namespaces and veth ends (named after their containers, which are the test's).
+        left += [f"network namespace {n.name}" for n in NETNS_DIR.glob("crl-*")] if NETNS_DIR.is_dir() else []
+        left += [f"veth {n.name}" for n in Path("/sys/class/net").glob("crv-*")]
         left += [f"mount {point}" for point in mounts_under(self.dir)]
         left += [f"attempt directory {d}" for d in self.scratch.glob("*/oci")]
         if self.images.held:

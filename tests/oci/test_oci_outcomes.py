@@ -156,9 +156,6 @@ async def test_failures_around_the_job_are_errors_naming_the_step(oci_host: OciH
     assert (no_program.state, no_program.end_reason, no_program.start_time_ms) == ("Error", "system_error", None)
     assert no_program.error_message.startswith("the container did not start: ")
     assert "no such file or directory" in no_program.error_message
-    public, _ = await run(runtime, oci_host.job(spec("true", network_mode=js.NETWORK_MODE_PUBLIC), "a3"))
-    assert (public.state, public.end_reason) == ("Error", "refused")
-    assert "network_mode NETWORK_MODE_PUBLIC is not offered by the OCI runtime yet" in public.error_message
     into_proc, _ = await run(runtime, oci_host.job(spec("true", input_files=[
         js.InputFile(from_url="file:///etc/hostname", to_path="/proc/x")]), "a4"))
     assert (into_proc.state, into_proc.end_reason) == ("Error", "refused")

@@ -1,7 +1,8 @@
 """A worker that dies leaves nothing running and nothing for long: its
 containers die with it (their keepers kill them), and the next OCI runtime
 to start on the host, under the same name or another, removes what it
-left: runc state, mounts and writable layers, cgroups. Even a container
+left: runc state, mounts and writable layers, cgroups, its bridges,
+iptables chains and its attempts' network namespaces and veth pairs. Even a container
 whose keeper was killed too is found and killed then."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.layer import mounts_under
+from services.worker.oci.network import NETNS_DIR, owner_hash
 from tests.job_processes import processes_marked
 from tests.oci.host import CGROUP_ROOT, OciHost, needs_oci
 
@@ -34,16 +36,23 @@ async def eventually(predicate, timeout_s: float = 10.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def crashing_worker(oci_host: OciHost, busybox_images: Path, owner: str) -> tuple[subprocess.Popen, str]:
+async def crashing_worker(oci_host: OciHost, busybox_images: Path, owner: str,
+                          mode: str = "NETWORK_MODE_NONE") -> tuple[subprocess.Popen, str]:
     """A worker process running one attempt (sleep 120), once the attempt runs; the attempt's mark."""
     mark = uuid.uuid4().hex
     oci_host.owners.add(owner)  # what it leaves is checked after the test, too
     worker = subprocess.Popen(
         [sys.executable, "-m", "tests.oci.crashing_worker", str(oci_host.state_root), owner, str(oci_host.scratch),
-         str(busybox_images), mark], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
-    assert line == "started\n"
-    assert processes_marked(mark)
+         str(busybox_images), mark, mode], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
+        assert line == "started\n"
+        assert processes_marked(mark)
+    except BaseException:
+        worker.kill()  # never left running, with its container, after a failed test
+        worker.wait()
+        worker.stdout.close()  # type: ignore[union-attr]
+        raise
     return worker, mark
 
 
@@ -60,22 +69,34 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def left_by(oci_host: OciHost, owner: str) -> list[str]:
+def left_by(oci_host: OciHost, owner: str, alive: bool = False) -> list[str]:
+    """What `owner`'s attempts left (and its bridges and chains, unless a runtime of its name is `alive`)."""
     left = [str(p) for p in mounts_under(oci_host.scratch)]
     left += [f"cgroup {m}" for m in Hierarchies.of_host().all if (m / CGROUP_ROOT / owner).exists()]
     left += [f"record {r.name}" for r in (oci_host.state_root / owner / "attempts").glob("*.json")]
+    if not alive:
+        h = owner_hash(oci_host.state_root / owner)
+        left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
+        left += [f"iptables {line}" for line in subprocess.run(["iptables-save"], capture_output=True, text=True)
+                 .stdout.splitlines() if f"CORRAL-{h}" in line]
+    left += [f"network namespace {n.name}" for n in NETNS_DIR.glob("crl-*")] if NETNS_DIR.is_dir() else []
+    left += [f"veth {n.name}" for n in Path("/sys/class/net").glob("crv-*")]
     return left
 
 
+@pytest.mark.parametrize("mode", ["NETWORK_MODE_NONE", "NETWORK_MODE_PUBLIC"])
 async def test_a_killed_workers_container_dies_and_the_next_runtime_cleans_up(oci_host: OciHost,
-                                                                              busybox_images: Path) -> None:
+                                                                              busybox_images: Path, mode: str) -> None:
     dead = f"test-dead-{uuid.uuid4().hex[:6]}"
-    worker, mark = await crashing_worker(oci_host, busybox_images, dead)
+    worker, mark = await crashing_worker(oci_host, busybox_images, dead, mode)
     worker.kill()
     worker.wait()
     worker.stdout.close()  # type: ignore[union-attr]
     await eventually(lambda: not processes_marked(mark))  # its keeper killed the container
-    assert left_by(oci_host, dead)  # its mounts, cgroup and record are still there
+    left = left_by(oci_host, dead)  # its mounts, cgroup and record are still there; its network too
+    assert left
+    if mode == "NETWORK_MODE_PUBLIC":
+        assert {what.split()[0] for what in left} >= {"bridge", "iptables", "network", "veth"}, left
     # Another worker starts on the host: it cleans up after the dead one.
     runtime = oci_host.runtime()
     assert await runtime.start() == []
@@ -97,7 +118,7 @@ async def test_a_restarted_worker_kills_what_even_the_keeper_left_running(oci_ho
     runtime = oci_host.runtime(owner=owner)  # the same worker, started again
     assert await runtime.start() == []
     assert not processes_marked(mark)
-    assert left_by(oci_host, owner) == []
+    assert left_by(oci_host, owner, alive=True) == []
     listed = subprocess.run(["runc", "--root", str(oci_host.state_root / owner / "runc"), "list", "-q"],
                             capture_output=True, text=True).stdout
     assert listed.split() == []

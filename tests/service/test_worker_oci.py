@@ -26,7 +26,8 @@ from tests.service.test_worker import ClusterFactory, eventually, worker_stub
 
 make_cluster = test_worker.make_cluster  # the fixture, here too
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT)]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT),
+              pytest.mark.usefixtures("host_ip_forwarding")]
 
 MIB = 2**20
 

@@ -7,6 +7,7 @@ image's links. The runtime itself is tested for real in tests/oci."""
 from __future__ import annotations
 
 import os
+from ipaddress import IPv4Network
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,14 @@ from services.worker.oci import oci_refusals
 from services.worker.oci.bundle import Container, config_json, merged_env
 from services.worker.oci.cgroups import V1, V2, AttemptCgroup, Hierarchies, Limits, Usage, read_usage
 from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavailable
+from services.worker.oci.network import (FALLBACK_RESOLVERS, PRIVATE, PUBLIC, Plan, choose_subnet, resolvers,
+                                         veth_name)
 from services.worker.oci.layer import LayerError, ensure_dir, mounts_under, open_root
 
 
 def container(**fields) -> Container:
     settings = dict(argv=("/bin/sh", "-c", "true"), env=("PATH=/bin",), cwd="/io", uid=2_000_000_001,
-                    gid=2_000_000_001, hostname="job-1-2", cgroups_path="/corral/w/1-2-a/job", network_none=True,
+                    gid=2_000_000_001, hostname="job-1-2", cgroups_path="/corral/w/1-2-a/job", network_namespace="",
                     shm_bytes=64 * 2**20, max_open_files=1024)
     return Container(**{**settings, **fields})
 
@@ -77,10 +80,7 @@ def spec(**fields) -> js.JobSpec:
 def test_refusals() -> None:
     assert oci_refusals(spec()) == []
     for mode in (js.NETWORK_MODE_UNSPECIFIED, js.NETWORK_MODE_PRIVATE, js.NETWORK_MODE_PUBLIC):
-        (reason,) = oci_refusals(js.JobSpec(image="busybox", script="true", network_mode=mode))
-        assert reason.startswith(f"network_mode {js.NetworkMode.Name(mode)}")
-        assert "is not offered by the OCI runtime yet" in reason
-        assert ("(NETWORK_MODE_PUBLIC, the default)" in reason) == (mode == js.NETWORK_MODE_UNSPECIFIED)
+        assert oci_refusals(js.JobSpec(image="busybox", script="true", network_mode=mode)) == []
     hidden = spec(input_files=[js.InputFile(from_url="file:///x", to_path="/proc/x"),
                                js.InputFile(from_url="file:///x", to_path="/run/secrets/db/key")],
                   output_files=[js.OutputFile(from_path="/dev/shm/out", to_url="file:///y")],
@@ -192,3 +192,42 @@ def test_the_workers_walks_never_follow_an_images_links(tmp_path: Path) -> None:
         os.close(fd)
     assert (root / "data").stat().st_mode & 0o777 == 0o755 and (root / "data" / "in").stat().st_mode & 0o777 == 0o750
     assert not (Path("/etc") / "x").exists()
+
+
+def test_a_workers_network_plan() -> None:
+    plan = Plan("0a1b2c3d", IPv4Network("10.199.7.0/24"), (IPv4Network("10.197.0.0/16"),))
+    assert (plan.bridge(PUBLIC), plan.bridge(PRIVATE)) == ("crl-0a1b2c3d-p", "crl-0a1b2c3d-v")
+    assert all(len(plan.bridge(m)) <= 15 for m in (PUBLIC, PRIVATE)) and len(veth_name("w-1-2-a" * 20)) <= 15
+    assert (str(plan.gateway(PUBLIC)), str(plan.gateway(PRIVATE))) == ("10.199.7.1", "10.199.7.129")
+    assert str(plan.addresses(PUBLIC)[0]) == "10.199.7.2" and str(plan.addresses(PRIVATE)[-1]) == "10.199.7.254"
+    assert Plan.from_json(plan.to_json()) == plan
+    forward = [rule for table, chain, rule in plan.rules() if chain == plan.chain("FWD")]
+    # Public: link-local and the private ranges refused before everything else is let out.
+    public = [r for r in forward if r[:2] == ["-i", "crl-0a1b2c3d-p"]]
+    assert public == [["-i", "crl-0a1b2c3d-p", "-d", "169.254.0.0/16", "-j", "DROP"],
+                      ["-i", "crl-0a1b2c3d-p", "-d", "10.197.0.0/16", "-j", "DROP"],
+                      ["-i", "crl-0a1b2c3d-p", "-s", "10.199.7.0/25", "-j", "ACCEPT"]]
+    # Private: only the private ranges; then everything else is dropped.
+    assert [r for r in forward if r[:2] == ["-i", "crl-0a1b2c3d-v"]] == [
+        ["-i", "crl-0a1b2c3d-v", "-s", "10.199.7.128/25", "-d", "10.197.0.0/16", "-j", "ACCEPT"]]
+    assert forward[-1] == ["-j", "DROP"]
+    host = [rule for table, chain, rule in plan.rules() if chain == plan.chain("IN")]
+    assert host[-1] == ["-j", "DROP"] and all(r[1] == "crl-0a1b2c3d-v" for r in host[:-1])
+    assert {chain for _, chain, _ in plan.jumps()} == {"INPUT", "FORWARD", "POSTROUTING"}
+
+
+def test_a_subnet_is_chosen_from_the_owner_and_skips_what_the_host_has() -> None:
+    first = choose_subnet("00000007", [])
+    assert first == IPv4Network("10.199.7.0/24")
+    assert choose_subnet("00000007", [IPv4Network("10.199.7.128/25")]) == IPv4Network("10.199.8.0/24")
+    assert choose_subnet("000000ff", [IPv4Network("10.199.255.0/24")]) == IPv4Network("10.199.0.0/24")
+    assert choose_subnet("00000007", [IPv4Network("10.0.0.0/8")]) is None
+
+
+def test_resolvers_a_job_can_reach() -> None:
+    conf = "# x\nnameserver 127.0.0.53\nnameserver 10.255.255.53\nnameserver 10.197.0.2\nnameserver ::1\n"
+    private = (IPv4Network("10.197.0.0/16"),)
+    assert resolvers(conf, PUBLIC, private) == ["10.255.255.53"]
+    assert resolvers(conf, PRIVATE, private) == ["10.197.0.2"]
+    assert resolvers("nameserver 127.0.0.53\n", PUBLIC, ()) == list(FALLBACK_RESOLVERS)
+    assert resolvers("nameserver 127.0.0.53\n", PRIVATE, ()) == []

@@ -10,7 +10,8 @@ that refuses what an unprivileged process would mostly be refused anyway
 but which widens the kernel's reach if allowed: new namespaces (a user
 namespace would make it root of its own), mounts, keyrings, BPF,
 perf events, userfaultfd, io_uring, module and kexec loading. It has its
-own PID, mount, IPC, UTS, cgroup and network namespaces (loopback only).
+own PID, mount, IPC, UTS, cgroup and network namespaces (loopback only, or
+the one the worker made for its private or public network).
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ class Container:
     hostname: str
     cgroups_path: str
     """runc's cgroup (a child of the attempt's, see cgroups.py)."""
-    network_none: bool
-    """A network namespace with only loopback (the only network mode this runtime offers yet)."""
+    network_namespace: str
+    """The path of the network namespace the worker made for it (network.py: a veth pair to a bridge), or
+    '' for a new one with only loopback (NETWORK_MODE_NONE)."""
     shm_bytes: int
     """Size of /dev/shm (a tmpfs: what the job writes there counts as its memory)."""
     max_open_files: int
@@ -84,7 +86,9 @@ def config_json(container: Container, machine: str | None = None) -> dict:
     """The bundle's config.json, as a dict (its root filesystem is the bundle's `rootfs/`)."""
     no_caps: dict[str, list[str]] = {s: [] for s in ("bounding", "effective", "inheritable", "permitted", "ambient")}
     namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "cgroup")]
-    if container.network_none:
+    if container.network_namespace:
+        namespaces.append({"type": "network", "path": container.network_namespace})
+    else:
         namespaces.append({"type": "network"})  # new and empty: runc brings its loopback up
     return {
         "ociVersion": "1.0.2",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import time
 from collections.abc import Callable
@@ -66,4 +67,7 @@ class OciRuntimeConfig:
     object_stores: ObjectStores = field(default_factory=ObjectStores)
     """How input and output files are reached: the local disk, and object stores with the deployment's
     credentials (shared with the process runtime)."""
+    private_networks: tuple[ipaddress.IPv4Network, ...] = ()
+    """The deployment's private ranges: all that NETWORK_MODE_PRIVATE jobs reach, and what PUBLIC jobs do
+    not (network.py)."""
     clock_ms: Callable[[], int] = field(default=_wall_ms)

@@ -22,12 +22,6 @@ def oci_refusals(spec: job_spec_pb2.JobSpec) -> list[str]:
     for name, value in spec.env.items():
         if not name or "=" in name or "\0" in name or "\0" in value:
             reasons.append(f"environment variable {name!r} cannot be passed to a process")
-    if spec.network_mode != job_spec_pb2.NETWORK_MODE_NONE:
-        mode = job_spec_pb2.NetworkMode.Name(spec.network_mode)
-        if spec.network_mode == job_spec_pb2.NETWORK_MODE_UNSPECIFIED:
-            mode += " (NETWORK_MODE_PUBLIC, the default)"
-        reasons.append(f"network_mode {mode} is not offered by the OCI runtime yet: only NETWORK_MODE_NONE "
-                       "(a network namespace with loopback only); private and public networks are to come")
     hidden = (*CONTAINER_MOUNTS, *(s.mount_path for s in spec.secrets))
     for s in spec.secrets:
         reasons += path_refusals(f"secret {s.name!r} mount_path", s.mount_path)

@@ -11,9 +11,11 @@ step, and whatever was made is undone whatever happens (`_teardown`):
    writable layer over it (layer.py): the work directory /io (the job's,
    0700), /tmp, the inputs (job_files.py), secrets on a tmpfs;
 3. its cgroup with its limits and the out-of-memory watch (cgroups.py);
-4. the bundle's config.json (bundle.py), then `runc run --detach` under
+4. for a private or public network, its namespace, veth pair and address
+   (network.py), and a resolv.conf;
+5. the bundle's config.json (bundle.py), then `runc run --detach` under
    its keeper (runc.py, keeper.py), the output into the log;
-5. the end: exit code, timeout or cancel; out of memory from the cgroup;
+6. the end: exit code, timeout or cancel; out of memory from the cgroup;
    cpu time and peak memory from the cgroup; outputs copied on success.
 """
 
@@ -36,7 +38,7 @@ from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_
 from services.worker.job_files import copy_inputs, copy_outputs, path_refusals
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
-from services.worker.oci import cgroups, layer
+from services.worker.oci import cgroups, layer, network
 from services.worker.oci.bundle import Container, config_json, merged_env
 from services.worker.oci.config import OciRuntimeConfig
 from services.worker.oci.images import Rootfs
@@ -84,6 +86,8 @@ class OciRuntime:
         self._runc: Runc | None = None
         self._hierarchies: cgroups.Hierarchies | None = None
         self._layers: dict[int, str] = {}  # scratch filesystem (device) -> how its attempts' layers are made
+        self._network: network.Plan | None = None
+        self._network_why_not = ""  # why the worker's bridges could not be made, if so
 
     # -- the host ---------------------------------------------------------------------------------
 
@@ -122,8 +126,26 @@ class OciRuntime:
                                                alive=self.config.owner)
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
+            await self._set_up_network()
             self._runc, self._hierarchies, self._started = Runc(runc, self.owner.runc_root), hierarchies, True
             return left
+
+    async def _set_up_network(self) -> None:
+        """The bridges and chains of private and public networks; where they cannot be made, jobs that ask for
+        them are refused saying why (NETWORK_MODE_NONE needs none of it)."""
+        self._network, self._network_why_not = None, ""
+        if why_not := network.host_refusals():
+            self._network_why_not = "; ".join(why_not)
+            return
+        host = network.HostNetwork(self.config.state_root, self.owner.dir, self.config.owner,
+                                   self.config.private_networks)
+        try:
+            self._network = await asyncio.to_thread(host.set_up)
+        except (network.NetworkError, OSError) as e:
+            self._network_why_not = f"the worker's bridges could not be made: {e}"
+            logger.warning("OCI runtime %s: %s", self.config.owner, self._network_why_not)
+            for what in await asyncio.to_thread(host.tear_down):
+                logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
 
     async def close(self) -> None:
         """Remove the worker's cgroup parent and state and let its name go, once no attempt runs."""
@@ -142,17 +164,35 @@ class OciRuntime:
 
     def check(self, spec: job_spec_pb2.JobSpec) -> list[str]:
         """See `ContainerRuntime.check`."""
-        return self.host_refusals() + oci_refusals(spec)
+        return self.host_refusals() + oci_refusals(spec) + self._network_refusals(spec)
+
+    def _network_refusals(self, spec: job_spec_pb2.JobSpec) -> list[str]:
+        if spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE:
+            return []
+        why_not = network.host_refusals() or ([self._network_why_not] if self._network_why_not else [])
+        mode = job_spec_pb2.NetworkMode.Name(spec.network_mode)
+        return [f"network_mode {mode} cannot be offered on this host: {why}" for why in why_not]
 
     def isolation(self, job: JobRun) -> str:
         """See `ContainerRuntime.isolation`."""
         image = f"{job.spec.image!r}" + (f" ({digest})" if (digest := self._digests.get(job.attempt_id)) else "")
         return (f"OCI container (runc) of the image {image} on a writable layer of its own; as a uid of "
                 "its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
-                "IPC, UTS and cgroup namespaces and a network namespace with only loopback; cgroup limits: "
+                f"IPC, UTS and cgroup namespaces and {self._network_words(job.spec)}; cgroup limits: "
                 f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
                 f"{self.config.max_processes} processes; its writes go to the worker's scratch disk, not limited "
                 "in size. Shared with the host: the kernel.")
+
+    def _network_words(self, spec: job_spec_pb2.JobSpec) -> str:
+        mode = _network_mode(spec)
+        if mode is None:
+            return "a network namespace with only loopback"
+        ranges = ", ".join(str(n) for n in self.config.private_networks) or "none"
+        if mode == network.PUBLIC:
+            return ("a network namespace of its own on the worker's public bridge, NATed to the host's networks: "
+                    f"not to the host itself, link-local addresses or the deployment's private ranges ({ranges})")
+        return ("a network namespace of its own on the worker's private bridge, reaching only the deployment's "
+                f"private ranges ({ranges})")
 
     async def cancel(self, attempt_id: str) -> None:
         """Ask the attempt to stop: SIGTERM to all its processes, SIGKILL after `kill_grace_s`."""
@@ -171,6 +211,9 @@ class OciRuntime:
                                      "the OCI runtime cannot run this job: " + "; ".join(refusals))
             try:
                 await self.start()
+                if refusals := self._network_refusals(job.spec):  # known once the worker's bridges are tried
+                    return self._outcome(job, "Error", REFUSED,
+                                         "the OCI runtime cannot run this job: " + "; ".join(refusals))
                 return await self._run(attempt, log, on_started, stop)
             except AttemptFailed as e:
                 words = f"{ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else str(e)
@@ -218,7 +261,7 @@ class OciRuntime:
         if path_refusals("working directory", cwd) and cwd != "/":
             raise AttemptFailed("image", f"the image's working directory {cwd!r} is not an absolute path without '..'")
         await self._fill(attempt, root, cwd, uid, gid)
-        binds = await self._secrets(attempt, uid, gid)
+        binds = await self._secrets(attempt, uid, gid) + await self._network_of(attempt)
 
         try:
             attempt.cgroup = await asyncio.to_thread(
@@ -234,7 +277,8 @@ class OciRuntime:
                            {"CORRAL_BATCH_ID": str(job.batch_id), "CORRAL_JOB_ID": str(job.job_id),
                             "CORRAL_ATTEMPT_ID": job.attempt_id}),
             cwd=cwd, uid=uid, gid=gid, hostname=f"job-{job.batch_id}-{job.job_id}",
-            cgroups_path=attempt.cgroup.runc_path, network_none=True, shm_bytes=self.config.shm_bytes,
+            cgroups_path=attempt.cgroup.runc_path, shm_bytes=self.config.shm_bytes,
+            network_namespace=attempt.network.netns_path if attempt.network else "",
             max_open_files=_open_files_limit(self.config.max_open_files), read_only_binds=binds,
             annotations=(("corral.owner", self.config.owner), ("corral.attempt", job.attempt_id)))
         try:
@@ -286,6 +330,38 @@ class OciRuntime:
         except (layer.LayerError, OSError) as e:
             raise AttemptFailed("secrets", str(e)) from e
         return tuple((str(copy), m.mount_path) for copy, m in zip(copies, job.secrets))
+
+    async def _network_of(self, attempt: _Attempt) -> tuple[tuple[str, str], ...]:
+        """The attempt's network namespace for a private or public network (attempt.network), and the
+        resolv.conf to mount, if any."""
+        mode = _network_mode(attempt.job.spec)
+        if mode is None:
+            return ()
+        if self._network is None:
+            raise AttemptFailed("network", self._network_why_not or "the worker has no bridges")
+        attempt.network_made = True  # named after the container: found by the teardown whatever is made
+        try:
+            attempt.network = await asyncio.to_thread(network.set_up_attempt, self._network, self.owner.dir,
+                                                      attempt.container_id, mode)
+        except (network.NetworkError, OSError) as e:
+            raise AttemptFailed("network", str(e)) from e
+        try:
+            host_conf = Path("/etc/resolv.conf").read_text()
+        except OSError:
+            host_conf = ""
+        servers = network.resolvers(host_conf, mode, self.config.private_networks)
+        if not servers:
+            return ()
+        assert attempt.oci_dir is not None
+        conf = attempt.oci_dir / "resolv.conf"
+        try:
+            fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            os.fchmod(fd, 0o644)  # the job's uid reads it
+            with os.fdopen(fd, "w") as f:
+                f.write("".join(f"nameserver {s}\n" for s in servers))
+        except OSError as e:
+            raise AttemptFailed("network", f"could not write resolv.conf: {e}") from e
+        return ((str(conf), "/etc/resolv.conf"),)
 
     async def _contain(self, attempt: _Attempt, root: Path, log: LogSink,
                        on_started: Callable[[int], Awaitable[None]], stop: asyncio.Event, uid: int) -> JobOutcome:
@@ -401,6 +477,8 @@ class OciRuntime:
                 await self._runc.delete(attempt.container_id)
             except RuncError as e:
                 left.append(str(e))
+        if attempt.network_made:
+            left += await asyncio.to_thread(network.tear_down_attempt, self.owner.dir, attempt.container_id)
         if attempt.cgroup is not None:
             attempt.cgroup.close()
         if attempt.cgroup_path and self._hierarchies is not None:
@@ -479,6 +557,15 @@ class _Attempt:
     cgroup: cgroups.AttemptCgroup | None = None
     runc: asyncio.subprocess.Process | None = None
     start_ms: int | None = None
+    network_made: bool = False
+    network: network.AttemptNetwork | None = None
+
+
+def _network_mode(spec: job_spec_pb2.JobSpec) -> str | None:
+    """network.PUBLIC (the default), network.PRIVATE, or None for NETWORK_MODE_NONE."""
+    if spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE:
+        return None
+    return network.PRIVATE if spec.network_mode == job_spec_pb2.NETWORK_MODE_PRIVATE else network.PUBLIC
 
 
 def _open_files_limit(wanted: int) -> int:
