@@ -17,10 +17,13 @@ def _up(args: argparse.Namespace) -> int:
     # Server-side code, imported only for this command.
     from services.up import UpConfig, serve_forever
     from services.up_supervisor import RestartPolicy
+    from services.worker.oci.runtime import host_refusals as oci_host_refusals
 
     storage_access = StorageAccess.from_args(args)
     if problems := storage_access.problems():
         raise UsageError("; ".join(problems))
+    if args.worker_runtime == "oci" and (why_not := oci_host_refusals()):
+        raise UsageError("--worker-runtime oci: this machine cannot run containers: " + "; ".join(why_not))
     return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
                                   idle_timeout_s=args.idle_timeout, trace=args.trace,
@@ -59,7 +62,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     add_storage_access(up)
-    up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="process",
+    up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="auto",
                     help="how local workers run jobs: process (each as its own user in namespaces of its own), oci "
                          "(runc containers of the job's image, pulled from the registry) or auto (oci where this "
                          "machine can run it, else process) (default: %(default)s)")

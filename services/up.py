@@ -71,6 +71,7 @@ from services.up_supervisor import (
     exit_description,
     lock_data_dir,
 )
+from services.worker.oci.runtime import host_refusals as oci_host_refusals
 
 ADMIN = "admin"
 
@@ -113,7 +114,7 @@ class UpConfig:
     registry_url: str | None = None
     """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
     and seeding one in the data directory."""
-    worker_runtime: str = "process"
+    worker_runtime: str = "auto"
     """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
 
 
@@ -452,6 +453,15 @@ def _defer_stop_signals(requests: list[int] | None = None) -> None:
         signal.signal(sig, note)
 
 
+def jobs_runtime_line(worker_runtime: str) -> str:
+    """Where the local workers' jobs run, in one line of `corral up`'s output."""
+    if worker_runtime == "process":
+        return "Jobs run in the process runtime (--worker-runtime process): as users of their own, not in containers."
+    if why_not := oci_host_refusals():
+        return f"Jobs run in the process runtime, not in containers: {'; '.join(why_not)}."
+    return "Jobs run in OCI containers (runc) of their images, pulled from the registry."
+
+
 def serve_forever(config: UpConfig) -> int:
     """Start, print the endpoints, supervise until asked to stop or a part cannot be kept running, stop
     everything; the exit code says which (EXIT_*)."""
@@ -469,6 +479,7 @@ def serve_forever(config: UpConfig) -> int:
     requests: list[int] = []
     _defer_stop_signals(requests)
     print("corral is up.")
+    print(jobs_runtime_line(config.worker_runtime))
     for name, value in running.endpoints.items():
         print(f"  {name:<9} {value}")
     print(f"  admin token: {running.admin_token}")

@@ -165,6 +165,7 @@ def python_runner(blocks_: list[Block]) -> str:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("host_ip_forwarding")  # the README's corral up runs jobs in containers where it can
 def test_the_docs_run_as_written(tmp_path: Path) -> None:
     cluster = up.start(tmp_path, "--trace", command=run_command())
     try:

@@ -62,6 +62,22 @@ class AttemptFailed(Exception):
         super().__init__(f"{step}: {message}")
 
 
+def host_refusals(runc: str = "runc") -> list[str]:
+    """Why this machine cannot run the OCI runtime at all (with `runc`); empty if it can. `corral up` asks
+    too, to say where its workers' jobs will run."""
+    reasons = []
+    if os.geteuid() != 0:
+        reasons.append(f"the OCI runtime runs containers as root (this process runs as uid {os.geteuid()})")
+    if find(runc) is None:
+        reasons.append(f"{runc} is not installed (looked in /usr/sbin:/usr/bin:/sbin:/bin)")
+    try:
+        if missing := cgroups.Hierarchies.of_host().missing():
+            reasons.append(f"the cgroup controllers {', '.join(missing)} are not mounted")
+    except (cgroups.CgroupError, OSError) as e:
+        reasons.append(str(e))
+    return reasons
+
+
 class OciRuntime:
     """Runs each attempt in a container of its own, with runc (see the module's docstring and
     docs/containers.md). Needs root on Linux, runc, and cgroups with the memory,
@@ -93,17 +109,7 @@ class OciRuntime:
 
     def host_refusals(self) -> list[str]:
         """Why this machine cannot run the OCI runtime at all; empty if it can."""
-        reasons = []
-        if os.geteuid() != 0:
-            reasons.append(f"the OCI runtime runs containers as root (this worker runs as uid {os.geteuid()})")
-        if find(self.config.runc) is None:
-            reasons.append(f"{self.config.runc} is not installed (looked in /usr/sbin:/usr/bin:/sbin:/bin)")
-        try:
-            if missing := cgroups.Hierarchies.of_host().missing():
-                reasons.append(f"the cgroup controllers {', '.join(missing)} are not mounted")
-        except (cgroups.CgroupError, OSError) as e:
-            reasons.append(str(e))
-        return reasons
+        return host_refusals(self.config.runc)
 
     async def start(self) -> list[str]:
         """Take the worker's name on this host and clean up what a dead worker left (this one's
