@@ -28,7 +28,8 @@ from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.object_stores import ObjectStores
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
-                                         ContainerRuntime, JobOutcome, JobRun, attempt_timeout_s, signal_name)
+                                         ContainerRuntime, JobOutcome, JobRun, attempt_timeout_s, command_refusals,
+                                         signal_name)
 from services.worker.secret_files import place_secrets, remove_secret_dirs
 
 __all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "REFUSED", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime",
@@ -161,14 +162,7 @@ class ProcessRuntime:
                            f"as root on Linux (this one runs as uid {os.geteuid()} on {sys.platform}); run the "
                            "worker as root, or with --unisolated-dev to run jobs unisolated as the worker's own "
                            "user (development only)")
-        command = spec.WhichOneof("command")
-        if command is None or (command == "argv" and not spec.argv.args) or (command == "script" and not spec.script):
-            reasons.append("the spec has no command (argv or script)")
-        if any("\0" in arg for arg in spec.argv.args) or "\0" in spec.script:
-            reasons.append("the command contains a NUL byte")
-        for name, value in spec.env.items():
-            if not name or "=" in name or "\0" in name or "\0" in value:
-                reasons.append(f"environment variable {name!r} cannot be passed to a process")
+        reasons += command_refusals(spec)
         if spec.WhichOneof("size") == "machine_type":
             reasons.append(f"machine_type {spec.machine_type!r} asks for a job-private machine; "
                            "the process runtime runs jobs on this shared machine")

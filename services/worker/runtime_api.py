@@ -149,3 +149,18 @@ def signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def command_refusals(spec: job_spec_pb2.JobSpec) -> list[str]:
+    """What no runtime can start: a spec without a command, NUL bytes in it, an environment variable that
+    cannot be passed to a process."""
+    reasons = []
+    command = spec.WhichOneof("command")
+    if command is None or (command == "argv" and not spec.argv.args) or (command == "script" and not spec.script):
+        reasons.append("the spec has no command (argv or script)")
+    if any("\0" in arg for arg in spec.argv.args) or "\0" in spec.script:
+        reasons.append("the command contains a NUL byte")
+    for name, value in spec.env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            reasons.append(f"environment variable {name!r} cannot be passed to a process")
+    return reasons

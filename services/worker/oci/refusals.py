@@ -6,6 +6,7 @@ from pathlib import PurePosixPath
 
 from corral.batch.v1 import job_spec_pb2
 from services.worker.job_files import path_refusals, url_refusals
+from services.worker.runtime_api import command_refusals
 
 CONTAINER_MOUNTS = ("/proc", "/sys", "/dev")
 """Where the container's own mounts hide the root filesystem: no input or output may be there."""
@@ -13,15 +14,7 @@ CONTAINER_MOUNTS = ("/proc", "/sys", "/dev")
 
 def oci_refusals(spec: job_spec_pb2.JobSpec) -> list[str]:
     """What in `spec` the OCI runtime cannot honour (on any machine)."""
-    reasons = []
-    command = spec.WhichOneof("command")
-    if command is None or (command == "argv" and not spec.argv.args) or (command == "script" and not spec.script):
-        reasons.append("the spec has no command (argv or script)")
-    if any("\0" in arg for arg in spec.argv.args) or "\0" in spec.script:
-        reasons.append("the command contains a NUL byte")
-    for name, value in spec.env.items():
-        if not name or "=" in name or "\0" in name or "\0" in value:
-            reasons.append(f"environment variable {name!r} cannot be passed to a process")
+    reasons = command_refusals(spec)
     hidden = (*CONTAINER_MOUNTS, *(s.mount_path for s in spec.secrets))
     for s in spec.secrets:
         reasons += path_refusals(f"secret {s.name!r} mount_path", s.mount_path)
