@@ -99,6 +99,19 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
         yield emulator
 
 
+@pytest.fixture(scope="session", autouse=True)
+def host_ip_forwarding_after_the_session() -> Iterator[None]:
+    """The host's IPv4 forwarding as the session found it, whatever a worker that made bridges left (the
+    tests that run such workers restore it themselves too: `host_ip_forwarding`)."""
+    setting = Path("/proc/sys/net/ipv4/ip_forward")
+    before = setting.read_text()
+    try:
+        yield
+    finally:
+        if setting.read_text() != before:
+            setting.write_text(before)
+
+
 @pytest.fixture
 def host_ip_forwarding() -> Iterator[None]:
     """For tests whose workers run containers with networks: a worker turns the host's IPv4 forwarding on
