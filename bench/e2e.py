@@ -17,6 +17,11 @@ with the Python client:
 Workers declare `--worker-cores` cores (default 16, so 64 no-op jobs run at
 once per worker), at most `--max-workers` per pool (default 2). A warm-up
 batch first brings the workers up, so autoscaling is not timed.
+
+`--runtime` chooses how the workers run jobs: `process` (the default; a
+process each, isolated when root) or `oci` (a runc container each, the
+image `busybox` from corral up's loopback registry: the same figures, named
+`e2e.oci.*`, are then containers/s and the containers' latencies).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ DEFAULT_CHAIN, SMOKE_CHAIN = 1_000, 10
 JOB_CORES = 0.25
 TARGET_JOBS_PER_S = 1000
 TARGET_S_PER_LINK = 0.050
-
+RUNTIMES = ("process", "oci")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,13 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cores each local worker declares (default: %(default)s)")
     parser.add_argument("--max-workers", type=positive_int, default=2, metavar="N",
                         help="most local workers per pool (default: %(default)s)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default="process",
+                        help="how workers run jobs: a process each, or an OCI container each (default: "
+                             "%(default)s)")
 
 
-def figure_names() -> list[str]:
-    """Every figure a run prints, in order."""
-    return [f"{NAME}.noop.jobs_per_s", f"{NAME}.noop.ready_to_running.p50", f"{NAME}.noop.ready_to_running.p99",
-            f"{NAME}.noop.running_to_complete.p50", f"{NAME}.noop.running_to_complete.p99",
-            f"{NAME}.chain.s_per_link"]
+def figure_names(runtime: str = "process") -> list[str]:
+    """Every figure a run prints, in order (the OCI runtime's are `e2e.oci.*`)."""
+    prefix = NAME if runtime == "process" else f"{NAME}.{runtime}"
+    return [f"{prefix}.noop.jobs_per_s", f"{prefix}.noop.ready_to_running.p50", f"{prefix}.noop.ready_to_running.p99",
+            f"{prefix}.noop.running_to_complete.p50", f"{prefix}.noop.running_to_complete.p99",
+            f"{prefix}.chain.s_per_link"]
 
 
 @contextlib.contextmanager
@@ -107,7 +116,7 @@ def latencies_ms(client: corral.Client, batch_id: int) -> tuple[list[float], lis
     return to_running, to_final
 
 
-def plot(to_running: list[float], to_final: list[float], path: Path) -> None:
+def plot(to_running: list[float], to_final: list[float], path: Path, title: str) -> None:
     """The distribution (CDF) of both latencies."""
     import matplotlib
 
@@ -121,7 +130,7 @@ def plot(to_running: list[float], to_final: list[float], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("ms")
     ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"e2e: {len(to_final):,} no-op jobs")
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -140,9 +149,11 @@ class Measured:
 def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: int) -> Measured:
     """Start corral up, run both workloads, stop it (blocking: run in a thread)."""
     with fresh_schema(ctx.server) as database_url, tempfile.TemporaryDirectory(prefix="corral-bench-e2e-") as tmp:
-        progress(f"{NAME}: starting corral up ({args.max_workers} workers of {args.worker_cores} cores per pool)")
+        progress(f"{NAME}: starting corral up ({args.max_workers} workers of {args.worker_cores} cores per pool, "
+                 f"the {args.runtime} runtime)")
         up = up_process.start(Path(tmp), "--database-url", database_url, "--worker-cores", str(args.worker_cores),
-                              "--max-workers", str(args.max_workers), "--idle-timeout", "120")
+                              "--max-workers", str(args.max_workers), "--idle-timeout", "120",
+                              "--worker-runtime", args.runtime)
         try:
             with corral.Client(up.endpoints["frontend"], up.admin_token, ca_cert=up.endpoints["ca_cert"]) as client:
                 # Enough one-second jobs to keep every worker busy while it starts.
@@ -181,18 +192,20 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     measured = await asyncio.to_thread(measure, ctx, args, n_jobs, n_links)
     noop_s, to_running, to_final, chain_s = (measured.noop_s, measured.to_running_ms, measured.to_final_ms,
                                              measured.chain_s)
-    rate, r50, r99, f50, f99, link = figure_names()
+    rate, r50, r99, f50, f99, link = figure_names(args.runtime)
     ctx.figures.add(rate, round(n_jobs / noop_s, 1), "jobs/s")
     ctx.figures.add(r50, round(percentile(to_running, 50), 1), "ms")
     ctx.figures.add(r99, round(percentile(to_running, 99), 1), "ms")
     ctx.figures.add(f50, round(percentile(to_final, 50), 1), "ms")
     ctx.figures.add(f99, round(percentile(to_final, 99), 1), "ms")
     ctx.figures.add(link, round(chain_s / n_links, 4), "s")
-    plot(to_running, to_final, ctx.out_dir / f"{NAME}.png")
+    image = f"{NAME}.png" if args.runtime == "process" else f"{NAME}-{args.runtime}.png"
+    plot(to_running, to_final, ctx.out_dir / image, f"{NAME}: {len(to_final):,} no-op jobs ({args.runtime} runtime)")
     return {
         "n_jobs": n_jobs,
         "n_links": n_links,
-        "job": f"busybox true (process runtime), {JOB_CORES} core, no parents",
+        "job": f"busybox true ({args.runtime} runtime), {JOB_CORES} core, no parents",
+        "runtime": args.runtime,
         "worker_cores": args.worker_cores,
         "max_workers_per_pool": args.max_workers,
         "noop_seconds": round(noop_s, 2),

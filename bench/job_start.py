@@ -19,6 +19,14 @@ or v2 `cpu.stat`, in ns or µs), which every process the benchmark starts
 joins, exited ones included. Without one (not root) it falls back to
 rusage of this process and its reaped children plus `/proc` of the live
 ones, whose clock ticks (10 ms) make single starts coarse.
+
+A third mode, **oci**, starts `busybox true` containers through the real
+OCI runtime as a worker does (bench/oci_start.py: a loopback registry, the
+worker's image cache, runc, the public bridge; root and runc needed, else
+skipped). Its CPU adds what the attempts' own cgroups used (the container's
+processes, outside the benchmark's cgroup). One at a time, it also times
+each step of an attempt and splits each start's CPU between the worker's
+process, its children (the keeper and runc) and the container.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench import oci_start
 from bench.common import BenchContext, percentile, positive_int, progress
 from corral.batch.v1 import job_spec_pb2
 from services.worker import runtime as runtime_module
@@ -42,13 +51,13 @@ from services.worker.logs import LogSink
 from services.worker.runtime import JobRun, ProcessRuntime, ProcessRuntimeConfig, can_isolate
 
 NAME = "job-start"
-HELP = "CPU and rate of starting no-op attempts through the process runtime, isolated and not"
+HELP = "CPU and rate of starting no-op attempts: the process runtime, isolated and not, and OCI containers"
 
 DEFAULT_STARTS, SMOKE_STARTS = 500, 10
 DEFAULT_CONCURRENCY = 16
 DEFAULT_MEMORY_MIB = 1024
 WARM_UP = 5
-MODES = ("isolated", "unisolated")
+MODES = ("isolated", "unisolated", "oci")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"attempts per mode and phase (default {DEFAULT_STARTS}; {SMOKE_STARTS} with --smoke)")
     parser.add_argument("--concurrency", type=positive_int, default=DEFAULT_CONCURRENCY, metavar="K",
                         help="attempts running at once in the second phase (default: %(default)s)")
+    parser.add_argument("--modes", default=",".join(MODES), type=_modes, metavar="M,M",
+                        help="which modes, of %(default)s (each runs where the machine can)")
     parser.add_argument("--memory-mib", type=int, default=DEFAULT_MEMORY_MIB, metavar="MIB",
                         help="memory each attempt reserves, i.e. its RLIMIT_AS (0: none; default: %(default)s)")
 
@@ -175,13 +186,20 @@ class Starter:
             raise RuntimeError(f"a no-op attempt ended {outcome.state}: {outcome.error_message}")
         shutil.rmtree(job.attempt_dir)
 
+    def container_cpu_ms(self) -> float:
+        """The attempts' processes are the benchmark's descendants, in its cgroup: nothing to add."""
+        return 0.0
+
 
 async def _nothing(pid: int) -> None:
     pass
 
 
 async def measure(mode: str, meter: CpuMeter, n_starts: int, concurrency: int, memory_bytes: int,
-                  scratch: Path) -> dict[str, float]:
+                  scratch: Path) -> dict[str, Any]:
+    if mode == "oci":
+        async with oci_start.oci_starter(scratch, memory_bytes) as oci:
+            return await _measure(mode, oci, meter, n_starts, concurrency)
     runtime = ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=True))
     try:
         return await _measure(mode, Starter(runtime, scratch, memory_bytes), meter, n_starts, concurrency)
@@ -189,17 +207,23 @@ async def measure(mode: str, meter: CpuMeter, n_starts: int, concurrency: int, m
         await runtime.close()
 
 
-async def _measure(mode: str, starter: Starter, meter: CpuMeter, n_starts: int,
-                   concurrency: int) -> dict[str, float]:
+async def _measure(mode: str, starter: Starter | oci_start.OciStarter, meter: CpuMeter, n_starts: int,
+                   concurrency: int) -> dict[str, Any]:
+    def cpu_ms() -> float:
+        return meter.read_ms() + starter.container_cpu_ms()
+
     for _ in range(WARM_UP):
         await starter.start_one()
-    cpu_ms, wall_ms = [], []
-    for _ in range(n_starts):
-        cpu_before, wall_before = meter.read_ms(), time.perf_counter()
-        await starter.start_one()
-        wall_ms.append((time.perf_counter() - wall_before) * 1000)
-        cpu_ms.append(meter.read_ms() - cpu_before)
-    progress(f"{mode}: {n_starts} starts one at a time: CPU p50 {percentile(cpu_ms, 50):.2f} ms")
+    cpu_ms_each, wall_ms, split = [], [], CpuSplit()
+    clock = oci_start.StepClock()
+    with clock.installed() if mode == "oci" else contextlib.nullcontext():
+        for _ in range(n_starts):
+            cpu_before, wall_before = cpu_ms(), time.perf_counter()
+            with split.counting(starter):
+                await starter.start_one()
+            wall_ms.append((time.perf_counter() - wall_before) * 1000)
+            cpu_ms_each.append(cpu_ms() - cpu_before)
+    progress(f"{mode}: {n_starts} starts one at a time: CPU p50 {percentile(cpu_ms_each, 50):.2f} ms")
 
     pending = iter(range(n_starts))
 
@@ -207,21 +231,55 @@ async def _measure(mode: str, starter: Starter, meter: CpuMeter, n_starts: int,
         for _ in pending:
             await starter.start_one()
 
-    cpu_before, wall_before = meter.read_ms(), time.perf_counter()
+    cpu_before, wall_before = cpu_ms(), time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(concurrency)))
     elapsed_s = time.perf_counter() - wall_before
-    concurrent_cpu_ms = (meter.read_ms() - cpu_before) / n_starts
-    return {"cpu_ms.p50": round(percentile(cpu_ms, 50), 2), "cpu_ms.p90": round(percentile(cpu_ms, 90), 2),
-            "wall_ms.p50": round(percentile(wall_ms, 50), 2), "starts_per_s": round(n_starts / elapsed_s, 1),
-            "concurrent_cpu_ms": round(concurrent_cpu_ms, 2)}
+    concurrent_cpu_ms = (cpu_ms() - cpu_before) / n_starts
+    measured: dict[str, Any] = {
+        "cpu_ms.p50": round(percentile(cpu_ms_each, 50), 2), "cpu_ms.p90": round(percentile(cpu_ms_each, 90), 2),
+        "wall_ms.p50": round(percentile(wall_ms, 50), 2), "starts_per_s": round(n_starts / elapsed_s, 1),
+        "concurrent_cpu_ms": round(concurrent_cpu_ms, 2), "cpu_ms_split.p50": split.p50_ms()}
+    if mode == "oci":
+        measured["step_wall_ms.p50"] = steps = clock.p50_ms()
+        progress(f"{mode}: one at a time, p50 per step: " + ", ".join(f"{k.strip()} {v:g} ms"
+                                                                      for k, v in steps.items()))
+    progress(f"{mode}: CPU p50 per start by part: " + ", ".join(f"{k} {v:g} ms" for k, v in split.p50_ms().items()))
+    return measured
+
+
+class CpuSplit:
+    """Each start's CPU by part: this process (the worker's side), its reaped children outside the container
+    (the keeper, runc and `ip`; for the process runtime unisolated, the job's processes; not the isolated
+    mode's job launcher, which lives on: what the parts leave of an isolated start's CPU is its), and the
+    container's cgroup (the job's processes and runc's init)."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[float]] = {"worker process": [], "reaped children": [], "container": []}
+
+    @contextlib.contextmanager
+    def counting(self, starter: Starter | oci_start.OciStarter) -> Iterator[None]:
+        before = (_rusage_ms(resource.RUSAGE_SELF), _rusage_ms(resource.RUSAGE_CHILDREN), starter.container_cpu_ms())
+        yield
+        after = (_rusage_ms(resource.RUSAGE_SELF), _rusage_ms(resource.RUSAGE_CHILDREN), starter.container_cpu_ms())
+        own, children, container = (a - b for a, b in zip(after, before))
+        # The container's first process is the keeper's child, reaped by it: its CPU is in the keeper's
+        # rusage of its children, and so in ours, as well as in the container's cgroup.
+        for calls, used in zip(self.parts.values(), (own, max(0.0, children - container), container)):
+            calls.append(used)
+
+    def p50_ms(self) -> dict[str, float]:
+        return {part: round(percentile(calls, 50), 2) for part, calls in self.parts.items()}
+
+
+def _rusage_ms(who: int) -> float:
+    usage = resource.getrusage(who)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 
 async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     n_starts = args.starts or (SMOKE_STARTS if ctx.smoke else DEFAULT_STARTS)
     memory_bytes = max(0, args.memory_mib) * 2**20
-    modes = MODES if can_isolate() else ("unisolated",)
-    if not can_isolate():
-        progress("not root on Linux: the isolated mode is skipped")
+    modes = tuple(mode for mode in args.modes if _can_run(mode))
     measured = {}
     with CpuMeter().running() as meter, tempfile.TemporaryDirectory(prefix="corral-job-start-") as scratch:
         for mode in modes:
@@ -239,4 +297,21 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         unit = "starts/s" if what == "starts_per_s" else "ms"
         ctx.figures.add(name, measured[mode][what], unit)
     return {"n_starts": n_starts, "concurrency": args.concurrency, "memory_bytes": memory_bytes,
-            "modes": list(modes), "smoke": ctx.smoke, "cpu_source": meter.source}
+            "modes": list(modes), "smoke": ctx.smoke, "cpu_source": meter.source,
+            "cpu_ms_split_p50": {mode: measured[mode]["cpu_ms_split.p50"] for mode in modes},
+            "oci_step_wall_ms_p50": measured["oci"]["step_wall_ms.p50"] if "oci" in measured else None}
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(mode.strip() for mode in text.split(",") if mode.strip())
+    if not modes or set(modes) - set(MODES):
+        raise argparse.ArgumentTypeError(f"{text!r}: modes are some of {', '.join(MODES)}")
+    return tuple(mode for mode in MODES if mode in modes)
+
+
+def _can_run(mode: str) -> bool:
+    why_not = {"isolated": "" if can_isolate() else "not root on Linux",
+               "oci": oci_start.why_not()}.get(mode, "")
+    if why_not:
+        progress(f"the {mode} mode is skipped: {why_not}")
+    return not why_not

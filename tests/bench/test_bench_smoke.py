@@ -17,8 +17,8 @@ import pymysql
 
 import pytest
 
-from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, query_limits,
-                   sj_mjc, submit, supervise)
+from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, oci_start,
+                   query_limits, sj_mjc, submit, supervise)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -235,6 +235,24 @@ def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     assert bench_schemas(mariadb_server) == before
 
 
+def test_e2e_oci_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """The same workloads in containers: corral up's registry, runc."""
+    if why_not := oci_start.why_not():
+        pytest.skip(f"no OCI runtime here: {why_not}")
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "e2e", "--runtime", "oci", "--max-workers", "1", "--worker-cores",
+                       "4", "--jobs", "20", "--chain", "3")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == e2e.figure_names("oci")
+    assert all(name.startswith("e2e.oci.") and value > 0 for name, (value, _) in printed.items())
+    results = results_of(tmp_path, "e2e", printed)
+    assert results["parameters"]["runtime"] == "oci"
+    assert is_png(tmp_path / "e2e-oci.png")
+    assert bench_schemas(mariadb_server) == before
+
+
 def test_query_limits_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     before = bench_schemas(mariadb_server)
     result = run_bench(mariadb_server, tmp_path, "query-limits")
@@ -273,7 +291,8 @@ def test_job_start_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
 
     printed = summary(result.stdout)
-    modes = job_start.MODES if can_isolate() else ("unisolated",)
+    modes = tuple(mode for mode in job_start.MODES
+                  if {"isolated": can_isolate(), "oci": not oci_start.why_not()}.get(mode, True))
     assert list(printed) == job_start.figure_names(modes)
     for name, (value, unit) in printed.items():
         assert unit == ("starts/s" if name.endswith("starts_per_s") else "ms"), name
@@ -282,7 +301,23 @@ def test_job_start_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None
         assert printed[f"job-start.{mode}.cpu_ms.p50"][0] <= printed[f"job-start.{mode}.cpu_ms.p90"][0]
 
     results = results_of(tmp_path, "job-start", printed)
-    assert (results["parameters"]["n_starts"], results["parameters"]["concurrency"]) == (job_start.SMOKE_STARTS, 4)
+    parameters = results["parameters"]
+    assert (parameters["n_starts"], parameters["concurrency"]) == (job_start.SMOKE_STARTS, 4)
+    assert set(parameters["cpu_ms_split_p50"]) == set(modes)
+    if "oci" in modes:
+        # Every step of a container's start and end was timed, and the container's own CPU counted.
+        assert set(parameters["oci_step_wall_ms_p50"]) == {step for step, _, _ in oci_start.STEPS}
+        assert parameters["cpu_ms_split_p50"]["oci"]["container"] > 0
+
+
+def test_job_start_modes(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    result = run_bench(mariadb_server, tmp_path, "job-start", "--modes", "unisolated", "--starts", "3")
+    assert result.returncode == 0, result.stderr
+    assert list(summary(result.stdout)) == job_start.figure_names(("unisolated",))
+
+    refused = run_bench(mariadb_server, tmp_path, "job-start", "--modes", "unisolated,docker")
+    assert refused.returncode == 2
+    assert "modes are some of isolated, unisolated, oci" in refused.stderr
 
 
 def test_failover_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
