@@ -19,6 +19,12 @@ Exporting is off by default. `CORRAL_TRACE_EXPORTER` (or a service's
                     process its own file (what `corral up --trace` uses);
   otlp              OTLP over gRPC to OTEL_EXPORTER_OTLP_ENDPOINT; needs the
                     opentelemetry-exporter-otlp-proto-grpc package installed.
+
+Without a corral setting, the standard OpenTelemetry variables apply:
+`OTEL_SDK_DISABLED=true` turns tracing off, `OTEL_TRACES_EXPORTER` chooses
+otlp, console or none; `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`
+name the process (else `corral-<service>`), and the OTLP exporter and the
+batch processor read their own (`OTEL_EXPORTER_OTLP_*`, `OTEL_BSP_*`).
 """
 
 from __future__ import annotations
@@ -68,17 +74,33 @@ def _exporter(spec: str, service_name: str) -> tuple[SpanExporter, IO[str] | Non
     raise UnknownExporter(f"unknown trace exporter {spec!r}: use none, console, file:PATH or otlp")
 
 
+def standard_exporter(environ: Mapping[str, str]) -> str:
+    """The exporter OpenTelemetry's own variables choose: none unless OTEL_TRACES_EXPORTER names one (and
+    OTEL_SDK_DISABLED is not true). Its first exporter, if it lists several."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return "none"
+    chosen = environ.get("OTEL_TRACES_EXPORTER", "").split(",")[0].strip().lower()
+    if chosen in ("", "none"):
+        return "none"
+    if chosen not in ("otlp", "console"):
+        raise UnknownExporter(f"OTEL_TRACES_EXPORTER={chosen!r}: corral's services export otlp, console or none")
+    return chosen
+
+
 class Tracing:
     """A service's tracer provider, or nothing when tracing is off."""
 
     def __init__(self, service_name: str, spec: str | None = None):
-        spec = (spec if spec is not None else os.environ.get(ENV_VAR, "")) or "none"
+        spec = (spec if spec is not None else os.environ.get(ENV_VAR, "")) or standard_exporter(os.environ)
         self.provider: TracerProvider | None = None
         self._file: IO[str] | None = None
         if spec == "none":
             return
         exporter, self._file = _exporter(spec, service_name)
-        self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+        # OTEL_SERVICE_NAME, when set, names the process (Resource.create reads it, and the variables'
+        # resource attributes); an explicit service.name would override it.
+        named = {} if os.environ.get("OTEL_SERVICE_NAME") else {"service.name": service_name}
+        self.provider = TracerProvider(resource=Resource.create(named))
         # Files and the console get each span as it ends (tests and `corral up`
         # read them live); a network exporter batches.
         processor = BatchSpanProcessor(exporter) if spec == "otlp" else SimpleSpanProcessor(exporter)

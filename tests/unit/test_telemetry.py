@@ -13,9 +13,36 @@ from services.common import telemetry
 
 
 def test_off_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(telemetry.ENV_VAR, raising=False)
+    for variable in (telemetry.ENV_VAR, "OTEL_TRACES_EXPORTER", "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(variable, raising=False)
     assert not telemetry.Tracing("svc").enabled
     assert not telemetry.Tracing("svc", "none").enabled
+
+
+@pytest.mark.parametrize(("environ", "chosen"), [
+    ({}, "none"),
+    ({"OTEL_TRACES_EXPORTER": "otlp"}, "otlp"),
+    ({"OTEL_TRACES_EXPORTER": " Console "}, "console"),
+    ({"OTEL_TRACES_EXPORTER": "otlp,console"}, "otlp"),
+    ({"OTEL_TRACES_EXPORTER": "none"}, "none"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "true"}, "none"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_SDK_DISABLED": "false"}, "otlp"),
+])
+def test_the_standard_variables_choose_the_exporter(environ: dict[str, str], chosen: str) -> None:
+    assert telemetry.standard_exporter(environ) == chosen
+
+
+def test_a_standard_exporter_corral_lacks_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(telemetry.ENV_VAR, raising=False)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    with pytest.raises(telemetry.UnknownExporter, match="otlp, console or none"):
+        telemetry.Tracing("svc")
+
+
+def test_the_corral_setting_comes_before_the_standard_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(telemetry.ENV_VAR, "none")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
+    assert not telemetry.Tracing("svc").enabled
 
 
 def test_an_unknown_exporter_is_refused_with_the_choices() -> None:
