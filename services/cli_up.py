@@ -32,7 +32,8 @@ def _up(args: argparse.Namespace) -> int:
                                   unisolated_dev=args.unisolated_dev,
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
-                                  registry_url=args.registry, worker_runtime=args.worker_runtime))
+                                  registry_url=args.registry, worker_runtime=args.worker_runtime,
+                                  metrics=args.metrics))
 
 
 def _registry_url(text: str) -> str:
@@ -60,6 +61,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="a worker with nothing to run exits after this long (default 60)")
     up.add_argument("--trace", action="store_true",
                     help="write OpenTelemetry spans of every service to DATA_DIR/traces/*.jsonl")
+    up.add_argument("--metrics", action="store_true",
+                    help="every service and worker serves Prometheus metrics on a loopback port; print the "
+                         "scrape targets, and keep them in DATA_DIR/metrics/targets.json (file_sd)")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     add_storage_access(up)
     up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="auto",

@@ -116,6 +116,9 @@ class UpConfig:
     and seeding one in the data directory."""
     worker_runtime: str = "auto"
     """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
+    metrics: bool = False
+    """Every service and worker serves Prometheus metrics on a loopback port; the scrape targets are kept in
+    `<data_dir>/metrics/targets.json` (Prometheus file_sd), workers coming and going."""
 
 
 def _ephemeral_ports() -> range:
@@ -163,6 +166,9 @@ class Running:
     lock_fd: int
     """The data directory's lock, held while this `corral up` runs."""
     endpoints: dict[str, str] = dataclasses.field(default_factory=dict)
+    metrics_dir: Path | None = None
+    """Where every process writes its metrics port (`NAME.port`) and `targets.json` lists them; None: no
+    metrics."""
     admin_token: str = ""
     cli_profile: str = ""
     """The CLI's current profile once the `admin` profile is written (the user's own, if they had one)."""
@@ -351,11 +357,19 @@ def start(config: UpConfig) -> Running:
             # Every service, and every worker a driver starts (they inherit it), writes its own file.
             env["CORRAL_TRACE_EXPORTER"] = f"file:{data / 'traces'}/{{service}}-{{pid}}.jsonl"
 
+        if config.metrics:
+            running.metrics_dir = data / "metrics"
+            shutil.rmtree(running.metrics_dir, ignore_errors=True)  # an earlier run's ports
+            running.metrics_dir.mkdir()
+
         def service(name: str, module: str, account: str, args: list[str], lifeline: bool = False,
                     policy: RestartPolicy | None = None) -> None:
             """Start `python -m MODULE ARGS` as part NAME, with its own database URL in its environment
             (never on the command line); with `lifeline`, it hands the lifeline on to its workers."""
             ports = run_dir / f"{name}.ports"
+            if running.metrics_dir is not None:  # a port of its own, kept across restarts as its others are
+                args = [*args, "--metrics-address", f"127.0.0.1:{free_port()}",
+                        "--metrics-port-file", str(running.metrics_dir / f"{name}.port")]
             part_env = {**env, DATABASE_URL_VARIABLE: service_urls[account]}
             if lifeline:
                 part_env.update(running.lifeline.environment())
@@ -373,6 +387,8 @@ def start(config: UpConfig) -> Running:
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
         session += ["--default-registry", registry_url, "--worker-runtime", config.worker_runtime]
+        if running.metrics_dir is not None:
+            session += ["--worker-metrics-dir", str(running.metrics_dir)]
 
         # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()
@@ -408,6 +424,8 @@ def start(config: UpConfig) -> Running:
                              "drivers": driver_addresses, "database": _without_password(database_url),
                              "registry": registry_url,
                              "ca_cert": str(data / "ca.pem"), "logs": str(logs)}
+        if running.metrics_dir is not None:
+            running.endpoints["metrics"] = str(write_metrics_targets(running.metrics_dir))
         _write_client_config(config, running)
         return running
     except BaseException:
@@ -462,6 +480,26 @@ def jobs_runtime_line(worker_runtime: str) -> str:
     return "Jobs run in OCI containers (runc) of their images, pulled from the registry."
 
 
+TARGETS_FILE = "targets.json"
+
+
+def write_metrics_targets(metrics_dir: Path) -> Path:
+    """`metrics_dir/targets.json`, in Prometheus' file_sd format: one target per process that wrote its
+    metrics port (`NAME.port`), labelled with its part's name; rewritten only when it changes."""
+    targets = []
+    for port_file in sorted(metrics_dir.glob("*.port")):
+        try:
+            port = int(port_file.read_text())
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+        targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"part": port_file.stem}})
+    path = metrics_dir / TARGETS_FILE
+    text = json.dumps(targets, indent=1)
+    if not path.exists() or path.read_text() != text:
+        write_atomically(path, text.encode())
+    return path
+
+
 def serve_forever(config: UpConfig) -> int:
     """Start, print the endpoints, supervise until asked to stop or a part cannot be kept running, stop
     everything; the exit code says which (EXIT_*)."""
@@ -490,9 +528,16 @@ def serve_forever(config: UpConfig) -> int:
         print(f"The CLI is configured: profile '{ADMIN_PROFILE}' is the administrator (billing project 'default'), "
               f"'{running.cli_profile}' stays current (`corral profile use {ADMIN_PROFILE}` switches); "
               "Ctrl-C stops everything.", flush=True)
+    if running.metrics_dir is not None:
+        targets = json.loads((running.metrics_dir / TARGETS_FILE).read_text())
+        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} http://{t['targets'][0]}/metrics"
+                                                  for t in targets) +
+              f"; workers' too, as they come and go, in {running.endpoints['metrics']} (file_sd)", flush=True)
     supervisor = running.supervisor
     while not requests and supervisor.failed is None:
         supervisor.check()
+        if running.metrics_dir is not None:
+            write_metrics_targets(running.metrics_dir)
         time.sleep(0.2)
     if requests:
         supervisor.say(f"{signal.Signals(requests[0]).name}: stopping everything")

@@ -9,6 +9,7 @@ from pathlib import Path
 from services.auth.app import AuthConfig, run
 from services.auth.login_limits import Backoff, LoginLimits
 from services.auth.servicer import CACHE_TTL_S
+from services.common import metrics
 from services.common.entry import add_database_url, private_files
 
 parser = argparse.ArgumentParser(prog="python -m services.auth", description=__doc__)
@@ -29,8 +30,10 @@ parser.add_argument("--token-cache-ttl-s", type=float, default=CACHE_TTL_S,
                          "--token-cache-s, the longest a revoked token keeps working there (default %(default)s)")
 parser.add_argument("--forwarded-for-header", help="trust this header for the caller's address "
                     "(only behind a gateway that sets it); default: the connection's peer")
+metrics.add_arguments(parser)
 args = parser.parse_args()
 private_files()
+metrics.serve_for_process(args)
 login_limits = LoginLimits(  # a key is forgotten after 15 minutes' quiet, or its longest lock
     per_user=Backoff(args.login_free_failures_per_user, max_delay_s=args.login_max_delay_per_user_s,
                      forget_after_s=max(900.0, args.login_max_delay_per_user_s)),

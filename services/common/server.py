@@ -44,6 +44,7 @@ from services.common.identity import (
     reset_principal,
     set_principal,
 )
+from services.common.metrics import MetricsInterceptor
 from services.common.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -307,6 +308,7 @@ async def serve(
             interceptors: list[grpc.aio.ServerInterceptor] = []
             if tracer_provider is not None:
                 interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
+            interceptors.append(MetricsInterceptor())  # before the next: it counts the status that one sets
             interceptors.append(RequestInterceptor(listener.authenticate, listener.internal, limits, slots))
             server = grpc.aio.server(interceptors=interceptors, options=[
                 ("grpc.max_receive_message_length", limits.max_receive_message_bytes)])

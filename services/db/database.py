@@ -20,6 +20,8 @@ from urllib.parse import parse_qs, quote, unquote, urlparse
 import aiomysql
 import pymysql
 
+from services.common.metrics import DB_RETRIES
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -261,6 +263,7 @@ class Database:
                         raise
                     await conn.rollback()
                     self.retry_stats.record(errno)
+                    DB_RETRIES.labels(name, str(errno)).inc()
                     log.info("retrying %s after MySQL error %s (attempt %d)", name, errno, attempt)
                 except BaseException:
                     # Any other failure (an SQL error, a cancelled task) may

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from services.common import metrics
 from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.driver.app import DriverConfig, run
@@ -42,15 +43,20 @@ parser.add_argument("--worker-runtime", choices=("process", "oci", "auto"), defa
                     help="how the local workers it starts run jobs (their --runtime; default: %(default)s)")
 parser.add_argument("--default-registry", metavar="URL",
                     help="the registry local workers pull bare image names from (http://HOST:PORT: plain HTTP)")
+parser.add_argument("--worker-metrics-dir", type=Path, metavar="DIR",
+                    help="local workers serve Prometheus metrics on a loopback port each, written to "
+                         "DIR/worker-NAME.port (default: no worker metrics)")
 parser.add_argument("--secrets-key-file", type=Path,
                     help="the private key that opens job secrets (PEM, X25519, 0600), to send them to the jobs' "
                          "workers; without it, jobs that mount secrets end in Error")
+metrics.add_arguments(parser)
 args = parser.parse_args()
 try:
     lease = LeaseSettings(args.leader_lease, args.leader_renew_interval)
 except ValueError as e:
     parser.error(f"--leader-lease/--leader-renew-interval: {e}")
 private_files()
+metrics.serve_for_process(args)
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
@@ -62,4 +68,4 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              storage_roots=tuple(args.storage_root),
                              storage_access=StorageAccess.from_args(args),
                              callback_allow_networks=allowed_networks(args.callback_allow_networks),
-                             secrets_key_file=args.secrets_key_file)))
+                             secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir)))

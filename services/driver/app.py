@@ -48,6 +48,7 @@ from services.driver.canceller import ReadyCanceller
 from services.driver.completions import CompletionChecker
 from services.driver.events import EventPublisher
 from services.driver.failures import FailureCanceller
+from services.driver.fleet_gauges import FleetGauges
 from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
@@ -117,6 +118,9 @@ class DriverConfig:
     default_registry: str | None = None
     """The registry local workers pull bare image names (`busybox`) from (`http://host:port`: plain HTTP);
     None: they know no default registry."""
+    worker_metrics_dir: Path | None = None
+    """Local workers serve Prometheus metrics on a loopback port each, written to `DIR/worker-NAME.port`
+    (services.common.metrics); None: they serve none."""
     secrets_key_file: Path | None = None
     """The private key of the deployment's key pair for job secrets (PEM, 0600; services.common.sealing): the
     driver opens a job's secrets with it to send them to the job's worker. None: jobs that mount secrets end
@@ -171,7 +175,10 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -
                 "--log-root-url", config.spec_root_url,
                 *(["--unisolated-dev"] if config.unisolated_dev_workers else []),
                 "--runtime", config.worker_runtime,
-                *(["--default-registry", config.default_registry] if config.default_registry else [])]
+                *(["--default-registry", config.default_registry] if config.default_registry else []),
+                *(["--metrics-address", "127.0.0.1:0", "--metrics-port-file",
+                   str(config.worker_metrics_dir / f"worker-{request.name}.port")]
+                  if config.worker_metrics_dir is not None else [])]
 
     return command
 
@@ -232,7 +239,8 @@ async def start(config: DriverConfig) -> DriverApp:
                                   CompletionChecker(store, epoch), callbacks,
                                   BillingLimits(store, epoch, on_cancelled=cancelled)]
         publisher = EventPublisher(store, epoch)
-        loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher]
+        loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher,
+                             FleetGauges(db, lambda: state.epoch is not None)]
         loops += more_loops
 
         def on_change(kind: str) -> None:

@@ -36,6 +36,7 @@ from services.db.database import Database
 from services.db.store import JobStore
 from services.policy.fair_share import cancel_shares
 from services.driver.loop import Loop
+from services.driver.metrics import JOBS_CANCELLED
 
 # Per running batch: Ready jobs that depend on a failed parent, plus the
 # cancellable Ready jobs of groups with a cancelled self or ancestor.
@@ -129,6 +130,7 @@ class ReadyCanceller(Loop):
             return
         cancelled = await self._drain_ready(epoch) + await self._drain_pending(epoch)
         self.cancelled_total += cancelled
+        JOBS_CANCELLED.labels(self.name).inc(cancelled)
         if cancelled:
             self._on_cancelled()
             self.notify()  # more may have become drainable (children of what we cancelled)

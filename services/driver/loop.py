@@ -13,9 +13,11 @@ import abc
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from services.db.store import JobStore, wall_clock_ms
+from services.driver.metrics import LOOP_FAILURES, LOOP_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,10 @@ class Loop(abc.ABC):
 
     async def run(self) -> None:
         """Cycle until cancelled."""
+        seconds, failures = LOOP_SECONDS.labels(self.name), LOOP_FAILURES.labels(self.name)
         while True:
             self._wake.clear()
+            started = time.perf_counter()
             try:
                 await self.cycle()
                 self.failures = 0
@@ -54,7 +58,9 @@ class Loop(abc.ABC):
                 raise
             except Exception:  # noqa: BLE001 - a loop logs, backs off and goes on
                 self.failures += 1
+                failures.inc()
                 log.exception("%s: cycle failed (%d in a row)", self.name, self.failures)
+            seconds.observe(time.perf_counter() - started)
             async with self._cycle_done:
                 self.cycles += 1
                 self._cycle_done.notify_all()

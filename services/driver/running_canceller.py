@@ -33,6 +33,7 @@ from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
 from services.policy.fair_share import cancel_shares
 from services.driver.loop import Loop
+from services.driver.metrics import JOBS_CANCELLED
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,7 @@ class RunningCanceller(Loop):
             shares[row["user"]] = left - len(jobs)
             acted += await self._close_creating(epoch, [j for j in jobs if j["state"] == "Creating"])
             acted += self._stop_running([j for j in jobs if j["state"] == "Running"], live, now_ms)
+        JOBS_CANCELLED.labels(self.name).inc(acted)
         if acted:
             self.notify()  # more may wait beyond this cycle's shares
 

@@ -30,6 +30,7 @@ from services.db.database import Database
 from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
+from services.driver.metrics import FAIR_SHARE_SECONDS, JOBS_SCHEDULED
 from services.policy import planner
 from services.policy.planner import depths
 from services.policy.fair_share import UserDemand
@@ -140,7 +141,9 @@ class Scheduler(Loop):
         # Held locks and budgets are read now, after the previous pools' jobs started.
         snapshot = await snapshot_of(self._db, pool, workers, demands, queues, self.jobs_per_cycle,
                                      self._clock_ms() / 1000)
+        started = time.perf_counter()
         plan = planner.plan(snapshot)
+        FAIR_SHARE_SECONDS.labels(pool).observe(time.perf_counter() - started)
         self.last_plans[pool] = plan
         if plan.never_fit:  # they would wait forever: cancelled, saying why
             n = await self._store.cancel_unaffordable_jobs(
@@ -166,4 +169,5 @@ class Scheduler(Loop):
                 cores_by_user[user] = cores_by_user.get(user, 0) + p.cores_mcpu
             self._started(pool, cores_by_user)
             await self._dispatcher.run(scheduled)
+            JOBS_SCHEDULED.labels(pool).inc(len(scheduled))
         return len(scheduled)

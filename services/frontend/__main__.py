@@ -8,6 +8,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+from services.common import metrics
 from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.frontend.app import FrontendConfig, run
 from services.frontend.limits import Limits
@@ -29,8 +30,10 @@ parser.add_argument("--secrets-public-key-file", type=Path,
                          "key). Without it this deployment keeps no secrets")
 add_url_settings(parser, [])
 Limits.add_flags(parser)
+metrics.add_arguments(parser)
 args = parser.parse_args()
 private_files()
+metrics.serve_for_process(args)
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_address, args.spec_root_url,
                                args.public_address, args.internal_address, ports_file=args.ports_file,

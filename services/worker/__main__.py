@@ -10,6 +10,7 @@ import os
 import sys
 from pathlib import Path
 
+from services.common import metrics
 from services.common.entry import private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.worker.app import run
@@ -60,8 +61,10 @@ parser.add_argument("--oci-images-dir", type=Path,
 parser.add_argument("--private-networks", type=networks, default=(), metavar="CIDR,...",
                     help="the deployment's private IPv4 ranges: all that network_mode private jobs in containers "
                          "reach, and what public ones do not (default: none)")
+metrics.add_arguments(parser)
 args = parser.parse_args()
 private_files()
+metrics.serve_for_process(args)
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
 if not token:
     parser.error(f"the activation token goes in the environment variable {TOKEN_VARIABLE}")

@@ -25,6 +25,7 @@ from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
 from services.worker.config import WorkerConfig
 from services.worker.images import ImageCache
+from services.worker.metrics import IMAGE_CACHE_BYTES, RUNNING_ATTEMPTS
 from services.worker.object_stores import ObjectStores
 from services.worker.oci import OciRuntime, OciRuntimeConfig
 from services.worker.oci.images import CachedRootfs, DirectoryRootfs, RootfsSource
@@ -85,6 +86,8 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         runtime = runtime or await choose_runtime(config, stores, images)
         stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
         worker = Worker(config, runtime, attempts, tls)
+        RUNNING_ATTEMPTS.set_function(lambda: len(attempts.running()))
+        IMAGE_CACHE_BYTES.set_function(lambda: images.size_bytes)
         servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker, images),
                                        worker_service_pb2_grpc.add_WorkerServiceServicer_to_server)],
                               [Listener.mutual_tls(config.listen_address, tls)],

@@ -60,6 +60,7 @@ from typing import Any, TypeVar
 from services.common.files import write_atomically
 from services.common.image_refs import ImageReference, Registry, parse_reference
 from services.worker.config import DEFAULT_IMAGE_CACHE_BYTES
+from services.worker.metrics import IMAGE_PULLS
 from services.worker.image_tools import (
     LAYOUT_TAG,
     Credentials,
@@ -344,13 +345,19 @@ class ImageCache:
         work.mkdir()
         try:
             layout, rootfs = work / "layout", work / "rootfs"
-            with self._auth_file(ref, credentials) as auth_file:
-                await self.tools.fetch(ref, self._plain_http(ref), auth_file, layout)
-            await self.tools.unpack(layout, rootfs)
             try:
-                config, size_bytes = await asyncio.to_thread(_finish, layout, rootfs)
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                raise ImagePullError(str(ref), PullFailure.FAILED, f"reading the image's configuration: {e}") from e
+                with self._auth_file(ref, credentials) as auth_file:
+                    await self.tools.fetch(ref, self._plain_http(ref), auth_file, layout)
+                await self.tools.unpack(layout, rootfs)
+                try:
+                    config, size_bytes = await asyncio.to_thread(_finish, layout, rootfs)
+                except (OSError, ValueError, KeyError, TypeError) as e:
+                    raise ImagePullError(str(ref), PullFailure.FAILED,
+                                         f"reading the image's configuration: {e}") from e
+            except Exception:
+                IMAGE_PULLS.labels("failed").inc()
+                raise
+            IMAGE_PULLS.labels("pulled").inc()
             now = self._clock_ms()
             entry = _Entry(ref.digest, self._images / ref.digest.removeprefix("sha256:"), set(), size_bytes, now, now,
                            credentials is None, config)

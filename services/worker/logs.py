@@ -14,6 +14,8 @@ from pathlib import Path
 
 import fsspec
 
+from services.worker.metrics import LOG_UPLOAD_BYTES
+
 DEFAULT_LOG_CAP_BYTES = 64 * 2**20
 
 RECENT_BYTES = 8192
@@ -133,7 +135,7 @@ class LogSink:
         """Copy the finished log to `url` (any fsspec URL, e.g. file:// or gs://)."""
         if not self._closed:
             raise RuntimeError(f"log {self.path} is still being written")
-        await asyncio.to_thread(_put_file, self.path, url)
+        LOG_UPLOAD_BYTES.inc(await asyncio.to_thread(_put_file, self.path, url))
 
     def _open(self) -> FileIO:
         if self._file is None:
@@ -197,7 +199,9 @@ class LogPipe(asyncio.Protocol):
             self._transport.close()
 
 
-def _put_file(path: Path, url: str) -> None:
+def _put_file(path: Path, url: str) -> int:
+    """Upload the file; its size."""
     fs, remote = fsspec.core.url_to_fs(url)
     fs.makedirs(posixpath.dirname(remote.rstrip("/")) or "/", exist_ok=True)
     fs.put_file(os.fspath(path), remote)
+    return path.stat().st_size
