@@ -56,8 +56,8 @@ SERVICE_URI_PREFIX = "spiffe://corral/service/"
 """Identity URI of a corral service; the name follows."""
 WORKER_URI_PREFIX = "spiffe://corral/worker/"
 """Identity URI of a worker machine; its instance name follows."""
-SERVICE_IDENTITIES = ("auth", "frontend", "driver")
-"""The services' certificate identities."""
+SERVICE_IDENTITIES = ("auth", "frontend", "driver", "gateway")
+"""The services' certificate identities (the gateway's: Envoy, which calls on workers' behalf)."""
 WORKER_ISSUER = "worker-issuer"
 """File stem of the drivers' intermediate CA for worker certificates."""
 
