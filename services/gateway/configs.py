@@ -60,7 +60,7 @@ def access_log(deployment: Deployment, gateway: str) -> list[Config]:
     fields = {
         "gateway": gateway,
         "start_time": "%START_TIME%",
-        "method": "%REQ(:METHOD)%",
+        "method": "%REQ(X-ENVOY-ORIGINAL-METHOD?:METHOD)%",
         "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
         "protocol": "%PROTOCOL%",
         "response_code": "%RESPONSE_CODE%",
@@ -88,7 +88,8 @@ def access_log(deployment: Deployment, gateway: str) -> list[Config]:
 
 def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> Config:
     """An upstream over HTTP/2 and mutual TLS, health-checked by gRPC health, balanced over healthy hosts."""
-    interval = _seconds(deployment.limits.health_check_interval_s)
+    limits = deployment.limits
+    interval = _seconds(limits.health_check_interval_s)
     ip_only = all(_is_ip(h.host) for h in hosts)
     return {
         "name": name,
@@ -108,12 +109,14 @@ def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> C
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(h)}} for h in hosts]}],
         },
         "health_checks": [{
-            "timeout": interval,
+            "timeout": _seconds(limits.health_check_timeout_s),
             "interval": interval,
             # Also while the cluster has no traffic (Envoy's default then is 60 s): a worker that
             # reconnects after a failover must find the new leader already known.
             "no_traffic_interval": interval,
-            "unhealthy_threshold": 1,
+            # Two failures in a row, so one slow answer from a busy host does not take it out; one
+            # success puts a host (a newly elected leader) in at once.
+            "unhealthy_threshold": 2,
             "healthy_threshold": 1,
             "grpc_health_check": {"service_name": HEALTH_SERVICE[name]},
         }],
@@ -208,6 +211,8 @@ def public_config(deployment: Deployment) -> Config:
         "codec_type": "AUTO",
         "use_remote_address": True,
         "generate_request_id": True,
+        # People quote it when something went wrong; it is in the access log and the services' traces.
+        "always_set_request_id_in_response": True,
         "normalize_path": True,
         "merge_slashes": True,
         "max_request_headers_kb": limits.max_request_headers_kb,

@@ -75,7 +75,10 @@ class Limits:
     """A stream with no bytes either way for this long is reset (WatchBatch on a quiet batch sends
     nothing for long stretches, so this is generous)."""
     health_check_interval_s: float = 1.0
-    """How often Envoy asks each upstream's gRPC health (and so how fast a new leader is found)."""
+    """How often Envoy asks each upstream's gRPC health: a new leader gets workers' calls, and a standby
+    that was the leader stops getting them, within about two of these."""
+    health_check_timeout_s: float = 2.0
+    """How long one health answer may take (an answer slower than this counts as a failure)."""
 
 
 @dataclasses.dataclass(frozen=True)
