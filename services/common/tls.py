@@ -3,7 +3,7 @@ gRPC credentials built on them.
 
 Every corral process proves who it is with a certificate whose subject
 alternative names carry its identity as a URI, `spiffe://corral/service/NAME`
-for the services ("auth", "frontend", "driver") and
+for the services ("auth", "frontend", "driver", "gateway") and
 `spiffe://corral/worker/INSTANCE` for a worker machine. Services talk to each
 other with mutual TLS and read the caller's identity from that URI
 (`services.common.identity`). People connect with plain TLS and a bearer
