@@ -163,6 +163,18 @@ def _router() -> Config:
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
 
 
+def _body_size_limit(deployment: Deployment) -> Config:
+    """Refuse (413) a request whose body, REST or gRPC, is larger than the limit, before any service
+    reads it. (The transcoder's own limit only holds what it buffers, and a REST body is streamed.)"""
+    return {
+        "name": "envoy.filters.http.body_size_limit",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.body_size_limit.v3.BodySizeLimit",
+            "max_request_bytes": deployment.limits.max_request_bytes,
+        },
+    }
+
+
 def _transcoder(deployment: Deployment, services: list[RoutedService]) -> Config:
     limits = deployment.limits
     return {
@@ -219,7 +231,7 @@ def public_config(deployment: Deployment) -> Config:
         "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
         "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
         "access_log": access_log(deployment, "public"),
-        "http_filters": [_transcoder(deployment, services), _router()],
+        "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
         "route_config": {
             "name": "public",
             "virtual_hosts": [{

@@ -28,10 +28,15 @@ from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
+from services.gateway.deployment import Limits
 from tests.envoy_gateway import gateway_deployment, running
 from tests.service.test_watch import Driving, driving  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(120)
+
+MAX_REQUEST_BYTES = 64 * 1024
+"""The gateway's request size limit here: small, so the refused body fits in the socket's buffers and the
+client reads the 413 rather than a reset while it still writes."""
 
 
 @pytest.fixture
@@ -39,7 +44,8 @@ async def gateway_port(auth_app: AuthApp, frontend: FrontendApp, certs: DevCerti
                  tmp_path: Path) -> AsyncIterator[int]:
     """The public gateway's port, in front of `auth_app` and `frontend` (the driver is not used)."""
     deployment = gateway_deployment(tmp_path / "gateway", certs, auth_app.public_port, [frontend.public_port],
-                                    [auth_app.internal_port])
+                                    [auth_app.internal_port], Limits(max_request_bytes=MAX_REQUEST_BYTES,
+                                                                     health_check_interval_s=0.2))
     async with running(deployment, tmp_path / "gateway", "public", healthy=("auth", "frontend")) as (_, port):
         yield port
 
@@ -124,6 +130,11 @@ async def test_errors_come_back_as_json_status_with_their_http_code(gateway_port
         details = {d["@type"]: d for d in status.get("details", [])}
         assert "type.googleapis.com/google.rpc.BadRequest" in details, status
         assert details["type.googleapis.com/google.rpc.BadRequest"]["fieldViolations"]
+
+        # A body over the gateway's limit is refused there, before any service reads it.
+        huge = await http.post("/api/v1/batches:submit", headers={"content-type": "application/json"},
+                               content=b'{"billingProject": "' + b"x" * MAX_REQUEST_BYTES + b'"}')
+        assert huge.status_code == 413, huge.text
 
     async with rest(certs, gateway_port, "not-a-token") as http:
         refused = await http.get("/api/v1/batches")
