@@ -30,6 +30,7 @@ from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.gateway.deployment import Limits
 from tests.envoy_gateway import gateway_deployment, running
+from tests.service.test_buf_curl import buf_curl
 from tests.service.test_watch import Driving, driving  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -178,3 +179,25 @@ async def test_reflection_lists_the_services_through_the_gateway(gateway_port: i
             iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)]
     names = {s.name for s in answers[0].list_services_response.service}
     assert {"corral.batch.v1.BatchService", "corral.billing.v1.BillingService"} <= names
+
+
+async def test_buf_curl_and_curl_through_the_gateway(gateway_port: int, certs: DevCertificateAuthority,
+                                                     admin_token: str) -> None:
+    """People's own tools: `buf curl` lists the services by reflection and calls one in gRPC; `curl`
+    calls REST over HTTP/1.1 and HTTP/2."""
+    url, ca = f"https://localhost:{gateway_port}", str(certs.ca_cert_path)
+    code, out, err = await buf_curl("--cacert", ca, "--list-services", url)
+    assert code == 0, err
+    assert {"corral.batch.v1.BatchService", "corral.billing.v1.BillingService"} <= set(out.split())
+    code, out, err = await buf_curl("--cacert", ca, "-H", f"authorization: Bearer {admin_token}",
+                                    f"{url}/corral.batch.v1.BatchService/ListBatches")
+    assert code == 0, err
+    for version in ("--http1.1", "--http2"):
+        process = await asyncio.create_subprocess_exec(
+            "curl", "-sS", version, "--cacert", ca, "-H", f"Authorization: Bearer {admin_token}",
+            "-w", "\n%{http_code} %{http_version}", f"{url}/api/v1/auth/whoami",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out_bytes, err_bytes = await asyncio.wait_for(process.communicate(), timeout=30)
+        body, _, status = out_bytes.decode().rpartition("\n")
+        assert status in ("200 1.1", "200 2"), (version, status, err_bytes)
+        assert json.loads(body)["user"]["username"] == "root", body
