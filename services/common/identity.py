@@ -115,7 +115,8 @@ class PeerCertificate:
     worker's certificate against the same CA, and sends it in
     `x-forwarded-client-cert`, removing any such header the worker sent. That
     header is believed only on a connection that presents the gateway's own
-    certificate; the gateway itself may call nothing (no method names it).
+    certificate, and only when it names a worker; the gateway itself may call
+    nothing (no method names it).
     """
 
     def __init__(self, ca_cert: Path):
@@ -133,7 +134,12 @@ class PeerCertificate:
         forwarded = forwarded_certificate(context.invocation_metadata() or ())
         if forwarded is None:
             raise Unauthenticated("the gateway forwarded no client certificate (x-forwarded-client-cert)")
-        return self._identify(_spiffe_uris(forwarded), forwarded)
+        caller = self._identify(_spiffe_uris(forwarded), forwarded)
+        if caller.role != "worker":
+            # The gateway admits workers only. A certificate is public: were anything else believed here,
+            # whoever held the gateway's key could be any service.
+            raise Unauthenticated(f"the gateway forwards workers only, not {caller.name}")
+        return caller
 
     def _identify(self, uris: list[str], pem: bytes) -> Principal:
         if len(uris) != 1:

@@ -27,7 +27,7 @@ from services.db.database import DatabaseConfig
 from services.driver.app import DriverApp, DriverConfig, start
 from services.driver.leader import LeaseSettings
 from tests.conftest import service_url
-from tests.envoy_gateway import gateway_deployment, running, wait_healthy
+from tests.envoy_gateway import gateway_deployment, running
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -105,15 +105,19 @@ async def test_only_workers_of_the_deployment_get_in_and_reach_the_leader(
                 assert e.code() == grpc.StatusCode.UNAVAILABLE, e
                 await asyncio.sleep(0.05)
         moved_s = time.monotonic() - stepped_down
-        await wait_healthy(envoy, ["driver"])
-        assert (await asyncio.to_thread(envoy.healthy_hosts, "driver")) == [f"127.0.0.1:{standby.port}"]
+        # And the old leader, gone, is out within two failed checks.
+        for _ in range(200):
+            if await asyncio.to_thread(envoy.healthy_hosts, "driver") == [f"127.0.0.1:{standby.port}"]:
+                break
+            await asyncio.sleep(0.05)
+        assert await asyncio.to_thread(envoy.healthy_hosts, "driver") == [f"127.0.0.1:{standby.port}"]
         print(f"the internal gateway reached the new leader {moved_s:.2f} s after the old one stepped down "
               f"(health checked every {deployment.limits.health_check_interval_s:g} s)")
 
 
 async def test_only_the_gateway_may_forward_a_certificate(drivers: list[DriverApp], certs: DevCertificateAuthority,
                                                           tmp_path: Path) -> None:
-    """Straight to the leader: the gateway's own certificate without a forwarded one is nobody, and a
+    """Straight to the leader: the gateway's own certificate without a forwarded worker's is nobody, and a
     forwarded certificate is ignored on any other caller's connection."""
     leader = drivers[0]
     worker = WorkerIssuer(certs.directory).provision_worker("w2", tmp_path / "w2")
@@ -133,6 +137,10 @@ async def test_only_the_gateway_may_forward_a_certificate(drivers: list[DriverAp
     # A frontend that sends a worker's certificate in the header is still the frontend.
     code, why = await activate(certs.issue("frontend"), (("x-forwarded-client-cert", forwarded),))
     assert code == grpc.StatusCode.PERMISSION_DENIED and why.startswith("frontend may not call"), why
+    # The gateway forwards workers only: a (public) service certificate in the header is nobody.
+    frontend_cert = urllib.parse.quote(certs.issue("frontend").cert.read_text(), safe="")
+    code, why = await activate(certs.issue("gateway"), (("x-forwarded-client-cert", f'Cert="{frontend_cert}"'),))
+    assert code == grpc.StatusCode.UNAUTHENTICATED and "workers only" in why, why
     # The gateway forwarding the worker's certificate: the call is the worker's.
     code, why = await activate(certs.issue("gateway"), (("x-forwarded-client-cert", forwarded),))
     assert code == grpc.StatusCode.PERMISSION_DENIED and "worker-w2 may not act for instance 'w3'" in why, why
