@@ -14,8 +14,8 @@ from pathlib import Path
 from services.common.tls import DevCertificateAuthority
 from services.gateway import write_configs
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
+from services.gateway.descriptors import write_descriptor_set
 from services.gateway.envoy_process import EnvoyProcess
-from services.gateway.services import write_descriptor_set
 
 ANY_PORT = Address("127.0.0.1", 0)
 

@@ -4,7 +4,7 @@ By default it reads envoy/local.yaml (the default local deployment) and
 writes envoy/envoy-public.yaml and envoy/envoy-internal.yaml beside it.
 With --check it writes nothing and fails when a checked-in config is not
 what it would write. (The transcoder's descriptor set is not checked in:
-whoever runs Envoy writes it with `services.gateway.services.write_descriptor_set`.)
+whoever runs Envoy writes it with `services.gateway.descriptors.write_descriptor_set`.)
 """
 
 from __future__ import annotations

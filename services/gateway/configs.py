@@ -23,7 +23,7 @@ import ipaddress
 from typing import Any
 
 from services.gateway.deployment import Address, Deployment, GatewayTls
-from services.gateway.services import REFLECTION_SERVICES, RoutedService, internal_services, public_services
+from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
 
 Config = dict[str, Any]
 

@@ -11,19 +11,14 @@ from google.api import annotations_pb2
 from google.protobuf import descriptor_pb2
 
 from services.common.tls import DevCertificateAuthority
-from services.gateway import write_configs
+from services.gateway import prepare, write_configs
 from services.gateway.__main__ import LOCAL
 from services.gateway.__main__ import main as regenerate
 from services.gateway.configs import internal_config, public_config
 from services.gateway.deployment import Deployment
+from services.gateway.descriptors import gateway_descriptor_set, package_descriptor_set, write_descriptor_set
 from services.gateway.envoy_process import validate
-from services.gateway.services import (
-    gateway_descriptor_set,
-    internal_services,
-    package_descriptor_set,
-    public_services,
-    write_descriptor_set,
-)
+from services.gateway.routing import internal_services, public_services
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,6 +67,19 @@ def test_envoy_validate_refuses_a_broken_config(tmp_path: Path) -> None:
     write_configs(deployment, tmp_path / "configs")
     with pytest.raises(ValueError, match="descriptors"):
         validate(tmp_path / "configs" / "envoy-public.yaml", cwd=tmp_path)
+
+
+def test_prepare_writes_what_envoy_needs_and_validates_it(tmp_path: Path) -> None:
+    """What `corral up` will call: the descriptor set where the description says (relative to Envoy's
+    working directory), both configs, each passed by `envoy --mode validate`."""
+    deployment = Deployment.load(LOCAL)
+    data_dir_for(deployment, tmp_path)
+    (tmp_path / deployment.descriptor_set).unlink()
+    configs = prepare(deployment, tmp_path / "gateway", cwd=tmp_path)
+    assert sorted(configs) == ["internal", "public"]
+    assert configs["public"].read_text() == (REPO / "envoy" / "envoy-public.yaml").read_text().replace(
+        "from local.yaml", "from a deployment description")
+    assert (tmp_path / deployment.descriptor_set).read_bytes() == gateway_descriptor_set()
 
 
 def routes_of(config: dict) -> list[dict]:  # type: ignore[type-arg]

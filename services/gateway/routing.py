@@ -11,13 +11,12 @@ it is served.
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
 from collections.abc import Iterable
-from pathlib import Path
 
 from google.api import annotations_pb2
-from google.protobuf import any_pb2, descriptor, descriptor_pb2, duration_pb2
-from google.rpc import error_details_pb2, status_pb2
+from google.protobuf import descriptor_pb2
+
+from services.gateway.descriptors import package_descriptor_set
 
 PUBLIC_UPSTREAMS = {
     "corral.auth.v1": "auth",
@@ -28,7 +27,8 @@ PUBLIC_UPSTREAMS = {
 INTERNAL_PACKAGES = ("corral.driver.v1",)
 """The packages the internal gateway routes to the leading driver."""
 REFLECTION_SERVICES = ("grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection")
-"""Server reflection (grpcurl, buf curl), routed to the frontends: they list every public service."""
+"""Server reflection (grpcurl, buf curl), routed to the frontends: they list their own services (not yet
+the auth service's)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,12 +41,6 @@ class RoutedService:
     """'auth', 'frontend' or 'driver'."""
     streaming_methods: tuple[str, ...]
     """Methods that stream (either way): their routes have no timeout."""
-
-
-def package_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
-    """The FileDescriptorSet the `corral` package ships (scripts/gen_protos.py writes it)."""
-    data = importlib.resources.files("corral").joinpath("descriptors.binpb").read_bytes()
-    return descriptor_pb2.FileDescriptorSet.FromString(data)
 
 
 def _routed(files: Iterable[descriptor_pb2.FileDescriptorProto], upstream_of: dict[str, str],
@@ -62,7 +56,7 @@ def _routed(files: Iterable[descriptor_pb2.FileDescriptorProto], upstream_of: di
             if upstream is None:
                 if public:
                     raise ValueError(f"{name} has REST annotations but no upstream serves {file.package}: "
-                                     f"add it to services.gateway.services.PUBLIC_UPSTREAMS")
+                                     f"add it to services.gateway.routing.PUBLIC_UPSTREAMS")
                 continue
             streaming = tuple(m.name for m in service.method if m.client_streaming or m.server_streaming)
             found.append(RoutedService(name, upstream, streaming))
@@ -79,30 +73,3 @@ def internal_services(files: descriptor_pb2.FileDescriptorSet | None = None) -> 
     """The driver's services, which workers reach through the internal gateway."""
     files = files if files is not None else package_descriptor_set()
     return _routed(files.file, {p: "driver" for p in INTERNAL_PACKAGES}, public=False)
-
-
-_ERROR_MODULES = (any_pb2, duration_pb2, status_pb2, error_details_pb2)
-"""google.rpc.Status and the detail types corral's errors carry (BadRequest, PreconditionFailure, ...):
-the transcoder prints an error's status as JSON only when it knows every type in it."""
-
-
-def gateway_descriptor_set() -> bytes:
-    """The package's descriptor set plus google.rpc.Status and its detail types, for the transcoder's
-    `convert_grpc_status` (the protos themselves import neither)."""
-    files = package_descriptor_set()
-    present = {f.name for f in files.file}
-    for module in _ERROR_MODULES:
-        file: descriptor.FileDescriptor = module.DESCRIPTOR
-        if file.name not in present:
-            file.CopyToProto(files.file.add())
-            present.add(file.name)
-    return files.SerializeToString(deterministic=True)
-
-
-def write_descriptor_set(path: Path) -> Path:
-    """Write `gateway_descriptor_set()` to `path` (the deployment's `descriptor_set`), if it differs."""
-    data = gateway_descriptor_set()
-    if not path.exists() or path.read_bytes() != data:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return path
