@@ -21,7 +21,8 @@ import functools
 import hashlib
 import math
 import time
-from collections.abc import Awaitable, Callable
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import grpc
@@ -108,6 +109,14 @@ class PeerCertificate:
     service identity must be signed by the CA itself: a certificate signed by
     an intermediate (the drivers' worker issuer) may only name a worker, so a
     driver that signs worker certificates cannot mint a frontend.
+
+    A caller that reaches us through the internal gateway (Envoy,
+    services.gateway) is the worker behind it: the gateway verified the
+    worker's certificate against the same CA, and sends it in
+    `x-forwarded-client-cert`, removing any such header the worker sent. That
+    header is believed only on a connection that presents the gateway's own
+    certificate, and only when it names a worker; the gateway itself may call
+    nothing (no method names it).
     """
 
     def __init__(self, ca_cert: Path):
@@ -119,6 +128,20 @@ class PeerCertificate:
         pems = auth.get("x509_pem_cert") or []
         if not pems:
             raise Unauthenticated("a client certificate is required")
+        principal = self._identify(uris, pems[0])
+        if principal.role != GATEWAY_IDENTITY:
+            return principal
+        forwarded = forwarded_certificate(context.invocation_metadata() or ())
+        if forwarded is None:
+            raise Unauthenticated("the gateway forwarded no client certificate (x-forwarded-client-cert)")
+        caller = self._identify(_spiffe_uris(forwarded), forwarded)
+        if caller.role != "worker":
+            # The gateway admits workers only. A certificate is public: were anything else believed here,
+            # whoever held the gateway's key could be any service.
+            raise Unauthenticated(f"the gateway forwards workers only, not {caller.name}")
+        return caller
+
+    def _identify(self, uris: list[str], pem: bytes) -> Principal:
         if len(uris) != 1:
             raise Unauthenticated("the client certificate must name exactly one spiffe://corral/ identity")
         uri = uris[0]
@@ -127,9 +150,38 @@ class PeerCertificate:
         name = uri.removeprefix(SERVICE_URI_PREFIX)
         if not uri.startswith(SERVICE_URI_PREFIX) or name not in SERVICE_ROLES:
             raise Unauthenticated(f"unknown identity {uri}")
-        if _issuer(pems[0]) != self._ca_subject:
+        if _issuer(pem) != self._ca_subject:
             raise Unauthenticated(f"{uri} is not signed by the CA itself: an intermediate issues workers only")
         return Principal(name=name, kind="service", role=name)
+
+
+GATEWAY_IDENTITY = "gateway"
+"""The internal gateway's identity (spiffe://corral/service/gateway): it forwards workers' certificates."""
+
+
+def forwarded_certificate(metadata: Iterable[tuple[str, str | bytes]]) -> bytes | None:
+    """The client certificate (PEM) in an `x-forwarded-client-cert` header as Envoy sets it
+    (`Cert="<url-encoded PEM>"` in its one element), or None if there is none."""
+    values = [v for k, v in metadata if k == "x-forwarded-client-cert"]
+    if len(values) != 1 or not isinstance(values[0], str):
+        return None
+    element = values[0]
+    if "," in element.replace("%2C", ""):  # more than one element: not what SANITIZE_SET sends
+        return None
+    for pair in element.split(";"):
+        key, _, value = pair.partition("=")
+        if key.strip() == "Cert":
+            return urllib.parse.unquote(value.strip().strip('"')).encode()
+    return None
+
+
+def _spiffe_uris(pem: bytes) -> list[str]:
+    try:
+        names = x509.load_pem_x509_certificate(pem).extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except (ValueError, x509.ExtensionNotFound) as e:
+        raise Unauthenticated(f"the forwarded client certificate is unreadable: {e}") from None
+    return [u for u in names.value.get_values_for_type(x509.UniformResourceIdentifier)
+            if u.startswith("spiffe://corral/")]
 
 
 def bearer_token(context: grpc.aio.ServicerContext) -> str | None:

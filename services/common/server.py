@@ -237,12 +237,15 @@ class RunningServers:
     """Server streams open per caller, when limited."""
     service_names: list[str] = dataclasses.field(default_factory=list)
     """The services served (health reports each, and "" for the whole server)."""
+    serving: bool = False
+    """What health reports now."""
     _watch: asyncio.Task[None] | None = None
     _recheck: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     async def set_serving(self, serving: bool) -> None:
         """Report every service SERVING or NOT_SERVING."""
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        self.serving = serving
         for name in [*self.service_names, ""]:
             await self.health.set(name, status)
 
@@ -254,7 +257,7 @@ class RunningServers:
         `recheck_health()` looks again at once."""
 
         async def watch() -> None:
-            serving = True
+            serving = self.serving
             while True:
                 self._recheck.clear()
                 try:
@@ -295,10 +298,13 @@ async def serve(
     listeners: Sequence[Listener],
     tracer_provider: TracerProvider | None = None,
     limits: CallLimits = CallLimits(),
+    serving_at_start: bool = True,
 ) -> RunningServers:
     """Start one server per listener with every service, health and reflection, every
-    call held to `limits` (stream slots are counted across the listeners). If a listener
-    cannot start (its port is taken), the servers already started are stopped first."""
+    call held to `limits` (stream slots are counted across the listeners). Health says
+    SERVING from the start unless `serving_at_start` is false (a driver is not ready until
+    it leads: a gateway that asked a fresh standby must not hear SERVING even once). If a
+    listener cannot start (its port is taken), the servers already started are stopped first."""
     health_servicer = health.aio.HealthServicer()
     servers, ports = [], []
     names = [s.name for s in services] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -322,7 +328,7 @@ async def serve(
             servers.append(server)
             ports.append(port)
         running = RunningServers(servers, ports, health_servicer, slots, [s.name for s in services])
-        await running.set_serving(True)
+        await running.set_serving(serving_at_start)
         started.pop_all()
     return running
 

@@ -3,7 +3,7 @@ gRPC credentials built on them.
 
 Every corral process proves who it is with a certificate whose subject
 alternative names carry its identity as a URI, `spiffe://corral/service/NAME`
-for the services ("auth", "frontend", "driver") and
+for the services ("auth", "frontend", "driver", "gateway") and
 `spiffe://corral/worker/INSTANCE` for a worker machine. Services talk to each
 other with mutual TLS and read the caller's identity from that URI
 (`services.common.identity`). People connect with plain TLS and a bearer
@@ -56,8 +56,8 @@ SERVICE_URI_PREFIX = "spiffe://corral/service/"
 """Identity URI of a corral service; the name follows."""
 WORKER_URI_PREFIX = "spiffe://corral/worker/"
 """Identity URI of a worker machine; its instance name follows."""
-SERVICE_IDENTITIES = ("auth", "frontend", "driver")
-"""The services' certificate identities."""
+SERVICE_IDENTITIES = ("auth", "frontend", "driver", "gateway")
+"""The services' certificate identities (the gateway's: Envoy, which calls on workers' behalf)."""
 WORKER_ISSUER = "worker-issuer"
 """File stem of the drivers' intermediate CA for worker certificates."""
 

@@ -266,7 +266,9 @@ async def start(config: DriverConfig) -> DriverApp:
                               [Listener.mutual_tls(config.internal_address, tls)],
                               tracer_provider=tracing.provider,
                               # Its callers are corral's own; still, no unary call holds it longer.
-                              limits=CallLimits(unary_deadline_s=60.0))
+                              limits=CallLimits(unary_deadline_s=60.0),
+                              # Not ready until elected: the internal gateway routes by this health.
+                              serving_at_start=False)
         stack.push_async_callback(servers.stop)
         # Campaign under the address workers and standbys can reach us at.
         state.name = f"localhost:{servers.ports[0]}"

@@ -124,6 +124,7 @@ def test_services_hold_only_their_own_keys_and_no_secret_is_on_a_command_line(cl
         "frontend": ["ca.pem", "frontend.key", "frontend.pem", "job-secrets.pub"],  # seals secrets, cannot open
         "driver": ["ca.pem", "driver.key", "driver.pem", "job-secrets.key", "worker-issuer.key",
                    "worker-issuer.pem"],
+        "gateway": ["ca.pem", "gateway.key", "gateway.pem"],  # Envoy's, for the gateways (docs/gateway.md)
     }
     secrets = [(cluster.data_dir / "secrets" / f"db-{s}.password").read_text().strip()
                for s in ("auth", "frontend", "driver")]

@@ -1,0 +1,309 @@
+"""The Envoy configs of both gateways, as Python data, from one `Deployment`.
+
+- public: one TLS listener for people (HTTP/2 for gRPC, HTTP/1.1 or 2 for
+  REST/JSON, by ALPN). gRPC is routed by service name to auth or to the
+  frontends; REST/JSON is transcoded to the same gRPC calls by
+  `grpc_json_transcoder` from the descriptor set, and then routed the same
+  way. Errors come back as JSON `google.rpc.Status` with the HTTP status of
+  the gRPC code; server streams as one JSON message per line.
+- internal: mutual TLS for workers only, routing the driver's services to the
+  one driver that says SERVING on gRPC health: the leader.
+
+Each upstream is health-checked with gRPC health every
+`limits.health_check_interval_s` (also while it has no traffic, so a new
+leader is found within about that long), and the gateway shows upstreams its
+own certificate (spiffe://corral/service/gateway), verifying theirs against
+the deployment CA and their spiffe identity. Both gateways write one JSON
+line per request carrying `x-request-id` and `traceparent`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from services.gateway.deployment import Address, Deployment, GatewayTls
+from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
+
+Config = dict[str, Any]
+
+_HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+_TLS_SOCKET = "envoy.transport_sockets.tls"
+
+IDENTITY_URI = "spiffe://corral/service/{}"
+"""The URI SAN each upstream service's certificate carries (services.common.tls)."""
+
+HEALTH_SERVICE = {"auth": "", "frontend": "", "driver": "corral.driver.v1.DriverService"}
+"""The name each upstream's health is asked for: the whole server, except the driver's service, which
+only the leader serves."""
+
+
+def _seconds(value: float) -> str:
+    """A protobuf Duration in its JSON form."""
+    return f"{value:g}s"
+
+
+def _socket(address: Address) -> Config:
+    return {"socket_address": {"address": address.host, "port_value": address.port}}
+
+
+def _certificate(tls: GatewayTls) -> Config:
+    return {"certificate_chain": {"filename": str(tls.cert)}, "private_key": {"filename": str(tls.key)}}
+
+
+def _admin(address: Address) -> Config:
+    return {"address": _socket(address)}
+
+
+def access_log(deployment: Deployment, gateway: str) -> list[Config]:
+    """One JSON line per request, with the ids that tie it to the services' logs and traces."""
+    fields = {
+        "gateway": gateway,
+        "start_time": "%START_TIME%",
+        "method": "%REQ(X-ENVOY-ORIGINAL-METHOD?:METHOD)%",
+        "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+        "protocol": "%PROTOCOL%",
+        "response_code": "%RESPONSE_CODE%",
+        "grpc_status": "%GRPC_STATUS%",
+        "response_flags": "%RESPONSE_FLAGS%",
+        "bytes_received": "%BYTES_RECEIVED%",
+        "bytes_sent": "%BYTES_SENT%",
+        "duration_ms": "%DURATION%",
+        "upstream_cluster": "%UPSTREAM_CLUSTER%",
+        "upstream_host": "%UPSTREAM_HOST%",
+        "request_id": "%REQ(X-REQUEST-ID)%",
+        "traceparent": "%REQ(TRACEPARENT)%",
+        "user_agent": "%REQ(USER-AGENT)%",
+        "peer_uri_san": "%DOWNSTREAM_PEER_URI_SAN%",
+    }
+    return [{
+        "name": "envoy.access_loggers.file",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+            "path": str(deployment.access_log),
+            "log_format": {"json_format": fields},
+        },
+    }]
+
+
+def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> Config:
+    """An upstream over HTTP/2 and mutual TLS, health-checked by gRPC health, balanced over healthy hosts."""
+    limits = deployment.limits
+    interval = _seconds(limits.health_check_interval_s)
+    ip_only = all(_is_ip(h.host) for h in hosts)
+    return {
+        "name": name,
+        "type": "STATIC" if ip_only else "STRICT_DNS",
+        "connect_timeout": "2s",
+        "lb_policy": "ROUND_ROBIN",
+        # Never "panic" into sending calls to unhealthy hosts: a standby driver must get none.
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            },
+        },
+        "load_assignment": {
+            "cluster_name": name,
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _socket(h)}} for h in hosts]}],
+        },
+        "health_checks": [{
+            "timeout": _seconds(limits.health_check_timeout_s),
+            "interval": interval,
+            # Also while the cluster has no traffic (Envoy's default then is 60 s): a worker that
+            # reconnects after a failover must find the new leader already known.
+            "no_traffic_interval": interval,
+            # Two failures in a row, so one slow answer from a busy host does not take it out; one
+            # success puts a host (a newly elected leader) in at once.
+            "unhealthy_threshold": 2,
+            "healthy_threshold": 1,
+            "grpc_health_check": {"service_name": HEALTH_SERVICE[name]},
+        }],
+        "transport_socket": {
+            "name": _TLS_SOCKET,
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+                "common_tls_context": {
+                    "alpn_protocols": ["h2"],
+                    "tls_certificates": [_certificate(deployment.tls)],
+                    "validation_context": {
+                        "trusted_ca": {"filename": str(deployment.tls.ca_cert)},
+                        "match_typed_subject_alt_names": [
+                            {"san_type": "URI", "matcher": {"exact": IDENTITY_URI.format(name)}}],
+                    },
+                },
+            },
+        },
+    }
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _routes(services: list[RoutedService], timeout_s: float) -> list[Config]:
+    """Per service, its streaming methods without a timeout, then the rest of it with one."""
+    routes = []
+    for service in services:
+        for method in service.streaming_methods:
+            routes.append({"match": {"path": f"/{service.name}/{method}"},
+                           "route": {"cluster": service.upstream, "timeout": "0s"}})
+        routes.append({"match": {"prefix": f"/{service.name}/"},
+                       "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}})
+    return routes
+
+
+def _router() -> Config:
+    return {"name": "envoy.filters.http.router",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}
+
+
+def _body_size_limit(deployment: Deployment) -> Config:
+    """Refuse (413) a request whose body, REST or gRPC, is larger than the limit, before any service
+    reads it. (The transcoder's own limit only holds what it buffers, and a REST body is streamed.)"""
+    return {
+        "name": "envoy.filters.http.body_size_limit",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.body_size_limit.v3.BodySizeLimit",
+            "max_request_bytes": deployment.limits.max_request_bytes,
+        },
+    }
+
+
+def _transcoder(deployment: Deployment, services: list[RoutedService]) -> Config:
+    limits = deployment.limits
+    return {
+        "name": "envoy.filters.http.grpc_json_transcoder",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_json_transcoder.v3.GrpcJsonTranscoder",
+            "proto_descriptor": str(deployment.descriptor_set),
+            "services": [s.name for s in services],
+            # A failed call's grpc-status-details-bin becomes the JSON body (google.rpc.Status with its
+            # details) and its code the HTTP status, instead of an empty 200.
+            "convert_grpc_status": True,
+            "print_options": {
+                "add_whitespace": False,
+                "always_print_primitive_fields": False,
+                "always_print_enums_as_ints": False,
+                "preserve_proto_field_names": False,
+                # Server streams as one JSON message per line, each sent as it comes, rather than one
+                # JSON array that is only complete when the stream ends.
+                "stream_newline_delimited": True,
+            },
+            "max_request_body_size": limits.max_request_bytes,
+            "max_response_body_size": limits.max_response_bytes,
+        },
+    }
+
+
+def _listener(name: str, address: Address, tls_context: Config, manager: Config) -> Config:
+    return {
+        "name": name,
+        "address": _socket(address),
+        "filter_chains": [{
+            "transport_socket": {"name": _TLS_SOCKET, "typed_config": tls_context},
+            "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}],
+        }],
+    }
+
+
+def public_config(deployment: Deployment) -> Config:
+    """The public gateway: TLS for people, gRPC by service name, REST/JSON transcoded."""
+    services = public_services()
+    limits = deployment.limits
+    reflection = [RoutedService(name, "frontend", ("ServerReflectionInfo",)) for name in REFLECTION_SERVICES]
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": "public",
+        "codec_type": "AUTO",
+        "use_remote_address": True,
+        "generate_request_id": True,
+        # People quote it when something went wrong; it is in the access log and the services' traces.
+        "always_set_request_id_in_response": True,
+        "normalize_path": True,
+        "merge_slashes": True,
+        "max_request_headers_kb": limits.max_request_headers_kb,
+        "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
+        "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
+        "access_log": access_log(deployment, "public"),
+        "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
+        "route_config": {
+            "name": "public",
+            "virtual_hosts": [{
+                "name": "corral",
+                "domains": ["*"],
+                "routes": _routes(services + reflection, limits.route_timeout_s),
+            }],
+        },
+    }
+    tls_context = {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+        "common_tls_context": {
+            "alpn_protocols": ["h2", "http/1.1"],
+            "tls_certificates": [_certificate(deployment.tls)],
+        },
+    }
+    return {
+        "admin": _admin(deployment.public_admin_listen),
+        "static_resources": {
+            "listeners": [_listener("public", deployment.public_listen, tls_context, manager)],
+            "clusters": [_cluster("auth", (deployment.auth,), deployment),
+                         _cluster("frontend", deployment.frontends, deployment)],
+        },
+    }
+
+
+def internal_config(deployment: Deployment) -> Config:
+    """The internal gateway: workers (mutual TLS, certificates of the deployment CA) to the leading driver.
+
+    The worker's identity travels to the driver in `x-forwarded-client-cert` (set by the gateway, any
+    such header from the worker removed): the driver sees the gateway's certificate on the connection."""
+    limits = deployment.limits
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": "internal",
+        "codec_type": "HTTP2",
+        "generate_request_id": True,
+        "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
+        "forward_client_cert_details": "SANITIZE_SET",
+        "set_current_client_cert_details": {"uri": True, "cert": True, "chain": True},
+        "access_log": access_log(deployment, "internal"),
+        "http_filters": [_router()],
+        "route_config": {
+            "name": "internal",
+            "virtual_hosts": [{
+                "name": "drivers",
+                "domains": ["*"],
+                "routes": _routes(internal_services(), limits.route_timeout_s),
+            }],
+        },
+    }
+    validation: Config = {"trusted_ca": {"filename": str(deployment.tls.ca_cert)}}
+    if deployment.worker_san_prefix:
+        validation["match_typed_subject_alt_names"] = [
+            {"san_type": "URI", "matcher": {"prefix": deployment.worker_san_prefix}}]
+    tls_context = {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+        "require_client_certificate": True,
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "tls_certificates": [_certificate(deployment.tls)],
+            "validation_context": validation,
+        },
+    }
+    return {
+        "admin": _admin(deployment.internal_admin_listen),
+        "static_resources": {
+            "listeners": [_listener("internal", deployment.internal_listen, tls_context, manager)],
+            "clusters": [_cluster("driver", deployment.drivers, deployment)],
+        },
+    }
+
+
+CONFIGS = {"public": public_config, "internal": internal_config}
+"""Every gateway config, by the file stem it is written under (`envoy-NAME.yaml`)."""

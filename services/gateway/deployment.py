@@ -1,0 +1,158 @@
+"""One description of a deployment, from which every Envoy config is generated.
+
+A deployment says where the two gateways listen, which certificates they
+hold, where each upstream service listens, and the limits people's calls are
+held to. It is read from a small YAML file (`envoy/local.yaml` describes the
+default local deployment) or built in Python (`corral up`, the tests).
+
+Paths may be relative: they are then relative to the directory Envoy runs
+in (`corral up` runs it in its data directory), and are written into the
+configs as given, so a checked-in config names no machine's absolute path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    """A host and a port."""
+
+    host: str
+    """An IP address or a name; the services and gateways bind loopback locally."""
+    port: int
+    """TCP port; 0 only where the gateway listens (Envoy picks a free port: ask its admin which)."""
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port {self.port} of {self.host} is not between 0 and 65535")
+
+    @classmethod
+    def parse(cls, text: str) -> Address:
+        """'host:port' → Address."""
+        host, _, port = str(text).rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{text!r} is not host:port")
+        return cls(host, int(port))
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewayTls:
+    """The gateway's own certificate (shown to people and workers, and to the upstream services, which
+    see a caller named spiffe://corral/service/gateway) and the deployment CA."""
+
+    ca_cert: Path
+    """The deployment CA: upstream services' certificates and workers' client certificates chain to it."""
+    cert: Path
+    """The gateway's certificate chain (PEM)."""
+    key: Path
+    """The gateway's private key (PEM)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What people's calls through the public gateway are held to."""
+
+    max_request_bytes: int = 4 * 1024 * 1024
+    """Largest REST/JSON request body; gRPC messages are held to the same size by the services
+    (the frontend's max_request_bytes). Larger bodies are refused with 413."""
+    max_response_bytes: int = 64 * 1024 * 1024
+    """Largest unary REST/JSON response the transcoder buffers (server streams are not buffered)."""
+    max_request_headers_kb: int = 64
+    """Largest request header block."""
+    route_timeout_s: float = 65.0
+    """Unary calls end after this long (a little over the services' own 60 s call deadline, so the
+    service's DEADLINE_EXCEEDED, with its reason, normally reaches the caller first). Streams are exempt."""
+    stream_idle_timeout_s: float = 3600.0
+    """A stream with no bytes either way for this long is reset (WatchBatch on a quiet batch sends
+    nothing for long stretches, so this is generous)."""
+    health_check_interval_s: float = 1.0
+    """How often Envoy asks each upstream's gRPC health: a new leader gets workers' calls, and a standby
+    that was the leader stops getting them, within about two of these."""
+    health_check_timeout_s: float = 2.0
+    """How long one health answer may take (an answer slower than this counts as a failure)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Deployment:
+    """Everything the gateways' configs are generated from."""
+
+    public_listen: Address
+    """Where people reach corral: TLS, HTTP/2 (gRPC) and HTTP/1.1 (REST/JSON)."""
+    internal_listen: Address
+    """Where workers reach the leading driver: mutual TLS."""
+    public_admin_listen: Address
+    """The public gateway's Envoy admin interface (stats, cluster health, readiness); loopback only: it can
+    stop Envoy."""
+    internal_admin_listen: Address
+    """The internal gateway's admin interface; loopback only."""
+    tls: GatewayTls
+    """The gateway's certificate and the deployment CA."""
+    auth: Address
+    """The auth service's public (TLS, bearer token) listener."""
+    frontends: tuple[Address, ...]
+    """Every frontend's public listener; calls are balanced over the healthy ones."""
+    drivers: tuple[Address, ...]
+    """Every driver's internal (mutual TLS) listener; only the leader says SERVING, so only it gets calls."""
+    descriptor_set: Path
+    """The FileDescriptorSet the REST/JSON transcoder reads (`services.gateway.descriptors` writes it)."""
+    access_log: Path
+    """Where both gateways append their JSON access log lines."""
+    limits: Limits = Limits()
+    """What people's calls are held to."""
+    worker_san_prefix: str = "spiffe://corral/worker/"
+    """Only client certificates with a URI SAN starting with this reach the internal gateway ('' accepts
+    any certificate the CA signed)."""
+
+    def __post_init__(self) -> None:
+        for upstream in (self.auth, *self.frontends, *self.drivers):
+            if upstream.port == 0:
+                raise ValueError(f"upstream {upstream} needs its port")
+        if not self.frontends:
+            raise ValueError("a deployment needs at least one frontend")
+        if not self.drivers:
+            raise ValueError("a deployment needs at least one driver")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Deployment:
+        """A deployment from its YAML form (see envoy/local.yaml); unknown keys are refused."""
+        data = dict(data)
+        tls = GatewayTls(**{k: Path(v) for k, v in _only(data.pop("tls"), GatewayTls).items()})
+        limits = Limits(**_only(data.pop("limits", {}) or {}, Limits))
+        fields = _only(data, cls)
+        return cls(
+            public_listen=Address.parse(fields["public_listen"]),
+            internal_listen=Address.parse(fields["internal_listen"]),
+            public_admin_listen=Address.parse(fields["public_admin_listen"]),
+            internal_admin_listen=Address.parse(fields["internal_admin_listen"]),
+            tls=tls,
+            auth=Address.parse(fields["auth"]),
+            frontends=tuple(Address.parse(a) for a in fields["frontends"]),
+            drivers=tuple(Address.parse(a) for a in fields["drivers"]),
+            descriptor_set=Path(fields["descriptor_set"]),
+            access_log=Path(fields["access_log"]),
+            limits=limits,
+            **({"worker_san_prefix": fields["worker_san_prefix"]} if "worker_san_prefix" in fields else {}),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> Deployment:
+        """Read a deployment description (YAML)."""
+        return cls.from_dict(yaml.safe_load(path.read_text()))
+
+
+def _only(data: dict[str, Any], kind: type) -> dict[str, Any]:
+    """`data`, refusing keys that are not fields of `kind` (a misspelt limit must not be ignored)."""
+    known = {f.name for f in dataclasses.fields(kind)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"unknown {kind.__name__} settings: {', '.join(unknown)}")
+    return data

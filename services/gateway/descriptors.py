@@ -1,0 +1,49 @@
+"""The descriptor set the REST/JSON transcoder reads.
+
+The `corral` package ships `corral/descriptors.binpb` (scripts/gen_protos.py
+writes it: every corral proto and its imports). The transcoder also needs
+`google.rpc.Status` and the detail types corral's errors carry, to print a
+failed call's status as JSON; the protos import neither, so they are added
+here.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from pathlib import Path
+
+from google.protobuf import any_pb2, descriptor, descriptor_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+
+def package_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
+    """The FileDescriptorSet the `corral` package ships (scripts/gen_protos.py writes it)."""
+    data = importlib.resources.files("corral").joinpath("descriptors.binpb").read_bytes()
+    return descriptor_pb2.FileDescriptorSet.FromString(data)
+
+
+_ERROR_MODULES = (any_pb2, duration_pb2, status_pb2, error_details_pb2)
+"""google.rpc.Status and the detail types corral's errors carry (BadRequest, PreconditionFailure, ...):
+the transcoder prints an error's status as JSON only when it knows every type in it."""
+
+
+def gateway_descriptor_set() -> bytes:
+    """The package's descriptor set plus google.rpc.Status and its detail types, for the transcoder's
+    `convert_grpc_status` (the protos themselves import neither)."""
+    files = package_descriptor_set()
+    present = {f.name for f in files.file}
+    for module in _ERROR_MODULES:
+        file: descriptor.FileDescriptor = module.DESCRIPTOR
+        if file.name not in present:
+            file.CopyToProto(files.file.add())
+            present.add(file.name)
+    return files.SerializeToString(deterministic=True)
+
+
+def write_descriptor_set(path: Path) -> Path:
+    """Write `gateway_descriptor_set()` to `path` (the deployment's `descriptor_set`), if it differs."""
+    data = gateway_descriptor_set()
+    if not path.exists() or path.read_bytes() != data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return path

@@ -1,0 +1,136 @@
+"""The generated Envoy configs: current in envoy/, accepted by the real Envoy (`--mode validate`), and
+routing what the descriptor set says (no route written by hand)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from google.api import annotations_pb2
+from google.protobuf import descriptor_pb2
+
+from services.common.tls import DevCertificateAuthority
+from services.gateway import prepare, write_configs
+from services.gateway.__main__ import LOCAL
+from services.gateway.__main__ import main as regenerate
+from services.gateway.configs import internal_config, public_config
+from services.gateway.deployment import Deployment
+from services.gateway.descriptors import gateway_descriptor_set, package_descriptor_set, write_descriptor_set
+from services.gateway.envoy_process import validate
+from services.gateway.routing import internal_services, public_services
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_checked_in_configs_are_current() -> None:
+    assert regenerate(["--check"]) == 0, "run: python -m services.gateway"
+
+
+def test_the_check_sees_a_stale_config(tmp_path: Path) -> None:
+    (tmp_path / "local.yaml").write_bytes(LOCAL.read_bytes())
+    assert regenerate(["--deployment", str(tmp_path / "local.yaml")]) == 0
+    assert regenerate(["--deployment", str(tmp_path / "local.yaml"), "--check"]) == 0
+    stale = tmp_path / "envoy-public.yaml"
+    stale.write_text(stale.read_text().replace("8443", "8080"))
+    assert regenerate(["--deployment", str(tmp_path / "local.yaml"), "--check"]) == 1
+
+
+def data_dir_for(deployment: Deployment, directory: Path) -> None:
+    """The files `deployment` names, laid out under `directory` as corral up's data directory holds them."""
+    ca = DevCertificateAuthority(directory / "ca")
+    issued = ca.issue("gateway")
+    for source, target in ((issued.ca_cert, deployment.tls.ca_cert), (issued.cert, deployment.tls.cert),
+                           (issued.key, deployment.tls.key)):
+        (directory / target).parent.mkdir(parents=True, exist_ok=True)
+        (directory / target).write_bytes(source.read_bytes())
+    write_descriptor_set(directory / deployment.descriptor_set)
+    (directory / deployment.access_log).parent.mkdir(parents=True, exist_ok=True)
+
+
+@pytest.mark.parametrize("name", ["public", "internal"])
+def test_every_checked_in_config_passes_envoy_validate(name: str, tmp_path: Path) -> None:
+    data_dir_for(Deployment.load(LOCAL), tmp_path)
+    validate(REPO / "envoy" / f"envoy-{name}.yaml", cwd=tmp_path)
+
+
+def test_envoy_validate_refuses_a_broken_config(tmp_path: Path) -> None:
+    """The check above can fail: a cluster no route knows and a missing descriptor set are caught."""
+    deployment = Deployment.load(LOCAL)
+    data_dir_for(deployment, tmp_path)
+    config = public_config(deployment)
+    config["static_resources"]["clusters"].pop()  # the frontends
+    (tmp_path / "broken.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(ValueError, match="frontend"):
+        validate(tmp_path / "broken.yaml", cwd=tmp_path)
+    (tmp_path / deployment.descriptor_set).unlink()
+    write_configs(deployment, tmp_path / "configs")
+    with pytest.raises(ValueError, match="descriptors"):
+        validate(tmp_path / "configs" / "envoy-public.yaml", cwd=tmp_path)
+
+
+def test_prepare_writes_what_envoy_needs_and_validates_it(tmp_path: Path) -> None:
+    """What `corral up` will call: the descriptor set where the description says (relative to Envoy's
+    working directory), both configs, each passed by `envoy --mode validate`."""
+    deployment = Deployment.load(LOCAL)
+    data_dir_for(deployment, tmp_path)
+    (tmp_path / deployment.descriptor_set).unlink()
+    configs = prepare(deployment, tmp_path / "gateway", cwd=tmp_path)
+    assert sorted(configs) == ["internal", "public"]
+    assert configs["public"].read_text() == (REPO / "envoy" / "envoy-public.yaml").read_text().replace(
+        "from local.yaml", "from a deployment description")
+    assert (tmp_path / deployment.descriptor_set).read_bytes() == gateway_descriptor_set()
+
+
+def routes_of(config: dict) -> list[dict]:  # type: ignore[type-arg]
+    listener = config["static_resources"]["listeners"][0]
+    manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
+    return manager["route_config"]["virtual_hosts"][0]["routes"]
+
+
+def test_every_annotated_service_is_routed_and_streams_have_no_timeout() -> None:
+    deployment = Deployment.load(LOCAL)
+    routes = routes_of(public_config(deployment))
+    by_match = {r["match"].get("prefix") or r["match"]["path"]: r["route"] for r in routes}
+    files = package_descriptor_set().file
+    for file in files:
+        for service in file.service:
+            name = f"{file.package}.{service.name}"
+            if file.package in ("corral.driver.v1", "corral.worker.v1"):
+                assert f"/{name}/" not in by_match  # internal: never on the public gateway
+                continue
+            assert by_match[f"/{name}/"]["timeout"] == "65s"
+            for method in service.method:
+                if method.server_streaming or method.client_streaming:
+                    assert by_match[f"/{name}/{method.name}"]["timeout"] == "0s"
+    assert by_match["/corral.auth.v1.AuthService/"]["cluster"] == "auth"
+    assert by_match["/corral.batch.v1.BatchService/WatchBatch"]["cluster"] == "frontend"
+    assert by_match["/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"]["timeout"] == "0s"
+    internal = {r["match"].get("prefix") or r["match"]["path"]: r["route"]
+                for r in routes_of(internal_config(deployment))}
+    assert internal == {"/corral.driver.v1.DriverService/WorkerSession": {"cluster": "driver", "timeout": "0s"},
+                        "/corral.driver.v1.DriverService/": {"cluster": "driver", "timeout": "65s"}}
+
+
+def test_a_public_package_nobody_serves_is_refused() -> None:
+    files = package_descriptor_set()
+    file = files.file.add(name="corral/new/v1/new.proto", package="corral.new.v1")
+    service = file.service.add(name="NewService")
+    method = service.method.add(name="Get", input_type=".corral.auth.v1.WhoAmIRequest",
+                                output_type=".corral.auth.v1.WhoAmIResponse")
+    method.options.Extensions[annotations_pb2.http].get = "/api/v1/new"  # public, served by nobody
+    with pytest.raises(ValueError, match="corral.new.v1"):
+        public_services(files)
+    assert [s.name for s in internal_services(files)] == ["corral.driver.v1.DriverService"]
+
+
+def test_the_transcoder_knows_google_rpc_status_and_its_details() -> None:
+    names = {f.name for f in descriptor_pb2.FileDescriptorSet.FromString(gateway_descriptor_set()).file}
+    assert {"google/rpc/status.proto", "google/rpc/error_details.proto", "corral/batch/v1/batch_service.proto"} <= names
+
+
+def test_a_description_with_an_unknown_setting_is_refused() -> None:
+    data = yaml.safe_load(LOCAL.read_text())
+    data["limits"]["max_request_byte"] = 1
+    with pytest.raises(ValueError, match="max_request_byte"):
+        Deployment.from_dict(data)
