@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import grpc
 from prometheus_client import Counter, Histogram, start_http_server
 
 from services.common.files import write_atomically
+from services.common.handlers import StreamBehavior, UnaryBehavior, rewrapped
 
 RPC_REQUESTS = Counter("corral_rpc_requests", "RPCs this process served, by gRPC service, method and status code "
                        "(a stream is counted when it ends).", ["service", "method", "code"])
@@ -98,55 +100,34 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
             return handler
         service, _, method = details.method.strip("/").rpartition("/")
 
-        def done(started: float, code: grpc.StatusCode) -> None:
-            RPC_SECONDS.labels(service, method).observe(time.perf_counter() - started)
-            RPC_REQUESTS.labels(service, method, code.name).inc()
+        @contextlib.contextmanager
+        def counted(context: grpc.aio.ServicerContext) -> Iterator[None]:
+            started, code = time.perf_counter(), grpc.StatusCode.UNKNOWN
+            try:
+                yield
+                code = _code(context, grpc.StatusCode.OK)
+            except BaseException as e:  # noqa: BLE001 - counted, then raised as it was
+                cancelled = isinstance(e, asyncio.CancelledError)
+                code = _code(context, grpc.StatusCode.CANCELLED if cancelled else grpc.StatusCode.UNKNOWN)
+                raise
+            finally:
+                RPC_SECONDS.labels(service, method).observe(time.perf_counter() - started)
+                RPC_REQUESTS.labels(service, method, code.name).inc()
 
-        def unary_response(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-            async def counted(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                started, code = time.perf_counter(), grpc.StatusCode.UNKNOWN
-                try:
-                    response = await behavior(request, context)
-                    code = _code(context, grpc.StatusCode.OK)
-                    return response
-                except grpc.aio.AbortError:
-                    code = _code(context, grpc.StatusCode.UNKNOWN)
-                    raise
-                except BaseException as e:  # noqa: BLE001 - counted, then raised as it was
-                    code = _code(context, grpc.StatusCode.CANCELLED if _cancelled(e) else grpc.StatusCode.UNKNOWN)
-                    raise
-                finally:
-                    done(started, code)
-            return counted
+        def unary_response(behavior: UnaryBehavior) -> UnaryBehavior:
+            async def counting(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                with counted(context):
+                    return await behavior(request, context)
+            return counting
 
-        def stream_response(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
-            async def counted(request_or_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                started, code = time.perf_counter(), grpc.StatusCode.UNKNOWN
-                try:
-                    async for response in behavior(request_or_iterator, context):
+        def stream_response(behavior: StreamBehavior) -> StreamBehavior:
+            async def counting(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+                with counted(context):
+                    async for response in behavior(request, context):
                         yield response
-                    code = _code(context, grpc.StatusCode.OK)
-                except grpc.aio.AbortError:
-                    code = _code(context, grpc.StatusCode.UNKNOWN)
-                    raise
-                except BaseException as e:  # noqa: BLE001 - counted, then raised as it was
-                    code = _code(context, grpc.StatusCode.CANCELLED if _cancelled(e) else grpc.StatusCode.UNKNOWN)
-                    raise
-                finally:
-                    done(started, code)
-            return counted
+            return counting
 
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                unary_response(handler.unary_unary), handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                stream_response(handler.unary_stream), handler.request_deserializer, handler.response_serializer)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                unary_response(handler.stream_unary), handler.request_deserializer, handler.response_serializer)
-        return grpc.stream_stream_rpc_method_handler(
-            stream_response(handler.stream_stream), handler.request_deserializer, handler.response_serializer)
+        return rewrapped(handler, unary_response, stream_response)
 
 
 def _code(context: grpc.aio.ServicerContext, otherwise: grpc.StatusCode) -> grpc.StatusCode:
@@ -159,5 +140,3 @@ def _code(context: grpc.aio.ServicerContext, otherwise: grpc.StatusCode) -> grpc
     return otherwise
 
 
-def _cancelled(error: BaseException) -> bool:
-    return isinstance(error, asyncio.CancelledError)

@@ -36,6 +36,7 @@ from services.common.call_limits import CallLimits, StreamSlots
 from services.common.errors import DeadlineExceeded, InvalidRequest, PermissionDenied, to_status
 from services.common.fields import violations
 from services.common.files import write_atomically
+from services.common.handlers import rewrapped
 from services.common.identity import (
     Authenticator,
     BearerAuthenticator,
@@ -176,17 +177,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
             return wrapped
 
-        if handler.unary_unary:
-            return grpc.unary_unary_rpc_method_handler(
-                unary_response(handler.unary_unary), handler.request_deserializer, handler.response_serializer)
-        if handler.unary_stream:
-            return grpc.unary_stream_rpc_method_handler(
-                stream_response(handler.unary_stream), handler.request_deserializer, handler.response_serializer)
-        if handler.stream_unary:
-            return grpc.stream_unary_rpc_method_handler(
-                unary_response(handler.stream_unary), handler.request_deserializer, handler.response_serializer)
-        return grpc.stream_stream_rpc_method_handler(
-            stream_response(handler.stream_stream), handler.request_deserializer, handler.response_serializer)
+        return rewrapped(handler, unary_response, stream_response)
 
 
 STREAM_RECHECK_MIN_S = 0.25
