@@ -36,7 +36,6 @@ import asyncio
 import contextlib
 import os
 import resource
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -45,10 +44,9 @@ from typing import Any
 
 from bench import oci_start
 from bench.common import BenchContext, percentile, positive_int, progress
-from corral.batch.v1 import job_spec_pb2
+from bench.starter import Starter
 from services.worker import runtime as runtime_module
-from services.worker.logs import LogSink
-from services.worker.runtime import JobRun, ProcessRuntime, ProcessRuntimeConfig, can_isolate
+from services.worker.runtime import ProcessRuntime, ProcessRuntimeConfig, can_isolate
 
 NAME = "job-start"
 HELP = "CPU and rate of starting no-op attempts: the process runtime, isolated and not, and OCI containers"
@@ -167,34 +165,6 @@ def _live_descendants(root: int) -> list[int]:
     return found
 
 
-class Starter:
-    """Runs no-op attempts through one ProcessRuntime, each checked to succeed."""
-
-    def __init__(self, runtime: ProcessRuntime, scratch: Path, memory_bytes: int):
-        self.runtime = runtime
-        self.scratch = scratch
-        self.memory_bytes = memory_bytes
-        self._count = 0
-
-    async def start_one(self) -> None:
-        self._count += 1
-        job = JobRun(batch_id=1, job_id=self._count, attempt_id=f"a{self._count}",
-                     spec=job_spec_pb2.JobSpec(image="none", argv=job_spec_pb2.Argv(args=["true"])),
-                     cores_mcpu=250, memory_bytes=self.memory_bytes, scratch=self.scratch)
-        outcome = await self.runtime.run(job, LogSink(job.log_path), _nothing)
-        if outcome.state != "Success":
-            raise RuntimeError(f"a no-op attempt ended {outcome.state}: {outcome.error_message}")
-        shutil.rmtree(job.attempt_dir)
-
-    def container_cpu_ms(self) -> float:
-        """The attempts' processes are the benchmark's descendants, in its cgroup: nothing to add."""
-        return 0.0
-
-
-async def _nothing(pid: int) -> None:
-    pass
-
-
 async def measure(mode: str, meter: CpuMeter, n_starts: int, concurrency: int, memory_bytes: int,
                   scratch: Path) -> dict[str, Any]:
     if mode == "oci":
@@ -207,7 +177,7 @@ async def measure(mode: str, meter: CpuMeter, n_starts: int, concurrency: int, m
         await runtime.close()
 
 
-async def _measure(mode: str, starter: Starter | oci_start.OciStarter, meter: CpuMeter, n_starts: int,
+async def _measure(mode: str, starter: Starter, meter: CpuMeter, n_starts: int,
                    concurrency: int) -> dict[str, Any]:
     def cpu_ms() -> float:
         return meter.read_ms() + starter.container_cpu_ms()
@@ -257,7 +227,7 @@ class CpuSplit:
         self.parts: dict[str, list[float]] = {"worker process": [], "reaped children": [], "container": []}
 
     @contextlib.contextmanager
-    def counting(self, starter: Starter | oci_start.OciStarter) -> Iterator[None]:
+    def counting(self, starter: Starter) -> Iterator[None]:
         before = (_rusage_ms(resource.RUSAGE_SELF), _rusage_ms(resource.RUSAGE_CHILDREN), starter.container_cpu_ms())
         yield
         after = (_rusage_ms(resource.RUSAGE_SELF), _rusage_ms(resource.RUSAGE_CHILDREN), starter.container_cpu_ms())

@@ -26,19 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentile, progress
-from corral.batch.v1 import job_spec_pb2
+from bench.starter import Starter
 from services.registry.seed import seed
 from services.registry.server import RegistryServer
 from services.up import free_port
 from services.worker.images import ImageCache
-from services.worker.logs import LogSink
 from services.worker.oci import cgroups, layer, network
 from services.worker.oci import runc as runc_module
 from services.worker.oci import runtime as oci_runtime_module
 from services.worker.oci.config import OciRuntimeConfig
 from services.worker.oci.images import CachedRootfs
 from services.worker.oci.runtime import OciRuntime, host_refusals
-from services.worker.runtime import JobRun
 
 IMAGE = "busybox"
 
@@ -125,42 +123,26 @@ class StepClock:
         return kind(wrapped) if kind is not None else wrapped
 
 
-class OciStarter:
-    """Runs no-op containers through one OciRuntime, each checked to succeed. `container_cpu_ms` is the CPU
-    spent inside the attempts' cgroups (the job's processes and runc's init once it joined), which the
-    benchmark's own cgroup does not see."""
+class OciStarter(Starter):
+    """No-op containers of busybox through one OciRuntime. `container_cpu_ms` is the CPU spent inside the
+    attempts' cgroups (the job's processes and runc's init once it joined), which the benchmark's own cgroup
+    does not see."""
 
     def __init__(self, runtime: OciRuntime, scratch: Path, memory_bytes: int):
-        self.runtime = runtime
-        self.scratch = scratch
-        self.memory_bytes = memory_bytes
-        self._count = 0
-
-    async def start_one(self) -> None:
-        self._count += 1
-        job = JobRun(batch_id=1, job_id=self._count, attempt_id=f"a{self._count}",
-                     spec=job_spec_pb2.JobSpec(image=IMAGE, argv=job_spec_pb2.Argv(args=["true"])),
-                     cores_mcpu=250, memory_bytes=self.memory_bytes, scratch=self.scratch)
-        outcome = await self.runtime.run(job, LogSink(job.log_path), _nothing)
-        if outcome.state != "Success":
-            raise RuntimeError(f"a no-op container ended {outcome.state}: {outcome.error_message}")
-        shutil.rmtree(job.attempt_dir)
+        super().__init__(runtime, scratch, memory_bytes, IMAGE)
+        self.oci = runtime
 
     def container_cpu_ms(self) -> float:
         """CPU of every attempt so far, from the cgroup parent of this runtime's attempts (cpuacct charges
         each ancestor, so it keeps what removed attempts used)."""
         hierarchies = cgroups.Hierarchies.of_host()
-        parent = hierarchies.by_controller["cpuacct"] / self.runtime.owner.cgroup_parent.lstrip("/")
+        parent = hierarchies.by_controller["cpuacct"] / self.oci.owner.cgroup_parent.lstrip("/")
         if not parent.exists():
             return 0.0
         if hierarchies.version == cgroups.V1:
             return int((parent / "cpuacct.usage").read_text()) / 1e6
         stat = dict(line.split() for line in (parent / "cpu.stat").read_text().splitlines())
         return int(stat["usage_usec"]) / 1e3
-
-
-async def _nothing(pid: int) -> None:
-    pass
 
 
 @contextlib.asynccontextmanager
