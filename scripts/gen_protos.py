@@ -16,14 +16,24 @@ declare a service) it writes:
   ``corral/<api>/v1/``) but never ``corral/__init__.py``, which is not
   generated;
 - ``corral/descriptors.binpb``: a serialized FileDescriptorSet of every
-  corral proto and its imports, for Envoy's REST/JSON transcoder.
+  corral proto and its imports, for Envoy's REST/JSON transcoder;
+- ``corral/openapi.json``: the REST API as OpenAPI (Swagger 2.0), made by
+  ``protoc-gen-swagger`` (Debian's golang-grpc-gateway) from the
+  ``google.api.http`` annotations of the public packages, merged into one
+  document with the bearer token as its security scheme. That plugin
+  predates proto3's ``optional``: it is given a copy of the protos without
+  the keyword, which changes no field's JSON name or type.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from google.protobuf import descriptor_pb2
@@ -33,6 +43,10 @@ PROTO_ROOT = REPO / "protos"
 # Generated Python modules end with one of these.
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 DESCRIPTOR_SET = Path("corral") / "descriptors.binpb"
+OPENAPI = Path("corral") / "openapi.json"
+PUBLIC_PACKAGES = ("auth", "batch", "billing")
+"""corral/<api>/v1 folders whose services people call (the others are the services' own)."""
+SWAGGER_PLUGIN = Path("/usr/bin/protoc-gen-swagger")
 
 
 def proto_files() -> list[str]:
@@ -106,8 +120,74 @@ def write_init_files(out: Path, files: list[str]) -> None:
         )
 
 
+_STATUS_DEFINITIONS = {
+    "googleRpcStatus": {
+        "type": "object",
+        "description": "An error: its gRPC code, a message in words, and typed details (BadRequest field "
+                       "violations, ...).",
+        "properties": {"code": {"type": "integer", "format": "int32"}, "message": {"type": "string"},
+                       "details": {"type": "array", "items": {"$ref": "#/definitions/protobufAny"}}},
+    },
+    "protobufAny": {
+        "type": "object",
+        "description": "A detail of an error: its type URL in `@type`, its fields beside it.",
+        "properties": {"@type": {"type": "string"}},
+        "additionalProperties": {},
+    },
+}
+
+
+def write_openapi(out: Path) -> None:
+    """corral/openapi.json: one Swagger 2.0 document of every public package's REST routes."""
+    if not SWAGGER_PLUGIN.exists():
+        raise SystemExit(f"{SWAGGER_PLUGIN} is missing: install Debian's golang-grpc-gateway (scripts/setup.sh does)")
+    merged: dict = {"paths": {}, "definitions": {}}
+    with tempfile.TemporaryDirectory(prefix="corral-openapi-") as work:
+        protos, swagger = Path(work) / "protos", Path(work) / "swagger"
+        shutil.copytree(PROTO_ROOT, protos)
+        for proto in protos.rglob("*.proto"):
+            proto.write_text(re.sub(r"^(\s*)optional ", r"\1", proto.read_text(), flags=re.M))
+        swagger.mkdir()
+        for api in PUBLIC_PACKAGES:  # the plugin takes one package per run
+            files = sorted(p.relative_to(protos).as_posix() for p in (protos / "corral" / api).rglob("*.proto"))
+            command = [sys.executable, "-m", "grpc_tools.protoc", "-I", str(protos),
+                       f"--plugin=protoc-gen-swagger={SWAGGER_PLUGIN}",
+                       f"--swagger_out=json_names_for_fields=true:{swagger}", *files]
+            result = subprocess.run(command, cwd=protos, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise SystemExit(f"protoc-gen-swagger failed ({result.returncode}):\n{result.stderr}")
+        for document in sorted(swagger.rglob("*.swagger.json")):
+            part = json.loads(document.read_text())
+            for path, operations in part.get("paths", {}).items():
+                merged["paths"].setdefault(path, {}).update(operations)
+            for name, definition in part.get("definitions", {}).items():
+                if merged["definitions"].setdefault(name, definition) != definition:
+                    raise SystemExit(f"two public packages define {name} differently: rename one")
+    # A failed call answers with its gRPC code as the HTTP status and the google.rpc.Status as the body
+    # (the gateway's convert_grpc_status); the plugin documents only success.
+    for operations in merged["paths"].values():
+        for operation in operations.values():
+            operation["responses"]["default"] = {
+                "description": "The call failed: the HTTP status of its gRPC code, and the google.rpc.Status with "
+                               "its details", "schema": {"$ref": "#/definitions/googleRpcStatus"}}
+    merged["definitions"].update(_STATUS_DEFINITIONS)
+    openapi = {
+        "swagger": "2.0",
+        "info": {"title": "corral", "version": "v1",
+                 "description": "corral's REST API: the public gRPC services through the gateway's JSON transcoding "
+                                "(generated from protos/ by scripts/gen_protos.py)."},
+        "consumes": ["application/json"],
+        "produces": ["application/json"],
+        "securityDefinitions": {"bearer": {"type": "apiKey", "name": "Authorization", "in": "header",
+                                           "description": "`Bearer TOKEN`, the token `corral login` keeps"}},
+        "security": [{"bearer": []}],
+        **merged,
+    }
+    (out / OPENAPI).write_text(json.dumps(openapi, indent=1, sort_keys=True) + "\n")
+
+
 def generate(out: Path) -> None:
-    """Regenerate every corral module and the descriptor set under out."""
+    """Regenerate every corral module, the descriptor set and the OpenAPI document under out."""
     files = proto_files()
     out = out.resolve()
     (out / "corral").mkdir(parents=True, exist_ok=True)
@@ -115,6 +195,7 @@ def generate(out: Path) -> None:
     run_protoc(out, files)
     remove_empty_grpc_modules(out)
     write_init_files(out, files)
+    write_openapi(out)
 
 
 def main(argv: list[str] | None = None) -> int:

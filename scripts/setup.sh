@@ -6,7 +6,8 @@
 #     the container runtime (runc, umoci, skopeo), the OCI registry `corral up`
 #     runs on loopback (docker-registry) and the static busybox it seeds it
 #     with (busybox-static), iptables (the partition fault cuts a worker off
-#     with it), and Node.js for buf;
+#     with it), Node.js for buf, and golang-grpc-gateway (protoc-gen-swagger,
+#     with which scripts/gen_protos.py writes corral/openapi.json);
 #   - .venv with corral installed editable, re-installed when pyproject.toml
 #     changes;
 #   - the buf CLI in .tools/;
@@ -14,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm)
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm golang-grpc-gateway)
 BUF_VERSION=1.75.0
 STAMP=.venv/.corral-pyproject.sha256
 

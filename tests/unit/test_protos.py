@@ -8,6 +8,7 @@ comment on every element.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -51,8 +52,9 @@ def generated_files(root: Path) -> set[str]:
         for path in (root / "corral" / api).rglob("*"):
             if path.is_file() and "__pycache__" not in path.parts:
                 files.add(path.relative_to(root).as_posix())
-    if (root / "corral" / "descriptors.binpb").exists():
-        files.add("corral/descriptors.binpb")
+    for name in ("descriptors.binpb", "openapi.json"):
+        if (root / "corral" / name).exists():
+            files.add(f"corral/{name}")
     return files
 
 
@@ -143,6 +145,30 @@ def test_public_rpcs_have_http_rules_and_internal_ones_none(
                 if verb in ("get", "delete") and rule.body:
                     problems.append(f"{name}: {verb} rule must have no body")
     assert problems == []
+
+
+def test_the_openapi_document_has_every_rest_route(committed_descriptors: descriptor_pb2.FileDescriptorSet) -> None:
+    """Every public RPC's google.api.http rule is an operation of corral/openapi.json (named after the RPC,
+    its failure documented as the google.rpc.Status), and the document has nothing else."""
+    document = json.loads((REPO / "corral" / "openapi.json").read_text())
+    assert document["swagger"] == "2.0"
+    assert document["security"] == [{"bearer": []}]
+    routes = set()
+    for file in committed_descriptors.file:
+        for service in file.service:
+            for method in service.method:
+                if method.options.HasExtension(annotations_pb2.http):
+                    rule = method.options.Extensions[annotations_pb2.http]
+                    verb = rule.WhichOneof("pattern")
+                    routes.add((verb, getattr(rule, verb), method.name))
+    documented = {(verb, path, operation["operationId"])
+                  for path, operations in document["paths"].items() for verb, operation in operations.items()}
+    assert len(routes) > 40
+    assert documented == routes
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            assert operation["responses"]["default"]["schema"] == {"$ref": "#/definitions/googleRpcStatus"}
+            assert "200" in operation["responses"]
 
 
 def all_enums(file: descriptor_pb2.FileDescriptorProto) -> Iterator[descriptor_pb2.EnumDescriptorProto]:
