@@ -164,18 +164,22 @@ async def test_the_driver_delivers_only_what_it_can_open(db: Database, tmp_path:
     job.secrets.add(name="elsewhere/db", mount_path="/other")
     assert deployment.env.secrets_key is not None
     opener = Opener.from_file(deployment.env.secrets_key)
-    [[db_secret, foreign]] = await SecretDelivery(db, opener).files([("proj", job)])
+    [delivered] = await SecretDelivery(db, opener).files([("proj", job)])
+    db_secret, foreign = delivered.mounts
     assert dict(db_secret.files) == {"password": b"hunter2"} and not db_secret.error
     assert not foreign.files and "not of the job's billing project 'proj'" in foreign.error
-    [[keyless, _]] = await SecretDelivery(db, None).files([("proj", job)])
+    [delivered] = await SecretDelivery(db, None).files([("proj", job)])
+    keyless, _ = delivered.mounts
     assert not keyless.files and "--secrets-key-file" in keyless.error
     (tmp_path / "other").mkdir()
     other, _ = secrets_key_pair(tmp_path / "other")
-    [[wrong, _]] = await SecretDelivery(db, Opener.from_file(other)).files([("proj", job)])
+    [delivered] = await SecretDelivery(db, Opener.from_file(other)).files([("proj", job)])
+    wrong, _ = delivered.mounts
     assert not wrong.files and "sealed with key" in wrong.error
     assert os.stat(deployment.env.secrets_key).st_mode & 0o077 == 0
     # More than a job may mount together (a RunJob must fit the session's 4 MiB messages): errors only.
-    [[big, small]] = await SecretDelivery(db, opener, max_bytes_per_job=6).files([("proj", mounting_twice())])
+    [delivered] = await SecretDelivery(db, opener, max_bytes_per_job=6).files([("proj", mounting_twice())])
+    big, small = delivered.mounts
     assert not big.files and not small.files
     assert big.error == small.error == "the job's secrets hold 14 bytes together, more than the 6 one job may mount"
 
