@@ -135,3 +135,6 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
         assert runs.count() == {"inspect": 1, "copy": 0, "unpack": 0}  # the cached image: no second unpack
     finally:
         await cache.close()
+    # The auth files skopeo read are gone: the password is in no file of the cache or the attempts.
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
+                and PASSWORD.encode() in p.read_bytes()]
