@@ -118,8 +118,9 @@ class BatchBuilder:
         project holding the login to a private image's registry (files `username` and `password`); the job
         never sees it."""
         spec = job_spec_pb2.JobSpec(
-            image=image, image_pull_secret=image_pull_secret, env=dict(env or {}), regions=list(regions), always_run=always_run,
-            max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, locks=list(locks),
+            image=image, image_pull_secret=image_pull_secret, env=dict(env or {}), regions=list(regions),
+            always_run=always_run, max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority,
+            locks=list(locks),
             resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes,
                                                    storage_bytes=storage_bytes),
         )

@@ -233,8 +233,9 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         """The secrets the jobs mount, and those they pull their images with (image_pull_secret), must be their
         batch's project's. A secret named with another project (PROJECT/NAME) is PERMISSION_DENIED, decided on
         the name alone: the answer is the same whether that project, or its secret, exists. A secret of the
-        batch's own project that it does not have is a violation of the field naming it, looked up only for a caller who may see the project (anyone else
-        gets the answer of a project that does not exist, as create_batch gives them)."""
+        batch's own project that it does not have is a violation of the field naming it, looked up only for a
+        caller who may see the project (anyone else gets the answer of a project that does not exist, as
+        create_batch gives them)."""
         wanted: dict[str, list[str]] = {}
         for i, spec in enumerate(specs):
             # (where, the field naming the secret, its name, what a job does with its project's secrets)

@@ -65,8 +65,8 @@ def test_a_private_image_runs_with_its_pull_secret_and_the_password_is_nowhere_e
             batch = client.submit(builder)
             done = client.wait(batch.batch_id)
             jobs = [client.get_job(batch.batch_id, job_id) for job_id in (1, 2, 3)]
-            assert [j.state for j in jobs] == [job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_ERROR,
-                                               job_state_pb2.JOB_STATE_ERROR], [j.attempts[-1].error_message for j in jobs]
+            states = [job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_ERROR, job_state_pb2.JOB_STATE_ERROR]
+            assert [j.state for j in jobs] == states, [j.attempts[-1].error_message for j in jobs]
             assert (done.counts.n_succeeded, done.counts.n_failed) == (1, 0)
             assert client.job_log(batch.batch_id, 1).decode().startswith("ran in job-")
             anonymous, not_a_login = (j.attempts[-1].error_message for j in jobs[1:])
