@@ -115,8 +115,8 @@ class BatchBuilder:
         pool's machine could never hold is refused at submission. Storage is checked, not enforced. `secrets`
         maps the name of a secret of the batch's billing project to the directory where the job reads its files
         (`{"db": "/secrets/db"}`, read-only). `image_pull_secret` names the secret of the batch's billing
-        project holding the login to a private image's registry (files `username` and `password`); the job
-        never sees it."""
+        project holding the login to a private image's registry (files `username` and `password`, or Docker's
+        config.json as `.dockerconfigjson`); the job never sees it."""
         spec = job_spec_pb2.JobSpec(
             image=image, image_pull_secret=image_pull_secret, env=dict(env or {}), regions=list(regions),
             always_run=always_run, max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority,

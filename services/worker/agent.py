@@ -63,7 +63,8 @@ from services.worker.disk import free_bytes, out_of_space, ran_out
 from services.worker.driver_link import REFUSED, DriverLink
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
-from services.worker.secret_files import delivered_secrets, pull_credentials
+from services.worker.pull_secrets import pull_credentials
+from services.worker.secret_files import delivered_secrets
 from services.worker.storage_check import file_url_refusals
 
 log = logging.getLogger(__name__)
@@ -445,7 +446,8 @@ class Worker:
             return "the RunJob arrived after its deadline"
         secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
         credentials, pull_refusals = pull_credentials(
-            run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None)
+            run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None,
+            self.config.default_registry)
         secret_refusals += pull_refusals
         run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
         run.ClearField("image_pull_secret")

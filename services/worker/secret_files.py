@@ -14,11 +14,8 @@ its own `work/` and `tmp/`: only the mount shows the files.
 returns a file's contents; a refusal names the secret and why, never what
 it holds.
 
-The secret a job pulls its image with (spec.image_pull_secret, delivered as
-RunJob.image_pull_secret) is never written anywhere: `pull_credentials`
-reads its files `username` and `password` into the `Credentials` the image
-cache uses for the pull alone (in an auth file of its own, 0600, removed
-after; services.worker.images).
+The secret a job pulls its image with (spec.image_pull_secret) is not one
+of these: it is never written here (services/worker/pull_secrets.py).
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.worker.image_tools import Credentials
 from services.worker.job_files import host_path
 from services.worker.runtime_api import SecretVolume
 
@@ -60,38 +56,6 @@ def delivered_secrets(spec: job_spec_pb2.JobSpec, delivered: Sequence[ws.SecretF
         else:
             volumes.append(SecretVolume(mount.name, mount.mount_path, dict(got.files)))
     return tuple(volumes), refusals
-
-
-def pull_credentials(spec: job_spec_pb2.JobSpec, delivered: ws.SecretFiles | None
-                     ) -> tuple[Credentials | None, list[str]]:
-    """The registry login `spec` pulls its image with, from the secret the driver delivered for it
-    (RunJob.image_pull_secret; None if none came), and why the attempt cannot run with it: a secret not
-    delivered, one without the files `username` and `password` (UTF-8 text; one trailing newline, as `echo`
-    leaves, is not part of either), a username that is empty or holds ':' or a control character, an empty
-    password. (None, []) when the spec names no such secret."""
-    name = spec.image_pull_secret
-    if not name:
-        return None, []
-    what = f"image pull secret {name!r}"
-    if delivered is None or delivered.name != name:
-        return None, [f"{what} was not delivered with the job"]
-    if delivered.error:
-        return None, [delivered.error]
-    text = {}
-    for key in ("username", "password"):
-        if key not in delivered.files:
-            return None, [f"{what} has no file {key!r}: it must hold the files 'username' and 'password'"]
-        try:
-            value = delivered.files[key].decode()
-        except UnicodeDecodeError:
-            return None, [f"{what}: its file {key!r} is not UTF-8 text"]
-        text[key] = value.removesuffix("\n").removesuffix("\r")
-    username, password = text["username"], text["password"]
-    if not username or ":" in username or not username.isprintable():
-        return None, [f"{what}: its file 'username' must hold a user name without ':' or control characters"]
-    if not password:
-        return None, [f"{what}: its file 'password' is empty"]
-    return Credentials(username, password), []
 
 
 def write_secret_dir(directory: Path, files: Mapping[str, bytes], uid: int, gid: int) -> None:
