@@ -1,10 +1,11 @@
 """Issue 13, Images, on a real `corral up --worker-runtime oci` whose registry asks for a login (the
-htpasswd registry of tests/registry.py): a job whose image_pull_secret holds the login (files username and
-password, or Docker's config.json as .dockerconfigjson) runs in a container of the private image; a job without one, or with a secret that is not a login, ends in Error saying why
-(the registry's reason; the secret's name), never Failed; and afterwards the password, as written and in
-base64 (as an auth file holds it), is nowhere: not in any table of the database, not in any file under
-the working directory of `corral up` (the blob store, the services' and workers' logs, the workers' image
-cache and scratch), not in any answer or event of the batch."""
+htpasswd registry of tests/registry.py): a job whose image_pull_secret holds the login (files username
+and password, or Docker's config.json as .dockerconfigjson) runs in a container of the private image; a
+job without one, or with a secret that is not a login, ends in Error saying why (the registry's reason;
+the secret's name), never Failed; and afterwards the password, as written and in base64 (as an auth file
+holds it), is nowhere: not in any table of the database, not in any file under the working directory of
+`corral up` (the blob store, the services' and workers' logs, the workers' image cache and scratch), not
+in any answer or event of the batch."""
 
 from __future__ import annotations
 
