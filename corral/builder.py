@@ -103,6 +103,7 @@ class BatchBuilder:
         on_demand: bool = False,
         job_group: JobGroupHandle | None = None,
         secrets: Mapping[str, str] | None = None,
+        image_pull_secret: str = "",
     ) -> JobHandle:
         """Add a job (to `job_group`, a handle from `job_group()`, else to the batch's root group); `command`
         is an argv list or a shell script string. `locks` are the resource locks it
@@ -113,10 +114,13 @@ class BatchBuilder:
         `storage_bytes` (scratch storage) are reserved on its machine (0: its pool's share per core); one its
         pool's machine could never hold is refused at submission. Storage is checked, not enforced. `secrets`
         maps the name of a secret of the batch's billing project to the directory where the job reads its files
-        (`{"db": "/secrets/db"}`, read-only)."""
+        (`{"db": "/secrets/db"}`, read-only). `image_pull_secret` names the secret of the batch's billing
+        project holding the login to a private image's registry (files `username` and `password`, or Docker's
+        config.json as `.dockerconfigjson`); the job never sees it."""
         spec = job_spec_pb2.JobSpec(
-            image=image, env=dict(env or {}), regions=list(regions), always_run=always_run,
-            max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority, locks=list(locks),
+            image=image, image_pull_secret=image_pull_secret, env=dict(env or {}), regions=list(regions),
+            always_run=always_run, max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority,
+            locks=list(locks),
             resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes,
                                                    storage_bytes=storage_bytes),
         )

@@ -41,6 +41,7 @@ VALUES: dict[str, Any] = {
     f"{B}OutputFile.to_url": "{root}/out/result",
     f"{B}SecretMount.name": "bucket-key",
     f"{B}SecretMount.mount_path": "/secrets/bucket",
+    f"{B}JobSpec.image_pull_secret": "registry-login",
     f"{B}JobLock.level": "dataset",
     f"{B}JobLock.mode": "exclusive",
     f"{B}JobLock.names": ["ref", "hg38"],

@@ -2,11 +2,12 @@
 
 The drivers are the only processes that hold the private key of the
 deployment's key pair for job secrets (--secrets-key-file;
-services.common.sealing). For each RunJob whose spec mounts secrets, the
-driver reads the boxes of the batch's billing project, opens each (a box
-opens only for its own row) and sends the files in RunJob.secrets, down the
-worker's mutual-TLS session and nowhere else: nothing here logs, stores or
-keeps them. A secret that cannot be delivered (deleted after the job was
+services.common.sealing). For each RunJob whose spec mounts secrets or
+pulls its image with one (image_pull_secret), the driver reads the boxes of
+the batch's billing project, opens each (a box opens only for its own row)
+and sends the files in RunJob.secrets and RunJob.image_pull_secret, down
+the worker's mutual-TLS session and nowhere else: nothing here logs, stores
+or keeps them. A secret that cannot be delivered (deleted after the job was
 submitted, sealed with another key, or this driver given no key) goes as its
 error instead, and the worker ends the attempt in Error, refused, with those
 words (no retry: it would fail the same way).
@@ -14,6 +15,7 @@ words (no retry: it would fail the same way).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from corral.batch.v1 import job_spec_pb2
@@ -34,6 +36,16 @@ def _reference(name: str, billing_project: str) -> tuple[str, str]:
     return project or billing_project, secret
 
 
+@dataclasses.dataclass(frozen=True)
+class JobSecrets:
+    """What a RunJob carries of its job's secrets."""
+
+    mounts: list[ws.SecretFiles]
+    """RunJob.secrets: one per spec.secrets entry, in its order."""
+    image_pull: ws.SecretFiles | None = None
+    """RunJob.image_pull_secret: the secret spec.image_pull_secret names; None when it names none."""
+
+
 class SecretDelivery:
     """Opens the secrets of the jobs a driver sends (see the module docstring)."""
 
@@ -43,10 +55,10 @@ class SecretDelivery:
         """None: this driver was given no key, and delivers no secret."""
         self._max_bytes_per_job = max_bytes_per_job
 
-    async def files(self, jobs: Sequence[tuple[str, job_spec_pb2.JobSpec]]) -> list[list[ws.SecretFiles]]:
-        """For each (billing project, spec), its secrets in the order of spec.secrets, read in one query."""
-        wanted = sorted({(project, secret) for billing_project, spec in jobs for m in spec.secrets
-                         for project, secret in [_reference(m.name, billing_project)] if project == billing_project})
+    async def files(self, jobs: Sequence[tuple[str, job_spec_pb2.JobSpec]]) -> list[JobSecrets]:
+        """For each (billing project, spec), the secrets it mounts and pulls its image with, read in one query."""
+        wanted = sorted({(project, secret) for billing_project, spec in jobs for written in _names(spec)
+                         for project, secret in [_reference(written, billing_project)] if project == billing_project})
         rows = {}
         if wanted and self._opener is not None:
             keys = ", ".join(["(%s, %s)"] * len(wanted))
@@ -54,26 +66,34 @@ class SecretDelivery:
                 f"SELECT billing_project, name, sealed, key_id FROM secrets WHERE (billing_project, name) IN ({keys})",
                 tuple(v for pair in wanted for v in pair), name="secrets_to_deliver")
             rows = {(r["billing_project"], r["name"]): r for r in found}
-        return [self._limited([self._one(billing_project, mount, rows) for mount in spec.secrets])
+        return [self._limited(JobSecrets(
+                    [self._one(billing_project, mount.name, mount.mount_path, rows) for mount in spec.secrets],
+                    self._one(billing_project, spec.image_pull_secret, "", rows) if spec.image_pull_secret else None))
                 for billing_project, spec in jobs]
 
-    def _limited(self, delivered: list[ws.SecretFiles]) -> list[ws.SecretFiles]:
+    def _limited(self, delivered: JobSecrets) -> JobSecrets:
         """A job's secrets, or only errors if together they hold more than a job may mount."""
-        total = sum(len(content) for secret in delivered for content in secret.files.values())
+        every = delivered.mounts + ([delivered.image_pull] if delivered.image_pull is not None else [])
+        total = sum(len(content) for secret in every for content in secret.files.values())
         if total <= self._max_bytes_per_job:
             return delivered
-        return [ws.SecretFiles(name=s.name, mount_path=s.mount_path,
-                               error=f"the job's secrets hold {total:,} bytes together, more than the "
-                                     f"{self._max_bytes_per_job:,} one job may mount") for s in delivered]
 
-    def _one(self, billing_project: str, mount: job_spec_pb2.SecretMount, rows: dict) -> ws.SecretFiles:
-        delivered = ws.SecretFiles(name=mount.name, mount_path=mount.mount_path)
-        project, name = _reference(mount.name, billing_project)
+        def refused(s: ws.SecretFiles) -> ws.SecretFiles:
+            return ws.SecretFiles(name=s.name, mount_path=s.mount_path,
+                                  error=f"the job's secrets hold {total:,} bytes together, more than the "
+                                        f"{self._max_bytes_per_job:,} one job may mount")
+
+        return JobSecrets([refused(s) for s in delivered.mounts],
+                          refused(delivered.image_pull) if delivered.image_pull is not None else None)
+
+    def _one(self, billing_project: str, written: str, mount_path: str, rows: dict) -> ws.SecretFiles:
+        delivered = ws.SecretFiles(name=written, mount_path=mount_path)
+        project, name = _reference(written, billing_project)
         if project != billing_project:  # the frontend refuses these; never deliver one
-            delivered.error = f"secret {mount.name!r} is not of the job's billing project {billing_project!r}"
+            delivered.error = f"secret {written!r} is not of the job's billing project {billing_project!r}"
         elif self._opener is None:
             delivered.error = ("the driver has no key to open secrets with (operator setting --secrets-key-file), "
-                               f"so secret {name!r} cannot be mounted")
+                               f"so secret {name!r} cannot be delivered")
         elif (row := rows.get((project, name))) is None:
             delivered.error = (f"secret {name!r} of billing project {project!r} no longer exists: it was deleted "
                                "after the job was submitted")
@@ -87,3 +107,8 @@ class SecretDelivery:
             except SealError as e:
                 delivered.error = f"secret {name!r} could not be opened: {e}"
         return delivered
+
+
+def _names(spec: job_spec_pb2.JobSpec) -> list[str]:
+    """The secrets a spec names, as written: those it mounts, then the one it pulls its image with."""
+    return [m.name for m in spec.secrets] + ([spec.image_pull_secret] if spec.image_pull_secret else [])

@@ -26,7 +26,7 @@ from services.common.urls import StorageRoots
 from services.db.database import Database
 from services.db.store import wall_clock_ms
 from services.driver.scheduler import Placement
-from services.driver.secret_delivery import SecretDelivery
+from services.driver.secret_delivery import JobSecrets, SecretDelivery
 from services.common.specs import SpecStore
 
 RUN_DEADLINE_MS = 60_000
@@ -141,11 +141,11 @@ class SessionRegistry:
         deadline.FromMilliseconds(self._clock_ms() + RUN_DEADLINE_MS)
         specs = await self._specs.read_many([row["spec_ref"] for row in rows])
         # Opened here, sent below and kept nowhere (services.driver.secret_delivery).
-        mounting = [(p.batch_id, p.job_id) for p in placements
-                    if specs[details[(p.batch_id, p.job_id)]["spec_ref"]].secrets]
+        using = [(p.batch_id, p.job_id) for p in placements
+                 if (spec := specs[details[(p.batch_id, p.job_id)]["spec_ref"]]).secrets or spec.image_pull_secret]
         opened = await self._secrets.files([(details[key]["billing_project"], specs[details[key]["spec_ref"]])
-                                            for key in mounting])
-        secret_files = dict(zip(mounting, opened))
+                                            for key in using])
+        job_secrets = dict(zip(using, opened))
         for p in placements:
             row = details[(p.batch_id, p.job_id)]
             spec = specs[row["spec_ref"]]
@@ -153,6 +153,7 @@ class SessionRegistry:
                 # A project with a limit reserved the cost of its longest job: the job is stopped after it.
                 spec = job_spec_pb2.JobSpec.FromString(spec.SerializeToString())
                 spec.timeout.FromMilliseconds(int(row["budget_timeout_ms"]))
+            delivered = job_secrets.get((p.batch_id, p.job_id), JobSecrets([]))
             self.send(p.instance, pb.WorkerSessionResponse(run_job=ws.RunJob(
                 attempt=ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id),
                 user=row["user"], billing_project=row["billing_project"], spec=spec, cores_mcpu=p.cores_mcpu,
@@ -160,7 +161,7 @@ class SessionRegistry:
                 log_url=self.log_url(p.batch_id, p.job_id, p.attempt_id),
                 trace_context=context_from_json(row["trace_context"]),
                 storage_roots=self._storage_roots.for_project(row["billing_project"]),
-                secrets=secret_files.get((p.batch_id, p.job_id), ()))))
+                secrets=delivered.mounts, image_pull_secret=delivered.image_pull)))
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""

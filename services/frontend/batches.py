@@ -230,23 +230,30 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
 
     async def _secret_violations(self, specs: list[Any], billing_project: str, principal: Principal, field: str
                                  ) -> list[FieldViolation]:
-        """The secrets the jobs mount must be their batch's project's. A secret named with another project
-        (PROJECT/NAME) is PERMISSION_DENIED, decided on the name alone: the answer is the same whether that
-        project, or its secret, exists. A secret of the batch's own project that it does not have is a
-        violation of the mount's name, looked up only for a caller who may see the project (anyone else
-        gets the answer of a project that does not exist, as create_batch gives them)."""
+        """The secrets the jobs mount, and those they pull their images with (image_pull_secret), must be their
+        batch's project's. A secret named with another project (PROJECT/NAME) is PERMISSION_DENIED, decided on
+        the name alone: the answer is the same whether that project, or its secret, exists. A secret of the
+        batch's own project that it does not have is a violation of the field naming it, looked up only for a
+        caller who may see the project (anyone else gets the answer of a project that does not exist, as
+        create_batch gives them)."""
         wanted: dict[str, list[str]] = {}
         for i, spec in enumerate(specs):
-            for j, mount in enumerate(spec.secrets):
-                reference = secret_reference(mount.name)
+            # (where, the field naming the secret, its name, what a job does with its project's secrets)
+            named = [(f"{field}[{i}].secrets[{j}]", f"{field}[{i}].secrets[{j}].name", mount.name, "mounts")
+                     for j, mount in enumerate(spec.secrets)]
+            if spec.image_pull_secret:
+                path = f"{field}[{i}].image_pull_secret"
+                named.append((path, path, spec.image_pull_secret, "pulls its image with"))
+            for where, path, written, uses in named:
+                reference = secret_reference(written)
                 if reference is None:
                     continue  # refused by check_bunch
                 project, name = reference
                 if project and project != billing_project:
                     raise PermissionDenied(
-                        f"{field}[{i}].secrets[{j}]: secret {mount.name!r} is not of billing project "
-                        f"{billing_project!r}: a job mounts secrets of its own batch's billing project only")
-                wanted.setdefault(name, []).append(f"{field}[{i}].secrets[{j}].name")
+                        f"{where}: secret {written!r} is not of billing project {billing_project!r}: a job {uses} "
+                        "secrets of its own batch's billing project only")
+                wanted.setdefault(name, []).append(path)
         if not wanted:
             return []
         project_access = await self.secrets.project(billing_project)

@@ -156,6 +156,8 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}JobSpec.secrets": Repeated(limits.max_secrets_per_job, setting="max_secrets_per_job"),
         f"{BATCH}SecretMount.name": _SPEC_ONLY,
         f"{BATCH}SecretMount.mount_path": _SPEC_ONLY,
+        # PROJECT/NAME at most: the rest of its rule is validate.secret_reference's.
+        f"{BATCH}JobSpec.image_pull_secret": Text(2 * 64 + 1),
         f"{BATCH}JobSpec.attributes": _attributes(limits, "job_attributes"),
         f"{BATCH}JobSpec.locks": Repeated(limits.max_locks_per_job, setting="max_locks_per_job"),
         f"{BATCH}JobLock.level": Text(64, column="job_locks.level"),

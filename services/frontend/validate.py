@@ -206,6 +206,8 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
     if spec.HasField("retry_policy"):
         v += retry_policy_violations(spec.retry_policy, f"{at}.retry_policy")
     v += _secret_mount_violations(spec, at)
+    if spec.image_pull_secret and secret_reference(spec.image_pull_secret) is None:
+        v.append(FieldViolation(f"{at}.image_pull_secret", f"a secret's name ({SECRET_NAME_RULE}), or PROJECT/NAME"))
     if spec.ByteSize() > limits.max_spec_bytes:
         v.append(FieldViolation(at, f"the spec is larger than {limits.max_spec_bytes} bytes (max_spec_bytes)"))
     return v

@@ -63,6 +63,7 @@ from services.worker.disk import free_bytes, out_of_space, ran_out
 from services.worker.driver_link import REFUSED, DriverLink
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
+from services.worker.pull_secrets import pull_credentials
 from services.worker.secret_files import delivered_secrets
 from services.worker.storage_check import file_url_refusals
 
@@ -444,9 +445,14 @@ class Worker:
         if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
             return "the RunJob arrived after its deadline"
         secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
+        credentials, pull_refusals = pull_credentials(
+            run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None,
+            self.config.default_registry)
+        secret_refusals += pull_refusals
         run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
+        run.ClearField("image_pull_secret")
         job = JobRun(run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id, run.spec, run.cores_mcpu,
-                     run.memory_bytes, self.config.scratch_dir, secrets)
+                     run.memory_bytes, self.config.scratch_dir, secrets, credentials)
         attempt = Attempt(ref=run.attempt, run=run, log=LogSink(job.log_path),
                           log_url=run.log_url or log_url(self.config.log_root_url, run.attempt),
                           no_room=self._no_room(run), secret_refusals=secret_refusals)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from corral.batch.v1 import job_spec_pb2
+from services.worker.image_tools import Credentials
 from services.worker.logs import LogSink
 
 EXITED = "exited"
@@ -59,6 +60,9 @@ class JobRun:
     """The worker's scratch root; the attempt gets its own directory under it."""
     secrets: tuple[SecretVolume, ...] = ()
     """The secrets the spec mounts, delivered (one per spec.secrets entry, or the attempt is refused first)."""
+    pull_credentials: Credentials | None = None
+    """The registry login of spec.image_pull_secret, for pulling the image only (a runtime that pulls none
+    ignores it); None: pull without credentials. Its password is in no repr."""
 
     @property
     def attempt_dir(self) -> Path:

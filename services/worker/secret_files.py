@@ -13,6 +13,9 @@ its own `work/` and `tmp/`: only the mount shows the files.
 `write_secret_dir` is the piece every runtime shares. Nothing here logs or
 returns a file's contents; a refusal names the secret and why, never what
 it holds.
+
+The secret a job pulls its image with (spec.image_pull_secret) is not one
+of these: it is never written here (services/worker/pull_secrets.py).
 """
 
 from __future__ import annotations

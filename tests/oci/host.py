@@ -28,6 +28,7 @@ from corral.batch.v1 import job_spec_pb2 as js
 from services.worker.logs import LogSink
 from services.worker.oci import OciRuntime, OciRuntimeConfig
 from services.worker.oci.cgroups import Hierarchies
+from services.worker.image_tools import Credentials
 from services.worker.oci.images import DirectoryRootfs, ImageUnavailable, Rootfs, RootfsSource
 from services.worker.oci.layer import mounts_under
 from services.worker.oci.network import NETNS_DIR, owner_hash
@@ -87,7 +88,7 @@ class BusyboxImages:
         self._digest = "sha256:" + hashlib.sha256(Path(BUSYBOX).read_bytes()).hexdigest()
         self.held = 0
 
-    async def acquire(self, image: str) -> Rootfs:
+    async def acquire(self, image: str, credentials: Credentials | None = None) -> Rootfs:
         if image != "busybox":
             raise ImageUnavailable(f"manifest unknown: {image}")
         rootfs = await self._directory.acquire(image)

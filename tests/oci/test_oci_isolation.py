@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from corral.batch.v1 import job_spec_pb2 as js
+from services.worker.image_tools import Credentials
 from services.worker.oci.images import Rootfs
 from services.worker.runtime_api import SecretVolume
 from tests.oci.host import OciHost, fields, needs_oci, run, spec
@@ -184,7 +185,7 @@ class CachedImages:
     def __init__(self, directory: Path):
         self.directory = directory
 
-    async def acquire(self, image: str) -> Rootfs:
+    async def acquire(self, image: str, credentials: Credentials | None = None) -> Rootfs:
         return Rootfs(image, "sha256:ab,c", self.directory)
 
     async def release(self, rootfs: Rootfs) -> None:

@@ -1,7 +1,8 @@
 """The OCI runtime running images pulled from a real registry on loopback through the worker's image cache
 (CachedRootfs over services.worker.images.ImageCache): the image's digest in the attempt's isolation note,
 held while attempts run it and released by each, 50 attempts of a new image pulling and unpacking it once,
-and a pull that fails ending the attempt in Error with the registry's words."""
+a pull that fails ending the attempt in Error with the registry's words, and a private image behind a login
+run only by jobs whose credentials the registry accepts."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from services.worker.image_tools import Credentials
 from services.worker.images import ImageCache
 from services.worker.oci.images import CachedRootfs
+from services.worker.runtime_api import JobOutcome
 from tests import registry as test_registry
 from tests.oci.host import OciHost, fields, run, spec
+from tests.registry import PASSWORD, USERNAME
 from tests.service.test_image_cache import Runs, open_cache
 
 
@@ -83,3 +87,54 @@ async def test_50_jobs_of_a_new_image_pull_and_unpack_it_once(oci_host: OciHost,
         assert [(held.digest, held.users) for held in cache.held()] == [(registry.variants["variant:0"], 0)]
     finally:
         await cache.close()
+
+
+async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accepts(
+        oci_host: OciHost, tmp_path: Path, registry: test_registry.SeededRegistry) -> None:
+    """Issue 13, Images: a job's image on a registry that asks for a login (the login server's htpasswd)
+    runs with its image pull secret's credentials (JobRun.pull_credentials); with a wrong password or none it
+    ends in Error with the registry's reason, never Failed. Once held, the private image is not handed to a
+    job without credentials or with a wrong password (another project's job, say): the registry is asked
+    again with theirs. A later job with a good login reuses it, unpacked once."""
+    runs = Runs()
+    cache = open_cache(tmp_path / "private-cache", f"http://{registry.login_server.address}", runs)
+    try:
+        runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
+        good, wrong = Credentials(USERNAME, PASSWORD), Credentials(USERNAME, "not the password")
+
+        async def attempt(attempt_id: str, credentials: Credentials | None) -> JobOutcome:
+            outcome, _ = await run(runtime, oci_host.job(spec("echo ran"), attempt_id=attempt_id,
+                                                         pull_credentials=credentials))
+            return outcome
+
+        for attempt_id, credentials in (("wrong", wrong), ("anonymous", None)):
+            refused = await attempt(attempt_id, credentials)
+            assert (refused.state, refused.end_reason) == ("Error", "system_error"), refused
+            assert refused.error_message.startswith("image: could not get 'busybox': pulling "), refused.error_message
+            assert "access refused: " in refused.error_message
+            assert "authentication required" in refused.error_message  # the registry's own words
+            assert PASSWORD not in refused.error_message and "not the password" not in refused.error_message
+        assert runs.count()["copy"] == 0 and cache.held() == []
+
+        ran = await attempt("good", good)
+        assert ran.state == "Success", ran.error_message
+        assert registry.busybox_digest in ran.isolation
+        assert runs.count()["unpack"] == 1
+
+        for attempt_id, credentials in (("other-project", None), ("other-wrong", wrong)):
+            runs.clear()
+            refused = await attempt(attempt_id, credentials)
+            assert (refused.state, refused.end_reason) == ("Error", "system_error"), refused
+            assert "authentication required" in refused.error_message
+            assert runs.count() == {"inspect": 1, "copy": 0, "unpack": 0}  # asked the registry, handed nothing
+        assert [(held.digest, held.users) for held in cache.held()] == [(registry.busybox_digest, 0)]
+
+        runs.clear()
+        again = await attempt("good-again", good)
+        assert again.state == "Success", again.error_message
+        assert runs.count() == {"inspect": 1, "copy": 0, "unpack": 0}  # the cached image: no second unpack
+    finally:
+        await cache.close()
+    # The auth files skopeo read are gone: the password is in no file of the cache or the attempts.
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
+                and PASSWORD.encode() in p.read_bytes()]

@@ -44,14 +44,16 @@ async def storage_frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: 
 
 @pytest.fixture
 async def alice_token(auth_app: AuthApp, db: Database) -> str:
-    """alice's API token; she is a member of billing project 'proj', which has the secret the every-field
-    file mounts (submission checks only that it exists: its row holds no real box)."""
+    """alice's API token; she is a member of billing project 'proj', which has the secrets the every-field
+    file mounts and pulls its image with (submission checks only that they exist: their rows hold no real
+    box)."""
     store = AuthStore(auth_app.db)
     await store.create_user("alice")
     await JobStore(db).create_billing_project("proj", ["alice"])
     await db.execute("""INSERT INTO secrets (billing_project, name, file_names, sealed, key_id, created_by,
                                              time_created_ms)
-                        VALUES ('proj', 'bucket-key', '["key"]', '', '', 'alice', 0)""")
+                        VALUES ('proj', 'bucket-key', '["key"]', '', '', 'alice', 0),
+                               ('proj', 'registry-login', '["password", "username"]', '', '', 'alice', 0)""")
     return (await store.create_token("alice", "api"))[1]
 
 

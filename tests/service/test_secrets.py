@@ -266,6 +266,36 @@ async def test_another_projects_secret_is_permission_denied_whatever_that_projec
     assert await snapshot(env.world.db) == before
 
 
+async def test_a_jobs_image_pull_secret_is_checked_as_a_mounted_secret_is(env: Env) -> None:
+    """JobSpec.image_pull_secret: the project's own existing secret is accepted and stored by name alone;
+    a missing one and a name that is not a secret's are INVALID_ARGUMENT on the field; another project's is
+    PERMISSION_DENIED whatever that project holds; nothing is written for a refusal."""
+    login = json.dumps({"username": "alice", "password": secrets.token_urlsafe(16)}).encode()
+    await create(env, "registry", username=b"alice", password=login)
+    await create(env, "registry", who="carol", project="elsewhere")
+    batch = await submitted(env, spec(image_pull_secret="registry"), spec(image_pull_secret="proj/registry"))
+    got = await env.jobs.GetJob(jpb.GetJobRequest(batch_id=batch.batch.batch_id, job_id=2), metadata=env.as_("alice"))
+    assert got.job.spec.image_pull_secret == "proj/registry"
+    assert login not in got.SerializeToString() and login not in everything_in(env.blobs)
+
+    before = await snapshot(env.world.db)
+    error = await refused(submitted(env, spec(image_pull_secret="registry"), spec(image_pull_secret="nope")))
+    assert (error.code(), described(error)) == (BAD, {"jobs[1].image_pull_secret":
+                                                      "billing project proj has no secret 'nope'"})
+    error = await refused(submitted(env, spec(image_pull_secret="Not A Name"), spec(image_pull_secret="a/b/c")))
+    assert (error.code(), violations(error)) == (BAD, ["jobs[0].image_pull_secret", "jobs[1].image_pull_secret"])
+    error = await refused(submitted(env, spec(image_pull_secret="x" * 130)))  # the field's limit, before the rest
+    assert (error.code(), described(error)) == (BAD, {"jobs[0].image_pull_secret": "at most 129 characters"})
+    for name in ("elsewhere/registry", "elsewhere/missing", "no-such-project/registry"):
+        error = await refused(submitted(env, spec(), spec(image_pull_secret=name)))
+        assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert error.details() == (f"jobs[1].image_pull_secret: secret {name!r} is not of billing project 'proj': "
+                                   "a job pulls its image with secrets of its own batch's billing project only")
+    error = await refused(submitted(env, spec(image_pull_secret="registry"), who="carol"))
+    assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND, "no billing project proj")
+    assert await snapshot(env.world.db) == before
+
+
 async def test_an_outsider_learns_nothing_of_a_projects_secrets_by_submitting(env: Env) -> None:
     await create(env, "db")
     answers = set()

@@ -121,3 +121,11 @@ def test_a_job_names_the_secrets_it_mounts() -> None:
     b.job("busybox", "cat /secrets/db/password", secrets={"db": "/secrets/db", "p/key": "/secrets/key"})
     assert [(m.name, m.mount_path) for m in b.specs()[0].secrets] == [("db", "/secrets/db"),
                                                                      ("p/key", "/secrets/key")]
+
+
+def test_a_job_names_the_secret_it_pulls_its_image_with() -> None:
+    b = BatchBuilder("p")
+    b.job("registry.example.com/lab/tool:1", "tool --help", image_pull_secret="registry")
+    b.job("busybox", "true")
+    assert [s.image_pull_secret for s in b.specs()] == ["registry", ""]
+    assert not b.specs()[0].secrets  # a login for the pull, not a mount

@@ -10,6 +10,7 @@ itself guarantees is tested in test_job_isolation.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -25,6 +26,7 @@ from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker import runtime as runtime_module
+from services.worker.image_tools import Credentials
 from services.worker.logs import RECENT_BYTES, LogSink
 from services.worker.runtime import JobOutcome, JobRun, ProcessRuntime, ProcessRuntimeConfig, can_isolate
 from tests.job_processes import marked, processes_marked
@@ -536,3 +538,18 @@ async def test_a_log_remembers_only_its_latest_output(tmp_path: Path) -> None:
     assert log.recent == b"x" * (RECENT_BYTES - 3) + b"end"
     log.close()
     assert log.write_error is None
+
+
+async def test_a_pull_secret_is_used_for_nothing_and_written_nowhere(tmp_path: Path) -> None:
+    """The process runtime pulls no image: a job's registry login (JobRun.pull_credentials) reaches neither
+    the job's environment, files nor log, nor the attempt's status, and the job runs as without one."""
+    password = "registry-password-" + os.urandom(8).hex()
+    pulling = dataclasses.replace(job(tmp_path, spec(script="env; cat /proc/self/environ; echo done",
+                                                     image_pull_secret="registry")),
+                                  pull_credentials=Credentials("alice", password))
+    outcome, log = await run(process_runtime(), pulling)
+    assert outcome.state == "Success" and log.rstrip().endswith(b"done"), (outcome, log)
+    assert password.encode() not in log and password not in outcome.error_message + outcome.isolation
+    assert password not in repr(pulling)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()
+                and password.encode() in p.read_bytes()]

@@ -126,7 +126,7 @@ class Welcome(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., config: _Optional[_Union[_instance_pb2.SessionConfig, _Mapping]] = ...) -> None: ...
 
 class RunJob(_message.Message):
-    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context", "storage_roots", "secrets")
+    __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context", "storage_roots", "secrets", "image_pull_secret")
     class TraceContextEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,7 @@ class RunJob(_message.Message):
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     STORAGE_ROOTS_FIELD_NUMBER: _ClassVar[int]
     SECRETS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_PULL_SECRET_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     user: str
     billing_project: str
@@ -160,7 +161,8 @@ class RunJob(_message.Message):
     trace_context: _containers.ScalarMap[str, str]
     storage_roots: _containers.RepeatedScalarFieldContainer[str]
     secrets: _containers.RepeatedCompositeFieldContainer[SecretFiles]
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., storage_roots: _Optional[_Iterable[str]] = ..., secrets: _Optional[_Iterable[_Union[SecretFiles, _Mapping]]] = ...) -> None: ...
+    image_pull_secret: SecretFiles
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., log_url: _Optional[str] = ..., attempt_token: _Optional[str] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., storage_roots: _Optional[_Iterable[str]] = ..., secrets: _Optional[_Iterable[_Union[SecretFiles, _Mapping]]] = ..., image_pull_secret: _Optional[_Union[SecretFiles, _Mapping]] = ...) -> None: ...
 
 class SecretFiles(_message.Message):
     __slots__ = ("name", "mount_path", "files", "error")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.worker.image_tools import ImagePullError
+from services.worker.image_tools import Credentials, ImagePullError
 from services.worker.images import Image, ImageCache
 
 
@@ -67,9 +67,10 @@ class Rootfs:
 class RootfsSource(Protocol):
     """Where root filesystems come from (the worker's image cache)."""
 
-    async def acquire(self, image: str) -> Rootfs:
-        """The image's root filesystem, kept until `release`; raises ImageUnavailable (or any exception,
-        whose message says why) if it cannot be had."""
+    async def acquire(self, image: str, credentials: Credentials | None = None) -> Rootfs:
+        """The image's root filesystem, kept until `release`, pulled (or checked, if held) with `credentials`
+        where it comes from a registry; raises ImageUnavailable (or any exception, whose message says why)
+        if it cannot be had."""
         ...
 
     async def release(self, rootfs: Rootfs) -> None:
@@ -90,7 +91,8 @@ class DirectoryRootfs:
     def __init__(self, root: Path):
         self.root = root
 
-    async def acquire(self, image: str) -> Rootfs:
+    async def acquire(self, image: str, credentials: Credentials | None = None) -> Rootfs:
+        """See `RootfsSource.acquire`; `credentials` are not used: nothing comes from a registry."""
         if not _NAME.fullmatch(image) or ".." in image.split("/"):
             raise ImageUnavailable(f"image {image!r} is not a plain NAME[:TAG] naming a directory under {self.root}")
         path = self.root / image
@@ -113,16 +115,18 @@ class CachedRootfs:
     """The worker's image cache (services/worker/images.py) as a source: the image is pulled from its
     registry unless held (each digest pulled and unpacked once, whatever the number of attempts), held
     while an attempt runs it, so never evicted then. A pull that fails is ImageUnavailable with the
-    registry's own words."""
+    registry's own words (a login refused included)."""
 
     def __init__(self, cache: ImageCache):
         self.cache = cache
         self._held: dict[int, Image] = {}
         """id() of each Rootfs handed out -> the cache's Image to release."""
 
-    async def acquire(self, image: str) -> Rootfs:
+    async def acquire(self, image: str, credentials: Credentials | None = None) -> Rootfs:
+        """See `RootfsSource.acquire`. A private image the cache holds is handed out only after the registry
+        accepts `credentials` for it (services.worker.images, *Private images*)."""
         try:
-            held = await self.cache.acquire(image)
+            held = await self.cache.acquire(image, credentials)
         except ImagePullError as e:
             raise ImageUnavailable(str(e)) from e
         rootfs = Rootfs(image=image, digest=held.digest, path=held.rootfs, config=ImageConfig.from_oci(held.config))

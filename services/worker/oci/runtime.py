@@ -253,7 +253,7 @@ class OciRuntime:
             raise AttemptFailed("attempt directory", str(e)) from e
 
         try:
-            rootfs = await self.config.rootfs.acquire(job.spec.image)
+            rootfs = await self.config.rootfs.acquire(job.spec.image, job.pull_credentials)
         except Exception as e:  # noqa: BLE001 - whatever the source raises, its words are the reason
             raise AttemptFailed("image", f"could not get {job.spec.image!r}: {e}") from e
         attempt.rootfs = rootfs

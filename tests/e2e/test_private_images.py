@@ -1,0 +1,95 @@
+"""Issue 13, Images, on a real `corral up --worker-runtime oci` whose registry asks for a login (the
+htpasswd registry of tests/registry.py): a job whose image_pull_secret holds the login (files username
+and password, or Docker's config.json as .dockerconfigjson) runs in a container of the private image; a
+job without one, or with a secret that is not a login, ends in Error saying why (the registry's reason;
+the secret's name), never Failed; and afterwards the password, as written and in base64 (as an auth file
+holds it), is nowhere: not in any table of the database, not in any file under the working directory of
+`corral up` (the blob store, the services' and workers' logs, the workers' image cache and scratch), not
+in any answer or event of the batch."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import corral
+from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from tests import registry as test_registry
+from tests.e2e import cluster as up
+from tests.e2e.cluster import Cluster
+from tests.e2e.test_secrets import events, every_row, files_holding
+from tests.oci.host import WHY_NOT
+
+pytestmark = [pytest.mark.timeout(400), pytest.mark.usefixtures("host_ip_forwarding")]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[test_registry.SeededRegistry]:
+    if WHY_NOT:
+        pytest.skip(WHY_NOT)
+    yield from test_registry.running(tmp_path_factory.mktemp("registry"))
+
+
+def job(**fields) -> job_spec_pb2.JobSpec:
+    # One attempt: a pull refused is a system error, which would otherwise be tried again.
+    return job_spec_pb2.JobSpec(image="busybox", script="echo ran in $(hostname)", max_attempts=1,
+                                network_mode=job_spec_pb2.NETWORK_MODE_NONE, **fields)
+
+
+def test_a_private_image_runs_with_its_pull_secret_and_the_password_is_nowhere_else(
+        registry: test_registry.SeededRegistry, tmp_path: Path) -> None:
+    work_dir = tmp_path / "up"
+    work_dir.mkdir()
+    cluster: Cluster = up.start(work_dir, "--worker-runtime", "oci", "--registry",
+                                f"http://{registry.login_server.address}")
+    password = test_registry.PASSWORD
+    needles = [password.encode(), base64.b64encode(f"{test_registry.USERNAME}:{password}".encode())]
+    try:
+        login = tmp_path / "login"
+        login.mkdir()
+        (login / "username").write_text(test_registry.USERNAME + "\n")
+        (login / "password").write_text(password + "\n")  # as `echo` leaves it: the newline is not the password
+        (tmp_path / "token").write_text(password)
+        docker_config = tmp_path / "config.json"  # as `docker login` leaves it
+        docker_config.write_text(json.dumps({"auths": {f"http://{registry.login_server.address}": {
+            "auth": base64.b64encode(f"{test_registry.USERNAME}:{password}".encode()).decode()}}}))
+        for name, files in (("registry", [str(login / "username"), str(login / "password")]),
+                            ("not-a-login", [f"token={tmp_path / 'token'}"]),
+                            ("docker-config", [f".dockerconfigjson={docker_config}"])):
+            created = cluster.cli("secrets", "create", name, "--project", "default",
+                                  *(arg for path in files for arg in ("--from-file", path)))
+            assert created.returncode == 0, created.stderr
+
+        builder = corral.BatchBuilder("default", attributes={"test": "private-images"})
+        for spec in (job(image_pull_secret="registry"), job(), job(image_pull_secret="not-a-login"),
+                     job(image_pull_secret="docker-config")):
+            builder.add_job(spec)
+        with cluster.client() as client:
+            batch = client.submit(builder)
+            done = client.wait(batch.batch_id)
+            jobs = [client.get_job(batch.batch_id, job_id) for job_id in (1, 2, 3, 4)]
+            succeeded, error = job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_ERROR
+            assert [j.state for j in jobs] == [succeeded, error, error, succeeded], [
+                j.attempts[-1].error_message for j in jobs]
+            assert (done.counts.n_succeeded, done.counts.n_failed) == (2, 0)
+            for job_id in (1, 4):
+                assert client.job_log(batch.batch_id, job_id).decode().startswith("ran in job-")
+            anonymous, not_a_login = (j.attempts[-1].error_message for j in jobs[1:3])
+            assert "image: could not get 'busybox'" in anonymous and "access refused" in anonymous, anonymous
+            assert "authentication required" in anonymous  # the registry's reason
+            assert not_a_login == ("image pull secret 'not-a-login' has no file 'username': it must hold the files "
+                                   "'username' and 'password', or '.dockerconfigjson'")
+            answers = [*jobs, client.get_batch(batch.batch_id), *client.jobs(batch.batch_id),
+                       *client.secrets("default"), *events(client, done)]
+            assert not any(needle in a.SerializeToString() for a in answers for needle in needles)
+        shown = cluster.cli("job", str(batch.batch_id), "1")
+        assert shown.returncode == 0 and "of the image 'busybox' (sha256:" in shown.stdout, shown.stdout + shown.stderr
+        assert not any(needle in every_row(cluster) for needle in needles)
+    finally:
+        cluster.stop()
+    assert files_holding(work_dir, needles) == []
+    assert files_holding(work_dir, [b"ran in job-"]) != []  # the search finds what is there: the job's log
