@@ -70,6 +70,7 @@ class StoredLogs:
     """Logs of finished attempts under `{root_url}/logs/`."""
 
     def __init__(self, root_url: str):
+        self.root_url = root_url
         self._fs, self._root = fsspec.core.url_to_fs(root_url)
 
     def path(self, batch_id: int, job_id: int, attempt_id: str, step: int) -> str:

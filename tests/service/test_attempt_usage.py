@@ -1,0 +1,112 @@
+"""GetAttemptUsage over real gRPC: an ended attempt's series as its worker
+stored it (written here with the worker's own functions, at the worker's
+own path), a running attempt's last reported sample, who may read it, and
+refusals of bad requests."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from corral.batch.v1 import job_service_pb2 as pb
+from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.usage_series import UsageHeader, UsageReading, UsageSample, encode
+from services.worker.attempts import log_url, usage_url
+from services.worker.logs import put_bytes
+from tests.service.test_jobs import Env, complete, env, refused, spec, violations  # noqa: F401 - env is a fixture
+
+pytestmark = pytest.mark.timeout(120)
+
+MIB = 2**20
+
+
+def store_series(env: Env, batch_id: int, job_id: int, attempt: str, samples: list[UsageSample]) -> None:
+    """What a worker does at the end of an attempt, where it does it."""
+    ref = ws.AttemptRef(batch_id=batch_id, job_id=job_id, attempt_id=attempt)
+    put_bytes(encode(UsageHeader("oci", 250, 2, ""), samples), usage_url(log_url(f"file://{env.blobs}", ref)))
+
+
+async def test_the_owner_and_members_read_an_ended_attempts_series(env: Env) -> None:
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec())
+    attempt = await w.run(batch_id, 1)
+    start = w.clock()
+    samples = [UsageSample(start + 250 * i, UsageReading(cpu_time_ms=200 * i, memory_bytes=(i + 1) * 16 * MIB,
+                                                          peak_memory_bytes=(i + 1) * 16 * MIB, io_read_bytes=0,
+                                                          io_write_bytes=4096 * i)) for i in range(4)]
+    samples.append(UsageSample(start + 1000, UsageReading(cpu_time_ms=900, peak_memory_bytes=64 * MIB)))
+    store_series(env, batch_id, 1, attempt, samples)
+    await complete(env, batch_id, 1, attempt, "Success", exit_code=0, cpu_time_ms=900, peak_memory_bytes=64 * MIB)
+
+    for who in ("alice", "bob", "root"):
+        usage = await env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1),
+                                               metadata=env.as_(who))
+        assert (usage.attempt_id, usage.complete, usage.runtime, usage.note) == (attempt, True, "oci", "")
+        assert usage.interval.ToMilliseconds() == 250
+        assert (usage.summary.cpu_time.ToMilliseconds(), usage.summary.peak_memory_bytes) == (900, 64 * MIB)
+        assert [s.at.ToMilliseconds() - start for s in usage.samples] == [0, 250, 500, 750, 1000]
+        assert [s.cpu_time.ToMilliseconds() for s in usage.samples] == [0, 200, 400, 600, 900]
+        assert [s.memory_bytes for s in usage.samples[:-1]] == [16 * MIB, 32 * MIB, 48 * MIB, 64 * MIB]
+        final = usage.samples[-1]
+        assert not final.HasField("memory_bytes") and not final.HasField("io_read_bytes")  # unknown, not 0
+        assert final.peak_memory_bytes == 64 * MIB
+        assert usage.samples[0].HasField("io_read_bytes") and usage.samples[0].io_read_bytes == 0
+    by_id = await env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1,
+                                                                     attempt_id=attempt), metadata=env.as_("alice"))
+    assert len(by_id.samples) == 5
+
+
+async def test_a_running_attempt_has_no_series_yet_and_one_never_stored_says_so(env: Env) -> None:
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec(), spec())
+    running = await w.run(batch_id, 1)
+    usage = await env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1),
+                                           metadata=env.as_("alice"))
+    assert (usage.attempt_id, usage.complete, list(usage.samples), usage.runtime) == (running, False, [], "")
+    assert "running" in usage.note
+    # A series a worker could not store (or one from before series existed): the summary, and why.
+    lost = await w.run(batch_id, 2)
+    await complete(env, batch_id, 2, lost, "Success", exit_code=0, cpu_time_ms=5, peak_memory_bytes=7)
+    usage = await env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=2),
+                                           metadata=env.as_("alice"))
+    assert (usage.complete, list(usage.samples), usage.summary.peak_memory_bytes) == (True, [], 7)
+    assert "no usage series was stored" in usage.note
+
+
+async def test_others_are_told_what_missing_ids_get_and_bad_requests_are_refused(env: Env) -> None:
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec(), spec())
+    attempt = await w.run(batch_id, 1)
+    await complete(env, batch_id, 1, attempt, "Success", exit_code=0)
+    store_series(env, batch_id, 1, attempt, [UsageSample(1, UsageReading(cpu_time_ms=1))])
+    alice, carol = env.as_("alice"), env.as_("carol")
+
+    for id_ in (batch_id, batch_id + 100):  # someone else's batch is a missing one
+        error = await refused(env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=id_, job_id=1),
+                                                       metadata=carol))
+        assert (error.code(), error.details()) == (grpc.StatusCode.NOT_FOUND, f"no batch {id_}")
+    error = await refused(env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1)))
+    assert error.code() == grpc.StatusCode.UNAUTHENTICATED
+
+    for request in (pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=2),  # never ran
+                    pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=3),  # no such job
+                    pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1, attempt_id="nope")):
+        assert (await refused(env.jobs.GetAttemptUsage(request, metadata=alice))).code() == grpc.StatusCode.NOT_FOUND
+
+    for attempt_id in ("../1", "a/b", "x" * 41, "é"):  # an attempt id also names a path in storage
+        error = await refused(env.jobs.GetAttemptUsage(
+            pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1, attempt_id=attempt_id), metadata=alice))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations(error) == ["attempt_id"]
+    error = await refused(env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=2**40),
+                                                   metadata=alice))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT and violations(error) == ["job_id"]
+
+    # A stored blob that is not a series is data lost, said as such (not an empty answer).
+    ref = ws.AttemptRef(batch_id=batch_id, job_id=1, attempt_id=attempt)
+    put_bytes(b"not json\n", usage_url(log_url(f"file://{env.blobs}", ref)))
+    error = await refused(env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1),
+                                                   metadata=alice))
+    assert error.code() == grpc.StatusCode.DATA_LOSS
