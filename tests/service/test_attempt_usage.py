@@ -5,14 +5,24 @@ refusals of bad requests."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
+
 import grpc
 import pytest
+
+from corral import Client, aio
+from corral.errors import InvalidArgument, NotFound
+from services.auth.app import AuthApp
+from services.common.tls import DevCertificateAuthority
 
 from corral.batch.v1 import job_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.usage_series import UsageHeader, UsageReading, UsageSample, encode
 from services.worker.attempts import log_url, usage_url
 from services.worker.logs import put_bytes
+from tests.service.test_cli_jobs import corral, logged_in, out
 from tests.service.test_jobs import Env, complete, env, refused, spec, violations  # noqa: F401 - env is a fixture
 
 pytestmark = pytest.mark.timeout(120)
@@ -110,3 +120,41 @@ async def test_others_are_told_what_missing_ids_get_and_bad_requests_are_refused
     error = await refused(env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1),
                                                    metadata=alice))
     assert error.code() == grpc.StatusCode.DATA_LOSS
+
+
+async def test_the_clients_and_the_cli_show_usage(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
+                                                  tmp_path: Path) -> None:
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec())
+    attempt = await w.run(batch_id, 1)
+    start = w.clock()
+    store_series(env, batch_id, 1, attempt, [
+        UsageSample(start, UsageReading(cpu_time_ms=0, memory_bytes=MIB, peak_memory_bytes=MIB)),
+        UsageSample(start + 1500, UsageReading(cpu_time_ms=1500, peak_memory_bytes=64 * MIB))])
+    await complete(env, batch_id, 1, attempt, "Success", exit_code=0, cpu_time_ms=1500, peak_memory_bytes=64 * MIB)
+    address = f"localhost:{env.frontend.public_port}"
+    async with aio.Client(address, env.tokens["alice"], certs.ca_cert_path) as client:
+        usage = await client.attempt_usage(batch_id, 1)
+        assert [s.cpu_time.ToMilliseconds() for s in usage.samples] == [0, 1500]
+        with pytest.raises(NotFound):
+            await client.attempt_usage(batch_id, 1, "nope")
+        with pytest.raises(InvalidArgument):
+            await client.attempt_usage(batch_id, 1, "../x")
+
+    def blocking_call() -> object:  # in a thread: the frontend answers on this test's loop
+        with Client(address, env.tokens["alice"], certs.ca_cert_path) as blocking:
+            return blocking.attempt_usage(batch_id, 1, attempt)
+
+    assert await asyncio.to_thread(blocking_call) == usage
+
+    alice = logged_in(env, auth_app, certs, tmp_path, "alice")
+    shown = out(await corral(alice, "job", str(batch_id), "1"))
+    assert "    used: cpu time 1.5 s, peak memory 64 MiB\n" in shown
+    series = out(await corral(alice, "job", str(batch_id), "1", "--usage"))
+    assert series.splitlines()[-4:-1] == [
+        "      at_s   cpu_s    memory      peak   io_read  io_write",
+        "       0.0     0.0     1 MiB     1 MiB         -         -",
+        "       1.5     1.5         -    64 MiB         -         -"]
+    as_json = json.loads(out(await corral(alice, "job", str(batch_id), "1", "--usage", "--json")))
+    assert len(as_json[2]["samples"]) == 2
