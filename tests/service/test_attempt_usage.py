@@ -28,6 +28,7 @@ from tests.service.test_jobs import Env, complete, env, refused, spec, violation
 pytestmark = pytest.mark.timeout(120)
 
 MIB = 2**20
+HOUR_MS = 3_600_000
 
 
 def store_series(env: Env, batch_id: int, job_id: int, attempt: str, samples: list[UsageSample]) -> None:
@@ -72,10 +73,22 @@ async def test_a_running_attempt_has_no_series_yet_and_one_never_stored_says_so(
     await w.instance()
     batch_id = await env.submit(spec(), spec())
     running = await w.run(batch_id, 1)
+    await w.store.add_attempt_resources(w.epoch, [{"batch_id": batch_id, "job_id": 1, "attempt_id": running,
+                                                   "resource": "cpu/local/1", "quantity": 1000}])
+    # The heartbeat's rollup carries the worker's latest sample: shown while it runs, billed on the reservation.
+    w.clock.advance(HOUR_MS)
+    await w.store.heartbeat_rollup(w.epoch, "i1", [{"batch_id": batch_id, "job_id": 1, "attempt_id": running,
+                                                    "rollup_time_ms": w.clock(), "cpu_time_ms": 30_000,
+                                                    "peak_memory_bytes": 3 * MIB}])
     usage = await env.jobs.GetAttemptUsage(pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1),
                                            metadata=env.as_("alice"))
     assert (usage.attempt_id, usage.complete, list(usage.samples), usage.runtime) == (running, False, [], "")
     assert "running" in usage.note
+    assert (usage.summary.cpu_time.ToMilliseconds(), usage.summary.peak_memory_bytes) == (30_000, 3 * MIB)
+    [attempt] = (await env.jobs.GetJobAttempts(pb.GetJobAttemptsRequest(batch_id=batch_id, job_id=1),
+                                               metadata=env.as_("alice"))).attempts
+    assert attempt.resources_used.peak_memory_bytes == 3 * MIB
+    assert attempt.cost_micro_usd == 40_000  # one reserved core for an hour at $0.04, whatever it used
     # A series a worker could not store (or one from before series existed): the summary, and why.
     lost = await w.run(batch_id, 2)
     await complete(env, batch_id, 2, lost, "Success", exit_code=0, cpu_time_ms=5, peak_memory_bytes=7)
