@@ -5,7 +5,7 @@ Every RPC first resolves the batch through `services.frontend.access`
 projects alike), then the job (NOT_FOUND unless committed). Logs come
 from the worker while the attempt runs and from storage once it ended
 (`services.frontend.logs`); an attempt's usage series from storage once it
-ended (`services.frontend.usage`).
+ended, from the worker while it runs (`services.frontend.usage`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from services.frontend.logs import (
     step_name,
 )
 from services.common.specs import SpecStore
-from services.frontend.usage import StoredUsage, check_attempt_id, usage_response
+from services.frontend.usage import StoredUsage, check_attempt_id, live_response, usage_response
 
 log = logging.getLogger(__name__)
 
@@ -224,9 +224,17 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         check_attempt_id(request.attempt_id)
         job = await self._job(request.batch_id, request.job_id)
         attempt = await self._attempt(job, request.attempt_id, "usage")
+        key = (request.batch_id, request.job_id, attempt["attempt_id"])
+        address = self._live_address(attempt)
+        if address is not None:  # running: the series so far is on its worker
+            try:
+                return live_response(attempt, await self.worker_logs.usage(address, *key))
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _TRY_STORAGE:
+                    raise LogUnavailable(f"worker {attempt['instance_name']}: {e.details()}") from None
         series = None
-        if attempt["end_time_ms"] is not None:  # a running attempt's series is still on its worker
-            series = await self.stored_usage.read(request.batch_id, request.job_id, attempt["attempt_id"])
+        if attempt["end_time_ms"] is not None or address is not None:  # it may have ended since we read it
+            series = await self.stored_usage.read(*key)
         return usage_response(attempt, series)
 
     async def ExplainJob(self, request: pb.ExplainJobRequest, context: grpc.aio.ServicerContext

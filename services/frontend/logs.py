@@ -130,6 +130,12 @@ class WorkerLogs:
             max_bytes=max_bytes), timeout=WORKER_DEADLINE_S)
         return LogChunk(response.data, response.start_byte, response.total_bytes, response.complete)
 
+    async def usage(self, address: str, batch_id: int, job_id: int, attempt_id: str
+                    ) -> worker_pb.GetAttemptUsageResponse:
+        """A running attempt's usage series so far; raises grpc.aio.AioRpcError as the worker answers."""
+        return await self._stub(address).GetAttemptUsage(worker_pb.GetAttemptUsageRequest(
+            batch_id=batch_id, job_id=job_id, attempt_id=attempt_id), timeout=WORKER_DEADLINE_S)
+
     async def follow(self, address: str, batch_id: int, job_id: int, attempt_id: str, step: int, start_byte: int
                      ) -> AsyncIterator[LogChunk]:
         """The live log from `start_byte`, followed until the step ends (total_bytes is

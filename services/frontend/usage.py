@@ -1,9 +1,11 @@
-"""Where the frontend reads an attempt's usage series: the blob its worker
-stores beside the attempt's main log when it ends,
+"""Where the frontend reads an attempt's usage series: from its worker
+while it runs (WorkerService.GetAttemptUsage, through
+`services.frontend.logs.WorkerLogs`), and once it ended from the blob the
+worker stores beside the attempt's main log,
 `{spec_root_url}/logs/{batch_id}/{job_id}/{attempt_id}/usage.jsonl` (the
-format is services/common/usage_series.py), and how a series becomes a
-GetAttemptUsageResponse. While the attempt runs there is no blob: the
-response carries the last sample its worker reported (the database's).
+format is services/common/usage_series.py); and how either becomes a
+GetAttemptUsageResponse. A running attempt whose worker cannot be reached
+gets the last sample its worker reported (the database's), and says so.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ from typing import Any
 
 import fsspec
 import grpc
-from google.protobuf import duration_pb2
 
-from corral.batch.v1 import job_pb2
 from corral.batch.v1 import job_service_pb2 as pb
 from services.common.errors import FieldViolation, InvalidRequest, RequestError
+from services.common.usage_protos import interval_proto, sample_proto
 from services.common.usage_series import FILE_NAME, BadUsageBlob, UsageHeader, UsageSample, decode
-from services.frontend.job_protos import attempt_proto, timestamp
+from services.frontend.job_protos import attempt_proto
 
 MAX_SAMPLES = 1000
 """Most samples in a response; a longer stored series is thinned evenly."""
@@ -80,14 +81,15 @@ def thinned(samples: list[UsageSample], most: int = MAX_SAMPLES) -> list[UsageSa
     return [samples[round(i * step)] for i in range(most)]
 
 
-def sample_proto(sample: UsageSample) -> job_pb2.UsageSample:
-    reading = sample.reading
-    out = job_pb2.UsageSample(at=timestamp(sample.at_ms), memory_bytes=reading.memory_bytes,
-                              peak_memory_bytes=reading.peak_memory_bytes, io_read_bytes=reading.io_read_bytes,
-                              io_write_bytes=reading.io_write_bytes)
-    if reading.cpu_time_ms is not None:
-        out.cpu_time.FromMilliseconds(reading.cpu_time_ms)
-    return out
+def live_response(attempt: dict[str, Any], live: Any) -> pb.GetAttemptUsageResponse:
+    """The response for a running attempt from its worker's WorkerService GetAttemptUsageResponse."""
+    samples = list(live.samples)
+    if len(samples) > MAX_SAMPLES:
+        samples = [samples[round(i * (len(samples) - 1) / (MAX_SAMPLES - 1))] for i in range(MAX_SAMPLES)]
+    return pb.GetAttemptUsageResponse(attempt_id=attempt["attempt_id"], complete=live.complete,
+                                      summary=attempt_proto(attempt).resources_used, samples=samples,
+                                      interval=live.interval if live.HasField("interval") else None,
+                                      runtime=live.runtime, note=live.note)
 
 
 def usage_response(attempt: dict[str, Any], series: tuple[UsageHeader, list[UsageSample]] | None
@@ -99,13 +101,12 @@ def usage_response(attempt: dict[str, Any], series: tuple[UsageHeader, list[Usag
     if series is not None:
         header, samples = series
         response.runtime, response.note = header.runtime, header.note
-        if header.interval_ms > 0:
-            response.interval.CopyFrom(duration_pb2.Duration(seconds=header.interval_ms // 1000,
-                                                             nanos=header.interval_ms % 1000 * 1_000_000))
+        if (interval := interval_proto(header.interval_ms)) is not None:
+            response.interval.CopyFrom(interval)
         response.samples.extend(sample_proto(s) for s in thinned(samples))
     elif not complete:
-        response.note = ("the attempt is running: its series is stored when it ends; the summary is the last "
-                         "sample its worker reported")
+        response.note = ("the attempt is running and its worker cannot be reached for its series; the summary is "
+                         "the last sample its worker reported")
     elif attempt["start_time_ms"] is None:
         response.note = "the attempt never started: nothing was sampled"
     else:

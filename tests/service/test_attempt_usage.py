@@ -6,16 +6,29 @@ refusals of bad requests."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import os
 from pathlib import Path
 
 import grpc
 import pytest
 
 from corral import Client, aio
+from corral.batch.v1 import job_spec_pb2
 from corral.errors import InvalidArgument, NotFound
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database, DatabaseConfig
+from services.db.store import JobStore
+from services.driver.app import DriverConfig
+from services.driver.app import start as start_driver
+from services.driver.servicer import SessionSettings
+from services.worker.app import start as start_worker
+from services.worker.config import WorkerConfig
+from services.worker.runtime import ProcessRuntime
+from tests.conftest import service_url
+from tests.world import FakeClock
 
 from corral.batch.v1 import job_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
@@ -23,7 +36,9 @@ from services.common.usage_series import UsageHeader, UsageReading, UsageSample,
 from services.worker.attempts import log_url, usage_url
 from services.worker.logs import put_bytes
 from tests.service.test_cli_jobs import corral, logged_in, out
-from tests.service.test_jobs import Env, complete, env, refused, spec, violations  # noqa: F401 - env is a fixture
+from tests.service.test_worker import eventually
+from tests.service.test_jobs import (Env, complete, env, make_env, refused, spec, start_frontend,  # noqa: F401
+                                     violations)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -171,3 +186,77 @@ async def test_the_clients_and_the_cli_show_usage(env: Env, auth_app: AuthApp, c
         "       1.5     1.5         -    64 MiB         -         -"]
     as_json = json.loads(out(await corral(alice, "job", str(batch_id), "1", "--usage", "--json")))
     assert len(as_json[2]["samples"]) == 2
+
+
+class SampledProcessRuntime(ProcessRuntime):
+    """The process runtime, with counters it makes up while a job runs (the process runtime reads none; the
+    OCI runtime's real ones are tested in tests/oci and test_worker_oci.py): 100 ms of cpu more each time."""
+
+    usage_note = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._ticks = itertools.count(1)
+
+    def sample(self, attempt_id: str) -> UsageReading | None:
+        tick = next(self._ticks)
+        return UsageReading(cpu_time_ms=100 * tick, memory_bytes=MIB, peak_memory_bytes=tick * MIB)
+
+
+async def test_a_running_attempts_series_is_read_from_its_worker_then_from_storage(
+        auth_app: AuthApp, db_config: DatabaseConfig, db: Database, clock: FakeClock,
+        certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """A real driver and worker run a job that waits for a file; its usage is read while it waits, and after."""
+    await db.execute("UPDATE instance_collections SET max_instances = 0")  # no worker processes
+    blobs = tmp_path / "blobs"
+    driver = await start_driver(DriverConfig(
+        service_url(db_config, "driver"), certs.directory, f"file://{blobs}", tmp_path / "driver",
+        session=SessionSettings(heartbeat_interval_s=0.2, heartbeat_timeout_s=10.0, idle_timeout_s=30.0)))
+    address = f"localhost:{driver.port}"
+    frontend = await start_frontend(auth_app, db_config, certs, blobs, driver_addresses=(address,))
+    worker = None
+    try:
+        await eventually(lambda: driver.election.is_leader)
+        assert driver.election.state.epoch is not None
+        await JobStore(db).create_instance(driver.election.state.epoch, "w-use", "standard", 2000, "activate")
+        certs.issue("worker-w-use")
+        worker = await start_worker(WorkerConfig("w-use", "activate", 2000, (address,), certs.directory,
+                                                 tmp_path / "scratch", f"file://{blobs}", heartbeat_interval_s=0.2,
+                                                 unisolated_dev=os.geteuid() != 0, usage_interval_s=0.1),
+                                    SampledProcessRuntime())  # type: ignore[arg-type]
+        async for env in make_env(frontend, auth_app, db, clock, certs, blobs, elect=False):
+            batch_id = await env.submit(job_spec_pb2.JobSpec(
+                image="docker.io/library/busybox:1.36", script="while [ ! -e go ]; do sleep 0.05; done"))
+            request = pb.GetAttemptUsageRequest(batch_id=batch_id, job_id=1)
+
+            async def live_samples() -> pb.GetAttemptUsageResponse | None:
+                try:
+                    usage = await env.jobs.GetAttemptUsage(request, metadata=env.as_("bob"))
+                except grpc.aio.AioRpcError as e:
+                    assert e.code() == grpc.StatusCode.NOT_FOUND  # not scheduled yet
+                    return None
+                reported = usage.summary.HasField("cpu_time")  # a heartbeat's sample reached the database
+                return usage if len(usage.samples) >= 3 and reported and not usage.complete else None
+
+            live = await eventually(live_samples, what="samples of the running attempt from its worker")
+            assert (live.runtime, live.interval.ToMilliseconds()) == ("process", 100)
+            cpu = [s.cpu_time.ToMilliseconds() for s in live.samples]
+            assert cpu == sorted(cpu) and all(s.memory_bytes == MIB for s in live.samples)
+            (tmp_path / "scratch" / f"{batch_id}-1-{live.attempt_id}" / "work" / "go").touch()
+
+            async def succeeded() -> bool:
+                return await env.world.state(batch_id, 1) == "Success"
+
+            await eventually(succeeded, what="the job's success")
+            stored = await env.jobs.GetAttemptUsage(request, metadata=env.as_("alice"))
+            assert (stored.attempt_id, stored.complete, stored.runtime) == (live.attempt_id, True, "process")
+            assert len(stored.samples) > len(live.samples)
+            assert [s.cpu_time.ToMilliseconds() for s in stored.samples[:len(cpu)]] == cpu
+            final = stored.samples[-1]  # the end reading: the process runtime's rusage, no memory now
+            assert not final.HasField("memory_bytes")
+            assert final.peak_memory_bytes == stored.summary.peak_memory_bytes
+    finally:
+        if worker is not None:
+            await worker.stop()
+        await frontend.stop()
+        await driver.stop()

@@ -116,7 +116,8 @@ class JobServiceServicer:
 
     def GetAttemptUsage(self, request, context):
         """Returns an attempt's resource usage over time (cpu time, memory, I/O),
-        as its worker sampled it; stored when the attempt ends.
+        as its worker sampled it: from the worker while the attempt runs, from
+        storage once it ended.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
