@@ -156,8 +156,8 @@ class AsyncCalls:
                             ) -> jpb.GetAttemptUsageResponse:
         """An attempt's (default: the latest) resource usage over time: `samples` (cpu time, memory now and
         at its peak, block I/O; each a `UsageSample`, oldest first, the end-of-attempt reading last),
-        `summary`, and `note` saying what is missing. A running attempt has no samples yet: its series is
-        stored when it ends, and `summary` is the last sample its worker reported."""
+        `summary`, and `note` saying what is missing. While the attempt runs, the samples so far (from its
+        worker) and `complete` false."""
         return await self._call(self._jobs.GetAttemptUsage, jpb.GetAttemptUsageRequest(
             batch_id=batch_id, job_id=job_id, attempt_id=attempt or ""))
 
