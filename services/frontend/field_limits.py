@@ -112,9 +112,10 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         table[f"{BATCH}{request}Request.jobs"] = Repeated(limits.max_jobs_per_bunch, setting="max_jobs_per_bunch")
     for request in ("CancelBatch", "CancelJobGroup"):
         table[f"{BATCH}{request}Request.reason"] = Text(1024, column="job_groups_cancelled.reason")
-    for request in ("GetJobLog", "StreamJobLog", "GetAttemptUsage"):
+    for request in ("GetJobLog", "StreamJobLog"):
         table[f"{BATCH}{request}Request.attempt_id"] = Text(40, column="attempts.attempt_id")
         table[f"{BATCH}{request}Request.start_byte"] = Unchecked("any offset (negative: from the end); not stored")
+    table[f"{BATCH}GetAttemptUsageRequest.attempt_id"] = Text(40, column="attempts.attempt_id")
     table.update({
         # BatchService
         f"{BATCH}WatchBatchRequest.from_event_id": Integer(0, INT64_MAX, column="batch_events.event_id",
