@@ -104,6 +104,11 @@ class UsageSeries:
         self.latest = self._final = sample
 
     @property
+    def sampled(self) -> bool:
+        """Whether any periodic sample was offered (a runtime that cannot sample a running job offers none)."""
+        return self._offered > 0
+
+    @property
     def samples(self) -> list[UsageSample]:
         """The kept samples, oldest first, the final one last once finished."""
         return self._samples + ([self._final] if self._final is not None else [])

@@ -55,6 +55,7 @@ from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.tls import TlsFiles
+from services.common.usage_series import UsageSeries
 from services.worker.attempts import (
     Attempt, AttemptTable, completed_event, log_url, resource_usage, run_attempt, timestamp, wall_ms,
 )
@@ -67,7 +68,6 @@ from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, 
 from services.worker.secret_files import delivered_secrets
 from services.worker.storage_check import file_url_refusals
 from services.worker.usage_sampler import UsageSampler
-from services.common.usage_series import UsageSeries
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@
 WorkerService reads the log of a running attempt, and of one that ended
 within `keep_ended_s` (by then the log is in storage too, but a reader that
 started here can finish here). `run_attempt` runs one attempt in the
-runtime, uploads its log and its usage series (next to
-the log) and returns the outcome; `completed_event` turns that into the
-JobCompleted the driver records.
+runtime, uploads its log and its usage series (beside the log) and returns
+the outcome; `completed_event` turns that into the JobCompleted the driver
+records.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from opentelemetry import trace
 from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.telemetry import extract
+from services.common.usage_series import FILE_NAME as USAGE_FILE_NAME
+from services.common.usage_series import UsageHeader, UsageReading, UsageSample, UsageSeries, encode
 from services.worker.logs import LogSink, put_bytes
 from services.worker.runtime import CANCELLED, REFUSED, SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
 from services.worker.storage_check import file_url_refusals
-from services.common.usage_series import FILE_NAME as USAGE_FILE_NAME
-from services.common.usage_series import UsageHeader, UsageReading, UsageSample, UsageSeries, encode
 
 log = logging.getLogger(__name__)
 tracer = trace.get_tracer(__name__)
@@ -253,7 +253,8 @@ async def _upload_usage(runtime: ContainerRuntime, attempt: Attempt) -> None:
     """Store the series beside the log, before the outcome is reported. A series that cannot be stored
     does not change the outcome (its final reading is in the completion): it is logged, and GetAttemptUsage
     then finds none."""
-    blob = encode(UsageHeader(runtime.name, attempt.usage_interval_ms, attempt.usage.stride, runtime.usage_note),
+    interval_ms = attempt.usage_interval_ms if attempt.usage.sampled else 0
+    blob = encode(UsageHeader(runtime.name, interval_ms, attempt.usage.stride, runtime.usage_note),
                   attempt.usage.samples)
     url = usage_url(attempt.log_url)
     for attempt_no in range(1, UPLOAD_TRIES + 1):

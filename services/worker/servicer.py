@@ -114,7 +114,8 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         if attempt.usage.latest is not None and attempt.usage.latest not in samples[-1:]:
             samples.append(attempt.usage.latest)  # what the heartbeat reported too: the freshest reading
         return pb.GetAttemptUsageResponse(
-            samples=[sample_proto(s) for s in samples], interval=interval_proto(attempt.usage_interval_ms),
+            samples=[sample_proto(s) for s in samples],
+            interval=interval_proto(attempt.usage_interval_ms if attempt.usage.sampled else 0),
             runtime=self._worker.runtime.name, note=self._worker.runtime.usage_note, complete=not attempt.running)
 
     async def ListImages(self, request: pb.ListImagesRequest, context: grpc.aio.ServicerContext

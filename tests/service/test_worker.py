@@ -256,7 +256,7 @@ async def test_a_job_runs_and_its_log_is_uploaded(cluster: Cluster) -> None:
     assert uploaded.read_bytes() == b"hello\nto stderr\n"
     # Its usage series beside the log: the process runtime samples nothing while a job runs, and says so.
     header, [final] = decode((uploaded.parent / "usage.jsonl").read_bytes())
-    assert (header.runtime, "does not sample" in header.note) == ("process", True)
+    assert (header.runtime, header.interval_ms, "does not sample" in header.note) == ("process", 0, True)
     assert (final.at_ms, final.reading.cpu_time_ms, final.reading.peak_memory_bytes) == (
         attempt["end_time_ms"], attempt["cpu_time_ms"], attempt["peak_memory_bytes"])
     assert (await cluster.world.batch_row(batch_id))["state"] == "complete"
