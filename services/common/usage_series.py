@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
+from typing import TypeVar
 
 FORMAT_VERSION = 1
 DEFAULT_CAP = 720
@@ -112,6 +113,18 @@ class UsageSeries:
     def samples(self) -> list[UsageSample]:
         """The kept samples, oldest first, the final one last once finished."""
         return self._samples + ([self._final] if self._final is not None else [])
+
+
+T = TypeVar("T")
+
+
+def thinned(samples: list[T], most: int) -> list[T]:
+    """At most `most` (at least 2) of `samples`, evenly spread, the first and the last kept (what a reader is
+    given of a series longer than it asks for)."""
+    if len(samples) <= most:
+        return samples
+    step = (len(samples) - 1) / (most - 1)
+    return [samples[round(i * step)] for i in range(most)]
 
 
 def encode(header: UsageHeader, samples: list[UsageSample]) -> bytes:

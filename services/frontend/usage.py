@@ -21,7 +21,7 @@ import grpc
 from corral.batch.v1 import job_service_pb2 as pb
 from services.common.errors import FieldViolation, InvalidRequest, RequestError
 from services.common.usage_protos import interval_proto, sample_proto
-from services.common.usage_series import FILE_NAME, BadUsageBlob, UsageHeader, UsageSample, decode
+from services.common.usage_series import FILE_NAME, BadUsageBlob, UsageHeader, UsageSample, decode, thinned
 from services.frontend.job_protos import attempt_proto
 
 MAX_SAMPLES = 1000
@@ -73,19 +73,9 @@ class StoredUsage:
             raise UsageUnreadable(f"the stored usage series of attempt {attempt_id} is unreadable: {e}") from None
 
 
-def thinned(samples: list[UsageSample], most: int = MAX_SAMPLES) -> list[UsageSample]:
-    """At most `most` samples, evenly spread, the first and the last kept."""
-    if len(samples) <= most:
-        return samples
-    step = (len(samples) - 1) / (most - 1)
-    return [samples[round(i * step)] for i in range(most)]
-
-
 def live_response(attempt: dict[str, Any], live: Any) -> pb.GetAttemptUsageResponse:
     """The response for a running attempt from its worker's WorkerService GetAttemptUsageResponse."""
-    samples = list(live.samples)
-    if len(samples) > MAX_SAMPLES:
-        samples = [samples[round(i * (len(samples) - 1) / (MAX_SAMPLES - 1))] for i in range(MAX_SAMPLES)]
+    samples = thinned(list(live.samples), MAX_SAMPLES)
     return pb.GetAttemptUsageResponse(attempt_id=attempt["attempt_id"], complete=live.complete,
                                       summary=attempt_proto(attempt).resources_used, samples=samples,
                                       interval=live.interval if live.HasField("interval") else None,
@@ -103,7 +93,7 @@ def usage_response(attempt: dict[str, Any], series: tuple[UsageHeader, list[Usag
         response.runtime, response.note = header.runtime, header.note
         if (interval := interval_proto(header.interval_ms)) is not None:
             response.interval.CopyFrom(interval)
-        response.samples.extend(sample_proto(s) for s in thinned(samples))
+        response.samples.extend(sample_proto(s) for s in thinned(samples, MAX_SAMPLES))
     elif not complete:
         response.note = ("the attempt is running and its worker cannot be reached for its series; the summary is "
                          "the last sample its worker reported")

@@ -15,6 +15,7 @@ from services.common.usage_series import (
     UsageSeries,
     decode,
     encode,
+    thinned,
 )
 
 
@@ -103,3 +104,11 @@ def test_the_blob_is_json_lines_with_a_header_and_unknown_counters_left_out() ->
 def test_anything_else_is_refused(blob: bytes) -> None:
     with pytest.raises(BadUsageBlob):
         decode(blob)
+
+
+@given(n=st.integers(0, 5000), most=st.integers(2, 1000))
+def test_thinning_keeps_the_ends_and_the_order_within_the_bound(n: int, most: int) -> None:
+    kept = thinned(list(range(n)), most)
+    assert len(kept) == min(n, most) and kept == sorted(set(kept))
+    if n:
+        assert (kept[0], kept[-1]) == (0, n - 1)
