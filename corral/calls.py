@@ -152,6 +152,15 @@ class AsyncCalls:
             if not chunk.data or offset >= chunk.total_bytes:
                 return data
 
+    async def attempt_usage(self, batch_id: int, job_id: int, attempt: str | None = None
+                            ) -> jpb.GetAttemptUsageResponse:
+        """An attempt's (default: the latest) resource usage over time: `samples` (cpu time, memory now and
+        at its peak, block I/O; each a `UsageSample`, oldest first, the end-of-attempt reading last),
+        `summary`, and `note` saying what is missing. While the attempt runs, the samples so far (from its
+        worker) and `complete` false."""
+        return await self._call(self._jobs.GetAttemptUsage, jpb.GetAttemptUsageRequest(
+            batch_id=batch_id, job_id=job_id, attempt_id=attempt or ""))
+
     async def follow_log(self, batch_id: int, job_id: int, attempt: str | None = None, start_byte: int = 0
                          ) -> AsyncIterator[bytes]:
         """The log from `start_byte`, then what the running attempt writes, until it ends."""

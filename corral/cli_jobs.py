@@ -2,7 +2,8 @@
 
 Human output by default, `--json` for scripts (the API's messages as JSON).
 `corral logs` writes the log's bytes as they are; with `--follow` it keeps
-writing while the attempt runs and returns when it ends.
+writing while the attempt runs and returns when it ends. `corral job` shows
+each attempt's cpu time and peak memory; with `--usage`, its usage series.
 """
 
 from __future__ import annotations
@@ -53,12 +54,44 @@ def _reason_name(code: int) -> str:
     return job_explanation_pb2.WaitReasonCode.Name(code).removeprefix("WAIT_REASON_CODE_").lower().replace("_", " ")
 
 
+def used(usage: job_pb2.ResourceUsage) -> str:
+    """'cpu time 1.5 s, peak memory 64 MiB', or '' if the attempt reported neither."""
+    parts = []
+    if usage.HasField("cpu_time"):
+        parts.append(f"cpu time {usage.cpu_time.ToMilliseconds() / 1000:g} s")
+    if usage.peak_memory_bytes:
+        parts.append(f"peak memory {binary_size(usage.peak_memory_bytes)}")
+    return ", ".join(parts)
+
+
+def _optional_size(sample: job_pb2.UsageSample, field: str) -> str:
+    return binary_size(getattr(sample, field)) if sample.HasField(field) else "-"
+
+
+def usage_lines(usage: Any, start_ms: int | None) -> list[str]:
+    """A GetAttemptUsageResponse as a table: seconds since the attempt started, and each counter."""
+    lines = []
+    if usage.note:
+        lines.append(f"    usage: {usage.note}")
+    if usage.samples:
+        lines.append("      at_s   cpu_s    memory      peak   io_read  io_write")
+    for s in usage.samples:
+        at_s = (s.at.ToMilliseconds() - (start_ms or s.at.ToMilliseconds())) / 1000
+        cpu = f"{s.cpu_time.ToMilliseconds() / 1000:.1f}" if s.HasField("cpu_time") else "-"
+        lines.append(f"    {at_s:6.1f}  {cpu:>6}  " + "  ".join(
+            f"{_optional_size(s, f):>8}" for f in ("memory_bytes", "peak_memory_bytes", "io_read_bytes",
+                                                    "io_write_bytes")))
+    return lines
+
+
 def _job(args: argparse.Namespace) -> int:
     with open_client(args) as client:
         job = client.get_job(args.batch_id, args.job_id)
         why = client.explain_job(args.batch_id, args.job_id)
+        usages = {a.attempt_id: client.attempt_usage(args.batch_id, args.job_id, a.attempt_id)
+                  for a in job.attempts} if args.usage else {}
     if args.json:
-        print_json([job, why])
+        print_json([job, why, *usages.values()])
         return 0
     print(job_line(job))
     command = list(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else [job.spec.script]
@@ -75,8 +108,14 @@ def _job(args: argparse.Namespace) -> int:
         memory = f"  memory={a.memory_bytes // 2**20} MiB" if a.memory_bytes else ""
         print(f"  attempt {a.attempt_id} on {a.instance_name}{spot}: {end if a.end_reason else 'running'}{exit_code}"
               f"{memory}  cost={usd(a.cost_micro_usd)}" + (f"  error: {a.error_message}" if a.error_message else ""))
+        if summary := used(a.resources_used):
+            print(f"    used: {summary}" + ("" if a.end_reason else " (last sample)"))
         if a.isolation:
             print(f"    ran as: {a.isolation}")
+        if a.attempt_id in usages:
+            for line in usage_lines(usages[a.attempt_id],
+                                    a.started_at.ToMilliseconds() if a.HasField("started_at") else None):
+                print(line)
         if a.retry_reason:
             print(f"    next attempt: {a.retry_reason}")
     reasons = why.reasons or []
@@ -145,6 +184,8 @@ def add_commands(commands: Any) -> None:
     job = with_json(commands.add_parser("job", help="show one job, its attempts and why it is not running"))
     job.add_argument("batch_id", type=int)
     job.add_argument("job_id", type=int)
+    job.add_argument("--usage", action="store_true",
+                     help="also each attempt's resource usage over time (cpu, memory, I/O), as its worker sampled it")
     job.set_defaults(run=_job)
     logs = commands.add_parser("logs", help="print a job's log")
     logs.add_argument("batch_id", type=int)

@@ -122,6 +122,7 @@ class Client:
     get_job = _blocking(aio.Client.get_job)
     explain_job = _blocking(aio.Client.explain_job)
     job_log = _blocking(aio.Client.job_log)
+    attempt_usage = _blocking(aio.Client.attempt_usage)
     follow_log = _blocking(aio.Client.follow_log)
     job_groups = _blocking(aio.Client.job_groups)
     cancel_job_group = _blocking(aio.Client.cancel_job_group)

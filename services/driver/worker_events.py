@@ -88,11 +88,17 @@ class WorkerEvents:
         starts = [m for m in messages if m.WhichOneof("payload") == "job_started"]
         completions = [m for m in messages if m.WhichOneof("payload") == "job_completed"]
         heartbeats = [m for m in messages if m.WhichOneof("payload") == "heartbeat"]
-        rollups: dict[tuple[int, int, str], int] = {}
+        rollups: dict[tuple[int, int, str], dict[str, Any]] = {}
         for m in heartbeats:
             for r in m.heartbeat.rollups:
                 key = (r.attempt.batch_id, r.attempt.job_id, r.attempt.attempt_id)
-                rollups[key] = max(rollups.get(key, 0), r.rollup_time.ToMilliseconds())
+                row = rollups.setdefault(key, {"rollup_time_ms": 0})
+                row["rollup_time_ms"] = max(row["rollup_time_ms"], r.rollup_time.ToMilliseconds())
+                # The worker's latest sample, for users to read while it runs (billing stays on the reservation).
+                if r.usage.HasField("cpu_time"):
+                    row["cpu_time_ms"] = max(row.get("cpu_time_ms", 0), r.usage.cpu_time.ToMilliseconds())
+                if r.usage.peak_memory_bytes:
+                    row["peak_memory_bytes"] = max(row.get("peak_memory_bytes", 0), r.usage.peak_memory_bytes)
         if starts:
             await self._record_starts(epoch, instance, starts, out)
             self._on_change("job_started")
@@ -107,8 +113,7 @@ class WorkerEvents:
             self._on_change("job_completed")
         if heartbeats:  # even without rollups: it says the instance is alive
             await self._store.heartbeat_rollup(epoch, instance, [
-                {"batch_id": b, "job_id": j, "attempt_id": a, "rollup_time_ms": ms}
-                for (b, j, a), ms in rollups.items()])
+                {"batch_id": b, "job_id": j, "attempt_id": a, **row} for (b, j, a), row in rollups.items()])
             # Acknowledged once recorded: the worker hears its driver at every heartbeat, and one it
             # no longer hears from (paused, cut off from the database) is left for the leader.
             out.acks += [m.event_id for m in heartbeats]

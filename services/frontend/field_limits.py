@@ -81,11 +81,11 @@ def request_field_limits(limits: Limits) -> FieldLimits:
     table: dict[str, Limit] = {}
     for request in ("GetBatch", "ListBatches", "CancelBatch", "DeleteBatch", "WatchBatch", "CreateUpdate",
                     "CreateJobGroups", "AddJobs", "CommitUpdate", "RerunFailedJobs", "GetJob", "ListJobs",
-                    "GetJobAttempts", "GetJobLog", "StreamJobLog", "ExplainJob", "GetJobGroup", "ListJobGroups",
-                    "CancelJobGroup"):
+                    "GetJobAttempts", "GetJobLog", "StreamJobLog", "GetAttemptUsage", "ExplainJob", "GetJobGroup",
+                    "ListJobGroups", "CancelJobGroup"):
         if request != "ListBatches":
             table[f"{BATCH}{request}Request.batch_id"] = batch_id
-    for request in ("GetJob", "GetJobAttempts", "GetJobLog", "StreamJobLog", "ExplainJob"):
+    for request in ("GetJob", "GetJobAttempts", "GetJobLog", "StreamJobLog", "GetAttemptUsage", "ExplainJob"):
         table[f"{BATCH}{request}Request.job_id"] = _int_column("jobs.job_id")
     for request in ("CreateJobGroups", "AddJobs", "CommitUpdate"):
         table[f"{BATCH}{request}Request.update_id"] = _int_column("batch_updates.update_id")
@@ -115,6 +115,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
     for request in ("GetJobLog", "StreamJobLog"):
         table[f"{BATCH}{request}Request.attempt_id"] = Text(40, column="attempts.attempt_id")
         table[f"{BATCH}{request}Request.start_byte"] = Unchecked("any offset (negative: from the end); not stored")
+    table[f"{BATCH}GetAttemptUsageRequest.attempt_id"] = Text(40, column="attempts.attempt_id")
     table.update({
         # BatchService
         f"{BATCH}WatchBatchRequest.from_event_id": Integer(0, INT64_MAX, column="batch_events.event_id",

@@ -4,7 +4,8 @@ Every RPC first resolves the batch through `services.frontend.access`
 (NOT_FOUND for no such batch and for one outside the caller's billing
 projects alike), then the job (NOT_FOUND unless committed). Logs come
 from the worker while the attempt runs and from storage once it ended
-(`services.frontend.logs`).
+(`services.frontend.logs`); an attempt's usage series from storage once it
+ended, from the worker while it runs (`services.frontend.usage`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from services.frontend.logs import (
     step_name,
 )
 from services.common.specs import SpecStore
+from services.frontend.usage import StoredUsage, check_attempt_id, live_response, usage_response
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +77,14 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
 
     def __init__(self, batches: BatchStore, jobs: JobReadStore, explanations: ExplainStore, specs: SpecStore,
                  stored_logs: StoredLogs, worker_logs: WorkerLogs, clock_ms: Callable[[], int] = wall_clock_ms,
-                 limits: Limits = Limits()):
+                 limits: Limits = Limits(), stored_usage: StoredUsage | None = None):
         self.batches = batches
         self.limits = limits
         self.jobs = jobs
         self.explanations = explanations
         self.specs = specs
         self.stored_logs = stored_logs
+        self.stored_usage = stored_usage or StoredUsage(stored_logs.root_url)
         self.worker_logs = worker_logs
         self.clock_ms = clock_ms
 
@@ -92,10 +95,10 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             raise NotFound(f"no job {job_id} in batch {batch_id}")
         return row
 
-    async def _attempt(self, job: dict[str, Any], attempt_id: str) -> dict[str, Any]:
+    async def _attempt(self, job: dict[str, Any], attempt_id: str, wanted: str = "log") -> dict[str, Any]:
         attempt_id = attempt_id or job["attempt_id"] or ""
         if not attempt_id:
-            raise NotFound(f"job {job['job_id']} of batch {job['batch_id']} has not run yet: no log")
+            raise NotFound(f"job {job['job_id']} of batch {job['batch_id']} has not run yet: no {wanted}")
         row = await self.jobs.attempt(job["batch_id"], job["job_id"], attempt_id)
         if row is None:
             raise NotFound(f"no attempt {attempt_id} of job {job['job_id']} in batch {job['batch_id']}")
@@ -215,6 +218,24 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
                                  "cannot be reached for its log")
         raise NotFound(f"no {step_name(step)} log of attempt {attempt['attempt_id']} (job {attempt['job_id']} of "
                        f"batch {attempt['batch_id']}) yet")
+
+    async def GetAttemptUsage(self, request: pb.GetAttemptUsageRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.GetAttemptUsageResponse:
+        check_attempt_id(request.attempt_id)
+        job = await self._job(request.batch_id, request.job_id)
+        attempt = await self._attempt(job, request.attempt_id, "usage")
+        key = (request.batch_id, request.job_id, attempt["attempt_id"])
+        address = self._live_address(attempt)
+        if address is not None:  # running: the series so far is on its worker
+            try:
+                return live_response(attempt, await self.worker_logs.usage(address, *key))
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in _TRY_STORAGE:
+                    raise LogUnavailable(f"worker {attempt['instance_name']}: {e.details()}") from None
+        series = None
+        if attempt["end_time_ms"] is not None or address is not None:  # it may have ended since we read it
+            series = await self.stored_usage.read(*key)
+        return usage_response(attempt, series)
 
     async def ExplainJob(self, request: pb.ExplainJobRequest, context: grpc.aio.ServicerContext
                          ) -> pb.ExplainJobResponse:

@@ -70,6 +70,7 @@ class StoredLogs:
     """Logs of finished attempts under `{root_url}/logs/`."""
 
     def __init__(self, root_url: str):
+        self.root_url = root_url
         self._fs, self._root = fsspec.core.url_to_fs(root_url)
 
     def path(self, batch_id: int, job_id: int, attempt_id: str, step: int) -> str:
@@ -128,6 +129,12 @@ class WorkerLogs:
             batch_id=batch_id, job_id=job_id, attempt_id=attempt_id, step=step, start_byte=start_byte,
             max_bytes=max_bytes), timeout=WORKER_DEADLINE_S)
         return LogChunk(response.data, response.start_byte, response.total_bytes, response.complete)
+
+    async def usage(self, address: str, batch_id: int, job_id: int, attempt_id: str
+                    ) -> worker_pb.GetAttemptUsageResponse:
+        """A running attempt's usage series so far; raises grpc.aio.AioRpcError as the worker answers."""
+        return await self._stub(address).GetAttemptUsage(worker_pb.GetAttemptUsageRequest(
+            batch_id=batch_id, job_id=job_id, attempt_id=attempt_id), timeout=WORKER_DEADLINE_S)
 
     async def follow(self, address: str, batch_id: int, job_id: int, attempt_id: str, step: int, start_byte: int
                      ) -> AsyncIterator[LogChunk]:

@@ -61,8 +61,12 @@ parser.add_argument("--oci-images-dir", type=Path,
 parser.add_argument("--private-networks", type=networks, default=(), metavar="CIDR,...",
                     help="the deployment's private IPv4 ranges: all that network_mode private jobs in containers "
                          "reach, and what public ones do not (default: none)")
+parser.add_argument("--usage-interval-s", type=float, default=WorkerConfig.usage_interval_s,
+                    help="seconds between two samples of each running job's resource usage (default: %(default)s)")
 metrics.add_arguments(parser)
 args = parser.parse_args()
+if args.usage_interval_s <= 0:
+    parser.error("--usage-interval-s must be positive")
 private_files()
 metrics.serve_for_process(args)
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
@@ -77,4 +81,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,
     image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
-    runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks))))
+    runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
+    usage_interval_s=args.usage_interval_s))))

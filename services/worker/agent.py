@@ -48,14 +48,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc
+from google.protobuf import timestamp_pb2
 
 from corral import __version__
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.tls import TlsFiles
+from services.common.usage_series import UsageSeries
 from services.worker.attempts import (
-    Attempt, AttemptTable, completed_event, log_url, run_attempt, timestamp, wall_ms,
+    Attempt, AttemptTable, completed_event, log_url, resource_usage, run_attempt, timestamp, wall_ms,
 )
 from services.worker.config import WorkerConfig
 from services.policy.sizes import binary_size
@@ -66,6 +68,7 @@ from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, 
 from services.worker.pull_secrets import pull_credentials
 from services.worker.secret_files import delivered_secrets
 from services.worker.storage_check import file_url_refusals
+from services.worker.usage_sampler import UsageSampler
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +177,7 @@ class Worker:
         the worker leaves; returns the exit code."""
         sessions: asyncio.Task[None] | None = None
         idle: asyncio.Task[None] | None = None
+        sampler: asyncio.Task[None] | None = None
         try:
             activated = await self._first(self._activate(address))
             if activated is None:
@@ -182,10 +186,12 @@ class Worker:
                 return EXIT_ACTIVATION_REFUSED
             sessions = asyncio.create_task(self._keep_session())
             idle = asyncio.create_task(self._watch_idle())
+            sampler = asyncio.create_task(UsageSampler(self.attempts, self.runtime,
+                                                       self.config.usage_interval_s).run())
             await self._until(lambda: self.stop_reason is not None)
             return await self._leave(sessions)
         finally:
-            for task in (idle, sessions):
+            for task in (sampler, idle, sessions):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(BaseException):
@@ -372,7 +378,15 @@ class Worker:
             free_cores_mcpu=max(0, self.config.cores_mcpu - reserved.cores_mcpu),
             free_memory_bytes=max(0, self.config.memory_bytes - reserved.memory_bytes),
             running_attempts=[a.ref for a in running],
-            rollups=[ws.BillingRollup(attempt=a.ref, rollup_time=now) for a in running if a.started_ms is not None]))
+            rollups=[self._rollup(a, now) for a in running if a.started_ms is not None]))
+
+    @staticmethod
+    def _rollup(attempt: Attempt, now: timestamp_pb2.Timestamp) -> ws.BillingRollup:
+        """Billing up to `now` (on the reserved resources: the usage sample is for the user to read)."""
+        rollup = ws.BillingRollup(attempt=attempt.ref, rollup_time=now)
+        if (latest := attempt.usage.latest) is not None:
+            rollup.usage.CopyFrom(resource_usage(latest.reading.cpu_time_ms, latest.reading.peak_memory_bytes))
+        return rollup
 
     async def _heartbeats(self, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
         while True:
@@ -455,7 +469,9 @@ class Worker:
                      run.memory_bytes, self.config.scratch_dir, secrets, credentials)
         attempt = Attempt(ref=run.attempt, run=run, log=LogSink(job.log_path),
                           log_url=run.log_url or log_url(self.config.log_root_url, run.attempt),
-                          no_room=self._no_room(run), secret_refusals=secret_refusals)
+                          no_room=self._no_room(run), secret_refusals=secret_refusals,
+                          usage=UsageSeries(self.config.usage_samples_cap),
+                          usage_interval_ms=round(self.config.usage_interval_s * 1000))
         self.attempts.add(attempt)
         self._last_busy = time.monotonic()
         attempt.task = asyncio.create_task(self._run(attempt, job))

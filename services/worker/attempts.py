@@ -5,8 +5,9 @@
 WorkerService reads the log of a running attempt, and of one that ended
 within `keep_ended_s` (by then the log is in storage too, but a reader that
 started here can finish here). `run_attempt` runs one attempt in the
-runtime, uploads its log and returns the outcome; `completed_event` turns
-that into the JobCompleted the driver records.
+runtime, uploads its log and its usage series (beside the log) and returns
+the outcome; `completed_event` turns that into the JobCompleted the driver
+records.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from opentelemetry import trace
 from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.telemetry import extract
-from services.worker.logs import LogSink
+from services.common.usage_series import FILE_NAME as USAGE_FILE_NAME
+from services.common.usage_series import UsageHeader, UsageReading, UsageSample, UsageSeries, encode
+from services.worker.logs import LogSink, put_bytes
 from services.worker.runtime import CANCELLED, REFUSED, SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
 from services.worker.storage_check import file_url_refusals
 
@@ -59,6 +62,22 @@ def log_url(root_url: str, ref: ws.AttemptRef) -> str:
     return f"{root_url.rstrip('/')}/logs/{ref.batch_id}/{ref.job_id}/{ref.attempt_id}/main.log"
 
 
+def usage_url(log_url: str) -> str:
+    """Where an attempt's usage series goes: beside its main log."""
+    return f"{log_url.rsplit('/', 1)[0]}/{USAGE_FILE_NAME}"
+
+
+def resource_usage(cpu_time_ms: int | None, peak_memory_bytes: int | None) -> job_pb2.ResourceUsage:
+    """A ResourceUsage of what is known (a counter not known is left unset)."""
+    usage = job_pb2.ResourceUsage()
+    if cpu_time_ms is not None:
+        usage.cpu_time.CopyFrom(duration_pb2.Duration(seconds=cpu_time_ms // 1000,
+                                                      nanos=cpu_time_ms % 1000 * 1_000_000))
+    if peak_memory_bytes is not None:
+        usage.peak_memory_bytes = peak_memory_bytes
+    return usage
+
+
 @dataclasses.dataclass
 class Attempt:
     """One attempt on this worker, from RunJob until it is forgotten."""
@@ -85,6 +104,10 @@ class Attempt:
     secret_refusals: list[str] = dataclasses.field(default_factory=list)
     """Why the secrets it mounts cannot be (services.worker.secret_files.delivered_secrets): it ends at once,
     refused."""
+    usage: UsageSeries = dataclasses.field(default_factory=UsageSeries)
+    """Its resource usage over time: sampled while it runs (usage_sampler.py), the last reading at its end."""
+    usage_interval_ms: int = 0
+    """How often the sampler reads it, for the stored series' header."""
     task: asyncio.Task[None] | None = None
 
     @property
@@ -206,6 +229,11 @@ async def _run_and_upload(runtime: ContainerRuntime, attempt: Attempt, job: JobR
         outcome = await runtime.run(job, attempt.log, started)
     if not attempt.log_url:
         return outcome
+    if outcome.start_time_ms is not None:  # it ran: its series ends with the end-of-attempt reading
+        attempt.usage.finish(UsageSample(outcome.end_time_ms, UsageReading(
+            cpu_time_ms=outcome.cpu_time_ms, peak_memory_bytes=outcome.peak_memory_bytes,
+            io_read_bytes=outcome.io_read_bytes, io_write_bytes=outcome.io_write_bytes)))
+        await _upload_usage(runtime, attempt)
     for attempt_no in range(1, UPLOAD_TRIES + 1):
         try:
             await attempt.log.upload(attempt.log_url)
@@ -221,14 +249,28 @@ async def _run_and_upload(runtime: ContainerRuntime, attempt: Attempt, job: JobR
     raise AssertionError("unreachable")
 
 
+async def _upload_usage(runtime: ContainerRuntime, attempt: Attempt) -> None:
+    """Store the series beside the log, before the outcome is reported. A series that cannot be stored
+    does not change the outcome (its final reading is in the completion): it is logged, and GetAttemptUsage
+    then finds none."""
+    interval_ms = attempt.usage_interval_ms if attempt.usage.sampled else 0
+    blob = encode(UsageHeader(runtime.name, interval_ms, attempt.usage.stride, runtime.usage_note),
+                  attempt.usage.samples)
+    url = usage_url(attempt.log_url)
+    for attempt_no in range(1, UPLOAD_TRIES + 1):
+        try:
+            await asyncio.to_thread(put_bytes, blob, url)
+            return
+        except Exception as e:  # noqa: BLE001 - any storage failure: retry, then say so
+            if attempt_no == UPLOAD_TRIES:
+                log.warning("could not upload the usage series of %s to %s: %s", attempt.key, url, e)
+                return
+            await asyncio.sleep(0.5 * attempt_no)
+
+
 def completed_event(attempt: Attempt, outcome: JobOutcome) -> ws.JobCompleted:
     """The JobCompleted the driver records for an ended attempt."""
-    usage = job_pb2.ResourceUsage()
-    if outcome.cpu_time_ms is not None:
-        usage.cpu_time.CopyFrom(duration_pb2.Duration(seconds=outcome.cpu_time_ms // 1000,
-                                                      nanos=outcome.cpu_time_ms % 1000 * 1_000_000))
-    if outcome.peak_memory_bytes is not None:
-        usage.peak_memory_bytes = outcome.peak_memory_bytes
+    usage = resource_usage(outcome.cpu_time_ms, outcome.peak_memory_bytes)
     completed = ws.JobCompleted(
         attempt=attempt.ref, state=_STATES[outcome.state],
         end_reason=job_pb2.AttemptEndReason.Value("ATTEMPT_END_REASON_" + outcome.end_reason.upper()),

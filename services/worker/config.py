@@ -11,6 +11,7 @@ import ipaddress
 from pathlib import Path
 
 from services.common.storage_access import StorageAccess
+from services.common.usage_series import DEFAULT_CAP as DEFAULT_USAGE_SAMPLES_CAP
 
 DEFAULT_IMAGE_CACHE_BYTES = 10 * 2**30
 """The image cache's size limit unless configured (10 GiB)."""
@@ -84,6 +85,10 @@ class WorkerConfig:
     oci_images_dir: Path | None = None
     """Where the OCI runtime finds images, unpacked: IMAGE is `DIR/IMAGE/rootfs` (until the worker has an
     image cache that pulls them). The OCI runtime needs it."""
+    usage_interval_s: float = 5.0
+    """How often each running attempt's resource usage is sampled (services/worker/usage_sampler.py)."""
+    usage_samples_cap: int = DEFAULT_USAGE_SAMPLES_CAP
+    """Most samples kept per attempt; a longer series is thinned evenly (services/worker/usage_series.py)."""
     private_networks: tuple[ipaddress.IPv4Network, ...] = ()
     """The deployment's private ranges: all a NETWORK_MODE_PRIVATE job in a container reaches, and what a
     PUBLIC one does not (services/worker/oci/network.py). None by default: private jobs reach nothing."""

@@ -205,3 +205,10 @@ def _put_file(path: Path, url: str) -> int:
     fs.makedirs(posixpath.dirname(remote.rstrip("/")) or "/", exist_ok=True)
     fs.put_file(os.fspath(path), remote)
     return path.stat().st_size
+
+
+def put_bytes(data: bytes, url: str) -> None:
+    """Write `data` to `url` (any fsspec URL), making its directory where the store has directories."""
+    fs, remote = fsspec.core.url_to_fs(url)
+    fs.makedirs(posixpath.dirname(remote.rstrip("/")) or "/", exist_ok=True)
+    fs.pipe_file(remote, data)

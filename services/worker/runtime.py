@@ -31,6 +31,7 @@ from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUS
                                          ContainerRuntime, JobOutcome, JobRun, attempt_timeout_s, command_refusals,
                                          signal_name)
 from services.worker.secret_files import place_secrets, remove_secret_dirs
+from services.common.usage_series import UsageReading
 
 __all__ = ["CANCELLED", "EXITED", "OUT_OF_MEMORY", "REFUSED", "SYSTEM_ERROR", "TIMED_OUT", "ContainerRuntime",
            "JobOutcome", "JobRun", "ProcessRuntime", "ProcessRuntimeConfig", "can_isolate"]
@@ -134,6 +135,9 @@ class ProcessRuntime:
 
     name = "process"
     isolates = False
+    usage_note = ("the process runtime does not sample a job while it runs: the series holds only the "
+                  "end-of-attempt reading, the rusage of the command and the children it waited for (cpu time; "
+                  "peak memory of its largest process, not of all together); no current memory and no I/O")
 
     def __init__(self, config: ProcessRuntimeConfig | None = None):
         self.config = config or ProcessRuntimeConfig()
@@ -205,6 +209,11 @@ class ProcessRuntime:
                 "/var/tmp and /dev/shm, none of the worker's files, and the rest of the host's files as any "
                 f"unprivileged user does; network: {network}. Shared with the host: the kernel. No cpu or disk "
                 f"limit; at most {self.config.max_processes} processes{memory}.{_secrets_note(job)}")
+
+    def sample(self, attempt_id: str) -> UsageReading | None:
+        """See `ContainerRuntime.sample`: nothing (see `usage_note`). The job's processes are in no cgroup of
+        their own and, isolated, in a PID namespace the worker does not walk; rusage comes only at their end."""
+        return None
 
     async def cancel(self, attempt_id: str) -> None:
         """Ask the attempt to stop; returns at once, and `run` returns Cancelled once its processes are gone."""

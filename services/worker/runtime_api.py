@@ -21,6 +21,7 @@ from typing import Protocol
 from corral.batch.v1 import job_spec_pb2
 from services.worker.image_tools import Credentials
 from services.worker.logs import LogSink
+from services.common.usage_series import UsageReading
 
 EXITED = "exited"
 OUT_OF_MEMORY = "out_of_memory"
@@ -103,6 +104,10 @@ class JobOutcome:
     """Peak resident memory of the command's largest process, where the OS tells."""
     cpu_time_ms: int | None = None
     """CPU time (user + system) of the command and the children it waited for, where the OS tells."""
+    io_read_bytes: int | None = None
+    """Bytes the command read from block devices, where the OS tells (the OCI runtime's cgroup)."""
+    io_write_bytes: int | None = None
+    """Bytes the command wrote to block devices, where the OS tells."""
 
 
 class ContainerRuntime(Protocol):
@@ -126,6 +131,14 @@ class ContainerRuntime(Protocol):
         closed when the command ends), copy outputs. `on_started` gets the command's pid (as the job sees it)
         once it runs.
         Cancelling the calling task kills the command and everything it started."""
+        ...
+
+    usage_note: str
+    """What `sample` cannot tell while an attempt runs, in words stored with its usage series; '' if nothing."""
+
+    def sample(self, attempt_id: str) -> UsageReading | None:
+        """The running attempt's counters now; None if it is not running (or this runtime cannot read them
+        while it runs). Blocking (it reads files): call it in a thread."""
         ...
 
     async def cancel(self, attempt_id: str) -> None:

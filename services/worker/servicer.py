@@ -22,6 +22,7 @@ from corral.worker.v1 import worker_service_pb2 as pb
 from corral.worker.v1 import worker_service_pb2_grpc, worker_status_pb2
 from services.common.errors import FieldViolation, InvalidRequest, NotFound, PermissionDenied
 from services.common.identity import current_principal
+from services.common.usage_protos import interval_proto, sample_proto
 from services.worker.agent import Worker
 from services.worker.attempts import Attempt, timestamp
 from services.worker.images import ImageCache
@@ -104,6 +105,18 @@ class WorkerServicer(worker_service_pb2_grpc.WorkerServiceServicer):
         async for data in attempt.log.follow(offset, STREAM_CHUNK_BYTES):
             yield pb.StreamJobLogResponse(data=data, start_byte=offset)
             offset += len(data)
+
+    async def GetAttemptUsage(self, request: pb.GetAttemptUsageRequest, context: grpc.aio.ServicerContext
+                              ) -> pb.GetAttemptUsageResponse:
+        self._authorize()
+        attempt = self._attempt(request.batch_id, request.job_id, request.attempt_id, job_pb2.JOB_STEP_MAIN)
+        samples = attempt.usage.samples
+        if attempt.usage.latest is not None and attempt.usage.latest not in samples[-1:]:
+            samples.append(attempt.usage.latest)  # what the heartbeat reported too: the freshest reading
+        return pb.GetAttemptUsageResponse(
+            samples=[sample_proto(s) for s in samples],
+            interval=interval_proto(attempt.usage_interval_ms if attempt.usage.sampled else 0),
+            runtime=self._worker.runtime.name, note=self._worker.runtime.usage_note, complete=not attempt.running)
 
     async def ListImages(self, request: pb.ListImagesRequest, context: grpc.aio.ServicerContext
                          ) -> pb.ListImagesResponse:

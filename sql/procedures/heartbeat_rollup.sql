@@ -1,10 +1,15 @@
 -- A worker's heartbeat: marks the instance alive and advances the billing
 -- rollup of its running attempts. in_attempts:
--- [{"batch_id", "job_id", "attempt_id", "rollup_time_ms"}] (an attempt listed
--- twice advances to the later time). Rollups only move forward and stop at
+-- [{"batch_id", "job_id", "attempt_id", "rollup_time_ms", "cpu_time_ms",
+-- "peak_memory_bytes"}] (an attempt listed twice advances to the later
+-- time; the usage fields are optional). Rollups only move forward and stop at
 -- an attempt's end, so late or repeated heartbeats never bill twice. The
 -- advances are billed here, set-based (bill_attempt_usage), with the
--- attempts trigger told to skip them (@corral_bulk_usage).
+-- attempts trigger told to skip them (@corral_bulk_usage). Billing is on
+-- the reserved resources; the usage fields are the worker's last sample,
+-- kept in attempts.cpu_time_ms/peak_memory_bytes for users to read while
+-- the attempt runs (the completion overwrites them), and only where the
+-- rollup moves (not past an attempt's reserved time).
 DROP PROCEDURE IF EXISTS heartbeat_rollup;
 DELIMITER $$
 CREATE PROCEDURE heartbeat_rollup(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
@@ -33,16 +38,25 @@ proc: BEGIN
     job_id INT NOT NULL,
     attempt_id VARCHAR(40) NOT NULL,
     rollup_time_ms BIGINT NOT NULL,
+    cpu_time_ms BIGINT NULL,
+    peak_memory_bytes BIGINT NULL,
     PRIMARY KEY (batch_id, job_id, attempt_id)
   );
-  INSERT INTO tmp_rollups (batch_id, job_id, attempt_id, rollup_time_ms)
-    SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.rollup_time_ms
+  INSERT INTO tmp_rollups (batch_id, job_id, attempt_id, rollup_time_ms, cpu_time_ms, peak_memory_bytes)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.rollup_time_ms, jt.cpu_time_ms, jt.peak_memory_bytes
     FROM JSON_TABLE(in_attempts, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',
                                                   attempt_id VARCHAR(40) PATH '$.attempt_id',
-                                                  rollup_time_ms BIGINT PATH '$.rollup_time_ms')) jt
+                                                  rollup_time_ms BIGINT PATH '$.rollup_time_ms',
+                                                  cpu_time_ms BIGINT PATH '$.cpu_time_ms',
+                                                  peak_memory_bytes BIGINT PATH '$.peak_memory_bytes')) jt
     WHERE jt.batch_id IS NOT NULL AND jt.job_id IS NOT NULL AND jt.attempt_id IS NOT NULL
       AND jt.rollup_time_ms IS NOT NULL
-  ON DUPLICATE KEY UPDATE rollup_time_ms = GREATEST(tmp_rollups.rollup_time_ms, VALUES(rollup_time_ms));
+  -- Both usage counters only grow: the larger of two samples is the later.
+  ON DUPLICATE KEY UPDATE rollup_time_ms = GREATEST(tmp_rollups.rollup_time_ms, VALUES(rollup_time_ms)),
+    cpu_time_ms = COALESCE(GREATEST(tmp_rollups.cpu_time_ms, VALUES(cpu_time_ms)), tmp_rollups.cpu_time_ms,
+                           VALUES(cpu_time_ms)),
+    peak_memory_bytes = COALESCE(GREATEST(tmp_rollups.peak_memory_bytes, VALUES(peak_memory_bytes)),
+                                 tmp_rollups.peak_memory_bytes, VALUES(peak_memory_bytes));
 
   START TRANSACTION;
   CALL check_epoch(in_epoch, v_ok);
@@ -81,7 +95,10 @@ proc: BEGIN
   SET @corral_bulk_usage = TRUE;
   UPDATE tmp_attempt_usage u
     STRAIGHT_JOIN attempts a ON a.batch_id = u.batch_id AND a.job_id = u.job_id AND a.attempt_id = u.attempt_id
-    SET a.rollup_time_ms = u.rollup_time_ms;
+    STRAIGHT_JOIN tmp_rollups t ON t.batch_id = u.batch_id AND t.job_id = u.job_id AND t.attempt_id = u.attempt_id
+    SET a.rollup_time_ms = u.rollup_time_ms,
+        a.cpu_time_ms = COALESCE(t.cpu_time_ms, a.cpu_time_ms),
+        a.peak_memory_bytes = COALESCE(t.peak_memory_bytes, a.peak_memory_bytes);
   SET @corral_bulk_usage = NULL;
   UPDATE instances SET last_heartbeat_ms = GREATEST(COALESCE(last_heartbeat_ms, 0), in_now_ms)
     WHERE name = in_instance_name;

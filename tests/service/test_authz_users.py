@@ -151,6 +151,8 @@ TABLE: dict[str, Row] = {
                          unauthenticated(NF, member=NF, owner=NF, admin=NF)),
     J + "StreamJobLog": Row(lambda w: jpb.StreamJobLogRequest(batch_id=w.batch_id, job_id=1),
                             unauthenticated(NF, member=NF, owner=NF, admin=NF)),
+    # Job 1 ended on no real worker: no series is stored, and the answer says so to those who may read it.
+    J + "GetAttemptUsage": Row(lambda w: jpb.GetAttemptUsageRequest(batch_id=w.batch_id, job_id=1), READ),
     J + "ExplainJob": Row(lambda w: jpb.ExplainJobRequest(batch_id=w.batch_id, job_id=1), READ),
     G + "GetJobGroup": Row(lambda w: gpb.GetJobGroupRequest(batch_id=w.batch_id, job_group_id=1), READ),
     G + "ListJobGroups": Row(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id), READ),

@@ -73,7 +73,8 @@ def text_of(field: str, n: int, limit: Text) -> str:
     if field.endswith((".first_day", ".last_day")):
         return ("2026-01-01" + "x" * n)[:n]
     if field.endswith(("CreateBillingProjectRequest.name", ".members", "AddMemberRequest.username",
-                       "RemoveMemberRequest.username", "CreateUserRequest.username")):
+                       "RemoveMemberRequest.username", "CreateUserRequest.username",
+                       "GetAttemptUsageRequest.attempt_id")):  # GetAttemptUsage checks an attempt id's letters
         return "a" * n
     if limit.max_chars is None:  # bytes: two-byte characters where they fit
         return "é" * (n // 2) + "x" * (n % 2)

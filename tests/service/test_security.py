@@ -123,6 +123,8 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.JobService/GetJobLog": Case(lambda w: jpb.GetJobLogRequest(batch_id=w.batch_id, job_id=1)),
     "/corral.batch.v1.JobService/StreamJobLog": Case(lambda w: jpb.StreamJobLogRequest(
         batch_id=w.batch_id, job_id=1)),
+    "/corral.batch.v1.JobService/GetAttemptUsage": Case(lambda w: jpb.GetAttemptUsageRequest(
+        batch_id=w.batch_id, job_id=1)),
     "/corral.batch.v1.JobService/ExplainJob": Case(lambda w: jpb.ExplainJobRequest(batch_id=w.batch_id, job_id=1)),
     "/corral.batch.v1.JobGroupService/GetJobGroup": Case(lambda w: gpb.GetJobGroupRequest(
         batch_id=w.batch_id, job_group_id=1)),

@@ -29,6 +29,7 @@ from corral.worker.v1 import worker_service_pb2 as wpb
 from corral.worker.v1 import worker_service_pb2_grpc, worker_status_pb2
 from services.common.tls import DevCertificateAuthority, WorkerIssuer
 from services.db.database import DatabaseConfig
+from services.common.usage_series import decode
 from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.driver.app import DriverApp, DriverConfig, start as start_driver
@@ -253,6 +254,11 @@ async def test_a_job_runs_and_its_log_is_uploaded(cluster: Cluster) -> None:
     assert attempt["start_time_ms"] <= attempt["end_time_ms"]
     uploaded = cluster.blobs / "logs" / str(batch_id) / str(job_id) / attempt["attempt_id"] / "main.log"
     assert uploaded.read_bytes() == b"hello\nto stderr\n"
+    # Its usage series beside the log: the process runtime samples nothing while a job runs, and says so.
+    header, [final] = decode((uploaded.parent / "usage.jsonl").read_bytes())
+    assert (header.runtime, header.interval_ms, "does not sample" in header.note) == ("process", 0, True)
+    assert (final.at_ms, final.reading.cpu_time_ms, final.reading.peak_memory_bytes) == (
+        attempt["end_time_ms"], attempt["cpu_time_ms"], attempt["peak_memory_bytes"])
     assert (await cluster.world.batch_row(batch_id))["state"] == "complete"
     assert await check_invariants(cluster.driver.db) == []
 

@@ -14,6 +14,7 @@ import pytest
 from corral.batch.v1 import job_spec_pb2
 from corral.worker.v1 import worker_service_pb2 as wpb
 from corral.worker.v1 import worker_status_pb2
+from services.common.usage_series import decode
 from services.db.invariants import check_invariants
 from services.worker.app import choose_runtime, start as start_worker
 from services.worker.object_stores import ObjectStores
@@ -78,4 +79,33 @@ async def test_a_worker_runs_its_jobs_in_containers(make_cluster: ClusterFactory
     assert 64 * MIB < attempts[greedy]["peak_memory_bytes"] <= 128 * MIB
     log = cluster.blobs / "logs" / str(batch_id) / str(fine) / attempts[fine]["attempt_id"] / "main.log"
     assert log.read_text() == f"job-{batch_id}-{fine}\n"
+    assert await check_invariants(cluster.driver.db) == []
+
+
+async def test_a_running_containers_usage_reaches_the_database_and_its_series_storage(
+        make_cluster: ClusterFactory, tmp_path: Path) -> None:
+    """The sampler reads the container's cgroup; heartbeats carry the latest sample to the driver, which keeps
+    it on the running attempt; the series is stored beside the log at the end."""
+    cluster = await make_cluster()
+    name = f"w-oci-{uuid.uuid4().hex[:6]}"
+    worker = await start_worker(await cluster.instance(name, memory_bytes=1024 * MIB, runtime="oci",
+                                                       oci_images_dir=build_busybox_images(tmp_path / "images"),
+                                                       usage_interval_s=0.2))
+    cluster.workers.append(worker)
+    await eventually(lambda: worker.worker.connected, what="worker connected")
+    batch_id, [job_id] = await cluster.submit(busybox("(head -c 32m /dev/zero; sleep 4) | tail > /dev/null"),
+                                              cores_mcpu=250, memory_bytes=0)
+
+    async def sampled_while_running() -> bool:
+        rows = await cluster.attempts(batch_id, job_id)
+        return bool(rows) and rows[0]["end_time_ms"] is None and (rows[0]["peak_memory_bytes"] or 0) >= 32 * MIB
+
+    await eventually(sampled_while_running, what="the running attempt's last sample in the database")
+    assert (await cluster.final(batch_id, job_id))["state"] == "Success"
+    [attempt] = await cluster.attempts(batch_id, job_id)
+    series = cluster.blobs / "logs" / str(batch_id) / str(job_id) / attempt["attempt_id"] / "usage.jsonl"
+    header, samples = decode(series.read_bytes())
+    assert (header.runtime, header.interval_ms) == ("oci", 200)
+    assert len(samples) >= 5 and samples[-1].at_ms == attempt["end_time_ms"]
+    assert samples[-1].reading.peak_memory_bytes == attempt["peak_memory_bytes"] >= 32 * MIB
     assert await check_invariants(cluster.driver.db) == []

@@ -35,7 +35,7 @@ async def worker_process(cluster: Cluster, name: str) -> AsyncIterator[asyncio.s
         sys.executable, "-m", "services.worker", "--instance-name", name, "--cores-mcpu", str(config.cores_mcpu),
         "--driver-addresses", ",".join(config.driver_addresses), "--certs-dir", str(config.certs_dir),
         "--scratch-dir", str(config.scratch_dir), "--log-root-url", config.log_root_url,
-        *(["--unisolated-dev"] if config.unisolated_dev else []),
+        "--usage-interval-s", "0.5", *(["--unisolated-dev"] if config.unisolated_dev else []),
         env={**os.environ, "CORRAL_ACTIVATION_TOKEN": config.activation_token},
         stdout=log, stderr=asyncio.subprocess.STDOUT)
     try:

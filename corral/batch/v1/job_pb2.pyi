@@ -156,6 +156,22 @@ class ResourceUsage(_message.Message):
     network_sent_bytes: int
     def __init__(self, cpu_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., peak_memory_bytes: _Optional[int] = ..., peak_storage_bytes: _Optional[int] = ..., network_received_bytes: _Optional[int] = ..., network_sent_bytes: _Optional[int] = ...) -> None: ...
 
+class UsageSample(_message.Message):
+    __slots__ = ("at", "cpu_time", "memory_bytes", "peak_memory_bytes", "io_read_bytes", "io_write_bytes")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    CPU_TIME_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_READ_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_WRITE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    at: _timestamp_pb2.Timestamp
+    cpu_time: _duration_pb2.Duration
+    memory_bytes: int
+    peak_memory_bytes: int
+    io_read_bytes: int
+    io_write_bytes: int
+    def __init__(self, at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_time: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., memory_bytes: _Optional[int] = ..., peak_memory_bytes: _Optional[int] = ..., io_read_bytes: _Optional[int] = ..., io_write_bytes: _Optional[int] = ...) -> None: ...
+
 class JobRef(_message.Message):
     __slots__ = ("batch_id", "job_id")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]

@@ -1,6 +1,9 @@
+import datetime
+
 from corral.batch.v1 import job_pb2 as _job_pb2
 from corral.batch.v1 import job_explanation_pb2 as _job_explanation_pb2
 from google.api import annotations_pb2 as _annotations_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -110,6 +113,34 @@ class StreamJobLogResponse(_message.Message):
     data: bytes
     start_byte: int
     def __init__(self, attempt_id: _Optional[str] = ..., data: _Optional[bytes] = ..., start_byte: _Optional[int] = ...) -> None: ...
+
+class GetAttemptUsageRequest(_message.Message):
+    __slots__ = ("batch_id", "job_id", "attempt_id")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    job_id: int
+    attempt_id: str
+    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt_id: _Optional[str] = ...) -> None: ...
+
+class GetAttemptUsageResponse(_message.Message):
+    __slots__ = ("attempt_id", "samples", "summary", "complete", "interval", "runtime", "note")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    samples: _containers.RepeatedCompositeFieldContainer[_job_pb2.UsageSample]
+    summary: _job_pb2.ResourceUsage
+    complete: bool
+    interval: _duration_pb2.Duration
+    runtime: str
+    note: str
+    def __init__(self, attempt_id: _Optional[str] = ..., samples: _Optional[_Iterable[_Union[_job_pb2.UsageSample, _Mapping]]] = ..., summary: _Optional[_Union[_job_pb2.ResourceUsage, _Mapping]] = ..., complete: _Optional[bool] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runtime: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class ExplainJobRequest(_message.Message):
     __slots__ = ("batch_id", "job_id")

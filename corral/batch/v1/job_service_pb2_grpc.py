@@ -60,6 +60,11 @@ class JobServiceStub:
                 request_serializer=corral_dot_batch_dot_v1_dot_job__service__pb2.StreamJobLogRequest.SerializeToString,
                 response_deserializer=corral_dot_batch_dot_v1_dot_job__service__pb2.StreamJobLogResponse.FromString,
                 _registered_method=True)
+        self.GetAttemptUsage = channel.unary_unary(
+                '/corral.batch.v1.JobService/GetAttemptUsage',
+                request_serializer=corral_dot_batch_dot_v1_dot_job__service__pb2.GetAttemptUsageRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_job__service__pb2.GetAttemptUsageResponse.FromString,
+                _registered_method=True)
         self.ExplainJob = channel.unary_unary(
                 '/corral.batch.v1.JobService/ExplainJob',
                 request_serializer=corral_dot_batch_dot_v1_dot_job__service__pb2.ExplainJobRequest.SerializeToString,
@@ -109,6 +114,15 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAttemptUsage(self, request, context):
+        """Returns an attempt's resource usage over time (cpu time, memory, I/O),
+        as its worker sampled it: from the worker while the attempt runs, from
+        storage once it ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ExplainJob(self, request, context):
         """Explains why a job is not running (or that it is, or is finished).
         """
@@ -143,6 +157,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.StreamJobLog,
                     request_deserializer=corral_dot_batch_dot_v1_dot_job__service__pb2.StreamJobLogRequest.FromString,
                     response_serializer=corral_dot_batch_dot_v1_dot_job__service__pb2.StreamJobLogResponse.SerializeToString,
+            ),
+            'GetAttemptUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAttemptUsage,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_job__service__pb2.GetAttemptUsageRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_job__service__pb2.GetAttemptUsageResponse.SerializeToString,
             ),
             'ExplainJob': grpc.unary_unary_rpc_method_handler(
                     servicer.ExplainJob,
@@ -286,6 +305,33 @@ class JobService:
             '/corral.batch.v1.JobService/StreamJobLog',
             corral_dot_batch_dot_v1_dot_job__service__pb2.StreamJobLogRequest.SerializeToString,
             corral_dot_batch_dot_v1_dot_job__service__pb2.StreamJobLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAttemptUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.JobService/GetAttemptUsage',
+            corral_dot_batch_dot_v1_dot_job__service__pb2.GetAttemptUsageRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_job__service__pb2.GetAttemptUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

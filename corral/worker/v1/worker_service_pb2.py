@@ -25,10 +25,11 @@ _sym_db = _symbol_database.Default()
 from corral.authz.v1 import authz_pb2 as corral_dot_authz_dot_v1_dot_authz__pb2
 from corral.batch.v1 import job_pb2 as corral_dot_batch_dot_v1_dot_job__pb2
 from corral.worker.v1 import worker_status_pb2 as corral_dot_worker_dot_v1_dot_worker__status__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%corral/worker/v1/worker_service.proto\x12\x10\x63orral.worker.v1\x1a\x1b\x63orral/authz/v1/authz.proto\x1a\x19\x63orral/batch/v1/job.proto\x1a$corral/worker/v1/worker_status.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n\x10GetStatusRequest\"\xbd\x03\n\x11GetStatusResponse\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x33\n\x0cruntime_kind\x18\x03 \x01(\x0e\x32\x1d.corral.worker.v1.RuntimeKind\x12\x17\n\x0fruntime_version\x18\x04 \x01(\t\x12\x10\n\x08isolated\x18\x05 \x01(\x08\x12\x12\n\ncores_mcpu\x18\x06 \x01(\x03\x12\x17\n\x0f\x66ree_cores_mcpu\x18\x07 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x08 \x01(\x03\x12\x19\n\x11\x66ree_memory_bytes\x18\t \x01(\x03\x12\x15\n\rstorage_bytes\x18\n \x01(\x03\x12\x1a\n\x12\x66ree_storage_bytes\x18\x0b \x01(\x03\x12:\n\x10running_attempts\x18\x0c \x03(\x0b\x32 .corral.worker.v1.RunningAttempt\x12\x10\n\x08\x64raining\x18\r \x01(\x08\x12\x11\n\tconnected\x18\x0e \x01(\x08\x12.\n\nstarted_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x97\x01\n\x10GetJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\"\\\n\x11GetJobLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nstart_byte\x18\x02 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\"\x87\x01\n\x13StreamJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\"8\n\x14StreamJobLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nstart_byte\x18\x02 \x01(\x03\":\n\x11ListImagesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x12ListImagesResponse\x12-\n\x06images\x18\x01 \x03(\x0b\x32\x1d.corral.worker.v1.CachedImage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\xb9\x03\n\rWorkerService\x12\x65\n\tGetStatus\x12\".corral.worker.v1.GetStatusRequest\x1a#.corral.worker.v1.GetStatusResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend\x12\x65\n\tGetJobLog\x12\".corral.worker.v1.GetJobLogRequest\x1a#.corral.worker.v1.GetJobLogResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend\x12p\n\x0cStreamJobLog\x12%.corral.worker.v1.StreamJobLogRequest\x1a&.corral.worker.v1.StreamJobLogResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend0\x01\x12h\n\nListImages\x12#.corral.worker.v1.ListImagesRequest\x1a$.corral.worker.v1.ListImagesResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontendb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%corral/worker/v1/worker_service.proto\x12\x10\x63orral.worker.v1\x1a\x1b\x63orral/authz/v1/authz.proto\x1a\x19\x63orral/batch/v1/job.proto\x1a$corral/worker/v1/worker_status.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n\x10GetStatusRequest\"\xbd\x03\n\x11GetStatusResponse\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x33\n\x0cruntime_kind\x18\x03 \x01(\x0e\x32\x1d.corral.worker.v1.RuntimeKind\x12\x17\n\x0fruntime_version\x18\x04 \x01(\t\x12\x10\n\x08isolated\x18\x05 \x01(\x08\x12\x12\n\ncores_mcpu\x18\x06 \x01(\x03\x12\x17\n\x0f\x66ree_cores_mcpu\x18\x07 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x08 \x01(\x03\x12\x19\n\x11\x66ree_memory_bytes\x18\t \x01(\x03\x12\x15\n\rstorage_bytes\x18\n \x01(\x03\x12\x1a\n\x12\x66ree_storage_bytes\x18\x0b \x01(\x03\x12:\n\x10running_attempts\x18\x0c \x03(\x0b\x32 .corral.worker.v1.RunningAttempt\x12\x10\n\x08\x64raining\x18\r \x01(\x08\x12\x11\n\tconnected\x18\x0e \x01(\x08\x12.\n\nstarted_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x97\x01\n\x10GetJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\"\\\n\x11GetJobLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nstart_byte\x18\x02 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x03 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\"\x87\x01\n\x13StreamJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\"8\n\x14StreamJobLogResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x12\n\nstart_byte\x18\x02 \x01(\x03\":\n\x11ListImagesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\\\n\x12ListImagesResponse\x12-\n\x06images\x18\x01 \x03(\x0b\x32\x1d.corral.worker.v1.CachedImage\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"N\n\x16GetAttemptUsageRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\"\xa6\x01\n\x17GetAttemptUsageResponse\x12-\n\x07samples\x18\x01 \x03(\x0b\x32\x1c.corral.batch.v1.UsageSample\x12+\n\x08interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07runtime\x18\x03 \x01(\t\x12\x0c\n\x04note\x18\x04 \x01(\t\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\x32\xb2\x04\n\rWorkerService\x12\x65\n\tGetStatus\x12\".corral.worker.v1.GetStatusRequest\x1a#.corral.worker.v1.GetStatusResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend\x12\x65\n\tGetJobLog\x12\".corral.worker.v1.GetJobLogRequest\x1a#.corral.worker.v1.GetJobLogResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend\x12p\n\x0cStreamJobLog\x12%.corral.worker.v1.StreamJobLogRequest\x1a&.corral.worker.v1.StreamJobLogResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend0\x01\x12w\n\x0fGetAttemptUsage\x12(.corral.worker.v1.GetAttemptUsageRequest\x1a).corral.worker.v1.GetAttemptUsageResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontend\x12h\n\nListImages\x12#.corral.worker.v1.ListImagesRequest\x1a$.corral.worker.v1.ListImagesResponse\"\x0f\x90\x02\x01\xa2\xbb\x18\x08\x66rontendb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,24 +42,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERSERVICE'].methods_by_name['GetJobLog']._serialized_options = b'\220\002\001\242\273\030\010frontend'
   _globals['_WORKERSERVICE'].methods_by_name['StreamJobLog']._loaded_options = None
   _globals['_WORKERSERVICE'].methods_by_name['StreamJobLog']._serialized_options = b'\220\002\001\242\273\030\010frontend'
+  _globals['_WORKERSERVICE'].methods_by_name['GetAttemptUsage']._loaded_options = None
+  _globals['_WORKERSERVICE'].methods_by_name['GetAttemptUsage']._serialized_options = b'\220\002\001\242\273\030\010frontend'
   _globals['_WORKERSERVICE'].methods_by_name['ListImages']._loaded_options = None
   _globals['_WORKERSERVICE'].methods_by_name['ListImages']._serialized_options = b'\220\002\001\242\273\030\010frontend'
-  _globals['_GETSTATUSREQUEST']._serialized_start=186
-  _globals['_GETSTATUSREQUEST']._serialized_end=204
-  _globals['_GETSTATUSRESPONSE']._serialized_start=207
-  _globals['_GETSTATUSRESPONSE']._serialized_end=652
-  _globals['_GETJOBLOGREQUEST']._serialized_start=655
-  _globals['_GETJOBLOGREQUEST']._serialized_end=806
-  _globals['_GETJOBLOGRESPONSE']._serialized_start=808
-  _globals['_GETJOBLOGRESPONSE']._serialized_end=900
-  _globals['_STREAMJOBLOGREQUEST']._serialized_start=903
-  _globals['_STREAMJOBLOGREQUEST']._serialized_end=1038
-  _globals['_STREAMJOBLOGRESPONSE']._serialized_start=1040
-  _globals['_STREAMJOBLOGRESPONSE']._serialized_end=1096
-  _globals['_LISTIMAGESREQUEST']._serialized_start=1098
-  _globals['_LISTIMAGESREQUEST']._serialized_end=1156
-  _globals['_LISTIMAGESRESPONSE']._serialized_start=1158
-  _globals['_LISTIMAGESRESPONSE']._serialized_end=1250
-  _globals['_WORKERSERVICE']._serialized_start=1253
-  _globals['_WORKERSERVICE']._serialized_end=1694
+  _globals['_GETSTATUSREQUEST']._serialized_start=218
+  _globals['_GETSTATUSREQUEST']._serialized_end=236
+  _globals['_GETSTATUSRESPONSE']._serialized_start=239
+  _globals['_GETSTATUSRESPONSE']._serialized_end=684
+  _globals['_GETJOBLOGREQUEST']._serialized_start=687
+  _globals['_GETJOBLOGREQUEST']._serialized_end=838
+  _globals['_GETJOBLOGRESPONSE']._serialized_start=840
+  _globals['_GETJOBLOGRESPONSE']._serialized_end=932
+  _globals['_STREAMJOBLOGREQUEST']._serialized_start=935
+  _globals['_STREAMJOBLOGREQUEST']._serialized_end=1070
+  _globals['_STREAMJOBLOGRESPONSE']._serialized_start=1072
+  _globals['_STREAMJOBLOGRESPONSE']._serialized_end=1128
+  _globals['_LISTIMAGESREQUEST']._serialized_start=1130
+  _globals['_LISTIMAGESREQUEST']._serialized_end=1188
+  _globals['_LISTIMAGESRESPONSE']._serialized_start=1190
+  _globals['_LISTIMAGESRESPONSE']._serialized_end=1282
+  _globals['_GETATTEMPTUSAGEREQUEST']._serialized_start=1284
+  _globals['_GETATTEMPTUSAGEREQUEST']._serialized_end=1362
+  _globals['_GETATTEMPTUSAGERESPONSE']._serialized_start=1365
+  _globals['_GETATTEMPTUSAGERESPONSE']._serialized_end=1531
+  _globals['_WORKERSERVICE']._serialized_start=1534
+  _globals['_WORKERSERVICE']._serialized_end=2096
 # @@protoc_insertion_point(module_scope)

@@ -3,6 +3,7 @@ import datetime
 from corral.authz.v1 import authz_pb2 as _authz_pb2
 from corral.batch.v1 import job_pb2 as _job_pb2
 from corral.worker.v1 import worker_status_pb2 as _worker_status_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -115,3 +116,27 @@ class ListImagesResponse(_message.Message):
     images: _containers.RepeatedCompositeFieldContainer[_worker_status_pb2.CachedImage]
     next_page_token: str
     def __init__(self, images: _Optional[_Iterable[_Union[_worker_status_pb2.CachedImage, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class GetAttemptUsageRequest(_message.Message):
+    __slots__ = ("batch_id", "job_id", "attempt_id")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    job_id: int
+    attempt_id: str
+    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt_id: _Optional[str] = ...) -> None: ...
+
+class GetAttemptUsageResponse(_message.Message):
+    __slots__ = ("samples", "interval", "runtime", "note", "complete")
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    samples: _containers.RepeatedCompositeFieldContainer[_job_pb2.UsageSample]
+    interval: _duration_pb2.Duration
+    runtime: str
+    note: str
+    complete: bool
+    def __init__(self, samples: _Optional[_Iterable[_Union[_job_pb2.UsageSample, _Mapping]]] = ..., interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., runtime: _Optional[str] = ..., note: _Optional[str] = ..., complete: _Optional[bool] = ...) -> None: ...

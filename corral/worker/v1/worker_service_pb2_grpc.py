@@ -27,8 +27,8 @@ if _version_not_supported:
 
 class WorkerServiceStub:
     """The API each worker serves (mTLS, internal): its status, its cached
-    images, and the logs of attempts running on it, which the frontend reads
-    here until they are uploaded to storage.
+    images, and the logs and usage series of attempts running on it, which
+    the frontend reads here until they are uploaded to storage.
     """
 
     def __init__(self, channel):
@@ -52,6 +52,11 @@ class WorkerServiceStub:
                 request_serializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.StreamJobLogRequest.SerializeToString,
                 response_deserializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.StreamJobLogResponse.FromString,
                 _registered_method=True)
+        self.GetAttemptUsage = channel.unary_unary(
+                '/corral.worker.v1.WorkerService/GetAttemptUsage',
+                request_serializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.GetAttemptUsageRequest.SerializeToString,
+                response_deserializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.GetAttemptUsageResponse.FromString,
+                _registered_method=True)
         self.ListImages = channel.unary_unary(
                 '/corral.worker.v1.WorkerService/ListImages',
                 request_serializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.ListImagesRequest.SerializeToString,
@@ -61,8 +66,8 @@ class WorkerServiceStub:
 
 class WorkerServiceServicer:
     """The API each worker serves (mTLS, internal): its status, its cached
-    images, and the logs of attempts running on it, which the frontend reads
-    here until they are uploaded to storage.
+    images, and the logs and usage series of attempts running on it, which
+    the frontend reads here until they are uploaded to storage.
     """
 
     def GetStatus(self, request, context):
@@ -82,6 +87,14 @@ class WorkerServiceServicer:
     def StreamJobLog(self, request, context):
         """Streams one step's log of an attempt on this worker from a byte offset
         and follows it; the stream ends when the step ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetAttemptUsage(self, request, context):
+        """Returns the usage series so far of an attempt on this worker (running,
+        or ended within the last few minutes).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -112,6 +125,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     request_deserializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.StreamJobLogRequest.FromString,
                     response_serializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.StreamJobLogResponse.SerializeToString,
             ),
+            'GetAttemptUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAttemptUsage,
+                    request_deserializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.GetAttemptUsageRequest.FromString,
+                    response_serializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.GetAttemptUsageResponse.SerializeToString,
+            ),
             'ListImages': grpc.unary_unary_rpc_method_handler(
                     servicer.ListImages,
                     request_deserializer=corral_dot_worker_dot_v1_dot_worker__service__pb2.ListImagesRequest.FromString,
@@ -127,8 +145,8 @@ def add_WorkerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
     """The API each worker serves (mTLS, internal): its status, its cached
-    images, and the logs of attempts running on it, which the frontend reads
-    here until they are uploaded to storage.
+    images, and the logs and usage series of attempts running on it, which
+    the frontend reads here until they are uploaded to storage.
     """
 
     @staticmethod
@@ -202,6 +220,33 @@ class WorkerService:
             '/corral.worker.v1.WorkerService/StreamJobLog',
             corral_dot_worker_dot_v1_dot_worker__service__pb2.StreamJobLogRequest.SerializeToString,
             corral_dot_worker_dot_v1_dot_worker__service__pb2.StreamJobLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAttemptUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.worker.v1.WorkerService/GetAttemptUsage',
+            corral_dot_worker_dot_v1_dot_worker__service__pb2.GetAttemptUsageRequest.SerializeToString,
+            corral_dot_worker_dot_v1_dot_worker__service__pb2.GetAttemptUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,

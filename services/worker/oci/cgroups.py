@@ -23,10 +23,17 @@ starts: the kernel signals it whenever the cgroup's limit makes it kill a
 process (containerd watches v1 containers this way). Either way the answer
 comes from the kernel, never from what the job printed.
 
-**Usage**: cpu time (v1 cpuacct.usage, v2 cpu.stat usage_usec) and peak
-memory (v1 memory.max_usage_in_bytes, v2 memory.peak where the kernel has it)
-of the attempt's cgroup, which include its child's; `read_usage` can be
-called while the container runs, for sampling.
+**Usage**: cpu time (v1 cpuacct.usage, v2 cpu.stat usage_usec), current
+memory (v1 memory.usage_in_bytes, v2 memory.current) and peak memory (v1
+memory.max_usage_in_bytes, v2 memory.peak where the kernel has it) of the
+attempt's cgroup, which include its child's; block I/O bytes read and
+written where a hierarchy counts them (v1 blkio.throttle.io_service_bytes
+of the attempt's cgroup, recursive, or of runc's while it exists; v2
+io.stat, where the io controller is enabled for the attempt: it is not
+asked for, so usually absent). The block counters see only I/O that
+reaches a block device on the job's behalf (writeback of the page cache
+may be charged to no one). `read_usage` can be called while the container
+runs, for sampling.
 """
 
 from __future__ import annotations
@@ -65,6 +72,10 @@ class Usage:
 
     cpu_time_ms: int | None
     peak_memory_bytes: int | None
+    memory_bytes: int | None = None
+    """Memory charged now."""
+    io_read_bytes: int | None = None
+    io_write_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -191,7 +202,7 @@ class AttemptCgroup:
         return notified > 0 or killed > 0
 
     def usage(self) -> Usage:
-        """cpu time and peak memory so far (also after the container is gone, until removal)."""
+        """cpu time, memory and I/O so far (also after the container is gone, until removal)."""
         return read_usage(self.hierarchies, self.path)
 
     def close(self) -> None:
@@ -202,16 +213,57 @@ class AttemptCgroup:
 
 
 def read_usage(hierarchies: Hierarchies, path: str) -> Usage:
-    """cpu time and peak memory of the cgroup at `path` (and its children), where the kernel says."""
+    """cpu time, memory and block I/O of the cgroup at `path` (and its children), where the kernel says."""
     def at(controller: str, name: str) -> Path:
-        return hierarchies.by_controller[controller] / path.lstrip("/") / name
+        return hierarchies.by_controller.get(controller, Path("/nonexistent")) / path.lstrip("/") / name
 
     if hierarchies.version == V1:
         cpu_ns = _read_int(at("cpuacct", "cpuacct.usage"))
+        read, written = _v1_io(at("blkio", "blkio.throttle.io_service_bytes_recursive"))
+        if read is None:  # older kernels: runc's own cgroup, while the container exists
+            read, written = _v1_io(at("blkio", f"{RUNC_CHILD}/blkio.throttle.io_service_bytes"))
         return Usage(None if cpu_ns is None else cpu_ns // 1_000_000,
-                     _read_int(at("memory", "memory.max_usage_in_bytes")))
+                     _read_int(at("memory", "memory.max_usage_in_bytes")),
+                     _read_int(at("memory", "memory.usage_in_bytes")), read, written)
     cpu_us = _keyed(at("cpu", "cpu.stat")).get("usage_usec")
-    return Usage(None if cpu_us is None else cpu_us // 1000, _read_int(at("memory", "memory.peak")))
+    read, written = _v2_io(at("memory", "io.stat"))  # the unified hierarchy, whatever the controller
+    return Usage(None if cpu_us is None else cpu_us // 1000, _read_int(at("memory", "memory.peak")),
+                 _read_int(at("memory", "memory.current")), read, written)
+
+
+def _v1_io(path: Path) -> tuple[int | None, int | None]:
+    """Bytes read and written, summed over devices, of a v1 blkio file ('MAJ:MIN Read N' lines)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None, None
+    read = written = 0
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and parts[2].isdigit():
+            if parts[1] == "Read":
+                read += int(parts[2])
+            elif parts[1] == "Write":
+                written += int(parts[2])
+    return read, written
+
+
+def _v2_io(path: Path) -> tuple[int | None, int | None]:
+    """Bytes read and written, summed over devices, of io.stat ('MAJ:MIN rbytes=N wbytes=N ...' lines)."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None, None
+    read = written = 0
+    for line in lines:
+        for field in line.split()[1:]:
+            name, _, value = field.partition("=")
+            if value.isdigit() and name in ("rbytes", "wbytes"):
+                if name == "rbytes":
+                    read += int(value)
+                else:
+                    written += int(value)
+    return read, written
 
 
 def remove_tree(hierarchies: Hierarchies, path: str, wait_s: float = 5.0) -> list[str]:

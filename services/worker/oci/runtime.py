@@ -47,6 +47,7 @@ from services.worker.oci.refusals import oci_refusals
 from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          JobOutcome, JobRun, attempt_timeout_s, signal_name)
+from services.common.usage_series import UsageReading
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class OciRuntime:
 
     name = "oci"
     isolates = True
+    usage_note = ""
 
     def __init__(self, config: OciRuntimeConfig):
         if not _ID.fullmatch(config.owner):
@@ -95,6 +97,8 @@ class OciRuntime:
         self.owner = Owner(config.state_root, config.owner, config.cgroup_root)
         self._uids = JobUids(config.uid_claims_dir, config.uid_first, config.uid_count)
         self._stops: dict[str, asyncio.Event] = {}
+        self._cgroups: dict[str, cgroups.AttemptCgroup] = {}
+        """Attempt id -> its cgroup, while its container may run (what `sample` reads)."""
         self._digests: dict[str, str] = {}
         """Attempt id -> the digest of the image it runs, once acquired (for its isolation note)."""
         self._starting = asyncio.Lock()
@@ -200,6 +204,16 @@ class OciRuntime:
         return ("a network namespace of its own on the worker's private bridge, reaching only the deployment's "
                 f"private ranges ({ranges})")
 
+    def sample(self, attempt_id: str) -> UsageReading | None:
+        """See `ContainerRuntime.sample`: the attempt's cgroup counters."""
+        cgroup = self._cgroups.get(attempt_id)
+        if cgroup is None:
+            return None
+        usage = cgroup.usage()
+        return UsageReading(cpu_time_ms=usage.cpu_time_ms, memory_bytes=usage.memory_bytes,
+                            peak_memory_bytes=usage.peak_memory_bytes, io_read_bytes=usage.io_read_bytes,
+                            io_write_bytes=usage.io_write_bytes)
+
     async def cancel(self, attempt_id: str) -> None:
         """Ask the attempt to stop: SIGTERM to all its processes, SIGKILL after `kill_grace_s`."""
         if (stop := self._stops.get(attempt_id)) is not None:
@@ -275,6 +289,7 @@ class OciRuntime:
                 cgroups.Limits(job.cores_mcpu, self._memory_limit(job), self.config.max_processes))
         except cgroups.CgroupError as e:
             raise AttemptFailed("cgroup", str(e)) from e
+        self._cgroups[job.attempt_id] = attempt.cgroup
         container = Container(
             argv=tuple(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else
             ("/bin/sh", "-c", job.spec.script),
@@ -486,6 +501,7 @@ class OciRuntime:
         if attempt.network_made:
             left += await asyncio.to_thread(network.tear_down_attempt, self.owner.dir, attempt.container_id)
         if attempt.cgroup is not None:
+            self._cgroups.pop(attempt.job.attempt_id, None)
             attempt.cgroup.close()
         if attempt.cgroup_path and self._hierarchies is not None:
             left += await asyncio.to_thread(cgroups.remove_tree, self._hierarchies, attempt.cgroup_path)
@@ -546,7 +562,9 @@ class OciRuntime:
             state=state, exit_code=exit_code, error_message=message, start_time_ms=start_ms,
             end_time_ms=self.config.clock_ms(), end_reason=reason, isolation=self.isolation(job),
             peak_memory_bytes=None if usage is None else usage.peak_memory_bytes,
-            cpu_time_ms=None if usage is None else usage.cpu_time_ms)
+            cpu_time_ms=None if usage is None else usage.cpu_time_ms,
+            io_read_bytes=None if usage is None else usage.io_read_bytes,
+            io_write_bytes=None if usage is None else usage.io_write_bytes)
 
 
 @dataclass
