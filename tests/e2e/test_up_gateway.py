@@ -103,8 +103,12 @@ def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
         record = PidFiles(cluster.data_dir / "run" / "pids").read("gateway-public")
         assert record is not None and record.alive()
         os.kill(record.pid, signal.SIGKILL)
-        eventually(lambda: any(line.startswith("gateway-public (pid ") and "serves again" in line
-                               for line in list(cluster.output)), timeout_s=30, what="the public gateway to serve again")
+
+        def serves_again() -> bool:
+            return any(line.startswith("gateway-public (pid ") and "serves again" in line
+                       for line in list(cluster.output))
+
+        eventually(serves_again, timeout_s=30, what="the public gateway to serve again")
         assert cluster.said(f"gateway-public (pid {record.pid}) exited with -9 (killed by SIGKILL)")
         assert {b["batchId"] for b in rest_get(cluster, "/api/v1/batches")["batches"]} == {"1", str(batch_id)}
     except BaseException:
