@@ -459,6 +459,9 @@ def start(config: UpConfig) -> Running:
             for gateway in gateways.values():
                 supervisor.start(gateway)
             up_gateway.wait_serving(list(gateways.values()), lambda: _check_started(supervisor))
+            if running.metrics_dir is not None:  # Envoy's statistics, from its admin interface
+                for name, admin in (("public", plan.public_admin_listen), ("internal", plan.internal_admin_listen)):
+                    write_atomically(running.metrics_dir / f"gateway-{name}.port", str(admin.port).encode())
             running.gateway = f"localhost:{gateway_port}"
             public = {"frontend": running.gateway, "auth": running.gateway, "gateway": running.gateway,
                       "workers_gateway": workers_driver_addresses}
@@ -524,18 +527,25 @@ def jobs_runtime_line(worker_runtime: str) -> str:
 
 
 TARGETS_FILE = "targets.json"
+METRICS_PATHS = {"gateway-": "/stats/prometheus"}
+"""Where a part whose name starts with the key serves its metrics, if not at /metrics (Envoy's admin
+interface; Prometheus reads the `__metrics_path__` label)."""
 
 
 def write_metrics_targets(metrics_dir: Path) -> Path:
     """`metrics_dir/targets.json`, in Prometheus' file_sd format: one target per process that wrote its
-    metrics port (`NAME.port`), labelled with its part's name; rewritten only when it changes."""
+    metrics port (`NAME.port`), labelled with its part's name (and the path of its metrics where it is not
+    /metrics: METRICS_PATHS); rewritten only when it changes."""
     targets = []
     for port_file in sorted(metrics_dir.glob("*.port")):
         try:
             port = int(port_file.read_text())
         except (OSError, ValueError):
             continue  # gone meanwhile
-        targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"part": port_file.stem}})
+        labels = {"part": port_file.stem}
+        labels.update({"__metrics_path__": path for prefix, path in METRICS_PATHS.items()
+                       if port_file.stem.startswith(prefix)})
+        targets.append({"targets": [f"127.0.0.1:{port}"], "labels": labels})
     path = metrics_dir / TARGETS_FILE
     text = json.dumps(targets, indent=1)
     if not path.exists() or path.read_text() != text:
@@ -576,7 +586,8 @@ def serve_forever(config: UpConfig) -> int:
               "Ctrl-C stops everything.", flush=True)
     if running.metrics_dir is not None:
         targets = json.loads((running.metrics_dir / TARGETS_FILE).read_text())
-        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} http://{t['targets'][0]}/metrics"
+        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} http://{t['targets'][0]}"
+                                                  f"{t['labels'].get('__metrics_path__', '/metrics')}"
                                                   for t in targets) +
               f"; workers' too, as they come and go, in {running.endpoints['metrics']} (file_sd)", flush=True)
     supervisor = running.supervisor

@@ -62,7 +62,7 @@ def workers_driver_addresses(cluster: Cluster) -> dict[int, str]:
 
 def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
     began = time.monotonic()
-    cluster = up.start(tmp_path, "--gateway", "--gateway-port", "0", "--internal-gateway-port", "0")
+    cluster = up.start(tmp_path, "--gateway", "--gateway-port", "0", "--internal-gateway-port", "0", "--metrics")
     print(f"corral up --gateway was up in {time.monotonic() - began:.1f} s")
     try:
         gateway = cluster.endpoints["gateway"]
@@ -98,6 +98,14 @@ def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
         assert set(workers_driver_addresses(cluster).values()) == {cluster.endpoints["workers_gateway"]}
         access_log = (cluster.data_dir / "logs" / "gateway-access.log").read_text()
         assert "/corral.batch.v1.BatchService/SubmitBatch" in access_log and '"gateway":"internal"' in access_log
+
+        # With --metrics, each gateway's statistics are a scrape target too (Envoy serves them on its admin port).
+        targets = {t["labels"]["part"]: t for t in json.loads(Path(cluster.endpoints["metrics"]).read_text())}
+        public_stats = targets["gateway-public"]
+        assert public_stats["labels"]["__metrics_path__"] == "/stats/prometheus" and "gateway-internal" in targets
+        url = f"http://{public_stats['targets'][0]}/stats/prometheus"
+        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback admin
+            assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="frontend"}' in answer.read().decode()
 
         # A gateway is a supervised part: killed, it is started again on the same address.
         record = PidFiles(cluster.data_dir / "run" / "pids").read("gateway-public")
