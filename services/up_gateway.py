@@ -120,6 +120,7 @@ class GatewayProcess:
 def gateway_processes(plan: Deployment, data: Path, logs: Path) -> dict[str, GatewayProcess]:
     """Write and validate both configs of `plan` in DATA/gateway/ (raises ValueError with Envoy's words
     if it refuses one), and the part that runs each, not started yet (in DATA/run)."""
+    plan.access_log.parent.mkdir(parents=True, exist_ok=True)  # Envoy opens it, even to validate
     configs = prepare(plan, data / "gateway", cwd=data)
     admins = {"public": plan.public_admin_listen, "internal": plan.internal_admin_listen}
     return {name: GatewayProcess(name, configs[name], admins[name], logs / f"gateway-{name}.log", data / "run")
