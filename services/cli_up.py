@@ -24,6 +24,9 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError("; ".join(problems))
     if args.worker_runtime == "oci" and (why_not := oci_host_refusals()):
         raise UsageError("--worker-runtime oci: this machine cannot run containers: " + "; ".join(why_not))
+    # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
+    ports = {name: getattr(args, name) for name in ("gateway_port", "internal_gateway_port")
+             if getattr(args, name) is not None}
     return serve_forever(UpConfig(args.data_dir, args.database_url, args.drivers, worker_cores=args.worker_cores,
                                   max_workers=args.max_workers, heartbeat_timeout_s=args.heartbeat_timeout,
                                   idle_timeout_s=args.idle_timeout, trace=args.trace,
@@ -33,7 +36,7 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, worker_runtime=args.worker_runtime,
-                                  metrics=args.metrics))
+                                  metrics=args.metrics, gateway=args.gateway, **ports))
 
 
 def _registry_url(text: str) -> str:
@@ -41,6 +44,12 @@ def _registry_url(text: str) -> str:
         return Registry.parse(text).url
     except InvalidImageReference as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return int(text)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -64,6 +73,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--metrics", action="store_true",
                     help="every service and worker serves Prometheus metrics on a loopback port; print the "
                          "scrape targets, and keep them in DATA_DIR/metrics/targets.json (file_sd)")
+    up.add_argument("--gateway", action="store_true",
+                    help="run the public and internal Envoy gateways: the CLI and the printed address go "
+                         "through the public one (localhost:GATEWAY_PORT, the same at each start), workers reach "
+                         "the leading driver through the internal one")
+    up.add_argument("--gateway-port", type=_port, metavar="PORT",
+                    help="with --gateway: the public gateway's port on 127.0.0.1 (0: a free one at each start) "
+                         "(default: 8443)")
+    up.add_argument("--internal-gateway-port", type=_port, metavar="PORT",
+                    help="with --gateway: the internal gateway's (workers') port on 127.0.0.1 (0: a free one at "
+                         "each start) (default: 8444)")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     add_storage_access(up)
     up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="auto",

