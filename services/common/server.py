@@ -105,6 +105,14 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         method = details.method
         authenticate, internal = self._authenticate, self._internal
         limits, slots = self._limits, self._stream_slots
+        # The request is decoded here rather than by grpc, so that bytes that are no message of its type (a
+        # REST body the gateway transcoded into a corrupt one) are INVALID_ARGUMENT, not an UNKNOWN error.
+        deserialize, streaming = handler.request_deserializer, handler.request_streaming
+
+        def decoded(request: Any) -> Any:
+            if deserialize is None:
+                return request
+            return _decoded_stream(request, deserialize) if streaming else _decoded(request, deserialize)
 
         async def begin(request: Any, context: grpc.aio.ServicerContext) -> tuple[Principal, Any]:
             if not internal and (why := refusal(method, internal, None)) is not None:
@@ -133,6 +141,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                 deadline = asyncio.timeout(limits.unary_deadline_s)
                 try:
                     async with deadline:
+                        request = decoded(request)
                         _, token = await begin(request, context)
                         return await behavior(request, context)
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
@@ -155,6 +164,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
                 token, holder = None, None
                 try:
+                    request = decoded(request)
                     principal, token = await begin(request, context)
                     if slots is not None:
                         slots.acquire(principal.name)
@@ -177,7 +187,19 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
             return wrapped
 
-        return rewrapped(handler, unary_response, stream_response)
+        return rewrapped(handler, unary_response, stream_response, request_deserializer=None)
+
+
+def _decoded(data: bytes, deserialize: Callable[[bytes], Any]) -> Any:
+    try:
+        return deserialize(data)
+    except message.DecodeError as e:
+        raise InvalidRequest([], f"the request is not a well-formed message of its type: {e}") from None
+
+
+async def _decoded_stream(requests: AsyncIterator[bytes], deserialize: Callable[[bytes], Any]) -> AsyncIterator[Any]:
+    async for data in requests:
+        yield _decoded(data, deserialize)
 
 
 STREAM_RECHECK_MIN_S = 0.25

@@ -226,3 +226,18 @@ async def test_every_server_sets_its_message_size_explicitly(auth_app: AuthApp,
         stub = auth_service_pb2_grpc.AuthServiceStub(channel)
         error = await refused(stub.Login(auth_service_pb2.LoginRequest(username="root", password="x" * (5 << 20))))
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+async def test_bytes_that_are_no_message_of_the_requests_type_are_invalid_argument(
+        auth_app: AuthApp, certs: DevCertificateAuthority, admin_token: str) -> None:
+    """A request grpc cannot decode (corrupt wire format: a truncated field) is the caller's error, not a
+    server error; the server goes on serving."""
+    async with person_channel(certs.issue("someone"), auth_app.public_port) as channel:
+        whoami = channel.unary_unary("/corral.auth.v1.AuthService/WhoAmI", request_serializer=None,
+                                     response_deserializer=auth_service_pb2.WhoAmIResponse.FromString)
+        corrupt = b"\x0a\xff\xff\xff\x0f"  # field 1, length-delimited, longer than the message
+        error = await refused(whoami(corrupt, metadata=(("authorization", f"Bearer {admin_token}"),)))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+        assert "not a well-formed message" in (error.details() or "")
+        answer = await whoami(b"", metadata=(("authorization", f"Bearer {admin_token}"),))
+        assert answer.user.username == "root"
