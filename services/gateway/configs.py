@@ -197,8 +197,40 @@ def _transcoder(deployment: Deployment, services: list[RoutedService]) -> Config
             },
             "max_request_body_size": limits.max_request_bytes,
             "max_response_body_size": limits.max_response_bytes,
+            # A query parameter no field of the request has is refused (400), not silently dropped.
+            "request_validation_options": {"reject_unknown_query_parameters": True},
         },
     }
+
+
+# The gRPC code a REST caller reads in the google.rpc.Status of a reply Envoy itself made (no route, a body
+# over the limit, a malformed REST request, no healthy upstream), by its HTTP status.
+_LOCAL_REPLY_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 405: 12, 408: 4, 413: 8, 429: 8, 431: 8, 500: 13, 501: 12,
+                      502: 14, 503: 14, 504: 4}
+_UNKNOWN = 2
+
+
+def _json_local_replies() -> Config:
+    """Replies Envoy makes itself, to a REST request, carry a JSON google.rpc.Status as the services' errors
+    do (the transcoder and the router answer in plain text, or nothing, otherwise). A REST request is one
+    whose path is under /api/, before the transcoder rewrote it into a gRPC call (it keeps the original in
+    x-envoy-original-path) or as it came; a gRPC call's reply stays gRPC (grpc-status and grpc-message)."""
+    rest = {"or_filter": {"filters": [
+        {"header_filter": {"header": {"name": name, "string_match": {"prefix": "/api/"}}}}
+        for name in (":path", "x-envoy-original-path")]}}
+
+    def mapper(http_status: int | None, grpc_code: int) -> Config:
+        when = [rest]
+        if http_status is not None:
+            value = {"default_value": http_status, "runtime_key": f"corral.local_reply.{http_status}"}
+            when.append({"status_code_filter": {"comparison": {"op": "EQ", "value": value}}})
+        # The router's 404 says nothing of its own.
+        message = "no such REST route: %REQ(:METHOD)% %REQ(:PATH)%" if http_status == 404 else "%LOCAL_REPLY_BODY%"
+        return {"filter": {"and_filter": {"filters": when}} if len(when) > 1 else when[0],
+                "body_format_override": {"json_format": {"code": grpc_code, "message": message},
+                                         "content_type": "application/json"}}
+
+    return {"mappers": [*(mapper(http, code) for http, code in _LOCAL_REPLY_CODES.items()), mapper(None, _UNKNOWN)]}
 
 
 def _listener(name: str, address: Address, tls_context: Config, manager: Config) -> Config:
@@ -231,6 +263,7 @@ def public_config(deployment: Deployment) -> Config:
         "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
         "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
         "access_log": access_log(deployment, "public"),
+        "local_reply_config": _json_local_replies(),
         "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
         "route_config": {
             "name": "public",

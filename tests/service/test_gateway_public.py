@@ -120,7 +120,8 @@ async def test_errors_come_back_as_json_status_with_their_http_code(gateway_port
     async with rest(certs, gateway_port, admin_token) as http:
         missing = await http.get("/api/v1/batches/987654")
         assert missing.status_code == 404, missing.text
-        assert missing.json()["code"] == grpc.StatusCode.NOT_FOUND.value[0] and missing.json()["message"]
+        assert missing.json()["code"] == grpc.StatusCode.NOT_FOUND.value[0]
+        assert "987654" in missing.json()["message"] and "route" not in missing.json()["message"], missing.text
 
         # A bad job spec: INVALID_ARGUMENT, with its BadRequest field violations in the body.
         bad = await http.post("/api/v1/batches:submit", json={
@@ -136,6 +137,17 @@ async def test_errors_come_back_as_json_status_with_their_http_code(gateway_port
         huge = await http.post("/api/v1/batches:submit", headers={"content-type": "application/json"},
                                content=b'{"billingProject": "' + b"x" * MAX_REQUEST_BYTES + b'"}')
         assert huge.status_code == 413, huge.text
+        assert huge.json()["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], huge.text
+
+        # What the gateway answers itself is a JSON google.rpc.Status too: a value the transcoder cannot
+        # read, a query parameter the request does not have, a path no route has.
+        for path, code in (("/api/v1/batches/not-a-number", grpc.StatusCode.INVALID_ARGUMENT),
+                           ("/api/v1/batches?no_such_parameter=1", grpc.StatusCode.INVALID_ARGUMENT),
+                           ("/api/v1/no-such-thing", grpc.StatusCode.NOT_FOUND)):
+            answer = await http.get(path)
+            assert answer.headers["content-type"] == "application/json", (path, answer.text)
+            assert answer.status_code == (400 if code == grpc.StatusCode.INVALID_ARGUMENT else 404), answer.text
+            assert answer.json()["code"] == code.value[0] and answer.json()["message"], (path, answer.text)
 
     async with rest(certs, gateway_port, "not-a-token") as http:
         refused = await http.get("/api/v1/batches")
