@@ -23,6 +23,7 @@ import ipaddress
 from typing import Any
 
 from services.gateway.deployment import Address, Deployment, GatewayTls
+from services.gateway.descriptors import OPENAPI_ROUTE, openapi_path
 from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
 
 Config = dict[str, Any]
@@ -146,6 +147,17 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+MAX_OPENAPI_BYTES = 4 * 2**20
+
+
+def _openapi_route(deployment: Deployment) -> Config:
+    """GET OPENAPI_ROUTE: the REST API's OpenAPI document, from the file beside the descriptor set."""
+    return {"match": {"path": OPENAPI_ROUTE, "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
+            "direct_response": {"status": 200, "body": {"filename": str(openapi_path(deployment.descriptor_set))}},
+            "response_headers_to_add": [{"header": {"key": "content-type", "value": "application/json"},
+                                         "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]}
+
+
 def _routes(services: list[RoutedService], timeout_s: float) -> list[Config]:
     """Per service, its streaming methods without a timeout, then the rest of it with one."""
     routes = []
@@ -219,18 +231,18 @@ def _json_local_replies() -> Config:
         {"header_filter": {"header": {"name": name, "string_match": {"prefix": "/api/"}}}}
         for name in (":path", "x-envoy-original-path")]}}
 
-    def mapper(http_status: int | None, grpc_code: int) -> Config:
-        when = [rest]
-        if http_status is not None:
-            value = {"default_value": http_status, "runtime_key": f"corral.local_reply.{http_status}"}
-            when.append({"status_code_filter": {"comparison": {"op": "EQ", "value": value}}})
+    def mapper(op: str, http_status: int, grpc_code: int) -> Config:
+        value = {"default_value": http_status, "runtime_key": f"corral.local_reply.{op.lower()}.{http_status}"}
         # The router's 404 says nothing of its own.
         message = "no such REST route: %REQ(:METHOD)% %REQ(:PATH)%" if http_status == 404 else "%LOCAL_REPLY_BODY%"
-        return {"filter": {"and_filter": {"filters": when}} if len(when) > 1 else when[0],
+        return {"filter": {"and_filter": {"filters": [
+                    rest, {"status_code_filter": {"comparison": {"op": op, "value": value}}}]}},
                 "body_format_override": {"json_format": {"code": grpc_code, "message": message},
                                          "content_type": "application/json"}}
 
-    return {"mappers": [*(mapper(http, code) for http, code in _LOCAL_REPLY_CODES.items()), mapper(None, _UNKNOWN)]}
+    # Any other error is UNKNOWN; a success Envoy makes itself (the OpenAPI document) stays as it is.
+    return {"mappers": [*(mapper("EQ", http, code) for http, code in _LOCAL_REPLY_CODES.items()),
+                        mapper("GE", 400, _UNKNOWN)]}
 
 
 def _listener(name: str, address: Address, tls_context: Config, manager: Config) -> Config:
@@ -267,10 +279,12 @@ def public_config(deployment: Deployment) -> Config:
         "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
         "route_config": {
             "name": "public",
+            # The OpenAPI document, served whole from its file (some 150 KB; Envoy's default is 4 KiB).
+            "max_direct_response_body_size_bytes": MAX_OPENAPI_BYTES,
             "virtual_hosts": [{
                 "name": "corral",
                 "domains": ["*"],
-                "routes": _routes(services + reflection, limits.route_timeout_s),
+                "routes": [_openapi_route(deployment), *_routes(services + reflection, limits.route_timeout_s)],
             }],
         },
     }

@@ -1,10 +1,11 @@
-"""The descriptor set the REST/JSON transcoder reads.
+"""The descriptor set the REST/JSON transcoder reads, and the OpenAPI document the gateway serves.
 
 The `corral` package ships `corral/descriptors.binpb` (scripts/gen_protos.py
 writes it: every corral proto and its imports). The transcoder also needs
 `google.rpc.Status` and the detail types corral's errors carry, to print a
 failed call's status as JSON; the protos import neither, so they are added
-here.
+here. The package's `corral/openapi.json` is written beside the descriptor
+set (`openapi_path`): the public gateway serves it at OPENAPI_ROUTE.
 """
 
 from __future__ import annotations
@@ -40,10 +41,21 @@ def gateway_descriptor_set() -> bytes:
     return files.SerializeToString(deterministic=True)
 
 
+OPENAPI_ROUTE = "/api/v1/openapi.json"
+"""Where the public gateway serves the REST API's OpenAPI document (no token needed)."""
+
+
+def openapi_path(descriptor_set: Path) -> Path:
+    """Where the OpenAPI document lies for a deployment whose descriptor set is `descriptor_set`."""
+    return descriptor_set.with_name("openapi.json")
+
+
 def write_descriptor_set(path: Path) -> Path:
-    """Write `gateway_descriptor_set()` to `path` (the deployment's `descriptor_set`), if it differs."""
-    data = gateway_descriptor_set()
-    if not path.exists() or path.read_bytes() != data:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    """Write `gateway_descriptor_set()` to `path` (the deployment's `descriptor_set`), and the package's
+    OpenAPI document beside it (`openapi_path`), each if it differs."""
+    openapi = importlib.resources.files("corral").joinpath("openapi.json").read_bytes()
+    for target, data in ((path, gateway_descriptor_set()), (openapi_path(path), openapi)):
+        if not target.exists() or target.read_bytes() != data:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
     return path

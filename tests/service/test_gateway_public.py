@@ -22,6 +22,7 @@ import httpx
 import pytest
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+import corral
 from corral.aio import Client
 from corral.builder import BatchBuilder
 from services.auth.app import AuthApp
@@ -153,6 +154,17 @@ async def test_errors_come_back_as_json_status_with_their_http_code(gateway_port
         refused = await http.get("/api/v1/batches")
         assert refused.status_code == 401, refused.text
         assert refused.json()["code"] == grpc.StatusCode.UNAUTHENTICATED.value[0]
+
+
+async def test_the_openapi_document_is_served(gateway_port: int, certs: DevCertificateAuthority) -> None:
+    """At a fixed path, without a token, exactly the document the package ships."""
+    async with rest(certs, gateway_port, "unused") as http:
+        served = await http.get("/api/v1/openapi.json", headers={"authorization": ""})
+        assert served.status_code == 200, served.text
+        assert served.headers["content-type"] == "application/json"
+        assert served.content == (Path(corral.__file__).parent / "openapi.json").read_bytes()
+        assert served.json()["swagger"] == "2.0"
+        assert (await http.post("/api/v1/openapi.json", headers={"authorization": ""})).status_code == 404
 
 
 async def test_watch_batch_streams_json_lines(gateway_port: int, frontend: FrontendApp,
