@@ -160,7 +160,8 @@ class BatchWatcher:
         await readable_batch(self.batches, batch_id, principal)  # GetBatch's rule
 
     async def watch(self, request: pb.WatchBatchRequest, principal: Principal) -> AsyncIterator[pb.WatchBatchResponse]:
-        """Events of the batch from `request.from_event_id` on, until the caller cancels."""
+        """Events of the batch from `request.from_event_id` on, until the caller cancels (or, with
+        `until_complete`, until the first batch_completed event is sent)."""
         violations = []
         if request.from_event_id < 0:
             violations.append(FieldViolation("from_event_id", "must not be negative"))
@@ -184,7 +185,10 @@ class BatchWatcher:
                     upto = min(last_id, next_id + self.page_size - 1)
                     for row in await self.log.page(batch_id, next_id, upto, where_sql, params,
                                                    request.include_cost_events):
-                        yield pb.WatchBatchResponse(event=event_proto(row))
+                        event = event_proto(row)
+                        yield pb.WatchBatchResponse(event=event)
+                        if request.until_complete and event.HasField("batch_completed"):
+                            return
                     next_id = upto + 1
                 await self._sleep(self.poll_period_s)
                 if self._clock_s() - checked_s >= self.recheck_access_s:

@@ -182,6 +182,18 @@ async def test_events_of_a_dag_arrive_once_each_in_order(stub, tokens, frontend,
     assert (got.batch.state, got.batch.last_event_id) == (batch_pb2.BATCH_STATE_COMPLETE, len(DAG_EVENTS))
 
 
+async def test_until_complete_ends_the_stream_after_the_batch_completed(stub, tokens, frontend,  # noqa: F811
+                                                                         driving) -> None:  # noqa: F811
+    alice = bearer(tokens["alice"])
+    batch = await submit_dag(stub, tokens["alice"])
+    driven = asyncio.create_task(drive_dag(driving, batch))
+    call = stub.WatchBatch(pb.WatchBatchRequest(batch_id=batch.batch_id, until_complete=True), metadata=alice)
+    events = [response.event async for response in call]  # ends by itself
+    await driven
+    assert [describe(e) for e in events] == DAG_EVENTS
+    assert await call.code() == grpc.StatusCode.OK
+
+
 async def test_resuming_from_last_plus_one_loses_and_repeats_nothing(stub, tokens, frontend, driving
                                                                      ) -> None:  # noqa: F811
     alice = bearer(tokens["alice"])

@@ -101,16 +101,18 @@ class DeleteBatchResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class WatchBatchRequest(_message.Message):
-    __slots__ = ("batch_id", "from_event_id", "query", "include_cost_events")
+    __slots__ = ("batch_id", "from_event_id", "query", "include_cost_events", "until_complete")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_COST_EVENTS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_COMPLETE_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     from_event_id: int
     query: str
     include_cost_events: bool
-    def __init__(self, batch_id: _Optional[int] = ..., from_event_id: _Optional[int] = ..., query: _Optional[str] = ..., include_cost_events: _Optional[bool] = ...) -> None: ...
+    until_complete: bool
+    def __init__(self, batch_id: _Optional[int] = ..., from_event_id: _Optional[int] = ..., query: _Optional[str] = ..., include_cost_events: _Optional[bool] = ..., until_complete: _Optional[bool] = ...) -> None: ...
 
 class WatchBatchResponse(_message.Message):
     __slots__ = ("event",)
