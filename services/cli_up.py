@@ -73,10 +73,11 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--metrics", action="store_true",
                     help="every service and worker serves Prometheus metrics on a loopback port; print the "
                          "scrape targets, and keep them in DATA_DIR/metrics/targets.json (file_sd)")
-    up.add_argument("--gateway", action="store_true",
+    up.add_argument("--gateway", action=argparse.BooleanOptionalAction, default=True,
                     help="run the public and internal Envoy gateways: the CLI and the printed address go "
                          "through the public one (localhost:GATEWAY_PORT, the same at each start), workers reach "
-                         "the leading driver through the internal one")
+                         "the leading driver through the internal one; --no-gateway: people and workers reach "
+                         "the services' own ports, new at each start (default: the gateways run)")
     up.add_argument("--gateway-port", type=_port, metavar="PORT",
                     help="with --gateway: the public gateway's port on 127.0.0.1 (0: a free one at each start) "
                          "(default: 8443)")

@@ -73,6 +73,16 @@ def check_readme_quickstart(out: str) -> None:
     assert out.rstrip().endswith("says HELLO"), out  # the log of job 2
 
 
+def check_readme_rest_quickstart(out: str) -> None:
+    lines = out.splitlines()
+    assert json.loads(lines[0])["user"]["username"] == "alice", out                  # whoami
+    answers = [json.loads(line) for line in lines[1:] if line.startswith("{")]
+    events = [answer["event"] for answer in answers if "event" in answer]
+    assert events and "batchCompleted" in events[-1], out                           # the stream, to its end
+    assert sum("jobStateChanged" in e for e in events) >= 4, out                    # two jobs, two changes each
+    assert "says HELLO" in out and out.rstrip().endswith("cancelled by alice"), out   # the log; the cancel
+
+
 def check_client_first_example(out: str) -> None:
     batch_id, n_jobs = out.split()[:2]
     assert n_jobs == "102", out
@@ -104,6 +114,7 @@ def check_buf_curl(out: str) -> None:
 CHECKS: dict[tuple[str, str], Callable[[str], None]] = {
     # (page, the start of the block's first line): what its output must show
     ("README.md", "# corral up made the CLI its administrator"): check_readme_quickstart,
+    ("README.md", 'eval "$(corral profile env)"'): check_readme_rest_quickstart,
     ("docs/client.md", "import corral"): check_client_first_example,
     ("docs/client.md", "import sys"): check_client_events,
     ("docs/client.md", "batch_id = batch.batch_id"): check_client_calls,
