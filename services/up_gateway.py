@@ -23,7 +23,7 @@ from pathlib import Path
 
 from services.common.files import write_atomically
 from services.common.parent_death import launcher
-from services.common.processes import Child, Ending
+from services.common.processes import Child, Ending, last_log_line
 from services.common.tls import TlsFiles
 from services.gateway import prepare
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
@@ -107,11 +107,7 @@ class GatewayProcess:
         return self.ready() and all(self.envoy.healthy_hosts(cluster) for cluster in UPSTREAMS[self.gateway])
 
     def last_words(self) -> str:
-        try:
-            lines = self.log_file.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return f"the last line of {self.log_file}: {lines[-1] if lines else '(empty)'}"
+        return last_log_line(self.log_file)
 
     def ending(self) -> Ending | None:
         return Child(self.name, self.process) if self.process is not None else None

@@ -201,3 +201,12 @@ def end_processes(processes: Sequence[Ending], grace_s: float, say: Callable[[st
             say(f"waiting for {describe(waiting)}")
             next_report = now + report_every_s
         time.sleep(poll_s)
+
+
+def last_log_line(log_file: Path) -> str:
+    """A process's last words for its supervisor: the last line of its log file."""
+    try:
+        lines = log_file.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    return f"the last line of {log_file}: {lines[-1] if lines else '(empty)'}"

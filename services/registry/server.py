@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from services.common.files import write_atomically
-from services.common.processes import Child, Ending, end_processes
+from services.common.processes import Child, Ending, end_processes, last_log_line
 
 PROGRAM = "docker-registry"
 
@@ -137,11 +137,7 @@ class RegistryServer:
         return self.process.poll() if self.process is not None else None
 
     def last_words(self) -> str:
-        try:
-            lines = self.log_file.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return f"the last line of {self.log_file}: {lines[-1] if lines else '(empty)'}"
+        return last_log_line(self.log_file)
 
     def ending(self) -> Ending | None:
         return Child(self.name, self.process) if self.process is not None else None
