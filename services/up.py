@@ -442,7 +442,8 @@ def start(config: UpConfig) -> Running:
                 ["--certs-dir", str(certs["frontend"]), "--auth-address", f"localhost:{auth_internal}",
                  "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
                  "--driver-addresses", driver_addresses, "--secrets-public-key-file", str(secrets_public_key),
-                 *urls])
+                 # Behind the gateway, people's reflection reaches the frontend alone.
+                 *(["--reflect-also", "corral.auth.v1.AuthService"] if config.gateway else []), *urls])
         if registry is not None:
             registry.wait_ready()
             for seeded in seed(registry.address, data / "registry" / "seed"):

@@ -312,6 +312,7 @@ async def serve(
     tracer_provider: TracerProvider | None = None,
     limits: CallLimits = CallLimits(),
     serving_at_start: bool = True,
+    also_reflected: Sequence[str] = (),
 ) -> RunningServers:
     """Start one server per listener with every service, health and reflection, every
     call held to `limits` (stream slots are counted across the listeners). Health says
@@ -320,7 +321,8 @@ async def serve(
     listener cannot start (its port is taken), the servers already started are stopped first."""
     health_servicer = health.aio.HealthServicer()
     servers, ports = [], []
-    names = [s.name for s in services] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
+    # Reflection also lists `also_reflected`: services another process serves at the same address (a gateway's).
+    names = [s.name for s in services] + list(also_reflected) + [health.SERVICE_NAME, reflection.SERVICE_NAME]
     slots = None if limits.max_streams_per_caller is None else StreamSlots(limits.max_streams_per_caller)
     async with contextlib.AsyncExitStack() as started:
         for listener in listeners:

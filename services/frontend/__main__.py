@@ -28,6 +28,9 @@ parser.add_argument("--token-cache-s", type=float, default=FrontendConfig.token_
 parser.add_argument("--secrets-public-key-file", type=Path,
                     help="the public key job secrets are sealed with (PEM, X25519; the drivers hold the private "
                          "key). Without it this deployment keeps no secrets")
+parser.add_argument("--reflect-also", default="", metavar="SERVICE,...",
+                    help="services server reflection lists although another process serves them at the same "
+                         "address (behind the gateway: corral.auth.v1.AuthService)")
 add_url_settings(parser, [])
 Limits.add_flags(parser)
 metrics.add_arguments(parser)
@@ -41,4 +44,5 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                token_cache_s=args.token_cache_s, storage_roots=tuple(args.storage_root),
                                callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                limits=Limits.from_args(args),
-                               secrets_public_key_file=args.secrets_public_key_file)))
+                               secrets_public_key_file=args.secrets_public_key_file,
+                               reflect_also=tuple(s for s in args.reflect_also.split(",") if s))))

@@ -100,6 +100,9 @@ class FrontendConfig:
     """The public half of the deployment's key pair for job secrets (PEM; services.common.sealing): new
     secrets are sealed with it, and only the drivers' private half opens them. None: this deployment keeps
     no secrets (CreateSecret is FAILED_PRECONDITION)."""
+    reflect_also: tuple[str, ...] = ()
+    """Services of the same address this frontend's server reflection lists although others serve them: behind
+    the public gateway, which sends reflection here, auth's (`corral.auth.v1.AuthService`)."""
 
 
 @dataclasses.dataclass
@@ -173,7 +176,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
                                  unary_deadline_s=limits.rpc_deadline_s,
                                  max_streams_per_caller=limits.max_streams_per_user,
                                  field_limits=request_field_limits(limits))
-        servers = await serve(services, listeners, tracer_provider=tracing.provider, limits=call_limits)
+        servers = await serve(services, listeners, tracer_provider=tracing.provider, limits=call_limits,
+                              also_reflected=config.reflect_also)
         stack.push_async_callback(servers.stop)
         if config.driver_addresses:
             notifier.start()

@@ -107,7 +107,8 @@ def check_traces(out: str) -> None:
 
 
 def check_buf_curl(out: str) -> None:
-    assert "corral.batch.v1.BatchService" in out, out
+    # Through the gateway: the frontend's services and auth's.
+    assert "corral.batch.v1.BatchService" in out and "corral.auth.v1.AuthService" in out, out
     assert json.loads(out[out.index("{"):])["batch"]["batchId"] == "1", out
 
 
