@@ -107,8 +107,10 @@ def check_traces(out: str) -> None:
 
 
 def check_buf_curl(out: str) -> None:
-    # Through the gateway: the frontend's services and auth's.
-    assert "corral.batch.v1.BatchService" in out and "corral.auth.v1.AuthService" in out, out
+    # Through the gateway, grpcurl's list then buf curl's: the frontend's services and auth's.
+    lists = out[:out.index("{")].splitlines()
+    for service in ("corral.batch.v1.BatchService", "corral.auth.v1.AuthService"):
+        assert lists.count(service) == 2, out
     assert json.loads(out[out.index("{"):])["batch"]["batchId"] == "1", out
 
 
