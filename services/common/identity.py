@@ -51,6 +51,8 @@ class Principal:
     role: str = ""
     """For a certificate: 'auth', 'frontend', 'driver' or 'worker' (what internal methods allow);
     empty for a bearer token."""
+    through_gateway: bool = False
+    """A worker whose certificate the internal gateway forwarded: it reaches drivers only through it."""
 
     @property
     def is_admin(self) -> bool:
@@ -139,7 +141,7 @@ class PeerCertificate:
             # The gateway admits workers only. A certificate is public: were anything else believed here,
             # whoever held the gateway's key could be any service.
             raise Unauthenticated(f"the gateway forwards workers only, not {caller.name}")
-        return caller
+        return dataclasses.replace(caller, through_gateway=True)
 
     def _identify(self, uris: list[str], pem: bytes) -> Principal:
         if len(uris) != 1:

@@ -156,8 +156,10 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     async def GetLeader(self, request: pb.GetLeaderRequest, context: grpc.aio.ServicerContext) -> pb.GetLeaderResponse:
         epoch = self._epoch()
-        return pb.GetLeaderResponse(epoch=epoch or 0, leader_address=self._leader_address(),
-                                    is_leader=epoch is not None)
+        # A worker behind the internal gateway is not told a driver's own address: it would call it
+        # directly, around the gateway. It asks the gateway again, which finds the leader by health.
+        address = "" if current_principal().through_gateway else self._leader_address()
+        return pb.GetLeaderResponse(epoch=epoch or 0, leader_address=address, is_leader=epoch is not None)
 
     async def WorkerSession(self, request_iterator: AsyncIterator[pb.WorkerSessionRequest],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerSessionResponse]:
