@@ -18,7 +18,10 @@ SELECT user, inst_coll,
        SUM(running_cores_mcpu) AS running_mcpu
 FROM user_inst_coll_resources_by_job_group
 GROUP BY user, inst_coll
+HAVING ready_jobs > 0 OR running_jobs > 0
 """
+"""Only users with work queued or running: the series of a user whose jobs all ended go (every user who
+ever ran anything keeps rows in the table)."""
 
 _WORKERS = """
 SELECT inst_coll, state, COUNT(*) AS n FROM instances WHERE state <> 'deleted' GROUP BY inst_coll, state
