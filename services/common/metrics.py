@@ -1,12 +1,14 @@
 """Prometheus metrics: what every service counts, and the port they are read on.
 
 Each service process, given `--metrics-address HOST:PORT`, serves its
-metrics in Prometheus' text format at `http://HOST:PORT/metrics` (a thread
+metrics in Prometheus' text format at `https://HOST:PORT/metrics` (a thread
 of prometheus_client's own), and writes the port it bound to
-`--metrics-port-file` if given (as `corral up --metrics` asks). The port is
-internal, like the services' internal gRPC ports: it has no
-authentication, so bind it to loopback or a network only operators reach
-(the metrics name users and pools, never a token or a job's contents).
+`--metrics-port-file` if given (as `corral up --metrics` asks). The metrics
+name users and pools (never a token or a job's contents), and a job of the
+process runtime shares its host's network, so the port speaks TLS with the
+process's own certificate and answers only a client that shows a
+certificate of the deployment CA (`corral up --metrics` provisions one for
+the scraper in DATA/certs/metrics; jobs hold none).
 
 The metrics are the process's (prometheus_client's default registry): a
 module defines those it updates, so a process exports those of the modules
@@ -20,16 +22,22 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import socket
+import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import grpc
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Histogram, make_wsgi_app
 
 from services.common.files import write_atomically
 from services.common.handlers import StreamBehavior, UnaryBehavior, rewrapped
+from services.common.tls import TlsFiles
 
 RPC_REQUESTS = Counter("corral_rpc_requests", "RPCs this process served, by gRPC service, method and status code "
                        "(a stream is counted when it ends).", ["service", "method", "code"])
@@ -45,30 +53,27 @@ DB_RETRIES = Counter("corral_db_retries", "Database transactions and procedure c
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--metrics-address` and `--metrics-port-file`, for a service's `python -m` entry point."""
     parser.add_argument("--metrics-address", metavar="HOST:PORT",
-                        help="serve Prometheus metrics at http://HOST:PORT/metrics (port 0: any free one); "
-                             "no authentication, so an internal address (default: no metrics)")
+                        help="serve Prometheus metrics at https://HOST:PORT/metrics (port 0: any free one), "
+                             "to clients with a certificate of the deployment CA (default: no metrics)")
     parser.add_argument("--metrics-port-file", type=Path, metavar="PATH",
                         help="write the metrics port bound to PATH (removed when the process ends)")
 
 
 class MetricsServer:
-    """The process's metrics endpoint, from `--metrics-address`; `close` stops it."""
+    """The process's metrics endpoint, from `--metrics-address`, over TLS with `tls`'s certificate, for
+    clients with a certificate signed by `tls`'s CA only; `close` stops it."""
 
-    def __init__(self, address: str, port_file: Path | None = None):
+    def __init__(self, address: str, tls: TlsFiles, port_file: Path | None = None):
         host, _, port = address.rpartition(":")
         if not host or not port.isdigit():
             raise ValueError(f"--metrics-address {address!r}: HOST:PORT")
-        self._server, self._thread = start_http_server(int(port), addr=host.strip("[]"))
+        self._server = _serve(host.strip("[]"), int(port), tls)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics", daemon=True)
+        self._thread.start()
         self.port: int = self._server.server_port
         self._port_file = port_file
         if port_file is not None:
             write_atomically(port_file, str(self.port).encode())
-
-    @classmethod
-    def from_arguments(cls, args: argparse.Namespace) -> MetricsServer | None:
-        if not args.metrics_address:
-            return None
-        return cls(args.metrics_address, args.metrics_port_file)
 
     def close(self) -> None:
         if self._port_file is not None:
@@ -78,12 +83,56 @@ class MetricsServer:
         self._thread.join(5)
 
 
-def serve_for_process(args: argparse.Namespace) -> MetricsServer | None:
-    """The metrics endpoint `args` ask for (none without --metrics-address), closed when the process exits
-    (its port file removed; a process killed outright leaves it, and its port answers nothing)."""
-    server = MetricsServer.from_arguments(args)
-    if server is not None:
-        atexit.register(server.close)
+HANDSHAKE_TIMEOUT_S = 10.0
+"""How long a metrics client has to finish its TLS handshake, and then each read or write."""
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass  # a request per scrape: not worth a log line
+
+
+class _MutualTlsServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, which does the TLS handshake itself within HANDSHAKE_TIMEOUT_S: a client
+    that connects and never finishes its handshake holds up only its own thread. (prometheus_client's
+    own server wraps the listening socket, so one such client would stall every scrape.)"""
+
+    daemon_threads = True
+    context: ssl.SSLContext
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(HANDSHAKE_TIMEOUT_S)
+        try:
+            connection = self.context.wrap_socket(request, server_side=True)
+        except OSError:  # no certificate, not the CA's, not TLS, too slow: nothing is read
+            return
+        with connection:
+            super().finish_request(connection, client_address)
+
+
+def _serve(host: str, port: int, tls: TlsFiles) -> _MutualTlsServer:
+    """The process's metrics (prometheus_client's default registry) at https://HOST:PORT/metrics, with
+    `tls`'s certificate, to clients with a certificate `tls`'s CA signed."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tls.ca_cert))
+    context.load_cert_chain(tls.cert, tls.key)
+    context.verify_mode = ssl.CERT_REQUIRED
+
+    class Server(_MutualTlsServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = make_server(host, port, make_wsgi_app(), Server, handler_class=_Quiet)
+    server.context = context
+    return server
+
+
+def serve_for_process(args: argparse.Namespace, identity: str) -> MetricsServer | None:
+    """The metrics endpoint `args` ask for (none without --metrics-address), with the certificate of
+    `identity` in `args.certs_dir`, closed when the process exits (its port file removed; a process killed
+    outright leaves it, and its port answers nothing)."""
+    if not args.metrics_address:
+        return None
+    server = MetricsServer(args.metrics_address, TlsFiles.of(args.certs_dir, identity), args.metrics_port_file)
+    atexit.register(server.close)
     return server
 
 

@@ -56,7 +56,7 @@ try:
 except ValueError as e:
     parser.error(f"--leader-lease/--leader-renew-interval: {e}")
 private_files()
-metrics.serve_for_process(args)
+metrics.serve_for_process(args, "driver")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
                              args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),

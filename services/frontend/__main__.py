@@ -36,7 +36,7 @@ Limits.add_flags(parser)
 metrics.add_arguments(parser)
 args = parser.parse_args()
 private_files()
-metrics.serve_for_process(args)
+metrics.serve_for_process(args, "frontend")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_address, args.spec_root_url,
                                args.public_address, args.internal_address, ports_file=args.ports_file,

@@ -15,11 +15,18 @@ leader is found within about that long), and the gateway shows upstreams its
 own certificate (spiffe://corral/service/gateway), verifying theirs against
 the deployment CA and their spiffe identity. Both gateways write one JSON
 line per request carrying `x-request-id` and `traceparent`.
+
+Each Envoy's admin interface is a Unix socket (0600), never a TCP port: it
+has no authentication, and a job of the process runtime shares the host's
+network. Prometheus reads the statistics through a listener of their own
+that forwards `/stats/prometheus` alone, to clients with a certificate of
+the deployment CA.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 from services.gateway.deployment import Address, Deployment, GatewayTls
@@ -52,8 +59,65 @@ def _certificate(tls: GatewayTls) -> Config:
     return {"certificate_chain": {"filename": str(tls.cert)}, "private_key": {"filename": str(tls.key)}}
 
 
-def _admin(address: Address) -> Config:
-    return {"address": _socket(address)}
+ADMIN_SOCKET_MODE = 0o600
+"""The admin socket's permissions: Envoy's own account alone (the admin interface can stop Envoy)."""
+STATS_PATH = "/stats/prometheus"
+"""The one admin path a statistics listener forwards."""
+
+
+def _admin(socket: Path) -> Config:
+    return {"address": _pipe(socket, ADMIN_SOCKET_MODE)}
+
+
+def _pipe(socket: Path, mode: int | None = None) -> Config:
+    return {"pipe": {"path": str(socket), **({"mode": mode} if mode is not None else {})}}
+
+
+def _with_stats(config: Config, name: str, listen: Address | None, admin_socket: Path,
+                deployment: Deployment) -> Config:
+    """`config` with, if `listen` is given, a listener there that serves GET STATS_PATH from the admin socket
+    to clients with a certificate of the deployment CA (Prometheus, given corral up's metrics certificate),
+    and nothing else: no other admin path is reachable through it."""
+    if listen is None:
+        return config
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": f"{name}_stats",
+        "codec_type": "AUTO",
+        "http_filters": [_router()],
+        "route_config": {
+            "name": f"{name}_stats",
+            "virtual_hosts": [{
+                "name": "stats",
+                "domains": ["*"],
+                "routes": [
+                    {"match": {"path": STATS_PATH,
+                               "headers": [{"name": ":method", "string_match": {"exact": "GET"}}]},
+                     "route": {"cluster": "admin", "timeout": "10s"}},
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 404}},
+                ],
+            }],
+        },
+    }
+    tls_context = {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+        "require_client_certificate": True,
+        "common_tls_context": {
+            "tls_certificates": [_certificate(deployment.tls)],
+            "validation_context": {"trusted_ca": {"filename": str(deployment.tls.ca_cert)}},
+        },
+    }
+    admin = {
+        "name": "admin",
+        "type": "STATIC",
+        "connect_timeout": "2s",
+        "load_assignment": {"cluster_name": "admin",
+                            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _pipe(admin_socket)}}]}]},
+    }
+    resources = config["static_resources"]
+    return {**config, "static_resources": {
+        "listeners": [*resources["listeners"], _listener(f"{name}_stats", listen, tls_context, manager)],
+        "clusters": [*resources["clusters"], admin]}}
 
 
 def access_log(deployment: Deployment, gateway: str) -> list[Config]:
@@ -295,14 +359,14 @@ def public_config(deployment: Deployment) -> Config:
             "tls_certificates": [_certificate(deployment.tls)],
         },
     }
-    return {
-        "admin": _admin(deployment.public_admin_listen),
+    return _with_stats({
+        "admin": _admin(deployment.public_admin_socket),
         "static_resources": {
             "listeners": [_listener("public", deployment.public_listen, tls_context, manager)],
             "clusters": [_cluster("auth", (deployment.auth,), deployment),
                          _cluster("frontend", deployment.frontends, deployment)],
         },
-    }
+    }, "public", deployment.public_stats_listen, deployment.public_admin_socket, deployment)
 
 
 def internal_config(deployment: Deployment) -> Config:
@@ -343,13 +407,13 @@ def internal_config(deployment: Deployment) -> Config:
             "validation_context": validation,
         },
     }
-    return {
-        "admin": _admin(deployment.internal_admin_listen),
+    return _with_stats({
+        "admin": _admin(deployment.internal_admin_socket),
         "static_resources": {
             "listeners": [_listener("internal", deployment.internal_listen, tls_context, manager)],
             "clusters": [_cluster("driver", deployment.drivers, deployment)],
         },
-    }
+    }, "internal", deployment.internal_stats_listen, deployment.internal_admin_socket, deployment)
 
 
 CONFIGS = {"public": public_config, "internal": internal_config}

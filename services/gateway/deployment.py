@@ -26,7 +26,7 @@ class Address:
     host: str
     """An IP address or a name; the services and gateways bind loopback locally."""
     port: int
-    """TCP port; 0 only where the gateway listens (Envoy picks a free port: ask its admin which)."""
+    """TCP port; 0 only where the gateway listens (Envoy picks a free port: ask its admin interface which)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -89,11 +89,13 @@ class Deployment:
     """Where people reach corral: TLS, HTTP/2 (gRPC) and HTTP/1.1 (REST/JSON)."""
     internal_listen: Address
     """Where workers reach the leading driver: mutual TLS."""
-    public_admin_listen: Address
-    """The public gateway's Envoy admin interface (stats, cluster health, readiness); loopback only: it can
-    stop Envoy."""
-    internal_admin_listen: Address
-    """The internal gateway's admin interface; loopback only."""
+    public_admin_socket: Path
+    """The Unix socket of the public gateway's Envoy admin interface (stats, cluster health, readiness), made
+    0600: the admin interface has no authentication and can stop Envoy, and a job of the process runtime
+    shares the host's network, so it is never a TCP port. Keep the path short (a socket's path is at most
+    107 bytes): a relative one, in the directory Envoy runs in, is best."""
+    internal_admin_socket: Path
+    """The internal gateway's admin socket, likewise."""
     tls: GatewayTls
     """The gateway's certificate and the deployment CA."""
     auth: Address
@@ -108,6 +110,12 @@ class Deployment:
     """Where both gateways append their JSON access log lines."""
     limits: Limits = Limits()
     """What people's calls are held to."""
+    public_stats_listen: Address | None = None
+    """Where the public gateway serves its statistics (`/stats/prometheus` alone, read from the admin
+    socket) to Prometheus: TLS with the gateway's certificate, to clients with a certificate of the
+    deployment CA. None: no such listener."""
+    internal_stats_listen: Address | None = None
+    """The internal gateway's statistics listener, likewise."""
     worker_san_prefix: str = "spiffe://corral/worker/"
     """Only client certificates with a URI SAN starting with this reach the internal gateway ('' accepts
     any certificate the CA signed)."""
@@ -131,8 +139,8 @@ class Deployment:
         return cls(
             public_listen=Address.parse(fields["public_listen"]),
             internal_listen=Address.parse(fields["internal_listen"]),
-            public_admin_listen=Address.parse(fields["public_admin_listen"]),
-            internal_admin_listen=Address.parse(fields["internal_admin_listen"]),
+            public_admin_socket=Path(fields["public_admin_socket"]),
+            internal_admin_socket=Path(fields["internal_admin_socket"]),
             tls=tls,
             auth=Address.parse(fields["auth"]),
             frontends=tuple(Address.parse(a) for a in fields["frontends"]),
@@ -140,6 +148,8 @@ class Deployment:
             descriptor_set=Path(fields["descriptor_set"]),
             access_log=Path(fields["access_log"]),
             limits=limits,
+            **{name: Address.parse(fields[name]) for name in ("public_stats_listen", "internal_stats_listen")
+               if fields.get(name)},
             **({"worker_san_prefix": fields["worker_san_prefix"]} if "worker_san_prefix" in fields else {}),
         )
 

@@ -8,13 +8,16 @@ The wheel installs a top-level Python package named `envoy` whose
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
+
+import yaml
 
 
 def envoy_binary() -> Path:
@@ -33,37 +36,77 @@ def validate(config: Path, cwd: Path | None = None, timeout_s: float = 60.0) -> 
         raise ValueError(f"envoy refused {config}:\n{done.stdout}{done.stderr}")
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the Unix socket at `path`, reached through its directory's descriptor, so that a path
+    longer than a socket address holds (107 bytes; test directories are deep) works too."""
+
+    def __init__(self, path: Path, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        directory = os.open(self._path.parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(f"/proc/self/fd/{directory}/{self._path.name}")
+            except BaseException:
+                sock.close()
+                raise
+            self.sock = sock
+        finally:
+            os.close(directory)
+
+
+def admin_get(socket_path: Path, path: str, timeout_s: float = 5.0) -> str:
+    """GET `path` (e.g. '/clusters?format=json') from the Envoy admin interface on `socket_path`. Raises
+    OSError if nothing answers there, or if the answer is not 200."""
+    connection = _UnixHTTPConnection(socket_path, timeout_s)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        body = answer.read().decode()
+    except http.client.HTTPException as e:
+        raise OSError(f"envoy admin {socket_path}: {e!r}") from e
+    finally:
+        connection.close()
+    if answer.status != 200:
+        raise OSError(f"envoy admin {socket_path} {path}: HTTP {answer.status}: {body[:300]}")
+    return body
+
+
+def admin_socket(config: Path, cwd: Path) -> Path:
+    """Where the Envoy of `config`, run in `cwd`, has its admin interface (a Unix socket: configs.py)."""
+    path = Path(yaml.safe_load(config.read_text())["admin"]["address"]["pipe"]["path"])
+    return path if path.is_absolute() else cwd / path
+
+
 @dataclasses.dataclass
 class EnvoyProcess:
-    """A running Envoy, its admin interface on loopback."""
+    """A running Envoy, its admin interface on a Unix socket."""
 
     process: subprocess.Popen[bytes]
-    admin_url: str
-    """http://host:port of its admin interface."""
+    admin_socket: Path
+    """Its admin interface's socket (absolute)."""
 
     @property
     def pid(self) -> int:
         return self.process.pid
 
     @classmethod
-    def start(cls, config: Path, run_dir: Path, cwd: Path | None = None, timeout_s: float = 30.0) -> EnvoyProcess:
-        """Start Envoy on `config` (working directory `cwd`, where relative paths in it are looked up),
-        its log and admin address in `run_dir`, and wait until it is ready (every cluster's first health
-        check done). Several run side by side (no hot-restart shared memory)."""
+    def start(cls, config: Path, run_dir: Path, timeout_s: float = 30.0) -> EnvoyProcess:
+        """Start Envoy on `config` in `run_dir` (where relative paths in it are looked up, the admin socket's
+        among them), its log there too, and wait until it is ready (every cluster's first health check
+        done). Several run side by side (no hot-restart shared memory)."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        address_file = run_dir / f"{config.stem}.admin"
-        address_file.unlink(missing_ok=True)
         with open(run_dir / f"{config.stem}.log", "ab") as log:
             process = subprocess.Popen(
-                [str(envoy_binary()), "-c", str(config), "--disable-hot-restart", "--log-level", "info",
-                 "--admin-address-path", str(address_file)],
-                cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [str(envoy_binary()), "-c", str(config.resolve()), "--disable-hot-restart", "--log-level", "info"],
+                cwd=run_dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        envoy = cls(process, admin_socket(config, run_dir))
         try:
             deadline = time.monotonic() + timeout_s
-            while not address_file.exists() or not address_file.read_text().strip():
-                cls._check_alive(process, run_dir / f"{config.stem}.log", deadline)
-                time.sleep(0.05)
-            envoy = cls(process, f"http://{address_file.read_text().strip()}")
             while not envoy.ready():
                 cls._check_alive(process, run_dir / f"{config.stem}.log", deadline)
                 time.sleep(0.05)
@@ -82,8 +125,7 @@ class EnvoyProcess:
 
     def admin(self, path: str) -> str:
         """GET an admin endpoint (e.g. '/clusters?format=json')."""
-        with urllib.request.urlopen(self.admin_url + path, timeout=5) as answer:  # noqa: S310 - loopback admin
-            return answer.read().decode()
+        return admin_get(self.admin_socket, path)
 
     def ready(self) -> bool:
         """Whether the server is LIVE (initialized: listeners bound, first health checks done)."""

@@ -68,7 +68,7 @@ args = parser.parse_args()
 if args.usage_interval_s <= 0:
     parser.error("--usage-interval-s must be positive")
 private_files()
-metrics.serve_for_process(args)
+metrics.serve_for_process(args, f"worker-{args.instance_name}")
 token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
 if not token:
     parser.error(f"the activation token goes in the environment variable {TOKEN_VARIABLE}")

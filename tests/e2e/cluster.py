@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -98,6 +100,16 @@ class Cluster(UpProcess):
         kwargs = config.connect_kwargs()
         kwargs["database"] = kwargs.pop("db", config.database)  # aiomysql's name for it
         return pymysql.connect(**{**kwargs, **options})
+
+    def scrape(self, target: str, path: str = "/metrics", with_certificate: bool = True) -> str:
+        """GET https://TARGET/PATH as Prometheus would with `corral up --metrics`: verifying the server with
+        DATA/ca.pem and showing the scraper's certificate (DATA/certs/metrics), unless told not to."""
+        context = ssl.create_default_context(cafile=str(self.data_dir / "ca.pem"))
+        if with_certificate:
+            certs = self.data_dir / "certs" / "metrics"
+            context.load_cert_chain(certs / "metrics.pem", certs / "metrics.key")
+        with urllib.request.urlopen(f"https://{target}{path}", timeout=10, context=context) as answer:
+            return answer.read().decode()
 
     def worker_pids(self) -> dict[str, int]:
         """Instance name -> pid of every local worker process of this cluster alive now."""

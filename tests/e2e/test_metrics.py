@@ -5,7 +5,8 @@ counter equals the jobs that ran."""
 from __future__ import annotations
 
 import json
-import urllib.request
+import ssl
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,8 @@ WORKER = {"corral_worker_running_attempts", "corral_worker_image_pulls_total", "
           "corral_worker_log_upload_bytes_total"}
 
 
-def scrape(target: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Every sample of one target, by sample name."""
-    with urllib.request.urlopen(f"http://{target}/metrics", timeout=10) as response:
-        text = response.read().decode()
+def samples_of(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Every sample of one scrape, by sample name."""
     samples: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -55,10 +54,19 @@ def test_every_process_serves_its_metrics_and_they_move(tmp_path: Path) -> None:
     runtime = "process" if WHY_NOT else "oci"
     cluster = up.start(tmp_path, "--metrics", "--idle-timeout", "30", "--worker-cores", "4",
                        "--worker-runtime", runtime)
+
+    def scrape(target: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+        return samples_of(cluster.scrape(target))
+
     try:
         metrics_dir = Path(cluster.endpoints["metrics"]).parent
         assert set(targets(metrics_dir)) == {"auth", "driver-0", "driver-1", "frontend"}
         before = {part: scrape(target) for part, target in targets(metrics_dir).items()}
+        # A caller without the scraper's certificate (a job of the process runtime, on the host's network)
+        # is refused by every process, before any metric is read.
+        for target in targets(metrics_dir).values():
+            with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
+                cluster.scrape(target, with_certificate=False)
 
         builder = corral.BatchBuilder("default")
         for i in range(N_JOBS):
@@ -85,6 +93,9 @@ def test_every_process_serves_its_metrics_and_they_move(tmp_path: Path) -> None:
                 client.get_batch(10**12)  # counted with its status
             workers = eventually(lambda: {p: t for p, t in targets(metrics_dir).items() if p.startswith("worker-")}
                                  or None, timeout_s=10, what="a worker's metrics target")
+            for target in workers.values():
+                with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
+                    cluster.scrape(target, with_certificate=False)
         after = {part: scrape(target) for part, target in targets(metrics_dir).items()}
     finally:
         cluster.stop()
@@ -123,6 +134,7 @@ def test_every_process_serves_its_metrics_and_they_move(tmp_path: Path) -> None:
 @pytest.mark.parametrize("address", ["nonsense", "127.0.0.1", "127.0.0.1:notaport"])
 def test_a_bad_metrics_address_is_refused(address: str) -> None:
     from services.common.metrics import MetricsServer
+    from services.common.tls import TlsFiles
 
     with pytest.raises(ValueError, match="HOST:PORT"):
-        MetricsServer(address)
+        MetricsServer(address, TlsFiles(Path("ca.pem"), Path("x.pem"), Path("x.key")))

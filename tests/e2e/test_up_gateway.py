@@ -10,7 +10,9 @@ import os
 import shutil
 import signal
 import ssl
+import stat
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 
 import corral
 from services.common.processes import PidFiles
+from services.gateway.envoy_process import admin_get
 from services.up import free_port
 from tests.e2e import cluster as up
 from tests.e2e.cluster import Cluster, eventually, processes
@@ -99,13 +102,23 @@ def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
         access_log = (cluster.data_dir / "logs" / "gateway-access.log").read_text()
         assert "/corral.batch.v1.BatchService/SubmitBatch" in access_log and '"gateway":"internal"' in access_log
 
-        # With --metrics, each gateway's statistics are a scrape target too (Envoy serves them on its admin port).
+        # With --metrics, each gateway's statistics are a scrape target too, on a listener of their own that
+        # asks for the scraper's certificate and forwards /stats/prometheus alone to the admin interface.
         targets = {t["labels"]["part"]: t for t in json.loads(Path(cluster.endpoints["metrics"]).read_text())}
         public_stats = targets["gateway-public"]
         assert public_stats["labels"]["__metrics_path__"] == "/stats/prometheus" and "gateway-internal" in targets
-        url = f"http://{public_stats['targets'][0]}/stats/prometheus"
-        with urllib.request.urlopen(url, timeout=10) as answer:  # noqa: S310 - loopback admin
-            assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="frontend"}' in answer.read().decode()
+        stats = public_stats["targets"][0]
+        assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="frontend"}' in cluster.scrape(
+            stats, "/stats/prometheus")
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            cluster.scrape(stats, "/quitquitquit")
+        with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionResetError)):
+            cluster.scrape(stats, "/stats/prometheus", with_certificate=False)
+        # The admin interfaces themselves are Unix sockets only Envoy's account may open, in DATA/run (0700).
+        for name in ("public", "internal"):
+            admin = cluster.data_dir / "run" / f"gateway-{name}.admin"
+            assert stat.S_ISSOCK(admin.stat().st_mode) and stat.S_IMODE(admin.stat().st_mode) == 0o600
+        assert stat.S_IMODE((cluster.data_dir / "run").stat().st_mode) == 0o700
 
         # A gateway is a supervised part: killed, it is started again on the same address.
         record = PidFiles(cluster.data_dir / "run" / "pids").read("gateway-public")
@@ -119,11 +132,58 @@ def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
         eventually(serves_again, timeout_s=30, what="the public gateway to serve again")
         assert cluster.said(f"gateway-public (pid {record.pid}) exited with -9 (killed by SIGKILL)")
         assert {b["batchId"] for b in rest_get(cluster, "/api/v1/batches")["batches"]} == {"1", str(batch_id)}
+
+        if os.geteuid() == 0:  # the process runtime isolates jobs (a uid of their own) only as root
+            metrics_targets = [t["targets"][0] for t in targets.values()]
+            reached, refused = probe_from_a_job(cluster, metrics_targets)
+            assert reached == [] and refused == 2 + 3 * len(metrics_targets)
     except BaseException:
         cluster.stop()
         raise
     assert cluster.stop() == 0
     assert cluster.said("waiting for gateway-public") and cluster.said("waiting for gateway-internal")
+
+
+PROBE = """
+import socket, ssl, sys, urllib.request
+reached = []
+for path in sys.argv[1].split(","):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        s.sendall(b"GET /ready HTTP/1.0\\r\\n\\r\\n")
+        if s.recv(100):
+            reached.append(path)
+    except OSError as e:
+        print("refused", path, e)
+    finally:
+        s.close()
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+for target in sys.argv[2].split(","):
+    for scheme, path in (("https", "/metrics"), ("https", "/stats/prometheus"), ("http", "/metrics")):
+        try:
+            urllib.request.urlopen(f"{scheme}://{target}{path}", timeout=5, context=context).read()
+            reached.append(f"{scheme}://{target}{path}")
+        except Exception as e:
+            print("refused", scheme, target, path, repr(e))
+print("reached:", ",".join(reached))
+"""
+
+
+def probe_from_a_job(cluster: Cluster, metrics_targets: list[str]) -> tuple[list[str], int]:
+    """What a job of the process runtime (the host's network) reached of the gateways' admin sockets and
+    of the metrics ports (each place that answered it), and how many places refused it."""
+    sockets = ",".join(str(cluster.data_dir / "run" / f"gateway-{name}.admin") for name in ("public", "internal"))
+    builder = corral.BatchBuilder("default")
+    builder.job("busybox", ["/usr/bin/python3", "-c", PROBE, sockets, ",".join(metrics_targets)], cores=0.25)
+    with cluster.client() as client:
+        batch_id = client.submit(builder).batch_id
+        assert client.wait(batch_id).counts.n_succeeded == 1
+        log = client.job_log(batch_id, 1).decode()
+    [line] = [entry for entry in log.splitlines() if entry.startswith("reached:")]
+    reached = [place for place in line.removeprefix("reached:").strip().split(",") if place]
+    return reached, sum(entry.startswith("refused ") for entry in log.splitlines())
 
 
 def test_the_public_address_is_the_same_after_a_restart(tmp_path: Path) -> None:
@@ -155,9 +215,7 @@ def test_the_public_address_is_the_same_after_a_restart(tmp_path: Path) -> None:
 def sessions_by_driver(cluster: Cluster) -> dict[str, int]:
     """'localhost:PORT' of each driver -> requests (worker sessions, calls) the internal gateway has open
     with it now, from its admin interface's cluster stats."""
-    admin = (cluster.data_dir / "run" / "gateway-internal.admin").read_text().strip()
-    with urllib.request.urlopen(f"http://{admin}/clusters", timeout=5) as answer:  # noqa: S310 - loopback admin
-        lines = answer.read().decode().splitlines()
+    lines = admin_get(cluster.data_dir / "run" / "gateway-internal.admin", "/clusters").splitlines()
     active = {}
     for line in lines:
         parts = line.split("::")  # driver::127.0.0.1:PORT::rq_active::N

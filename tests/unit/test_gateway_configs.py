@@ -3,6 +3,8 @@ routing what the descriptor set says (no route written by hand)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,7 +61,8 @@ def test_envoy_validate_refuses_a_broken_config(tmp_path: Path) -> None:
     deployment = Deployment.load(LOCAL)
     data_dir_for(deployment, tmp_path)
     config = public_config(deployment)
-    config["static_resources"]["clusters"].pop()  # the frontends
+    clusters = config["static_resources"]["clusters"]
+    clusters.remove(next(c for c in clusters if c["name"] == "frontend"))
     (tmp_path / "broken.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(ValueError, match="frontend"):
         validate(tmp_path / "broken.yaml", cwd=tmp_path)
@@ -138,3 +141,33 @@ def test_a_description_with_an_unknown_setting_is_refused() -> None:
     data["limits"]["max_request_byte"] = 1
     with pytest.raises(ValueError, match="max_request_byte"):
         Deployment.from_dict(data)
+
+
+@pytest.mark.parametrize("build", [public_config, internal_config])
+def test_the_admin_interface_is_a_private_unix_socket_and_stats_go_through_their_own_listener(
+        build: Callable[[Deployment], dict]) -> None:  # type: ignore[type-arg]
+    """No admin TCP port (it has no authentication and can stop Envoy, and a process-runtime job shares the
+    host's network); the statistics listener asks for a client certificate of the CA and forwards one
+    path, by GET, to the admin socket."""
+    deployment = Deployment.load(LOCAL)
+    config = build(deployment)
+    assert set(config["admin"]["address"]) == {"pipe"}
+    assert config["admin"]["address"]["pipe"]["mode"] == 0o600
+    [stats] = [lst for lst in config["static_resources"]["listeners"] if lst["name"].endswith("_stats")]
+    chain = stats["filter_chains"][0]
+    tls = chain["transport_socket"]["typed_config"]
+    assert tls["require_client_certificate"] is True
+    assert tls["common_tls_context"]["validation_context"]["trusted_ca"]["filename"] == str(deployment.tls.ca_cert)
+    routes = chain["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
+    forwarded = [r for r in routes if "route" in r]
+    assert [r["match"]["path"] for r in forwarded] == ["/stats/prometheus"]
+    assert forwarded[0]["match"]["headers"] == [{"name": ":method", "string_match": {"exact": "GET"}}]
+    assert all("direct_response" in r for r in routes if "route" not in r)
+    [admin] = [c for c in config["static_resources"]["clusters"] if c["name"] == "admin"]
+    endpoint = admin["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]
+    assert endpoint == {"pipe": {"path": str(config["admin"]["address"]["pipe"]["path"])}}
+
+    # Without a statistics listener, no admin cluster either.
+    bare = build(dataclasses.replace(deployment, public_stats_listen=None, internal_stats_listen=None))
+    assert [lst["name"] for lst in bare["static_resources"]["listeners"]] == [build.__name__.removesuffix("_config")]
+    assert "admin" not in {c["name"] for c in bare["static_resources"]["clusters"]}
