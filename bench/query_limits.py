@@ -12,6 +12,10 @@ The attacks are refused by the parser (INVALID_ARGUMENT); the largest legal
 queries (at max_query_bytes and max_query_terms) are answered, or stopped
 by the statement time limit (RESOURCE_EXHAUSTED). The outcome of each is
 in the JSON's parameters.
+
+Then the largest page each list gives (1,000 batches of ListBatches, 1,000
+jobs of ListJobs, no query), read PAGE_READS times: the p50 of each is
+what a person paging through their batches waits per page.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from bench.common import BenchContext, fresh_database, positive_int, progress
+from bench.common import BenchContext, fresh_database, percentile, positive_int, progress
 from bench.stack import frontend_stack, work_dir
 from corral.aio import channel_credentials
 from corral.batch.v1 import batch_service_pb2 as bpb
@@ -38,6 +42,9 @@ NAME = "query-limits"
 HELP = "the 60,000-word, 1 MB and nested-parentheses queries, and the largest legal ones: time and MariaDB memory"
 
 DEFAULT_BATCHES = 2_000
+PAGE = 1_000
+"""The largest page ListBatches and ListJobs give (MAX_PAGE_SIZE)."""
+PAGE_READS = 7
 SMOKE_BATCHES = 50
 JOBS = 1_000
 SMOKE_JOBS = 50
@@ -67,7 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def figure_names() -> list[str]:
     """Every figure a run prints, in order."""
     names = [f"{NAME}.{rpc}.{case}.ms" for case in QUERIES for rpc in ("list_batches", "list_jobs")]
-    return [f"{NAME}.mariadb_rss_before", *names, f"{NAME}.mariadb_rss_after", f"{NAME}.mariadb_rss_growth"]
+    pages = [f"{NAME}.{rpc}.page_{PAGE}.ms" for rpc in ("list_batches", "list_jobs")]
+    return [f"{NAME}.mariadb_rss_before", *names, f"{NAME}.mariadb_rss_after", f"{NAME}.mariadb_rss_growth",
+            *pages]
 
 
 async def populate(db: Database, billing_project: str, user: str, n_batches: int) -> None:
@@ -118,6 +127,17 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
                 ctx.figures.add(f"{NAME}.mariadb_rss_after", _mib(rss_after), "MiB")
                 growth = None if rss_before is None or rss_after is None else rss_after - rss_before
                 ctx.figures.add(f"{NAME}.mariadb_rss_growth", _mib(growth), "MiB")
+                pages = {"list_batches": lambda: batches.ListBatches(bpb.ListBatchesRequest(page_size=PAGE),
+                                                                     metadata=metadata),
+                         "list_jobs": lambda: jobs.ListJobs(jpb.ListJobsRequest(batch_id=batch_id, page_size=PAGE),
+                                                            metadata=metadata)}
+                for rpc, read in pages.items():
+                    took = []
+                    for _ in range(PAGE_READS):
+                        started = time.perf_counter()
+                        await read()
+                        took.append((time.perf_counter() - started) * 1000)
+                    ctx.figures.add(f"{NAME}.{rpc}.page_{PAGE}.ms", round(percentile(took, 50), 1), "ms")
     return {"smoke": ctx.smoke, "n_batches": n_batches, "n_jobs": n_jobs, "outcomes": outcomes,
             "query_bytes": {case: len(text.encode()) for case, text in QUERIES.items()},
             "limits": {"max_query_bytes": _LIMITS.max_query_bytes, "max_query_terms": _LIMITS.max_query_terms,
