@@ -10,6 +10,7 @@ counters, never from scanning a batch's jobs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from services.common.identity import Principal
@@ -93,20 +94,30 @@ class BatchStore:
             found[row["batch_id"]][row["key"]] = row["value"] or ""
         return found
 
-    async def counts(self, batch_id: int, n_jobs: int) -> BatchCounts:
-        done = await self.db.fetchone(
-            """SELECT COALESCE(SUM(n_succeeded), 0) s, COALESCE(SUM(n_failed), 0) f,
-                      COALESCE(SUM(n_errored), 0) e, COALESCE(SUM(n_cancelled), 0) c
-               FROM job_groups_n_jobs_in_complete_states WHERE batch_id = %s AND job_group_id = 0""",
-            (batch_id,), name="batch_completion_counts")
-        live = await self.db.fetchone(
-            """SELECT COALESCE(SUM(n_ready_cancellable_jobs + n_ready_always_run_jobs + n_ready_dependency_failed_jobs), 0) r,
-                      COALESCE(SUM(n_running_jobs + n_creating_jobs), 0) n
-               FROM user_inst_coll_resources_by_job_group WHERE batch_id = %s""",
-            (batch_id,), name="batch_live_counts")
-        assert done is not None and live is not None
-        return BatchCounts(n_jobs, int(live["r"]), int(live["n"]), int(done["s"]), int(done["f"]), int(done["e"]),
-                           int(done["c"]))
+    async def counts(self, n_jobs_by_batch: Mapping[int, int]) -> dict[int, BatchCounts]:
+        """Each batch's jobs by state (given its number of jobs), in two statements however many batches:
+        a page of ListBatches reads its counts at once, not per row."""
+        ids = list(n_jobs_by_batch)
+        if not ids:
+            return {}
+        marks = ", ".join(["%s"] * len(ids))
+        done = {r["batch_id"]: r for r in await self.db.fetchall(
+            f"""SELECT batch_id, SUM(n_succeeded) s, SUM(n_failed) f, SUM(n_errored) e, SUM(n_cancelled) c
+                FROM job_groups_n_jobs_in_complete_states WHERE batch_id IN ({marks}) AND job_group_id = 0
+                GROUP BY batch_id""", tuple(ids), name="batch_completion_counts")}
+        live = {r["batch_id"]: r for r in await self.db.fetchall(
+            f"""SELECT batch_id,
+                       SUM(n_ready_cancellable_jobs + n_ready_always_run_jobs + n_ready_dependency_failed_jobs) r,
+                       SUM(n_running_jobs + n_creating_jobs) n
+                FROM user_inst_coll_resources_by_job_group WHERE batch_id IN ({marks}) GROUP BY batch_id""",
+            tuple(ids), name="batch_live_counts")}
+        nothing = {"s": 0, "f": 0, "e": 0, "c": 0, "r": 0, "n": 0}
+        counts = {}
+        for batch_id, n_jobs in n_jobs_by_batch.items():
+            d, v = done.get(batch_id, nothing), live.get(batch_id, nothing)
+            counts[batch_id] = BatchCounts(n_jobs, int(v["r"]), int(v["n"]), int(d["s"]), int(d["f"]), int(d["e"]),
+                                           int(d["c"]))
+        return counts
 
     async def pool_machines(self) -> dict[str, PoolMachine]:
         """Each pool's machine: the largest job it takes, and its memory and storage per core."""

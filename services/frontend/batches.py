@@ -35,7 +35,7 @@ from services.db.database import PermissionDeniedError, ProcedureError
 from services.db.store import JobStore
 from services.frontend import query as query_language
 from services.frontend.access import owned_batch, readable_batch
-from services.frontend.batch_store import BatchStore, sees_everything
+from services.frontend.batch_store import BatchCounts, BatchStore, sees_everything
 from services.frontend.field_limits import FIRST_UPDATE_SUFFIX, RERUN_PREFIX, SUBMIT_SUFFIX
 from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
@@ -93,6 +93,31 @@ _BATCH_STATES = {"open": batch_pb2.BATCH_STATE_OPEN, "running": batch_pb2.BATCH_
                  "complete": batch_pb2.BATCH_STATE_COMPLETE}
 
 
+def _batch_message(row: dict[str, Any], counts: BatchCounts, attributes: dict[str, str]) -> batch_pb2.Batch:
+    """A batch's message from its row (`BatchStore`'s select), counts and attributes."""
+    cancellation = None
+    if row["cancelled_by"] is not None:
+        cause = (batch_pb2.CANCELLATION_CAUSE_FAILURE_LIMIT if row["cancel_reason"].startswith("cancel_after")
+                 else batch_pb2.CANCELLATION_CAUSE_BILLING_LIMIT
+                 if row["cancel_reason"] == "billing limit reached" and row["cancelled_by"] == "corral"
+                 else batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
+        cancellation = batch_pb2.CancellationInfo(
+            cancelled_by=row["cancelled_by"], reason=row["cancel_reason"],
+            cancelled_at=_timestamp(row["time_cancelled_ms"]), cause=cause)
+    return batch_pb2.Batch(
+        batch_id=row["batch_id"], user=row["user"], billing_project=row["billing_project"],
+        attributes=attributes, state=_BATCH_STATES[row["state"]], cancellation=cancellation,
+        counts=batch_pb2.JobCounts(
+            n_jobs=counts.n_jobs, n_pending=counts.n_pending, n_ready=counts.n_ready,
+            n_running=counts.n_running, n_succeeded=counts.n_succeeded, n_failed=counts.n_failed,
+            n_errored=counts.n_errored, n_cancelled=counts.n_cancelled),
+        cost_micro_usd=round(float(row["cost_usd"]) * 1_000_000),
+        created_at=_timestamp(row["time_created_ms"]), completed_at=_timestamp(row["time_completed_ms"]),
+        callback_url=row["callback_url"] or "", cancel_after_n_failures=row["cancel_after_n_failures"],
+        last_event_id=row["last_event_id"],
+    )
+
+
 class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     """The batch half of the frontend."""
 
@@ -119,29 +144,14 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         return await owned_batch(self.batches, batch_id, principal)
 
     async def batch_proto(self, row: dict[str, Any]) -> batch_pb2.Batch:
-        counts = await self.batches.counts(row["batch_id"], row["n_jobs"])
-        attributes = (await self.batches.attributes([row["batch_id"]]))[row["batch_id"]]
-        cancellation = None
-        if row["cancelled_by"] is not None:
-            cause = (batch_pb2.CANCELLATION_CAUSE_FAILURE_LIMIT if row["cancel_reason"].startswith("cancel_after")
-                     else batch_pb2.CANCELLATION_CAUSE_BILLING_LIMIT
-                     if row["cancel_reason"] == "billing limit reached" and row["cancelled_by"] == "corral"
-                     else batch_pb2.CANCELLATION_CAUSE_USER_REQUEST)
-            cancellation = batch_pb2.CancellationInfo(
-                cancelled_by=row["cancelled_by"], reason=row["cancel_reason"],
-                cancelled_at=_timestamp(row["time_cancelled_ms"]), cause=cause)
-        return batch_pb2.Batch(
-            batch_id=row["batch_id"], user=row["user"], billing_project=row["billing_project"],
-            attributes=attributes, state=_BATCH_STATES[row["state"]], cancellation=cancellation,
-            counts=batch_pb2.JobCounts(
-                n_jobs=counts.n_jobs, n_pending=counts.n_pending, n_ready=counts.n_ready,
-                n_running=counts.n_running, n_succeeded=counts.n_succeeded, n_failed=counts.n_failed,
-                n_errored=counts.n_errored, n_cancelled=counts.n_cancelled),
-            cost_micro_usd=round(float(row["cost_usd"]) * 1_000_000),
-            created_at=_timestamp(row["time_created_ms"]), completed_at=_timestamp(row["time_completed_ms"]),
-            callback_url=row["callback_url"] or "", cancel_after_n_failures=row["cancel_after_n_failures"],
-            last_event_id=row["last_event_id"],
-        )
+        return (await self.batch_protos([row]))[0]
+
+    async def batch_protos(self, rows: list[dict[str, Any]]) -> list[batch_pb2.Batch]:
+        """The messages of these batch rows, their counts and attributes read once for all of them."""
+        ids = [row["batch_id"] for row in rows]
+        counts = await self.batches.counts({row["batch_id"]: row["n_jobs"] for row in rows})
+        attributes = await self.batches.attributes(ids)
+        return [_batch_message(row, counts[row["batch_id"]], attributes[row["batch_id"]]) for row in rows]
 
     def _job_caps(self) -> dict[str, int]:
         """The limits create_update and rerun_failed_jobs enforce."""
@@ -430,7 +440,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             raise InvalidRequest(FieldViolation("query", e.description)) from None
         rows = await self.batches.list_batches(where, params, principal, before, limit)
         next_token = base64.urlsafe_b64encode(str(rows[-1]["batch_id"]).encode()).decode() if len(rows) == limit else ""
-        return pb.ListBatchesResponse(batches=[await self.batch_proto(r) for r in rows], next_page_token=next_token)
+        return pb.ListBatchesResponse(batches=await self.batch_protos(rows), next_page_token=next_token)
 
     async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CancelBatchResponse:

@@ -274,3 +274,42 @@ async def test_a_submission_refused_after_its_batch_was_created_leaves_no_batch(
     assert again.batch.batch_id != kept and await listed(stub, alice) == [again.batch.batch_id, kept]
     retried = await getattr(stub, rpc)(request, metadata=alice)  # the token names the new batch now
     assert retried.batch.batch_id == again.batch.batch_id
+
+
+async def test_a_page_of_batches_costs_the_same_few_statements_however_long(stub, tokens, frontend,
+                                                                           monkeypatch) -> None:
+    """ListBatches reads a page's counts and attributes once for the page, not once per batch (a page of
+    1,000 batches was 3,001 statements); the counts are each batch's own."""
+    alice = bearer(tokens["alice"])
+    ids = []
+    for i in range(12):
+        submitted = await stub.SubmitBatch(pb.SubmitBatchRequest(
+            idempotency_token=uuid.uuid4().hex, billing_project="proj", attributes={"n": str(i)},
+            jobs=[job()] * (i % 3 + 1)), metadata=alice)
+        ids.append(submitted.batch.batch_id)
+    await stub.CancelBatch(pb.CancelBatchRequest(batch_id=ids[0]), metadata=alice)
+    statements: list[str] = []
+    for method in ("fetchall", "fetchone", "execute", "call"):
+        original = getattr(Database, method)
+
+        def counting(self, sql, *args, _original=original, **kwargs):  # type: ignore[no-untyped-def]
+            statements.append(str(sql)[:60])
+            return _original(self, sql, *args, **kwargs)
+
+        monkeypatch.setattr(Database, method, counting)
+
+    async def statements_for(page_size: int) -> tuple[int, list[batch_pb2.Batch]]:
+        statements.clear()
+        page = await stub.ListBatches(pb.ListBatchesRequest(page_size=page_size), metadata=alice)
+        return len(statements), list(page.batches)
+
+    few, first_two = await statements_for(2)
+    many, all_of_them = await statements_for(12)
+    assert few == many, statements
+    assert [b.batch_id for b in all_of_them] == ids[::-1] and first_two == all_of_them[:2]
+    for batch in all_of_them:
+        i = ids.index(batch.batch_id)
+        assert batch.attributes["n"] == str(i) and batch.counts.n_jobs == i % 3 + 1
+        single = (await stub.GetBatch(pb.GetBatchRequest(batch_id=batch.batch_id), metadata=alice)).batch
+        assert single.counts == batch.counts and single.attributes == batch.attributes
+    assert all_of_them[-1].counts.n_cancelled + all_of_them[-1].counts.n_ready == 1
