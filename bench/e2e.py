@@ -22,6 +22,13 @@ batch first brings the workers up, so autoscaling is not timed.
 process each, isolated when root) or `oci` (a runc container each, the
 image `busybox` from corral up's loopback registry: the same figures, named
 `e2e.oci.*`, are then containers/s and the containers' latencies).
+
+Over the no-op phase, each process group's CPU is read from /proc before
+and after (bench/cpu.py) and printed per job: `noop.cpu_ms_per_job.GROUP`
+for the database, the leading and the standby driver, the frontend, auth,
+the workers and the workers' children (the jobs and what a worker starts
+per attempt), and `control_plane` (database, drivers, frontend, auth):
+where a job's cost goes, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -38,10 +45,12 @@ from typing import Any
 
 import corral
 from bench.common import SCHEMA_PREFIX, BenchContext, percentile, positive_int, progress
+from bench.cpu import GROUPS, CpuSnapshot, CpuUse, cpu_ms_per_job
 from corral.batch.v1 import job_state_pb2
 from services import up_process
 from services.db.database import DatabaseConfig
 from services.db.migrations import drop_database
+from services.db.server import server_pid
 
 NAME = "e2e"
 HELP = "no-op jobs and a dependency chain through corral up with local workers"
@@ -51,6 +60,8 @@ DEFAULT_CHAIN, SMOKE_CHAIN = 1_000, 10
 JOB_CORES = 0.25
 TARGET_JOBS_PER_S = 1000
 TARGET_S_PER_LINK = 0.050
+TARGET_CONTROL_PLANE_MS = 1.0
+"""Issue 15: the control plane's CPU per job (database, drivers, frontend, auth)."""
 RUNTIMES = ("process", "oci")
 
 
@@ -73,7 +84,13 @@ def figure_names(runtime: str = "process") -> list[str]:
     prefix = NAME if runtime == "process" else f"{NAME}.{runtime}"
     return [f"{prefix}.noop.jobs_per_s", f"{prefix}.noop.ready_to_running.p50", f"{prefix}.noop.ready_to_running.p99",
             f"{prefix}.noop.running_to_complete.p50", f"{prefix}.noop.running_to_complete.p99",
-            f"{prefix}.chain.s_per_link"]
+            f"{prefix}.chain.s_per_link", *cpu_figure_names(runtime)]
+
+
+def cpu_figure_names(runtime: str = "process") -> list[str]:
+    """The CPU figures of the no-op phase, by process group, then the control plane's sum."""
+    prefix = NAME if runtime == "process" else f"{NAME}.{runtime}"
+    return [f"{prefix}.noop.cpu_ms_per_job.{group}" for group in (*GROUPS, "control_plane")]
 
 
 @contextlib.contextmanager
@@ -144,6 +161,7 @@ class Measured:
     to_running_ms: list[float]
     to_final_ms: list[float]
     chain_s: float
+    cpu: CpuUse
 
 
 def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: int) -> Measured:
@@ -163,9 +181,12 @@ def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: i
 
                 progress(f"{NAME}: {n_jobs:,} no-op jobs")
                 batch = noop_batch(n_jobs, "bench-e2e-noop")
+                database_pid = server_pid(ctx.server)
+                cpu_before = CpuSnapshot.of(up.data_dir, database_pid)
                 started = time.perf_counter()
                 noop = client.wait(client.submit(batch).batch_id)
                 noop_s = time.perf_counter() - started
+                cpu = cpu_ms_per_job(cpu_before, CpuSnapshot.of(up.data_dir, database_pid), n_jobs)
                 if noop.counts.n_succeeded != n_jobs:
                     raise RuntimeError(f"not every no-op job succeeded: {noop.counts}")
                 to_running, to_final = latencies_ms(client, noop.batch_id)
@@ -183,7 +204,7 @@ def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: i
                     raise RuntimeError(f"not every link succeeded: {linked.counts}")
         finally:
             up.stop()
-    return Measured(noop_s, to_running, to_final, chain_s)
+    return Measured(noop_s, to_running, to_final, chain_s, cpu)
 
 
 async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
@@ -192,13 +213,17 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     measured = await asyncio.to_thread(measure, ctx, args, n_jobs, n_links)
     noop_s, to_running, to_final, chain_s = (measured.noop_s, measured.to_running_ms, measured.to_final_ms,
                                              measured.chain_s)
-    rate, r50, r99, f50, f99, link = figure_names(args.runtime)
+    rate, r50, r99, f50, f99, link = figure_names(args.runtime)[:6]
     ctx.figures.add(rate, round(n_jobs / noop_s, 1), "jobs/s")
     ctx.figures.add(r50, round(percentile(to_running, 50), 1), "ms")
     ctx.figures.add(r99, round(percentile(to_running, 99), 1), "ms")
     ctx.figures.add(f50, round(percentile(to_final, 50), 1), "ms")
     ctx.figures.add(f99, round(percentile(to_final, 99), 1), "ms")
     ctx.figures.add(link, round(chain_s / n_links, 4), "s")
+    cpu = measured.cpu
+    for name, value in zip(cpu_figure_names(args.runtime),
+                           [*(cpu.ms_per_job[g] for g in GROUPS), round(cpu.control_plane_ms_per_job, 3)]):
+        ctx.figures.add(name, value, "ms")
     image = f"{NAME}.png" if args.runtime == "process" else f"{NAME}-{args.runtime}.png"
     plot(to_running, to_final, ctx.out_dir / image, f"{NAME}: {len(to_final):,} no-op jobs ({args.runtime} runtime)")
     return {
@@ -210,7 +235,9 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "max_workers_per_pool": args.max_workers,
         "noop_seconds": round(noop_s, 2),
         "chain_seconds": round(chain_s, 2),
-        "targets": {"jobs_per_s": TARGET_JOBS_PER_S, "s_per_link": TARGET_S_PER_LINK},
+        "targets": {"jobs_per_s": TARGET_JOBS_PER_S, "s_per_link": TARGET_S_PER_LINK,
+                    "control_plane_cpu_ms_per_job": TARGET_CONTROL_PLANE_MS},
+        "cpu_processes_lost": measured.cpu.lost,
         "smoke": ctx.smoke,
         "services": "corral up: auth, frontend, two drivers, local workers; each its own process",
     }

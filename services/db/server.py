@@ -48,9 +48,9 @@ def _find(program: str) -> str:
     return found
 
 
-def server_rss_bytes(config: DatabaseConfig) -> int | None:
-    """The resident memory of the MariaDB process serving `config`, from /proc, or None
-    when it cannot be read (a server on another host, or of another user)."""
+def server_pid(config: DatabaseConfig) -> int | None:
+    """The pid of the MariaDB process serving `config` (from its pid file), or None when it cannot be read
+    (a server on another host, or of another user)."""
     conn = pymysql.connect(**config.connect_kwargs(with_database=False))
     try:
         with conn.cursor() as cursor:
@@ -59,9 +59,20 @@ def server_rss_bytes(config: DatabaseConfig) -> int | None:
     finally:
         conn.close()
     try:
-        pid = int(Path(pid_file).read_text().strip())
-        status = Path(f"/proc/{pid}/status").read_text()
+        return int(Path(pid_file).read_text().strip())
     except (OSError, ValueError):
+        return None
+
+
+def server_rss_bytes(config: DatabaseConfig) -> int | None:
+    """The resident memory of the MariaDB process serving `config`, from /proc, or None
+    when it cannot be read (a server on another host, or of another user)."""
+    pid = server_pid(config)
+    if pid is None:
+        return None
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
         return None
     kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), None)
     return None if kib is None else kib * 1024

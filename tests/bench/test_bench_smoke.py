@@ -223,11 +223,21 @@ def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     printed = summary(result.stdout)
     assert list(printed) == e2e.figure_names()
     units = {name: unit for name, (_, unit) in printed.items()}
+    cpu = e2e.cpu_figure_names()
     assert units == {"e2e.noop.jobs_per_s": "jobs/s", "e2e.noop.ready_to_running.p50": "ms",
                      "e2e.noop.ready_to_running.p99": "ms", "e2e.noop.running_to_complete.p50": "ms",
-                     "e2e.noop.running_to_complete.p99": "ms", "e2e.chain.s_per_link": "s"}
-    assert all(value > 0 for value, _ in printed.values())
+                     "e2e.noop.running_to_complete.p99": "ms", "e2e.chain.s_per_link": "s",
+                     **{name: "ms" for name in cpu}}
+    assert all(value > 0 for name, (value, _) in printed.items() if name not in cpu)
     assert printed["e2e.noop.ready_to_running.p50"][0] <= printed["e2e.noop.ready_to_running.p99"][0]
+    # Every job costs the database, the leading driver, the frontend and a worker something; the jobs
+    # themselves are the workers' children. No gateway runs (the benchmark calls the services directly).
+    for group in ("database", "driver_leader", "frontend", "workers", "workers_children", "control_plane"):
+        assert printed[f"e2e.noop.cpu_ms_per_job.{group}"][0] > 0, group
+    assert printed["e2e.noop.cpu_ms_per_job.gateways"][0] == 0
+    parts = ("database", "driver_leader", "driver_standby", "frontend", "auth", "gateways")
+    assert printed["e2e.noop.cpu_ms_per_job.control_plane"][0] == pytest.approx(
+        sum(printed[f"e2e.noop.cpu_ms_per_job.{p}"][0] for p in parts), abs=0.01)
 
     results = results_of(tmp_path, "e2e", printed)
     assert (results["parameters"]["n_jobs"], results["parameters"]["n_links"]) == (e2e.SMOKE_JOBS, e2e.SMOKE_CHAIN)
@@ -246,7 +256,9 @@ def test_e2e_oci_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
 
     printed = summary(result.stdout)
     assert list(printed) == e2e.figure_names("oci")
-    assert all(name.startswith("e2e.oci.") and value > 0 for name, (value, _) in printed.items())
+    assert all(name.startswith("e2e.oci.") for name in printed)
+    assert all(value > 0 for name, (value, _) in printed.items() if name not in e2e.cpu_figure_names("oci"))
+    assert printed["e2e.oci.noop.cpu_ms_per_job.workers_children"][0] > 0  # keepers, runc, the containers
     results = results_of(tmp_path, "e2e", printed)
     assert results["parameters"]["runtime"] == "oci"
     assert is_png(tmp_path / "e2e-oci.png")
