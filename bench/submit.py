@@ -11,12 +11,15 @@ directory) and inserts the jobs with `insert_jobs`.
 Only `submit()` is timed; the client's builder is filled first. Figures:
 jobs/s and seconds from the first call to the committed batch, and that
 time split at the commit (from the update's own timestamps): seconds to
-add the jobs, seconds to commit them.
+add the jobs, seconds to commit them; and the peak resident memory of this
+process, the client (the services run apart), builder and submission
+included.
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 from typing import Any
 
@@ -36,6 +39,8 @@ SMOKE_JOBS = 2_000
 
 TARGETS_S = {100_000: 5.0, 1_000_000: 60.0}
 """Issue 4's targets: seconds to commit."""
+TARGET_CLIENT_MIB = 200
+"""Issue 15's: the client's memory for a million jobs."""
 
 
 
@@ -61,7 +66,8 @@ def n_jobs_of(args: argparse.Namespace, smoke: bool) -> int:
 
 def figure_names(n_jobs: int) -> list[str]:
     """The names of every figure a run prints, in order."""
-    return [f"{NAME}.{n_jobs}.{what}" for what in ("rate", "seconds", "add_jobs_seconds", "commit_seconds")]
+    return [f"{NAME}.{n_jobs}.{what}"
+            for what in ("rate", "seconds", "add_jobs_seconds", "commit_seconds", "client_peak_rss")]
 
 
 def builder(n_jobs: int, billing_project: str) -> BatchBuilder:
@@ -99,11 +105,12 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     add_jobs_s = (update["time_committed_ms"] - update["time_created_ms"]) / 1000
     commit_s = (ended_ms - update["time_committed_ms"]) / 1000
 
-    rate, seconds, add_jobs, commit = figure_names(n_jobs)
+    rate, seconds, add_jobs, commit, client_rss = figure_names(n_jobs)
     ctx.figures.add(rate, round(n_jobs / elapsed_s, 1), "jobs/s")
     ctx.figures.add(seconds, round(elapsed_s, 2), "s")
     ctx.figures.add(add_jobs, round(add_jobs_s, 2), "s")
     ctx.figures.add(commit, round(commit_s, 2), "s")
+    ctx.figures.add(client_rss, round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), "MiB")
     return {
         "n_jobs": n_jobs,
         "bunch_size": args.bunch_size,
@@ -111,6 +118,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "job": "busybox true, 1 core, no parents",
         "services": "auth and frontend as processes, TLS, file:// spec storage",
         "target_s": TARGETS_S.get(n_jobs),
+        "target_client_mib": TARGET_CLIENT_MIB,
         "smoke": ctx.smoke,
         "server": "given by --database-url" if args.database_url else "private MariaDB, durable settings",
     }

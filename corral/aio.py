@@ -170,18 +170,21 @@ class Client(AsyncCalls):
         batch_id, update_id = created.batch.batch_id, created.update.update_id
         limit = asyncio.Semaphore(parallelism)
 
-        async def send(number: int, first_index: int, specs: list) -> None:
-            async with limit:
-                await self._call(self._batches.AddJobs, pb.AddJobsRequest(
-                    batch_id=batch_id, update_id=update_id, bunch_index=number, first_index=first_index, jobs=specs))
+        async def send(number: int, first_index: int, end_index: int) -> None:
+            async with limit:  # the bunch's message is made only now: a few in memory at a time
+                request = pb.AddJobsRequest(batch_id=batch_id, update_id=update_id, bunch_index=number,
+                                            first_index=first_index)
+                request.MergeFromString(_repeated_field(_ADD_JOBS_JOBS, builder.serialized_specs(first_index,
+                                                                                                 end_index)))
+                await self._call(self._batches.AddJobs, request)
 
         try:
             for first in range(0, len(groups), bunch_size):
                 await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
                     batch_id=batch_id, update_id=update_id, first_index=first,
                     job_groups=groups[first:first + bunch_size]))
-            sends = [asyncio.ensure_future(send(n, first, specs))
-                     for n, (first, specs) in enumerate(builder.bunches(bunch_size))]
+            sends = [asyncio.ensure_future(send(n, first, end))
+                     for n, (first, end) in enumerate(builder.bunches(bunch_size))]
             try:
                 await asyncio.gather(*sends)
             finally:  # no bunch still in flight once this fails (nor when the batch is deleted)
@@ -265,3 +268,24 @@ class Client(AsyncCalls):
             if line is not None:
                 line.close()
         return await self.get_batch(batch_id)
+
+
+_ADD_JOBS_JOBS = pb.AddJobsRequest.DESCRIPTOR.fields_by_name["jobs"].number
+
+
+def _repeated_field(number: int, messages: list[bytes]) -> bytes:
+    """Serialized messages as the wire form of a repeated message field `number`: merged into a request, they
+    append to it without being parsed into messages first."""
+    tag = _varint(number << 3 | 2)  # wire type 2: length-delimited
+    return b"".join(tag + _varint(len(message)) + message for message in messages)
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)

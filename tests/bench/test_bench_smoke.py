@@ -105,7 +105,8 @@ def test_submit_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
 
     printed = summary(result.stdout)
     assert list(printed) == submit.figure_names(submit.SMOKE_JOBS)
-    rate, seconds, add_jobs, commit = (printed[n] for n in submit.figure_names(submit.SMOKE_JOBS))
+    rate, seconds, add_jobs, commit, client_rss = (printed[n] for n in submit.figure_names(submit.SMOKE_JOBS))
+    assert client_rss[1] == "MiB" and client_rss[0] > 0
     assert rate[1] == "jobs/s" and rate[0] > 0
     assert {seconds[1], add_jobs[1], commit[1]} == {"s"}
     assert seconds[0] > 0 and add_jobs[0] >= 0 and commit[0] >= 0

@@ -4,8 +4,12 @@ in-update references, and what it refuses before any call: a handle from another
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from corral.aio import _ADD_JOBS_JOBS, _repeated_field
 from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from corral.batch.v1.batch_service_pb2 import AddJobsRequest
 from corral.builder import BatchBuilder, JobGroupHandle, Parent
 from corral.errors import UsageError
 
@@ -129,3 +133,19 @@ def test_a_job_names_the_secret_it_pulls_its_image_with() -> None:
     b.job("busybox", "true")
     assert [s.image_pull_secret for s in b.specs()] == ["registry", ""]
     assert not b.specs()[0].secrets  # a login for the pull, not a mount
+
+
+@given(st.lists(st.tuples(st.text(max_size=300), st.integers(min_value=0, max_value=2**20)), max_size=30))
+def test_a_bunch_sent_from_serialized_specs_is_the_bunch_of_messages(jobs: list[tuple[str, int]]) -> None:
+    """The builder keeps specs serialized (a million jobs in ~100 MB, not 1.6 GB), and a bunch of AddJobs is
+    made by merging them, unparsed, into the request: the request is the one made from the messages."""
+    b = BatchBuilder("p")
+    for name, memory in jobs:
+        b.job("busybox", ["echo", name], env={"NAME": name}, memory_bytes=memory, cores=0.5)
+    for first, end in b.bunches(7) or [(0, 0)]:
+        merged = AddJobsRequest(batch_id=3, update_id=1, bunch_index=first // 7, first_index=first)
+        merged.MergeFromString(_repeated_field(_ADD_JOBS_JOBS, b.serialized_specs(first, end)))
+        made = AddJobsRequest(batch_id=3, update_id=1, bunch_index=first // 7, first_index=first,
+                              jobs=b.specs()[first:end])
+        assert merged == made
+    assert [e - f for f, e in b.bunches(7)] == [min(7, len(jobs) - i) for i in range(0, len(jobs), 7)]
