@@ -28,7 +28,10 @@ and after (bench/cpu.py) and printed per job: `noop.cpu_ms_per_job.GROUP`
 for the database, the leading and the standby driver, the frontend, auth,
 the workers and the workers' children (the jobs and what a worker starts
 per attempt), and `control_plane` (database, drivers, frontend, auth):
-where a job's cost goes, whatever the machine's load.
+where a job's cost goes, whatever the machine's load. Beside them, the
+database's statements per job over the same phase, from its global status:
+`round_trips` (statements the services sent, a CALL one) and `statements`
+(those and every statement the stored procedures ran).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pymysql
 
 import corral
 from bench.common import SCHEMA_PREFIX, BenchContext, percentile, positive_int, progress
@@ -88,9 +93,24 @@ def figure_names(runtime: str = "process") -> list[str]:
 
 
 def cpu_figure_names(runtime: str = "process") -> list[str]:
-    """The CPU figures of the no-op phase, by process group, then the control plane's sum."""
+    """The CPU figures of the no-op phase, by process group, then the control plane's sum, then the
+    database's statements per job."""
     prefix = NAME if runtime == "process" else f"{NAME}.{runtime}"
-    return [f"{prefix}.noop.cpu_ms_per_job.{group}" for group in (*GROUPS, "control_plane")]
+    return [*(f"{prefix}.noop.cpu_ms_per_job.{group}" for group in (*GROUPS, "control_plane")),
+            f"{prefix}.noop.db_round_trips_per_job", f"{prefix}.noop.db_statements_per_job"]
+
+
+def database_statements(server: DatabaseConfig) -> tuple[int, int]:
+    """The server's (Questions, Queries) so far: statements clients sent, and those plus every statement
+    run inside stored programs."""
+    connection = pymysql.connect(**server.connect_kwargs(with_database=False))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Queries')")
+            found = {name: int(value) for name, value in cursor.fetchall()}
+    finally:
+        connection.close()
+    return found["Questions"], found["Queries"]
 
 
 @contextlib.contextmanager
@@ -162,6 +182,8 @@ class Measured:
     to_final_ms: list[float]
     chain_s: float
     cpu: CpuUse
+    statements: tuple[float, float]
+    """Round trips and statements per job."""
 
 
 def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: int) -> Measured:
@@ -183,10 +205,13 @@ def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: i
                 batch = noop_batch(n_jobs, "bench-e2e-noop")
                 database_pid = server_pid(ctx.server)
                 cpu_before = CpuSnapshot.of(up.data_dir, database_pid)
+                statements_before = database_statements(ctx.server)
                 started = time.perf_counter()
                 noop = client.wait(client.submit(batch).batch_id)
                 noop_s = time.perf_counter() - started
                 cpu = cpu_ms_per_job(cpu_before, CpuSnapshot.of(up.data_dir, database_pid), n_jobs)
+                trips, runs = ((after - before) / n_jobs for before, after in
+                               zip(statements_before, database_statements(ctx.server)))
                 if noop.counts.n_succeeded != n_jobs:
                     raise RuntimeError(f"not every no-op job succeeded: {noop.counts}")
                 to_running, to_final = latencies_ms(client, noop.batch_id)
@@ -204,7 +229,7 @@ def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: i
                     raise RuntimeError(f"not every link succeeded: {linked.counts}")
         finally:
             up.stop()
-    return Measured(noop_s, to_running, to_final, chain_s, cpu)
+    return Measured(noop_s, to_running, to_final, chain_s, cpu, (trips, runs))
 
 
 async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
@@ -221,9 +246,11 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     ctx.figures.add(f99, round(percentile(to_final, 99), 1), "ms")
     ctx.figures.add(link, round(chain_s / n_links, 4), "s")
     cpu = measured.cpu
-    for name, value in zip(cpu_figure_names(args.runtime),
-                           [*(cpu.ms_per_job[g] for g in GROUPS), round(cpu.control_plane_ms_per_job, 3)]):
+    names = cpu_figure_names(args.runtime)
+    for name, value in zip(names, [*(cpu.ms_per_job[g] for g in GROUPS), round(cpu.control_plane_ms_per_job, 3)]):
         ctx.figures.add(name, value, "ms")
+    for name, value in zip(names[-2:], measured.statements):
+        ctx.figures.add(name, round(value, 1), "statements")
     image = f"{NAME}.png" if args.runtime == "process" else f"{NAME}-{args.runtime}.png"
     plot(to_running, to_final, ctx.out_dir / image, f"{NAME}: {len(to_final):,} no-op jobs ({args.runtime} runtime)")
     return {

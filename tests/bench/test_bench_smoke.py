@@ -228,13 +228,15 @@ def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     assert units == {"e2e.noop.jobs_per_s": "jobs/s", "e2e.noop.ready_to_running.p50": "ms",
                      "e2e.noop.ready_to_running.p99": "ms", "e2e.noop.running_to_complete.p50": "ms",
                      "e2e.noop.running_to_complete.p99": "ms", "e2e.chain.s_per_link": "s",
-                     **{name: "ms" for name in cpu}}
+                     **{name: "ms" for name in cpu[:-2]}, **{name: "statements" for name in cpu[-2:]}}
     assert all(value > 0 for name, (value, _) in printed.items() if name not in cpu)
     assert printed["e2e.noop.ready_to_running.p50"][0] <= printed["e2e.noop.ready_to_running.p99"][0]
     # Every job costs the database, the leading driver, the frontend and a worker something; the jobs
     # themselves are the workers' children. No gateway runs (the benchmark calls the services directly).
     for group in ("database", "driver_leader", "frontend", "workers", "workers_children", "control_plane"):
         assert printed[f"e2e.noop.cpu_ms_per_job.{group}"][0] > 0, group
+    # A job is several calls, each several statements.
+    assert 1 < printed["e2e.noop.db_round_trips_per_job"][0] < printed["e2e.noop.db_statements_per_job"][0]
     assert printed["e2e.noop.cpu_ms_per_job.gateways"][0] == 0
     parts = ("database", "driver_leader", "driver_standby", "frontend", "auth", "gateways")
     assert printed["e2e.noop.cpu_ms_per_job.control_plane"][0] == pytest.approx(
