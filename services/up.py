@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import socket
@@ -247,6 +248,9 @@ def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]
     return ca, dirs
 
 
+GATEWAY_TOKEN_FILE = "gateway.token"
+"""In auth's certificate directory: the secret the public gateway adds to the calls it forwards to auth, made
+anew at each start (its config holds it too, in DATA/gateway, 0600)."""
 SECRETS_KEY = "job-secrets.key"
 SECRETS_PUBLIC_KEY = "job-secrets.pub"
 
@@ -416,9 +420,15 @@ def start(config: UpConfig) -> Running:
 
         # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()
-        service("auth", "services.auth", "auth", ["--certs-dir", str(certs["auth"]),
-                                                  "--public-address", f"127.0.0.1:{auth_public}",
-                                                  "--internal-address", f"127.0.0.1:{auth_internal}"])
+        gateway_token = None
+        auth_args = ["--certs-dir", str(certs["auth"]), "--public-address", f"127.0.0.1:{auth_public}",
+                     "--internal-address", f"127.0.0.1:{auth_internal}"]
+        if config.gateway:
+            # Auth counts logins through the gateway by the address the gateway saw, on calls with this token.
+            gateway_token = secrets.token_urlsafe(32)
+            write_atomically(certs["auth"] / GATEWAY_TOKEN_FILE, gateway_token.encode(), 0o600)
+            auth_args += ["--gateway-token-file", str(certs["auth"] / GATEWAY_TOKEN_FILE)]
+        service("auth", "services.auth", "auth", auth_args)
         driver_ports = [free_port() for _ in range(config.n_drivers)]
         driver_addresses = ",".join(f"localhost:{p}" for p in driver_ports)
         if config.gateway:
@@ -458,7 +468,8 @@ def start(config: UpConfig) -> Running:
             plan = up_gateway.deployment(data, certs["gateway"], public_port=gateway_port,
                                          internal_port=internal_gateway_port, auth_port=auth_public,
                                          frontend_ports=[frontend], driver_ports=driver_ports,
-                                         stats_ports=(free_port(), free_port()) if running.metrics_dir else None)
+                                         stats_ports=(free_port(), free_port()) if running.metrics_dir else None,
+                                         auth_token=gateway_token)
             up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
                                       running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"

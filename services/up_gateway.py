@@ -43,7 +43,8 @@ keep trying meanwhile."""
 
 def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_port: int, auth_port: int,
                frontend_ports: Sequence[int], driver_ports: Sequence[int],
-               stats_ports: tuple[int, int] | None = None, limits: Limits = Limits()) -> Deployment:
+               stats_ports: tuple[int, int] | None = None, limits: Limits = Limits(),
+               auth_token: str | None = None) -> Deployment:
     """The description of what `corral up` runs, every listener on loopback, every path absolute but the
     admin sockets' (relative to DATA/run); with `stats_ports` (public, internal), statistics listeners."""
     tls = TlsFiles.of(gateway_certs, "gateway")
@@ -61,6 +62,7 @@ def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_po
         descriptor_set=(data / "gateway" / "descriptors.binpb").resolve(),
         access_log=(data / "logs" / "gateway-access.log").resolve(),
         limits=limits,
+        auth_token=auth_token,
     )
 
 

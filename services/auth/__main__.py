@@ -30,6 +30,9 @@ parser.add_argument("--token-cache-ttl-s", type=float, default=CACHE_TTL_S,
                          "--token-cache-s, the longest a revoked token keeps working there (default %(default)s)")
 parser.add_argument("--forwarded-for-header", help="trust this header for the caller's address "
                     "(only behind a gateway that sets it); default: the connection's peer")
+parser.add_argument("--gateway-token-file", type=Path, metavar="FILE",
+                    help="the secret the public gateway adds to the calls it forwards: on those, the caller's "
+                         "address is the last entry of x-forwarded-for (default: none)")
 metrics.add_arguments(parser)
 args = parser.parse_args()
 private_files()
@@ -43,4 +46,5 @@ logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname
 asyncio.run(run(AuthConfig(args.database_url, args.certs_dir, args.public_address, args.internal_address,
                            ports_file=args.ports_file, login_limits=login_limits,
                            forwarded_for_header=args.forwarded_for_header,
+                           gateway_token_file=args.gateway_token_file,
                            token_cache_ttl_s=args.token_cache_ttl_s)))

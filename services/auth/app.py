@@ -62,6 +62,11 @@ class AuthConfig:
     """Metadata header whose last entry is the login's source address, e.g. 'x-forwarded-for'.
     Only when every call reaches the public listener through a gateway that sets it: a client
     reaching the listener directly could write any address there. None: the call's peer."""
+    gateway_token_file: Path | None = None
+    """A file holding the secret the public gateway adds to every call it forwards here (GATEWAY_TOKEN_HEADER):
+    on a call that carries it, the last entry of `x-forwarded-for` (which that gateway appends) is the
+    login's source, so people behind the gateway do not share one source's login limit. Calls without it
+    (straight to this listener) count by their peer, whatever they claim."""
 
 
 @dataclasses.dataclass
@@ -91,8 +96,9 @@ async def start(config: AuthConfig, clock_s: Callable[[], float] = time.monotoni
         db = await Database.connect(DatabaseConfig.from_url(config.database_url))
         stack.push_async_callback(db.close)
         await asyncio.to_thread(dummy_password_hash)  # made now, not by the first unknown username's login
+        gateway_token = config.gateway_token_file.read_text().strip() if config.gateway_token_file else None
         servicer = AuthServicer(AuthStore(db), LoginThrottle(config.login_limits, clock_s),
-                                config.forwarded_for_header, config.token_cache_ttl_s)
+                                config.forwarded_for_header, config.token_cache_ttl_s, gateway_token)
         public = BearerAuthenticator(servicer.verify_token, anonymous_methods=ANONYMOUS_METHODS, cache_s=0)
         servers = await serve(
             [Service("corral.auth.v1.AuthService", servicer, auth_service_pb2_grpc.add_AuthServiceServicer_to_server)],

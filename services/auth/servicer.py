@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import hmac
 import re
+from collections.abc import Iterable
 
 import grpc
 from google.protobuf import duration_pb2, timestamp_pb2
@@ -20,7 +22,7 @@ from services.common.errors import (
     RateLimited,
     Unauthenticated,
 )
-from services.common.identity import Principal, TokenAnswer, current_principal
+from services.common.identity import GATEWAY_TOKEN_HEADER, Principal, TokenAnswer, current_principal
 
 _USERNAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 _ROLE_NAMES = {user_pb2.ROLE_USER: "user", user_pb2.ROLE_DEVELOPER: "developer", user_pb2.ROLE_ADMIN: "admin"}
@@ -97,11 +99,15 @@ class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
     """Users, logins and tokens."""
 
     def __init__(self, store: AuthStore, throttle: LoginThrottle | None = None,
-                 forwarded_for_header: str | None = None, cache_ttl_s: float = CACHE_TTL_S):
+                 forwarded_for_header: str | None = None, cache_ttl_s: float = CACHE_TTL_S,
+                 gateway_token: str | None = None):
         self.store = store
         self.cache_ttl_s = cache_ttl_s
         self.throttle = throttle or LoginThrottle()
         self._forwarded_for_header = forwarded_for_header.lower() if forwarded_for_header else None
+        if gateway_token is not None and len(gateway_token) < 32:
+            raise ValueError("the gateway token must be at least 32 characters")
+        self._gateway_token = gateway_token.encode() if gateway_token else None
 
     async def verify_token(self, secret: str) -> TokenAnswer | None:
         """A token's owner and expiry, verified here: for this service's own public listener."""
@@ -112,12 +118,23 @@ class AuthServicer(auth_service_pb2_grpc.AuthServiceServicer):
         return TokenAnswer(principal_of(user, token), token.expires_at_ms)
 
     def _source(self, context: grpc.aio.ServicerContext) -> str:
-        """Where a login comes from: the peer, or the trusted gateway's forwarded-for header."""
+        """Where a login comes from: the peer, or the trusted gateway's forwarded-for header (on every call
+        with --forwarded-for-header; on calls that carry the gateway's token with --gateway-token-file)."""
+        metadata = context.invocation_metadata() or ()
+        header = self._forwarded_for_header
+        if self._gateway_token is not None and self._from_gateway(metadata):
+            header = "x-forwarded-for"
         forwarded_for = None
-        if self._forwarded_for_header:
-            forwarded_for = ",".join(str(v) for k, v in context.invocation_metadata() or ()
-                                     if k == self._forwarded_for_header)
+        if header:
+            forwarded_for = ",".join(str(v) for k, v in metadata if k == header)
         return source_of(context.peer() or "", forwarded_for)
+
+    def _from_gateway(self, metadata: Iterable[tuple[str, str | bytes]]) -> bool:
+        """Whether the call carries the gateway's token (compared in constant time)."""
+        assert self._gateway_token is not None
+        values = [v for k, v in metadata if k == GATEWAY_TOKEN_HEADER]
+        return len(values) == 1 and isinstance(values[0], str) and hmac.compare_digest(
+            values[0].encode(), self._gateway_token)
 
     async def Login(self, request: pb.LoginRequest, context: grpc.aio.ServicerContext) -> pb.LoginResponse:
         violations = []

@@ -157,6 +157,10 @@ class PeerCertificate:
         return Principal(name=name, kind="service", role=name)
 
 
+GATEWAY_TOKEN_HEADER = "x-corral-gateway-token"
+"""The header the public gateway puts on every call it forwards to auth, with a secret auth is given too
+(`--gateway-token-file`): the gateway's `x-forwarded-for` is believed on calls that carry it."""
+
 GATEWAY_IDENTITY = "gateway"
 """The internal gateway's identity (spiffe://corral/service/gateway): it forwards workers' certificates."""
 

@@ -29,6 +29,7 @@ import ipaddress
 from pathlib import Path
 from typing import Any
 
+from services.common.identity import GATEWAY_TOKEN_HEADER
 from services.gateway.deployment import Address, Deployment, GatewayTls
 from services.gateway.descriptors import OPENAPI_ROUTE, openapi_path
 from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
@@ -222,15 +223,22 @@ def _openapi_route(deployment: Deployment) -> Config:
                                          "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]}
 
 
-def _routes(services: list[RoutedService], timeout_s: float) -> list[Config]:
-    """Per service, its streaming methods without a timeout, then the rest of it with one."""
+def _routes(services: list[RoutedService], timeout_s: float, auth_token: str | None = None) -> list[Config]:
+    """Per service, its streaming methods without a timeout, then the rest of it with one. With `auth_token`,
+    calls to auth carry it in GATEWAY_TOKEN_HEADER (a client's own replaced), and others never carry one."""
     routes = []
     for service in services:
+        headers: Config = {}
+        if auth_token is not None and service.upstream == "auth":
+            headers = {"request_headers_to_add": [{"header": {"key": GATEWAY_TOKEN_HEADER, "value": auth_token},
+                                                   "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]}
+        elif auth_token is not None:
+            headers = {"request_headers_to_remove": [GATEWAY_TOKEN_HEADER]}
         for method in service.streaming_methods:
             routes.append({"match": {"path": f"/{service.name}/{method}"},
-                           "route": {"cluster": service.upstream, "timeout": "0s"}})
+                           "route": {"cluster": service.upstream, "timeout": "0s"}, **headers})
         routes.append({"match": {"prefix": f"/{service.name}/"},
-                       "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}})
+                       "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}, **headers})
     return routes
 
 
@@ -348,7 +356,8 @@ def public_config(deployment: Deployment) -> Config:
             "virtual_hosts": [{
                 "name": "corral",
                 "domains": ["*"],
-                "routes": [_openapi_route(deployment), *_routes(services + reflection, limits.route_timeout_s)],
+                "routes": [_openapi_route(deployment),
+                           *_routes(services + reflection, limits.route_timeout_s, deployment.auth_token)],
             }],
         },
     }

@@ -116,6 +116,11 @@ class Deployment:
     deployment CA. None: no such listener."""
     internal_stats_listen: Address | None = None
     """The internal gateway's statistics listener, likewise."""
+    auth_token: str | None = None
+    """A secret the public gateway puts in `x-corral-gateway-token` on every call it forwards to auth (any
+    such header from a client replaced, and removed from calls to the frontends), so that auth believes
+    this gateway's `x-forwarded-for` there and throttles logins by the real client's address. Given to auth
+    with `--gateway-token-file`; never in a checked-in description. None: no header."""
     worker_san_prefix: str = "spiffe://corral/worker/"
     """Only client certificates with a URI SAN starting with this reach the internal gateway ('' accepts
     any certificate the CA signed)."""

@@ -5,6 +5,7 @@ follow a new leader through it when the leader is killed."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -37,6 +38,22 @@ jobs:
     command: [echo, after]
     parents: [a]
 """
+
+
+def failed_login_from(cluster: Cluster, source: str, username: str) -> int:
+    """POST a wrong password to the gateway's REST login from the loopback address `source`: the status."""
+    host, _, port = cluster.endpoints["gateway"].rpartition(":")
+    context = ssl.create_default_context(cafile=cluster.endpoints["ca_cert"])
+    connection = http.client.HTTPSConnection(host, int(port), context=context, timeout=30,
+                                             source_address=(source, 0))
+    try:
+        connection.request("POST", "/api/v1/auth/login", json.dumps({"username": username, "password": "x"}),
+                           {"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        answer.read()
+        return answer.status
+    finally:
+        connection.close()
 
 
 def own_ports(cluster: Cluster) -> set[int]:
@@ -97,6 +114,11 @@ def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
         listed = rest_get(cluster, "/api/v1/batches")
         assert {b["batchId"] for b in listed["batches"]} == {"1", str(batch_id)}
 
+        # Logins through the gateway are limited per client, not per gateway: one address's failures
+        # (auth's default: 10 free) do not lock another's.
+        assert [failed_login_from(cluster, "127.0.0.2", f"nobody{i}") for i in range(11)] == [401] * 10 + [429]
+        assert failed_login_from(cluster, "127.0.0.3", "nobody") == 401
+
         # The workers were given the internal gateway's address, and nothing else.
         assert set(workers_driver_addresses(cluster).values()) == {cluster.endpoints["workers_gateway"]}
         access_log = (cluster.data_dir / "logs" / "gateway-access.log").read_text()
@@ -119,6 +141,10 @@ def test_people_reach_corral_through_the_public_gateway(tmp_path: Path) -> None:
             admin = cluster.data_dir / "run" / f"gateway-{name}.admin"
             assert stat.S_ISSOCK(admin.stat().st_mode) and stat.S_IMODE(admin.stat().st_mode) == 0o600
         assert stat.S_IMODE((cluster.data_dir / "run").stat().st_mode) == 0o700
+        # The secret the public gateway shows auth is private to corral's account, as is the config holding it.
+        for secret in (cluster.data_dir / "certs" / "auth" / "gateway.token",
+                       cluster.data_dir / "gateway" / "envoy-public.yaml"):
+            assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
 
         # A gateway is a supervised part: killed, it is started again on the same address.
         record = PidFiles(cluster.data_dir / "run" / "pids").read("gateway-public")

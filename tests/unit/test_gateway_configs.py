@@ -12,6 +12,7 @@ import yaml
 from google.api import annotations_pb2
 from google.protobuf import descriptor_pb2
 
+from services.common.identity import GATEWAY_TOKEN_HEADER
 from services.common.tls import DevCertificateAuthority
 from services.gateway import prepare, write_configs
 from services.gateway.__main__ import LOCAL
@@ -171,3 +172,19 @@ def test_the_admin_interface_is_a_private_unix_socket_and_stats_go_through_their
     bare = build(dataclasses.replace(deployment, public_stats_listen=None, internal_stats_listen=None))
     assert [lst["name"] for lst in bare["static_resources"]["listeners"]] == [build.__name__.removesuffix("_config")]
     assert "admin" not in {c["name"] for c in bare["static_resources"]["clusters"]}
+
+
+def test_calls_to_auth_carry_the_gateways_token_and_no_others_do() -> None:
+    """With a token, every route to auth sets it (a client's own replaced) and every other route drops any;
+    without one (the checked-in configs), no route touches the header."""
+    deployment = Deployment.load(LOCAL)
+    token = "t" * 43
+    routes = routes_of(public_config(dataclasses.replace(deployment, auth_token=token)))
+    to_auth = [r for r in routes if r.get("route", {}).get("cluster") == "auth"]
+    others = [r for r in routes if r.get("route", {}).get("cluster") == "frontend"]
+    assert to_auth and others
+    assert all(r["request_headers_to_add"] == [{"header": {"key": GATEWAY_TOKEN_HEADER, "value": token},
+                                                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}] for r in to_auth)
+    assert all(r["request_headers_to_remove"] == [GATEWAY_TOKEN_HEADER] for r in others)
+    assert not any("request_headers_to_add" in r or "request_headers_to_remove" in r
+                   for r in routes_of(public_config(deployment)))
