@@ -33,10 +33,52 @@ from services.policy.planner import (
     Budget, Candidate, HeldLock, Holder, JobKey, Snapshot, Worker, depths, reservation_micro_usd,
 )
 
-# Every pool at once: the view sums every counter row before any filter on
-# the pool applies, so it is read once per cycle, not once per pool.
-_DEMAND = """
-SELECT user, inst_coll, n_ready_jobs, ready_cores_mcpu, running_cores_mcpu FROM user_inst_coll_fair_share
+# What the view user_inst_coll_fair_share (migration 0003) says, read in three cheap statements rather than
+# its one: the view ranks every running batch (a window) and joins every counter row to the ranks and to the
+# cancelled groups, which cost twice the plain sum. Every pool at once: each sums every counter row before
+# any filter on the pool could apply, so the demand is read once per cycle, not once per pool.
+# 1. Every counter row summed per user and pool, no mask: ready demand counts only in running batches anyway
+#    (a batch's jobs are Ready only once an update is committed, and none is when it completes).
+_DEMAND_ALL = """
+SELECT user, inst_coll,
+       SUM(n_ready_always_run_jobs + n_ready_cancellable_jobs) AS n_ready_jobs,
+       SUM(ready_always_run_cores_mcpu + ready_cancellable_cores_mcpu) AS ready_cores_mcpu,
+       SUM(running_cores_mcpu) AS running_cores_mcpu
+FROM user_inst_coll_resources_by_job_group
+GROUP BY user, inst_coll
+"""
+# 2. Less the cancellable ready demand of every group of a running batch that is cancelled, itself or through
+#    an ancestor (few rows: found from the cancellations, then the counters by their key).
+_DEMAND_CANCELLED = """
+SELECT r.user, r.inst_coll, SUM(r.n_ready_cancellable_jobs) AS n_ready_jobs,
+       SUM(r.ready_cancellable_cores_mcpu) AS ready_cores_mcpu
+FROM (SELECT DISTINCT a.batch_id, a.job_group_id
+      FROM job_groups_cancelled c
+      JOIN batches b ON b.batch_id = c.batch_id AND b.state = 'running'
+      JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id) g
+STRAIGHT_JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = g.batch_id AND r.job_group_id = g.job_group_id
+GROUP BY r.user, r.inst_coll
+"""
+# 3. Less, for a user with more than DEMAND_BATCHES running batches, the (masked) ready demand of those past
+#    the first DEMAND_BATCHES (the cancellation RFC's bound): first who they are, by an index.
+DEMAND_BATCHES = 50
+_DEEP_USERS = f"""
+SELECT user FROM batches WHERE state = 'running' GROUP BY user HAVING COUNT(*) > {DEMAND_BATCHES}
+"""
+_DEMAND_BEYOND = f"""
+SELECT r.user, r.inst_coll,
+       SUM(r.n_ready_always_run_jobs + IF(g.batch_id IS NULL, r.n_ready_cancellable_jobs, 0)) AS n_ready_jobs,
+       SUM(r.ready_always_run_cores_mcpu + IF(g.batch_id IS NULL, r.ready_cancellable_cores_mcpu, 0))
+         AS ready_cores_mcpu
+FROM (SELECT b.batch_id, ROW_NUMBER() OVER (PARTITION BY b.user ORDER BY b.batch_id) AS batch_rank
+      FROM batches b WHERE b.state = 'running' AND b.user IN ({{users}})) rb
+JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = rb.batch_id
+LEFT JOIN (SELECT DISTINCT a.batch_id, a.job_group_id
+           FROM job_group_self_and_ancestors a
+           JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id) g
+  ON g.batch_id = r.batch_id AND g.job_group_id = r.job_group_id
+WHERE rb.batch_rank > {DEMAND_BATCHES}
+GROUP BY r.user, r.inst_coll
 """
 
 # Active instances with their free cores, and the memory and storage their running jobs reserve (kept on the
@@ -83,12 +125,40 @@ def _marks(n: int) -> str:
 
 
 async def read_demand(db: Database) -> dict[str, list[UserDemand]]:
-    """Each pool's users that have ready work, with their running and ready cores."""
+    """Each pool's users that have ready work, with their running and ready cores: what the view
+    user_inst_coll_fair_share says (tests/db/test_demand.py holds them to it), in cheaper statements."""
+
+    async def read(cursor: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        # One snapshot for the statements, as the view's one statement had: a count that moves between
+        # them (a canceller draining a cancelled group) must not be taken off a total that never held it.
+        await cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        await cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        try:
+            await cursor.execute(_DEMAND_ALL)
+            everything = list(await cursor.fetchall())
+            await cursor.execute(_DEMAND_CANCELLED)
+            less = list(await cursor.fetchall())
+            await cursor.execute(_DEEP_USERS)
+            deep = [r["user"] for r in await cursor.fetchall()]
+            if deep:
+                await cursor.execute(_DEMAND_BEYOND.format(users=_marks(len(deep))), tuple(deep))
+                less += list(await cursor.fetchall())
+        finally:
+            await cursor.execute("COMMIT")
+        return everything, less
+
+    everything, less = await db.retrying("scheduler_demand", read)
+    totals = {(r["user"], r["inst_coll"]): [int(r["n_ready_jobs"]), int(r["ready_cores_mcpu"]),
+                                            int(r["running_cores_mcpu"])] for r in everything}
+    for r in less:
+        total = totals.get((r["user"], r["inst_coll"]))
+        if total is not None:
+            total[0] -= int(r["n_ready_jobs"])
+            total[1] -= int(r["ready_cores_mcpu"])
     by_pool: dict[str, list[UserDemand]] = {}
-    for r in await db.fetchall(_DEMAND, name="scheduler_demand"):
-        if int(r["ready_cores_mcpu"]) > 0 or int(r["n_ready_jobs"]) > 0:
-            by_pool.setdefault(r["inst_coll"], []).append(
-                UserDemand(r["user"], int(r["running_cores_mcpu"]), int(r["ready_cores_mcpu"])))
+    for (user, pool), (n_ready, ready_mcpu, running_mcpu) in sorted(totals.items()):
+        if ready_mcpu > 0 or n_ready > 0:
+            by_pool.setdefault(pool, []).append(UserDemand(user, running_mcpu, ready_mcpu))
     return by_pool
 
 
