@@ -35,7 +35,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[test_registry
 
 
 def job(**fields) -> job_spec_pb2.JobSpec:
-    # One attempt: a pull refused is a system error, which would otherwise be tried again.
+    # One attempt, whatever the outcome (a login the registry refuses is not tried again anyway).
     return job_spec_pb2.JobSpec(image="busybox", script="echo ran in $(hostname)", max_attempts=1,
                                 network_mode=job_spec_pb2.NETWORK_MODE_NONE, **fields)
 

@@ -66,10 +66,23 @@ async def test_an_image_the_registry_does_not_have_is_an_error_in_its_words(oci_
     missing.image = "no-such-image:1"
     job = oci_host.job(missing)
     outcome, _ = await run(runtime, job)
-    assert (outcome.state, outcome.end_reason) == ("Error", "system_error")
+    # The registry's own answer: the spec's image, which no other worker would find either; not retried.
+    assert (outcome.state, outcome.end_reason) == ("Error", "refused")
     assert outcome.error_message.startswith("image: could not get 'no-such-image:1': ")
     assert "manifest unknown" in outcome.error_message, outcome.error_message
     assert cache.held() == []
+
+
+async def test_a_registry_that_does_not_answer_is_the_systems_error_and_tried_again(oci_host: OciHost,
+                                                                                    cache: ImageCache) -> None:
+    """Unlike the registry's own refusals (refused, above), a registry nobody answers at may be back, or
+    reachable from another worker: system_error, which the driver tries again elsewhere."""
+    runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
+    unreachable = spec("true")
+    unreachable.image = "127.0.0.1:9/busybox:latest"  # the discard port: nothing listens
+    outcome, _ = await run(runtime, oci_host.job(unreachable))
+    assert (outcome.state, outcome.end_reason) == ("Error", "system_error"), outcome
+    assert "registry unreachable" in outcome.error_message, outcome.error_message
 
 
 async def test_50_jobs_of_a_new_image_pull_and_unpack_it_once(oci_host: OciHost, tmp_path: Path,
@@ -109,7 +122,7 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
 
         for attempt_id, credentials in (("wrong", wrong), ("anonymous", None)):
             refused = await attempt(attempt_id, credentials)
-            assert (refused.state, refused.end_reason) == ("Error", "system_error"), refused
+            assert (refused.state, refused.end_reason) == ("Error", "refused"), refused
             assert refused.error_message.startswith("image: could not get 'busybox': pulling "), refused.error_message
             assert "access refused: " in refused.error_message
             assert "authentication required" in refused.error_message  # the registry's own words
@@ -124,7 +137,7 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
         for attempt_id, credentials in (("other-project", None), ("other-wrong", wrong)):
             runs.clear()
             refused = await attempt(attempt_id, credentials)
-            assert (refused.state, refused.end_reason) == ("Error", "system_error"), refused
+            assert (refused.state, refused.end_reason) == ("Error", "refused"), refused
             assert "authentication required" in refused.error_message
             assert runs.count() == {"inspect": 1, "copy": 0, "unpack": 0}  # asked the registry, handed nothing
         assert [(held.digest, held.users) for held in cache.held()] == [(registry.busybox_digest, 0)]

@@ -19,12 +19,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from services.worker.image_tools import Credentials, ImagePullError
+from services.worker.image_tools import Credentials, ImagePullError, PullFailure
 from services.worker.images import Image, ImageCache
 
 
+FINAL_PULL_FAILURES = frozenset({PullFailure.NOT_FOUND, PullFailure.UNAUTHORIZED})
+"""The registry's own refusals: the spec's (its image, its login), not the worker's; not tried again."""
+
+
 class ImageUnavailable(Exception):
-    """The image cannot be had (no such image, registry down, refused); the message says why."""
+    """The image cannot be had (no such image, registry down, refused); the message says why. `final`: the
+    registry itself said no (no such image, access refused), so another attempt would be told the same."""
+
+    def __init__(self, message: str, final: bool = False):
+        super().__init__(message)
+        self.final = final
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,7 @@ class CachedRootfs:
         try:
             held = await self.cache.acquire(image, credentials)
         except ImagePullError as e:
-            raise ImageUnavailable(str(e)) from e
+            raise ImageUnavailable(str(e), final=e.failure in FINAL_PULL_FAILURES) from e
         rootfs = Rootfs(image=image, digest=held.digest, path=held.rootfs, config=ImageConfig.from_oci(held.config))
         self._held[id(rootfs)] = held
         return rootfs

@@ -41,7 +41,7 @@ from services.worker.logs import LogPipe, LogSink
 from services.worker.oci import cgroups, layer, network
 from services.worker.oci.bundle import Container, config_json, merged_env
 from services.worker.oci.config import OciRuntimeConfig
-from services.worker.oci.images import Rootfs
+from services.worker.oci.images import ImageUnavailable, Rootfs
 from services.worker.oci.owner import AttemptRecord, Owner, OwnerBusy, clean_up, clean_up_dead_owners
 from services.worker.oci.refusals import oci_refusals
 from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
@@ -57,10 +57,16 @@ _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 class AttemptFailed(Exception):
-    """The system failed around the job at `step`; the attempt ends in Error."""
+    """The system failed around the job at `step`; the attempt ends in Error (system_error: tried again,
+    away from this worker)."""
 
     def __init__(self, step: str, message: str):
         super().__init__(f"{step}: {message}")
+
+
+class AttemptRefused(AttemptFailed):
+    """The job's spec cannot be run at `step` anywhere (its image does not exist, its registry login is
+    refused): Error with reason refused, not tried again."""
 
 
 def host_refusals(runc: str = "runc") -> list[str]:
@@ -235,6 +241,8 @@ class OciRuntime:
                     return self._outcome(job, "Error", REFUSED,
                                          "the OCI runtime cannot run this job: " + "; ".join(refusals))
                 return await self._run(attempt, log, on_started, stop)
+            except AttemptRefused as e:
+                return self._outcome(job, "Error", REFUSED, str(e), start_ms=attempt.start_ms)
             except AttemptFailed as e:
                 words = f"{ran_out(job.attempt_dir)}: {e}" if out_of_space(e) else str(e)
                 return self._outcome(job, "Error", SYSTEM_ERROR, words, start_ms=attempt.start_ms)
@@ -268,6 +276,10 @@ class OciRuntime:
 
         try:
             rootfs = await self.config.rootfs.acquire(job.spec.image, job.pull_credentials)
+        except ImageUnavailable as e:
+            if e.final:  # the registry said no: the job's image or login, which no other worker changes
+                raise AttemptRefused("image", f"could not get {job.spec.image!r}: {e}") from e
+            raise AttemptFailed("image", f"could not get {job.spec.image!r}: {e}") from e
         except Exception as e:  # noqa: BLE001 - whatever the source raises, its words are the reason
             raise AttemptFailed("image", f"could not get {job.spec.image!r}: {e}") from e
         attempt.rootfs = rootfs
