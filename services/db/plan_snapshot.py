@@ -49,13 +49,16 @@ GROUP BY user, inst_coll
 """
 # 2. Less the cancellable ready demand of every group of a running batch that is cancelled, itself or through
 #    an ancestor (few rows: found from the cancellations, then the counters by their key).
-_DEMAND_CANCELLED = """
-SELECT r.user, r.inst_coll, SUM(r.n_ready_cancellable_jobs) AS n_ready_jobs,
-       SUM(r.ready_cancellable_cores_mcpu) AS ready_cores_mcpu
-FROM (SELECT DISTINCT a.batch_id, a.job_group_id
+CANCELLED_GROUPS = """(SELECT DISTINCT a.batch_id, a.job_group_id
       FROM job_groups_cancelled c
       JOIN batches b ON b.batch_id = c.batch_id AND b.state = 'running'
-      JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id) g
+      JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id)"""
+"""A derived table of every (batch_id, job_group_id) of a running batch that is cancelled, itself or through
+an ancestor: read from the cancellations, so a few rows per cancelled group."""
+_DEMAND_CANCELLED = f"""
+SELECT r.user, r.inst_coll, SUM(r.n_ready_cancellable_jobs) AS n_ready_jobs,
+       SUM(r.ready_cancellable_cores_mcpu) AS ready_cores_mcpu
+FROM {CANCELLED_GROUPS} g
 STRAIGHT_JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = g.batch_id AND r.job_group_id = g.job_group_id
 GROUP BY r.user, r.inst_coll
 """

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from services.db.database import Database
+from services.db.plan_snapshot import CANCELLED_GROUPS
 from services.db.store import JobStore, wall_clock_ms
 from services.policy.fair_share import cancel_shares
 from services.driver.loop import Loop
@@ -44,12 +45,9 @@ REASON = "its job group or batch was cancelled"
 # groups with a cancelled self or ancestor. The counters are per group and
 # never touched by a cancellation, so this is a read of a few rows per
 # cancelled group.
-_DRAINABLE = """
+_DRAINABLE = f"""
 SELECT r.user, r.batch_id, SUM(r.n_creating_cancellable_jobs + r.n_running_cancellable_jobs) AS n
-FROM (SELECT DISTINCT a.batch_id, a.job_group_id
-      FROM job_groups_cancelled c
-      JOIN batches b ON b.batch_id = c.batch_id AND b.state = 'running'
-      JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id) gc
+FROM {CANCELLED_GROUPS} gc
 JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = gc.batch_id AND r.job_group_id = gc.job_group_id
 GROUP BY r.user, r.batch_id
 HAVING n > 0
