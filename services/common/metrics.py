@@ -1,8 +1,8 @@
 """Prometheus metrics: what every service counts, and the port they are read on.
 
 Each service process, given `--metrics-address HOST:PORT`, serves its
-metrics in Prometheus' text format at `https://HOST:PORT/metrics` (a thread
-of prometheus_client's own), and writes the port it bound to
+metrics in Prometheus' text format at `https://HOST:PORT/metrics` (threads
+of its own, prometheus_client's exposition), and writes the port it bound to
 `--metrics-port-file` if given (as `corral up --metrics` asks). The metrics
 name users and pools (never a token or a job's contents), and a job of the
 process runtime shares its host's network, so the port speaks TLS with the
