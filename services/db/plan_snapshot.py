@@ -136,18 +136,18 @@ async def read_demand(db: Database) -> dict[str, list[UserDemand]]:
         # them (a canceller draining a cancelled group) must not be taken off a total that never held it.
         await cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         await cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
-        try:
-            await cursor.execute(_DEMAND_ALL)
-            everything = list(await cursor.fetchall())
-            await cursor.execute(_DEMAND_CANCELLED)
-            less = list(await cursor.fetchall())
-            await cursor.execute(_DEEP_USERS)
-            deep = [r["user"] for r in await cursor.fetchall()]
-            if deep:
-                await cursor.execute(_DEMAND_BEYOND.format(users=_marks(len(deep))), tuple(deep))
-                less += list(await cursor.fetchall())
-        finally:
-            await cursor.execute("COMMIT")
+        await cursor.execute(_DEMAND_ALL)
+        everything = list(await cursor.fetchall())
+        await cursor.execute(_DEMAND_CANCELLED)
+        less = list(await cursor.fetchall())
+        await cursor.execute(_DEEP_USERS)
+        deep = [r["user"] for r in await cursor.fetchall()]
+        if deep:
+            await cursor.execute(_DEMAND_BEYOND.format(users=_marks(len(deep))), tuple(deep))
+            less += list(await cursor.fetchall())
+        # Not in a `finally`: after a failure or a cancellation the connection is in no state for another
+        # statement; `retrying` closes it instead, which ends the transaction.
+        await cursor.execute("COMMIT")
         return everything, less
 
     everything, less = await db.retrying("scheduler_demand", read)
