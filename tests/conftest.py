@@ -122,33 +122,3 @@ def host_ip_forwarding() -> Iterator[None]:
         yield
     finally:
         setting.write_text(before)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    session.config.stash[_EXIT_STATUS] = int(exitstatus)
-
-
-_EXIT_STATUS = pytest.StashKey[int]()
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config: pytest.Config) -> None:
-    """End the test process with pytest's exit status, without the interpreter's finalization.
-
-    On 2026-11-27 two whole runs in a row ended in SIGSEGV (exit 139) after every test had passed and the
-    report was written: Python's fault handler showed only daemon threads left, grpc's aio completion-queue
-    poller (a thread with no Python frame) and idle executor workers, and the main thread in finalization.
-    That is grpc's known crash when its daemon poller takes the GIL back from an interpreter being torn
-    down (grpc/grpc issues 11804 and 17621); which test's channel or server kept the poller alive was not
-    found in the time there was. Everything a run owes is done by now (fixtures torn down, servers stopped
-    by pid, the report written), so nothing is lost by skipping finalization, and a failing run still
-    exits non-zero."""
-    status = config.stash.get(_EXIT_STATUS, None)
-    if status is None or os.environ.get("CORRAL_TEST_FINALIZE"):  # not a whole session; or asked to see it
-        return
-    import sys
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
