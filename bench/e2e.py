@@ -23,6 +23,14 @@ process each, isolated when root) or `oci` (a runc container each, the
 image `busybox` from corral up's loopback registry: the same figures, named
 `e2e.oci.*`, are then containers/s and the containers' latencies).
 
+`--fleet N` measures the control plane alone: instead of the autoscaler's
+workers, N simulated workers (bench/fleet.py: the real worker process and
+its session stream over mutual TLS, with a runtime that completes each
+attempt the moment it starts) of `--worker-cores` cores each in the
+standard pool; the figures are named `e2e.fleet.*`. Nothing is forked per
+job, so jobs/s is what the control plane sustains, and its CPU per job is
+issue 15's figure.
+
 Over the no-op phase, each process group's CPU is read from /proc before
 and after (bench/cpu.py) and printed per job: `noop.cpu_ms_per_job.GROUP`
 for the database, the leading and the standby driver, the frontend, auth,
@@ -51,6 +59,7 @@ import pymysql
 import corral
 from bench.common import SCHEMA_PREFIX, BenchContext, percentile, positive_int, progress
 from bench.cpu import GROUPS, CpuSnapshot, CpuUse, cpu_ms_per_job
+from bench.fleet import fleet
 from corral.batch.v1 import job_state_pb2
 from services import up_process
 from services.db.database import DatabaseConfig
@@ -68,6 +77,8 @@ TARGET_S_PER_LINK = 0.050
 TARGET_CONTROL_PLANE_MS = 1.0
 """Issue 15: the control plane's CPU per job (database, drivers, frontend, auth)."""
 RUNTIMES = ("process", "oci")
+FLEET_POOL = "standard"
+"""Where the simulated workers are enrolled: the pool the no-op jobs (a quarter core, default memory) go to."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,6 +93,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=RUNTIMES, default="process",
                         help="how workers run jobs: a process each, or an OCI container each (default: "
                              "%(default)s)")
+    parser.add_argument("--fleet", type=positive_int, metavar="N",
+                        help="N simulated workers that complete each attempt at once, instead of the autoscaler's: "
+                             "the control plane measured alone (figures e2e.fleet.*)")
+
+
+def mode(args: argparse.Namespace) -> str:
+    """What the figures are named after: 'fleet' (simulated workers), else the runtime."""
+    return "fleet" if args.fleet else args.runtime
 
 
 def figure_names(runtime: str = "process") -> list[str]:
@@ -189,17 +208,26 @@ class Measured:
 def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: int) -> Measured:
     """Start corral up, run both workloads, stop it (blocking: run in a thread)."""
     with fresh_schema(ctx.server) as database_url, tempfile.TemporaryDirectory(prefix="corral-bench-e2e-") as tmp:
-        progress(f"{NAME}: starting corral up ({args.max_workers} workers of {args.worker_cores} cores per pool, "
-                 f"the {args.runtime} runtime)")
+        workers = (f"{args.fleet} simulated workers of {args.worker_cores} cores" if args.fleet else
+                   f"{args.max_workers} workers of {args.worker_cores} cores per pool, the {args.runtime} runtime")
+        progress(f"{NAME}: starting corral up ({workers})")
+        # With a fleet, the autoscaler starts nothing: the pools may hold no machine of their own.
         up = up_process.start(Path(tmp), "--database-url", database_url, "--worker-cores", str(args.worker_cores),
-                              "--max-workers", str(args.max_workers), "--idle-timeout", "120",
+                              "--max-workers", "0" if args.fleet else str(args.max_workers), "--idle-timeout", "120",
                               "--worker-runtime", args.runtime)
         try:
-            with corral.Client(up.endpoints["frontend"], up.admin_token, ca_cert=up.endpoints["ca_cert"]) as client:
-                # Enough one-second jobs to keep every worker busy while it starts.
-                progress(f"{NAME}: warm-up (the workers start)")
-                n_warm = int(2 * args.max_workers * args.worker_cores / JOB_CORES)
-                client.wait(client.submit(noop_batch(n_warm, "warm-up", ("sleep", "1"))).batch_id)
+            with contextlib.ExitStack() as stack, \
+                    corral.Client(up.endpoints["frontend"], up.admin_token, ca_cert=up.endpoints["ca_cert"]) as client:
+                if args.fleet:
+                    stack.enter_context(fleet(up, database_url, args.fleet, FLEET_POOL, args.worker_cores * 1000))
+                    n_warm = args.fleet * args.worker_cores * 4
+                    command: tuple[str, ...] = ("true",)
+                else:
+                    # Enough one-second jobs to keep every worker busy while it starts.
+                    n_warm = int(2 * args.max_workers * args.worker_cores / JOB_CORES)
+                    command = ("sleep", "1")
+                progress(f"{NAME}: warm-up ({n_warm} jobs)")
+                client.wait(client.submit(noop_batch(n_warm, "warm-up", command)).batch_id)
 
                 progress(f"{NAME}: {n_jobs:,} no-op jobs")
                 batch = noop_batch(n_jobs, "bench-e2e-noop")
@@ -238,7 +266,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     measured = await asyncio.to_thread(measure, ctx, args, n_jobs, n_links)
     noop_s, to_running, to_final, chain_s = (measured.noop_s, measured.to_running_ms, measured.to_final_ms,
                                              measured.chain_s)
-    rate, r50, r99, f50, f99, link = figure_names(args.runtime)[:6]
+    rate, r50, r99, f50, f99, link = figure_names(mode(args))[:6]
     ctx.figures.add(rate, round(n_jobs / noop_s, 1), "jobs/s")
     ctx.figures.add(r50, round(percentile(to_running, 50), 1), "ms")
     ctx.figures.add(r99, round(percentile(to_running, 99), 1), "ms")
@@ -246,18 +274,20 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     ctx.figures.add(f99, round(percentile(to_final, 99), 1), "ms")
     ctx.figures.add(link, round(chain_s / n_links, 4), "s")
     cpu = measured.cpu
-    names = cpu_figure_names(args.runtime)
+    names = cpu_figure_names(mode(args))
     for name, value in zip(names, [*(cpu.ms_per_job[g] for g in GROUPS), round(cpu.control_plane_ms_per_job, 3)]):
         ctx.figures.add(name, value, "ms")
     for name, value in zip(names[-2:], measured.statements):
         ctx.figures.add(name, round(value, 1), "statements")
-    image = f"{NAME}.png" if args.runtime == "process" else f"{NAME}-{args.runtime}.png"
-    plot(to_running, to_final, ctx.out_dir / image, f"{NAME}: {len(to_final):,} no-op jobs ({args.runtime} runtime)")
+    image = f"{NAME}.png" if mode(args) == "process" else f"{NAME}-{mode(args)}.png"
+    plot(to_running, to_final, ctx.out_dir / image,
+         f"{NAME}: {len(to_final):,} no-op jobs ({f'{args.fleet} simulated workers' if args.fleet else args.runtime + ' runtime'})")
     return {
         "n_jobs": n_jobs,
         "n_links": n_links,
         "job": f"busybox true ({args.runtime} runtime), {JOB_CORES} core, no parents",
-        "runtime": args.runtime,
+        "runtime": "simulated: each attempt completes at once (bench/fleet_worker.py)" if args.fleet else args.runtime,
+        "fleet": args.fleet,
         "worker_cores": args.worker_cores,
         "max_workers_per_pool": args.max_workers,
         "noop_seconds": round(noop_s, 2),

@@ -149,12 +149,12 @@ LIFELINE_EXIT_S = 20.0
 """After `corral up` is gone, how long the worker's shutdown may take before the process exits anyway."""
 
 
-async def run(config: WorkerConfig) -> int:
+async def run(config: WorkerConfig, runtime: ContainerRuntime | None = None) -> int:
     """The worker process: serve until the worker leaves; SIGTERM and SIGINT shut it down, and so does
     the end of the `corral up` it was started under (services.common.lifeline), whichever driver
-    started it."""
+    started it. `runtime`: the one `config.runtime` names unless given (bench/fleet_worker.py)."""
     try:
-        app = await start(config)
+        app = await start(config, runtime)
     except ValueError as e:  # a runtime asked for that this machine cannot run
         log.error("worker %s cannot start: %s", config.instance_name, e)
         return 2

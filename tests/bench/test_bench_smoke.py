@@ -18,7 +18,7 @@ import pymysql
 import pytest
 
 from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, oci_start,
-                   query_limits, sj_mjc, submit, supervise)
+                   query_limits, sj_mjc, slurm_compare, submit, supervise)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -214,6 +214,46 @@ def test_driver_memory_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> 
     for label in ("empty", "queued"):
         assert " leads with epoch " in (tmp_path / f"driver-memory-{label}.log").read_text()
     assert bench_schemas(mariadb_server) == before
+
+
+def test_e2e_fleet_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """Simulated workers: the real worker process and session, a runtime that forks nothing."""
+    result = run_bench(mariadb_server, tmp_path, "e2e", "--fleet", "2", "--worker-cores", "4")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == e2e.figure_names("fleet")
+    # The control plane did the same work as with real workers; the workers forked nothing per job.
+    for group in ("database", "driver_leader", "frontend", "workers", "control_plane"):
+        assert printed[f"e2e.fleet.noop.cpu_ms_per_job.{group}"][0] > 0, group
+    assert printed["e2e.fleet.noop.cpu_ms_per_job.workers_children"][0] == 0
+    results = results_of(tmp_path, "e2e", printed)
+    assert results["parameters"]["fleet"] == 2
+    assert results["parameters"]["cpu_processes_lost"] == []
+    assert is_png(tmp_path / "e2e-fleet.png")
+
+
+def test_slurm_compare_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """corral and a private Slurm on loopback, the same work: both finish, and the ratios are theirs."""
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "slurm-compare")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == slurm_compare.figure_names()
+    assert all(value > 0 for value, _ in printed.values())
+    corral_rate, slurm_rate, rate_ratio, corral_link, slurm_link, link_ratio = (
+        printed[name][0] for name in slurm_compare.figure_names())
+    assert rate_ratio == pytest.approx(corral_rate / slurm_rate, rel=0.02)
+    assert link_ratio == pytest.approx(slurm_link / corral_link, rel=0.02)
+    results = results_of(tmp_path, "slurm-compare", printed)
+    rounds = results["parameters"]["rounds"]
+    assert {key: len(times) for key, times in rounds.items()} == {
+        "corral.noop": 1, "slurm.noop": 1, "corral.chain": 1, "slurm.chain": 1}
+    assert bench_schemas(mariadb_server) == before
+    # Its munged (socket in /tmp/corral-munge-*) is stopped, with slurmctld and slurmd before it.
+    leftovers = subprocess.run(["pgrep", "-af", "munged .*corral-munge-"], capture_output=True, text=True).stdout
+    assert leftovers == "", f"the benchmark's munged is still running: {leftovers}"
 
 
 def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
