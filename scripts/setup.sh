@@ -6,8 +6,10 @@
 #     the container runtime (runc, umoci, skopeo), the OCI registry `corral up`
 #     runs on loopback (docker-registry) and the static busybox it seeds it
 #     with (busybox-static), iptables (the partition fault cuts a worker off
-#     with it), Node.js for buf, and golang-grpc-gateway (protoc-gen-swagger,
-#     with which scripts/gen_protos.py writes corral/openapi.json);
+#     with it), Node.js for buf, golang-grpc-gateway (protoc-gen-swagger,
+#     with which scripts/gen_protos.py writes corral/openapi.json), and Slurm
+#     with munge (`bench slurm-compare` runs a private one on loopback; the
+#     system services are not used);
 #   - .venv with corral installed editable, re-installed when pyproject.toml
 #     changes;
 #   - the buf CLI in .tools/;
@@ -15,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm golang-grpc-gateway)
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm golang-grpc-gateway
+          slurm-wlm munge)
 BUF_VERSION=1.75.0
 STAMP=.venv/.corral-pyproject.sha256
 
@@ -53,6 +56,11 @@ if ((${#missing[@]})); then
     if [[ " ${missing[*]} " == *" docker-registry "* && -d /run/systemd/system ]]; then
         say "stopping and disabling the system docker-registry service (corral runs its own on loopback)"
         as_root systemctl disable --now docker-registry.service || true
+    fi
+    # Likewise Slurm's and munge's system daemons: the benchmark runs its own, on loopback, with its own key.
+    if [[ " ${missing[*]} " == *" slurm-wlm "* && -d /run/systemd/system ]]; then
+        say "stopping and disabling the system slurmctld, slurmd and munge services (the benchmark runs its own)"
+        as_root systemctl disable --now slurmctld.service slurmd.service munge.service || true
     fi
 else
     say "Debian packages present"
