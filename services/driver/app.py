@@ -243,12 +243,19 @@ async def start(config: DriverConfig) -> DriverApp:
                              FleetGauges(db, lambda: state.epoch is not None)]
         loops += more_loops
 
+        # Who a worker's job events wake, besides the scheduler: each of these runs a cycle of reads, and
+        # at hundreds of jobs a second, waking all five on every pass was a good part of the database's
+        # work. A job's start moves nothing but its events; its end may release children (which MJC
+        # does itself for a few, possibly with a failed dependency) and frees cores. The running
+        # canceller waits for a cancellation (or its period): a start after one is refused by MJS.
+        woken_by = {"job_started": (publisher,), "job_completed": (canceller, releaser, autoscaler, publisher)}
+
         def on_change(kind: str) -> None:
             if kind in _DEMAND_UNCHANGED:
                 scheduler.notify()
             else:
                 scheduler.new_work()
-            for loop in (canceller, releaser, autoscaler, publisher, running):
+            for loop in woken_by.get(kind, (canceller, releaser, autoscaler, publisher, running)):
                 loop.notify()
 
         async def on_elected(new_epoch: int) -> None:
