@@ -88,7 +88,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         self._leader_address = leader_address
         self._on_change = on_change
         self._settings = settings
-        self._events = WorkerEvents(db, store, on_change)
+        self._events = WorkerEvents(store, on_change)
 
     def _leader_epoch(self) -> int:
         epoch = self._epoch()

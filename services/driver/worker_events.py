@@ -4,9 +4,9 @@ A worker sends JobStarted, JobCompleted and heartbeats one message at a time.
 Recording each with its own procedure calls costs several round trips and a
 commit per job, which capped a whole system at a few dozen jobs a second.
 The session instead reads messages as they come and records, in one pass,
-everything that arrived while the previous pass ran: one bulk MJS (plus one
-read of the jobs' sizes and one add_attempt_resources), one bulk MJC and one
-heartbeat rollup per pass. Under load the passes grow; when idle each holds
+everything that arrived while the previous pass ran: one bulk MJS (which also
+records what each started attempt uses), one bulk MJC and one heartbeat rollup
+per pass. Under load the passes grow; when idle each holds
 one event and nothing waits.
 
 Within a pass, starts are recorded before completions (MJC before MJS is
@@ -24,7 +24,6 @@ from typing import Any
 
 from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
-from services.db.database import Database
 from services.db.store import JobStore
 
 _FINAL = {job_state_pb2.JOB_STATE_SUCCEEDED: "Success", job_state_pb2.JOB_STATE_FAILED: "Failed",
@@ -37,6 +36,8 @@ STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
                  "already_complete": "its job is already complete"}
 """MJS outcomes after which the attempt must not run, and what CancelJob tells the worker."""
 
+CPU_RESOURCE, MEMORY_RESOURCE = "cpu/local/1", "memory/local/1"
+"""What a started attempt is billed for, per millisecond: its cores (mCPU) and its memory (MiB)."""
 MAX_ERROR_MESSAGE_CHARS = 8000
 MAX_EVENTS_PER_PASS = 500
 """Events recorded in one pass at most (bounds one procedure call's payload)."""
@@ -77,8 +78,7 @@ def _completion_row(done: Any) -> dict[str, Any]:
 class WorkerEvents:
     """Records passes of one driver's worker events (see the module docstring)."""
 
-    def __init__(self, db: Database, store: JobStore, on_change: Callable[[str], None]):
-        self._db = db
+    def __init__(self, store: JobStore, on_change: Callable[[str], None]):
         self._store = store
         self._on_change = on_change
 
@@ -123,33 +123,17 @@ class WorkerEvents:
                              out: Recorded) -> None:
         by_key = {}
         for m in starts:  # a repeat within one pass is recorded once
+            # MJS also records what each started attempt uses per millisecond: the job's reservation.
             row = {**_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
-                   "isolation": m.job_started.isolation}
+                   "isolation": m.job_started.isolation, "cpu_resource": CPU_RESOURCE,
+                   "memory_resource": MEMORY_RESOURCE}
             by_key.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
         rows = list(by_key.values())
         status = await self._store.mark_jobs_started(epoch, instance, rows)
         outcomes = {(o["batch_id"], o["job_id"], o["attempt_id"]): o["outcome"] for o in status["outcomes"]}
-        running = []
         for row in rows:
             outcome = outcomes.get((row["batch_id"], row["job_id"], row["attempt_id"]), "not_found")
-            ref = {k: row[k] for k in ("batch_id", "job_id", "attempt_id")}
             if outcome in STOP_AT_START:
-                out.stop.append((ref, STOP_AT_START[outcome]))
-            elif outcome in ("started", "already_started"):
-                running.append(ref)
-        if running:
-            # What each started attempt uses per millisecond: the job's reservation.
-            keys = ", ".join(["(%s, %s)"] * len(running))
-            sizes = {(r["batch_id"], r["job_id"]): r for r in await self._db.fetchall(
-                f"SELECT batch_id, job_id, cores_mcpu, memory_bytes FROM jobs WHERE (batch_id, job_id) IN ({keys})",
-                tuple(v for ref in running for v in (ref["batch_id"], ref["job_id"])), name="job_resources")}
-            resources = []
-            for ref in running:
-                size = sizes.get((ref["batch_id"], ref["job_id"]))
-                if size is not None:
-                    resources += [{**ref, "resource": "cpu/local/1", "quantity": size["cores_mcpu"]},
-                                  {**ref, "resource": "memory/local/1", "quantity": size["memory_bytes"] // 2**20}]
-            if resources:
-                await self._store.add_attempt_resources(epoch, resources)
+                out.stop.append(({k: row[k] for k in ("batch_id", "job_id", "attempt_id")}, STOP_AT_START[outcome]))
         out.acks += [m.event_id for m in starts]
         out.started = len(starts)

@@ -1,8 +1,15 @@
 -- MJS, bulk: a worker reports that attempts began running at start_time_ms.
--- in_jobs: [{"batch_id", "job_id", "attempt_id", "start_time_ms", "isolation"}]
--- for attempts on instance in_instance_name. Sets the attempt's start (and
--- the billing rollup origin) and the runtime's words on its isolation, once.
--- The job's state is not touched: SJ already made it Running.
+-- in_jobs: [{"batch_id", "job_id", "attempt_id", "start_time_ms", "isolation",
+-- "cpu_resource", "memory_resource"}] for attempts on instance
+-- in_instance_name. Sets the attempt's start (and the billing rollup origin)
+-- and the runtime's words on its isolation, once. The job's state is not
+-- touched: SJ already made it Running.
+-- With cpu_resource / memory_resource (names in resources; either may be
+-- left out), a started or already started attempt is also given what it
+-- uses per millisecond, as add_attempt_resources would, in the same
+-- transaction: the job's cores_mcpu of the first, its memory_bytes in MiB of
+-- the second; first write wins. An unknown name refuses the whole call
+-- (rc 3). One call instead of a read of the jobs' sizes and a second call.
 -- Returns one row per job (batch_id, job_id, attempt_id, outcome), then the
 -- status row with n_started:
 --   started           the start is recorded now
@@ -29,7 +36,11 @@ proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
   DECLARE v_locked INT;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
+    SET @corral_bulk_usage = NULL;
+    ROLLBACK;
+    RESIGNAL;
+  END;
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
@@ -44,19 +55,31 @@ proc: BEGIN
     attempt_id VARCHAR(40) NULL,
     start_time_ms BIGINT NULL,
     isolation VARCHAR(512) NULL,
+    cpu_resource VARCHAR(128) NULL,
+    memory_resource VARCHAR(128) NULL,
     outcome VARCHAR(32) NULL,
     UNIQUE KEY (batch_id, job_id, attempt_id)
   ) ENGINE=InnoDB;
   -- A repeat of the same attempt in one call is recorded once.
-  INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, start_time_ms, isolation)
-    SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.start_time_ms, LEFT(jt.isolation, 512)
+  INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource,
+                                     memory_resource)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.start_time_ms, LEFT(jt.isolation, 512), jt.cpu_resource,
+           jt.memory_resource
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id', attempt_id VARCHAR(40) PATH '$.attempt_id',
-      start_time_ms BIGINT PATH '$.start_time_ms', isolation TEXT PATH '$.isolation')) jt
+      start_time_ms BIGINT PATH '$.start_time_ms', isolation TEXT PATH '$.isolation',
+      cpu_resource VARCHAR(128) PATH '$.cpu_resource', memory_resource VARCHAR(128) PATH '$.memory_resource')) jt
     ORDER BY jt.batch_id, jt.job_id, jt.attempt_id;
   IF EXISTS (SELECT 1 FROM tmp_job_starts
              WHERE batch_id IS NULL OR job_id IS NULL OR attempt_id IS NULL OR start_time_ms IS NULL) THEN
     SELECT 3 AS rc, 'every job needs batch_id, job_id, attempt_id and start_time_ms' AS message;
+    LEAVE proc;
+  END IF;
+  IF EXISTS (SELECT 1 FROM tmp_job_starts t
+             WHERE (t.cpu_resource IS NOT NULL AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.name = t.cpu_resource))
+                OR (t.memory_resource IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.name = t.memory_resource))) THEN
+    SELECT 3 AS rc, 'unknown cpu_resource or memory_resource' AS message;
     LEAVE proc;
   END IF;
 
@@ -90,12 +113,38 @@ proc: BEGIN
       WHEN a.start_time_ms IS NOT NULL THEN 'already_started'
       ELSE 'started' END;
 
+  -- A start sets the attempt's start and rollup together (no MJC has set a rollup: it would have ended the
+  -- attempt), so it bills nothing, and neither does a resource recorded now: the billing triggers are
+  -- skipped for these rows (@corral_bulk_usage), as MJC and heartbeat_rollup skip them for theirs.
+  SET @corral_bulk_usage = 1;
   UPDATE attempts a
     JOIN tmp_job_starts t ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
     SET a.rollup_time_ms = COALESCE(a.rollup_time_ms, t.start_time_ms),
         a.start_time_ms = t.start_time_ms,
         a.isolation = t.isolation
     WHERE t.outcome = 'started';
+  -- Sorted as the locks above: the attempts' rows, then each one's resources by id.
+  INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)
+    SELECT t.batch_id, t.job_id, t.attempt_id, r.resource_id,
+           IF(r.name = t.cpu_resource, j.cores_mcpu, j.memory_bytes DIV 1048576)
+    FROM tmp_job_starts t
+    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    JOIN resources r ON r.name IN (t.cpu_resource, t.memory_resource)
+    WHERE t.outcome = 'started'
+    ORDER BY t.batch_id, t.job_id, t.attempt_id, r.resource_id
+  ON DUPLICATE KEY UPDATE quantity = attempt_resources.quantity;
+  SET @corral_bulk_usage = NULL;
+  -- A repeated start may record resources for the first time (a caller that gave none before): what its
+  -- heartbeats rolled up since is billed by the insert trigger.
+  INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)
+    SELECT t.batch_id, t.job_id, t.attempt_id, r.resource_id,
+           IF(r.name = t.cpu_resource, j.cores_mcpu, j.memory_bytes DIV 1048576)
+    FROM tmp_job_starts t
+    JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+    JOIN resources r ON r.name IN (t.cpu_resource, t.memory_resource)
+    WHERE t.outcome = 'already_started'
+    ORDER BY t.batch_id, t.job_id, t.attempt_id, r.resource_id
+  ON DUPLICATE KEY UPDATE quantity = attempt_resources.quantity;
   SELECT COUNT(*) INTO v_n FROM tmp_job_starts WHERE outcome = 'started';
   COMMIT;
   SELECT batch_id, job_id, attempt_id, outcome FROM tmp_job_starts ORDER BY batch_id, job_id, attempt_id;

@@ -153,3 +153,98 @@ async def test_completion_records_the_outcome_once(world: World) -> None:
     assert (row["exit_code"], row["error_message"], row["cpu_time_ms"], row["reason"]) == (
         None, "its worker was lost (i1: dead)", None, "worker_lost")
     assert await check_invariants(world.db) == []
+
+
+async def attempt_resources(world: World, batch_id: int, attempt: str) -> dict[str, int]:
+    rows = await world.db.fetchall(
+        "SELECT r.name, ar.quantity FROM attempt_resources ar JOIN resources r ON r.resource_id = ar.resource_id "
+        "WHERE ar.batch_id = %s AND ar.attempt_id = %s", (batch_id, attempt))
+    return {row["name"]: int(row["quantity"]) for row in rows}
+
+
+def with_resources(batch_id: int, job_id: int, attempt: str, start_ms: int) -> dict:
+    return {"batch_id": batch_id, "job_id": job_id, "attempt_id": attempt, "start_time_ms": start_ms,
+            "isolation": ISOLATION, "cpu_resource": "cpu/local/1", "memory_resource": "memory/local/1"}
+
+
+async def test_a_start_with_resource_names_records_the_reservation_once(world: World) -> None:
+    """MJS records what a started attempt uses (its job's cores and memory in MiB), as add_attempt_resources did
+    in a call of its own; a repeat keeps the first write."""
+    await world.instance()
+    created = await world.store.create_batch("alice", "proj")
+    batch_id = int(created["batch_id"])
+    update = await world.store.create_update(batch_id, 1, 0)
+    s = update["start_job_id"]
+    await world.store.insert_jobs(batch_id, update["update_id"], [
+        {"job_id": s, "cores_mcpu": 250, "memory_bytes": 3 * 2**30, "inst_coll": "standard", "job_group_id": 0}])
+    await world.store.commit_update(batch_id, update["update_id"])
+    attempt = await schedule(world, batch_id, s)
+    status = await world.store.mark_jobs_started(world.epoch, "i1", [with_resources(batch_id, s, attempt, world.clock())])
+    assert status["outcomes"][0]["outcome"] == "started"
+    assert await attempt_resources(world, batch_id, attempt) == {"cpu/local/1": 250, "memory/local/1": 3072}
+    await world.db.execute("UPDATE jobs SET cores_mcpu = 500 WHERE batch_id = %s", (batch_id,))
+    status = await world.store.mark_jobs_started(world.epoch, "i1", [with_resources(batch_id, s, attempt, world.clock())])
+    assert status["outcomes"][0]["outcome"] == "already_started"
+    assert await attempt_resources(world, batch_id, attempt) == {"cpu/local/1": 250, "memory/local/1": 3072}
+    await world.db.execute("UPDATE jobs SET cores_mcpu = 250 WHERE batch_id = %s", (batch_id,))
+    assert await check_invariants(world.db) == []
+
+
+async def test_resources_only_for_attempts_that_start(world: World) -> None:
+    """A refused start (cancelled, ended, unknown) gets no resources; without names, none either."""
+    await world.instance()
+    batch_id, _, s = await world.batch([{}, {}, {}])
+    cancelled_batch, _, c = await world.batch([{}])
+    cancelled = await schedule(world, cancelled_batch, c)
+    await world.store.cancel_job_group(cancelled_batch, 0, "alice", "changed my mind")
+    ended = await schedule(world, batch_id, s)
+    assert await world.finish(batch_id, s, ended, "Success") == "completed"
+    plain, named = await schedule(world, batch_id, s + 1), await schedule(world, batch_id, s + 2)
+    now = world.clock()
+    status = await world.store.mark_jobs_started(world.epoch, "i1", [
+        with_resources(cancelled_batch, c, cancelled, now), with_resources(batch_id, s, ended, now),
+        with_resources(batch_id, s + 2, "nope", now), with_resources(batch_id, s + 2, named, now),
+        {"batch_id": batch_id, "job_id": s + 1, "attempt_id": plain, "start_time_ms": now}])
+    outcomes = {(o["batch_id"], o["attempt_id"]): o["outcome"] for o in status["outcomes"]}
+    assert outcomes == {(cancelled_batch, cancelled): "cancelled", (batch_id, ended): "ended",
+                        (batch_id, "nope"): "not_found", (batch_id, named): "started", (batch_id, plain): "started"}
+    assert await attempt_resources(world, cancelled_batch, cancelled) == {}
+    assert await attempt_resources(world, batch_id, ended) == {}
+    assert await attempt_resources(world, batch_id, plain) == {}
+    assert await attempt_resources(world, batch_id, named) == {"cpu/local/1": 1000, "memory/local/1": 0}
+    assert await world.finish(cancelled_batch, c, cancelled, "Cancelled") == "completed"
+    assert await check_invariants(world.db) == []
+
+
+async def test_an_unknown_resource_name_refuses_the_whole_start(world: World) -> None:
+    await world.instance()
+    batch_id, _, s = await world.batch([{}, {}])
+    good, bad = await schedule(world, batch_id, s), await schedule(world, batch_id, s + 1)
+    with pytest.raises(InvalidArgumentError, match="unknown cpu_resource or memory_resource"):
+        await world.store.mark_jobs_started(world.epoch, "i1", [
+            with_resources(batch_id, s, good, world.clock()),
+            {**with_resources(batch_id, s + 1, bad, world.clock()), "memory_resource": "memory/nowhere/9"}])
+    for job_id, attempt in ((s, good), (s + 1, bad)):
+        assert (await attempt_row(world, batch_id, job_id, attempt))["start_time_ms"] is None
+        assert await attempt_resources(world, batch_id, attempt) == {}
+
+
+async def test_resources_first_given_on_a_repeated_start_bill_what_was_rolled_up(world: World) -> None:
+    """A start recorded without resource names, rolled up for 60 s, then repeated with them: the repeat records
+    the resources and bills the 60 s at once (the insert trigger, which a fresh start skips)."""
+    await world.instance()
+    batch_id, _, s = await world.batch([{}, {}])
+    late, fresh = await schedule(world, batch_id, s), await schedule(world, batch_id, s + 1)
+    started = world.clock()
+    await start(world, batch_id, s, late)
+    world.clock.advance(60_000)
+    await world.store.heartbeat_rollup(world.epoch, "i1", [
+        {"batch_id": batch_id, "job_id": s, "attempt_id": late, "rollup_time_ms": started + 60_000}])
+    status = await world.store.mark_jobs_started(world.epoch, "i1", [
+        with_resources(batch_id, s, late, started), with_resources(batch_id, s + 1, fresh, world.clock())])
+    assert [o["outcome"] for o in status["outcomes"]] == ["already_started", "started"]
+    usage = {(int(row["job_id"]), row["name"]): int(row["usage"]) for row in await world.db.fetchall(
+        "SELECT a.job_id, r.name, a.`usage` FROM aggregated_job_resources a "
+        "JOIN resources r ON r.resource_id = a.resource_id WHERE a.batch_id = %s", (batch_id,))}
+    assert usage == {(s, "cpu/local/1"): 1000 * 60_000, (s, "memory/local/1"): 0}
+    assert await check_invariants(world.db) == []
