@@ -53,14 +53,18 @@ def _usable(files: TlsFiles, now: datetime.datetime) -> bool:
     if not (files.cert.exists() and files.key.exists()):
         return False
     try:
-        return now < renew_time(files.cert.read_bytes())
+        return now < renew_time(files)
     except ValueError:
         return False
 
 
-def renew_time(chain_pem: bytes) -> datetime.datetime:
-    """When a certificate is due for renewal: two thirds into its life."""
-    start, end = not_before(chain_pem), not_after(chain_pem)
+def renew_time(files: TlsFiles) -> datetime.datetime:
+    """When the worker's certificate is due for renewal: two thirds into its life, counted from when the
+    worker stored it (its not-before is backdated a few minutes for clock skew, which would make a short-lived
+    certificate due at once)."""
+    chain = files.cert.read_bytes()
+    stored = datetime.datetime.fromtimestamp(files.cert.stat().st_mtime, datetime.timezone.utc)
+    start, end = max(not_before(chain), min(stored, not_after(chain))), not_after(chain)
     return start + (end - start) * RENEW_AT
 
 
@@ -125,7 +129,7 @@ class CertificateRenewer:
         while True:
             chain = self._files.cert.read_bytes()
             now = datetime.datetime.now(datetime.timezone.utc)
-            wait_s = (renew_time(chain) - now).total_seconds()
+            wait_s = (renew_time(self._files) - now).total_seconds()
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
             if await self.renew_once():

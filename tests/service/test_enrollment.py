@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -274,3 +275,47 @@ async def test_the_gateway_may_enroll_on_its_own_and_nothing_else(
     async with mutual(certs.issue("frontend"), driver.internal_port) as channel:
         error = await refused(enroll(channel, "i1", "token-of-i1", certificate_request("i1")[1]))
         assert error.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_worker_renews_its_certificate_before_it_expires(
+        world: World, certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """The worker's renewer, against a driver whose certificates last 6 s: each renewed at two thirds of its
+    life (4 s after it came), on a new key each time, over mutual TLS with the certificate it replaces."""
+    from services.worker.certificates import CertificateRenewer, worker_files
+
+    short = EnrollmentSettings(certificate_validity_s=6.0)
+    servicer = EnrollmentServicer(world.store, WorkerIssuer(certs.directory), short)
+    servers = await serve([Service(SERVICE_NAME, servicer,
+                                   worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)],
+                          [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
+    try:
+        await world.store.create_instance(world.epoch, "i1", "standard", 2000, "token-of-i1")
+        key, csr = certificate_request("i1")
+        chain = (await servicer.Enroll(epb.EnrollRequest(instance_name="i1", activation_token="token-of-i1",
+                                                         csr_pem=csr.decode()), None)).certificate_chain_pem  # type: ignore[arg-type]
+        files = keep(tmp_path / "w", certs, "i1", key, chain)
+        assert files == worker_files(tmp_path / "w", "i1")
+        seen: list[tuple[bytes, bytes]] = []
+        times = [time.monotonic()]
+        renewer = CertificateRenewer(files, (f"localhost:{servers.ports[0]}",),
+                                     lambda: (seen.append((files.key.read_bytes(), files.cert.read_bytes())),
+                                              times.append(time.monotonic())),
+                                     instance_name="i1")
+        task = asyncio.create_task(renewer.run())
+        try:
+            deadline = asyncio.get_running_loop().time() + 30
+            while len(seen) < 2:
+                assert asyncio.get_running_loop().time() < deadline, "not renewed twice in time"
+                assert not task.done(), task
+                await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+        (key1, cert1), (key2, cert2) = seen[:2]
+        assert len({key, key1, key2}) == 3 and len({chain.encode(), cert1, cert2}) == 3
+        assert all(uris(c.decode()) == ["spiffe://corral/worker/i1"] for c in (cert1, cert2))
+        # Each waited for two thirds of its predecessor's 6 s (and not much more).
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert all(3.5 < gap < 10.0 for gap in gaps[:2]), gaps
+        assert oct(files.key.stat().st_mode & 0o777) == "0o600"
+    finally:
+        await servers.stop(0)
