@@ -1,5 +1,5 @@
 """Bootstrap end to end (issue 16): a real driver behind the real internal gateway (Envoy), and a worker
-process started with `--cloud gcp` on a "machine" whose metadata server is a loopback one
+process started with `--cloud gcp` (or `azure`) on a "machine" whose metadata server is a loopback one
 (tests/fake_metadata.py) holding only its boot data: a one-time token and the CA certificate, no key.
 
 - the gateway's enrollment listener (TLS, no client certificate) serves Enroll and nothing else;
@@ -72,8 +72,9 @@ async def instance_row(db: Database, name: str) -> dict:  # type: ignore[type-ar
     return row
 
 
-async def test_a_gcp_worker_enrolls_through_the_gateway_activates_and_leaves_when_preempted(
-        driver: DriverApp, db: Database, certs: DevCertificateAuthority, tmp_path: Path) -> None:
+@pytest.mark.parametrize("cloud", ["gcp", "azure"])
+async def test_a_cloud_worker_enrolls_through_the_gateway_activates_and_leaves_when_preempted(
+        cloud: str, driver: DriverApp, db: Database, certs: DevCertificateAuthority, tmp_path: Path) -> None:
     epoch = driver.election.state.epoch
     assert epoch is not None
     await JobStore(db).create_instance(epoch, "standard-cafe01", "standard", 1000, "one-time-token-of-cafe01",
@@ -110,11 +111,12 @@ async def test_a_gcp_worker_enrolls_through_the_gateway_activates_and_leaves_whe
         certs_dir = tmp_path / "machine" / "certs"
         with fake_metadata.serving() as metadata:
             metadata.bootstrap_json = boot.to_json()
+            metadata.vm_name = "standard-cafe01"
             env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-            env[METADATA_URL_ENV] = metadata.gcp_root
+            env[METADATA_URL_ENV] = metadata.gcp_root if cloud == "gcp" else metadata.azure_root
             log_path = tmp_path / "worker.log"
             with open(log_path, "wb") as log_file:
-                worker = subprocess.Popen([sys.executable, "-m", "services.worker", "--cloud", "gcp",
+                worker = subprocess.Popen([sys.executable, "-m", "services.worker", "--cloud", cloud,
                                            "--certs-dir", str(certs_dir)],
                                           cwd=REPO, env=env, stdout=log_file, stderr=subprocess.STDOUT)
             try:
@@ -141,8 +143,16 @@ async def test_a_gcp_worker_enrolls_through_the_gateway_activates_and_leaves_whe
                         grpc.StatusCode.PERMISSION_DENIED, REFUSED)
 
                 # The cloud reclaims the machine: the worker says so at once and leaves.
-                metadata.preempt()
+                if cloud == "gcp":
+                    metadata.preempt()
+                else:
+                    metadata.events.append({
+                        "EventId": "evict-1", "EventType": "Preempt", "ResourceType": "VirtualMachine",
+                        "Resources": ["standard-cafe01"], "EventStatus": "Scheduled", "NotBefore": "",
+                        "Description": "", "EventSource": "Platform", "DurationInSeconds": -1})
                 await asyncio.to_thread(worker.wait, 30)
+                if cloud == "azure":
+                    assert metadata.acknowledged == ["evict-1"]
                 row = await instance_row(db, "standard-cafe01")
                 assert row["state"] == "inactive", log_path.read_text()
                 assert row["deactivation_reason"] == "the cloud reclaimed the machine", log_path.read_text()
