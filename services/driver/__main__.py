@@ -59,8 +59,13 @@ parser.add_argument("--enroll-token-ttl", type=float, default=EnrollmentSettings
 parser.add_argument("--worker-cert-validity", type=float, default=EnrollmentSettings.certificate_validity_s,
                     metavar="SECONDS", help="how long an enrolled worker's certificate is valid; it renews at two "
                                             "thirds of that (default: %(default)s)")
+parser.add_argument("--local-workers-enroll", action="store_true",
+                    help="local workers make their own key and enroll at --enroll-address with their one-time token, "
+                         "as cloud workers do (default: the driver makes each local worker's key and certificate)")
 metrics.add_arguments(parser)
 args = parser.parse_args()
+if args.local_workers_enroll and not args.enroll_address:
+    parser.error("--local-workers-enroll needs --enroll-address")
 if args.enroll_token_ttl <= 0 or args.worker_cert_validity <= 0:
     parser.error("--enroll-token-ttl and --worker-cert-validity must be positive")
 try:
@@ -81,5 +86,5 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              storage_access=StorageAccess.from_args(args),
                              callback_allow_networks=allowed_networks(args.callback_allow_networks),
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
-                             enroll_address=args.enroll_address,
+                             enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,
                              enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity))))

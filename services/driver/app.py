@@ -93,6 +93,9 @@ class DriverConfig:
     internal gateway's enrollment listener forwards Enroll to the internal address)."""
     enrollment: EnrollmentSettings = EnrollmentSettings()
     """How long activation tokens enroll and enrolled workers' certificates last."""
+    local_workers_enroll: bool = False
+    """Local workers make their own key and enroll at this driver's enrollment listener (`enroll_address`,
+    which it then needs), as cloud workers do, instead of being given a key and certificate the driver made."""
     name: str = "driver"
     """This driver's name, in logs and the election."""
     driver_addresses: tuple[str, ...] = ()
@@ -176,17 +179,28 @@ def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
     return config.data_dir / "worker-certs" / instance_name
 
 
-def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
+def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
+                         enroll_address: Callable[[], str | None] = lambda: None
+                         ) -> Callable[[InstanceRequest], list[str]]:
     """argv of a local worker process for an instance request, after giving the worker a
     certificate of its own (signed by the worker issuer); its activation token is not there: the
     local provider puts it in the environment. Without configured driver addresses (a single driver
-    on port 0), the worker is given `own_address()`."""
+    on port 0), the worker is given `own_address()`. With `config.local_workers_enroll`, the worker is
+    given the CA certificate alone and enrolls at `enroll_address()` for its certificate, as a cloud
+    worker does (its key is made in its own process)."""
 
     def command(request: InstanceRequest) -> list[str]:
         drivers = config.driver_addresses or (own_address(),)
         certs = worker_certs_dir(config, request.name)
-        WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
+        enroll_at = enroll_address() if config.local_workers_enroll else None
+        if enroll_at is not None:
+            certs.mkdir(parents=True, exist_ok=True)
+            certs.chmod(0o700)
+            shutil.copyfile(config.certs_dir / "ca.pem", certs / "ca.pem")
+        else:
+            WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
+                *(["--enroll-address", enroll_at] if enroll_at is not None else []),
                 "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--storage-bytes", str(request.storage_bytes),
                 "--region", request.region,
@@ -224,7 +238,11 @@ async def start(config: DriverConfig) -> DriverApp:
         registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage,
                                    secrets=SecretDelivery(db, opener))
         tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
-        provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
+        enroll_port: int | None = None
+        if config.local_workers_enroll and config.enroll_address is None:
+            raise ValueError("local workers enroll at the driver's enrollment listener: give it an enroll_address")
+        provider = LocalProvider(local_worker_command(config, lambda: election.state.name,
+                                                      lambda: f"localhost:{enroll_port}" if enroll_port else None),
                                  config.data_dir / "worker-logs",
                                  forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
                                  pid_files=PidFiles(config.data_dir / "run" / "pids"))
@@ -294,7 +312,6 @@ async def start(config: DriverConfig) -> DriverApp:
                               # Not ready until elected: the internal gateway routes by this health.
                               serving_at_start=False)
         stack.push_async_callback(servers.stop)
-        enroll_port = None
         if config.enroll_address is not None:
             enroll_servers = await serve([enrollment], [Listener(config.enroll_address, tls, enrollee, internal=True,
                                                                  require_client_cert=False)],

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from services.driver.providers.worker_metadata import WorkerBootstrap
-from services.worker.certificates import enroll
+from services.worker.certificates import enroll, enroll_at
 from services.worker.cloud import CLOUDS, MetadataError, read_bootstrap
 
 from services.common import metrics
@@ -40,7 +40,7 @@ def networks(text: str) -> tuple[ipaddress.IPv4Network, ...]:
 
 DEFAULT_CLOUD_CERTS_DIR = Path("/var/lib/corral/worker-certs")
 """Where a cloud worker keeps its key and certificate unless --certs-dir says otherwise."""
-FROM_BOOT_DATA = ("--instance-name", "--driver-addresses", "--certs-dir", "--cloud")
+FROM_BOOT_DATA = ("--instance-name", "--driver-addresses", "--certs-dir", "--cloud", "--enroll-address")
 """Options a cloud worker takes from its boot data (or its own command line), never from `worker_args`."""
 
 parser = argparse.ArgumentParser(prog="python -m services.worker", description=__doc__)
@@ -48,6 +48,10 @@ parser.add_argument("--cloud", choices=CLOUDS,
                     help="this is a cloud machine: read the boot data from the cloud's metadata server, enroll "
                          "for a certificate with its one-time token, renew it, and watch for preemption")
 parser.add_argument("--instance-name", required=True)
+parser.add_argument("--enroll-address", metavar="HOST:PORT",
+                    help="make this worker's key and enroll for its certificate here with its one-time token (the "
+                         "CA certificate in CERTS_DIR/ca.pem), then renew it; default: use the certificate and key "
+                         "in CERTS_DIR (what a cloud worker does, from its boot data)")
 parser.add_argument("--cores-mcpu", type=int, required=True)
 parser.add_argument("--memory-bytes", type=int, default=0)
 parser.add_argument("--storage-bytes", type=int, default=0)
@@ -129,6 +133,11 @@ token = token or os.environ.get(TOKEN_VARIABLE, "")
 os.environ.pop(TOKEN_VARIABLE, None)  # nothing this process starts inherits it
 if not token:
     parser.error(f"the activation token goes in the environment variable {TOKEN_VARIABLE}")
+if args.enroll_address:
+    try:
+        asyncio.run(enroll_at(args.enroll_address, args.instance_name, token, args.certs_dir))
+    except Exception as e:  # noqa: BLE001 - any failure to enroll ends the worker, saying why
+        parser.exit(3, f"worker: enrolling {args.instance_name} at {args.enroll_address} failed: {e}\n")
 sys.exit(asyncio.run(run(WorkerConfig(
     args.instance_name, token, args.cores_mcpu,
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
@@ -138,4 +147,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,
     image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
     runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
-    usage_interval_s=args.usage_interval_s, cloud=args.cloud, renew_certificate=args.cloud is not None))))
+    usage_interval_s=args.usage_interval_s, cloud=args.cloud,
+    renew_certificate=args.cloud is not None or bool(args.enroll_address)))))

@@ -79,18 +79,27 @@ async def enroll(bootstrap: WorkerBootstrap, certs_dir: Path, timeout_s: float =
     with a new key, unless a certificate there is still good. Retries what may pass (the enrollment
     address not answering yet); a refusal (the token used, expired or revoked) raises at once."""
     _private_dir(certs_dir)
-    files = worker_files(certs_dir, bootstrap.instance_name)
-    write_atomically(files.ca_cert, bootstrap.ca_cert_pem.encode(), 0o644)
+    write_atomically(certs_dir / "ca.pem", bootstrap.ca_cert_pem.encode(), 0o644)
+    return await enroll_at(bootstrap.enroll_address, bootstrap.instance_name, bootstrap.activation_token,
+                           certs_dir, timeout_s, attempts)
+
+
+async def enroll_at(address: str, instance_name: str, activation_token: str, certs_dir: Path,
+                    timeout_s: float = 30.0, attempts: int = 5) -> TlsFiles:
+    """`enroll`, given the CA certificate in `certs_dir/ca.pem` (a local provider's worker: its driver
+    wrote that file alone, and no key)."""
+    _private_dir(certs_dir)
+    files = worker_files(certs_dir, instance_name)
     if _usable(files, datetime.datetime.now(datetime.timezone.utc)):
-        log.info("%s: the certificate in %s is still good; not enrolling again", bootstrap.instance_name, certs_dir)
+        log.info("%s: the certificate in %s is still good; not enrolling again", instance_name, certs_dir)
         return files
-    key_pem, csr_pem = certificate_request(bootstrap.instance_name)
-    request = pb.EnrollRequest(instance_name=bootstrap.instance_name, activation_token=bootstrap.activation_token,
+    key_pem, csr_pem = certificate_request(instance_name)
+    request = pb.EnrollRequest(instance_name=instance_name, activation_token=activation_token,
                                csr_pem=csr_pem.decode())
-    credentials = grpc.ssl_channel_credentials(root_certificates=bootstrap.ca_cert_pem.encode())
+    credentials = grpc.ssl_channel_credentials(root_certificates=files.ca_cert.read_bytes())
     delay_s = 0.5
     for attempt in range(1, attempts + 1):
-        async with grpc.aio.secure_channel(bootstrap.enroll_address, credentials) as channel:
+        async with grpc.aio.secure_channel(address, credentials) as channel:
             stub = worker_enrollment_service_pb2_grpc.WorkerEnrollmentServiceStub(channel)
             try:
                 response = await stub.Enroll(request, timeout=timeout_s)
@@ -99,12 +108,12 @@ async def enroll(bootstrap: WorkerBootstrap, certs_dir: Path, timeout_s: float =
                 if e.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) \
                         or attempt == attempts:
                     raise
-                log.warning("%s: enrolling at %s: %s; again in %.1f s", bootstrap.instance_name,
-                            bootstrap.enroll_address, e.details(), delay_s)
+                log.warning("%s: enrolling at %s: %s; again in %.1f s", instance_name, address, e.details(),
+                            delay_s)
         await asyncio.sleep(delay_s)
         delay_s = min(10.0, delay_s * 2)
     _store(files, key_pem, response.certificate_chain_pem.encode())
-    log.info("%s: enrolled; certificate valid until %s", bootstrap.instance_name,
+    log.info("%s: enrolled; certificate valid until %s", instance_name,
              response.not_after.ToDatetime(datetime.timezone.utc).isoformat())
     return files
 

@@ -29,7 +29,8 @@ from corral.driver.v1 import worker_enrollment_service_pb2 as epb
 from services.common.tls import DevCertificateAuthority, certificate_request
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
-from services.driver.app import DriverApp, DriverConfig, start
+from services.driver.app import DriverApp, DriverConfig, local_worker_command, start
+from services.driver.instances import InstanceRequest
 from services.driver.enrollment import REFUSED
 from services.driver.leader import LeaseSettings
 from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap
@@ -160,3 +161,44 @@ async def test_a_cloud_worker_enrolls_through_the_gateway_activates_and_leaves_w
                 if worker.poll() is None:
                     worker.kill()
                     worker.wait()
+
+
+async def test_a_local_worker_may_enroll_as_a_cloud_worker_does(db_config: DatabaseConfig, db: Database,
+                                                                 certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """With local_workers_enroll, the local provider gives its worker the CA certificate alone: the worker
+    makes its key and enrolls at the driver's own enrollment listener with the token in its environment."""
+    app = await start(DriverConfig(service_url(db_config, "driver"), certs.directory, f"file://{tmp_path / 'blobs'}",
+                                   tmp_path / "driver", lease=LeaseSettings(lease_s=600.0, renew_s=0.5),
+                                   autoscaler_period_s=3600.0, enroll_address="127.0.0.1:0",
+                                   local_workers_enroll=True))
+    try:
+        deadline = time.monotonic() + 30
+        while not app.election.is_leader:
+            assert time.monotonic() < deadline, "the driver never led"
+            await asyncio.sleep(0.05)
+        epoch = app.election.state.epoch
+        assert epoch is not None and app.enroll_port is not None
+        await JobStore(db).create_instance(epoch, "standard-local01", "standard", 1000, "token-of-local01")
+        await app.provider.create(InstanceRequest("standard-local01", "standard", 1000, 0, "local",
+                                                  "token-of-local01"))
+        certs_dir = tmp_path / "driver" / "worker-certs" / "standard-local01"
+        # What the driver gives such a worker: the CA certificate and where to enroll, no key.
+        config = DriverConfig("mysql://x", certs.directory, "file:///b", tmp_path / "other", local_workers_enroll=True,
+                              enroll_address="127.0.0.1:0")
+        argv = local_worker_command(config, lambda: "localhost:1", lambda: "localhost:2")(
+            InstanceRequest("standard-other", "standard", 1000, 0, "local", "t"))
+        assert argv[argv.index("--enroll-address") + 1] == "localhost:2"
+        given = tmp_path / "other" / "worker-certs" / "standard-other"
+        assert sorted(p.name for p in given.iterdir()) == ["ca.pem"]
+        assert stat.S_IMODE(given.stat().st_mode) == 0o700
+
+        async def active() -> bool:
+            log = tmp_path / "driver" / "worker-logs" / "standard-local01.log"
+            assert app.provider.pid("standard-local01") is not None, log.read_text() if log.exists() else ""
+            return (await instance_row(db, "standard-local01"))["state"] == "active"
+
+        await eventually(active)
+        assert (await instance_row(db, "standard-local01"))["time_enrolled_ms"] is not None
+        assert stat.S_IMODE((certs_dir / "worker-standard-local01.key").stat().st_mode) == 0o600
+    finally:
+        await app.stop()
