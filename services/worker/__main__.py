@@ -17,14 +17,13 @@ import os
 import sys
 from pathlib import Path
 
-from services.driver.providers.worker_metadata import WorkerBootstrap
-from services.worker.certificates import enroll, enroll_at
-from services.worker.cloud import CLOUDS, MetadataError, read_bootstrap
-
 from services.common import metrics
 from services.common.entry import private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
+from services.driver.providers.worker_metadata import WorkerBootstrap
 from services.worker.app import run
+from services.worker.certificates import enroll, enroll_at
+from services.worker.cloud import CLOUDS, MetadataError, read_bootstrap
 from services.worker.config import WorkerConfig
 
 TOKEN_VARIABLE = "CORRAL_ACTIVATION_TOKEN"
