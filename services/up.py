@@ -469,12 +469,14 @@ def start(config: UpConfig) -> Running:
                                          internal_port=internal_gateway_port, auth_port=auth_public,
                                          frontend_ports=[frontend], driver_ports=driver_ports,
                                          stats_ports=(free_port(), free_port()) if running.metrics_dir else None,
-                                         auth_token=gateway_token)
+                                         auth_token=gateway_token, enroll_port=free_port())
             up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
                                       running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"
             public = {"frontend": running.gateway, "auth": running.gateway, "gateway": running.gateway,
                       "workers_gateway": workers_driver_addresses}
+            if plan.enroll_listen is not None:  # cloud workers enroll here (local ones are given a certificate)
+                public["workers_enroll"] = f"localhost:{plan.enroll_listen.port}"
         running.admin_token = asyncio.run(_bootstrap(database_url))
         running.endpoints = {**public,
                              "drivers": driver_addresses, "database": _without_password(database_url),

@@ -44,9 +44,10 @@ keep trying meanwhile."""
 def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_port: int, auth_port: int,
                frontend_ports: Sequence[int], driver_ports: Sequence[int],
                stats_ports: tuple[int, int] | None = None, limits: Limits = Limits(),
-               auth_token: str | None = None) -> Deployment:
+               auth_token: str | None = None, enroll_port: int | None = None) -> Deployment:
     """The description of what `corral up` runs, every listener on loopback, every path absolute but the
-    admin sockets' (relative to DATA/run); with `stats_ports` (public, internal), statistics listeners."""
+    admin sockets' (relative to DATA/run); with `stats_ports` (public, internal), statistics listeners; with
+    `enroll_port`, the internal gateway's enrollment listener (new workers without a certificate)."""
     tls = TlsFiles.of(gateway_certs, "gateway")
     return Deployment(
         public_listen=Address(LOOPBACK, public_port),
@@ -63,6 +64,7 @@ def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_po
         access_log=(data / "logs" / "gateway-access.log").resolve(),
         limits=limits,
         auth_token=auth_token,
+        enroll_listen=Address(LOOPBACK, enroll_port) if enroll_port is not None else None,
     )
 
 

@@ -21,9 +21,11 @@ ANY_PORT = Address("127.0.0.1", 0)
 
 
 def gateway_deployment(directory: Path, certs: DevCertificateAuthority, auth_port: int, frontend_ports: list[int],
-                    driver_ports: list[int], limits: Limits = Limits(health_check_interval_s=0.2)) -> Deployment:
+                    driver_ports: list[int], limits: Limits = Limits(health_check_interval_s=0.2),
+                    enroll: bool = False) -> Deployment:
     """Both gateways on free ports in front of the given upstream ports (loopback), with a 'gateway'
-    certificate from `certs`, checking health every 0.2 s."""
+    certificate from `certs`, checking health every 0.2 s; with `enroll`, the internal gateway's enrollment
+    listener too (its port: `listener_ports()['enroll']`)."""
     gateway = certs.issue("gateway")
     return Deployment(
         public_listen=ANY_PORT, internal_listen=ANY_PORT,
@@ -36,6 +38,7 @@ def gateway_deployment(directory: Path, certs: DevCertificateAuthority, auth_por
         descriptor_set=write_descriptor_set(directory / "descriptors.binpb"),
         access_log=directory / "access.log",
         limits=limits,
+        enroll_listen=ANY_PORT if enroll else None,
     )
 
 

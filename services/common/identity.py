@@ -43,7 +43,8 @@ class Principal:
     """Username, or the service identity of a certificate."""
     kind: str
     """'service': a corral service, by its certificate on an internal listener (nothing else is);
-    'person' or 'service_account': a bearer token of a person or of a service-kind user."""
+    'person' or 'service_account': a bearer token of a person or of a service-kind user; 'enrollee': a caller
+    without a certificate on a driver's enrollment listener (services.driver.enrollment)."""
     roles: frozenset[str] = frozenset()
     """'user', 'developer', 'admin' (services: empty)."""
     token_id: str | None = None
@@ -117,12 +118,16 @@ class PeerCertificate:
     worker's certificate against the same CA, and sends it in
     `x-forwarded-client-cert`, removing any such header the worker sent. That
     header is believed only on a connection that presents the gateway's own
-    certificate, and only when it names a worker; the gateway itself may call
-    nothing (no method names it).
+    certificate, and only when it names a worker. The gateway itself, forwarding
+    no certificate, may call only `gateway_methods`: the enrollment of a new
+    worker, which has no certificate yet and proves itself with its one-time
+    token (services.driver.enrollment); any other call without a forwarded
+    certificate is refused.
     """
 
-    def __init__(self, ca_cert: Path):
+    def __init__(self, ca_cert: Path, gateway_methods: frozenset[str] = frozenset()):
         self._ca_subject = x509.load_pem_x509_certificate(ca_cert.read_bytes()).subject
+        self._gateway_methods = gateway_methods
 
     async def __call__(self, context: grpc.aio.ServicerContext, method: str) -> Principal:
         auth = context.auth_context()
@@ -134,6 +139,8 @@ class PeerCertificate:
         if principal.role != GATEWAY_IDENTITY:
             return principal
         forwarded = forwarded_certificate(context.invocation_metadata() or ())
+        if forwarded is None and method in self._gateway_methods:
+            return principal  # the gateway's own call (what it may call: services.common.authz)
         if forwarded is None:
             raise Unauthenticated("the gateway forwarded no client certificate (x-forwarded-client-cert)")
         caller = self._identify(_spiffe_uris(forwarded), forwarded)

@@ -74,13 +74,21 @@ class Listener:
     authenticate: Authenticator
     """Who the caller is (see services.common.identity)."""
     internal: bool
-    """Mutual TLS (client certificate required) when True."""
+    """Mutual TLS (client certificate required) when True: methods are allowed by the caller's role."""
+    require_client_cert: bool | None = None
+    """Whether the TLS handshake requires a client certificate; None: as `internal`. (A driver's
+    enrollment listener is internal, methods allowed by role, but its callers have no certificate yet.)"""
 
     @classmethod
-    def mutual_tls(cls, address: str, tls: TlsFiles) -> Listener:
+    def mutual_tls(cls, address: str, tls: TlsFiles, gateway_methods: frozenset[str] = frozenset()) -> Listener:
         """An internal listener: callers are the corral services and workers named by their
-        client certificates (signed by `tls.ca_cert`)."""
-        return cls(address, tls, PeerCertificate(tls.ca_cert), internal=True)
+        client certificates (signed by `tls.ca_cert`); the internal gateway may call `gateway_methods`
+        on its own (services.common.identity.PeerCertificate)."""
+        return cls(address, tls, PeerCertificate(tls.ca_cert, gateway_methods), internal=True)
+
+    @property
+    def client_cert_required(self) -> bool:
+        return self.internal if self.require_client_cert is None else self.require_client_cert
 
 
 class RequestInterceptor(grpc.aio.ServerInterceptor):
@@ -337,7 +345,7 @@ async def serve(
                 service.register(service.servicer, server)
             health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
             reflection.enable_server_reflection(names, server)
-            port = server.add_secure_port(listener.address, listener.tls.server_credentials(listener.internal))
+            port = server.add_secure_port(listener.address, listener.tls.server_credentials(listener.client_cert_required))
             await server.start()
             started.push_async_callback(server.stop, None)
             servers.append(server)

@@ -17,7 +17,10 @@ Who holds which key (design §5b):
 - the drivers also hold the **worker issuer**, an intermediate CA that the CA
   made for signing worker certificates only. The local provider gives each
   worker a directory with its own key and a certificate bound to its
-  instance name. Whatever the issuer signs can only ever be a worker: the
+  instance name; a cloud worker makes its own key and sends a certificate
+  signing request with its one-time token (`WorkerIssuer.sign_request`,
+  services.driver.enrollment), so no key ever travels. Whatever the issuer
+  signs can only ever be a worker: the
   identity check refuses a certificate that was not signed by the CA itself
   unless its identity is a worker's (an intermediate cannot be limited to
   URI paths by X.509 name constraints, so the check is ours).
@@ -42,7 +45,7 @@ from pathlib import Path
 import grpc
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from services.common.files import write_atomically
@@ -148,7 +151,7 @@ _CA_USAGE = x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=T
                           encipher_only=False, decipher_only=False)
 
 
-def _leaf(identity: str, hostnames: tuple[str, ...], public_key: ec.EllipticCurvePublicKey,
+def _leaf(identity: str, hostnames: tuple[str, ...], public_key: ec.EllipticCurvePublicKey | rsa.RSAPublicKey,
           issuer: x509.Certificate, issuer_key: ec.EllipticCurvePrivateKey,
           validity: datetime.timedelta) -> x509.Certificate:
     """A certificate for `identity`, valid as server (for `hostnames`) and as client."""
@@ -329,3 +332,74 @@ class WorkerIssuer:
         shutil.copyfile(self.files.ca_cert, files.ca_cert)
         os.chmod(files.ca_cert, 0o644)
         return files
+
+    def sign_request(self, instance_name: str, csr_pem: bytes, validity: datetime.timedelta,
+                     hostnames: tuple[str, ...] = _LOOPBACK) -> tuple[bytes, datetime.datetime]:
+        """A certificate for `worker-INSTANCE` (the same names `provision_worker` gives) on the key of a
+        worker's signing request (`checked_request`; BadRequest if it is not acceptable), valid for
+        `validity`: the chain (certificate, then the issuer's) as PEM, and when it expires. The key never
+        leaves the worker."""
+        if not instance_name or "/" in instance_name:
+            raise ValueError(f"bad instance name {instance_name!r}")
+        request = checked_request(csr_pem)
+        issuer_cert = x509.load_pem_x509_certificate(self.files.cert.read_bytes())
+        issuer_key = serialization.load_pem_private_key(self.files.key.read_bytes(), password=None)
+        assert isinstance(issuer_key, ec.EllipticCurvePrivateKey)
+        public_key = request.public_key()
+        assert isinstance(public_key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey))
+        cert = _leaf(f"worker-{instance_name}", hostnames, public_key, issuer_cert, issuer_key, validity)
+        return _pem(cert) + _pem(issuer_cert), cert.not_valid_after_utc
+
+
+MAX_CSR_BYTES = 16 * 1024
+"""Largest certificate signing request accepted (a P-256 or RSA-4096 one is 0.5 to 2 KB)."""
+RSA_KEY_BITS = (2048, 4096)
+"""The RSA key sizes accepted in a worker's request, smallest and largest."""
+
+
+class BadRequest(ValueError):
+    """A certificate signing request that is not one a worker may have signed."""
+
+
+def checked_request(csr_pem: bytes) -> x509.CertificateSigningRequest:
+    """A worker's certificate signing request, once it is shown to be well formed, signed by the key it
+    carries, and for an EC P-256 or RSA 2048–4096-bit key; BadRequest saying why otherwise. Its subject and
+    extensions are not looked at: the certificate names only what the issuer decides."""
+    if len(csr_pem) > MAX_CSR_BYTES:
+        raise BadRequest(f"the request is {len(csr_pem)} bytes; at most {MAX_CSR_BYTES}")
+    try:
+        request = x509.load_pem_x509_csr(csr_pem)
+        key = request.public_key()
+    except (ValueError, TypeError, x509.UnsupportedGeneralNameType) as e:
+        raise BadRequest(f"not a PEM certificate signing request: {e}") from None
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        if not isinstance(key.curve, ec.SECP256R1):
+            raise BadRequest(f"an EC key must be on P-256, not {key.curve.name}")
+    elif isinstance(key, rsa.RSAPublicKey):
+        if not RSA_KEY_BITS[0] <= key.key_size <= RSA_KEY_BITS[1]:
+            raise BadRequest(f"an RSA key has {RSA_KEY_BITS[0]} to {RSA_KEY_BITS[1]} bits, not {key.key_size}")
+    else:
+        raise BadRequest(f"the key must be EC P-256 or RSA, not {type(key).__name__}")
+    if not request.is_signature_valid:
+        raise BadRequest("the request's signature does not match its key")
+    return request
+
+
+def certificate_request(instance_name: str) -> tuple[bytes, bytes]:
+    """A new EC P-256 key (PEM, unencrypted) and a certificate signing request for `worker-INSTANCE` signed
+    by it: what a worker makes for itself to enroll or renew."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    request = (x509.CertificateSigningRequestBuilder()
+               .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"worker-{instance_name}")]))
+               .sign(key, hashes.SHA256()))
+    return _key_pem(key), request.public_bytes(serialization.Encoding.PEM)
+
+
+def not_after(cert_pem: bytes) -> datetime.datetime:
+    """When the first certificate of a PEM chain expires (UTC)."""
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+def not_before(cert_pem: bytes) -> datetime.datetime:
+    """When the first certificate of a PEM chain became valid (UTC)."""
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_before_utc

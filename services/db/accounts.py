@@ -77,7 +77,8 @@ ACCOUNTS: dict[str, Account] = {
                     "add_attempt_resources", "mark_jobs_complete", "heartbeat_rollup", "cancel_ready_jobs",
                     "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
                     "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit",
-                    "release_children", "cancel_pending_jobs", "cancel_unaffordable_jobs", "read_ready_heads")),
+                    "release_children", "cancel_pending_jobs", "cancel_unaffordable_jobs", "read_ready_heads",
+                    "enroll_instance")),
 }
 
 INTERNAL_PROCEDURES = frozenset({

@@ -186,6 +186,17 @@ class JobStore:
         await self.db.call("activate_instance", epoch, name, activation_token, ip_address, self.clock_ms(),
                            storage_bytes)
 
+    async def enroll_instance(self, name: str, activation_token: str, token_ttl_ms: int) -> None:
+        """Consume the pending instance's one-time activation token for its certificate (issue 16), within
+        `token_ttl_ms` of the instance's creation; PermissionDeniedError, saying nothing more, if the token
+        is wrong, used, expired, another instance's or its instance's no longer pending."""
+        await self.db.call("enroll_instance", name, activation_token, self.clock_ms(), token_ttl_ms)
+
+    async def instance_state(self, name: str) -> str | None:
+        """The instance's state ('pending', 'active', 'inactive', 'deleted'), or None if there is none."""
+        row = await self.db.fetchone("SELECT state FROM instances WHERE name = %s", (name,), name="instance_state")
+        return None if row is None else str(row["state"])
+
     async def deactivate_instance(self, epoch: int, name: str, reason: str, end_reason: str = "worker_lost") -> Row:
         """The machine is gone: its running jobs' attempts end with `end_reason` (worker_lost or preempted), and
         each job runs again while it has attempts left (n_rescheduled), else ends in Error (n_ended)."""

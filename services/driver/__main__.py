@@ -10,6 +10,7 @@ from services.common import metrics
 from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.driver.app import DriverConfig, run
+from services.driver.enrollment import EnrollmentSettings
 from services.driver.leader import LeaseSettings
 from services.driver.servicer import SessionSettings
 
@@ -49,8 +50,24 @@ parser.add_argument("--worker-metrics-dir", type=Path, metavar="DIR",
 parser.add_argument("--secrets-key-file", type=Path,
                     help="the private key that opens job secrets (PEM, X25519, 0600), to send them to the jobs' "
                          "workers; without it, jobs that mount secrets end in Error")
+parser.add_argument("--enroll-address", metavar="HOST:PORT",
+                    help="also listen here for workers without a certificate yet: TLS, no client certificate, "
+                         "WorkerEnrollmentService alone (deployments without the internal gateway; default: none)")
+parser.add_argument("--enroll-token-ttl", type=float, default=EnrollmentSettings.token_ttl_s, metavar="SECONDS",
+                    help="an activation token enrolls only this long after its instance was created "
+                         "(default: %(default)s)")
+parser.add_argument("--worker-cert-validity", type=float, default=EnrollmentSettings.certificate_validity_s,
+                    metavar="SECONDS", help="how long an enrolled worker's certificate is valid; it renews at two "
+                                            "thirds of that (default: %(default)s)")
+parser.add_argument("--local-workers-enroll", action="store_true",
+                    help="local workers make their own key and enroll at --enroll-address with their one-time token, "
+                         "as cloud workers do (default: the driver makes each local worker's key and certificate)")
 metrics.add_arguments(parser)
 args = parser.parse_args()
+if args.local_workers_enroll and not args.enroll_address:
+    parser.error("--local-workers-enroll needs --enroll-address")
+if args.enroll_token_ttl <= 0 or args.worker_cert_validity <= 0:
+    parser.error("--enroll-token-ttl and --worker-cert-validity must be positive")
 try:
     lease = LeaseSettings(args.leader_lease, args.leader_renew_interval)
 except ValueError as e:
@@ -68,4 +85,6 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              storage_roots=tuple(args.storage_root),
                              storage_access=StorageAccess.from_args(args),
                              callback_allow_networks=allowed_networks(args.callback_allow_networks),
-                             secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir)))
+                             secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
+                             enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,
+                             enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity))))

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from corral.driver.v1 import driver_service_pb2_grpc
+from corral.driver.v1 import driver_service_pb2_grpc, worker_enrollment_service_pb2_grpc
 from services.common.call_limits import CallLimits
 from services.common.processes import PidFiles
 from services.common.sealing import Opener
@@ -46,6 +46,8 @@ from services.driver.billing_limits import BillingLimits
 from services.driver.callbacks import CompletionCallbacks, HttpCallbackSender
 from services.driver.canceller import ReadyCanceller
 from services.driver.completions import CompletionChecker
+from services.driver.enrollment import ENROLL_METHOD, EnrollmentServicer, EnrollmentSettings, enrollee
+from services.driver.enrollment import SERVICE_NAME as ENROLLMENT_SERVICE
 from services.driver.events import EventPublisher
 from services.driver.failures import FailureCanceller
 from services.driver.fleet_gauges import FleetGauges
@@ -84,6 +86,16 @@ class DriverConfig:
     """Where local workers keep their scratch space and logs."""
     internal_address: str = "127.0.0.1:0"
     """Listener for workers and the frontend (mutual TLS)."""
+    enroll_address: str | None = None
+    """A listener of its own for workers that have no certificate yet: TLS with the driver's certificate,
+    no client certificate, serving WorkerEnrollmentService alone (its Enroll checks the one-time token), for
+    deployments where workers reach the drivers without the internal gateway. None: no such listener (the
+    internal gateway's enrollment listener forwards Enroll to the internal address)."""
+    enrollment: EnrollmentSettings = EnrollmentSettings()
+    """How long activation tokens enroll and enrolled workers' certificates last."""
+    local_workers_enroll: bool = False
+    """Local workers make their own key and enroll at this driver's enrollment listener (`enroll_address`,
+    which it then needs), as cloud workers do, instead of being given a key and certificate the driver made."""
     name: str = "driver"
     """This driver's name, in logs and the election."""
     driver_addresses: tuple[str, ...] = ()
@@ -143,6 +155,8 @@ class DriverApp:
     sessions: SessionRegistry | None = None
     """The worker sessions this driver serves (where Run and Cancel commands go)."""
     tracing: Tracing | None = None
+    enroll_port: int | None = None
+    """The port of the enrollment listener (`DriverConfig.enroll_address`), if there is one."""
 
     async def stop(self) -> None:
         """Stop the loops, give the lease up (a standby takes over at its next look), send the workers
@@ -150,22 +164,43 @@ class DriverApp:
         await self.closing.aclose()
 
 
+def _worker_issuer(config: DriverConfig) -> WorkerIssuer | None:
+    """The worker issuer in the driver's certificate directory, or None if it was given none (it then
+    enrolls no worker: every Enroll is refused, saying so)."""
+    try:
+        return WorkerIssuer(config.certs_dir)
+    except FileNotFoundError:
+        log.warning("no worker issuer in %s: this driver enrolls no worker", config.certs_dir)
+        return None
+
+
 def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
     """Where a local worker's own key and certificate are kept (0700; removed with the worker)."""
     return config.data_dir / "worker-certs" / instance_name
 
 
-def local_worker_command(config: DriverConfig, own_address: Callable[[], str]) -> Callable[[InstanceRequest], list[str]]:
+def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
+                         enroll_address: Callable[[], str | None] = lambda: None
+                         ) -> Callable[[InstanceRequest], list[str]]:
     """argv of a local worker process for an instance request, after giving the worker a
     certificate of its own (signed by the worker issuer); its activation token is not there: the
     local provider puts it in the environment. Without configured driver addresses (a single driver
-    on port 0), the worker is given `own_address()`."""
+    on port 0), the worker is given `own_address()`. With `config.local_workers_enroll`, the worker is
+    given the CA certificate alone and enrolls at `enroll_address()` for its certificate, as a cloud
+    worker does (its key is made in its own process)."""
 
     def command(request: InstanceRequest) -> list[str]:
         drivers = config.driver_addresses or (own_address(),)
         certs = worker_certs_dir(config, request.name)
-        WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
+        enroll_at = enroll_address() if config.local_workers_enroll else None
+        if enroll_at is not None:
+            certs.mkdir(parents=True, exist_ok=True)
+            certs.chmod(0o700)
+            shutil.copyfile(config.certs_dir / "ca.pem", certs / "ca.pem")
+        else:
+            WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
+                *(["--enroll-address", enroll_at] if enroll_at is not None else []),
                 "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--storage-bytes", str(request.storage_bytes),
                 "--region", request.region,
@@ -203,7 +238,11 @@ async def start(config: DriverConfig) -> DriverApp:
         registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage,
                                    secrets=SecretDelivery(db, opener))
         tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
-        provider = LocalProvider(local_worker_command(config, lambda: election.state.name),
+        enroll_port: int | None = None
+        if config.local_workers_enroll and config.enroll_address is None:
+            raise ValueError("local workers enroll at the driver's enrollment listener: give it an enroll_address")
+        provider = LocalProvider(local_worker_command(config, lambda: election.state.name,
+                                                      lambda: f"localhost:{enroll_port}" if enroll_port else None),
                                  config.data_dir / "worker-logs",
                                  forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
                                  pid_files=PidFiles(config.data_dir / "run" / "pids"))
@@ -268,15 +307,25 @@ async def start(config: DriverConfig) -> DriverApp:
             log.warning("%s no longer leads; %d worker sessions ended", state.name, ended)
 
         servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
+        enrollment = Service(ENROLLMENT_SERVICE, EnrollmentServicer(store, _worker_issuer(config), config.enrollment),
+                             worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)
         servers = await serve([Service("corral.driver.v1.DriverService", servicer,
-                                       driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
-                              [Listener.mutual_tls(config.internal_address, tls)],
+                                       driver_service_pb2_grpc.add_DriverServiceServicer_to_server), enrollment],
+                              # The internal gateway calls Enroll on its own, for workers without a certificate.
+                              [Listener.mutual_tls(config.internal_address, tls, frozenset({ENROLL_METHOD}))],
                               tracer_provider=tracing.provider,
                               # Its callers are corral's own; still, no unary call holds it longer.
                               limits=CallLimits(unary_deadline_s=60.0),
                               # Not ready until elected: the internal gateway routes by this health.
                               serving_at_start=False)
         stack.push_async_callback(servers.stop)
+        if config.enroll_address is not None:
+            enroll_servers = await serve([enrollment], [Listener(config.enroll_address, tls, enrollee, internal=True,
+                                                                 require_client_cert=False)],
+                                         tracer_provider=tracing.provider,
+                                         limits=CallLimits(unary_deadline_s=60.0, max_receive_message_bytes=64 * 1024))
+            stack.push_async_callback(enroll_servers.stop)
+            enroll_port = enroll_servers.ports[0]
         # Campaign under the address workers and standbys can reach us at.
         state.name = f"localhost:{servers.ports[0]}"
         stack.callback(registry.end_all, "this driver is shutting down; look for the leader")
@@ -287,9 +336,10 @@ async def start(config: DriverConfig) -> DriverApp:
         # Only the leader is ready: the internal gateway and Kubernetes send workers to it by health.
         servers.watch_health(database_probe(db), ready=lambda: state.epoch is not None)
         if config.ports_file is not None:
-            write_ports_file(config.ports_file, {"internal": servers.ports[0]})
+            write_ports_file(config.ports_file, {"internal": servers.ports[0],
+                                                 **({"enroll": enroll_port} if enroll_port is not None else {})})
         app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], stack.pop_all(),
-                        sessions=registry, tracing=tracing)
+                        sessions=registry, tracing=tracing, enroll_port=enroll_port)
     log.info("driver %s serving on port %d", config.name, app.port)
     return app
 

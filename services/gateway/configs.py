@@ -7,7 +7,9 @@
   way. Errors come back as JSON `google.rpc.Status` with the HTTP status of
   the gRPC code; server streams as one JSON message per line.
 - internal: mutual TLS for workers only, routing the driver's services to the
-  one driver that says SERVING on gRPC health: the leader.
+  one driver that says SERVING on gRPC health: the leader; and, if the
+  deployment has one, an enrollment listener for new workers without a
+  certificate: TLS only, forwarding WorkerEnrollmentService/Enroll alone.
 
 Each upstream is health-checked with gRPC health every
 `limits.health_check_interval_s` (also while it has no traffic, so a new
@@ -416,13 +418,73 @@ def internal_config(deployment: Deployment) -> Config:
             "validation_context": validation,
         },
     }
+    listeners = [_listener("internal", deployment.internal_listen, tls_context, manager)]
+    if deployment.enroll_listen is not None:
+        listeners.append(_enroll_listener(deployment))
     return _with_stats({
         "admin": _admin(deployment.internal_admin_socket),
         "static_resources": {
-            "listeners": [_listener("internal", deployment.internal_listen, tls_context, manager)],
+            "listeners": listeners,
             "clusters": [_cluster("driver", deployment.drivers, deployment)],
         },
     }, "internal", deployment.internal_stats_listen, deployment.internal_admin_socket, deployment)
+
+
+ENROLL_PATH = "/corral.driver.v1.WorkerEnrollmentService/Enroll"
+"""The one path the enrollment listener forwards."""
+MAX_ENROLL_REQUEST_BYTES = 64 * 1024
+"""Largest request body on the enrollment listener (an EnrollRequest is 1 to 3 KB; its CSR at most 16 KiB)."""
+
+
+def _enroll_listener(deployment: Deployment) -> Config:
+    """New workers, which have no certificate yet, enroll here with their one-time token (issue 16): TLS with
+    the gateway's certificate, no client certificate asked for, and one route, a POST of Enroll, to the
+    leading driver under the gateway's own certificate; anything else is 404 (UNIMPLEMENTED to gRPC). No
+    `x-forwarded-client-cert` reaches the driver from here (any a caller sent is removed): the driver
+    takes the call for the gateway's own, which may call Enroll alone."""
+    assert deployment.enroll_listen is not None
+    limits = deployment.limits
+    manager = {
+        "@type": _HCM,
+        "stat_prefix": "enroll",
+        "codec_type": "HTTP2",
+        "generate_request_id": True,
+        # Enrolling is one short call: a connection idle this long is closed.
+        "stream_idle_timeout": "30s",
+        "request_timeout": "30s",
+        "forward_client_cert_details": "SANITIZE",
+        "max_request_headers_kb": 16,
+        "access_log": access_log(deployment, "enroll"),
+        "http_filters": [{
+            "name": "envoy.filters.http.body_size_limit",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.body_size_limit.v3.BodySizeLimit",
+                "max_request_bytes": MAX_ENROLL_REQUEST_BYTES,
+            },
+        }, _router()],
+        "route_config": {
+            "name": "enroll",
+            "virtual_hosts": [{
+                "name": "enroll",
+                "domains": ["*"],
+                "routes": [
+                    {"match": {"path": ENROLL_PATH,
+                               "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]},
+                     "route": {"cluster": "driver", "timeout": _seconds(limits.route_timeout_s)}},
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 404}},
+                ],
+            }],
+        },
+    }
+    tls_context = {
+        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+        "require_client_certificate": False,
+        "common_tls_context": {
+            "alpn_protocols": ["h2"],
+            "tls_certificates": [_certificate(deployment.tls)],
+        },
+    }
+    return _listener("enroll", deployment.enroll_listen, tls_context, manager)
 
 
 CONFIGS = {"public": public_config, "internal": internal_config}

@@ -121,6 +121,10 @@ class Deployment:
     such header from a client replaced, and removed from calls to the frontends), so that auth believes
     this gateway's `x-forwarded-for` there and throttles logins by the real client's address. Given to auth
     with `--gateway-token-file`; never in a checked-in description. None: no header."""
+    enroll_listen: Address | None = None
+    """Where new workers, which have no certificate yet, enroll (issue 16): TLS with the gateway's
+    certificate and no client certificate, forwarding WorkerEnrollmentService/Enroll alone to the leading
+    driver (anything else: 404, which gRPC clients read as UNIMPLEMENTED). None: no such listener."""
     worker_san_prefix: str = "spiffe://corral/worker/"
     """Only client certificates with a URI SAN starting with this reach the internal gateway ('' accepts
     any certificate the CA signed)."""
@@ -153,7 +157,8 @@ class Deployment:
             descriptor_set=Path(fields["descriptor_set"]),
             access_log=Path(fields["access_log"]),
             limits=limits,
-            **{name: Address.parse(fields[name]) for name in ("public_stats_listen", "internal_stats_listen")
+            **{name: Address.parse(fields[name])
+               for name in ("public_stats_listen", "internal_stats_listen", "enroll_listen")
                if fields.get(name)},
             **({"worker_san_prefix": fields["worker_san_prefix"]} if "worker_san_prefix" in fields else {}),
         )

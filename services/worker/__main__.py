@@ -1,6 +1,13 @@
 """python -m services.worker --instance-name NAME --cores-mcpu N --driver-addresses HOST:PORT[,...]
 --certs-dir DIR --scratch-dir DIR --log-root-url URL, with the one-time activation token in the
-environment as CORRAL_ACTIVATION_TOKEN (never on the command line, which every local user can read)."""
+environment as CORRAL_ACTIVATION_TOKEN (never on the command line, which every local user can read).
+
+On a cloud machine: python -m services.worker --cloud gcp|azure [--certs-dir DIR] [more options]. The
+worker reads its boot data from the cloud's metadata server (services/worker/cloud.py): its instance
+name, one-time token, where to enroll and the drivers are, the CA, and the rest of its command line
+(`worker_args`). It makes its key, enrolls for its certificate, then runs as a worker started with
+--instance-name, --certs-dir, --driver-addresses and those arguments would; it renews its certificate
+and watches the cloud's preemption notices."""
 
 import argparse
 import asyncio
@@ -13,7 +20,10 @@ from pathlib import Path
 from services.common import metrics
 from services.common.entry import private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
+from services.driver.providers.worker_metadata import WorkerBootstrap
 from services.worker.app import run
+from services.worker.certificates import enroll, enroll_at
+from services.worker.cloud import CLOUDS, MetadataError, read_bootstrap
 from services.worker.config import WorkerConfig
 
 TOKEN_VARIABLE = "CORRAL_ACTIVATION_TOKEN"
@@ -27,8 +37,20 @@ def networks(text: str) -> tuple[ipaddress.IPv4Network, ...]:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+DEFAULT_CLOUD_CERTS_DIR = Path("/var/lib/corral/worker-certs")
+"""Where a cloud worker keeps its key and certificate unless --certs-dir says otherwise."""
+FROM_BOOT_DATA = ("--instance-name", "--driver-addresses", "--certs-dir", "--cloud", "--enroll-address")
+"""Options a cloud worker takes from its boot data (or its own command line), never from `worker_args`."""
+
 parser = argparse.ArgumentParser(prog="python -m services.worker", description=__doc__)
+parser.add_argument("--cloud", choices=CLOUDS,
+                    help="this is a cloud machine: read the boot data from the cloud's metadata server, enroll "
+                         "for a certificate with its one-time token, renew it, and watch for preemption")
 parser.add_argument("--instance-name", required=True)
+parser.add_argument("--enroll-address", metavar="HOST:PORT",
+                    help="make this worker's key and enroll for its certificate here with its one-time token (the "
+                         "CA certificate in CERTS_DIR/ca.pem), then renew it; default: use the certificate and key "
+                         "in CERTS_DIR (what a cloud worker does, from its boot data)")
 parser.add_argument("--cores-mcpu", type=int, required=True)
 parser.add_argument("--memory-bytes", type=int, default=0)
 parser.add_argument("--storage-bytes", type=int, default=0)
@@ -64,15 +86,57 @@ parser.add_argument("--private-networks", type=networks, default=(), metavar="CI
 parser.add_argument("--usage-interval-s", type=float, default=WorkerConfig.usage_interval_s,
                     help="seconds between two samples of each running job's resource usage (default: %(default)s)")
 metrics.add_arguments(parser)
-args = parser.parse_args()
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def cloud_argv(cloud: str, argv: list[str]) -> tuple[list[str], str]:
+    """The whole command line of a cloud worker, its boot data's `worker_args` and identity first, then the
+    options given here; and its activation token. Enrolls for its certificate on the way. Exits on failure:
+    without boot data or a certificate, a cloud worker cannot be one."""
+    given = argparse.ArgumentParser(add_help=False)
+    given.add_argument("--certs-dir", type=Path, default=DEFAULT_CLOUD_CERTS_DIR)
+    known, rest = given.parse_known_args(argv)
+    if overridden := [a for a in rest if a.split("=", 1)[0] in FROM_BOOT_DATA]:
+        parser.error(f"with --cloud, {', '.join(overridden)} come from the boot data")
+    try:
+        bootstrap: WorkerBootstrap = asyncio.run(read_bootstrap(cloud))
+    except MetadataError as e:
+        parser.exit(3, f"worker: {e}\n")
+    smuggled = [a for a in bootstrap.worker_args if a.split("=", 1)[0] in FROM_BOOT_DATA]
+    if smuggled:
+        parser.exit(3, f"worker: the boot data's worker_args may not set {', '.join(smuggled)}\n")
+    try:
+        asyncio.run(enroll(bootstrap, known.certs_dir))
+    except Exception as e:  # noqa: BLE001 - any failure to enroll ends the worker, saying why
+        parser.exit(3, f"worker: enrolling {bootstrap.instance_name} at {bootstrap.enroll_address} failed: {e}\n")
+    return [*bootstrap.worker_args, "--instance-name", bootstrap.instance_name,
+            "--driver-addresses", ",".join(bootstrap.driver_addresses), "--certs-dir", str(known.certs_dir),
+            *rest], bootstrap.activation_token
+
+
+first = argparse.ArgumentParser(add_help=False)
+first.add_argument("--cloud", choices=CLOUDS)
+cloud, without_cloud = first.parse_known_args()
+token = ""
+if cloud.cloud is not None:
+    argv, token = cloud_argv(cloud.cloud, without_cloud)
+    args = parser.parse_args(argv)
+    args.cloud = cloud.cloud
+else:
+    args = parser.parse_args()
 if args.usage_interval_s <= 0:
     parser.error("--usage-interval-s must be positive")
 private_files()
 metrics.serve_for_process(args, f"worker-{args.instance_name}")
-token = os.environ.pop(TOKEN_VARIABLE, "")  # nothing this process starts inherits it
+token = token or os.environ.get(TOKEN_VARIABLE, "")
+os.environ.pop(TOKEN_VARIABLE, None)  # nothing this process starts inherits it
 if not token:
     parser.error(f"the activation token goes in the environment variable {TOKEN_VARIABLE}")
-logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+if args.enroll_address:
+    try:
+        asyncio.run(enroll_at(args.enroll_address, args.instance_name, token, args.certs_dir))
+    except Exception as e:  # noqa: BLE001 - any failure to enroll ends the worker, saying why
+        parser.exit(3, f"worker: enrolling {args.instance_name} at {args.enroll_address} failed: {e}\n")
 sys.exit(asyncio.run(run(WorkerConfig(
     args.instance_name, token, args.cores_mcpu,
     tuple(filter(None, args.driver_addresses.split(","))), args.certs_dir, args.scratch_dir, args.log_root_url,
@@ -82,4 +146,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,
     image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
     runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
-    usage_interval_s=args.usage_interval_s))))
+    usage_interval_s=args.usage_interval_s, cloud=args.cloud,
+    renew_certificate=args.cloud is not None or bool(args.enroll_address)))))

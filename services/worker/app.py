@@ -15,6 +15,8 @@ import logging
 import os
 import re
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
 from corral.worker.v1 import worker_service_pb2_grpc
 from services.common import lifeline
@@ -23,6 +25,8 @@ from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
 from services.worker.agent import Worker
 from services.worker.attempts import AttemptTable
+from services.worker.certificates import CertificateRenewer
+from services.worker.cloud import metadata_root
 from services.worker.config import WorkerConfig
 from services.worker.images import ImageCache
 from services.worker.metrics import IMAGE_CACHE_BYTES, RUNNING_ATTEMPTS
@@ -30,6 +34,7 @@ from services.worker.object_stores import ObjectStores
 from services.worker.oci import OciRuntime, OciRuntimeConfig
 from services.worker.oci.images import CachedRootfs, DirectoryRootfs, RootfsSource
 from services.worker.oci.runtime import AttemptFailed
+from services.worker.preemption import AzurePreemptionWatcher, GcpPreemptionWatcher, azure_vm_name
 from services.worker.runtime import ContainerRuntime, ProcessRuntime, ProcessRuntimeConfig
 from services.worker.secret_files import remove_leftover_secrets
 from services.worker.servicer import WorkerServicer
@@ -93,10 +98,42 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
                               [Listener.mutual_tls(config.listen_address, tls)],
                               tracer_provider=tracing.provider)
         stack.push_async_callback(servers.stop, 1.0)
+        for watch in await _watchers(config, tls, worker):
+            task = asyncio.create_task(watch)
+            task.add_done_callback(_report)
+            stack.push_async_callback(_cancel, task)
         address = f"{config.advertise_host}:{servers.ports[0]}"
         log.info("worker %s: WorkerService at %s", config.instance_name, address)
         return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)), tracing,
                          stack.pop_all())
+
+
+async def _watchers(config: WorkerConfig, tls: TlsFiles, worker: Worker) -> list[Coroutine[Any, Any, None]]:
+    """What runs beside the agent: the cloud's preemption notices, the certificate's renewal."""
+    found: list[Coroutine[Any, Any, None]] = []
+    if config.cloud is not None:
+        root = metadata_root(config.cloud)
+        if config.cloud == "gcp":
+            found.append(GcpPreemptionWatcher(root, worker.preempted).run())
+        else:
+            vm_name = await azure_vm_name(root, config.instance_name)
+            found.append(AzurePreemptionWatcher(root, vm_name, worker.preempted).run())
+    if config.renew_certificate:
+        # The renewed certificate is used from the next channel on: a new session opens one.
+        found.append(CertificateRenewer(tls, config.driver_addresses, worker.drop_session,
+                                        instance_name=config.instance_name).run())
+    return found
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(BaseException):  # its failure, if any, was logged when it ended
+        await task
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a worker's watcher failed: %r", task.exception())
 
 
 RUNTIMES = ("process", "oci", "auto")

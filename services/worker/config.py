@@ -92,3 +92,9 @@ class WorkerConfig:
     private_networks: tuple[ipaddress.IPv4Network, ...] = ()
     """The deployment's private ranges: all a NETWORK_MODE_PRIVATE job in a container reaches, and what a
     PUBLIC one does not (services/worker/oci/network.py). None by default: private jobs reach nothing."""
+    cloud: str | None = None
+    """'gcp' or 'azure': the machine is that cloud's, and the worker watches its preemption notices
+    (services/worker/preemption.py) at its metadata server. None: no cloud to watch (local workers)."""
+    renew_certificate: bool = False
+    """Renew the worker's certificate over mutual TLS at two thirds of its life (an enrolled worker's is
+    short-lived: services/worker/certificates.py). A local provider's worker keeps the one it was given."""

@@ -25,6 +25,7 @@ from google.protobuf import descriptor, message_factory
 
 from corral.auth.v1 import auth_service_pb2, auth_service_pb2_grpc
 from corral.driver.v1 import driver_service_pb2, worker_session_pb2
+from corral.driver.v1 import worker_enrollment_service_pb2
 from corral.worker.v1 import worker_service_pb2
 from services.auth.app import AuthApp
 from services.common.authz import allowed_callers
@@ -129,6 +130,7 @@ async def test_every_internal_method_by_every_identity(servers: tuple[DriverApp,
     listeners = [
         (auth_service_pb2.DESCRIPTOR.services_by_name["AuthService"], auth_app.internal_port),
         (driver_service_pb2.DESCRIPTOR.services_by_name["DriverService"], driver.port),
+        (worker_enrollment_service_pb2.DESCRIPTOR.services_by_name["WorkerEnrollmentService"], driver.port),
         (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"], int(worker.address.rsplit(":", 1)[1])),
     ]
     callers = identities(certs, tmp_path)
@@ -150,9 +152,11 @@ async def test_every_internal_method_by_every_identity(servers: tuple[DriverApp,
             assert error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED, (
                 f"{service.name}.{method.name} with a forged frontend: {error and error.code()}")
     assert checked == len(ROLES) * sum(len(s.methods) for s, _ in listeners)
-    # The policy is not vacuous: each role may call something, and most calls are refused.
+    # The policy is not vacuous: each role may call something, and most calls are refused. (The gateway,
+    # forwarding no worker's certificate, and a caller on a driver's enrollment listener may call Enroll
+    # alone: tests/service/test_enrollment.py.)
     assert {role for s, _ in listeners for m in s.methods
-            for role in allowed_callers(f"/{s.full_name}/{m.name}")} == {"frontend", "worker"}
+            for role in allowed_callers(f"/{s.full_name}/{m.name}")} == {"frontend", "worker", "gateway", "enrollee"}
 
 
 async def test_a_worker_speaks_only_for_its_own_instance(servers: tuple[DriverApp, WorkerApp],

@@ -116,8 +116,28 @@ def test_every_annotated_service_is_routed_and_streams_have_no_timeout() -> None
     assert by_match["/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"]["timeout"] == "0s"
     internal = {r["match"].get("prefix") or r["match"]["path"]: r["route"]
                 for r in routes_of(internal_config(deployment))}
+    # WorkerEnrollmentService for Renew, over the worker's mutual TLS (its Enroll the driver refuses there).
     assert internal == {"/corral.driver.v1.DriverService/WorkerSession": {"cluster": "driver", "timeout": "0s"},
-                        "/corral.driver.v1.DriverService/": {"cluster": "driver", "timeout": "65s"}}
+                        "/corral.driver.v1.DriverService/": {"cluster": "driver", "timeout": "65s"},
+                        "/corral.driver.v1.WorkerEnrollmentService/": {"cluster": "driver", "timeout": "65s"}}
+
+
+def test_the_enrollment_listener_forwards_enroll_alone_without_client_certificates() -> None:
+    """New workers have no certificate: the listener asks for none, strips any forwarded-certificate header,
+    and routes one path (a POST of Enroll) to the drivers; everything else is answered 404 by Envoy."""
+    config = internal_config(Deployment.load(LOCAL))
+    enroll = next(x for x in config["static_resources"]["listeners"] if x["name"] == "enroll")
+    assert enroll["address"]["socket_address"] == {"address": "127.0.0.1", "port_value": 8445}
+    chain = enroll["filter_chains"][0]
+    assert chain["transport_socket"]["typed_config"]["require_client_certificate"] is False
+    manager = chain["filters"][0]["typed_config"]
+    assert manager["forward_client_cert_details"] == "SANITIZE"
+    routes = manager["route_config"]["virtual_hosts"][0]["routes"]
+    forwarded = [r for r in routes if "route" in r]
+    assert [r["match"]["path"] for r in forwarded] == ["/corral.driver.v1.WorkerEnrollmentService/Enroll"]
+    assert routes[-1] == {"match": {"prefix": "/"}, "direct_response": {"status": 404}}
+    without = internal_config(dataclasses.replace(Deployment.load(LOCAL), enroll_listen=None))
+    assert [x["name"] for x in without["static_resources"]["listeners"]] == ["internal", "internal_stats"]
 
 
 def test_a_public_package_nobody_serves_is_refused() -> None:
@@ -129,7 +149,8 @@ def test_a_public_package_nobody_serves_is_refused() -> None:
     method.options.Extensions[annotations_pb2.http].get = "/api/v1/new"  # public, served by nobody
     with pytest.raises(ValueError, match="corral.new.v1"):
         public_services(files)
-    assert [s.name for s in internal_services(files)] == ["corral.driver.v1.DriverService"]
+    assert [s.name for s in internal_services(files)] == ["corral.driver.v1.DriverService",
+                                                         "corral.driver.v1.WorkerEnrollmentService"]
 
 
 def test_the_transcoder_knows_google_rpc_status_and_its_details() -> None:
@@ -169,7 +190,8 @@ def test_the_admin_interface_is_a_private_unix_socket_and_stats_go_through_their
     assert endpoint == {"pipe": {"path": str(config["admin"]["address"]["pipe"]["path"])}}
 
     # Without a statistics listener, no admin cluster either.
-    bare = build(dataclasses.replace(deployment, public_stats_listen=None, internal_stats_listen=None))
+    bare = build(dataclasses.replace(deployment, public_stats_listen=None, internal_stats_listen=None,
+                                     enroll_listen=None))
     assert [lst["name"] for lst in bare["static_resources"]["listeners"]] == [build.__name__.removesuffix("_config")]
     assert "admin" not in {c["name"] for c in bare["static_resources"]["clusters"]}
 
