@@ -96,8 +96,12 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, reason: str, domain: str = "global"):
         super().__init__(message)
         self.status = status
-        self.body = {"error": {"code": status, "message": message,
-                               "errors": [{"message": message, "domain": domain, "reason": reason}]}}
+        documented = {"quotaExceeded": "error.quota-exceeded.json", "forbidden": "error.permission-denied.json",
+                      "notFound": "error.not-found.json"}.get(reason)
+        self.body = example(documented) if documented else {
+            "error": {"code": status, "message": "", "errors": [{"message": "", "domain": domain, "reason": reason}]}}
+        self.body["error"]["message"] = self.body["error"]["errors"][0]["message"] = message
+        assert self.body["error"]["code"] == status and self.body["error"]["errors"][0]["reason"] == reason
 
 
 @dataclasses.dataclass
@@ -170,7 +174,7 @@ class GcpApi:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="gcp-api", daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), name="gcp-api", daemon=True).start()
         return self.endpoint
 
     @property
@@ -312,7 +316,7 @@ class GcpApi:
         for metric, amount in ((cpu_metric, vcpus), ("INSTANCES", 1), ("N2_CPUS", vcpus if n2 else 0)):
             if amount and usage[metric] + amount > limits.get(metric, float("inf")):
                 raise ApiError(403, f"Quota '{metric}' exceeded.  Limit: {limits[metric]:.1f} in region {region}.",
-                               "quotaExceeded", "usageLimits")
+                               "quotaExceeded")
         resource = self._instance_resource(zone, body)
         url = resource["selfLink"]
         exhausted = zone in self._exhausted

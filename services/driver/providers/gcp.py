@@ -138,6 +138,11 @@ class GcpProvider:
         self._zones: dict[str, str] = {}
         """Each known machine's zone (created or listed here), so delete needs no search."""
 
+    def close(self) -> None:
+        """Closes the clients' HTTP sessions."""
+        for client in (self._instances, self._operations, self._regions):
+            client.transport.close()
+
     def zone_of(self, name: str) -> str | None:
         """Where a machine this provider created or listed is."""
         return self._zones.get(name)
