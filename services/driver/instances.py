@@ -41,7 +41,8 @@ class InstanceRequest:
     cores_mcpu: int
     memory_bytes: int
     region: str
-    activation_token: str
+    activation_token: str = dataclasses.field(repr=False)
+    """One-time; never in a log line (hence not in the repr)."""
     preemptible: bool = False
     """A spot machine, which the cloud may reclaim."""
     storage_bytes: int = 0

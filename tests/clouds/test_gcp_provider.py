@@ -24,6 +24,7 @@ from google.auth.credentials import AnonymousCredentials
 from services.driver.instances import InstanceRequest
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
+from services.driver.providers import gcp as gcp_module
 from services.driver.providers.gcp import GcpConfig, GcpProvider, GcpRegion, WorkerBoot
 from services.driver.providers.gcp_shapes import GIB
 from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap
@@ -163,6 +164,7 @@ async def test_delete_waits_and_is_idempotent(api: GcpApi) -> None:
     assert "standard-0a1b2c3d" not in api.instances()  # the delete operation was DONE
     await gcp.delete("standard-0a1b2c3d")
     await gcp.delete("never-made")
+    await gcp.delete('x") OR (name = "y')  # not a name: nothing to find, and no filter made of it
     assert len(api.calls("instances.delete")) == 1
     await eventually(lambda: deleted == ["standard-0a1b2c3d"])
 
@@ -183,6 +185,17 @@ async def test_delete_of_a_machine_gone_meanwhile(api: GcpApi) -> None:
     await eventually(lambda: "standard-spot" not in api.instances())
     await gcp.delete("standard-spot")
     assert len(api.calls("instances.delete")) == 1
+
+
+async def test_alive_reads_every_page(api: GcpApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gcp_module, "PAGE_SIZE", 2)
+    gcp = provider(api)
+    names = {f"standard-{i}" for i in range(5)}
+    for name in sorted(names):
+        await gcp.create(request(name, region="europe-west4" if name[-1] in "13" else "us-central1"))
+    assert await gcp.alive() == names
+    pages = api.calls("instances.aggregatedList")
+    assert [p.query.get("pageToken", [""])[0] for p in pages] == ["", "2", "4"]
 
 
 async def test_alive_lists_only_this_deployments_machines(api: GcpApi) -> None:

@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 DEPLOYMENT_LABEL = "corral-deployment"
 POOL_LABEL = "corral-pool"
+PAGE_SIZE = 500
+"""Instances per page of an aggregated list (Compute Engine's maximum)."""
 MAX_LISTED = 10_000
 """alive() refuses to read more machines than this (a filter gone wrong, not a deployment)."""
 
@@ -237,6 +239,10 @@ class GcpProvider:
         return instance
 
     async def delete(self, name: str) -> None:
+        try:
+            check_instance_name(name)
+        except InvalidRequest:
+            return  # no VM can have that name (and it is never put in a list filter)
         zone = self._zones.get(name) or await self._find(name)
         if zone is None:
             return
@@ -264,7 +270,7 @@ class GcpProvider:
         def read() -> dict[str, str]:
             found: dict[str, str] = {}
             pages = self._instances.aggregated_list(request=compute_v1.AggregatedListInstancesRequest(
-                project=self._config.project, filter=filter_, max_results=500), timeout=self._config.call_timeout_s)
+                project=self._config.project, filter=filter_, max_results=PAGE_SIZE), timeout=self._config.call_timeout_s)
             for _scope, scoped in pages:
                 for instance in scoped.instances:
                     found[instance.name] = instance.zone.rsplit("/", 1)[-1]
