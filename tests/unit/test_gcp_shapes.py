@@ -45,7 +45,10 @@ def test_more_memory_never_gets_a_smaller_machine(cores_mcpu: int, memory_a: int
         return
     smaller = machine_type("n2", cores_mcpu, small)
     rank = [s for s, _ in SHAPES]
-    assert (smaller.vcpus, rank.index(smaller.name.split("-")[1])) <= (bigger.vcpus, rank.index(bigger.name.split("-")[1]))
+
+    def order(machine: MachineType) -> tuple[int, int]:
+        return machine.vcpus, rank.index(machine.name.split("-")[1])
+    assert order(smaller) <= order(bigger)
 
 
 def test_machine_types_by_example() -> None:

@@ -190,12 +190,12 @@ class GcpProvider:
         placed = dataclasses.replace(request, region=region.name)
         log.info("gcp: creating %s (%s, %s) in %s", request.name, machine.name,
                  "spot" if request.preemptible else "on-demand", zone)
-        operation = await self._call(self._instances.insert_unary, where=(region.name, zone),
-                                     request=compute_v1.InsertInstanceRequest(
+        insert = compute_v1.InsertInstanceRequest(
             project=self._config.project, zone=zone, instance_resource=self._instance(placed, region, zone, machine),
             # The same id for the same machine in the same zone: an insert retried after a lost answer
             # is the same insert.
-            request_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self._config.project}/{zone}/{request.name}"))))
+            request_id=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self._config.project}/{zone}/{request.name}")))
+        operation = await self._call(self._instances.insert_unary, request=insert, where=(region.name, zone))
         await self._wait(operation, region.name, zone)
         log.info("gcp: created %s in %s", request.name, zone)
 
@@ -269,8 +269,9 @@ class GcpProvider:
         """Name → zone of the deployment's machines that `filter_` selects, across every zone."""
         def read() -> dict[str, str]:
             found: dict[str, str] = {}
-            pages = self._instances.aggregated_list(request=compute_v1.AggregatedListInstancesRequest(
-                project=self._config.project, filter=filter_, max_results=PAGE_SIZE), timeout=self._config.call_timeout_s)
+            listing = compute_v1.AggregatedListInstancesRequest(project=self._config.project, filter=filter_,
+                                                                max_results=PAGE_SIZE)
+            pages = self._instances.aggregated_list(request=listing, timeout=self._config.call_timeout_s)
             for _scope, scoped in pages:
                 for instance in scoped.instances:
                     found[instance.name] = instance.zone.rsplit("/", 1)[-1]

@@ -53,8 +53,8 @@ def machine_type(family: str, cores_mcpu: int, memory_bytes: int) -> MachineType
         raise InvalidRequest(f"machine family {family!r} is not a family name such as n2")
     if cores_mcpu <= 0 or memory_bytes < 0:
         raise InvalidRequest(f"a machine needs cores (asked {cores_mcpu} mcpu) and memory >= 0 ({memory_bytes} B)")
-    candidates = [(vcpus, rank, shape) for rank, (shape, gib_per_vcpu) in enumerate(SHAPES)
-                  for vcpus in SIZES[shape] if vcpus * 1000 >= cores_mcpu and vcpus * gib_per_vcpu * GIB >= memory_bytes]
+    candidates = [(vcpus, rank, shape) for rank, (shape, gib_per_vcpu) in enumerate(SHAPES) for vcpus in SIZES[shape]
+                  if vcpus * 1000 >= cores_mcpu and vcpus * gib_per_vcpu * GIB >= memory_bytes]
     if candidates:
         vcpus, _, shape = min(candidates)
         return MachineType(f"{family}-{shape}-{vcpus}", vcpus)
