@@ -24,7 +24,8 @@ from services.driver.instances import InstanceRequest
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
 from services.driver.providers import gcp as gcp_module
-from services.driver.providers.gcp import GcpConfig, GcpProvider, GcpRegion, WorkerBoot
+from services.driver.providers.gcp import GcpProvider
+from services.driver.providers.gcp_config import GcpConfig, GcpRegion, WorkerBoot
 from services.driver.providers.gcp_shapes import GIB
 from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap
 from tests.clouds.gcp_api import INSERT_SCHEMA, GcpApi, example

@@ -1,7 +1,10 @@
 """The GCP provider's pure rules: the machine type for a pool's cores and memory, whether a region's
-quotas take a machine, and which typed error a Compute Engine failure is."""
+quotas take a machine, which typed error a Compute Engine failure is, and its configuration file."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -9,6 +12,7 @@ from hypothesis import strategies as st
 
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
+from services.driver.providers.gcp_config import MAX_FILE_BYTES, GcpRegion, WorkerBoot, load_config
 from services.driver.providers.gcp_shapes import (GIB, SHAPES, SIZES, MachineType, RegionQuota, check_instance_name,
                                                   classify, label_value, machine_type, named_machine_type,
                                                   quota_shortfall)
@@ -102,3 +106,32 @@ def test_names_and_labels() -> None:
 def test_classify(status: int, codes: list[str], kind: type) -> None:
     error = classify(status, codes, "message", region="r", zone="z")
     assert type(error) is kind and (error.region, error.zone) == ("r", "z")
+
+
+def test_configuration_file(tmp_path: Path) -> None:
+    worker = WorkerBoot("enroll:1", ("gw:1",), "PEM")
+    path = tmp_path / "gcp.json"
+    settings = {"project": "p", "deployment": "prod-1", "boot_image": "projects/p/global/images/family/corral",
+                "regions": [{"name": "us-central1", "zones": ["us-central1-a"], "subnetwork": "corral"},
+                            {"name": "europe-west4", "zones": ["europe-west4-b"]}],
+                "families": {"highmem": "n2d"}, "boot_disk_gb": 100, "worker_command": ["/opt/corral/worker"]}
+    path.write_text(json.dumps(settings))
+    loaded = load_config(path, worker)
+    assert loaded.regions == (GcpRegion("us-central1", ("us-central1-a",), "corral"),
+                              GcpRegion("europe-west4", ("europe-west4-b",)))
+    assert (loaded.families, loaded.boot_disk_gb, loaded.worker_command, loaded.worker) == (
+        {"highmem": "n2d"}, 100, ("/opt/corral/worker",), worker)
+    for change, error in [({"regions": []}, "regions"), ({"zone": "x"}, "unknown fields"),
+                          ({"boot_disk_gb": "100"}, "boot_disk_gb"), ({"external_ip": 1}, "external_ip"),
+                          ({"deployment": "Prod"}, "label value"), ({"families": {"x": "N2"}}, "families"),
+                          ({"regions": [{"name": "us-central1", "zones": ["europe-west4-a"]}]}, "must be in it")]:
+        path.write_text(json.dumps({**settings, **change}))
+        with pytest.raises(ValueError, match=error):
+            load_config(path, worker)
+    del settings["project"]
+    path.write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="missing"):
+        load_config(path, worker)
+    path.write_text(" " * (MAX_FILE_BYTES + 1))
+    with pytest.raises(ValueError, match="at most"):
+        load_config(path, worker)

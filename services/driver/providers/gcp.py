@@ -25,7 +25,7 @@ import math
 import shlex
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import google.auth.exceptions
@@ -38,9 +38,9 @@ from google.cloud import compute_v1
 from services.driver.instances import InstanceRequest
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, ProviderError, QuotaExceeded,
                                               TransientError)
-from services.driver.providers.gcp_shapes import (GIB, LABEL_VALUE, MachineType, RegionQuota, check_instance_name,
-                                                  classify, label_value, machine_type, named_machine_type,
-                                                  quota_shortfall)
+from services.driver.providers.gcp_config import GcpConfig, GcpRegion
+from services.driver.providers.gcp_shapes import (GIB, MachineType, RegionQuota, check_instance_name, classify,
+                                                  label_value, machine_type, named_machine_type, quota_shortfall)
 from services.driver.providers.worker_metadata import METADATA_KEY, WorkerBootstrap
 
 log = logging.getLogger(__name__)
@@ -51,79 +51,6 @@ PAGE_SIZE = 500
 """Instances per page of an aggregated list (Compute Engine's maximum)."""
 MAX_LISTED = 10_000
 """alive() refuses to read more machines than this (a filter gone wrong, not a deployment)."""
-
-
-def basic_worker_args(request: InstanceRequest) -> tuple[str, ...]:
-    """The worker's size and region; a deployment's builder adds its own flags (runtime, log root)."""
-    return ("--cores-mcpu", str(request.cores_mcpu), "--memory-bytes", str(request.memory_bytes),
-            "--storage-bytes", str(request.storage_bytes), "--region", request.region)
-
-
-@dataclasses.dataclass(frozen=True)
-class GcpRegion:
-    name: str
-    """e.g. us-central1."""
-    zones: tuple[str, ...]
-    """Its zones to use, in the order to try them."""
-    subnetwork: str = ""
-    """The name of this region's subnetwork of `GcpConfig.network` ('': an auto-mode network's)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerBoot:
-    """What every worker is told at boot, besides its name and token (WorkerBootstrap)."""
-
-    enroll_address: str
-    """host:port where a new worker enrolls (TLS, server-authenticated)."""
-    driver_addresses: tuple[str, ...]
-    """The internal gateway's addresses."""
-    ca_cert_pem: str
-    """The deployment's CA certificate (public)."""
-    worker_args: Callable[[InstanceRequest], Sequence[str]] = basic_worker_args
-    """The rest of the worker's command line, for a request (its `region` is the one chosen)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class GcpConfig:
-    project: str
-    """The project the machines live in."""
-    deployment: str
-    """The `corral-deployment` label value: what alive() lists, so two deployments never see each
-    other's machines."""
-    regions: tuple[GcpRegion, ...]
-    """The regions machines may go to, in order of preference."""
-    boot_image: str
-    """The boot disk's image, with corral installed: projects/P/global/images/NAME or .../family/F."""
-    worker: WorkerBoot
-    families: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Machine family per pool (inst_coll); pools not named here use `default_family`."""
-    default_family: str = "n2"
-    boot_disk_gb: int = 50
-    """Boot disk size; a pool's scratch storage (InstanceRequest.storage_bytes) is added to it."""
-    boot_disk_type: str = "pd-balanced"
-    network: str = "global/networks/default"
-    external_ip: bool = False
-    """Give each machine an external address (without one, it reaches the gateway through Cloud NAT
-    or a private address)."""
-    service_account: str = ""
-    """The email of a service account the machines run as ('': none, the machines get no Google
-    credentials at all)."""
-    worker_command: tuple[str, ...] = ("python3", "-m", "services.worker", "--cloud", "gcp")
-    """What the startup script runs (as root, at every boot)."""
-    api_endpoint: str = ""
-    """The Compute Engine API's address ('': compute.googleapis.com); http://HOST:PORT for tests."""
-    call_timeout_s: float = 30.0
-    """Deadline of each API call."""
-    operation_timeout_s: float = 300.0
-    """Deadline for an insert or delete operation to be DONE."""
-
-    def __post_init__(self) -> None:
-        if not self.regions or any(not r.zones for r in self.regions):
-            raise ValueError("a GCP configuration needs regions, each with zones")
-        if not self.deployment or not LABEL_VALUE.fullmatch(self.deployment):
-            raise ValueError(f"deployment {self.deployment!r} is not a label value (a-z, 0-9, _ and -, <= 63)")
-        if not 10 <= self.boot_disk_gb <= 65536:
-            raise ValueError(f"boot_disk_gb {self.boot_disk_gb} is outside 10..65536")
 
 
 class GcpProvider:
