@@ -140,7 +140,7 @@ class GcpApi:
     """The server; `start()` binds 127.0.0.1 on a free port, `stop()` ends it."""
 
     def __init__(self, project: str = "example-project", regions: dict[str, tuple[str, ...]] | None = None,
-                 quota: dict[str, float] | None = None, termination_delay_s: float = 0.2):
+                 quota: dict[str, float] | None = None, termination_delay_s: float = 0.2, wait_hold_s: float = 0.0):
         self.project = project
         self.regions = regions or {"us-central1": ("us-central1-a", "us-central1-b"),
                                    "europe-west4": ("europe-west4-a", "europe-west4-b")}
@@ -150,6 +150,8 @@ class GcpApi:
         self._exhausted: set[str] = set()
         self._denied: set[str] = set()
         self._termination_delay_s = termination_delay_s
+        self.wait_hold_s = wait_hold_s
+        """zoneOperations.wait holds each call this long before answering, as the real one may for minutes."""
         self._vms: dict[str, Vm] = {}
         self._operations: dict[str, Operation] = {}
         self._by_request_id: dict[str, str] = {}
@@ -268,6 +270,8 @@ class GcpApi:
     # -- methods -----------------------------------------------------------------------------------
 
     def handle(self, method: str, params: dict[str, str], query: dict[str, list[str]], body: Any) -> Any:
+        if method == "zoneOperations.wait":
+            time.sleep(self.wait_hold_s)
         if params["project"] != self.project:
             raise ApiError(404, f"The resource 'projects/{params['project']}' was not found", "notFound")
         if PERMISSIONS[method] in self._denied:

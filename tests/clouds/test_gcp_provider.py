@@ -147,6 +147,20 @@ async def test_create_returns_once_the_operation_is_done(api: GcpApi) -> None:
     assert WorkerBootstrap.from_json(items["corral-worker"]).activation_token == TOKEN
 
 
+async def test_a_wait_may_hold_longer_than_a_call(api: GcpApi) -> None:
+    """zoneOperations.wait answers when the operation is DONE or after about two minutes: its call is
+    not cut at the deadline of an ordinary call."""
+    api.wait_hold_s = 1.0
+    await provider(api, call_timeout_s=0.5).create(request())
+    assert api.instances()["standard-0a1b2c3d"]["status"] == "RUNNING"
+
+
+async def test_an_operation_past_its_deadline_is_transient(api: GcpApi) -> None:
+    api.wait_hold_s = 1.0
+    with pytest.raises(TransientError):
+        await provider(api, operation_timeout_s=0.5).create(request())
+
+
 async def test_a_family_machine_type_or_a_named_one(api: GcpApi) -> None:
     gcp = provider(api, families={"highmem": "n2d"})
     await gcp.create(request("highmem-1", inst_coll="highmem", cores_mcpu=8000, memory_bytes=64 * GIB))

@@ -26,6 +26,7 @@ import shlex
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import google.auth.exceptions
@@ -47,6 +48,8 @@ log = logging.getLogger(__name__)
 
 DEPLOYMENT_LABEL = "corral-deployment"
 POOL_LABEL = "corral-pool"
+WAIT_HOLD_S = 120.0
+"""How long zoneOperations.wait may hold a call before answering (about two minutes, says its reference)."""
 PAGE_SIZE = 500
 """Instances per page of an aggregated list (Compute Engine's maximum)."""
 MAX_LISTED = 10_000
@@ -66,9 +69,11 @@ class GcpProvider:
         self._regions = compute_v1.RegionsClient(**clients)
         self._zones: dict[str, str] = {}
         """Each known machine's zone (created or listed here), so delete needs no search."""
+        self._executor = ThreadPoolExecutor(max_workers=config.max_calls, thread_name_prefix="gcp-api")
 
     def close(self) -> None:
-        """Closes the clients' HTTP sessions."""
+        """Closes the clients' HTTP sessions and the provider's threads."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
         for client in (self._instances, self._operations, self._regions):
             client.transport.close()
 
@@ -215,8 +220,10 @@ class GcpProvider:
             if time.monotonic() > deadline:
                 raise TransientError(f"operation {operation.name} not done after "
                                      f"{self._config.operation_timeout_s:g} s", region=region, zone=zone)
+            # wait holds the call until DONE or about two minutes: its deadline is longer than a call's.
+            hold_s = max(1.0, min(deadline - time.monotonic(), WAIT_HOLD_S + self._config.call_timeout_s))
             operation = await self._call(self._operations.wait, project=self._config.project, zone=zone,
-                                         operation=operation.name, where=(region, zone))
+                                         operation=operation.name, where=(region, zone), timeout=hold_s)
         errors = list(operation.error.errors)
         if errors:
             status = operation.http_error_status_code
@@ -228,16 +235,16 @@ class GcpProvider:
 
     async def _call(self, method: Callable[..., Any], *, where: tuple[str, str], missing_is_gone: bool = False,
                     **kwargs: Any) -> Any:
-        """`method(**kwargs)`, an SDK call, with the call deadline."""
-        return await self._run(functools.partial(method, timeout=self._config.call_timeout_s, **kwargs), where,
-                               missing_is_gone)
+        """`method(**kwargs)`, an SDK call, with the call deadline (unless `timeout` is given)."""
+        kwargs.setdefault("timeout", self._config.call_timeout_s)
+        return await self._run(functools.partial(method, **kwargs), where, missing_is_gone)
 
-    @staticmethod
-    async def _run(work: Callable[[], Any], where: tuple[str, str], missing_is_gone: bool = False) -> Any:
-        """`work()` in a thread (the SDK blocks), its failures as typed errors."""
+    async def _run(self, work: Callable[[], Any], where: tuple[str, str], missing_is_gone: bool = False) -> Any:
+        """`work()` in one of this provider's threads (the SDK blocks, and a wait holds its thread for
+        minutes: the driver's default executor is left alone), its failures as typed errors."""
         region, zone = where
         try:
-            return await asyncio.to_thread(work)
+            return await asyncio.get_running_loop().run_in_executor(self._executor, work)
         except api_exceptions.GoogleAPICallError as e:
             if missing_is_gone and isinstance(e, api_exceptions.NotFound):
                 raise _Gone() from e

@@ -89,6 +89,8 @@ class GcpConfig:
     """Deadline of each API call."""
     operation_timeout_s: float = 300.0
     """Deadline for an insert or delete operation to be DONE."""
+    max_calls: int = 8
+    """API calls under way at once (each in a thread of the provider's own)."""
 
     def __post_init__(self) -> None:
         if not self.regions or any(not r.zones for r in self.regions):
@@ -97,12 +99,16 @@ class GcpConfig:
             raise ValueError(f"deployment {self.deployment!r} is not a label value (a-z, 0-9, _ and -, <= 63)")
         if not 10 <= self.boot_disk_gb <= 65536:
             raise ValueError(f"boot_disk_gb {self.boot_disk_gb} is outside 10..65536")
+        if not (0 < self.call_timeout_s <= 600 and 0 < self.operation_timeout_s <= 3600):
+            raise ValueError("call_timeout_s must be in (0, 600] and operation_timeout_s in (0, 3600]")
+        if not 1 <= self.max_calls <= 64:
+            raise ValueError(f"max_calls {self.max_calls} is outside 1..64")
 
 
 _SCALARS: dict[str, type | tuple[type, ...]] = {
     "project": str, "deployment": str, "boot_image": str, "default_family": str, "boot_disk_gb": int,
     "boot_disk_type": str, "network": str, "external_ip": bool, "service_account": str, "api_endpoint": str,
-    "call_timeout_s": (int, float), "operation_timeout_s": (int, float)}
+    "call_timeout_s": (int, float), "operation_timeout_s": (int, float), "max_calls": int}
 
 
 def load_config(path: Path, worker: WorkerBoot) -> GcpConfig:
