@@ -147,6 +147,8 @@ class GcpApi:
         self._limits = {r: dict(quota or {"CPUS": 24, "INSTANCES": 24, "N2_CPUS": 24, "PREEMPTIBLE_CPUS": 0})
                         for r in self.regions}
         self._hidden_usage: set[str] = set()
+        self.down: set[str] = set()
+        """Regions regions.get reports with status DOWN."""
         self._exhausted: set[str] = set()
         self._denied: set[str] = set()
         self._termination_delay_s = termination_delay_s
@@ -474,7 +476,7 @@ class GcpApi:
             raise ApiError(404, f"The resource 'projects/{self.project}/regions/{region}' was not found", "notFound")
         answer = example("region.json")
         usage = {} if region in self._hidden_usage else self._usage(region)
-        answer.update(name=region, description=region,
+        answer.update(name=region, description=region, status="DOWN" if region in self.down else "UP",
                       zones=[f"{API}/projects/{self.project}/zones/{z}" for z in self.regions[region]],
                       selfLink=f"{API}/projects/{self.project}/regions/{region}")
         answer["quotas"] = [{"metric": q["metric"], "limit": self._limits[region].get(q["metric"], q["limit"]),

@@ -262,6 +262,14 @@ async def test_spot_machines_count_against_preemptible_quota_when_there_is_one(a
         await gcp.create(request("standard-on-demand"))
 
 
+async def test_a_region_that_is_down_is_skipped(api: GcpApi) -> None:
+    api.down.add("us-central1")
+    with pytest.raises(CapacityExhausted):
+        await provider(api).create(request())
+    await provider(api).create(request(any_region=True))
+    assert inserted_zones(api) == ["europe-west4-a"]
+
+
 async def test_a_full_zone_sends_the_machine_to_the_next(api: GcpApi) -> None:
     api.exhaust_zone("us-central1-a")
     gcp = provider(api)

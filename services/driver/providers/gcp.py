@@ -88,9 +88,13 @@ class GcpProvider:
             else machine_type(family, request.cores_mcpu, request.memory_bytes)
         refusals: list[ProviderError] = []
         for region in self._regions_for(request):
-            region_quotas = await self._call(self._regions.get, region=region.name, project=self._config.project,
-                                             where=(region.name, ""))
-            quotas = [RegionQuota(q.metric, q.limit, q.usage) for q in region_quotas.quotas]
+            described = await self._call(self._regions.get, region=region.name, project=self._config.project,
+                                         where=(region.name, ""))
+            if _named(described.status) == "DOWN":
+                log.info("gcp: %s: region %s is down", request.name, region.name)
+                refusals.append(CapacityExhausted(f"{region.name} is DOWN", region=region.name))
+                continue
+            quotas = [RegionQuota(q.metric, q.limit, q.usage) for q in described.quotas]
             shortfall = quota_shortfall(quotas, machine, family, request.preemptible)
             if shortfall:
                 log.info("gcp: %s does not fit in %s: %s", request.name, region.name, shortfall)
@@ -216,7 +220,7 @@ class GcpProvider:
         """Until `operation` is DONE (zoneOperations.wait answers when it is, or after a while); raises
         the typed error of a failed one."""
         deadline = time.monotonic() + self._config.operation_timeout_s
-        while operation.status != compute_v1.Operation.Status.DONE:
+        while _named(operation.status) != "DONE":
             if time.monotonic() > deadline:
                 raise TransientError(f"operation {operation.name} not done after "
                                      f"{self._config.operation_timeout_s:g} s", region=region, zone=zone)
@@ -254,6 +258,12 @@ class GcpProvider:
         except (requests.RequestException, google.auth.exceptions.TransportError, api_exceptions.RetryError) as e:
             raise TransientError(f"Compute Engine unreachable: {type(e).__name__}: {e}", region=region,
                                  zone=zone) from e
+
+
+def _named(value: Any) -> str:
+    """An enum field's name: the SDK gives some as enums (Operation.status), others as strings
+    (Region.status)."""
+    return str(getattr(value, "name", value))
 
 
 class _Gone(Exception):
