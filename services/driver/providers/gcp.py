@@ -83,9 +83,12 @@ class GcpProvider:
 
     async def create(self, request: InstanceRequest) -> None:
         check_instance_name(request.name)
-        family = self._config.families.get(request.inst_coll, self._config.default_family)
-        machine = named_machine_type(request.machine_type, request.cores_mcpu) if request.machine_type \
-            else machine_type(family, request.cores_mcpu, request.memory_bytes)
+        if request.machine_type:
+            machine = named_machine_type(request.machine_type, request.cores_mcpu)
+            family = machine.name.split("-")[0]  # whose CPU quota it takes (C3_CPUS for c3-highcpu-4)
+        else:
+            family = self._config.families.get(request.inst_coll, self._config.default_family)
+            machine = machine_type(family, request.cores_mcpu, request.memory_bytes)
         refusals: list[ProviderError] = []
         for region in self._regions_for(request):
             described = await self._call(self._regions.get, region=region.name, project=self._config.project,
