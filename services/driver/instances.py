@@ -41,11 +41,18 @@ class InstanceRequest:
     cores_mcpu: int
     memory_bytes: int
     region: str
-    activation_token: str
+    activation_token: str = dataclasses.field(repr=False)
+    """One-time; never in a log line (hence not in the repr)."""
     preemptible: bool = False
     """A spot machine, which the cloud may reclaim."""
     storage_bytes: int = 0
     """Its scratch storage (the pool's machine's; 0: not known)."""
+    machine_type: str = ""
+    """A cloud machine type to use as is (a job-private pool's); '': the provider picks one from the
+    pool's cores and memory."""
+    any_region: bool = False
+    """The jobs it is for may run in any region: a provider may place it in another of its regions when
+    `region` has no quota or capacity left."""
 
 
 class InstanceProvider(Protocol):
