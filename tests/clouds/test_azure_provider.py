@@ -22,7 +22,7 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 from services.common.tls import DevCertificateAuthority
 from services.driver.instances import InstanceRequest
 from services.driver.providers.azure import (ANY_LOCATION, AzureConfig, AzureProvider, ImageReference,
-                                             WorkerBootSettings, vm_size)
+                                             WorkerBootSettings, load_config, vm_size)
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
 from services.driver.providers.worker_metadata import WorkerBootstrap
@@ -420,3 +420,26 @@ async def test_server_responses_have_the_documented_shape(
     assert shape(server.vms["standard-0015"]) == shape(documented)
     nic = json.loads((DOCS / "nic_create_response.json").read_text())
     assert shape(server.nics["standard-0015-nic"]) == shape(nic)
+
+
+def test_configuration_loads_from_json_and_refuses_what_it_does_not_know() -> None:
+    text = json.dumps({
+        "subscription_id": SUBSCRIPTION, "resource_group": GROUP, "locations": ["westeurope", "northeurope"],
+        "subnet_id": SUBNET, "image": {"id": "/subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/"
+                                             "galleries/corral/images/worker/versions/1.0.0"},
+        "admin_username": "corral", "ssh_public_key": "ssh-ed25519 AAAA", "deployment": "prod",
+        "boot": {"enroll_address": "e:1", "driver_addresses": ["d:1"], "ca_cert_pem": "PEM",
+                 "worker_args": ["--runtime", "oci"]},
+        "vm_sizes": {"highmem": "Standard_E16s_v5"}})
+    loaded = load_config(text)
+    assert loaded.locations == ("westeurope", "northeurope") and loaded.boot.worker_args == ("--runtime", "oci")
+    assert loaded.image.model().as_dict() == {"id": json.loads(text)["image"]["id"]}
+    assert loaded.base_url is None and loaded.connection_verify is True
+    with pytest.raises(ValueError, match="unknown field.*zone"):
+        load_config(text.replace('"deployment"', '"zone": "1", "deployment"'))
+    with pytest.raises(ValueError, match="boot"):
+        load_config(text.replace('"enroll_address": "e:1", ', ""))
+    with pytest.raises(ValueError, match="ssh_public_key"):
+        load_config(text.replace("ssh-ed25519 AAAA", "password"))
+    with pytest.raises(ValueError, match="at most"):
+        load_config(" " * (300 * 1024))

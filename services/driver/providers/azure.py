@@ -20,6 +20,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import re
@@ -151,6 +152,40 @@ class AzureConfig:
             raise ValueError("AzureConfig.ssh_public_key must be an OpenSSH public key")
         if not 1 <= self.os_disk_size_gb <= 4095:
             raise ValueError("AzureConfig.os_disk_size_gb must be 1..4095")
+
+
+MAX_CONFIG_BYTES = 256 * 1024
+
+
+def load_config(text: str | bytes) -> AzureConfig:
+    """An `AzureConfig` from its JSON form: the fields by name, `image` and `boot` as objects, lists
+    for tuples. Unknown or missing fields are refused by name (ValueError)."""
+    raw = text.encode() if isinstance(text, str) else text
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ValueError(f"Azure configuration is {len(raw)} bytes; at most {MAX_CONFIG_BYTES}")
+    data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise ValueError("Azure configuration is not a JSON object")
+
+    def build(cls: type[Any], values: Any, where: str) -> Any:
+        if not isinstance(values, dict):
+            raise ValueError(f"Azure configuration: {where} must be an object")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(f"Azure configuration: unknown field(s) {unknown} in {where}")
+        try:
+            return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+        except TypeError as error:
+            raise ValueError(f"Azure configuration: {where}: {error}") from None
+
+    fields = dict(data)
+    fields["image"] = build(ImageReference, fields.get("image", {}), "image")
+    fields["boot"] = build(WorkerBootSettings, fields.get("boot", {}), "boot")
+    config = build(AzureConfig, fields, "the configuration")
+    if not isinstance(config.vm_sizes, dict) or not all(isinstance(v, str) for v in config.vm_sizes.values()):
+        raise ValueError("Azure configuration: vm_sizes must map pool names to VM sizes")
+    return config
 
 
 def vm_size(cores_mcpu: int, memory_bytes: int) -> str:
