@@ -8,11 +8,14 @@ import asyncio
 import base64
 import json
 import logging
+import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import jsonschema
 import pytest
 from azure.core.credentials import AccessToken
@@ -25,7 +28,7 @@ from services.driver.providers.azure import (ANY_LOCATION, AzureConfig, AzurePro
                                              WorkerBootSettings, load_config, vm_size)
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
-from services.driver.providers.worker_metadata import WorkerBootstrap
+from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap
 from tests.clouds.azure_api import DOCS, AzureApiServer
 
 SUBSCRIPTION = "00000000-1111-2222-3333-444444444444"
@@ -360,8 +363,6 @@ async def test_the_token_and_user_data_never_reach_the_logs(
 
 async def test_imds_serves_user_data_and_a_preempt_event_then_evicts(
         server: AzureApiServer, provider: AzureProvider, machines: Machines) -> None:
-    import aiohttp
-
     await provider.create(request("standard-0014", preemptible=True))
     root = server.metadata_url("standard-0014")
     async with aiohttp.ClientSession() as http:
@@ -443,3 +444,63 @@ def test_configuration_loads_from_json_and_refuses_what_it_does_not_know() -> No
         load_config(text.replace("ssh-ed25519 AAAA", "password"))
     with pytest.raises(ValueError, match="at most"):
         load_config(" " * (300 * 1024))
+
+
+# A stand-in for the worker's side (written separately): what a process on the VM does with IMDS.
+_MACHINE = r"""
+import base64, json, os, sys, time, urllib.request
+from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap
+root = os.environ[METADATA_URL_ENV]
+def imds(path, body=None):
+    request = urllib.request.Request(root + path, data=body, headers={"Metadata": "true"})
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return response.read()
+boot = WorkerBootstrap.from_json(base64.b64decode(imds("/instance/compute/userData?api-version=2021-01-01&format=text")))
+print("booted", boot.instance_name, flush=True)
+for _ in range(500):
+    events = json.loads(imds("/scheduledevents?api-version=2020-07-01"))["Events"]
+    preempt = [e for e in events if e["EventType"] == "Preempt"]
+    if preempt:
+        imds("/scheduledevents?api-version=2020-07-01",
+             json.dumps({"StartRequests": [{"EventId": preempt[0]["EventId"]}]}).encode())
+        print("preempted", flush=True)
+        sys.exit(0)
+    time.sleep(0.02)
+sys.exit(1)
+"""
+
+
+async def test_a_process_on_the_vm_boots_from_imds_and_sees_its_preemption(
+        tmp_path: Path, server: AzureApiServer, provider: AzureProvider) -> None:
+    processes: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(name: str, metadata_url: str, user_data: str, custom_data: str) -> None:
+        processes[name] = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _MACHINE, stdout=asyncio.subprocess.PIPE, cwd=Path(__file__).parents[2],
+            env={**os.environ, METADATA_URL_ENV: metadata_url})
+
+    server.on_create = start
+    try:
+        await provider.create(request("standard-0016", preemptible=True))
+        for _ in range(200):
+            if "standard-0016" in processes:
+                break
+            await asyncio.sleep(0.01)
+        machine = processes["standard-0016"]
+        assert machine.stdout is not None
+        assert await asyncio.wait_for(machine.stdout.readline(), 20) == b"booted standard-0016\n"
+
+        server.preempt("standard-0016", notice_s=30)
+        assert await asyncio.wait_for(machine.stdout.readline(), 20) == b"preempted\n"
+        assert await asyncio.wait_for(machine.wait(), 20) == 0
+        for _ in range(200):
+            if not server.vms:
+                break
+            await asyncio.sleep(0.01)
+        assert await provider.alive() == set(), "evicted well before its 30 s notice: the VM approved it"
+        assert server.nics == {} and server.disks == {}
+    finally:
+        for process in processes.values():
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
