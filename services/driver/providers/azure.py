@@ -78,10 +78,12 @@ class ImageReference:
     managed or gallery image with corral installed)."""
 
     publisher: str = ""
+    """Marketplace image publisher (e.g. Canonical)."""
     offer: str = ""
     sku: str = ""
     version: str = "latest"
     id: str = ""
+    """A managed or gallery image's resource id (then publisher, offer and sku are unused)."""
 
     def model(self) -> compute_models.ImageReference:
         if self.id:
@@ -119,22 +121,29 @@ class AzureConfig:
     subnet_id: str
     """The workers' subnet: /subscriptions/S/resourceGroups/G/providers/Microsoft.Network/virtualNetworks/V/subnets/N."""
     image: ImageReference
+    """The workers' image: Python 3 and corral installed at `install_dir`."""
     admin_username: str
+    """The VM's administrator account (SSH key only)."""
     ssh_public_key: str
     """Linux VMs need one; password authentication is disabled."""
     deployment: str
     """Value of the `corral-deployment` tag: `alive()` sees only this deployment's VMs."""
     boot: WorkerBootSettings
+    """What each worker's userData carries besides its name and token."""
     vm_sizes: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Exact VM size per pool (instance collection); a pool not here gets a size from `vm_size`."""
     os_disk_type: str = "Premium_LRS"
+    """The OS disk's storage account type (Premium_LRS, StandardSSD_LRS, ...)."""
     os_disk_size_gb: int = 64
+    """The OS disk's size; the worker's scratch space lives on it unless the image mounts another."""
     install_dir: str = "/opt/corral"
     """Where corral is installed on the image (the startup script runs the worker from there)."""
     base_url: str | None = None
     """The Resource Manager endpoint; None: the public cloud's (https://management.azure.com)."""
     connection_verify: bool | str = True
     """TLS verification of `base_url`: True, or a CA bundle's path (a private endpoint, the tests)."""
+    credential_scope: str = "https://management.azure.com/.default"
+    """The token's audience: the public cloud's Resource Manager (a sovereign cloud has its own)."""
     poll_interval_s: float = 5.0
     """Between polls of a long-running operation when Azure sends no Retry-After."""
     operation_timeout_s: float = 600.0
@@ -257,7 +266,8 @@ class AzureProvider:
             credential = DefaultAzureCredential()
         self._credential = credential
         options: dict[str, Any] = {"connection_verify": config.connection_verify, "retry_total": config.retry_total,
-                                   "polling_interval": config.poll_interval_s, "logging_enable": False}
+                                   "polling_interval": config.poll_interval_s, "logging_enable": False,
+                                   "credential_scopes": [config.credential_scope]}
         if config.base_url:
             options["base_url"] = config.base_url
         self._compute = ComputeManagementClient(credential, config.subscription_id, **options)
