@@ -186,6 +186,9 @@ class AzureApiServer:
         options say) after `notice_s`, or as soon as the VM approves the event. Returns the event id."""
         if name not in self.vms:
             raise KeyError(name)
+        properties = self.vms[name]["properties"]
+        if properties.get("priority") != "Spot" or properties.get("evictionPolicy") != "Delete":
+            raise ValueError(f"{name} is not a Spot VM with eviction policy Delete (the only eviction modelled)")
         event_id = str(uuid.uuid4()).upper()
         not_before = email.utils.formatdate(time.time() + notice_s, usegmt=True)
         event = _fill(_document("imds_scheduled_events.json")["Events"][0], **{"event-id": event_id, "vm-name": name})

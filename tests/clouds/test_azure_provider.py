@@ -363,6 +363,10 @@ async def test_the_token_and_user_data_never_reach_the_logs(
 
 async def test_imds_serves_user_data_and_a_preempt_event_then_evicts(
         server: AzureApiServer, provider: AzureProvider, machines: Machines) -> None:
+    await provider.create(request("standard-0017"))
+    with pytest.raises(ValueError, match="not a Spot VM"):
+        server.preempt("standard-0017")
+
     await provider.create(request("standard-0014", preemptible=True))
     root = server.metadata_url("standard-0014")
     async with aiohttp.ClientSession() as http:
@@ -393,9 +397,10 @@ async def test_imds_serves_user_data_and_a_preempt_event_then_evicts(
         if "standard-0014" not in server.vms:
             break
         await asyncio.sleep(0.01)
-    assert server.vms == {} and server.nics == {} and server.disks == {}
+    assert set(server.vms) == {"standard-0017"} and set(server.nics) == {"standard-0017-nic"}
+    assert set(server.disks) == {"standard-0017-osdisk"}, "the evicted VM's NIC and disk went with it"
     assert machines.deleted == ["standard-0014"]
-    assert await provider.alive() == set()
+    assert await provider.alive() == {"standard-0017"}
     await provider.delete("standard-0014")  # the driver's delete after a preemption still succeeds
 
 
@@ -442,6 +447,8 @@ def test_configuration_loads_from_json_and_refuses_what_it_does_not_know() -> No
         load_config(text.replace('"enroll_address": "e:1", ', ""))
     with pytest.raises(ValueError, match="ssh_public_key"):
         load_config(text.replace("ssh-ed25519 AAAA", "password"))
+    with pytest.raises(ValueError, match="install_dir"):
+        load_config(text.replace('"deployment"', '"install_dir": "/opt/x\'; rm -rf /", "deployment"'))
     with pytest.raises(ValueError, match="at most"):
         load_config(" " * (300 * 1024))
 

@@ -159,6 +159,8 @@ class AzureConfig:
             raise ValueError("AzureConfig.locations is empty")
         if not self.ssh_public_key.startswith(("ssh-", "ecdsa-")):
             raise ValueError("AzureConfig.ssh_public_key must be an OpenSSH public key")
+        if not re.fullmatch(r"/[A-Za-z0-9._/-]{1,200}", self.install_dir):
+            raise ValueError("AzureConfig.install_dir must be an absolute path of letters, digits and ._/-")
         if not 1 <= self.os_disk_size_gb <= 4095:
             raise ValueError("AzureConfig.os_disk_size_gb must be 1..4095")
 
