@@ -105,13 +105,15 @@ class AzureApiServer:
 
     def __init__(self, tls_cert: Path, tls_key: Path, ca_file: Path, subscription_id: str, token: str, *,
                  polls: int = 2, page_size: int = 2, on_create: Callable[..., Any] | None = None,
-                 on_delete: Callable[[str], Any] | None = None):
+                 on_delete: Callable[[str], Any] | None = None, resource_groups: set[str] | None = None):
         self.ca_file = ca_file
         self.subscription_id = subscription_id
         self.polls = polls
         """Polls of an operation's status answered InProgress before it ends."""
         self.page_size = page_size
         """VMs per page of a list (small, so the SDK follows nextLink)."""
+        self.resource_groups = resource_groups
+        """The groups that exist (None: any)."""
         self.on_create = on_create
         self.on_delete = on_delete
         self.requests: list[RecordedRequest] = []
@@ -232,6 +234,8 @@ class AzureApiServer:
         if match is None or match["sub"] != self.subscription_id:
             return _error(404, "NotFound", f"no route {request.method} {request.path}")
         kind, name, group = match["kind"].lower(), match["name"], match["rg"]
+        if self.resource_groups is not None and group not in self.resource_groups:
+            return _error(404, "ResourceGroupNotFound", f"Resource group '{group}' could not be found.")
         route = (request.method, kind, name is not None)
         if route == ("GET", "microsoft.compute/virtualmachines", False):
             return self._list_vms(request, group)

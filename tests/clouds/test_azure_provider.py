@@ -84,7 +84,8 @@ def machines() -> Machines:
 async def server(tmp_path: Path, machines: Machines) -> AsyncIterator[AzureApiServer]:
     tls = DevCertificateAuthority(tmp_path / "ca").issue("azure-api")
     api = await AzureApiServer(tls.cert, tls.key, tls.ca_cert, SUBSCRIPTION, TOKEN, polls=2,
-                               on_create=machines.on_create, on_delete=machines.on_delete).start()
+                               on_create=machines.on_create, on_delete=machines.on_delete,
+                               resource_groups={GROUP}).start()
     try:
         yield api
     finally:
@@ -231,6 +232,19 @@ async def test_delete_removes_vm_nic_and_disk_and_is_idempotent(
 
     await provider.delete("standard-0003")  # nothing there: every delete answers 204
     await provider.delete("never-created")
+
+
+async def test_a_missing_resource_group_is_gone_for_delete_and_a_configuration_error_for_create(
+        server: AzureApiServer, credential: FixedCredential) -> None:
+    async with AzureProvider(config(server, resource_group="deleted-group"), credential) as elsewhere:
+        await elsewhere.delete("standard-0018")  # 404: nothing left to delete
+        with pytest.raises(InvalidRequest, match="ResourceGroupNotFound"):
+            await elsewhere.create(request("standard-0018"))
+
+
+async def test_production_credential_is_made_and_closed_by_the_provider(server: AzureApiServer) -> None:
+    async with AzureProvider(config(server)) as production:
+        assert type(production._credential).__name__ == "DefaultAzureCredential"
 
 
 async def test_delete_cleans_up_a_nic_and_disk_left_without_their_delete_option(

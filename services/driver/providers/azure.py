@@ -404,19 +404,19 @@ class AzureProvider:
         for begin in (lambda: self._compute.virtual_machines.begin_delete(group, name),
                       lambda: self._network.network_interfaces.begin_delete(group, _nic_name(name)),
                       lambda: self._compute.disks.begin_delete(group, _disk_name(name))):
-            try:
-                await self._finish("", begin())
-            except ResourceNotFoundError:
-                pass  # already gone (the resource group's 404; a missing resource answers 204)
+            # A missing resource answers 204; a missing resource group 404: either way, nothing to delete.
+            await self._finish("", begin(), missing_ok=True)
 
-    async def _finish(self, location: str, begin: Awaitable[AsyncLROPoller[Any]]) -> Any:
+    async def _finish(self, location: str, begin: Awaitable[AsyncLROPoller[Any]], missing_ok: bool = False) -> Any:
         """Start a long-running operation and await its result as the SDK polls it, within the time-out."""
         try:
             async with self._timeout(location):
                 poller = await begin
                 return await poller.result()
-        except ResourceNotFoundError:
-            raise
+        except ResourceNotFoundError as error:
+            if missing_ok:
+                return None
+            raise provider_error(error, location) from error
         except AzureError as error:
             raise provider_error(error, location) from error
 
