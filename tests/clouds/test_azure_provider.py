@@ -24,8 +24,8 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 
 from services.common.tls import DevCertificateAuthority
 from services.driver.instances import InstanceRequest
-from services.driver.providers.azure import (ANY_LOCATION, AzureConfig, AzureProvider, ImageReference,
-                                             WorkerBootSettings, load_config, vm_size)
+from services.driver.providers.azure import ANY_LOCATION, AzureProvider
+from services.driver.providers.azure_config import AzureConfig, ImageReference, WorkerBootSettings, load_config, vm_size
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
 from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap
