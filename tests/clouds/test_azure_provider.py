@@ -24,7 +24,7 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 
 from services.common.tls import DevCertificateAuthority
 from services.driver.instances import InstanceRequest
-from services.driver.providers.azure import ANY_LOCATION, AzureProvider
+from services.driver.providers.azure import AzureProvider
 from services.driver.providers.azure_config import AzureConfig, ImageReference, WorkerBootSettings, load_config, vm_size
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
@@ -119,8 +119,9 @@ async def provider(server: AzureApiServer, credential: FixedCredential) -> Async
 
 
 def request(name: str, *, preemptible: bool = False, region: str = "westeurope", pool: str = "standard",
-            token: str = "activation-token-0123456789abcdef") -> InstanceRequest:
-    return InstanceRequest(name, pool, 4000, 16 * 1024 ** 3, region, token, preemptible, 100 * 1024 ** 3)
+            token: str = "activation-token-0123456789abcdef", any_region: bool = False) -> InstanceRequest:
+    return InstanceRequest(name, pool, 4000, 16 * 1024 ** 3, region, token, preemptible, 100 * 1024 ** 3,
+                           any_region=any_region)
 
 
 def vm_puts(server: AzureApiServer) -> list[dict[str, Any]]:
@@ -278,7 +279,7 @@ async def test_quota_in_one_location_is_typed_and_the_next_location_is_used(
     assert refused.value.region == "westeurope" and "quota" in str(refused.value)
     assert server.vms == {} and server.nics == {}, "the NIC made for the refused VM is deleted"
 
-    await provider.create(request("standard-0006", region=ANY_LOCATION))
+    await provider.create(request("standard-0006", any_region=True))
     assert server.vms["standard-0006"]["location"] == "northeurope"
     assert [b["location"] for b in vm_puts(server)] == ["westeurope", "westeurope", "northeurope"]
 
@@ -288,7 +289,7 @@ async def test_quota_everywhere_raises_the_last_locations_refusal(
     server.fail("westeurope", "quota-code")
     server.fail("northeurope", "sku")
     with pytest.raises(CapacityExhausted) as refused:
-        await provider.create(request("standard-0007", region=ANY_LOCATION))
+        await provider.create(request("standard-0007", any_region=True))
     assert refused.value.region == "northeurope"
     assert server.vms == {} and server.nics == {}
 
@@ -307,7 +308,7 @@ async def test_authorization_failure_is_permission_denied_and_not_tried_elsewher
         server: AzureApiServer, provider: AzureProvider) -> None:
     server.fail("westeurope", "authorization")
     with pytest.raises(PermissionDenied) as refused:
-        await provider.create(request("standard-0009", region=ANY_LOCATION))
+        await provider.create(request("standard-0009", any_region=True))
     assert refused.value.region == "westeurope" and "AuthorizationFailed" in str(refused.value)
     assert [b["location"] for b in vm_puts(server)] == ["westeurope"]
     assert server.nics == {}
@@ -363,7 +364,7 @@ async def test_the_token_and_user_data_never_reach_the_logs(
     caplog.set_level(logging.DEBUG)
     secret = "activation-token-that-must-stay-secret"
     server.fail("westeurope", "allocation")
-    await provider.create(request("standard-0013", region=ANY_LOCATION, token=secret, preemptible=True))
+    await provider.create(request("standard-0013", any_region=True, token=secret, preemptible=True))
     await provider.delete("standard-0013")
 
     [body] = [b for b in vm_puts(server) if b["location"] == "northeurope"]

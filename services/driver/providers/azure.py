@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 
 DEPLOYMENT_TAG = "corral-deployment"
 POOL_TAG = "corral-pool"
-ANY_LOCATION = ""
-"""An `InstanceRequest.region` that lets the provider pick any configured location, in order."""
 MAX_CUSTOM_DATA_BYTES = 65535
 """Azure: customData is at most 64 KB before base64."""
 MAX_USER_DATA_B64 = 65536
@@ -142,13 +140,14 @@ class AzureProvider:
     async def create(self, request: InstanceRequest) -> None:
         if not _NAME.match(request.name):
             raise InvalidRequest(f"instance name {request.name!r} is not a valid Azure VM name (a-z, 0-9, -)")
-        if request.region == ANY_LOCATION:
-            locations = self._config.locations
-        elif request.region in self._config.locations:
-            locations = (request.region,)
-        else:
+        # The asked location first; with `any_region` (jobs that may run anywhere), then every other one in
+        # the configured order, as the GCP provider does.
+        asked = tuple(loc for loc in self._config.locations if loc == request.region)
+        if not asked and not request.any_region:
             raise InvalidRequest(f"region {request.region!r} is not one of {self._config.locations}",
                                  region=request.region)
+        locations = asked + tuple(loc for loc in self._config.locations if loc != request.region) \
+            if request.any_region else asked
         size = self._config.vm_sizes.get(request.inst_coll) or vm_size(request.cores_mcpu, request.memory_bytes)
         refused: ProviderError | None = None
         for location in locations:
