@@ -206,7 +206,8 @@ def test_each_pod_holds_only_its_own_keys() -> None:
     def certificate(name: str) -> set[str]:
         return {f"corral-tls-{name}:{key}" for key in ("ca.crt", "tls.crt", "tls.key")}
 
-    assert held["corral-auth"] == tls | {"corral-database:auth"}
+    token = {"corral-gateway-token:gateway.token"}
+    assert held["corral-auth"] == tls | {"corral-database:auth"} | token
     assert held["corral-frontend"] == certificate("frontend") | {"corral-database:frontend",
                                                                  "corral-job-secrets:job-secrets.pub"}
     assert held["corral-driver"] == certificate("driver") | {
@@ -214,7 +215,8 @@ def test_each_pod_holds_only_its_own_keys() -> None:
     driver_spec = find(docs, "Deployment", "corral-driver")["spec"]["template"]["spec"]
     [copier] = driver_spec["initContainers"]
     assert secrets_held(driver_spec, copier) == {"corral-job-secrets:job-secrets.key"}
-    assert held["corral-gateway-public"] == held["corral-gateway-internal"] == certificate("gateway")
+    assert held["corral-gateway-public"] == certificate("gateway") | token
+    assert held["corral-gateway-internal"] == certificate("gateway")
     assert held["corral-migrations"] == {"corral-database:migrations"}
 
 

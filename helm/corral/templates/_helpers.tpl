@@ -137,3 +137,7 @@ failureThreshold: 2
 - {name: run, mountPath: /var/run/corral}
 - {name: tmp, mountPath: /tmp}
 {{- end }}
+
+{{- define "corral.gatewayTokenSecret" -}}
+{{- .Values.gateway.public.tokenSecret | default "corral-gateway-token" -}}
+{{- end }}
