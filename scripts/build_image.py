@@ -93,6 +93,7 @@ def build_base(layout: Path, work: Path) -> None:
     sources = Path("/etc/apt/sources.list.d/debian.sources")
     chroot = f'env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin chroot "$1"'
     run("mmdebstrap", "--variant=minbase", "--mode=root", f"--include={','.join(DEBIAN_PACKAGES)}",
+        # As this host's apt is set: a mirror or snapshot may serve a Release file past its Valid-Until.
         "--aptopt=Acquire::Check-Valid-Until \"false\"",
         f"--customize-hook={chroot} useradd --uid {USER_ID} --user-group --home-dir /var/lib/corral "
         "--create-home --shell /usr/sbin/nologin corral",

@@ -32,8 +32,8 @@ def chart_entry_points() -> list[list[str]]:
     seen: dict[str, list[str]] = {}
     for name in VALUE_SETS:
         for _, command in commands(manifests(name)):
-            program = command[:3] if command[:2] == ["python", "-m"] else command[:3] if command[0] == "corral" \
-                else command[:1]
+            # `python -m services.X`, `corral db migrate`; any other program by its name alone.
+            program = command[:3] if command[0] in ("python", "corral") else command[:1]
             seen.setdefault(" ".join(program), [*program, "--help"])
     return list(seen.values())
 
