@@ -291,3 +291,16 @@ def test_the_entry_point_check_refuses_an_unknown_option_and_module() -> None:
         entry_point(["sh", "-c", "true"])
     text = help_text(tuple(entry_point(["python", "-m", "services.driver"])[1]))
     assert not re.search(r"(?<![\w-])--leader-address(?![\w-])", text)
+
+
+@pytest.mark.parametrize(("bad", "said"), [
+    ({"driver": {"replica": 3}}, "additional properties 'replica' not allowed"),
+    ({"driver": {"replicas": 0}}, "/driver/replicas"),
+    ({"storage": {"specRootUrl": "corral-blobs"}}, "/storage/specRootUrl"),
+    ({"gateway": {"internal": {"allowedCidrs": ["everyone"]}}}, "/gateway/internal/allowedCidrs/0"),
+    ({"database": {"accounts": {"auth": {"user": "a'; DROP", "passwordKey": "auth"}}}}, "/database/accounts/auth/user"),
+])
+def test_values_out_of_bounds_are_refused_saying_where(bad: dict[str, Any], said: str) -> None:
+    """values.schema.json: a misspelt key or an impossible value is an error naming it, never ignored."""
+    with pytest.raises(helm_python.HelmValuesError, match=re.escape(said)):
+        helm_python.Chart.load(str(CHART)).render(bad, name="corral", namespace=NAMESPACE)
