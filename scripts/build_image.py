@@ -14,7 +14,8 @@ PATH as `envoy`). It is built in two layers:
    neither changes.
 2. **corral**: corral itself, installed into that venv as a wheel without dependencies, and the gateway's
    descriptor set and OpenAPI document in /opt/corral/gateway (what `envoy --mode validate` and the
-   transcoder read; helm/corral/files/ configs name that path). `umoci unpack` of the base, `pip install`,
+   transcoder read; helm/corral/files/ configs name that path), and sql/ in /opt/corral/sql (the wheel has
+   no sql/; the migrations Job names it). `umoci unpack` of the base, `pip install`,
    `umoci repack`: the layer holds only what changed. Seconds.
 
 The image is written as an OCI layout (`--layout`, default build/image) and, with `--push`, copied with skopeo
@@ -42,6 +43,8 @@ DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 VENV = "/opt/corral/venv"
 GATEWAY_FILES = "/opt/corral/gateway"
 """The descriptor set and OpenAPI document the public gateway reads (helm/corral/gateway/kubernetes.yaml)."""
+SQL_FILES = "/opt/corral/sql"
+"""The migrations, procedures and triggers (`corral db migrate --sql-dir`, helm/corral's migrations Job)."""
 USER_ID = 10001
 """The account the services run as (the chart's runAsUser)."""
 TOOLS = {"mmdebstrap": "mmdebstrap", "umoci": "umoci", "skopeo": "skopeo"}
@@ -150,6 +153,9 @@ def build(tag: str, layout: Path, cache: Path) -> None:
         run(*chroot, f"{VENV}/bin/pip", "install", "--quiet", "--no-index", "--no-deps", "--no-cache-dir",
             f"/tmp/{wheel.name}")
         (rootfs / "tmp" / wheel.name).unlink()
+        # The wheel does not carry sql/ (services.db.migrations reads it beside the source tree): the migrations
+        # Job reads it here with --sql-dir.
+        shutil.copytree(REPO / "sql", rootfs / SQL_FILES.lstrip("/"), dirs_exist_ok=True)
         run(*chroot, f"{VENV}/bin/python", "-c",
             "from pathlib import Path; from services.gateway.descriptors import write_descriptor_set; "
             f"write_descriptor_set(Path('{GATEWAY_FILES}/descriptors.binpb'))")

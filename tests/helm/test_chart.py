@@ -66,7 +66,7 @@ def test_the_migrations_run_before_install_and_upgrade(name: str) -> None:
     assert set(job["metadata"]["annotations"]["helm.sh/hook"].split(",")) == {"pre-install", "pre-upgrade"}
     [container] = job["spec"]["template"]["spec"]["containers"]
     assert container["command"] == ["corral", "db", "migrate"]
-    assert container["args"] == ["--no-create"]
+    assert container["args"] == ["--no-create", "--sql-dir", "/opt/corral/sql"]  # scripts/build_image.py puts it there
     env = {e["name"]: e for e in container["env"]}
     assert env["CORRAL_DATABASE_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == \
         values_of(name)["database"]["accounts"]["migrations"]["passwordKey"]
