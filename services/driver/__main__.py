@@ -21,6 +21,9 @@ parser.add_argument("--spec-root-url", required=True)
 parser.add_argument("--data-dir", type=Path, required=True)
 parser.add_argument("--internal-address", default="127.0.0.1:0")
 parser.add_argument("--driver-addresses", default="", help="every driver's address, comma-separated (for workers)")
+parser.add_argument("--advertise-host", default="localhost",
+                    help="the host name others reach this driver at, with its port: the leader's address "
+                         "standbys and GetLeader name; its certificate must name it (default: %(default)s)")
 parser.add_argument("--ports-file", type=Path)
 parser.add_argument("--heartbeat-interval", type=float, default=SessionSettings.heartbeat_interval_s,
                     help="seconds between a worker's heartbeats (default: %(default)s)")
@@ -76,7 +79,7 @@ private_files()
 metrics.serve_for_process(args, "driver")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
-                             args.internal_address, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
+                             args.internal_address, advertise_host=args.advertise_host, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              default_registry=args.default_registry, worker_runtime=args.worker_runtime,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,

@@ -98,6 +98,10 @@ class DriverConfig:
     which it then needs), as cloud workers do, instead of being given a key and certificate the driver made."""
     name: str = "driver"
     """This driver's name, in logs and the election."""
+    advertise_host: str = "localhost"
+    """The host name the frontend and standbys reach this driver at (its address in the election, with its
+    port): on one machine localhost; in Kubernetes the pod's stable name (helm/corral), which its
+    certificate names."""
     driver_addresses: tuple[str, ...] = ()
     """Every driver's internal address, given to local workers so they find the leader."""
     autoscaler_period_s: float = 2.0
@@ -327,7 +331,7 @@ async def start(config: DriverConfig) -> DriverApp:
             stack.push_async_callback(enroll_servers.stop)
             enroll_port = enroll_servers.ports[0]
         # Campaign under the address workers and standbys can reach us at.
-        state.name = f"localhost:{servers.ports[0]}"
+        state.name = f"{config.advertise_host}:{servers.ports[0]}"
         stack.callback(registry.end_all, "this driver is shutting down; look for the leader")
         stack.push_async_callback(election.resign)
         tasks = [asyncio.create_task(election.run(on_elected, on_deposed))]

@@ -120,7 +120,8 @@ class Deployment:
     """A secret the public gateway puts in `x-corral-gateway-token` on every call it forwards to auth (any
     such header from a client replaced, and removed from calls to the frontends), so that auth believes
     this gateway's `x-forwarded-for` there and throttles logins by the real client's address. Given to auth
-    with `--gateway-token-file`; never in a checked-in description. None: no header."""
+    with `--gateway-token-file`; never in a checked-in description, which may name it as `%ENVIRONMENT(VAR)%`
+    instead (Envoy reads VAR when it starts: helm/corral). None: no header."""
     enroll_listen: Address | None = None
     """Where new workers, which have no certificate yet, enroll (issue 16): TLS with the gateway's
     certificate and no client certificate, forwarding WorkerEnrollmentService/Enroll alone to the leading
@@ -161,6 +162,8 @@ class Deployment:
                for name in ("public_stats_listen", "internal_stats_listen", "enroll_listen")
                if fields.get(name)},
             **({"worker_san_prefix": fields["worker_san_prefix"]} if "worker_san_prefix" in fields else {}),
+            # Only as a reference Envoy resolves when it starts (helm/corral: %ENVIRONMENT(VAR)%), never the secret.
+            **({"auth_token": fields["auth_token"]} if fields.get("auth_token") else {}),
         )
 
     @classmethod

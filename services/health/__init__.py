@@ -1,0 +1,1 @@
+"""`python -m services.health`: ask a corral service's gRPC health over its own TLS, for probes."""
