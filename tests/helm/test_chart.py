@@ -162,7 +162,7 @@ def test_network_policies_allow_exactly_the_architectures_hops(name: str) -> Non
     for me, spec in policies.items():
         outside = [(p["port"]) for rule in spec.get("ingress", []) for p in rule["ports"]
                    if any("ipBlock" in peer for peer in rule["from"])]
-        assert outside == {"gateway-public": [8443], "gateway-internal": [8444]}.get(me, []), me
+        assert outside == {"gateway-public": [8443], "gateway-internal": [8444, 8445]}.get(me, []), me
     # The gateways reach nothing but their upstreams (and DNS, for all).
     for gateway in ("gateway-public", "gateway-internal"):
         assert all("podSelector" in peer for rule in policies[gateway]["egress"] for peer in rule["to"])
