@@ -5,9 +5,9 @@ exactly as the driver calls them for its workers (`JobStore`), for every
 combination of jobs per call and connections, in two modes:
 
   sj+mjc  schedule_jobs, then mark_jobs_complete;
-  full    schedule_jobs, mark_jobs_started, add_attempt_resources
-          (cpu/local/1, memory/local/1), mark_jobs_complete: the billing
-          triggers fire on completion.
+  full    schedule_jobs, mark_jobs_started (recording each attempt's
+          cpu/local/1 and memory/local/1, as the driver does),
+          mark_jobs_complete: the billing triggers fire on completion.
 
 Each run gets a fresh schema, N Ready jobs (inserted in bunches of 5,000
 and committed), 8 active instances large enough that capacity never
@@ -49,8 +49,9 @@ INSTANCE_CORES_MCPU = 10_000_000
 JOB_CORES_MCPU = 1000
 INSERT_BUNCH = 5000
 JOB_DURATION_MS = 1000
-RESOURCES = (("cpu/local/1", JOB_CORES_MCPU), ("memory/local/1", 512))
-"""What add_attempt_resources records per attempt (per ms: mcpu, MiB)."""
+JOB_MEMORY_BYTES = 512 * 2**20
+RESOURCES = {"cpu_resource": "cpu/local/1", "memory_resource": "memory/local/1"}
+"""What mark_jobs_started records per attempt (per ms: the job's mcpu and MiB)."""
 
 TARGETS_JOBS_PER_S = {"sj+mjc": 5000, "full": 3000}
 """Issue 4's targets at the best concurrency, drawn on the plot."""
@@ -137,7 +138,8 @@ async def prepare(db: Database, n_jobs: int) -> World:
     update_id, start = int(update["update_id"]), int(update["start_job_id"])
     job_ids = list(range(start, start + n_jobs))
     for first in range(0, n_jobs, INSERT_BUNCH):
-        bunch = [{"job_id": j, "cores_mcpu": JOB_CORES_MCPU, "inst_coll": "standard", "job_group_id": 0}
+        bunch = [{"job_id": j, "cores_mcpu": JOB_CORES_MCPU, "memory_bytes": JOB_MEMORY_BYTES, "inst_coll": "standard",
+                  "job_group_id": 0}
                  for j in job_ids[first:first + INSERT_BUNCH]]
         await store.insert_jobs(batch_id, update_id, bunch)
     await store.commit_update(batch_id, update_id)
@@ -160,7 +162,6 @@ async def warm_up(world: World, connections: int) -> None:
     async def empty_calls(instance: str) -> None:
         await store.schedule_jobs(epoch, instance, [])
         await store.mark_jobs_started(epoch, instance, [])
-        await store.add_attempt_resources(epoch, [])
         await store.mark_jobs_complete(epoch, instance, [])
 
     await asyncio.gather(*(empty_calls(world.instances[i % N_INSTANCES]) for i in range(connections)))
@@ -184,10 +185,8 @@ async def drive(world: World, combination: Combination) -> float:
                 raise RuntimeError(f"schedule_jobs refused: {scheduled}")
             start_ms = store.clock_ms()
             if full:
-                await store.mark_jobs_started(epoch, instance, [{**a, "start_time_ms": start_ms} for a in attempts])
-                await store.add_attempt_resources(epoch, [
-                    {**a, "resource": resource, "quantity": quantity}
-                    for a in attempts for resource, quantity in RESOURCES])
+                await store.mark_jobs_started(epoch, instance, [{**a, "start_time_ms": start_ms, **RESOURCES}
+                                                                for a in attempts])
             completed = await store.mark_jobs_complete(epoch, instance, [
                 {**a, "state": "Success", "exit_code": 0, "start_time_ms": start_ms,
                  "end_time_ms": start_ms + JOB_DURATION_MS} for a in attempts])
