@@ -142,10 +142,16 @@ class LocalProvider:
         self._forget(name)
 
     async def alive(self) -> set[str]:
+        """The workers this provider started that still run, and, with `pid_files`, those another driver
+        started that it recorded there (after a failover, the new leader's reconciler must not take a worker
+        its predecessor started for a vanished machine)."""
         for name in [n for n, p in self._processes.items() if p.poll() is not None]:
             self._processes.pop(name).wait()
             self._gone(name)
-        return set(self._processes)
+        adopted = set()
+        if self._pid_files is not None:
+            adopted = {r.name.removeprefix("worker-") for r in self._pid_files.live("worker-")}
+        return set(self._processes) | adopted
 
     def pid(self, name: str) -> int | None:
         process = self._processes.get(name)
