@@ -3,8 +3,9 @@
 Every driver process campaigns for the leader lease (services.driver.leader);
 the one holding it runs the loops (scheduler, the cancellers of Ready/Pending
 and of Running jobs, the releaser of completed parents' children,
-autoscaler, dead-worker detector, cancel after N failures, completion
-re-check and callbacks, billing limits), serves workers and says SERVING on
+autoscaler, dead-worker detector, reconciler of instances and machines,
+cancel after N failures, completion re-check and callbacks, billing
+limits), serves workers and says SERVING on
 gRPC health. The others stand by: NOT_SERVING, they answer GetLeader, send
 workers to the leader, and take over once its lease has run out (a crashed,
 paused or cut-off leader) or at once when it gives the lease up on a clean
@@ -54,6 +55,7 @@ from services.driver.fleet_gauges import FleetGauges
 from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
+from services.driver.reconciler import InstanceReconciler, ReconcileSettings
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import DEMAND_REUSE_S, Scheduler
@@ -141,6 +143,9 @@ class DriverConfig:
     """The private key of the deployment's key pair for job secrets (PEM, 0600; services.common.sealing): the
     driver opens a job's secrets with it to send them to the job's worker. None: jobs that mount secrets end
     in Error, saying the driver has no key."""
+    reconcile: ReconcileSettings = ReconcileSettings()
+    """How often the leader compares the database's instances with the provider's machines, and the grace
+    periods before it deactivates a vanished instance or deletes an orphaned machine."""
 
 
 @dataclasses.dataclass
@@ -271,6 +276,7 @@ async def start(config: DriverConfig) -> DriverApp:
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
                                   watching_since_ms=lambda: state.watching_since_ms)
         running = RunningCanceller(db, store, registry, epoch)
+        reconciler = InstanceReconciler(db, store, provider, epoch, config.reconcile)
 
         def cancelled() -> None:
             scheduler.new_work()  # the cancelled jobs' demand is gone
@@ -280,7 +286,7 @@ async def start(config: DriverConfig) -> DriverApp:
         callbacks = CompletionCallbacks(db, store, epoch, sender=HttpCallbackSender(rules=callback_rules))
         more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
                                   CompletionChecker(store, epoch), callbacks,
-                                  BillingLimits(store, epoch, on_cancelled=cancelled)]
+                                  BillingLimits(store, epoch, on_cancelled=cancelled), reconciler]
         publisher = EventPublisher(store, epoch)
         loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher,
                              FleetGauges(db, lambda: state.epoch is not None)]

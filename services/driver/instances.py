@@ -15,9 +15,11 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import secrets
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -26,8 +28,11 @@ from services.common import lifeline
 from services.common.processes import PidFiles, Recorded, end_processes
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
-from services.driver.loop import Loop
 from services.db.plan_snapshot import read_demand
+from services.driver.loop import Loop
+from services.driver.metrics import PROVIDER_REFUSALS
+from services.driver.providers.errors import InvalidRequest, PermissionDenied, ProviderError, TransientError
+from services.policy.placement import Backoffs, BackoffSettings, RegionDemand, Refusal, place
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +142,16 @@ class LocalProvider:
         self._forget(name)
 
     async def alive(self) -> set[str]:
+        """The workers this provider started that still run, and, with `pid_files`, those another driver
+        started that it recorded there (after a failover, the new leader's reconciler must not take a worker
+        its predecessor started for a vanished machine)."""
         for name in [n for n, p in self._processes.items() if p.poll() is not None]:
             self._processes.pop(name).wait()
             self._gone(name)
-        return set(self._processes)
+        adopted = set()
+        if self._pid_files is not None:
+            adopted = {r.name.removeprefix("worker-") for r in self._pid_files.live("worker-")}
+        return set(self._processes) | adopted
 
     def pid(self, name: str) -> int | None:
         process = self._processes.get(name)
@@ -180,19 +191,59 @@ def instances_to_create(ready_mcpu: int, free_mcpu: int, worker_cores_mcpu: int,
     return max(0, min(wanted, max_new, max_instances - n_live))
 
 
+_READY_BY_REGIONS = """
+SELECT regions_bits, SUM(cores_mcpu) AS cores_mcpu
+FROM (SELECT regions_bits, cores_mcpu FROM jobs WHERE state = 'Ready' AND inst_coll = %s LIMIT {limit}) ready
+GROUP BY regions_bits
+"""
+REGION_SAMPLE_JOBS = 10_000
+"""How many of a pool's Ready jobs the autoscaler reads to split its demand by region: the split of the
+first this many (by the queue index) is taken as the split of the whole, so a pool with a million Ready
+jobs costs no more than one with ten thousand."""
+
+_REFUSAL_KINDS: tuple[tuple[type[ProviderError], Refusal], ...] = (
+    (PermissionDenied, Refusal.CONFIGURATION), (InvalidRequest, Refusal.CONFIGURATION),
+    (TransientError, Refusal.TRANSIENT))
+
+
+def refusal_of(error: ProviderError) -> Refusal:
+    """How the autoscaler reacts to `error` (services.policy.placement)."""
+    if error.retry_elsewhere:
+        return Refusal.REGION
+    return next((kind for cls, kind in _REFUSAL_KINDS if isinstance(error, cls)), Refusal.TRANSIENT)
+
+
+def _kind_label(error: ProviderError) -> str:
+    """quota_exceeded, permission_denied, ...: the error's class, for metrics and the instance's reason."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
+
+
 class Autoscaler(Loop):
-    """Starts machines per pool when ready demand exceeds free cores."""
+    """Starts machines per pool when ready demand exceeds free cores, in the pool's regions.
+
+    The pool's regions are every region of the `regions` table (the regions jobs may name; a worker's
+    region is matched to a job's by it), `region` first and then by region_id: a deployment lists its
+    cloud regions there. A refused machine's instance is ended at once (it holds no capacity and its
+    activation token is void), and the pool or region waits (`Backoffs`): see services.policy.placement."""
 
     name = "autoscaler"
 
     def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, epoch: Callable[[], int | None],
-                 region: str = "local", period_s: float = 15.0):
+                 region: str = "local", period_s: float = 15.0, any_region: bool = False,
+                 backoff: BackoffSettings = BackoffSettings(), clock_s: Callable[[], float] = time.monotonic):
+        """`region`: the pool's preferred region; `any_region`: a machine for jobs that may all run anywhere
+        is asked for with `InstanceRequest.any_region`, so that the provider itself may try its other
+        regions in the same call; `backoff`: how long a refused pool or region waits; `clock_s`: the
+        back-offs' clock."""
         super().__init__(period_s)
         self._db = db
         self._store = store
         self._provider = provider
         self._epoch = epoch
         self._region = region
+        self._any_region = any_region
+        self._clock_s = clock_s
+        self.backoffs = Backoffs(backoff)
         self.created: list[str] = []
 
     async def cycle(self) -> None:
@@ -202,7 +253,10 @@ class Autoscaler(Loop):
         # One read of the fair-share view for every pool: it scans every counter
         # row whatever the pool, so a read per pool paid for the same scan again.
         demand = await read_demand(self._db)
+        regions: dict[int, str] | None = None
         for pool in await self._db.fetchall(_POOLS, name="autoscaler_pools"):
+            if not self.backoffs.pool_open(pool["name"], self._clock_s()):
+                continue
             cores_mcpu = int(pool["worker_cores"]) * 1000
             ready_mcpu = sum(d.ready_cores_mcpu for d in demand.get(pool["name"], []))
             n_live, max_new = int(pool["n_live"]), int(pool["max_new_instances_per_loop"])
@@ -212,21 +266,88 @@ class Autoscaler(Loop):
                                               cores_mcpu, n_live, int(pool["max_instances"]), max_new)
             n = instances_to_create(ready_mcpu, int(pool["free_cores_mcpu"]), cores_mcpu, n_live + n_on_demand,
                                     int(pool["max_instances"]), max_new - n_on_demand)
-            for preemptible in [False] * n_on_demand + [bool(pool["preemptible"])] * n:
-                await self._create(epoch, InstanceRequest(
+            if n_on_demand + n == 0:
+                continue
+            if regions is None:
+                regions = await self._regions()
+            pool_regions = self._pool_regions(regions)
+            placed = place(n_on_demand + n, cores_mcpu, pool_regions,
+                           self.backoffs.open_regions(pool["name"], pool_regions, self._clock_s()),
+                           await self._demand_by_region(pool["name"], ready_mcpu, regions))
+            for i, placement in enumerate(placed):
+                preemptible = bool(pool["preemptible"]) and i >= n_on_demand
+                created = await self._create(epoch, InstanceRequest(
                     f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
-                    int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16), preemptible,
-                    int(pool["worker_storage_bytes"] or 0)))
+                    int(pool["worker_memory_bytes"] or 0), placement.region, secrets.token_hex(16), preemptible,
+                    int(pool["worker_storage_bytes"] or 0), any_region=self._any_region and placement.anywhere))
+                if not created:
+                    # Placed again at once, without the region or pool that refused.
+                    self.notify()
+                    break
 
-    async def _create(self, epoch: int, request: InstanceRequest) -> None:
+    async def _regions(self) -> dict[int, str]:
+        rows = await self._db.fetchall("SELECT region_id, name FROM regions ORDER BY region_id",
+                                       name="autoscaler_regions")
+        return {int(r["region_id"]): r["name"] for r in rows}
+
+    def _pool_regions(self, regions: dict[int, str]) -> list[str]:
+        """Where the pool's machines may go, in order of preference."""
+        return [self._region, *(name for name in regions.values() if name != self._region)]
+
+    async def _demand_by_region(self, pool: str, ready_mcpu: int, regions: dict[int, str]) -> list[RegionDemand]:
+        """The pool's ready cores by the regions their jobs may run in, scaled from a sample (one region:
+        all of it anywhere, nothing read)."""
+        if len(self._pool_regions(regions)) <= 1:
+            return [RegionDemand(None, ready_mcpu)]
+        rows = await self._db.fetchall(_READY_BY_REGIONS.format(limit=REGION_SAMPLE_JOBS), (pool,),
+                                       name="autoscaler_ready_regions")
+        sampled_mcpu = sum(int(r["cores_mcpu"]) for r in rows)
+        if sampled_mcpu <= 0:
+            return [RegionDemand(None, ready_mcpu)]
+        return [RegionDemand(None if r["regions_bits"] is None else
+                             frozenset(name for bit, name in regions.items() if (int(r["regions_bits"]) >> bit) & 1),
+                             int(r["cores_mcpu"]) * ready_mcpu // sampled_mcpu) for r in rows]
+
+    async def _create(self, epoch: int, request: InstanceRequest) -> bool:
+        """Record the instance, then ask the cloud for it; False if the cloud refused it."""
         await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
                                           request.activation_token, region=request.region,
                                           memory_bytes=request.memory_bytes, preemptible=request.preemptible,
                                           storage_bytes=request.storage_bytes)
-        await self._provider.create(request)
+        try:
+            await self._provider.create(request)
+        except ProviderError as error:
+            await self._refused(epoch, request, error)
+            return False
+        except Exception as error:
+            # Not a refusal the provider understood (a bug, a provider that failed to start a process):
+            # the instance is ended all the same, and the loop logs the error and backs off.
+            await self._store.deactivate_instance(epoch, request.name,
+                                                  f"creation failed: {type(error).__name__}: {error}"[:255])
+            raise
+        self.backoffs.succeeded(request.inst_coll, request.region)
         self.created.append(request.name)
-        log.info("autoscaler: created %s in %s%s", request.name, request.inst_coll,
+        log.info("autoscaler: created %s in %s, region %s%s", request.name, request.inst_coll, request.region,
                  " (spot)" if request.preemptible else "")
+        return True
+
+    async def _refused(self, epoch: int, request: InstanceRequest, error: ProviderError) -> None:
+        """End the refused instance (it never ran: no job re-runs; its token is void) and back off."""
+        kind, label = refusal_of(error), _kind_label(error)
+        region = error.region or request.region
+        PROVIDER_REFUSALS.labels(request.inst_coll, region, label).inc()
+        await self._store.deactivate_instance(epoch, request.name, f"refused: {label}: {error}"[:255])
+        wait_s = self.backoffs.refused(request.inst_coll, region, kind, self._clock_s())
+        if kind is Refusal.REGION:
+            log.warning("autoscaler: %s refused %s in region %s (%s): %s; the pool avoids %s for %.0f s",
+                        label, request.name, region, request.inst_coll, error, region, wait_s)
+        elif kind is Refusal.CONFIGURATION:
+            log.error("autoscaler: %s: the cloud refused %s (pool %s): %s; an operator must act; pool %s creates "
+                      "no machine for %.0f s", label.upper(), request.name, request.inst_coll, error,
+                      request.inst_coll, wait_s)
+        else:
+            log.warning("autoscaler: %s creating %s (pool %s): %s; the pool waits %.0f s", label, request.name,
+                        request.inst_coll, error, wait_s)
 
 
 class DeadWorkerDetector(Loop):

@@ -34,3 +34,12 @@ RUNNING_CORES = Gauge("corral_driver_running_cores", "Cores the running jobs res
                       ["pool", "user"])
 WORKERS = Gauge("corral_driver_workers", "Worker machines by pool and state (pending, active, inactive).",
                 ["pool", "state"])
+PROVIDER_REFUSALS = Counter("corral_driver_provider_refusals", "Machines a cloud refused to create, by pool, region "
+                            "and kind (quota_exceeded, capacity_exhausted, permission_denied, invalid_request, "
+                            "transient_error, provider_error: an unclassified refusal). The autoscaler ends the "
+                            "refused machine's instance at once and backs off (docs/operations.md).",
+                            ["pool", "region", "kind"])
+INSTANCES_RECONCILED = Counter("corral_driver_instances_reconciled", "What the reconciler did: "
+                               "vanished_deactivated (an instance the database had as live that the cloud no "
+                               "longer runs), orphan_deleted (a machine the cloud runs that the database does "
+                               "not know or knows as ended).", ["action"])

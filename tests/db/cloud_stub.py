@@ -1,0 +1,36 @@
+"""A provider for the driver's own loops' tests: machines are names in a dict, and a test says what the
+"cloud" refuses. It stands in for the cloud only where the cloud is not what is tested (the autoscaler's
+and the reconciler's reactions); the real providers are tested against loopback servers of their clouds'
+REST APIs in tests/clouds."""
+
+from __future__ import annotations
+
+from services.driver.instances import InstanceRequest
+from services.driver.providers.errors import ProviderError
+
+
+class StubCloud:
+    """Implements services.driver.instances.InstanceProvider."""
+
+    def __init__(self) -> None:
+        self.machines: dict[str, InstanceRequest] = {}
+        self.creates: list[InstanceRequest] = []
+        """Every create call, refused or not."""
+        self.deletes: list[str] = []
+        self.refuse_in: dict[str, ProviderError] = {}
+        """Region -> what a create there raises."""
+        self.refuse_all: ProviderError | None = None
+
+    async def create(self, request: InstanceRequest) -> None:
+        self.creates.append(request)
+        refusal = self.refuse_all or self.refuse_in.get(request.region)
+        if refusal is not None:
+            raise refusal
+        self.machines[request.name] = request
+
+    async def delete(self, name: str) -> None:
+        self.deletes.append(name)
+        self.machines.pop(name, None)
+
+    async def alive(self) -> set[str]:
+        return set(self.machines)
