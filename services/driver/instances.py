@@ -186,13 +186,16 @@ class Autoscaler(Loop):
     name = "autoscaler"
 
     def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, epoch: Callable[[], int | None],
-                 region: str = "local", period_s: float = 15.0):
+                 region: str = "local", period_s: float = 15.0, any_region: bool = False):
+        """`region`: where machines are asked for; `any_region`: the provider may place them in another of
+        its regions when that one has no room (a cloud's pools serve jobs of any region)."""
         super().__init__(period_s)
         self._db = db
         self._store = store
         self._provider = provider
         self._epoch = epoch
         self._region = region
+        self._any_region = any_region
         self.created: list[str] = []
 
     async def cycle(self) -> None:
@@ -216,7 +219,7 @@ class Autoscaler(Loop):
                 await self._create(epoch, InstanceRequest(
                     f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
                     int(pool["worker_memory_bytes"] or 0), self._region, secrets.token_hex(16), preemptible,
-                    int(pool["worker_storage_bytes"] or 0)))
+                    int(pool["worker_storage_bytes"] or 0), any_region=self._any_region))
 
     async def _create(self, epoch: int, request: InstanceRequest) -> None:
         await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
