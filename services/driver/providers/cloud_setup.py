@@ -135,6 +135,9 @@ def open_provider(setup: CloudSetup) -> InstanceProvider:
         from services.driver.providers.gcp import GcpProvider
         return GcpProvider(setup.config)
     from services.driver.providers.azure import AzureProvider
+    # azure-core logs every request and response (headers, the token redacted) at INFO: the driver's
+    # log would be mostly that. Its warnings and errors still show.
+    logging.getLogger("azure").setLevel(logging.WARNING)
     return AzureProvider(setup.config)
 
 
