@@ -28,6 +28,8 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError(f"--provider {args.provider} needs --provider-config and the gateways (its machines enroll "
                          "and reach the drivers through the internal one), and takes no --unisolated-dev (about "
                          "local workers)")
+    if args.provider != "local" and not args.provider_config.is_file():
+        raise UsageError(f"--provider-config {args.provider_config}: no such file")
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
