@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import aiomysql
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.common.tls import DevCertificateAuthority
+from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.driver.app import DriverConfig, local_worker_command
 from services.driver.instances import (
@@ -153,12 +155,11 @@ async def test_an_instance_keeps_what_its_running_jobs_reserve_of_memory_and_sto
     assert await check_invariants(world.db) == []
 
 
-async def test_a_job_placed_on_an_instance_while_it_is_deactivated_runs_again(world: World, db_config) -> None:  # type: ignore[no-untyped-def]
+async def test_a_job_placed_on_an_instance_while_it_is_deactivated_runs_again(world: World,
+                                                                              db_config: DatabaseConfig) -> None:
     """A scheduler that holds the instance's row (schedule_jobs locks it to place attempts) and commits a new
     attempt on it while deactivate_instance waits: that job is completed as preempted and is Ready again, not
     left Running under an ended attempt (seen end to end: a machine reclaimed while a job was placed on it)."""
-    import aiomysql
-
     await world.instance("i1", cores_mcpu=4000)
     batch_id, _, job_id = await world.batch([{}])
     attempt = world.attempt_id()
