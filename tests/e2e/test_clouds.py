@@ -23,6 +23,7 @@ Each cloud's test takes about 20 s here.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -42,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 import corral
 from services.common.tls import DevCertificateAuthority
-from services.driver.providers.worker_metadata import METADATA_URL_ENV
+from services.driver.providers.worker_metadata import METADATA_KEY, METADATA_URL_ENV, WorkerBootstrap
 from tests.clouds.azure_api import AzureApiServer
 from tests.clouds.gcp_api import GcpApi
 from tests.e2e import cluster as up
@@ -132,6 +133,8 @@ class Cloud:
     """Machines the cloud runs now."""
     problems: Callable[[], list[str]]
     """Requests that did not fit the documented shapes (or carried no valid credential)."""
+    boot_data: Callable[[], list[WorkerBootstrap]]
+    """What each machine was created with (GCP's metadata item, Azure's userData)."""
 
 
 def spot_pool(cluster: Cluster) -> None:
@@ -188,6 +191,12 @@ def run_batch(cluster: Cluster, cloud: Cloud, n_jobs: int) -> None:
                          "WHERE inst_coll = %s", [SPOT_POOL])
     assert {r["name"] for r in rows} == set(created), "every machine asked for was recorded, and only those"
     assert len(created) >= 2, "the autoscaler scaled up"
+    # Each machine was told to enroll and find the drivers at the internal gateway, and the deployment's CA.
+    ca = (cluster.data_dir / "ca.pem").read_text()
+    for boot in cloud.boot_data():
+        assert (boot.enroll_address, boot.driver_addresses, boot.ca_cert_pem) == (
+            cluster.endpoints["workers_enroll"], (cluster.endpoints["workers_gateway"],), ca)
+        assert boot.worker_args[boot.worker_args.index("--region") + 1] == cloud.region
     ran = {r["instance_name"] for r in cluster.query("SELECT DISTINCT instance_name FROM attempts WHERE batch_id = %s",
                                                      [batch_id])}
     for row in rows:
@@ -268,7 +277,10 @@ def gcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cloud
                   lambda: [r.body["name"] for r in api.calls("instances.insert")],
                   lambda: {r.path.rsplit("/", 1)[-1] for r in api.calls("instances.delete")},
                   lambda: set(api.instances()),
-                  lambda: api.violations + unsigned_calls(api, public_key))
+                  lambda: api.violations + unsigned_calls(api, public_key),
+                  lambda: [WorkerBootstrap.from_json(next(i["value"] for i in r.body["metadata"]["items"]
+                                                          if i["key"] == METADATA_KEY))
+                           for r in api.calls("instances.insert")])
     try:
         cluster = start_cluster(tmp_path, "gcp", config)
         try:
@@ -336,7 +348,9 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Clo
 
     cloud = Cloud("azure", "westeurope", machines, lambda name: loop.run(lambda: server.preempt(name, notice_s=20.0)),
                   lambda: names("PUT"), lambda: set(names("DELETE")), lambda: loop.run(lambda: set(server.vms)),
-                  problems)
+                  problems,
+                  lambda: [WorkerBootstrap.from_json(base64.b64decode(r.body["properties"]["userData"]))
+                           for r in loop.run(lambda: server.recorded("PUT", "/virtualMachines/"))])
     try:
         cluster = start_cluster(tmp_path, "azure", config)
         try:
