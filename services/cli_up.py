@@ -24,6 +24,14 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError("; ".join(problems))
     if args.worker_runtime == "oci" and (why_not := oci_host_refusals()):
         raise UsageError("--worker-runtime oci: this machine cannot run containers: " + "; ".join(why_not))
+    if args.provider != "local" and (args.provider_config is None or not args.gateway or args.unisolated_dev):
+        raise UsageError(f"--provider {args.provider} needs --provider-config and the gateways (its machines enroll "
+                         "and reach the drivers through the internal one), and takes no --unisolated-dev (about "
+                         "local workers)")
+    if args.provider != "local" and not args.provider_config.is_file():
+        raise UsageError(f"--provider-config {args.provider_config}: no such file")
+    if args.provider == "local" and args.provider_config is not None:
+        raise UsageError("--provider-config is for --provider gcp or azure")
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
     ports = {name: getattr(args, name) for name in ("gateway_port", "internal_gateway_port")
              if getattr(args, name) is not None}
@@ -36,7 +44,9 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, worker_runtime=args.worker_runtime,
-                                  metrics=args.metrics, gateway=args.gateway, **ports))
+                                  metrics=args.metrics, gateway=args.gateway, provider=args.provider,
+                                  provider_config=args.provider_config.resolve() if args.provider_config else None,
+                                  **ports))
 
 
 def _registry_url(text: str) -> str:
@@ -101,4 +111,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
                          "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
                          "seeded with busybox")
+    up.add_argument("--provider", choices=("local", "gcp", "azure"), default="local",
+                    help="who makes the workers' machines: local worker processes, or a cloud's machines (gcp, "
+                         "azure), which enroll through the internal gateway (default: %(default)s)")
+    up.add_argument("--provider-config", type=Path, metavar="FILE",
+                    help="with --provider gcp or azure: the cloud's JSON configuration (docs/operations.md)")
     up.set_defaults(run=_up)

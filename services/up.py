@@ -133,6 +133,11 @@ class UpConfig:
     """The public gateway's port on 127.0.0.1, the same at each start (0: a free one, chosen at each start)."""
     internal_gateway_port: int = DEFAULT_INTERNAL_GATEWAY_PORT
     """The internal gateway's port on 127.0.0.1 (0: a free one, chosen at each start)."""
+    provider: str = "local"
+    """Who makes the workers' machines (the drivers' --provider): local, gcp or azure. A cloud's machines
+    enroll and reach the drivers through the internal gateway, so they need `gateway`."""
+    provider_config: Path | None = None
+    """The cloud's JSON configuration (the drivers' --provider-config), with a cloud provider."""
 
 
 def _ephemeral_ports() -> range:
@@ -415,7 +420,7 @@ def start(config: UpConfig) -> Running:
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
         session += ["--default-registry", registry_url, "--worker-runtime", config.worker_runtime]
-        if running.metrics_dir is not None:
+        if running.metrics_dir is not None and config.provider == "local":  # a cloud's workers are not here
             session += ["--worker-metrics-dir", str(running.metrics_dir)]
 
         # Every part keeps its address across restarts: the others were told it once.
@@ -438,8 +443,13 @@ def start(config: UpConfig) -> Running:
             # The drivers hand this to the workers they start: workers find the leader through the internal
             # gateway alone. (The frontend still tells the drivers of new work directly.)
             workers_driver_addresses = f"localhost:{internal_gateway_port}"
+            enroll_port = free_port()
         else:
             workers_driver_addresses = driver_addresses
+        cloud = [] if config.provider == "local" else [
+            # A cloud's machines enroll at the internal gateway's enrollment listener.
+            "--provider", config.provider, "--provider-config", str(config.provider_config),
+            "--workers-enroll-address", f"localhost:{enroll_port}"]
         # With a standby, a dead driver comes back once the standby leads: it then stands by in turn.
         driver_policy = (dataclasses.replace(config.restart_policy, first_restart_s=DRIVER_FIRST_RESTART_S)
                          if config.n_drivers > 1 else None)
@@ -447,7 +457,8 @@ def start(config: UpConfig) -> Running:
             service(f"driver-{i}", "services.driver", "driver",
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
                      "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", workers_driver_addresses,
-                     "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args()],
+                     "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args(),
+                     *cloud],
                     lifeline=True, policy=driver_policy)
         frontend = free_port()
         service("frontend", "services.frontend", "frontend",
@@ -469,7 +480,7 @@ def start(config: UpConfig) -> Running:
                                          internal_port=internal_gateway_port, auth_port=auth_public,
                                          frontend_ports=[frontend], driver_ports=driver_ports,
                                          stats_ports=(free_port(), free_port()) if running.metrics_dir else None,
-                                         auth_token=gateway_token, enroll_port=free_port())
+                                         auth_token=gateway_token, enroll_port=enroll_port)
             up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
                                       running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"

@@ -1,5 +1,6 @@
 """python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR
-[--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...] [--secrets-key-file PEM]"""
+[--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...] [--secrets-key-file PEM]
+[--provider gcp|azure --provider-config FILE --workers-enroll-address HOST:PORT]"""
 
 import argparse
 import asyncio
@@ -12,6 +13,7 @@ from services.common.storage_access import StorageAccess, add_arguments as add_s
 from services.driver.app import DriverConfig, run
 from services.driver.enrollment import EnrollmentSettings
 from services.driver.leader import LeaseSettings
+from services.driver.providers import cloud_setup
 from services.driver.servicer import SessionSettings
 
 parser = argparse.ArgumentParser(prog="python -m services.driver", description=__doc__)
@@ -65,12 +67,37 @@ parser.add_argument("--worker-cert-validity", type=float, default=EnrollmentSett
 parser.add_argument("--local-workers-enroll", action="store_true",
                     help="local workers make their own key and enroll at --enroll-address with their one-time token, "
                          "as cloud workers do (default: the driver makes each local worker's key and certificate)")
+parser.add_argument("--provider", choices=cloud_setup.PROVIDERS, default="local",
+                    help="who makes the workers' machines: local (worker processes on this host), gcp (Compute "
+                         "Engine) or azure (virtual machines) (default: %(default)s)")
+parser.add_argument("--provider-config", type=Path, metavar="FILE",
+                    help="with --provider gcp or azure: the cloud's JSON configuration (docs/operations.md)")
+parser.add_argument("--workers-enroll-address", metavar="HOST:PORT",
+                    help="with --provider gcp or azure: where the cloud's machines enroll with their one-time "
+                         "token (the internal gateway's enrollment listener); --driver-addresses is where they "
+                         "then reach the drivers")
 metrics.add_arguments(parser)
 args = parser.parse_args()
 if args.local_workers_enroll and not args.enroll_address:
     parser.error("--local-workers-enroll needs --enroll-address")
 if args.enroll_token_ttl <= 0 or args.worker_cert_validity <= 0:
     parser.error("--enroll-token-ttl and --worker-cert-validity must be positive")
+driver_addresses = tuple(filter(None, args.driver_addresses.split(",")))
+storage_access = StorageAccess.from_args(args)
+cloud = None
+try:
+    cloud_setup.check_flags(args.provider, args.provider_config, args.workers_enroll_address, driver_addresses,
+                            [flag for flag, given in (("--local-workers-enroll", args.local_workers_enroll),
+                                                      ("--unisolated-dev-workers", args.unisolated_dev_workers),
+                                                      ("--worker-metrics-dir", args.worker_metrics_dir))
+                             if given])
+    if args.provider != "local":
+        cloud = cloud_setup.load(args.provider, args.provider_config, cloud_setup.WorkerBootArgs(
+            args.workers_enroll_address, driver_addresses, (args.certs_dir / "ca.pem").read_text(),
+            cloud_setup.cloud_worker_args(args.spec_root_url, args.worker_runtime, storage_access.to_args(),
+                                          args.default_registry)))
+except (OSError, ValueError) as e:
+    parser.error(str(e))
 try:
     lease = LeaseSettings(args.leader_lease, args.leader_renew_interval)
 except ValueError as e:
@@ -79,14 +106,15 @@ private_files()
 metrics.serve_for_process(args, "driver")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_url, args.data_dir,
-                             args.internal_address, advertise_host=args.advertise_host, driver_addresses=tuple(filter(None, args.driver_addresses.split(","))),
+                             args.internal_address, advertise_host=args.advertise_host,
+                             driver_addresses=driver_addresses,
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              default_registry=args.default_registry, worker_runtime=args.worker_runtime,
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
                              lease=lease,
                              storage_roots=tuple(args.storage_root),
-                             storage_access=StorageAccess.from_args(args),
+                             storage_access=storage_access, cloud=cloud,
                              callback_allow_networks=allowed_networks(args.callback_allow_networks),
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
                              enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,

@@ -52,10 +52,11 @@ from services.driver.enrollment import SERVICE_NAME as ENROLLMENT_SERVICE
 from services.driver.events import EventPublisher
 from services.driver.failures import FailureCanceller
 from services.driver.fleet_gauges import FleetGauges
-from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceRequest, LocalProvider
+from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceProvider, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
+from services.driver.providers.cloud_setup import CloudSetup, MachineDeleter, close_provider, open_provider
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import DEMAND_REUSE_S, Scheduler
@@ -146,6 +147,9 @@ class DriverConfig:
     reconcile: ReconcileSettings = ReconcileSettings()
     """How often the leader compares the database's instances with the provider's machines, and the grace
     periods before it deactivates a vanished instance or deletes an orphaned machine."""
+    cloud: CloudSetup | None = None
+    """The cloud whose machines run the workers (`--provider gcp|azure`: its configuration, with the boot
+    data every machine is given); None: worker processes on this host (the local provider)."""
 
 
 @dataclasses.dataclass
@@ -155,7 +159,7 @@ class DriverApp:
     db: Database
     servers: RunningServers
     election: LeaderElection
-    provider: LocalProvider
+    provider: InstanceProvider
     loops: list[Loop]
     tasks: list[asyncio.Task[None]]
     port: int
@@ -250,12 +254,12 @@ async def start(config: DriverConfig) -> DriverApp:
         enroll_port: int | None = None
         if config.local_workers_enroll and config.enroll_address is None:
             raise ValueError("local workers enroll at the driver's enrollment listener: give it an enroll_address")
-        provider = LocalProvider(local_worker_command(config, lambda: election.state.name,
-                                                      lambda: f"localhost:{enroll_port}" if enroll_port else None),
-                                 config.data_dir / "worker-logs",
-                                 forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
-                                 pid_files=PidFiles(config.data_dir / "run" / "pids"))
-        stack.push_async_callback(provider.close)
+        provider, on_deactivated = _open_provider(config, stack, lambda: LocalProvider(
+            local_worker_command(config, lambda: election.state.name,
+                                 lambda: f"localhost:{enroll_port}" if enroll_port else None),
+            config.data_dir / "worker-logs",
+            forget=lambda name: shutil.rmtree(worker_certs_dir(config, name), ignore_errors=True),
+            pid_files=PidFiles(config.data_dir / "run" / "pids")))
         election = LeaderElection(db_config, config.name, config.lease)
         state = election.state
 
@@ -270,7 +274,8 @@ async def start(config: DriverConfig) -> DriverApp:
 
         releaser = ChildReleaser(store, epoch, on_released=released)
         canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
-        autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s)
+        autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s,
+                                **({"region": config.cloud.region, "any_region": True} if config.cloud else {}))
         dead = DeadWorkerDetector(db, store, provider,
                                   lambda: registry.heard_from(config.session.heartbeat_timeout_s), epoch,
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
@@ -316,7 +321,8 @@ async def start(config: DriverConfig) -> DriverApp:
             ended = servicer.end_sessions("this driver no longer leads")
             log.warning("%s no longer leads; %d worker sessions ended", state.name, ended)
 
-        servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session)
+        servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session,
+                                  on_deactivated=on_deactivated)
         enrollment = Service(ENROLLMENT_SERVICE, EnrollmentServicer(store, _worker_issuer(config), config.enrollment),
                              worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)
         servers = await serve([Service("corral.driver.v1.DriverService", servicer,
@@ -352,6 +358,22 @@ async def start(config: DriverConfig) -> DriverApp:
                         sessions=registry, tracing=tracing, enroll_port=enroll_port)
     log.info("driver %s serving on port %d", config.name, app.port)
     return app
+
+
+def _open_provider(config: DriverConfig, stack: contextlib.AsyncExitStack,
+                   local: Callable[[], LocalProvider]) -> tuple[InstanceProvider, Callable[[str], None]]:
+    """The machines' provider (the configured cloud's, else `local()`), closed with `stack`; and what to do
+    when a worker deactivates itself: a local worker's process ends with it, a cloud machine is deleted."""
+    if config.cloud is None:
+        provider = local()
+        stack.push_async_callback(provider.close)
+        return provider, lambda name: None
+    cloud = open_provider(config.cloud)
+    stack.push_async_callback(close_provider, cloud)
+    deleter = MachineDeleter(cloud)
+    stack.push_async_callback(deleter.close)  # closed first: the deletes under way finish
+    log.info("machines: %s, first in %s", config.cloud.kind, config.cloud.region)
+    return cloud, deleter
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:

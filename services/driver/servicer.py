@@ -80,7 +80,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     def __init__(self, db: Database, store: JobStore, sessions: SessionRegistry, epoch: Callable[[], int | None],
                  leader_address: Callable[[], str], on_change: Callable[[str], None],
-                 settings: SessionSettings = SessionSettings()):
+                 settings: SessionSettings = SessionSettings(),
+                 on_deactivated: Callable[[str], None] = lambda name: None):
         self._db = db
         self._store = store
         self._sessions = sessions
@@ -88,6 +89,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         self._leader_address = leader_address
         self._on_change = on_change
         self._settings = settings
+        self._on_deactivated = on_deactivated
+        """Called with an instance's name once its worker deactivated itself (idle, asked, or preempted)."""
         self._events = WorkerEvents(store, on_change)
 
     def _leader_epoch(self) -> int:
@@ -147,6 +150,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         else:
             await self._store.deactivate_instance(epoch, request.instance_name, "worker deactivated itself")
         self._on_change("instance_inactive")
+        self._on_deactivated(request.instance_name)
         return pb.DeactivateWorkerResponse()
 
     async def NotifyChange(self, request: pb.NotifyChangeRequest, context: grpc.aio.ServicerContext

@@ -35,9 +35,19 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
-  -- Read without a lock: complete_jobs_core locks the jobs first (lock order:
-  -- jobs, attempts, instances) and decides on what it reads under the locks.
-  SELECT state INTO v_state FROM instances WHERE name = in_name;
+  -- The instance's row is locked first, before any plain read: schedule_jobs
+  -- locks it (FOR UPDATE) to place attempts on it, so from here on none can be
+  -- placed, and every one placed before is committed and seen by the reads
+  -- below (the transaction's snapshot is taken at its first plain read, after
+  -- this lock). Read without the lock, a job scheduled onto the instance
+  -- between this procedure's snapshot and its end had its attempt ended by the
+  -- UPDATE below but was never completed: it stayed Running for ever (seen when
+  -- a cloud reclaimed a machine while the scheduler placed a job on it). This
+  -- takes the instance before the jobs, against complete_jobs_core's order
+  -- (jobs, attempts, instances): a scheduler or MJC holding a job of this
+  -- instance and waiting for it may deadlock with this procedure, and InnoDB's
+  -- victim is retried whole (services/db/database.py, 1213).
+  SELECT state INTO v_state FROM instances WHERE name = in_name FOR UPDATE;
   IF v_missing THEN
     ROLLBACK;
     SELECT 1 AS rc, CONCAT('no instance ', in_name) AS message;

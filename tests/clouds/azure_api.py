@@ -12,7 +12,10 @@ bearer-token policy) talk to it over HTTPS with a test CA, as they would to mana
   what fails the check is answered 400 and listed in `invalid`.
 - IMDS (plain HTTP, as the real one at 169.254.169.254 is): each VM has its own root,
   `/vm/NAME/metadata`, serving `instance/compute/userData` and `scheduledevents`, with the
-  `Metadata: true` header required.
+  `Metadata: true` header required; and the managed identity's token endpoint,
+  `/vm/NAME/metadata/identity/oauth2/token`, for the machine the driver runs on (`identity_host(NAME)`:
+  what azure-identity's ManagedIdentityCredential reads from AZURE_POD_IDENTITY_AUTHORITY_HOST), which
+  gives the token ARM checks.
 
 On demand: `fail(location, kind)` makes VM creation there fail as Azure does (a quota or SKU refusal
 at once, an allocation failure in the operation, a 403 for a missing role assignment), and
@@ -93,6 +96,9 @@ _OPERATION = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/providers/(?P<ns>Microsoft\.Compute|Microsoft\.Network)/locations/[^/]+/"
     r"(?P<what>operations|operationResults)/(?P<id>[^/]+)$", re.IGNORECASE)
 _IMDS = re.compile(r"^/vm/(?P<name>[^/]+)/metadata/(?P<what>instance/compute/userData|scheduledevents)$")
+_IDENTITY = re.compile(r"^/vm/(?P<name>[^/]+)/metadata/identity/oauth2/token$")
+IMDS_IDENTITY_API_VERSION = "2018-02-01"
+"""What azure-identity's IMDS credential sends (the documented versions include it)."""
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
 
 
@@ -164,6 +170,11 @@ class AzureApiServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for runner in reversed(self._runners):
             await runner.cleanup()
+
+    def identity_host(self, name: str) -> str:
+        """Where the managed identity of machine `name` (the driver's) answers: IMDS's root for it, without
+        `/metadata` (what AZURE_POD_IDENTITY_AUTHORITY_HOST holds)."""
+        return f"{self.imds_url}/vm/{name}"
 
     def metadata_url(self, name: str) -> str:
         """The VM's IMDS root: what `http://169.254.169.254/metadata` is on a real one."""
@@ -465,6 +476,9 @@ class AzureApiServer:
             return web.json_response({"error": "Bad request. Required metadata header not specified"}, status=400)
         if "X-Forwarded-For" in request.headers:  # IMDS refuses proxied requests
             return web.json_response({"error": "Bad request. Proxied requests are not allowed"}, status=400)
+        identity = _IDENTITY.match(request.path)
+        if identity is not None:
+            return self._identity_token(request)
         match = _IMDS.match(request.path)
         if match is None or match["name"] not in self.vms:
             return web.json_response({"error": "Not found"}, status=404)
@@ -483,6 +497,22 @@ class AzureApiServer:
             return self._approve(name, raw)
         events = [{k: v for k, v in e.items() if not k.startswith("_")} for e in self.events.get(name, [])]
         return web.json_response({"DocumentIncarnation": self._incarnation.get(name, 0), "Events": events})
+
+    def _identity_token(self, request: web.Request) -> web.Response:
+        """A managed identity's access token for Resource Manager (learn.microsoft.com/entra/identity/
+        managed-identities-azure-resources/how-to-use-vm-token#get-a-token-using-http): GET with the api-version
+        and the `resource` asked for; the answer's times are strings of seconds."""
+        if request.method != "GET" or request.query.get("api-version") != IMDS_IDENTITY_API_VERSION:
+            return web.json_response({"error": "invalid_request", "error_description": "bad api-version"},
+                                     status=400)
+        resource = request.query.get("resource", "")
+        if resource.rstrip("/") != "https://management.azure.com":
+            self.invalid.append(f"identity token for {resource!r}")
+            return web.json_response({"error": "invalid_resource", "error_description": f"{resource!r}"}, status=400)
+        now = int(time.time())
+        return web.json_response({"access_token": self._token, "client_id": "00000000-0000-0000-0000-00000000d21e",
+                                  "expires_in": "3600", "expires_on": str(now + 3600), "ext_expires_in": "3600",
+                                  "not_before": str(now), "resource": resource, "token_type": "Bearer"})
 
     def _approve(self, name: str, raw: bytes) -> web.Response:
         """POST {"StartRequests": [{"EventId": ...}]}: the VM lets a scheduled event start now."""

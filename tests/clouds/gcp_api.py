@@ -32,6 +32,7 @@ import hashlib
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 import urllib.parse
@@ -176,7 +177,7 @@ class GcpApi:
         class Handler(_Handler):
             server_api = api
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, args=(0.05,), name="gcp-api", daemon=True).start()
         return self.endpoint
@@ -522,6 +523,14 @@ class GcpApi:
 
 def etag(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a worker stopped during a metadata long poll) is not an error; the rest are
+        printed, as the base class does."""
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

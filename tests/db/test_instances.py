@@ -9,10 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import aiomysql
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.common.tls import DevCertificateAuthority
+from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.driver.app import DriverConfig, local_worker_command
 from services.driver.instances import (
@@ -150,4 +152,48 @@ async def test_an_instance_keeps_what_its_running_jobs_reserve_of_memory_and_sto
     assert await check_invariants(world.db) == []
     await world.store.deactivate_instance(world.epoch, "i1", "missed heartbeats")
     assert await used() == (0, 0)
+    assert await check_invariants(world.db) == []
+
+
+async def test_a_job_placed_on_an_instance_while_it_is_deactivated_runs_again(world: World,
+                                                                              db_config: DatabaseConfig) -> None:
+    """A scheduler that holds the instance's row (schedule_jobs locks it to place attempts) and commits a new
+    attempt on it while deactivate_instance waits: that job is completed as preempted and is Ready again, not
+    left Running under an ended attempt (seen end to end: a machine reclaimed while a job was placed on it)."""
+    await world.instance("i1", cores_mcpu=4000)
+    batch_id, _, job_id = await world.batch([{}])
+    attempt = world.attempt_id()
+    scheduler = await aiomysql.connect(**db_config.connect_kwargs())
+    try:
+        async with scheduler.cursor() as cursor:
+            await cursor.execute("START TRANSACTION")
+            await cursor.execute("SELECT state FROM instances WHERE name = 'i1' FOR UPDATE")
+            deactivation = asyncio.create_task(
+                world.store.deactivate_instance(world.epoch, "i1", "the cloud reclaimed the machine", "preempted"))
+            deadline = time.monotonic() + 20
+            # Until it waits for the instance's row (the same statement, locked, starts and ends the procedure).
+            while not await world.db.fetchall("SELECT id FROM information_schema.PROCESSLIST WHERE info LIKE %s",
+                                              ("SELECT state INTO v_state FROM instances%",)):
+                if deactivation.done():
+                    raise AssertionError(f"deactivate_instance did not wait: {deactivation.result()}")
+                assert time.monotonic() < deadline, "deactivate_instance never waited for the instance's row"
+                await asyncio.sleep(0.05)
+            # What schedule_jobs does under that lock: the attempt, the job Running under it, its cores taken.
+            await cursor.execute("INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name) "
+                                 "VALUES (%s, %s, %s, 'i1')", (batch_id, job_id, attempt))
+            await cursor.execute("UPDATE jobs SET state = 'Running', attempt_id = %s, n_attempts = n_attempts + 1 "
+                                 "WHERE batch_id = %s AND job_id = %s", (attempt, batch_id, job_id))
+            await cursor.execute("UPDATE instances i JOIN jobs j ON j.batch_id = %s AND j.job_id = %s "
+                                 "SET i.free_cores_mcpu = i.free_cores_mcpu - j.cores_mcpu, "
+                                 "i.used_memory_bytes = i.used_memory_bytes + COALESCE(j.memory_bytes, 0), "
+                                 "i.used_storage_bytes = i.used_storage_bytes + j.storage_bytes WHERE i.name = 'i1'",
+                                 (batch_id, job_id))
+            await cursor.execute("COMMIT")
+        await asyncio.wait_for(deactivation, 30)
+    finally:
+        scheduler.close()
+    job = await world.job(batch_id, job_id)
+    assert job["state"] == "Ready", job
+    ended = await world.db.fetchone("SELECT reason, end_time_ms FROM attempts WHERE attempt_id = %s", (attempt,))
+    assert ended is not None and ended["reason"] == "preempted"
     assert await check_invariants(world.db) == []
