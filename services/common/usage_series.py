@@ -101,7 +101,11 @@ class UsageSeries:
             self.stride *= 2
 
     def finish(self, sample: UsageSample) -> None:
-        """The end-of-attempt reading: the series' last sample."""
+        """The end-of-attempt reading: the series' last sample. A periodic sample stamped after it was read
+        while the attempt was ending (the sampler stamps a reading when its thread returns) and is dropped,
+        so that the series stays in time order."""
+        while self._samples and self._samples[-1].at_ms > sample.at_ms:
+            self._samples.pop()
         self.latest = self._final = sample
 
     @property

@@ -53,6 +53,15 @@ def test_samples_after_the_end_are_ignored() -> None:
     assert series.samples == [sample(0), sample(9)]
 
 
+def test_a_sample_read_while_the_attempt_ended_is_dropped_so_the_series_stays_in_order() -> None:
+    series = UsageSeries(cap=10)
+    for i in (0, 1, 5):  # the sampler stamped the third when its thread returned, after the job's end at 3
+        series.add(sample(i))
+    series.finish(sample(3))
+    assert [s.at_ms for s in series.samples] == [1000, 1001, 1003]
+    assert series.latest == sample(3)
+
+
 def test_the_cap_must_leave_room_for_a_periodic_and_the_final_sample() -> None:
     with pytest.raises(ValueError):
         UsageSeries(cap=1)
