@@ -84,8 +84,9 @@ class World:
         assert row is not None
         return row
 
-    async def run(self, batch_id: int, job_id: int, instance: str = "i1") -> str:
-        """SJ + MJS; returns the attempt id."""
+    async def run(self, batch_id: int, job_id: int, instance: str = "i1", instance_products: bool = False) -> str:
+        """SJ + MJS (`instance_products`: billed to the instance's products, as the driver does); returns the
+        attempt id."""
         attempt = self.attempt_id()
         outcome = await self.store.schedule_jobs(
             self.epoch, instance, [{"batch_id": batch_id, "job_id": job_id, "attempt_id": attempt}]
@@ -94,6 +95,7 @@ class World:
         await self.store.mark_jobs_started(
             self.epoch, instance,
             [{"batch_id": batch_id, "job_id": job_id, "attempt_id": attempt, "start_time_ms": self.clock()}],
+            instance_products=instance_products,
         )
         return attempt
 

@@ -120,7 +120,7 @@ FROM billing_projects p WHERE p.name IN ({projects})
 """
 
 # The rates a reservation is priced at (schedule_jobs reads the same two).
-_RATES = "SELECT name, rate_usd FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1')"
+_RATES = "SELECT cpu_rate_usd, memory_rate_usd FROM reservation_rates"
 
 
 def _marks(n: int) -> str:
@@ -201,14 +201,16 @@ async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
     if not heads:
         return queues
     _, (rows,) = await db.call("read_ready_heads", heads)
-    rates: dict[str, float] = {}
+    cpu_rate, memory_rate = 0.0, 0.0
     if any(r["reserve_ms"] is not None for r in rows):
-        rates = {r["name"]: float(r["rate_usd"]) for r in await db.fetchall(_RATES, name="reservation_rates")}
+        rates = await db.fetchone(_RATES, name="reservation_rates")
+        if rates is not None:
+            cpu_rate, memory_rate = float(rates["cpu_rate_usd"]), float(rates["memory_rate_usd"])
     for r in rows:
         reserve = 0
         if r["reserve_ms"] is not None:
             reserve = reservation_micro_usd(int(r["cores_mcpu"]), int(r["memory_bytes"] or 0), int(r["reserve_ms"]),
-                                            rates.get("cpu/local/1", 0.0), rates.get("memory/local/1", 0.0))
+                                            cpu_rate, memory_rate)
         key = (r["batch_id"], r["job_id"])
         queues[r["inst_coll"]][r["user"]].append(Candidate(
             key, r["user"], r["billing_project"], int(r["cores_mcpu"]),

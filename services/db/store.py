@@ -9,7 +9,7 @@ injected (`now_ms`) so tests and loops control time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from services.db.database import Database
@@ -169,14 +169,31 @@ class JobStore:
     async def create_instance(
         self, epoch: int, name: str, inst_coll: str, cores_mcpu: int, activation_token: str,
         region: str = "local", machine_type: str | None = None, memory_bytes: int = 0,
-        preemptible: bool | None = None, storage_bytes: int = 0,
+        preemptible: bool | None = None, storage_bytes: int = 0, products: tuple[str, str] | None = None,
     ) -> None:
         """Record a machine about to be created (state pending); `preemptible`: a spot machine (None: the
-        pool's kind); memory or storage 0: not known (not checked there)."""
+        pool's kind); memory or storage 0: not known (not checked there); `products`: the cpu and memory
+        products its attempts are billed to (None: the local provider's)."""
+        cpu_product, memory_product = products or (None, None)
         await self.db.call(
             "create_instance", epoch, name, inst_coll, region, machine_type, cores_mcpu, memory_bytes,
-            activation_token, self.clock_ms(), preemptible, storage_bytes,
+            activation_token, self.clock_ms(), preemptible, storage_bytes, cpu_product, memory_product,
         )
+
+    async def place_instance(self, epoch: int, name: str, region: str, machine_type: str | None,
+                             products: tuple[str, str]) -> None:
+        """Where the cloud put a created machine: its region, machine type and billed products."""
+        await self.db.call("place_instance", epoch, name, region, machine_type, *products)
+
+    async def set_product_rates(self, rates: Sequence[Mapping[str, Any]], source: str,
+                                active_products: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Set products' rates, each {"product", "unit", "rate_usd"} (a changed rate is a new resource
+        version: set_product_rates.sql); `active_products`: every product the deployment's machines are
+        billed to (the others become inactive). The products whose price changed: product, resource_name,
+        rate_usd, previous_rate_usd."""
+        _, (changed,) = await self.db.call("set_product_rates", list(rates), source, self.clock_ms(),
+                                           None if active_products is None else list(active_products))
+        return list(changed)
 
     async def activate_instance(self, epoch: int, name: str, activation_token: str,
                                 ip_address: str | None = "127.0.0.1", storage_bytes: int = 0) -> None:
@@ -214,10 +231,13 @@ class JobStore:
         _, result_sets = await self.db.call("schedule_jobs", epoch, instance_name, jobs, self.clock_ms())
         return result_sets[0]
 
-    async def mark_jobs_started(self, epoch: int, instance_name: str, jobs: list[Row]) -> Row:
-        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation}] -> the status row
-        (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome} per job."""
-        status, result_sets = await self.db.call("mark_jobs_started", epoch, instance_name, jobs)
+    async def mark_jobs_started(self, epoch: int, instance_name: str, jobs: list[Row],
+                                instance_products: bool = False) -> Row:
+        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource?, memory_resource?}] ->
+        the status row (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome} per job.
+        `instance_products`: a started attempt is billed to the instance's products at their current
+        prices, where its row names no resource (what the driver does)."""
+        status, result_sets = await self.db.call("mark_jobs_started", epoch, instance_name, jobs, instance_products)
         return {**status, "outcomes": result_sets[0]}
 
     async def add_attempt_resources(self, epoch: int, resources: list[Row]) -> None:

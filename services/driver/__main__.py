@@ -1,6 +1,6 @@
 """python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR
 [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...] [--secrets-key-file PEM]
-[--provider gcp|azure --provider-config FILE --workers-enroll-address HOST:PORT]"""
+[--provider gcp|azure --provider-config FILE --workers-enroll-address HOST:PORT] [--price-file FILE]"""
 
 import argparse
 import asyncio
@@ -13,6 +13,8 @@ from services.common.storage_access import StorageAccess, add_arguments as add_s
 from services.driver.app import DriverConfig, run
 from services.driver.enrollment import EnrollmentSettings
 from services.driver.leader import LeaseSettings
+from services.driver.pricing import price_file
+from services.driver.pricing.refresh import RefreshSettings
 from services.driver.providers import cloud_setup
 from services.driver.servicer import SessionSettings
 
@@ -76,8 +78,15 @@ parser.add_argument("--workers-enroll-address", metavar="HOST:PORT",
                     help="with --provider gcp or azure: where the cloud's machines enroll with their one-time "
                          "token (the internal gateway's enrollment listener); --driver-addresses is where they "
                          "then reach the drivers")
+parser.add_argument("--price-file", type=Path, metavar="FILE",
+                    help="the prices of the deployment's machines until the cloud's price catalogue is read, and "
+                         "the local provider's (default: the file shipped with corral; docs/operations.md)")
+parser.add_argument("--price-refresh-interval", type=float, default=RefreshSettings.refresh_s, metavar="SECONDS",
+                    help="how often the leader reads the cloud's price catalogue (default: %(default)s)")
 metrics.add_arguments(parser)
 args = parser.parse_args()
+if not 60 <= args.price_refresh_interval <= 7 * 86400:
+    parser.error("--price-refresh-interval must be 60 s to a week")
 if args.local_workers_enroll and not args.enroll_address:
     parser.error("--local-workers-enroll needs --enroll-address")
 if args.enroll_token_ttl <= 0 or args.worker_cert_validity <= 0:
@@ -96,6 +105,7 @@ try:
             args.workers_enroll_address, driver_addresses, (args.certs_dir / "ca.pem").read_text(),
             cloud_setup.cloud_worker_args(args.spec_root_url, args.worker_runtime, storage_access.to_args(),
                                           args.default_registry)))
+    price_file.load(args.price_file or price_file.SHIPPED)  # a wrong file stops the driver here, saying where
 except (OSError, ValueError) as e:
     parser.error(str(e))
 try:
@@ -118,4 +128,6 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              callback_allow_networks=allowed_networks(args.callback_allow_networks),
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
                              enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,
-                             enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity))))
+                             enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity),
+                             price_file=args.price_file,
+                             price_refresh=RefreshSettings(refresh_s=args.price_refresh_interval))))

@@ -56,7 +56,10 @@ from services.driver.instances import Autoscaler, DeadWorkerDetector, InstancePr
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
-from services.driver.providers.cloud_setup import CloudSetup, MachineDeleter, close_provider, open_provider
+from services.driver.pricing import price_file
+from services.driver.pricing.refresh import PriceRefresh, RefreshSettings
+from services.driver.providers.cloud_setup import (CloudSetup, MachineDeleter, close_provider, open_catalog,
+                                                   open_provider)
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import DEMAND_REUSE_S, Scheduler
@@ -150,6 +153,11 @@ class DriverConfig:
     cloud: CloudSetup | None = None
     """The cloud whose machines run the workers (`--provider gcp|azure`: its configuration, with the boot
     data every machine is given); None: worker processes on this host (the local provider)."""
+    price_file: Path | None = None
+    """The prices of the deployment's machines until the cloud's catalogue is read, and the local
+    provider's (services.driver.pricing.price_file); None: the file shipped with corral."""
+    price_refresh: RefreshSettings = RefreshSettings()
+    """How often the leader reads the cloud's price catalogue, and how soon again after a failed read."""
 
 
 @dataclasses.dataclass
@@ -240,6 +248,7 @@ async def start(config: DriverConfig) -> DriverApp:
     storage.check_apart_from(config.spec_root_url)
     callback_rules = CallbackRules.parse(config.callback_allow_networks)
     opener = Opener.from_file(config.secrets_key_file) if config.secrets_key_file else None
+    prices = price_file.load(config.price_file or price_file.SHIPPED)
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-driver", config.trace_exporter)
         stack.callback(tracing.shutdown)
@@ -282,6 +291,12 @@ async def start(config: DriverConfig) -> DriverApp:
                                   watching_since_ms=lambda: state.watching_since_ms)
         running = RunningCanceller(db, store, registry, epoch)
         reconciler = InstanceReconciler(db, store, provider, epoch, config.reconcile)
+        price_refresh = PriceRefresh(store, prices, open_catalog(config.cloud, prices) if config.cloud else None,
+                                     provider.machines(), epoch, config.price_refresh)
+        try:  # before the autoscaler runs, so that it finds the file's prices
+            await price_refresh.sync_file()
+        except Exception:  # noqa: BLE001 - the loop does it again once this driver leads
+            log.exception("could not set the price file's prices now; the price loop will")
 
         def cancelled() -> None:
             scheduler.new_work()  # the cancelled jobs' demand is gone
@@ -291,7 +306,7 @@ async def start(config: DriverConfig) -> DriverApp:
         callbacks = CompletionCallbacks(db, store, epoch, sender=HttpCallbackSender(rules=callback_rules))
         more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
                                   CompletionChecker(store, epoch), callbacks,
-                                  BillingLimits(store, epoch, on_cancelled=cancelled), reconciler]
+                                  BillingLimits(store, epoch, on_cancelled=cancelled), reconciler, price_refresh]
         publisher = EventPublisher(store, epoch)
         loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher,
                              FleetGauges(db, lambda: state.epoch is not None)]

@@ -31,6 +31,7 @@ from services.db.store import JobStore, wall_clock_ms
 from services.db.plan_snapshot import read_demand
 from services.driver.loop import Loop
 from services.driver.metrics import PROVIDER_REFUSALS
+from services.driver.pricing.products import LOCAL, Machine
 from services.driver.providers.errors import InvalidRequest, PermissionDenied, ProviderError, TransientError
 from services.policy.placement import Backoffs, BackoffSettings, RegionDemand, Refusal, place
 
@@ -63,8 +64,15 @@ class InstanceRequest:
 class InstanceProvider(Protocol):
     """Creates and deletes machines that run a corral worker."""
 
-    async def create(self, request: InstanceRequest) -> None:
-        """Start a machine; its worker will call ActivateWorker with the token."""
+    def machine(self, request: InstanceRequest) -> Machine:
+        """What the machine for `request` is, for its price: series or size, spot or not, `request.region`."""
+
+    def machines(self) -> set[Machine]:
+        """Every machine it may create, for their prices (services.driver.pricing)."""
+
+    async def create(self, request: InstanceRequest) -> str | None:
+        """Start a machine; its worker will call ActivateWorker with the token. The region it is in, where
+        that is not `request.region` (an `any_region` request placed elsewhere); None: the one asked for."""
 
     async def delete(self, name: str) -> None:
         """Stop a machine (idempotent)."""
@@ -99,6 +107,12 @@ class LocalProvider:
         """Called with an instance's name once its process is gone (removes what `command` prepared)."""
         self._pid_files = pid_files
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def machine(self, request: InstanceRequest) -> Machine:
+        return LOCAL
+
+    def machines(self) -> set[Machine]:
+        return {LOCAL}
 
     async def create(self, request: InstanceRequest) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
@@ -309,13 +323,23 @@ class Autoscaler(Loop):
                              int(r["cores_mcpu"]) * ready_mcpu // sampled_mcpu) for r in rows]
 
     async def _create(self, epoch: int, request: InstanceRequest) -> bool:
-        """Record the instance, then ask the cloud for it; False if the cloud refused it."""
+        """Record the instance, then ask the cloud for it, and record where the cloud put it; False if it
+        was refused (by the cloud, or because its machine has no price)."""
+        machine = self._provider.machine(request)
         await self._store.create_instance(epoch, request.name, request.inst_coll, request.cores_mcpu,
                                           request.activation_token, region=request.region,
                                           memory_bytes=request.memory_bytes, preemptible=request.preemptible,
-                                          storage_bytes=request.storage_bytes)
+                                          storage_bytes=request.storage_bytes,
+                                          products=(machine.cpu_product, machine.memory_product))
+        if not await self._priced(machine):
+            # Its attempts would be billed nothing: an operator must price it (services.driver.pricing).
+            await self._refused(epoch, request, InvalidRequest(
+                f"no price for {machine.cpu_product} and {machine.memory_product}: add the machine to the price "
+                "file (--price-file), or let the price refresh read it from the cloud's catalogue",
+                region=request.region))
+            return False
         try:
-            await self._provider.create(request)
+            region = await self._provider.create(request) or request.region
         except ProviderError as error:
             await self._refused(epoch, request, error)
             return False
@@ -325,11 +349,20 @@ class Autoscaler(Loop):
             await self._store.deactivate_instance(epoch, request.name,
                                                   f"creation failed: {type(error).__name__}: {error}"[:255])
             raise
-        self.backoffs.succeeded(request.inst_coll, request.region)
+        if region != request.region:  # the cloud placed it elsewhere: bill and schedule it there
+            placed = dataclasses.replace(machine, region=region)
+            await self._store.place_instance(epoch, request.name, region, None,
+                                             (placed.cpu_product, placed.memory_product))
+        self.backoffs.succeeded(request.inst_coll, region)
         self.created.append(request.name)
-        log.info("autoscaler: created %s in %s, region %s%s", request.name, request.inst_coll, request.region,
+        log.info("autoscaler: created %s in %s, region %s%s", request.name, request.inst_coll, region,
                  " (spot)" if request.preemptible else "")
         return True
+
+    async def _priced(self, machine: Machine) -> bool:
+        row = await self._db.fetchone("SELECT COUNT(*) AS n FROM latest_product_versions WHERE product IN (%s, %s)",
+                                      (machine.cpu_product, machine.memory_product), name="autoscaler_priced")
+        return row is not None and int(row["n"]) == 2
 
     async def _refused(self, epoch: int, request: InstanceRequest, error: ProviderError) -> None:
         """End the refused instance (it never ran: no job re-runs; its token is void) and back off."""

@@ -34,6 +34,10 @@ RUNNING_CORES = Gauge("corral_driver_running_cores", "Cores the running jobs res
                       ["pool", "user"])
 WORKERS = Gauge("corral_driver_workers", "Worker machines by pool and state (pending, active, inactive).",
                 ["pool", "state"])
+PRICE_CHANGES = Counter("corral_driver_price_changes", "Product prices that changed (each a new resource version), "
+                        "by source: file (the price file, at start) or the cloud's catalogue.", ["source"])
+PRICE_REFRESH_FAILURES = Counter("corral_driver_price_refresh_failures", "Reads of the cloud's price catalogue "
+                                 "that failed; the prices in force stay.", ["source"])
 PROVIDER_REFUSALS = Counter("corral_driver_provider_refusals", "Machines a cloud refused to create, by pool, region "
                             "and kind (quota_exceeded, capacity_exhausted, permission_denied, invalid_request, "
                             "transient_error, provider_error: an unclassified refusal). The autoscaler ends the "

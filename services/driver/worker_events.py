@@ -36,8 +36,6 @@ STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
                  "already_complete": "its job is already complete"}
 """MJS outcomes after which the attempt must not run, and what CancelJob tells the worker."""
 
-CPU_RESOURCE, MEMORY_RESOURCE = "cpu/local/1", "memory/local/1"
-"""What a started attempt is billed for, per millisecond: its cores (mCPU) and its memory (MiB)."""
 MAX_ERROR_MESSAGE_CHARS = 8000
 MAX_EVENTS_PER_PASS = 500
 """Events recorded in one pass at most (bounds one procedure call's payload)."""
@@ -123,13 +121,13 @@ class WorkerEvents:
                              out: Recorded) -> None:
         by_key = {}
         for m in starts:  # a repeat within one pass is recorded once
-            # MJS also records what each started attempt uses per millisecond: the job's reservation.
+            # MJS also records what each started attempt uses per millisecond (the job's reservation), at
+            # the prices of the instance's products in force now.
             row = {**_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
-                   "isolation": m.job_started.isolation, "cpu_resource": CPU_RESOURCE,
-                   "memory_resource": MEMORY_RESOURCE}
+                   "isolation": m.job_started.isolation}
             by_key.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
         rows = list(by_key.values())
-        status = await self._store.mark_jobs_started(epoch, instance, rows)
+        status = await self._store.mark_jobs_started(epoch, instance, rows, instance_products=True)
         outcomes = {(o["batch_id"], o["job_id"], o["attempt_id"]): o["outcome"] for o in status["outcomes"]}
         for row in rows:
             outcome = outcomes.get((row["batch_id"], row["job_id"], row["attempt_id"]), "not_found")

@@ -43,7 +43,7 @@ SELECT a.batch_id, a.job_id, a.attempt_id, a.instance_name, a.start_time_ms, a.e
        jt.cores_mcpu,
        -- What the attempt reserved (an out-of-memory retry grows the job's memory for the next one).
        COALESCE((SELECT ar.quantity * 1048576 FROM attempt_resources ar
-                 JOIN resources ar_m ON ar_m.resource_id = ar.resource_id AND ar_m.name = 'memory/local/1'
+                 JOIN resources ar_m ON ar_m.resource_id = ar.resource_id AND LEFT(ar_m.product, 7) = 'memory/'
                  WHERE ar.batch_id = a.batch_id AND ar.job_id = a.job_id AND ar.attempt_id = a.attempt_id),
                 jt.memory_bytes) AS memory_bytes,
        (SELECT COALESCE(SUM(ar.quantity * (COALESCE(a.rollup_time_ms, a.start_time_ms) - a.start_time_ms)

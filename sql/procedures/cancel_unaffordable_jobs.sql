@@ -53,9 +53,7 @@ proc: BEGIN
   SELECT COUNT(*) INTO v_locked
     FROM tmp_unaffordable t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     FOR UPDATE;
-  SELECT COALESCE(MAX(IF(name = 'cpu/local/1', rate_usd, NULL)), 0),
-         COALESCE(MAX(IF(name = 'memory/local/1', rate_usd, NULL)), 0)
-    INTO v_cpu_rate, v_memory_rate FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1');
+  SELECT cpu_rate_usd, memory_rate_usd INTO v_cpu_rate, v_memory_rate FROM reservation_rates;
   -- The same worst case as schedule_jobs reserves (and services/policy/planner.py computes).
   UPDATE tmp_unaffordable t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id AND j.state = 'Ready'

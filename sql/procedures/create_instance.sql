@@ -4,13 +4,18 @@
 -- in_memory_bytes, in_storage_bytes: its memory and scratch storage (the
 -- autoscaler passes its pool's machine's; NULL or 0: not known, not
 -- checked there). Its worker may report its storage when it activates.
+-- in_cpu_product, in_memory_product: what its attempts are billed to (its
+-- machine's products, services/driver/pricing); NULL: the local provider's.
+-- place_instance corrects region, machine type and products once the cloud
+-- has placed it.
 DROP PROCEDURE IF EXISTS create_instance;
 DELIMITER $$
 CREATE PROCEDURE create_instance(IN in_epoch BIGINT, IN in_name VARCHAR(100), IN in_inst_coll VARCHAR(100),
                                  IN in_region VARCHAR(64), IN in_machine_type VARCHAR(64),
                                  IN in_cores_mcpu INT, IN in_memory_bytes BIGINT,
                                  IN in_activation_token VARCHAR(100), IN in_now_ms BIGINT,
-                                 IN in_preemptible BOOLEAN, IN in_storage_bytes BIGINT)
+                                 IN in_preemptible BOOLEAN, IN in_storage_bytes BIGINT,
+                                 IN in_cpu_product VARCHAR(120), IN in_memory_product VARCHAR(120))
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -29,9 +34,10 @@ proc: BEGIN
     SELECT 4 AS rc, 'stale leader epoch' AS message;
     LEAVE proc;
   END IF;
-  INSERT INTO instances (name, inst_coll, region, machine_type, state, cores_mcpu, free_cores_mcpu, memory_bytes,
-                         storage_bytes, activation_token, time_created_ms, preemptible)
-    VALUES (in_name, in_inst_coll, in_region, in_machine_type, 'pending', in_cores_mcpu, in_cores_mcpu,
+  INSERT INTO instances (name, inst_coll, region, machine_type, cpu_product, memory_product, state, cores_mcpu,
+                         free_cores_mcpu, memory_bytes, storage_bytes, activation_token, time_created_ms, preemptible)
+    VALUES (in_name, in_inst_coll, in_region, in_machine_type, COALESCE(in_cpu_product, 'cpu/local'),
+            COALESCE(in_memory_product, 'memory/local'), 'pending', in_cores_mcpu, in_cores_mcpu,
             COALESCE(in_memory_bytes, 0), COALESCE(in_storage_bytes, 0), in_activation_token, in_now_ms,
             COALESCE(in_preemptible, (SELECT c.preemptible FROM instance_collections c WHERE c.name = in_inst_coll)))
   ON DUPLICATE KEY UPDATE name = instances.name;

@@ -4,12 +4,16 @@
 -- in_instance_name. Sets the attempt's start (and the billing rollup origin)
 -- and the runtime's words on its isolation, once. The job's state is not
 -- touched: SJ already made it Running.
--- With cpu_resource / memory_resource (names in resources; either may be
--- left out), a started or already started attempt is also given what it
--- uses per millisecond, as add_attempt_resources would, in the same
--- transaction: the job's cores_mcpu of the first, its memory_bytes in MiB of
--- the second; first write wins. An unknown name refuses the whole call
--- (rc 3). One call instead of a read of the jobs' sizes and a second call.
+-- A started or already started attempt is also given what it uses per
+-- millisecond, as add_attempt_resources would, in the same transaction: the
+-- job's cores_mcpu of its cpu resource, its memory_bytes in MiB of its
+-- memory resource; first write wins. A row's cpu_resource / memory_resource
+-- name them (resources.name; either may be left out). With
+-- in_instance_products (the driver), one a row leaves out is the instance's
+-- product (instances.cpu_product, memory_product) at its latest version: the
+-- price in force as the attempt starts (migration 0023). An unknown name
+-- refuses the whole call (rc 3). One call instead of a read of the jobs'
+-- sizes and a second call.
 -- Returns one row per job (batch_id, job_id, attempt_id, outcome), then the
 -- status row with n_started:
 --   started           the start is recorded now
@@ -31,11 +35,14 @@
 -- never records a start on a job that just became final.
 DROP PROCEDURE IF EXISTS mark_jobs_started;
 DELIMITER $$
-CREATE PROCEDURE mark_jobs_started(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100), IN in_jobs JSON)
+CREATE PROCEDURE mark_jobs_started(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100), IN in_jobs JSON,
+                                   IN in_instance_products BOOLEAN)
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
   DECLARE v_locked INT;
+  DECLARE v_cpu_resource VARCHAR(128);
+  DECLARE v_memory_resource VARCHAR(128);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
     SET @corral_bulk_usage = NULL;
     ROLLBACK;
@@ -81,6 +88,18 @@ proc: BEGIN
                     AND NOT EXISTS (SELECT 1 FROM resources r WHERE r.name = t.memory_resource))) THEN
     SELECT 3 AS rc, 'unknown cpu_resource or memory_resource' AS message;
     LEAVE proc;
+  END IF;
+
+  -- Not named by the caller: the instance's products at their latest versions.
+  IF in_instance_products THEN
+    SET v_cpu_resource = (SELECT r.name FROM instances i
+                          JOIN latest_product_versions l ON l.product = i.cpu_product
+                          JOIN resources r ON r.resource_id = l.resource_id WHERE i.name = in_instance_name);
+    SET v_memory_resource = (SELECT r.name FROM instances i
+                             JOIN latest_product_versions l ON l.product = i.memory_product
+                             JOIN resources r ON r.resource_id = l.resource_id WHERE i.name = in_instance_name);
+    UPDATE tmp_job_starts SET cpu_resource = COALESCE(cpu_resource, v_cpu_resource),
+                              memory_resource = COALESCE(memory_resource, v_memory_resource);
   END IF;
 
   START TRANSACTION;

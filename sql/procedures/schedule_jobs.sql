@@ -110,9 +110,7 @@ proc: BEGIN
   -- Only a call with jobs of a limited project pays for pricing and budgets.
   SET v_budgeted = EXISTS (SELECT 1 FROM tmp_schedule WHERE reserve_ms IS NOT NULL);
   IF v_budgeted THEN
-    SELECT COALESCE(MAX(IF(name = 'cpu/local/1', rate_usd, NULL)), 0),
-           COALESCE(MAX(IF(name = 'memory/local/1', rate_usd, NULL)), 0)
-      INTO v_cpu_rate, v_memory_rate FROM resources WHERE name IN ('cpu/local/1', 'memory/local/1');
+    SELECT cpu_rate_usd, memory_rate_usd INTO v_cpu_rate, v_memory_rate FROM reservation_rates;
     UPDATE tmp_schedule t
       SET t.billing_project = (SELECT b.billing_project FROM batches b WHERE b.batch_id = t.batch_id),
           t.reserve_micro_usd = CEIL((t.cores_mcpu * v_cpu_rate

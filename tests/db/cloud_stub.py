@@ -6,6 +6,7 @@ REST APIs in tests/clouds."""
 from __future__ import annotations
 
 from services.driver.instances import InstanceRequest
+from services.driver.pricing.products import LOCAL, Machine
 from services.driver.providers.errors import ProviderError
 
 
@@ -20,6 +21,12 @@ class StubCloud:
         self.refuse_in: dict[str, ProviderError] = {}
         """Region -> what a create there raises."""
         self.refuse_all: ProviderError | None = None
+
+    def machine(self, request: InstanceRequest) -> Machine:
+        return LOCAL
+
+    def machines(self) -> set[Machine]:
+        return {LOCAL}
 
     async def create(self, request: InstanceRequest) -> None:
         self.creates.append(request)

@@ -404,7 +404,7 @@ async def test_the_session_variables_never_outlive_a_call(world: World) -> None:
             await call(cursor, "schedule_jobs", world.epoch, "i1", json.dumps(attempts), world.clock())
             assert await session_variables(cursor) == (None, None)
             await call(cursor, "mark_jobs_started", world.epoch, "i1",
-                       json.dumps([{**a, "start_time_ms": world.clock()} for a in attempts]))
+                       json.dumps([{**a, "start_time_ms": world.clock()} for a in attempts]), True)
             await call(cursor, "heartbeat_rollup", world.epoch, "i1",
                        json.dumps([{**a, "rollup_time_ms": world.clock() + 1000} for a in attempts]), world.clock())
             assert await session_variables(cursor) == (None, None)

@@ -35,7 +35,8 @@ from azure.mgmt.network import models as network_models
 from azure.mgmt.network.aio import NetworkManagementClient
 
 from services.driver.instances import InstanceRequest
-from services.driver.providers.azure_config import AzureConfig, vm_size
+from services.driver.pricing.products import Machine
+from services.driver.providers.azure_config import AzureConfig, vm_size, vm_sizes
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, ProviderError,
                                               QuotaExceeded, TransientError)
 from services.driver.providers.worker_metadata import WorkerBootstrap
@@ -137,7 +138,20 @@ class AzureProvider:
 
     # -- InstanceProvider ----------------------------------------------------------------------------
 
-    async def create(self, request: InstanceRequest) -> None:
+    def machine(self, request: InstanceRequest) -> Machine:
+        """Priced by its VM size: the pool's named one, or the one `vm_size` picks for its cores and memory."""
+        return Machine("azure", self._size(request), request.preemptible, request.region)
+
+    def machines(self) -> set[Machine]:
+        """The machines its pools may get, for their prices: every size `vm_size` picks from and every size
+        the configuration names, spot or not, in each location."""
+        return {Machine("azure", size, spot, location) for size in {*vm_sizes(), *self._config.vm_sizes.values()}
+                for spot in (False, True) for location in self._config.locations}
+
+    def _size(self, request: InstanceRequest) -> str:
+        return self._config.vm_sizes.get(request.inst_coll) or vm_size(request.cores_mcpu, request.memory_bytes)
+
+    async def create(self, request: InstanceRequest) -> str:
         if not _NAME.match(request.name):
             raise InvalidRequest(f"instance name {request.name!r} is not a valid Azure VM name (a-z, 0-9, -)")
         # The asked location first; with `any_region` (jobs that may run anywhere), then every other one in
@@ -148,14 +162,14 @@ class AzureProvider:
                                  region=request.region)
         locations = asked + tuple(loc for loc in self._config.locations if loc != request.region) \
             if request.any_region else asked
-        size = self._config.vm_sizes.get(request.inst_coll) or vm_size(request.cores_mcpu, request.memory_bytes)
+        size = self._size(request)
         refused: ProviderError | None = None
         for location in locations:
             try:
                 await self._create_in(location, request, size)
                 log.info("azure: created %s (%s%s) in %s", request.name, size,
                          ", spot" if request.preemptible else "", location)
-                return
+                return location
             except ProviderError as error:
                 if not error.retry_elsewhere:
                     raise

@@ -152,6 +152,11 @@ def load_config(text: str | bytes) -> AzureConfig:
     return config
 
 
+def vm_sizes() -> list[str]:
+    """Every size `vm_size` may pick."""
+    return [template.format(n=count) for _, template, counts in _FAMILIES for count in counts]
+
+
 def vm_size(cores_mcpu: int, memory_bytes: int) -> str:
     """The smallest Fsv2/Dsv5/Esv5 size with at least the cores asked for and the memory per core (no
     memory asked: Dsv5)."""

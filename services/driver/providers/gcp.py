@@ -37,6 +37,7 @@ from google.auth.credentials import Credentials
 from google.cloud import compute_v1
 
 from services.driver.instances import InstanceRequest
+from services.driver.pricing.products import Machine, gcp_series
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, ProviderError, QuotaExceeded,
                                               TransientError)
 from services.driver.providers.gcp_config import GcpConfig, GcpRegion
@@ -81,7 +82,20 @@ class GcpProvider:
         """Where a machine this provider created or listed is."""
         return self._zones.get(name)
 
-    async def create(self, request: InstanceRequest) -> None:
+    def machine(self, request: InstanceRequest) -> Machine:
+        """Priced by its series (n2 for n2-standard-8): the pool's family, or a named machine type's."""
+        series = gcp_series(request.machine_type) if request.machine_type else \
+            self._config.families.get(request.inst_coll, self._config.default_family)
+        return Machine("gcp", series, request.preemptible, request.region)
+
+    def machines(self) -> set[Machine]:
+        """The machines its pools may get, for their prices: each configured family, spot or not, in each
+        region."""
+        families = {self._config.default_family, *self._config.families.values()}
+        return {Machine("gcp", family, spot, region.name) for family in families for spot in (False, True)
+                for region in self._config.regions}
+
+    async def create(self, request: InstanceRequest) -> str:
         check_instance_name(request.name)
         if request.machine_type:
             machine = named_machine_type(request.machine_type, request.cores_mcpu)
@@ -107,7 +121,7 @@ class GcpProvider:
                 try:
                     await self._insert(request, region, zone, machine)
                     self._zones[request.name] = zone
-                    return
+                    return region.name
                 except CapacityExhausted as e:
                     log.info("gcp: %s: zone %s is out of %s: %s", request.name, zone, machine.name, e)
                     refusals.append(e)
