@@ -17,10 +17,13 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 
 from services.common.tls import DevCertificateAuthority
-from services.driver.pricing.catalog_azure import API_VERSION, AzureRetailSettings, azure_prices
+from services.driver.pricing.catalog_azure import (API_VERSION, AzureRetailSettings, azure_prices,
+                                                   azure_retail_settings)
 from services.driver.pricing.catalog_errors import CatalogUnavailable
-from services.driver.pricing.catalog_gcp import COMPUTE_ENGINE, GcpCatalogSettings, gcp_prices
+from services.driver.pricing.catalog_gcp import COMPUTE_ENGINE, GcpCatalogSettings, gcp_catalog_settings, gcp_prices
 from services.driver.pricing.products import Machine, MachinePrice
+from services.driver.providers.azure_config import AzureConfig, ImageReference, WorkerBootSettings
+from services.driver.providers.gcp_config import GcpConfig, GcpRegion, WorkerBoot
 from tests.clouds.azure_prices_api import AzurePricesApi
 from tests.clouds.gcp_billing_api import GcpBillingApi
 
@@ -223,6 +226,21 @@ async def test_nothing_is_asked_for_no_machine_of_the_cloud(billing: GcpBillingA
     assert await gcp_prices(gcp_settings(billing), [D4]) == {}
     assert await azure_prices(azure_settings(retail), [N2]) == {}
     assert billing.calls() == [] and retail.recorded() == []
+
+
+async def test_settings_come_from_the_providers_configurations(billing: GcpBillingApi,
+                                                                retail: AzurePricesApi) -> None:
+    gcp = GcpConfig(project="p", deployment="prod-1", regions=(GcpRegion("us-central1", ("us-central1-a",)),),
+                    boot_image="projects/p/global/images/family/corral", worker=WorkerBoot("e:1", ("g:1",), "PEM"),
+                    billing_api_endpoint=billing.endpoint)
+    settings = gcp_catalog_settings(gcp)
+    assert (settings.api_endpoint, settings.credentials) == (billing.endpoint, None)  # None: ADC
+    azure = AzureConfig(subscription_id="s", resource_group="g", locations=("westeurope",), subnet_id="/x",
+                        image=ImageReference(id="/i"), admin_username="corral", ssh_public_key="ssh-ed25519 AAAA",
+                        deployment="prod", boot=WorkerBootSettings("e:1", ("g:1",), "PEM"),
+                        connection_verify=str(retail.ca_file), retail_prices_endpoint=retail.endpoint)
+    assert azure_retail_settings(azure) == AzureRetailSettings(endpoint=retail.endpoint, verify=str(retail.ca_file))
+    assert await azure_prices(azure_retail_settings(azure), [D4]) == {D4: 0.23}
 
 
 def _closed_port() -> int:
