@@ -151,5 +151,5 @@ def _pages(client: billing_v1.CloudCatalogClient, settings: GcpCatalogSettings, 
 
 def _line(text: str) -> str:
     """The first line of an error's text, short (a log line and an error message, not a body)."""
-    first = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return first[:200]
+    stripped = (text or "").strip()
+    return stripped.splitlines()[0][:200] if stripped else ""
