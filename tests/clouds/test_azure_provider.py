@@ -456,6 +456,11 @@ def test_configuration_loads_from_json_and_refuses_what_it_does_not_know() -> No
     assert loaded.locations == ("westeurope", "northeurope") and loaded.boot.worker_args == ("--runtime", "oci")
     assert loaded.image.model().as_dict() == {"id": json.loads(text)["image"]["id"]}
     assert loaded.base_url is None and loaded.connection_verify is True
+    assert loaded.retail_prices_endpoint == "https://prices.azure.com/api/retail/prices"
+    assert load_config(text.replace('"deployment"', '"retail_prices_endpoint": "https://127.0.0.1:9/p", "deployment"')
+                       ).retail_prices_endpoint == "https://127.0.0.1:9/p"
+    with pytest.raises(ValueError, match="retail_prices_endpoint"):
+        load_config(text.replace('"deployment"', '"retail_prices_endpoint": "http://127.0.0.1:9/p", "deployment"'))
     with pytest.raises(ValueError, match="unknown field.*zone"):
         load_config(text.replace('"deployment"', '"zone": "1", "deployment"'))
     with pytest.raises(ValueError, match="boot"):

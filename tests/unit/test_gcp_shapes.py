@@ -114,15 +114,18 @@ def test_configuration_file(tmp_path: Path) -> None:
     settings = {"project": "p", "deployment": "prod-1", "boot_image": "projects/p/global/images/family/corral",
                 "regions": [{"name": "us-central1", "zones": ["us-central1-a"], "subnetwork": "corral"},
                             {"name": "europe-west4", "zones": ["europe-west4-b"]}],
-                "families": {"highmem": "n2d"}, "boot_disk_gb": 100, "worker_command": ["/opt/corral/worker"]}
+                "families": {"highmem": "n2d"}, "boot_disk_gb": 100, "worker_command": ["/opt/corral/worker"],
+                "billing_api_endpoint": "http://127.0.0.1:9"}
     path.write_text(json.dumps(settings))
     loaded = load_config(path, worker)
     assert loaded.regions == (GcpRegion("us-central1", ("us-central1-a",), "corral"),
                               GcpRegion("europe-west4", ("europe-west4-b",)))
     assert (loaded.families, loaded.boot_disk_gb, loaded.worker_command, loaded.worker) == (
         {"highmem": "n2d"}, 100, ("/opt/corral/worker",), worker)
+    assert loaded.billing_api_endpoint == "http://127.0.0.1:9"
     for change, error in [({"regions": []}, "regions"), ({"zone": "x"}, "unknown fields"),
                           ({"boot_disk_gb": "100"}, "boot_disk_gb"), ({"external_ip": 1}, "external_ip"),
+                          ({"billing_api_endpoint": 1}, "billing_api_endpoint"),
                           ({"deployment": "Prod"}, "label value"), ({"families": {"x": "N2"}}, "families"),
                           ({"regions": [{"name": "us-central1", "zones": ["europe-west4-a"]}]}, "must be in it")]:
         path.write_text(json.dumps({**settings, **change}))

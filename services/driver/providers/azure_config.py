@@ -94,7 +94,8 @@ class AzureConfig:
     base_url: str | None = None
     """The Resource Manager endpoint; None: the public cloud's (https://management.azure.com)."""
     connection_verify: bool | str = True
-    """TLS verification of `base_url`: True, or a CA bundle's path (a private endpoint, the tests)."""
+    """TLS verification of `base_url` and `retail_prices_endpoint`: True, or a CA bundle's path (a private
+    endpoint, the tests)."""
     credential_scope: str = "https://management.azure.com/.default"
     """The token's audience: the public cloud's Resource Manager (a sovereign cloud has its own)."""
     poll_interval_s: float = 5.0
@@ -103,11 +104,15 @@ class AzureConfig:
     """A create or delete not finished by then fails as TransientError."""
     retry_total: int = 3
     """Retries of a throttled (429) or failed (5xx) request, inside the SDK."""
+    retail_prices_endpoint: str = "https://prices.azure.com/api/retail/prices"
+    """The Azure Retail Prices API, where VM sizes' prices are read (public, unauthenticated)."""
 
     def __post_init__(self) -> None:
         if self.base_url is not None and not self.base_url.startswith("https://"):
             # The SDK's bearer-token policy refuses to send a token over plain HTTP, and rightly.
             raise ValueError("AzureConfig.base_url must be https://")
+        if not self.retail_prices_endpoint.startswith("https://"):
+            raise ValueError("AzureConfig.retail_prices_endpoint must be https://")
         if not self.locations:
             raise ValueError("AzureConfig.locations is empty")
         if not self.ssh_public_key.startswith(("ssh-", "ecdsa-")):

@@ -91,6 +91,9 @@ class GcpConfig:
     """Deadline for an insert or delete operation to be DONE."""
     max_calls: int = 8
     """API calls under way at once (each in a thread of the provider's own)."""
+    billing_api_endpoint: str = ""
+    """The Cloud Billing API's address, where the price catalogue is read ('': cloudbilling.googleapis.com);
+    http://HOST:PORT for tests."""
 
     def __post_init__(self) -> None:
         if not self.regions or any(not r.zones for r in self.regions):
@@ -108,7 +111,8 @@ class GcpConfig:
 _SCALARS: dict[str, type | tuple[type, ...]] = {
     "project": str, "deployment": str, "boot_image": str, "default_family": str, "boot_disk_gb": int,
     "boot_disk_type": str, "network": str, "external_ip": bool, "service_account": str, "api_endpoint": str,
-    "call_timeout_s": (int, float), "operation_timeout_s": (int, float), "max_calls": int}
+    "call_timeout_s": (int, float), "operation_timeout_s": (int, float), "max_calls": int,
+    "billing_api_endpoint": str}
 
 
 def load_config(path: Path, worker: WorkerBoot) -> GcpConfig:
