@@ -6,7 +6,8 @@ combination of jobs per call and connections, in two modes:
 
   sj+mjc  schedule_jobs, then mark_jobs_complete;
   full    schedule_jobs, mark_jobs_started (recording each attempt's
-          cpu/local/1 and memory/local/1, as the driver does),
+          resources, its instance's products at their current prices, as
+          the driver does),
           mark_jobs_complete: the billing triggers fire on completion.
 
 Each run gets a fresh schema, N Ready jobs (inserted in bunches of 5,000
@@ -50,8 +51,6 @@ JOB_CORES_MCPU = 1000
 INSERT_BUNCH = 5000
 JOB_DURATION_MS = 1000
 JOB_MEMORY_BYTES = 512 * 2**20
-RESOURCES = {"cpu_resource": "cpu/local/1", "memory_resource": "memory/local/1"}
-"""What mark_jobs_started records per attempt (per ms: the job's mcpu and MiB)."""
 
 TARGETS_JOBS_PER_S = {"sj+mjc": 5000, "full": 3000}
 """Issue 4's targets at the best concurrency, drawn on the plot."""
@@ -185,8 +184,8 @@ async def drive(world: World, combination: Combination) -> float:
                 raise RuntimeError(f"schedule_jobs refused: {scheduled}")
             start_ms = store.clock_ms()
             if full:
-                await store.mark_jobs_started(epoch, instance, [{**a, "start_time_ms": start_ms, **RESOURCES}
-                                                                for a in attempts])
+                await store.mark_jobs_started(epoch, instance, [{**a, "start_time_ms": start_ms} for a in attempts],
+                                              instance_products=True)
             completed = await store.mark_jobs_complete(epoch, instance, [
                 {**a, "state": "Success", "exit_code": 0, "start_time_ms": start_ms,
                  "end_time_ms": start_ms + JOB_DURATION_MS} for a in attempts])

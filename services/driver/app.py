@@ -292,7 +292,7 @@ async def start(config: DriverConfig) -> DriverApp:
         running = RunningCanceller(db, store, registry, epoch)
         reconciler = InstanceReconciler(db, store, provider, epoch, config.reconcile)
         price_refresh = PriceRefresh(store, prices, open_catalog(config.cloud, prices) if config.cloud else None,
-                                     provider.machines(), epoch, config.price_refresh)
+                                     provider.machine_kinds(), epoch, config.price_refresh)
         try:  # before the autoscaler runs, so that it finds the file's prices
             await price_refresh.sync_file()
         except Exception:  # noqa: BLE001 - the loop does it again once this driver leads

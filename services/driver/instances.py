@@ -67,7 +67,7 @@ class InstanceProvider(Protocol):
     def machine(self, request: InstanceRequest) -> Machine:
         """What the machine for `request` is, for its price: series or size, spot or not, `request.region`."""
 
-    def machines(self) -> set[Machine]:
+    def machine_kinds(self) -> set[Machine]:
         """Every machine it may create, for their prices (services.driver.pricing)."""
 
     async def create(self, request: InstanceRequest) -> str | None:
@@ -111,7 +111,7 @@ class LocalProvider:
     def machine(self, request: InstanceRequest) -> Machine:
         return LOCAL
 
-    def machines(self) -> set[Machine]:
+    def machine_kinds(self) -> set[Machine]:
         return {LOCAL}
 
     async def create(self, request: InstanceRequest) -> None:

@@ -21,19 +21,24 @@ class StubCloud:
         self.refuse_in: dict[str, ProviderError] = {}
         """Region -> what a create there raises."""
         self.refuse_all: ProviderError | None = None
+        self.place_in: dict[str, str] = {}
+        """Region asked for -> the region the "cloud" puts the machine in instead."""
+        self.gcp_prices = False
+        """Price its machines as GCP's n2 in their regions (else as the local provider's)."""
 
     def machine(self, request: InstanceRequest) -> Machine:
-        return LOCAL
+        return Machine("gcp", "n2", request.preemptible, request.region) if self.gcp_prices else LOCAL
 
-    def machines(self) -> set[Machine]:
+    def machine_kinds(self) -> set[Machine]:
         return {LOCAL}
 
-    async def create(self, request: InstanceRequest) -> None:
+    async def create(self, request: InstanceRequest) -> str | None:
         self.creates.append(request)
         refusal = self.refuse_all or self.refuse_in.get(request.region)
         if refusal is not None:
             raise refusal
         self.machines[request.name] = request
+        return self.place_in.get(request.region)
 
     async def delete(self, name: str) -> None:
         self.deletes.append(name)

@@ -149,3 +149,39 @@ async def test_a_machine_only_for_jobs_that_may_run_anywhere_lets_the_provider_m
                         backoff=BACKOFF, clock_s=Seconds())
     await scaler.cycle()  # two 2-core machines ('standard' makes at most two a cycle): the most demand first
     assert [(c.region, c.any_region) for c in cloud.creates] == [("west", False), ("east", True)]
+
+
+async def test_a_machine_the_cloud_put_in_another_region_is_recorded_and_billed_there(
+        world: World, two_regions: list[str]) -> None:
+    west = ("cpu/gcp/n2-ondemand/west", "memory/gcp/n2-ondemand/west")
+    await world.store.set_product_rates([
+        {"product": f"{kind}/gcp/n2-ondemand/{region}", "unit": unit, "rate_usd": 1e-11}
+        for region in two_regions for kind, unit in (("cpu", "mcpu_ms"), ("memory", "mib_ms"))], "file")
+    await world.batch([{"cores_mcpu": 1000}])  # may run in any region
+    cloud, clock = StubCloud(), Seconds()
+    cloud.gcp_prices, cloud.place_in["east"] = True, "west"
+    scaler = autoscaler(world, cloud, clock)
+    await scaler.cycle()
+    [created] = scaler.created
+    assert cloud.creates[0].region == "east"
+    row = await world.db.fetchone("SELECT region, cpu_product, memory_product FROM instances WHERE name = %s",
+                                  (created,))
+    assert row == {"region": "west", "cpu_product": west[0], "memory_product": west[1]}
+    assert await check_invariants(world.db) == []
+
+
+async def test_a_machine_without_a_price_is_not_created_and_its_pool_waits(world: World,
+                                                                             two_regions: list[str]) -> None:
+    await world.batch([{"cores_mcpu": 1000}])
+    cloud, clock = StubCloud(), Seconds()
+    cloud.gcp_prices = True  # and no gcp product has a price
+    scaler = autoscaler(world, cloud, clock)
+    before = refusals("invalid_request", "east")
+    await scaler.cycle()
+    assert cloud.creates == [] and scaler.created == []
+    [row] = (await instances(world)).values()
+    assert row["state"] == "inactive" and "no price for cpu/gcp/n2-ondemand/east" in row["deactivation_reason"]
+    assert refusals("invalid_request", "east") == before + 1
+    clock.now_s += BACKOFF.configuration.initial_s - 1
+    await scaler.cycle()
+    assert len(await instances(world)) == 1  # the pool waits, as for any configuration error

@@ -142,7 +142,7 @@ class AzureProvider:
         """Priced by its VM size: the pool's named one, or the one `vm_size` picks for its cores and memory."""
         return Machine("azure", self._size(request), request.preemptible, request.region)
 
-    def machines(self) -> set[Machine]:
+    def machine_kinds(self) -> set[Machine]:
         """The machines its pools may get, for their prices: every size `vm_size` picks from and every size
         the configuration names, spot or not, in each location."""
         return {Machine("azure", size, spot, location) for size in {*vm_sizes(), *self._config.vm_sizes.values()}

@@ -88,7 +88,7 @@ class GcpProvider:
             self._config.families.get(request.inst_coll, self._config.default_family)
         return Machine("gcp", series, request.preemptible, request.region)
 
-    def machines(self) -> set[Machine]:
+    def machine_kinds(self) -> set[Machine]:
         """The machines its pools may get, for their prices: each configured family, spot or not, in each
         region."""
         families = {self._config.default_family, *self._config.families.values()}
