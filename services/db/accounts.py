@@ -78,7 +78,7 @@ ACCOUNTS: dict[str, Account] = {
                     "publish_batch_events", "cancel_failed_job_groups", "recheck_completions",
                     "claim_batch_callbacks", "record_batch_callback", "cancel_batches_over_limit",
                     "release_children", "cancel_pending_jobs", "cancel_unaffordable_jobs", "read_ready_heads",
-                    "enroll_instance", "place_instance", "set_product_rates")),
+                    "enroll_instance", "place_instance", "set_product_rates", "add_regions")),
 }
 
 INTERNAL_PROCEDURES = frozenset({

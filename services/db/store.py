@@ -180,6 +180,11 @@ class JobStore:
             activation_token, self.clock_ms(), preemptible, storage_bytes, cpu_product, memory_product,
         )
 
+    async def add_regions(self, names: Sequence[str]) -> int:
+        """Make sure `regions` has these (a cloud deployment's configured regions); how many were added."""
+        status, _ = await self.db.call("add_regions", list(names))
+        return int(status["n_added"])
+
     async def place_instance(self, epoch: int, name: str, region: str, machine_type: str | None,
                              products: tuple[str, str]) -> None:
         """Where the cloud put a created machine: its region, machine type and billed products."""

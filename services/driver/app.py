@@ -284,7 +284,8 @@ async def start(config: DriverConfig) -> DriverApp:
         releaser = ChildReleaser(store, epoch, on_released=released)
         canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
         autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s,
-                                **({"region": config.cloud.region, "any_region": True} if config.cloud else {}))
+                                **({"region": config.cloud.region, "any_region": True,
+                                    "provider_regions": config.cloud.regions} if config.cloud else {}))
         dead = DeadWorkerDetector(db, store, provider,
                                   lambda: registry.heard_from(config.session.heartbeat_timeout_s), epoch,
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
@@ -297,6 +298,7 @@ async def start(config: DriverConfig) -> DriverApp:
             await price_refresh.sync_file()
         except Exception:  # noqa: BLE001 - the loop does it again once this driver leads
             log.exception("could not set the price file's prices now; the price loop will")
+        await _add_cloud_regions(store, config.cloud)
 
         def cancelled() -> None:
             scheduler.new_work()  # the cancelled jobs' demand is gone
@@ -329,6 +331,7 @@ async def start(config: DriverConfig) -> DriverApp:
 
         async def on_elected(new_epoch: int) -> None:
             servers.recheck_health()
+            await _add_cloud_regions(store, config.cloud)
             on_change("elected")
 
         async def on_deposed() -> None:
@@ -373,6 +376,18 @@ async def start(config: DriverConfig) -> DriverApp:
                         sessions=registry, tracing=tracing, enroll_port=enroll_port)
     log.info("driver %s serving on port %d", config.name, app.port)
     return app
+
+
+async def _add_cloud_regions(store: JobStore, cloud: CloudSetup | None) -> None:
+    """Make the cloud's configured regions regions jobs may name (at start, and again when elected in case
+    the database was not reachable at start)."""
+    if cloud is None:
+        return
+    try:
+        if added := await store.add_regions(cloud.regions):
+            log.info("added %d of the cloud's regions to the regions jobs may name", added)
+    except Exception:  # noqa: BLE001 - logged; tried again at the next election
+        log.exception("could not add the cloud's regions %s to the regions table", ", ".join(cloud.regions))
 
 
 def _open_provider(config: DriverConfig, stack: contextlib.AsyncExitStack,

@@ -20,7 +20,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -235,20 +235,22 @@ def _kind_label(error: ProviderError) -> str:
 class Autoscaler(Loop):
     """Starts machines per pool when ready demand exceeds free cores, in the pool's regions.
 
-    The pool's regions are every region of the `regions` table (the regions jobs may name; a worker's
-    region is matched to a job's by it), `region` first and then by region_id: a deployment lists its
-    cloud regions there. A refused machine's instance is ended at once (it holds no capacity and its
+    The pool's regions are the regions of the `regions` table (the regions jobs may name; a worker's
+    region is matched to a job's by it) that the provider has (`provider_regions`; None: all of them),
+    `region` first and then by region_id. A refused machine's instance is ended at once (it holds no capacity and its
     activation token is void), and the pool or region waits (`Backoffs`): see services.policy.placement."""
 
     name = "autoscaler"
 
     def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, epoch: Callable[[], int | None],
                  region: str = "local", period_s: float = 15.0, any_region: bool = False,
-                 backoff: BackoffSettings = BackoffSettings(), clock_s: Callable[[], float] = time.monotonic):
+                 backoff: BackoffSettings = BackoffSettings(), clock_s: Callable[[], float] = time.monotonic,
+                 provider_regions: Collection[str] | None = None):
         """`region`: the pool's preferred region; `any_region`: a machine for jobs that may all run anywhere
         is asked for with `InstanceRequest.any_region`, so that the provider itself may try its other
         regions in the same call; `backoff`: how long a refused pool or region waits; `clock_s`: the
-        back-offs' clock."""
+        back-offs' clock; `provider_regions`: the regions the provider makes machines in (a cloud's
+        configured ones: a region of the table it does not have, such as `local`, gets none)."""
         super().__init__(period_s)
         self._db = db
         self._store = store
@@ -256,6 +258,7 @@ class Autoscaler(Loop):
         self._epoch = epoch
         self._region = region
         self._any_region = any_region
+        self._provider_regions = None if provider_regions is None else frozenset(provider_regions)
         self._clock_s = clock_s
         self.backoffs = Backoffs(backoff)
         self.created: list[str] = []
@@ -306,7 +309,8 @@ class Autoscaler(Loop):
 
     def _pool_regions(self, regions: dict[int, str]) -> list[str]:
         """Where the pool's machines may go, in order of preference."""
-        return [self._region, *(name for name in regions.values() if name != self._region)]
+        return [self._region, *(name for name in regions.values() if name != self._region
+                                and (self._provider_regions is None or name in self._provider_regions))]
 
     async def _demand_by_region(self, pool: str, ready_mcpu: int, regions: dict[int, str]) -> list[RegionDemand]:
         """The pool's ready cores by the regions their jobs may run in, scaled from a sample (one region:

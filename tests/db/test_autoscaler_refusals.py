@@ -185,3 +185,28 @@ async def test_a_machine_without_a_price_is_not_created_and_its_pool_waits(world
     clock.now_s += BACKOFF.configuration.initial_s - 1
     await scaler.cycle()
     assert len(await instances(world)) == 1  # the pool waits, as for any configuration error
+
+
+async def test_the_clouds_regions_are_added_and_a_region_it_lacks_gets_no_machine(world: World) -> None:
+    assert await world.store.add_regions(["us-central1", "europe-west4", "us-central1"]) == 2
+    assert await world.store.add_regions(["europe-west4"]) == 0
+    rows = await world.db.fetchall("SELECT region_id, name FROM regions ORDER BY region_id")
+    assert [(r["region_id"], r["name"]) for r in rows] == [(0, "local"), (1, "europe-west4"), (2, "us-central1")]
+    for bad in (["Bad Name"], [f"r{i}" for i in range(64)]):
+        with pytest.raises(ProcedureError):
+            await world.store.add_regions(bad)
+    # Jobs bound to `local`, which the cloud does not have: no machine is asked for there.
+    await world.batch([{"cores_mcpu": 1000, "regions": ["local"]}])
+    cloud, clock = StubCloud(), Seconds()
+    scaler = Autoscaler(world.db, world.store, cloud, lambda: world.epoch, region="us-central1", backoff=BACKOFF,
+                        clock_s=clock, provider_regions=["us-central1", "europe-west4"])
+    await scaler.cycle()
+    assert [c.region for c in cloud.creates] == []
+
+
+async def test_regions_beyond_the_63_bits_jobs_can_name_are_refused_whole(world: World) -> None:
+    await world.store.add_regions([f"r{i}" for i in range(62)])  # with `local`: 63, every bit
+    with pytest.raises(ProcedureError):
+        await world.store.add_regions(["r62", "r0"])
+    row = await world.db.fetchone("SELECT COUNT(*) AS n FROM regions")
+    assert row is not None and row["n"] == 63

@@ -76,6 +76,11 @@ class CloudSetup:
         location (Azure); the provider falls back to the others for region-agnostic requests."""
         return self.config.regions[0].name if self.kind == "gcp" else self.config.locations[0]
 
+    @property
+    def regions(self) -> tuple[str, ...]:
+        """Every region it makes machines in (GCP `regions`, Azure `locations`), in order of preference."""
+        return tuple(r.name for r in self.config.regions) if self.kind == "gcp" else tuple(self.config.locations)
+
 
 def check_flags(provider: str, config_file: Path | None, enroll_address: str | None,
                 driver_addresses: Sequence[str], local_only: Sequence[str]) -> None:
