@@ -456,6 +456,17 @@ def _enroll_listener(deployment: Deployment) -> Config:
         "max_request_headers_kb": 16,
         "access_log": access_log(deployment, "enroll"),
         "http_filters": [{
+            # Before anything reaches the driver: anyone who reaches this listener may call Enroll.
+            "name": "envoy.filters.http.local_ratelimit",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+                "stat_prefix": "enroll_rate_limit",
+                "token_bucket": {"max_tokens": limits.enroll_burst, "tokens_per_fill": limits.enroll_per_second,
+                                 "fill_interval": "1s"},
+                "filter_enabled": {"default_value": {"numerator": 100, "denominator": "HUNDRED"}},
+                "filter_enforced": {"default_value": {"numerator": 100, "denominator": "HUNDRED"}},
+            },
+        }, {
             "name": "envoy.filters.http.body_size_limit",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.http.body_size_limit.v3.BodySizeLimit",

@@ -79,6 +79,17 @@ class Limits:
     that was the leader stops getting them, within about two of these."""
     health_check_timeout_s: float = 2.0
     """How long one health answer may take (an answer slower than this counts as a failure)."""
+    enroll_per_second: int = 20
+    """Enroll calls the enrollment listener forwards per second, after a burst of `enroll_burst`; more are
+    refused at once (HTTP 429, which a worker's gRPC client sees as UNAVAILABLE and retries after a
+    back-off). Anyone who reaches the listener may call Enroll: this bounds the database work they cause."""
+    enroll_burst: int = 100
+    """Enroll calls forwarded at once before `enroll_per_second` applies (a scale-up of that many machines
+    enrolls without waiting)."""
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.enroll_per_second <= 100_000 and 1 <= self.enroll_burst <= 100_000):
+            raise ValueError("limits: enroll_per_second and enroll_burst must be 1 to 100000")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,11 +21,13 @@ import grpc
 import pytest
 
 from corral.driver.v1 import driver_service_pb2 as pb
-from corral.driver.v1 import driver_service_pb2_grpc
-from services.common.tls import DevCertificateAuthority, TlsFiles, WorkerIssuer
+from corral.driver.v1 import driver_service_pb2_grpc, worker_enrollment_service_pb2_grpc
+from corral.driver.v1 import worker_enrollment_service_pb2 as epb
+from services.common.tls import DevCertificateAuthority, TlsFiles, WorkerIssuer, certificate_request
 from services.db.database import DatabaseConfig
 from services.driver.app import DriverApp, DriverConfig, start
 from services.driver.leader import LeaseSettings
+from services.gateway.deployment import Limits
 from tests.conftest import service_url
 from tests.envoy_gateway import gateway_deployment, running
 
@@ -149,3 +151,32 @@ async def test_only_the_gateway_may_forward_a_certificate(drivers: list[DriverAp
     # The gateway forwarding the worker's certificate: the call is the worker's.
     code, why = await activate(certs.issue("gateway"), (("x-forwarded-client-cert", forwarded),))
     assert code == grpc.StatusCode.PERMISSION_DENIED and "worker-w2 may not act for instance 'w3'" in why, why
+
+
+async def test_the_enrollment_listener_forwards_at_most_its_rate_and_refuses_the_rest_at_once(
+        drivers: list[DriverApp], certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """Anyone who reaches the enrollment listener may call Enroll: past its burst, calls are refused by the
+    gateway (UNAVAILABLE, which a worker retries after a back-off) without reaching the driver."""
+    limits = Limits(health_check_interval_s=0.2, enroll_burst=3, enroll_per_second=1)
+    deployment = gateway_deployment(tmp_path / "gateway", certs, 1, [1], [d.port for d in drivers], limits,
+                                    enroll=True)
+    _, csr = certificate_request("i1")
+    request = epb.EnrollRequest(instance_name="i1", activation_token="not-a-token", csr_pem=csr.decode())
+    async with running(deployment, tmp_path / "gateway", "internal", healthy=("driver",)) as (envoy, _):
+        port = (await asyncio.to_thread(envoy.listener_ports))["enroll"]
+        async with grpc.aio.secure_channel(f"localhost:{port}", credentials(certs.ca_cert_path, None)) as channel:
+            stub = worker_enrollment_service_pb2_grpc.WorkerEnrollmentServiceStub(channel)
+
+            async def enroll() -> grpc.StatusCode:
+                try:
+                    await stub.Enroll(request, timeout=10)
+                except grpc.aio.AioRpcError as e:
+                    return e.code()
+                raise AssertionError("a made-up token enrolled")
+
+            codes = [await enroll() for _ in range(10)]
+            # The burst reaches the driver, which refuses the token; the rest never leave the gateway.
+            assert codes.count(grpc.StatusCode.PERMISSION_DENIED) in (3, 4), codes  # 4: a token refilled
+            assert codes.count(grpc.StatusCode.UNAVAILABLE) == 10 - codes.count(grpc.StatusCode.PERMISSION_DENIED)
+            await asyncio.sleep(1.5)
+            assert await enroll() == grpc.StatusCode.PERMISSION_DENIED  # refilled
