@@ -331,6 +331,7 @@ async def start(config: DriverConfig) -> DriverApp:
 
         async def on_elected(new_epoch: int) -> None:
             servers.recheck_health()
+            price_refresh.notify()  # the file's prices again, then the catalogue, now rather than in a period
             await _add_cloud_regions(store, config.cloud)
             on_change("elected")
 

@@ -29,6 +29,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -46,6 +47,7 @@ from services.common.tls import DevCertificateAuthority
 from services.driver.providers.worker_metadata import METADATA_KEY, METADATA_URL_ENV, WorkerBootstrap
 from tests.clouds.azure_api import AzureApiServer
 from tests.clouds.gcp_api import GcpApi
+from tests.clouds.gcp_billing_api import GcpBillingApi
 from tests.e2e import cluster as up
 from tests.e2e.cluster import Cluster, eventually
 
@@ -135,6 +137,18 @@ class Cloud:
     """Requests that did not fit the documented shapes (or carried no valid credential)."""
     boot_data: Callable[[], list[WorkerBootstrap]]
     """What each machine was created with (GCP's metadata item, Azure's userData)."""
+    spot_product: str
+    """The cpu product its Spot machines in `region` are billed to."""
+    price_source: str
+    """Where that product's price comes from: its catalogue (GCP's loopback Cloud Billing Catalog lists it)
+    or the price file (Azure's Retail Prices API is unreachable here: the file's price stays)."""
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def spot_pool(cluster: Cluster) -> None:
@@ -183,6 +197,16 @@ def run_batch(cluster: Cluster, cloud: Cloud, n_jobs: int) -> None:
                           "ORDER BY start_time_ms", [batch_id])
     assert [t["reason"] for t in tries] == ["preempted", "exited"], (tries, cloud.machines.log(name))
     assert tries[0]["instance_name"] == name and tries[1]["instance_name"] != name
+    # Every attempt was billed to the Spot machines' products in that region, at the price then in force.
+    billed = cluster.query(
+        "SELECT DISTINCT r.product, l.source FROM attempt_resources ar JOIN resources r ON r.resource_id = ar.resource_id "
+        "JOIN latest_product_versions l ON l.product = r.product WHERE ar.batch_id = %s", [batch_id])
+    assert {(b["product"], b["source"]) for b in billed} == {
+        (cloud.spot_product, cloud.price_source), (cloud.spot_product.replace("cpu/", "memory/", 1), cloud.price_source)}
+    unbilled = cluster.query("SELECT COUNT(*) AS n FROM attempts a WHERE a.batch_id = %s AND a.start_time_ms IS NOT NULL "
+                             "AND NOT EXISTS (SELECT 1 FROM attempt_resources ar WHERE ar.batch_id = a.batch_id "
+                             "AND ar.job_id = a.job_id AND ar.attempt_id = a.attempt_id)", [batch_id])
+    assert unbilled[0]["n"] == 0
     reclaimed = cluster.query("SELECT state, deactivation_reason FROM instances WHERE name = %s", [name])[0]
     assert (reclaimed["state"], reclaimed["deactivation_reason"]) == ("inactive", "the cloud reclaimed the machine")
 
@@ -269,7 +293,10 @@ def gcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cloud
     api.on_delete = machines.delete
     public_key = service_account(tmp_path / "driver-sa.json", api.project)
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "driver-sa.json"))
+    billing = GcpBillingApi()
+    billing.start()
     config = {"project": api.project, "deployment": "e2e", "api_endpoint": api.endpoint,
+              "billing_api_endpoint": billing.endpoint,
               "boot_image": f"projects/{api.project}/global/images/family/corral-worker",
               "regions": [{"name": region, "zones": list(zones)} for region, zones in api.regions.items()],
               "call_timeout_s": 20, "operation_timeout_s": 60}
@@ -280,7 +307,8 @@ def gcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cloud
                   lambda: api.violations + unsigned_calls(api, public_key),
                   lambda: [WorkerBootstrap.from_json(next(i["value"] for i in r.body["metadata"]["items"]
                                                           if i["key"] == METADATA_KEY))
-                           for r in api.calls("instances.insert")])
+                           for r in api.calls("instances.insert")],
+                  "cpu/gcp/n2-spot/us-central1", "gcp-catalog")
     try:
         cluster = start_cluster(tmp_path, "gcp", config)
         try:
@@ -290,6 +318,7 @@ def gcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Cloud
     finally:
         machines.stop_all()
         api.stop()
+        billing.stop()
 
 
 # -- Azure -------------------------------------------------------------------------------------------------
@@ -337,7 +366,9 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Clo
               "image": {"publisher": "Canonical", "offer": "ubuntu-24_04-lts", "sku": "server"},
               "admin_username": "corral", "ssh_public_key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAITestKeyOnly",
               "deployment": "e2e", "base_url": server.base_url, "connection_verify": str(server.ca_file),
-              "poll_interval_s": 0.05, "operation_timeout_s": 60, "retry_total": 1}
+              "poll_interval_s": 0.05, "operation_timeout_s": 60, "retry_total": 1,
+              # No Retail Prices API here: a port nothing listens on (the price file's prices stay).
+              "retail_prices_endpoint": f"https://127.0.0.1:{closed_port()}/api/retail/prices"}
 
     def names(method: str) -> list[str]:
         return [r.path.rsplit("/", 1)[-1] for r in loop.run(lambda: server.recorded(method, "/virtualMachines/"))]
@@ -350,7 +381,8 @@ def azure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Clo
                   lambda: names("PUT"), lambda: set(names("DELETE")), lambda: loop.run(lambda: set(server.vms)),
                   problems,
                   lambda: [WorkerBootstrap.from_json(base64.b64decode(r.body["properties"]["userData"]))
-                           for r in loop.run(lambda: server.recorded("PUT", "/virtualMachines/"))])
+                           for r in loop.run(lambda: server.recorded("PUT", "/virtualMachines/"))],
+                  "cpu/azure/standard_d2s_v5-spot/westeurope", "file")
     try:
         cluster = start_cluster(tmp_path, "azure", config)
         try:
