@@ -90,16 +90,15 @@ proc: BEGIN
     LEAVE proc;
   END IF;
 
-  -- Not named by the caller: the instance's products at their latest versions.
+  -- What a row does not name: the instance's products at their latest versions (one read; without GROUP BY
+  -- the aggregates make it exactly one row, NULLs for an unknown instance or an unpriced product).
   IF in_instance_products THEN
-    SET v_cpu_resource = (SELECT r.name FROM instances i
-                          JOIN latest_product_versions l ON l.product = i.cpu_product
-                          JOIN resources r ON r.resource_id = l.resource_id WHERE i.name = in_instance_name);
-    SET v_memory_resource = (SELECT r.name FROM instances i
-                             JOIN latest_product_versions l ON l.product = i.memory_product
-                             JOIN resources r ON r.resource_id = l.resource_id WHERE i.name = in_instance_name);
-    UPDATE tmp_job_starts SET cpu_resource = COALESCE(cpu_resource, v_cpu_resource),
-                              memory_resource = COALESCE(memory_resource, v_memory_resource);
+    SELECT MAX(IF(l.product = i.cpu_product, r.name, NULL)), MAX(IF(l.product = i.memory_product, r.name, NULL))
+      INTO v_cpu_resource, v_memory_resource
+      FROM instances i
+      JOIN latest_product_versions l ON l.product IN (i.cpu_product, i.memory_product)
+      JOIN resources r ON r.resource_id = l.resource_id
+      WHERE i.name = in_instance_name;
   END IF;
 
   START TRANSACTION;
@@ -145,10 +144,11 @@ proc: BEGIN
   -- Sorted as the locks above: the attempts' rows, then each one's resources by id.
   INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)
     SELECT t.batch_id, t.job_id, t.attempt_id, r.resource_id,
-           IF(r.name = t.cpu_resource, j.cores_mcpu, j.memory_bytes DIV 1048576)
+           IF(r.name = COALESCE(t.cpu_resource, v_cpu_resource), j.cores_mcpu, j.memory_bytes DIV 1048576)
     FROM tmp_job_starts t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    JOIN resources r ON r.name IN (t.cpu_resource, t.memory_resource)
+    JOIN resources r ON r.name IN (COALESCE(t.cpu_resource, v_cpu_resource),
+                                   COALESCE(t.memory_resource, v_memory_resource))
     WHERE t.outcome = 'started'
     ORDER BY t.batch_id, t.job_id, t.attempt_id, r.resource_id
   ON DUPLICATE KEY UPDATE quantity = attempt_resources.quantity;
@@ -157,10 +157,11 @@ proc: BEGIN
   -- heartbeats rolled up since is billed by the insert trigger.
   INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)
     SELECT t.batch_id, t.job_id, t.attempt_id, r.resource_id,
-           IF(r.name = t.cpu_resource, j.cores_mcpu, j.memory_bytes DIV 1048576)
+           IF(r.name = COALESCE(t.cpu_resource, v_cpu_resource), j.cores_mcpu, j.memory_bytes DIV 1048576)
     FROM tmp_job_starts t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    JOIN resources r ON r.name IN (t.cpu_resource, t.memory_resource)
+    JOIN resources r ON r.name IN (COALESCE(t.cpu_resource, v_cpu_resource),
+                                   COALESCE(t.memory_resource, v_memory_resource))
     WHERE t.outcome = 'already_started'
     ORDER BY t.batch_id, t.job_id, t.attempt_id, r.resource_id
   ON DUPLICATE KEY UPDATE quantity = attempt_resources.quantity;
