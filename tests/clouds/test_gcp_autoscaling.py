@@ -1,7 +1,8 @@
 """The autoscaler and the reconciler driving the real GCP provider (google-cloud-compute against the loopback
 Compute Engine of tests/clouds/gcp_api.py) on the real database: quota exhausted in one region sends a
-region-agnostic machine to the other, where the instance is recorded, scheduled and billed; a machine the database does not know is deleted after its grace; one the cloud lost is
-deactivated and its job runs again."""
+region-agnostic machine to the other, where the instance is recorded, scheduled and billed; a machine the
+database does not know is deleted after its grace; one the cloud lost is deactivated and its job runs
+again."""
 
 from __future__ import annotations
 

@@ -21,7 +21,9 @@ from services.driver.pricing.catalog_azure import (API_VERSION, AzureRetailSetti
                                                    azure_retail_settings)
 from services.driver.pricing.catalog_errors import CatalogUnavailable
 from services.driver.pricing.catalog_gcp import COMPUTE_ENGINE, GcpCatalogSettings, gcp_catalog_settings, gcp_prices
-from services.driver.pricing.products import Machine, MachinePrice
+from services.driver.pricing.catalogs import AzureCatalog
+from services.driver.pricing.price_file import AzureSize
+from services.driver.pricing.products import Machine, MachinePrice, split_vm_price
 from services.driver.providers.azure_config import AzureConfig, ImageReference, WorkerBootSettings
 from services.driver.providers.gcp_config import GcpConfig, GcpRegion, WorkerBoot
 from tests.clouds.azure_prices_api import AzurePricesApi
@@ -248,3 +250,13 @@ def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+async def test_the_azure_catalogue_splits_a_sizes_price_over_its_vcpus_and_memory(retail: AzurePricesApi) -> None:
+    sizes = {"Standard_D4s_v5": AzureSize(4, 16.0)}
+    catalog = AzureCatalog(azure_settings(retail), sizes)
+    unsized = Machine("azure", "Standard_E8s_v5", True, "westeurope")
+    prices = await catalog.prices([D4, D4_SPOT, unsized])
+    assert prices == {D4: split_vm_price(0.23, 4, 16.0), D4_SPOT: split_vm_price(0.0461, 4, 16.0)}
+    assert prices[D4].core_hour_usd * 4 + prices[D4].gib_hour_usd * 16 == pytest.approx(0.23)
+    assert all("Standard_E8s_v5" not in c.query["$filter"] for c in retail.recorded())  # not asked for

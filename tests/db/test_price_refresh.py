@@ -4,15 +4,16 @@ resource version at the next refresh, and a catalogue that fails leaving the pri
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Iterator
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from prometheus_client import REGISTRY
 
-from services.driver.pricing.catalog_gcp import GcpCatalogSettings, gcp_prices
+from services.driver.pricing.catalog_gcp import GcpCatalogSettings
+from services.driver.pricing.catalogs import GcpCatalog
 from services.driver.pricing.price_file import parse
-from services.driver.pricing.products import Machine, MachinePrice
+from services.driver.pricing.products import Machine
 from services.driver.pricing.refresh import PriceRefresh, RefreshSettings
 from tests.clouds.gcp_billing_api import GcpBillingApi
 from tests.world import World
@@ -34,17 +35,9 @@ class Seconds:
         return self.now_s
 
 
-class LoopbackCatalog:
+def loopback_catalog(api: GcpBillingApi) -> GcpCatalog:
     """The GCP catalogue as services.driver.providers.cloud_setup.open_catalog makes it, without credentials."""
-
-    source = "gcp-catalog"
-
-    def __init__(self, api: GcpBillingApi):
-        self._settings = GcpCatalogSettings(api_endpoint=api.endpoint, credentials=AnonymousCredentials(),
-                                            timeout_s=5.0)
-
-    async def prices(self, machines: Collection[Machine]) -> Mapping[Machine, MachinePrice]:
-        return await gcp_prices(self._settings, machines)
+    return GcpCatalog(GcpCatalogSettings(api_endpoint=api.endpoint, credentials=AnonymousCredentials(), timeout_s=5.0))
 
 
 @pytest.fixture
@@ -68,7 +61,7 @@ async def core_price(world: World, machine: Machine) -> tuple[str, float, str]:
 async def test_the_file_then_the_catalogue_then_a_changed_price_is_a_new_version(world: World,
                                                                                  billing: GcpBillingApi) -> None:
     clock = Seconds()
-    loop = PriceRefresh(world.store, FILE, LoopbackCatalog(billing), {N2, N2_SPOT}, lambda: world.epoch, SETTINGS,
+    loop = PriceRefresh(world.store, FILE, loopback_catalog(billing), {N2, N2_SPOT}, lambda: world.epoch, SETTINGS,
                         clock_s=clock)
     await loop.sync_file()  # what every driver does at start
     assert await core_price(world, N2) == (f"{N2.cpu_product}/1", 0.03, "file")
@@ -93,7 +86,7 @@ async def test_the_file_then_the_catalogue_then_a_changed_price_is_a_new_version
 async def test_a_catalogue_that_fails_leaves_the_prices_and_is_tried_again_later(world: World,
                                                                                  billing: GcpBillingApi) -> None:
     clock = Seconds()
-    loop = PriceRefresh(world.store, FILE, LoopbackCatalog(billing), {N2}, lambda: world.epoch, SETTINGS,
+    loop = PriceRefresh(world.store, FILE, loopback_catalog(billing), {N2}, lambda: world.epoch, SETTINGS,
                         clock_s=clock)
     failures = REGISTRY.get_sample_value("corral_driver_price_refresh_failures_total",
                                          {"source": "gcp-catalog"}) or 0.0
@@ -112,6 +105,6 @@ async def test_a_catalogue_that_fails_leaves_the_prices_and_is_tried_again_later
 
 
 async def test_a_standby_reads_no_catalogue(world: World, billing: GcpBillingApi) -> None:
-    loop = PriceRefresh(world.store, FILE, LoopbackCatalog(billing), {N2}, lambda: None, SETTINGS)
+    loop = PriceRefresh(world.store, FILE, loopback_catalog(billing), {N2}, lambda: None, SETTINGS)
     await loop.cycle()
     assert billing.calls() == [] and loop.refreshed == 0

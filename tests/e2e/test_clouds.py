@@ -199,13 +199,16 @@ def run_batch(cluster: Cluster, cloud: Cloud, n_jobs: int) -> None:
     assert tries[0]["instance_name"] == name and tries[1]["instance_name"] != name
     # Every attempt was billed to the Spot machines' products in that region, at the price then in force.
     billed = cluster.query(
-        "SELECT DISTINCT r.product, l.source FROM attempt_resources ar JOIN resources r ON r.resource_id = ar.resource_id "
-        "JOIN latest_product_versions l ON l.product = r.product WHERE ar.batch_id = %s", [batch_id])
-    assert {(b["product"], b["source"]) for b in billed} == {
-        (cloud.spot_product, cloud.price_source), (cloud.spot_product.replace("cpu/", "memory/", 1), cloud.price_source)}
-    unbilled = cluster.query("SELECT COUNT(*) AS n FROM attempts a WHERE a.batch_id = %s AND a.start_time_ms IS NOT NULL "
-                             "AND NOT EXISTS (SELECT 1 FROM attempt_resources ar WHERE ar.batch_id = a.batch_id "
-                             "AND ar.job_id = a.job_id AND ar.attempt_id = a.attempt_id)", [batch_id])
+        "SELECT DISTINCT r.product, l.source FROM attempt_resources ar "
+        "JOIN resources r ON r.resource_id = ar.resource_id JOIN latest_product_versions l ON l.product = r.product "
+        "WHERE ar.batch_id = %s", [batch_id])
+    memory_product = cloud.spot_product.replace("cpu/", "memory/", 1)
+    assert {(b["product"], b["source"]) for b in billed} == {(cloud.spot_product, cloud.price_source),
+                                                             (memory_product, cloud.price_source)}
+    unbilled = cluster.query(
+        "SELECT COUNT(*) AS n FROM attempts a WHERE a.batch_id = %s AND a.start_time_ms IS NOT NULL "
+        "AND NOT EXISTS (SELECT 1 FROM attempt_resources ar WHERE ar.batch_id = a.batch_id "
+        "AND ar.job_id = a.job_id AND ar.attempt_id = a.attempt_id)", [batch_id])
     assert unbilled[0]["n"] == 0
     reclaimed = cluster.query("SELECT state, deactivation_reason FROM instances WHERE name = %s", [name])[0]
     assert (reclaimed["state"], reclaimed["deactivation_reason"]) == ("inactive", "the cloud reclaimed the machine")

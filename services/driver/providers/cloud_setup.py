@@ -18,13 +18,12 @@ import dataclasses
 import inspect
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from services.driver.instances import InstanceProvider, InstanceRequest
 from services.driver.pricing.price_file import PriceFile
-from services.driver.pricing.products import Machine, MachinePrice, split_vm_price
 from services.driver.pricing.refresh import Catalog
 
 log = logging.getLogger(__name__)
@@ -153,34 +152,13 @@ def open_catalog(setup: CloudSetup, prices: PriceFile) -> Catalog:
     """The cloud's price catalogue, read with the driver's own credentials on GCP (the Cloud Billing
     Catalog API); Azure's Retail Prices API is public. `prices` gives each Azure size's vCPUs and memory,
     which split its hourly price (services.driver.pricing.products)."""
+    from services.driver.pricing import catalogs  # the cloud SDKs, clouds only
+
     if setup.kind == "gcp":
-        from services.driver.pricing.catalog_gcp import gcp_catalog_settings, gcp_prices
-
-        settings = gcp_catalog_settings(setup.config)
-
-        class GcpCatalog:
-            source = "gcp-catalog"
-
-            async def prices(self, machines: Collection[Machine]) -> Mapping[Machine, MachinePrice]:
-                return await gcp_prices(settings, machines)
-
-        return GcpCatalog()
-    from services.driver.pricing.catalog_azure import azure_prices, azure_retail_settings
-
-    retail = azure_retail_settings(setup.config)
-
-    class AzureCatalog:
-        source = "azure-catalog"
-
-        async def prices(self, machines: Collection[Machine]) -> Mapping[Machine, MachinePrice]:
-            sized = [m for m in machines if m.name in prices.azure_sizes]
-            if len(sized) < len(machines):
-                log.warning("azure prices: %d sizes have no vCPUs and memory in the price file, so no price",
-                            len({m.name for m in machines} - set(prices.azure_sizes)))
-            return {m: split_vm_price(hour_usd, prices.azure_sizes[m.name].vcpus, prices.azure_sizes[m.name].memory_gib)
-                    for m, hour_usd in (await azure_prices(retail, sized)).items() if m.name in prices.azure_sizes}
-
-    return AzureCatalog()
+        from services.driver.pricing.catalog_gcp import gcp_catalog_settings
+        return catalogs.GcpCatalog(gcp_catalog_settings(setup.config))
+    from services.driver.pricing.catalog_azure import azure_retail_settings
+    return catalogs.AzureCatalog(azure_retail_settings(setup.config), prices.azure_sizes)
 
 
 async def close_provider(provider: Any) -> None:
