@@ -22,22 +22,11 @@ from services.driver.providers.gcp_shapes import GIB
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
 from services.policy.placement import Backoff, BackoffSettings
 from tests.clouds.gcp_api import GcpApi
-from tests.clouds.test_gcp_provider import config
+from tests.clouds.test_gcp_provider import api, config  # noqa: F401 - api: a fixture
 from tests.world import World
 
 BACKOFF = BackoffSettings(region=Backoff(60, 600), transient=Backoff(10, 100), configuration=Backoff(300, 3000))
 GRACE = ReconcileSettings(period_s=1, vanished_grace_s=120, orphan_grace_s=300)
-
-
-@pytest.fixture
-def api() -> Iterator[GcpApi]:
-    server = GcpApi()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.violations == [], "requests that do not fit the documented shapes"
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ resource version at the next refresh, and a catalogue that fails leaving the pri
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from google.auth.credentials import AnonymousCredentials
 from prometheus_client import REGISTRY
 
@@ -16,6 +13,7 @@ from services.driver.pricing.price_file import parse
 from services.driver.pricing.products import Machine
 from services.driver.pricing.refresh import PriceRefresh, RefreshSettings
 from tests.clouds.gcp_billing_api import GcpBillingApi
+from tests.clouds.test_price_catalogs import billing  # noqa: F401 - a fixture
 from tests.world import World
 
 N2 = Machine("gcp", "n2", False, "us-central1")
@@ -38,16 +36,6 @@ class Seconds:
 def loopback_catalog(api: GcpBillingApi) -> GcpCatalog:
     """The GCP catalogue as services.driver.providers.cloud_setup.open_catalog makes it, without credentials."""
     return GcpCatalog(GcpCatalogSettings(api_endpoint=api.endpoint, credentials=AnonymousCredentials(), timeout_s=5.0))
-
-
-@pytest.fixture
-def billing() -> Iterator[GcpBillingApi]:
-    api = GcpBillingApi(hang_s=10.0)
-    api.start()
-    try:
-        yield api
-    finally:
-        api.stop()
 
 
 async def core_price(world: World, machine: Machine) -> tuple[str, float, str]:
