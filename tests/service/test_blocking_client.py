@@ -225,17 +225,22 @@ def test_ctrl_c_stops_a_command_at_once(server, tmp_path: Path, command: list[st
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"frontend": address, "auth": "localhost:1", "ca_cert": str(tls.ca_cert),
                                   "token": "token"}))
-    process = subprocess.Popen([sys.executable, "-m", "corral.cli", *command],
-                               env={**os.environ, "CORRAL_CONFIG": str(config)},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        assert batches.started.wait(WAIT_S), "the call never reached the server"
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=WAIT_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    # PYTHONFAULTHANDLER: a command that does not end is sent SIGABRT, and its threads' stacks say where it hung.
+    with subprocess.Popen([sys.executable, "-m", "corral.cli", *command],
+                          env={**os.environ, "CORRAL_CONFIG": str(config), "PYTHONFAULTHANDLER": "1"},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+        try:
+            assert batches.started.wait(WAIT_S), "the call never reached the server"
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            _, stderr = process.communicate(timeout=WAIT_S)
+            raise AssertionError(f"Ctrl-C did not end the command; where it was:\n{stderr.decode()}") from None
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     assert process.returncode == EXIT_INTERRUPTED, stderr
     assert b"Traceback" not in stderr, stderr
     assert batches.wait_for_ended(1)
