@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import subprocess
+import time
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -27,6 +28,7 @@ from typing import Any, Protocol, TextIO
 import pymysql
 
 from services.db.database import Database, DatabaseConfig
+from services.db.invariants import check_invariants
 from services.db.migrations import drop_database, migrate
 from services.db.server import PrivateMariaDB
 
@@ -163,10 +165,23 @@ async def fresh_database(server: DatabaseConfig, pool_size: int) -> AsyncIterato
         db = await Database.connect(config)
         try:
             yield db
+            await check_consistent(db)
         finally:
             await db.close()
     finally:
         await asyncio.to_thread(drop_database, config)
+
+
+async def check_consistent(db: Database) -> None:
+    """The invariant checker (services.db.invariants) on a benchmark's schema once its run is over: every
+    counter and aggregate the procedures maintain, recomputed from the base tables. A difference fails the
+    benchmark, naming it: a fast run that left the books wrong is no result."""
+    progress("checking the invariants")
+    started = time.monotonic()
+    problems = await check_invariants(db)
+    if problems:
+        raise RuntimeError(f"{len(problems)} invariant(s) broken after the run, e.g. " + "; ".join(problems[:5]))
+    progress(f"invariants hold ({time.monotonic() - started:.1f} s to check)")
 
 
 def _git_commit() -> str | None:

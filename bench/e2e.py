@@ -57,12 +57,12 @@ from typing import Any
 import pymysql
 
 import corral
-from bench.common import SCHEMA_PREFIX, BenchContext, percentile, positive_int, progress
+from bench.common import SCHEMA_PREFIX, BenchContext, check_consistent, percentile, positive_int, progress
 from bench.cpu import GROUPS, CpuSnapshot, CpuUse, cpu_ms_per_job
 from bench.fleet import fleet
 from corral.batch.v1 import job_state_pb2
 from services import up_process
-from services.db.database import DatabaseConfig
+from services.db.database import Database, DatabaseConfig
 from services.db.migrations import drop_database
 from services.db.server import server_pid
 
@@ -139,8 +139,17 @@ def fresh_schema(server: DatabaseConfig) -> Iterator[str]:
     config = dataclasses.replace(server, database=f"{SCHEMA_PREFIX}{int(time.time() * 1000)}")
     try:
         yield config.to_url()
+        asyncio.run(_check_consistent(config))  # the run is over and corral up stopped
     finally:
         drop_database(config)
+
+
+async def _check_consistent(config: DatabaseConfig) -> None:
+    db = await Database.connect(dataclasses.replace(config, pool_size=1))
+    try:
+        await check_consistent(db)
+    finally:
+        await db.close()
 
 
 def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> corral.BatchBuilder:
