@@ -7,6 +7,10 @@
 --    "accepted_states": bits], "attributes": [{"key", "value"}],
 --    "locks": [{"level", "mode", "name"}], "retry_policy": "{...}" (migration 0014, the policy's
 --    JSON as a string; none: the nearest group's), "on_demand": true (only machines that are not preemptible)}
+-- Only job_id, cores_mcpu and inst_coll are required; a key left out takes
+-- its default (group 0, false, 0, max_attempts 3, none, an empty list).
+-- Every job is read in one pass; the lists (regions, parents, attributes,
+-- locks) are read again only when a job of the bunch has one.
 -- A relative parent (negative offset) resolves to job_id + offset and must
 -- lie in the same update; an absolute parent below the update must be a
 -- committed job. Its current state is read under a shared lock, so a parent
@@ -36,6 +40,10 @@ proc: BEGIN
   DECLARE v_parent INT;
   DECLARE v_user VARCHAR(100);
   DECLARE v_n_children INT;
+  DECLARE v_has_regions BOOLEAN;
+  DECLARE v_has_parents BOOLEAN;
+  DECLARE v_has_attributes BOOLEAN;
+  DECLARE v_has_locks BOOLEAN;
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -55,8 +63,9 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   DROP TEMPORARY TABLE IF EXISTS tmp_new_jobs;
+  -- Not unique: a job id given twice is counted below and refused.
   CREATE TEMPORARY TABLE tmp_new_jobs (
-    job_id INT NOT NULL PRIMARY KEY,
+    job_id INT NOT NULL,
     job_group_id INT NOT NULL,
     always_run BOOLEAN NOT NULL,
     cores_mcpu INT NULL,
@@ -71,7 +80,15 @@ proc: BEGIN
     retry_policy TEXT NULL,
     on_demand BOOLEAN NOT NULL DEFAULT FALSE,
     n_pending_parents INT NOT NULL DEFAULT 0,
-    dependency_failed BOOLEAN NOT NULL DEFAULT FALSE
+    dependency_failed BOOLEAN NOT NULL DEFAULT FALSE,
+    -- Whether the job's regions, parents, attributes, locks (each path as
+    -- the nested passes below read it) hold anything: a pass that no job
+    -- of the bunch needs does not parse the bunch again.
+    has_regions BOOLEAN NOT NULL,
+    has_parents BOOLEAN NOT NULL,
+    has_attributes BOOLEAN NOT NULL,
+    has_locks BOOLEAN NOT NULL,
+    KEY (job_id)
   );
   DROP TEMPORARY TABLE IF EXISTS tmp_new_edges;
   CREATE TEMPORARY TABLE tmp_new_edges (
@@ -100,18 +117,14 @@ proc: BEGIN
     LEAVE proc;
   END IF;
 
-  SELECT COUNT(*), COUNT(DISTINCT jt.job_id) INTO v_count, v_distinct
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id')) jt;
-  IF v_count <> v_distinct THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'a job id appears twice in the bunch' AS message;
-    LEAVE proc;
-  END IF;
+  -- The one pass over the bunch that every call makes.
   INSERT INTO tmp_new_jobs (job_id, job_group_id, always_run, cores_mcpu, memory_bytes, storage_bytes, inst_coll,
-                            priority, max_attempts, spec_ref, timeout_ms, retry_policy, on_demand)
+                            priority, max_attempts, spec_ref, timeout_ms, retry_policy, on_demand,
+                            has_regions, has_parents, has_attributes, has_locks)
     SELECT jt.job_id, COALESCE(jt.job_group_id, 0), COALESCE(jt.always_run, FALSE), jt.cores_mcpu,
            COALESCE(jt.memory_bytes, 0), COALESCE(jt.storage_bytes, 0), jt.inst_coll, COALESCE(jt.priority, 0), COALESCE(jt.max_attempts, 3),
-           jt.spec_ref, jt.timeout_ms, jt.retry_policy, COALESCE(jt.on_demand, FALSE)
+           jt.spec_ref, jt.timeout_ms, jt.retry_policy, COALESCE(jt.on_demand, FALSE),
+           jt.has_regions, jt.has_parents, jt.has_attributes, jt.has_locks
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       job_id INT PATH '$.job_id',
       job_group_id INT PATH '$.job_group_id',
@@ -125,9 +138,21 @@ proc: BEGIN
       spec_ref VARCHAR(1024) PATH '$.spec_ref',
       timeout_ms BIGINT PATH '$.timeout_ms',
       retry_policy TEXT PATH '$.retry_policy',
-      on_demand BOOLEAN PATH '$.on_demand')) jt
+      on_demand BOOLEAN PATH '$.on_demand',
+      has_regions BOOLEAN EXISTS PATH '$.regions[*]',
+      has_parents BOOLEAN EXISTS PATH '$.parents[*]',
+      has_attributes BOOLEAN EXISTS PATH '$.attributes[*]',
+      has_locks BOOLEAN EXISTS PATH '$.locks[*]')) jt
     WHERE jt.job_id IS NOT NULL;
-  IF (SELECT COUNT(*) FROM tmp_new_jobs) <> v_count THEN
+  SELECT COUNT(*), COUNT(DISTINCT job_id), MAX(has_regions), MAX(has_parents), MAX(has_attributes), MAX(has_locks)
+    INTO v_count, v_distinct, v_has_regions, v_has_parents, v_has_attributes, v_has_locks
+    FROM tmp_new_jobs;
+  IF v_count <> v_distinct THEN
+    ROLLBACK;
+    SELECT 3 AS rc, 'a job id appears twice in the bunch' AS message;
+    LEAVE proc;
+  END IF;
+  IF v_count <> JSON_LENGTH(in_jobs) THEN
     ROLLBACK;
     SELECT 3 AS rc, 'every job needs a job_id' AS message;
     LEAVE proc;
@@ -195,133 +220,137 @@ proc: BEGIN
   END IF;
 
   -- Regions by name -> bit set; unknown names are refused.
-  UPDATE tmp_new_jobs t
-    JOIN (SELECT jt.job_id, BIT_OR(1 << r.region_id) AS bits, COUNT(*) AS n_named, COUNT(r.region_id) AS n_known
-          FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-                 NESTED PATH '$.regions[*]' COLUMNS (region VARCHAR(64) PATH '$'))) jt
-          LEFT JOIN regions r ON r.name = jt.region
-          WHERE jt.region IS NOT NULL
-          GROUP BY jt.job_id) x ON x.job_id = t.job_id
-    SET t.regions_bits = IF(x.n_named = x.n_known, x.bits, -1);
-  IF EXISTS (SELECT 1 FROM tmp_new_jobs WHERE regions_bits = -1) THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'unknown region' AS message;
-    LEAVE proc;
-  END IF;
-
-  -- Edges, with relative parents resolved against the job's own id.
-  SELECT COUNT(*) INTO v_bad
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_id INT PATH '$.job_id',
-                                              parent_offset INT PATH '$.in_update_offset',
-                                              accepted INT PATH '$.accepted_states'))) jt
-    WHERE jt.ord IS NOT NULL
-      AND ((jt.parent_id IS NULL) = (jt.parent_offset IS NULL)
-           OR jt.parent_offset >= 0
-           OR COALESCE(jt.accepted, 1) NOT BETWEEN 1 AND 15);
-  IF v_bad > 0 THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'each parent names exactly one of job_id or a negative in_update_offset, and accepted_states in 1..15' AS message;
-    LEAVE proc;
-  END IF;
-  SELECT COUNT(*), COUNT(DISTINCT jt.job_id, COALESCE(jt.parent_id, jt.job_id + jt.parent_offset)) INTO v_count, v_distinct
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_id INT PATH '$.job_id',
-                                              parent_offset INT PATH '$.in_update_offset'))) jt
-    WHERE jt.ord IS NOT NULL;
-  IF v_count <> v_distinct THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'a job names the same parent twice' AS message;
-    LEAVE proc;
-  END IF;
-  INSERT INTO tmp_new_edges (job_id, parent_id, accepted_states)
-    SELECT jt.job_id, COALESCE(jt.parent_id, jt.job_id + jt.parent_offset), COALESCE(jt.accepted, 1)
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_id INT PATH '$.job_id',
-                                              parent_offset INT PATH '$.in_update_offset',
-                                              accepted INT PATH '$.accepted_states'))) jt
-    WHERE jt.ord IS NOT NULL;
-  SELECT COUNT(*) INTO v_bad FROM tmp_new_edges
-    WHERE parent_id >= job_id OR parent_id < 1;
-  IF v_bad > 0 THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'a parent id must be smaller than its job''s id' AS message;
-    LEAVE proc;
-  END IF;
-  -- Relative parents must stay inside the update.
-  SELECT COUNT(*) INTO v_bad
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_offset INT PATH '$.in_update_offset'))) jt
-    WHERE jt.parent_offset IS NOT NULL AND jt.job_id + jt.parent_offset < v_start;
-  IF v_bad > 0 THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'an in_update_offset points before the start of the update' AS message;
-    LEAVE proc;
-  END IF;
-
-  -- Parents in earlier updates: lock them shared and read their state now.
-  SELECT COUNT(*) INTO v_locked
-    FROM tmp_new_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
-    WHERE e.parent_id < v_start
-    LOCK IN SHARE MODE;
-  UPDATE tmp_new_edges e
-    JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
-    JOIN batch_updates u ON u.batch_id = p.batch_id AND u.update_id = p.update_id
-    SET e.parent_state = p.state, e.parent_committed = u.committed
-    WHERE e.parent_id < v_start;
-  SELECT COUNT(*) INTO v_bad FROM tmp_new_edges
-    WHERE parent_id < v_start AND (parent_state IS NULL OR NOT parent_committed);
-  IF v_bad > 0 THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'a parent outside this update must be a committed job of the batch' AS message;
-    LEAVE proc;
-  END IF;
-  -- Final parents whose children are still being released: the queue row
-  -- is share-locked (after the parent, as the releaser never locks parents),
-  -- so its next_child_id cannot move past this job before we commit.
-  SELECT COUNT(*) INTO v_locked
-    FROM tmp_new_edges e
-    JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
-    WHERE e.parent_id < v_start
-    LOCK IN SHARE MODE;
-  IF v_locked > 0 THEN
-    UPDATE tmp_new_edges e
-      JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
-      SET e.release_pending = TRUE
-      WHERE e.parent_id < v_start AND e.job_id >= r.next_child_id;
-  END IF;
-
-  -- Fan-out: no job may get more than in_max_children_per_job children.
-  IF in_max_children_per_job IS NOT NULL THEN
-    SET v_parent = NULL;
-    SELECT parent_id, n_children INTO v_parent, v_n_children
-      FROM (SELECT x.parent_id,
-                   x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
-                          WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
-            FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_new_edges GROUP BY parent_id) x) y
-      WHERE n_children > in_max_children_per_job
-      ORDER BY parent_id
-      LIMIT 1;
-    SET v_missing = FALSE;
-    IF v_parent IS NOT NULL THEN
+  IF v_has_regions THEN
+    UPDATE tmp_new_jobs t
+      JOIN (SELECT jt.job_id, BIT_OR(1 << r.region_id) AS bits, COUNT(*) AS n_named, COUNT(r.region_id) AS n_known
+            FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+                   NESTED PATH '$.regions[*]' COLUMNS (region VARCHAR(64) PATH '$'))) jt
+            LEFT JOIN regions r ON r.name = jt.region
+            WHERE jt.region IS NOT NULL
+            GROUP BY jt.job_id) x ON x.job_id = t.job_id
+      SET t.regions_bits = IF(x.n_named = x.n_known, x.bits, -1);
+    IF EXISTS (SELECT 1 FROM tmp_new_jobs WHERE regions_bits = -1) THEN
       ROLLBACK;
-      SELECT 3 AS rc, CONCAT('job ', v_parent, ' would have ', FORMAT(v_n_children, 0),
-                             ' children; the limit (max_children_per_job) is ',
-                             FORMAT(in_max_children_per_job, 0)) AS message;
+      SELECT 3 AS rc, 'unknown region' AS message;
       LEAVE proc;
     END IF;
   END IF;
 
-  UPDATE tmp_new_jobs t
-    JOIN (SELECT job_id,
-                 SUM(parent_state IS NULL OR parent_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled')
-                     OR release_pending) AS n_pending,
-                 SUM(COALESCE(parent_state IN ('Success', 'Failed', 'Error', 'Cancelled') AND NOT release_pending
-                              AND (accepted_states & CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
-                                                                       WHEN 'Error' THEN 4 ELSE 8 END) = 0,
-                              FALSE)) AS n_unaccepted
-          FROM tmp_new_edges GROUP BY job_id) x ON x.job_id = t.job_id
-    SET t.n_pending_parents = x.n_pending, t.dependency_failed = (x.n_unaccepted > 0);
+  -- Edges, with relative parents resolved against the job's own id.
+  IF v_has_parents THEN
+    SELECT COUNT(*) INTO v_bad
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_id INT PATH '$.job_id',
+                                                parent_offset INT PATH '$.in_update_offset',
+                                                accepted INT PATH '$.accepted_states'))) jt
+      WHERE jt.ord IS NOT NULL
+        AND ((jt.parent_id IS NULL) = (jt.parent_offset IS NULL)
+             OR jt.parent_offset >= 0
+             OR COALESCE(jt.accepted, 1) NOT BETWEEN 1 AND 15);
+    IF v_bad > 0 THEN
+      ROLLBACK;
+      SELECT 3 AS rc, 'each parent names exactly one of job_id or a negative in_update_offset, and accepted_states in 1..15' AS message;
+      LEAVE proc;
+    END IF;
+    SELECT COUNT(*), COUNT(DISTINCT jt.job_id, COALESCE(jt.parent_id, jt.job_id + jt.parent_offset)) INTO v_count, v_distinct
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_id INT PATH '$.job_id',
+                                                parent_offset INT PATH '$.in_update_offset'))) jt
+      WHERE jt.ord IS NOT NULL;
+    IF v_count <> v_distinct THEN
+      ROLLBACK;
+      SELECT 3 AS rc, 'a job names the same parent twice' AS message;
+      LEAVE proc;
+    END IF;
+    INSERT INTO tmp_new_edges (job_id, parent_id, accepted_states)
+      SELECT jt.job_id, COALESCE(jt.parent_id, jt.job_id + jt.parent_offset), COALESCE(jt.accepted, 1)
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_id INT PATH '$.job_id',
+                                                parent_offset INT PATH '$.in_update_offset',
+                                                accepted INT PATH '$.accepted_states'))) jt
+      WHERE jt.ord IS NOT NULL;
+    SELECT COUNT(*) INTO v_bad FROM tmp_new_edges
+      WHERE parent_id >= job_id OR parent_id < 1;
+    IF v_bad > 0 THEN
+      ROLLBACK;
+      SELECT 3 AS rc, 'a parent id must be smaller than its job''s id' AS message;
+      LEAVE proc;
+    END IF;
+    -- Relative parents must stay inside the update.
+    SELECT COUNT(*) INTO v_bad
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.parents[*]' COLUMNS (ord FOR ORDINALITY, parent_offset INT PATH '$.in_update_offset'))) jt
+      WHERE jt.parent_offset IS NOT NULL AND jt.job_id + jt.parent_offset < v_start;
+    IF v_bad > 0 THEN
+      ROLLBACK;
+      SELECT 3 AS rc, 'an in_update_offset points before the start of the update' AS message;
+      LEAVE proc;
+    END IF;
+
+    -- Parents in earlier updates: lock them shared and read their state now.
+    SELECT COUNT(*) INTO v_locked
+      FROM tmp_new_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
+      WHERE e.parent_id < v_start
+      LOCK IN SHARE MODE;
+    UPDATE tmp_new_edges e
+      JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
+      JOIN batch_updates u ON u.batch_id = p.batch_id AND u.update_id = p.update_id
+      SET e.parent_state = p.state, e.parent_committed = u.committed
+      WHERE e.parent_id < v_start;
+    SELECT COUNT(*) INTO v_bad FROM tmp_new_edges
+      WHERE parent_id < v_start AND (parent_state IS NULL OR NOT parent_committed);
+    IF v_bad > 0 THEN
+      ROLLBACK;
+      SELECT 3 AS rc, 'a parent outside this update must be a committed job of the batch' AS message;
+      LEAVE proc;
+    END IF;
+    -- Final parents whose children are still being released: the queue row
+    -- is share-locked (after the parent, as the releaser never locks parents),
+    -- so its next_child_id cannot move past this job before we commit.
+    SELECT COUNT(*) INTO v_locked
+      FROM tmp_new_edges e
+      JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
+      WHERE e.parent_id < v_start
+      LOCK IN SHARE MODE;
+    IF v_locked > 0 THEN
+      UPDATE tmp_new_edges e
+        JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
+        SET e.release_pending = TRUE
+        WHERE e.parent_id < v_start AND e.job_id >= r.next_child_id;
+    END IF;
+
+    -- Fan-out: no job may get more than in_max_children_per_job children.
+    IF in_max_children_per_job IS NOT NULL THEN
+      SET v_parent = NULL;
+      SELECT parent_id, n_children INTO v_parent, v_n_children
+        FROM (SELECT x.parent_id,
+                     x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
+                            WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
+              FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_new_edges GROUP BY parent_id) x) y
+        WHERE n_children > in_max_children_per_job
+        ORDER BY parent_id
+        LIMIT 1;
+      SET v_missing = FALSE;
+      IF v_parent IS NOT NULL THEN
+        ROLLBACK;
+        SELECT 3 AS rc, CONCAT('job ', v_parent, ' would have ', FORMAT(v_n_children, 0),
+                               ' children; the limit (max_children_per_job) is ',
+                               FORMAT(in_max_children_per_job, 0)) AS message;
+        LEAVE proc;
+      END IF;
+    END IF;
+
+    UPDATE tmp_new_jobs t
+      JOIN (SELECT job_id,
+                   SUM(parent_state IS NULL OR parent_state NOT IN ('Success', 'Failed', 'Error', 'Cancelled')
+                       OR release_pending) AS n_pending,
+                   SUM(COALESCE(parent_state IN ('Success', 'Failed', 'Error', 'Cancelled') AND NOT release_pending
+                                AND (accepted_states & CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
+                                                                         WHEN 'Error' THEN 4 ELSE 8 END) = 0,
+                                FALSE)) AS n_unaccepted
+            FROM tmp_new_edges GROUP BY job_id) x ON x.job_id = t.job_id
+      SET t.n_pending_parents = x.n_pending, t.dependency_failed = (x.n_unaccepted > 0);
+  END IF;
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
@@ -332,37 +361,43 @@ proc: BEGIN
     FROM tmp_new_jobs ORDER BY job_id;
   INSERT INTO on_demand_jobs (batch_id, job_id, inst_coll)
     SELECT in_batch_id, job_id, inst_coll FROM tmp_new_jobs WHERE on_demand ORDER BY job_id;
-  INSERT INTO job_parents (batch_id, job_id, parent_id, accepted_states)
-    SELECT in_batch_id, job_id, parent_id, accepted_states FROM tmp_new_edges ORDER BY job_id, parent_id;
-  INSERT INTO job_attributes (batch_id, job_id, `key`, `value`)
-    SELECT in_batch_id, jt.job_id, jt.k, jt.v
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.attributes[*]' COLUMNS (k VARCHAR(100) PATH '$.key', v TEXT PATH '$.value'))) jt
-    WHERE jt.k IS NOT NULL;
-
-  SELECT COUNT(*) INTO v_bad
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.locks[*]' COLUMNS (ord FOR ORDINALITY, level VARCHAR(64) PATH '$.level',
-                                            lock_mode VARCHAR(32) PATH '$.mode', lock_name VARCHAR(255) PATH '$.name'))) jt
-    WHERE jt.ord IS NOT NULL
-      AND (jt.level IS NULL OR jt.level = ''
-           OR jt.lock_mode NOT IN ('shared', 'unknown_shared', 'all_shared', 'exclusive', 'unknown_exclusive', 'all_exclusive')
-           OR jt.lock_mode IS NULL
-           OR ((jt.lock_mode IN ('shared', 'exclusive')) <> (COALESCE(jt.lock_name, '') <> '')));
-  IF v_bad > 0 THEN
-    ROLLBACK;
-    SELECT 3 AS rc, 'a lock needs a level and a known mode; only shared/exclusive locks name a resource' AS message;
-    LEAVE proc;
+  IF v_has_parents THEN
+    INSERT INTO job_parents (batch_id, job_id, parent_id, accepted_states)
+      SELECT in_batch_id, job_id, parent_id, accepted_states FROM tmp_new_edges ORDER BY job_id, parent_id;
   END IF;
-  INSERT INTO job_locks (batch_id, job_id, level, mode, lock_name)
-    SELECT DISTINCT in_batch_id, jt.job_id, jt.level, jt.lock_mode, COALESCE(jt.lock_name, '')
-    FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
-           NESTED PATH '$.locks[*]' COLUMNS (ord FOR ORDINALITY, level VARCHAR(64) PATH '$.level',
-                                            lock_mode VARCHAR(32) PATH '$.mode', lock_name VARCHAR(255) PATH '$.name'))) jt
-    WHERE jt.ord IS NOT NULL;
+  IF v_has_attributes THEN
+    INSERT INTO job_attributes (batch_id, job_id, `key`, `value`)
+      SELECT in_batch_id, jt.job_id, jt.k, jt.v
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.attributes[*]' COLUMNS (k VARCHAR(100) PATH '$.key', v TEXT PATH '$.value'))) jt
+      WHERE jt.k IS NOT NULL;
+  END IF;
+
+  IF v_has_locks THEN
+    SELECT COUNT(*) INTO v_bad
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.locks[*]' COLUMNS (ord FOR ORDINALITY, level VARCHAR(64) PATH '$.level',
+                                              lock_mode VARCHAR(32) PATH '$.mode', lock_name VARCHAR(255) PATH '$.name'))) jt
+      WHERE jt.ord IS NOT NULL
+        AND (jt.level IS NULL OR jt.level = ''
+             OR jt.lock_mode NOT IN ('shared', 'unknown_shared', 'all_shared', 'exclusive', 'unknown_exclusive', 'all_exclusive')
+             OR jt.lock_mode IS NULL
+             OR ((jt.lock_mode IN ('shared', 'exclusive')) <> (COALESCE(jt.lock_name, '') <> '')));
+    IF v_bad > 0 THEN
+      ROLLBACK;
+      SELECT 3 AS rc, 'a lock needs a level and a known mode; only shared/exclusive locks name a resource' AS message;
+      LEAVE proc;
+    END IF;
+    INSERT INTO job_locks (batch_id, job_id, level, mode, lock_name)
+      SELECT DISTINCT in_batch_id, jt.job_id, jt.level, jt.lock_mode, COALESCE(jt.lock_name, '')
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id',
+             NESTED PATH '$.locks[*]' COLUMNS (ord FOR ORDINALITY, level VARCHAR(64) PATH '$.level',
+                                              lock_mode VARCHAR(32) PATH '$.mode', lock_name VARCHAR(255) PATH '$.name'))) jt
+      WHERE jt.ord IS NOT NULL;
+  END IF;
   COMMIT;
   DROP TEMPORARY TABLE IF EXISTS tmp_new_jobs;
   DROP TEMPORARY TABLE IF EXISTS tmp_new_edges;
-  SELECT 0 AS rc, 'inserted' AS message, v_count AS n_edges;
+  SELECT 0 AS rc, 'inserted' AS message;
 END $$
 DELIMITER ;
