@@ -144,11 +144,27 @@ def _scalar(limit: Text | Integer | Unchecked | None, value: object) -> str | No
     return None
 
 
-def _walk(request: message.Message, table: FieldLimits, prefix: str) -> Iterator[FieldViolation]:
+def _checks_something(message_type: descriptor.Descriptor, table: FieldLimits, memo: dict[str, bool]) -> bool:
+    """Whether `table` limits anything in a message of this type, nested messages included: if not, a walk need
+    not go into one (a job spec's command, say, is limited by the spec's size alone)."""
+    name = message_type.full_name
+    if name not in memo:
+        memo[name] = True  # while it is being decided: a recursive type is walked
+        memo[name] = any(
+            isinstance(limit := table.get(field.full_name), (Repeated, Map))
+            or (isinstance(limit, (Text, Integer)) and not limit.by_servicer)
+            or (field.message_type is not None and field.message_type.full_name not in _WHOLE_MESSAGES
+                and _checks_something(field.message_type, table, memo))
+            for field in message_type.fields)
+    return memo[name]
+
+
+def _walk(request: message.Message, table: FieldLimits, prefix: str, memo: dict[str, bool]
+          ) -> Iterator[FieldViolation]:
     for field, value in request.ListFields():
-        path = f"{prefix}{field.name}"
         limit = table.get(field.full_name)
         if isinstance(limit, Map):
+            path = f"{prefix}{field.name}"
             if (why := _items(limit, len(value))) is not None:
                 yield FieldViolation(path, why)
                 continue
@@ -162,20 +178,22 @@ def _walk(request: message.Message, table: FieldLimits, prefix: str) -> Iterator
                     yield FieldViolation(path, f"value of {_excerpt(key)}: {why}")
         elif field.is_repeated:
             if isinstance(limit, Repeated) and (why := _items(limit, len(value))) is not None:
-                yield FieldViolation(path, why)
+                yield FieldViolation(f"{prefix}{field.name}", why)
                 continue
             if field.message_type is not None:
-                for i, element in enumerate(value):
-                    yield from _walk(element, table, f"{path}[{i}].")
+                if _checks_something(field.message_type, table, memo):
+                    for i, element in enumerate(value):
+                        yield from _walk(element, table, f"{prefix}{field.name}[{i}].", memo)
             elif isinstance(limit, Repeated) and limit.each is not None:
                 for i, element in enumerate(value):
                     if (why := _scalar(limit.each, element)) is not None:
-                        yield FieldViolation(f"{path}[{i}]", why)
-        elif isinstance(value, message.Message):
-            if value.DESCRIPTOR.full_name not in _WHOLE_MESSAGES:
-                yield from _walk(value, table, f"{path}.")
+                        yield FieldViolation(f"{prefix}{field.name}[{i}]", why)
+        elif field.message_type is not None:
+            if field.message_type.full_name not in _WHOLE_MESSAGES and _checks_something(field.message_type, table,
+                                                                                         memo):
+                yield from _walk(value, table, f"{prefix}{field.name}.", memo)
         elif isinstance(limit, (Text, Integer)) and (why := _scalar(limit, value)) is not None:
-            yield FieldViolation(path, why)
+            yield FieldViolation(f"{prefix}{field.name}", why)
 
 
 def _excerpt(text: str, chars: int = 20) -> str:
@@ -185,7 +203,7 @@ def _excerpt(text: str, chars: int = 20) -> str:
 def violations(request: message.Message, table: FieldLimits, limit: int = MAX_VIOLATIONS) -> list[FieldViolation]:
     """Every field of `request` over its limit in `table` (the first `limit` of them)."""
     found = []
-    for violation in _walk(request, table, ""):
+    for violation in _walk(request, table, "", {}):
         found.append(violation)
         if len(found) == limit:
             break

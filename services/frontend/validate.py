@@ -14,7 +14,7 @@ import posixpath
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral.batch.v1 import job_spec_pb2 as spec_pb
 from corral.batch.v1 import job_state_pb2
@@ -90,46 +90,61 @@ class PoolMachine:
         return self.storage_bytes * cores // self.cores_mcpu
 
 
-def cores_mcpu(spec: spec_pb.JobSpec) -> int:
-    if spec.WhichOneof("size") == "resources" and spec.resources.cores_mcpu:
-        return spec.resources.cores_mcpu
-    return DEFAULT_CORES_MCPU
+class Reservation(NamedTuple):
+    """What a job reserves and where: its cores, its pool (instance collection), its memory and scratch storage."""
+
+    cores_mcpu: int
+    inst_coll: str
+    memory_bytes: int
+    storage_bytes: int
 
 
-def instance_collection(spec: spec_pb.JobSpec) -> str:
-    """The pool a job runs in: a machine type gets a job-private machine,
-    otherwise memory per core picks highcpu, standard or highmem."""
-    if spec.WhichOneof("size") == "machine_type":
-        return "job-private"
-    if not spec.resources.memory_bytes:
-        return "standard"  # the standard amount per core (the protos' promise)
-    memory_per_core = spec.resources.memory_bytes * 1000 / cores_mcpu(spec)
-    if memory_per_core <= 1 * GIB:
-        return "highcpu"
-    if memory_per_core <= 4 * GIB:
-        return "standard"
-    return "highmem"
+def reservation(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> Reservation:
+    """The job's reservation. Its cores: what it asks for, else 1. Its pool: a machine type gets a job-private
+    machine, otherwise memory per core picks highcpu, standard or highmem (no memory asked for: standard, the
+    protos' promise). Its memory (storage): what it asks for, else its pool's standard amount for its cores, 0
+    when the pools (the pool's storage) are not known: a job-private machine's is its machine's."""
+    size = spec.WhichOneof("size")
+    asked = spec.resources  # all zero unless size is "resources"
+    cores = asked.cores_mcpu if size == "resources" and asked.cores_mcpu else DEFAULT_CORES_MCPU
+    if size == "machine_type":
+        pool = "job-private"
+    elif not asked.memory_bytes:
+        pool = "standard"
+    else:
+        memory_per_core = asked.memory_bytes * 1000 / cores
+        pool = "highcpu" if memory_per_core <= 1 * GIB else "standard" if memory_per_core <= 4 * GIB else "highmem"
+    memory, storage = asked.memory_bytes, asked.storage_bytes
+    if not (memory and storage):
+        machine = (pools or {}).get(pool)
+        if machine is not None:
+            memory = memory or machine.memory_for(cores)
+            storage = storage or machine.storage_for(cores)
+    return Reservation(cores, pool, memory, storage)
 
 
-def _list_sizes(spec: spec_pb.JobSpec, limits: Limits, at: str) -> list[FieldViolation]:
-    """The spec's lists (and maps) against their limits."""
-    sizes = [("parents", len(spec.parents), limits.max_parents_per_job, "max_parents_per_job"),
-             ("env", len(spec.env), limits.max_env_per_job, "max_env_per_job"),
-             ("attributes", len(spec.attributes), limits.max_attributes, "max_attributes"),
-             ("input_files", len(spec.input_files), limits.max_files_per_job, "max_files_per_job"),
-             ("output_files", len(spec.output_files), limits.max_files_per_job, "max_files_per_job"),
-             ("regions", len(spec.regions), limits.max_regions_per_job, "max_regions_per_job"),
-             ("locks", len(spec.locks), limits.max_locks_per_job, "max_locks_per_job"),
-             ("secrets", len(spec.secrets), limits.max_secrets_per_job, "max_secrets_per_job")]
-    sizes += [(f"locks[{i}].names", len(lock.names), limits.max_names_per_lock, "max_names_per_lock")
-              for i, lock in enumerate(spec.locks)]
-    return [FieldViolation(f"{at}.{field}", f"at most {most} entries ({setting})")
-            for field, n, most, setting in sizes if n > most]
+_LISTS = (("parents", "max_parents_per_job"), ("env", "max_env_per_job"), ("attributes", "max_attributes"),
+          ("input_files", "max_files_per_job"), ("output_files", "max_files_per_job"),
+          ("regions", "max_regions_per_job"), ("locks", "max_locks_per_job"), ("secrets", "max_secrets_per_job"))
+"""A spec's lists (and maps) and the limits on their entries."""
 
 
-def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str, limits: Limits
-                ) -> list[FieldViolation]:
-    v = _list_sizes(spec, limits, at)
+def _list_sizes(spec: spec_pb.JobSpec, present: Collection[str], limits: Limits, at: str) -> list[FieldViolation]:
+    """The spec's lists (and maps) against their limits; `present`: the fields the spec sets."""
+    v = [FieldViolation(f"{at}.{field}", f"at most {getattr(limits, setting)} entries ({setting})")
+         for field, setting in _LISTS if field in present and len(getattr(spec, field)) > getattr(limits, setting)]
+    if "locks" in present:
+        v += [FieldViolation(f"{at}.locks[{i}].names", f"at most {limits.max_names_per_lock} entries "
+                                                        "(max_names_per_lock)")
+              for i, lock in enumerate(spec.locks) if len(lock.names) > limits.max_names_per_lock]
+    return v
+
+
+def _check_spec(spec: spec_pb.JobSpec, present: Collection[str], job_id: int, block: UpdateBlock, at: str,
+                limits: Limits) -> list[FieldViolation]:
+    """What is wrong with one spec on its own; `present`: the fields it sets (a section for a field it does
+    not set has nothing to find, and most specs set few)."""
+    v = _list_sizes(spec, present, limits, at)
     if v:
         return v  # and look no further into a spec that may be huge
     if not spec.image.strip():
@@ -137,7 +152,7 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
     command = spec.WhichOneof("command")
     if command is None or (command == "argv" and not spec.argv.args) or (command == "script" and not spec.script):
         v.append(FieldViolation(f"{at}.command", "a command is required (argv or script)"))
-    if spec.WhichOneof("size") == "resources":
+    if "resources" in present:
         r = spec.resources
         if not 0 <= r.cores_mcpu <= limits.max_cores_mcpu:
             v.append(FieldViolation(f"{at}.resources.cores_mcpu",
@@ -146,21 +161,48 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
             v.append(FieldViolation(f"{at}.resources.memory_bytes", "must not be negative"))
         if r.storage_bytes < 0:
             v.append(FieldViolation(f"{at}.resources.storage_bytes", "must not be negative"))
-    elif spec.WhichOneof("size") == "machine_type" and not spec.machine_type.strip():
+    elif "machine_type" in present and not spec.machine_type.strip():
         v.append(FieldViolation(f"{at}.machine_type", "must not be empty"))
-    if spec.timeout.seconds < 0 or spec.timeout.nanos < 0:
-        v.append(FieldViolation(f"{at}.timeout", "must not be negative"))
-    elif spec.timeout.seconds > MAX_DURATION_S or spec.timeout.nanos > 999_999_999:
-        # Past a Duration's range job_row could not convert it: refused here, before anything is written.
-        v.append(FieldViolation(f"{at}.timeout", f"at most {MAX_DURATION_S:,} s (a protobuf Duration's range)"))
+    if "timeout" in present:
+        if spec.timeout.seconds < 0 or spec.timeout.nanos < 0:
+            v.append(FieldViolation(f"{at}.timeout", "must not be negative"))
+        elif spec.timeout.seconds > MAX_DURATION_S or spec.timeout.nanos > 999_999_999:
+            # Past a Duration's range job_row could not convert it: refused here, before anything is written.
+            v.append(FieldViolation(f"{at}.timeout", f"at most {MAX_DURATION_S:,} s (a protobuf Duration's range)"))
     if spec.max_attempts < 0:
         v.append(FieldViolation(f"{at}.max_attempts", "must not be negative (0 means the default)"))
-    for name in spec.env:
-        if not _ENV_NAME.match(name):
-            v.append(FieldViolation(f"{at}.env", f"{name!r} is not a valid variable name"))
-    for i, region in enumerate(spec.regions):
-        if not region.strip():
-            v.append(FieldViolation(f"{at}.regions[{i}]", "must not be empty"))
+    if "env" in present:
+        for name in spec.env:
+            if not _ENV_NAME.match(name):
+                v.append(FieldViolation(f"{at}.env", f"{name!r} is not a valid variable name"))
+    if "regions" in present:
+        for i, region in enumerate(spec.regions):
+            if not region.strip():
+                v.append(FieldViolation(f"{at}.regions[{i}]", "must not be empty"))
+    if "locks" in present:
+        v += _lock_violations(spec, at)
+    if "job_group" in present:
+        ref = spec.job_group.WhichOneof("ref")
+        if ref == "job_group_id" and spec.job_group.job_group_id < 0:
+            v.append(FieldViolation(f"{at}.job_group.job_group_id", "must not be negative"))
+        if ref == "in_update_index" and not 0 <= spec.job_group.in_update_index < block.n_job_groups:
+            v.append(FieldViolation(f"{at}.job_group.in_update_index",
+                                    f"the update has {block.n_job_groups} job groups"))
+    if "parents" in present:
+        v += _parent_violations(spec, job_id, block, at)
+    if "retry_policy" in present:
+        v += retry_policy_violations(spec.retry_policy, f"{at}.retry_policy")
+    if "secrets" in present:
+        v += _secret_mount_violations(spec, at)
+    if spec.image_pull_secret and secret_reference(spec.image_pull_secret) is None:
+        v.append(FieldViolation(f"{at}.image_pull_secret", f"a secret's name ({SECRET_NAME_RULE}), or PROJECT/NAME"))
+    if spec.ByteSize() > limits.max_spec_bytes:
+        v.append(FieldViolation(at, f"the spec is larger than {limits.max_spec_bytes} bytes (max_spec_bytes)"))
+    return v
+
+
+def _lock_violations(spec: spec_pb.JobSpec, at: str) -> list[FieldViolation]:
+    v = []
     for i, lock in enumerate(spec.locks):
         if not lock.level:
             v.append(FieldViolation(f"{at}.locks[{i}].level", "a lock names its level"))
@@ -175,12 +217,11 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
         if level and level in levels[:i]:
             v.append(FieldViolation(f"{at}.locks[{i}].level", f"level {level!r} is locked twice: one entry per "
                                                               "level, with every name it needs"))
-    ref = spec.job_group.WhichOneof("ref")
-    if ref == "job_group_id" and spec.job_group.job_group_id < 0:
-        v.append(FieldViolation(f"{at}.job_group.job_group_id", "must not be negative"))
-    if ref == "in_update_index" and not 0 <= spec.job_group.in_update_index < block.n_job_groups:
-        v.append(FieldViolation(f"{at}.job_group.in_update_index",
-                                f"the update has {block.n_job_groups} job groups"))
+    return v
+
+
+def _parent_violations(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str) -> list[FieldViolation]:
+    v = []
     named: dict[int, int] = {}  # parent id -> the first parents[] entry naming it
     for i, parent in enumerate(spec.parents):
         where = f"{at}.parents[{i}]"
@@ -203,13 +244,6 @@ def _check_spec(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, at: str,
                 v.append(FieldViolation(f"{where}.accepted_states",
                                         "only final states: SUCCEEDED, FAILED, ERROR, CANCELLED"))
                 break
-    if spec.HasField("retry_policy"):
-        v += retry_policy_violations(spec.retry_policy, f"{at}.retry_policy")
-    v += _secret_mount_violations(spec, at)
-    if spec.image_pull_secret and secret_reference(spec.image_pull_secret) is None:
-        v.append(FieldViolation(f"{at}.image_pull_secret", f"a secret's name ({SECRET_NAME_RULE}), or PROJECT/NAME"))
-    if spec.ByteSize() > limits.max_spec_bytes:
-        v.append(FieldViolation(at, f"the spec is larger than {limits.max_spec_bytes} bytes (max_spec_bytes)"))
     return v
 
 
@@ -305,39 +339,20 @@ def retry_policy_json(policy: spec_pb.RetryPolicy) -> str:
     }, separators=(",", ":"))
 
 
-def memory_bytes(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> int:
-    """The memory a job reserves: what it asks for, else its pool's standard amount for its cores (0 when the
-    pools are not known: a job-private machine's is its machine's)."""
-    if spec.WhichOneof("size") == "resources" and spec.resources.memory_bytes:
-        return spec.resources.memory_bytes
-    machine = (pools or {}).get(instance_collection(spec))
-    return machine.memory_for(cores_mcpu(spec)) if machine is not None else 0
-
-
-def storage_bytes(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> int:
-    """The scratch storage a job reserves: what it asks for, else its pool's standard amount for its cores (0
-    when the pool's storage is not known)."""
-    if spec.WhichOneof("size") == "resources" and spec.resources.storage_bytes:
-        return spec.resources.storage_bytes
-    machine = (pools or {}).get(instance_collection(spec))
-    return machine.storage_for(cores_mcpu(spec)) if machine is not None else 0
-
-
 def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
     """A job larger than its pool's machine (cores, memory, scratch storage) could never run: refused with the
     machine's size."""
-    pool = instance_collection(spec)
+    cores, pool, memory, storage = reservation(spec, pools)
     machine = pools.get(pool)
     if machine is None:
         return []
     v = []
-    cores = cores_mcpu(spec)
     if cores > machine.cores_mcpu:
         v.append(FieldViolation(f"{at}.resources.cores_mcpu", f"{cores / 1000:g} cores is more than the largest "
                                                               f"{pool} machine has ({machine.cores_mcpu / 1000:g})"))
     too_wide = bool(v)
-    sizes = (("memory_bytes", memory_bytes(spec, pools), machine.memory_bytes, spec.resources.memory_bytes),
-             ("storage_bytes", storage_bytes(spec, pools), machine.storage_bytes, spec.resources.storage_bytes))
+    sizes = (("memory_bytes", memory, machine.memory_bytes, spec.resources.memory_bytes),
+             ("storage_bytes", storage, machine.storage_bytes, spec.resources.storage_bytes))
     for field, size, most, asked in sizes:
         # A default (0) that grew past the machine with the job's cores is the cores' fault, said above.
         if most and size > most and not (too_wide and not asked):
@@ -382,11 +397,16 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
         return [FieldViolation("first_index", f"the update reserved {block.n_jobs} jobs")]
     violations: list[FieldViolation] = []
     for i, spec in enumerate(specs):
-        violations += _check_spec(spec, first_job_id + i, block, f"{field}[{i}]", limits)
-        violations += file_url_violations(spec, storage_roots, project, f"{field}[{i}]")
-        violations += _placement_violations(spec, block, f"{field}[{i}]", known_regions, new_batch)
-        if pools is not None and not any(v.field.startswith(f"{field}[{i}].resources") for v in violations):
-            violations += _size_violations(spec, f"{field}[{i}]", pools)
+        at = f"{field}[{i}]"
+        present = {descriptor.name for descriptor, _ in spec.ListFields()}
+        found = _check_spec(spec, present, first_job_id + i, block, at, limits)
+        if "input_files" in present or "output_files" in present:
+            found += file_url_violations(spec, storage_roots, project, at)
+        if "regions" in present or "job_group" in present:
+            found += _placement_violations(spec, block, at, known_regions, new_batch)
+        if pools is not None and not any(v.field.startswith(f"{at}.resources") for v in found):
+            found += _size_violations(spec, at, pools)
+        violations += found
     return violations
 
 
@@ -438,44 +458,50 @@ def job_group_rows(specs: Sequence[Any], block: UpdateBlock, first_index: int, f
 
 def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str,
             pools: Mapping[str, PoolMachine] | None = None) -> dict[str, Any]:
-    """The insert_jobs JSON object of one valid job."""
+    """The insert_jobs JSON object of one valid job. A key whose value is insert_jobs' default is left out:
+    the database reads every key of a thousand jobs per bunch, and most jobs set few fields."""
+    cores, pool, memory, storage = reservation(spec, pools)
+    row: dict[str, Any] = {"job_id": job_id, "cores_mcpu": cores, "inst_coll": pool, "spec_ref": spec_ref}
+    if memory:
+        row["memory_bytes"] = memory
+    if storage:
+        row["storage_bytes"] = storage
     ref = spec.job_group.WhichOneof("ref")
-    if ref == "job_group_id":
-        job_group_id = spec.job_group.job_group_id
+    if ref == "job_group_id" and spec.job_group.job_group_id:
+        row["job_group_id"] = spec.job_group.job_group_id
     elif ref == "in_update_index":
-        job_group_id = block.start_job_group_id + spec.job_group.in_update_index
-    else:
-        job_group_id = 0
-    parents = []
-    for parent in spec.parents:
-        accepted = sum(_ACCEPTED_BITS[s] for s in set(parent.accepted_states)) or 1
-        if parent.WhichOneof("ref") == "job_id":
-            parents.append({"job_id": parent.job_id, "accepted_states": accepted})
-        else:
-            parents.append({"in_update_offset": parent.in_update_offset, "accepted_states": accepted})
+        row["job_group_id"] = block.start_job_group_id + spec.job_group.in_update_index
+    if spec.always_run:
+        row["always_run"] = True
+    if spec.regions:
+        row["regions"] = list(spec.regions)
+    if spec.priority:
+        row["priority"] = spec.priority
+    if spec.max_attempts:
+        row["max_attempts"] = spec.max_attempts
+    if spec.HasField("timeout") and spec.timeout.ToTimedelta().total_seconds() > 0:
+        row["timeout_ms"] = max(1, round(spec.timeout.ToTimedelta().total_seconds() * 1000))
+    if spec.parents:
+        parents = []
+        for parent in spec.parents:
+            accepted = sum(_ACCEPTED_BITS[s] for s in set(parent.accepted_states)) or 1
+            if parent.WhichOneof("ref") == "job_id":
+                parents.append({"job_id": parent.job_id, "accepted_states": accepted})
+            else:
+                parents.append({"in_update_offset": parent.in_update_offset, "accepted_states": accepted})
+        row["parents"] = parents
+    if spec.attributes:
+        row["attributes"] = [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())]
     locks = []
     for lock in spec.locks:
         if lock.mode == spec_pb.LOCK_MODE_NONE:
             continue
         for name in sorted(set(lock.names)) or [""]:
             locks.append({"level": lock.level, "mode": _LOCK_MODES[lock.mode], "name": name})
-    return {
-        "job_id": job_id,
-        "job_group_id": job_group_id,
-        "always_run": spec.always_run,
-        "cores_mcpu": cores_mcpu(spec),
-        "memory_bytes": memory_bytes(spec, pools),
-        "storage_bytes": storage_bytes(spec, pools),
-        "inst_coll": instance_collection(spec),
-        "regions": list(spec.regions),
-        "priority": spec.priority,
-        "max_attempts": spec.max_attempts or 3,
-        "timeout_ms": max(1, round(spec.timeout.ToTimedelta().total_seconds() * 1000))
-        if spec.HasField("timeout") and spec.timeout.ToTimedelta().total_seconds() > 0 else None,
-        "spec_ref": spec_ref,
-        "parents": parents,
-        "attributes": [{"key": k, "value": v} for k, v in sorted(spec.attributes.items())],
-        "locks": locks,
-        "retry_policy": retry_policy_json(spec.retry_policy) if spec.HasField("retry_policy") else None,
-        "on_demand": spec.provisioning_model == spec_pb.PROVISIONING_MODEL_ON_DEMAND,
-    }
+    if locks:
+        row["locks"] = locks
+    if spec.HasField("retry_policy"):
+        row["retry_policy"] = retry_policy_json(spec.retry_policy)
+    if spec.provisioning_model == spec_pb.PROVISIONING_MODEL_ON_DEMAND:
+        row["on_demand"] = True
+    return row
