@@ -79,6 +79,21 @@ CASES: list[tuple[str, Call, type[ProcedureError], str]] = [
     ("duplicate job in a bunch",
      lambda w, c: w.store.insert_jobs(c["batch"], c["update"], [job_spec(c["start"]), job_spec(c["start"])]),
      InvalidArgumentError, "twice"),
+    ("a job without a job_id",
+     lambda w, c: w.store.insert_jobs(c["batch"], c["update"], [job_spec(c["start"]), {"cores_mcpu": 1000}]),
+     InvalidArgumentError, "needs a job_id"),
+    # The list passes run only when a job of the bunch has that list: here only the last one does.
+    ("an unknown region in the last job of a bunch",
+     lambda w, c: w.store.insert_jobs(c["batch"], c["update"], [
+         job_spec(c["start"]), job_spec(c["start"] + 1, regions=["mars"])]), InvalidArgumentError, "unknown region"),
+    ("a parent after its job in the last job of a bunch",
+     lambda w, c: w.store.insert_jobs(c["batch"], c["update"], [
+         job_spec(c["start"]), job_spec(c["start"] + 1, parents=[{"in_update_offset": 1}])]),
+     InvalidArgumentError, "negative"),
+    ("a lock without a level in the last job of a bunch",
+     lambda w, c: w.store.insert_jobs(c["batch"], c["update"], [
+         job_spec(c["start"]), job_spec(c["start"] + 1, locks=[{"mode": "all_shared"}])]),
+     InvalidArgumentError, "lock"),
     ("jobs not a list",
      lambda w, c: w.db.call("insert_jobs", c["batch"], c["update"], {"job_id": 1}, 0, None), InvalidArgumentError,
      "array"),

@@ -196,3 +196,33 @@ async def test_bad_parents_are_refused_and_nothing_is_written(world: World, pare
         await world.store.insert_jobs(batch_id, u, [job_spec(s), job_spec(s + 1, parents=parents)])
     assert await world.db.fetchall("SELECT * FROM jobs WHERE batch_id = %s AND job_id >= 4", (batch_id,)) == []
     assert await world.db.fetchall("SELECT * FROM job_parents WHERE batch_id = %s", (batch_id,)) == []
+
+
+async def test_only_the_last_job_of_a_bunch_has_lists_and_every_list_is_stored(world: World) -> None:
+    """insert_jobs reads a list (regions, parents, attributes, locks) only when a job of the bunch has one: a
+    bunch whose last job alone has them stores them all, and a job that leaves keys out gets their defaults."""
+    batch_id = int((await world.store.create_batch("alice", "proj"))["batch_id"])
+    update = await world.store.create_update(batch_id, 3)
+    start = int(update["start_job_id"])
+    await world.store.insert_jobs(batch_id, update["update_id"], [
+        {"job_id": start, "cores_mcpu": 1000, "inst_coll": "standard"},
+        job_spec(start + 1),
+        job_spec(start + 2, regions=["local"], parents=[{"in_update_offset": -2, "accepted_states": 3}],
+                 attributes=[{"key": "name", "value": "last"}], locks=[{"level": "node", "mode": "all_shared"}])])
+    await world.store.commit_update(batch_id, update["update_id"])
+    jobs = {r["job_id"]: r for r in await world.db.fetchall(
+        "SELECT job_id, state, job_group_id, always_run, priority, max_attempts, timeout_ms, retry_policy, "
+        "on_demand, memory_bytes, storage_bytes, regions_bits, n_pending_parents FROM jobs WHERE batch_id = %s",
+        (batch_id,))}
+    assert jobs[start] == {"job_id": start, "state": "Ready", "job_group_id": 0, "always_run": 0, "priority": 0,
+                           "max_attempts": 3, "timeout_ms": None, "retry_policy": None, "on_demand": 0,
+                           "memory_bytes": 0, "storage_bytes": 0, "regions_bits": None, "n_pending_parents": 0}
+    assert (jobs[start + 2]["state"], jobs[start + 2]["regions_bits"], jobs[start + 2]["n_pending_parents"]) == \
+        ("Pending", 1, 1)
+    assert await world.db.fetchall("SELECT job_id, parent_id, accepted_states FROM job_parents WHERE batch_id = %s",
+                                   (batch_id,)) == [{"job_id": start + 2, "parent_id": start, "accepted_states": 3}]
+    assert await world.db.fetchall("SELECT job_id, `key`, `value` FROM job_attributes WHERE batch_id = %s",
+                                   (batch_id,)) == [{"job_id": start + 2, "key": "name", "value": "last"}]
+    assert await world.db.fetchall("SELECT job_id, level, mode FROM job_locks WHERE batch_id = %s", (batch_id,)) == \
+        [{"job_id": start + 2, "level": "node", "mode": "all_shared"}]
+    assert await check_invariants(world.db) == []
