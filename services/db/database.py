@@ -40,7 +40,6 @@ NO_BACKSLASH_ESCAPES = SERVER_STATUS.SERVER_STATUS_NO_BACKSLASH_ESCAPES
 STATEMENT_TIMEOUT = 1969
 
 
-
 class JsonText(str):
     """Text that json.dumps wrote (ASCII only, control characters escaped): a procedure's JSON argument."""
 
