@@ -4,7 +4,9 @@ prints is one of its own namespace when the process runtime isolates it)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -35,3 +37,14 @@ def processes_with(**env: str) -> list[int]:
 def processes_marked(mark: str) -> list[int]:
     """Host pids of the live processes of a job `marked` gave `mark`."""
     return processes_with(TEST_MARK=mark)
+
+
+async def processes_marked_soon(mark: str, timeout_s: float = 10.0) -> list[int]:
+    """`processes_marked`, once there are some. runc writes its pid file, and so reports a container
+    started, a moment before its init process execs the job's command: until then the only process is
+    runc's own, without the job's environment."""
+    deadline = time.monotonic() + timeout_s
+    while not (pids := processes_marked(mark)):
+        assert time.monotonic() < deadline, f"no process of the job marked {mark} in {timeout_s:g} s"
+        await asyncio.sleep(0.01)
+    return pids

@@ -17,7 +17,7 @@ import pytest
 from google.protobuf import duration_pb2
 
 from corral.batch.v1 import job_spec_pb2 as js
-from tests.job_processes import marked, processes_marked
+from tests.job_processes import marked, processes_marked, processes_marked_soon
 from tests.oci.host import OciHost, fields, needs_oci, run, spec, start
 
 pytestmark = [pytest.mark.timeout(60), needs_oci]
@@ -88,11 +88,17 @@ async def test_a_timeout_kills_the_whole_container(oci_host: OciHost) -> None:
 
 async def test_cancel_stops_the_container_within_the_grace_period(oci_host: OciHost) -> None:
     runtime = oci_host.runtime(kill_grace_s=1.5)
-    # One job leaves at SIGTERM (every process of the container gets it), one ignores it.
-    polite = oci_host.job(spec("trap 'echo got TERM; exit 0' TERM; while :; do sleep 0.05; done"), "a1", job_id=1)
-    stubborn = oci_host.job(spec("trap '' TERM; while :; do sleep 0.05; done"), "a2", job_id=2)
+    # One job leaves at SIGTERM (every process of the container gets it), one ignores it. Each says when
+    # its trap is set: runc reports a container started a moment before the command runs.
+    polite = oci_host.job(spec("trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done"),
+                          "a1", job_id=1)
+    stubborn = oci_host.job(spec("trap '' TERM; echo ready; while :; do sleep 0.05; done"), "a2", job_id=2)
     runs = [start(runtime, job) for job in (polite, stubborn)]
     await asyncio.gather(*(started.wait() for _, _, started in runs))
+    deadline = time.monotonic() + 10
+    while not all(b"ready" in log.recent for _, log, _ in runs):
+        assert time.monotonic() < deadline, "the jobs did not set their traps in 10 s"
+        await asyncio.sleep(0.01)
     began = time.monotonic()
     for job in (polite, stubborn):
         await runtime.cancel(job.attempt_id)
@@ -168,7 +174,7 @@ async def test_an_abandoned_attempt_is_killed_and_cleaned_up(oci_host: OciHost) 
     job_spec, mark = marked(spec("trap '' TERM; sleep 30"))
     task, _, started = start(runtime, oci_host.job(job_spec))
     await started.wait()
-    assert processes_marked(mark)
+    assert await processes_marked_soon(mark)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -21,7 +21,7 @@ import pytest
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.layer import mounts_under
 from services.worker.oci.network import NETNS_DIR, owner_hash
-from tests.job_processes import processes_marked
+from tests.job_processes import processes_marked, processes_marked_soon
 from tests.oci.host import CGROUP_ROOT, OciHost, needs_oci
 
 pytestmark = [pytest.mark.timeout(60), needs_oci]
@@ -47,7 +47,7 @@ async def crashing_worker(oci_host: OciHost, busybox_images: Path, owner: str,
     try:
         line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
         assert line == "started\n"
-        assert processes_marked(mark)
+        assert await processes_marked_soon(mark)
     except BaseException:
         worker.kill()  # never left running, with its container, after a failed test
         worker.wait()
