@@ -47,15 +47,21 @@ proc: BEGIN
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  -- 1062 (duplicate key): a copy of this bunch sent concurrently committed
-  -- first (both saw no job before inserting); answer as for a re-sent bunch.
+  -- 1062 (duplicate key): a bunch sent concurrently committed some of these
+  -- jobs first (both saw none of them before inserting); answer as for a
+  -- bunch sent after it. The ids are read from in_jobs again: tmp_new_jobs
+  -- was filled inside the transaction, so the rollback emptied it.
   DECLARE EXIT HANDLER FOR 1062
   BEGIN
     ROLLBACK;
-    SELECT IF(COUNT(*) = (SELECT COUNT(*) FROM tmp_new_jobs), 0, 5) AS rc,
-           IF(COUNT(*) = (SELECT COUNT(*) FROM tmp_new_jobs), 'duplicate',
-              'some jobs of this bunch were inserted before, others not') AS message
-      FROM jobs j JOIN tmp_new_jobs t ON j.batch_id = in_batch_id AND j.job_id = t.job_id;
+    SELECT COUNT(*), COUNT(j.job_id) INTO v_count, v_bad
+      FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (job_id INT PATH '$.job_id')) t
+      LEFT JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id;
+    IF v_bad = 0 THEN
+      RESIGNAL;  -- not a job of this bunch: not a bunch sent twice
+    END IF;
+    SELECT IF(v_bad = v_count, 0, 5) AS rc,
+           IF(v_bad = v_count, 'duplicate', 'some jobs of this bunch were inserted before, others not') AS message;
   END;
 
   IF in_jobs IS NULL OR JSON_TYPE(in_jobs) <> 'ARRAY' THEN

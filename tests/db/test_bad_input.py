@@ -7,9 +7,12 @@ no table changed.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import aiomysql
 import pytest
 
 from services.db.database import (
@@ -152,6 +155,48 @@ async def test_conflicting_bunch_is_refused(world: World) -> None:
         await world.store.insert_jobs(
             context["batch"], context["update"], [job_spec(context["start"]), job_spec(context["start"] + 1)])
     assert await snapshot(world) == before
+
+
+@pytest.mark.parametrize("overlap", ["whole", "part"])
+async def test_a_bunch_that_meets_a_concurrent_one_is_answered_by_what_it_committed(world: World, overlap: str) -> None:
+    """Two clients send bunches of one update at once, and both see none of their jobs stored: the later
+    one meets the other's rows only when it inserts (duplicate key, 1062). It is answered as if it had
+    come after: a duplicate when every job of it is stored, refused (rc 5) when only some are. The other
+    client's transaction is stood in for by a plain INSERT, held open until the bunch waits on it."""
+    context = await prepared(world)
+    batch_id, update_id, start = context["batch"], context["update"], context["start"]
+    stored = [start, start + 1] if overlap == "whole" else [start + 1]
+    holder = await aiomysql.connect(**world.db.config.connect_kwargs())
+    try:
+        async with holder.cursor() as held:
+            await held.execute("START TRANSACTION")
+            for job_id in stored:
+                await held.execute(
+                    "INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, cores_mcpu, "
+                    "inst_coll, time_created_ms) VALUES (%s, %s, %s, 0, 'alice', 'Pending', 1000, 'standard', 0)",
+                    (batch_id, job_id, update_id))
+            bunch = asyncio.create_task(
+                world.store.insert_jobs(batch_id, update_id, [job_spec(start), job_spec(start + 1)]))
+            # Past its duplicate check once it inserts into jobs, where the held rows stop it.
+            deadline = time.monotonic() + 10
+            while not await world.db.fetchone(
+                    "SELECT 1 FROM information_schema.processlist "
+                    "WHERE info LIKE 'INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, "
+                    "dependency_failed%%'"):
+                assert not bunch.done(), bunch.result()
+                assert time.monotonic() < deadline, "the bunch never reached its insert"
+                await asyncio.sleep(0.01)
+            await held.execute("COMMIT")
+    finally:
+        holder.close()
+    if overlap == "whole":
+        assert (await bunch)["message"] == "duplicate"
+    else:
+        with pytest.raises(ConflictError, match="some jobs of this bunch were inserted before, others not"):
+            await bunch
+    rows = await world.db.fetchall("SELECT job_id FROM jobs WHERE batch_id = %s AND update_id = %s",
+                                   (batch_id, update_id))
+    assert sorted(row["job_id"] for row in rows) == stored
 
 
 async def test_no_update_for_a_batch_of_a_closed_project(world: World) -> None:
