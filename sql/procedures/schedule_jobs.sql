@@ -37,6 +37,7 @@ proc: BEGIN
   DECLARE v_cpu_rate DOUBLE;
   DECLARE v_memory_rate DOUBLE;
   DECLARE v_budgeted BOOLEAN DEFAULT FALSE;
+  DECLARE v_candidates_mcpu BIGINT;
   -- How long a worker may take to kill an attempt past its timeout (its kill grace, 10 s) and report its end.
   DECLARE KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;
   DECLARE candidates CURSOR FOR
@@ -170,29 +171,38 @@ proc: BEGIN
   END IF;
 
   -- Fit new attempts into the budgets and the free cores, in key order.
-  OPEN candidates;
-  fit: LOOP
-    FETCH candidates INTO v_batch_id, v_job_id, v_cores, v_project, v_reserve;
-    IF v_done THEN LEAVE fit; END IF;
-    IF v_reserve > 0 THEN
-      SELECT COALESCE(MAX(left_micro_usd), 0) INTO v_left FROM tmp_budget WHERE billing_project = v_project;
-      IF v_left < v_reserve THEN
-        UPDATE tmp_schedule SET outcome = 'over_budget' WHERE batch_id = v_batch_id AND job_id = v_job_id;
-        ITERATE fit;
-      END IF;
-    END IF;
-    IF v_used_mcpu + v_cores <= v_free_mcpu THEN
+  -- Without budgets, when the candidates fit together (the driver asks for
+  -- what it saw free), the loop would take every one: one statement does.
+  SELECT COALESCE(SUM(cores_mcpu), 0) INTO v_candidates_mcpu FROM tmp_schedule WHERE outcome = 'candidate';
+  IF NOT v_budgeted AND v_candidates_mcpu <= v_free_mcpu THEN
+    UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
+      WHERE outcome = 'candidate';
+    SET v_used_mcpu = v_candidates_mcpu;
+  ELSE
+    OPEN candidates;
+    fit: LOOP
+      FETCH candidates INTO v_batch_id, v_job_id, v_cores, v_project, v_reserve;
+      IF v_done THEN LEAVE fit; END IF;
       IF v_reserve > 0 THEN
-        UPDATE tmp_budget SET left_micro_usd = left_micro_usd - v_reserve WHERE billing_project = v_project;
+        SELECT COALESCE(MAX(left_micro_usd), 0) INTO v_left FROM tmp_budget WHERE billing_project = v_project;
+        IF v_left < v_reserve THEN
+          UPDATE tmp_schedule SET outcome = 'over_budget' WHERE batch_id = v_batch_id AND job_id = v_job_id;
+          ITERATE fit;
+        END IF;
       END IF;
-      SET v_used_mcpu = v_used_mcpu + v_cores;
-      UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
-        WHERE batch_id = v_batch_id AND job_id = v_job_id;
-    ELSE
-      UPDATE tmp_schedule SET outcome = 'no_capacity' WHERE batch_id = v_batch_id AND job_id = v_job_id;
-    END IF;
-  END LOOP;
-  CLOSE candidates;
+      IF v_used_mcpu + v_cores <= v_free_mcpu THEN
+        IF v_reserve > 0 THEN
+          UPDATE tmp_budget SET left_micro_usd = left_micro_usd - v_reserve WHERE billing_project = v_project;
+        END IF;
+        SET v_used_mcpu = v_used_mcpu + v_cores;
+        UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
+          WHERE batch_id = v_batch_id AND job_id = v_job_id;
+      ELSE
+        UPDATE tmp_schedule SET outcome = 'no_capacity' WHERE batch_id = v_batch_id AND job_id = v_job_id;
+      END IF;
+    END LOOP;
+    CLOSE candidates;
+  END IF;
 
   INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, reserved_micro_usd, reserved_ms)
     SELECT batch_id, job_id, attempt_id, in_instance_name, reserve_micro_usd, reserve_ms
