@@ -30,11 +30,21 @@ proc: BEGIN
     ORDER BY jt.job_group_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  -- 1062 (duplicate key): the same groups sent concurrently committed first.
+  -- 1062 (duplicate key): a call sent concurrently committed some of these
+  -- groups first (both saw none of them before inserting); answer as for a
+  -- call sent after it.
   DECLARE EXIT HANDLER FOR 1062
   BEGIN
     ROLLBACK;
-    SELECT 0 AS rc, 'duplicate' AS message;
+    SELECT COUNT(*), COUNT(g.job_group_id) INTO v_count, v_existing
+      FROM JSON_TABLE(in_groups, '$[*]' COLUMNS (g INT PATH '$.job_group_id')) jt
+      LEFT JOIN job_groups g ON g.batch_id = in_batch_id AND g.job_group_id = jt.g;
+    IF v_existing = 0 THEN
+      RESIGNAL;  -- not a group of this call: not a call sent twice
+    END IF;
+    SELECT IF(v_existing = v_count, 0, 5) AS rc,
+           IF(v_existing = v_count, 'duplicate', 'some of these job groups were inserted before, others not')
+             AS message;
   END;
 
   IF in_groups IS NULL OR JSON_TYPE(in_groups) <> 'ARRAY' THEN

@@ -158,31 +158,46 @@ async def test_conflicting_bunch_is_refused(world: World) -> None:
 
 
 @pytest.mark.parametrize("overlap", ["whole", "part"])
-async def test_a_bunch_that_meets_a_concurrent_one_is_answered_by_what_it_committed(world: World, overlap: str) -> None:
-    """Two clients send bunches of one update at once, and both see none of their jobs stored: the later
+@pytest.mark.parametrize("kind", ["jobs", "job groups"])
+async def test_a_bunch_that_meets_a_concurrent_one_is_answered_by_what_it_committed(
+        world: World, kind: str, overlap: str) -> None:
+    """Two clients send bunches of one update at once, and both see none of their rows stored: the later
     one meets the other's rows only when it inserts (duplicate key, 1062). It is answered as if it had
-    come after: a duplicate when every job of it is stored, refused (rc 5) when only some are. The other
+    come after: a duplicate when every row of it is stored, refused (rc 5) when only some are. The other
     client's transaction is stood in for by a plain INSERT, held open until the bunch waits on it."""
-    context = await prepared(world)
-    batch_id, update_id, start = context["batch"], context["update"], context["start"]
-    stored = [start, start + 1] if overlap == "whole" else [start + 1]
+    await world.instance()
+    batch_id = int((await world.store.create_batch("alice", "proj"))["batch_id"])
+    update = await world.store.create_update(batch_id, 2, n_job_groups=2)
+    update_id = update["update_id"]
+    if kind == "jobs":
+        first = update["start_job_id"]
+        held_insert = ("INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, cores_mcpu, "
+                       "inst_coll, time_created_ms) VALUES (%s, %s, %s, 0, 'alice', 'Pending', 1000, 'standard', 0)")
+        send = world.store.insert_jobs(batch_id, update_id, [job_spec(first), job_spec(first + 1)])
+        its_insert = "INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed"
+        refusal = "some jobs of this bunch were inserted before, others not"
+        read = "SELECT job_id AS id FROM jobs WHERE batch_id = %s AND update_id = %s"
+    else:
+        first = update["start_job_group_id"]
+        held_insert = ("INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth, time_created_ms) "
+                       "VALUES (%s, %s, 0, %s, 1, 0)")
+        send = world.store.insert_job_groups(batch_id, update_id, [{"job_group_id": first, "parent_id": 0},
+                                                                   {"job_group_id": first + 1, "parent_id": 0}])
+        its_insert = "INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth"
+        refusal = "some of these job groups were inserted before, others not"
+        read = "SELECT job_group_id AS id FROM job_groups WHERE batch_id = %s AND update_id = %s"
+    stored = [first, first + 1] if overlap == "whole" else [first + 1]
     holder = await aiomysql.connect(**world.db.config.connect_kwargs())
     try:
         async with holder.cursor() as held:
             await held.execute("START TRANSACTION")
-            for job_id in stored:
-                await held.execute(
-                    "INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, cores_mcpu, "
-                    "inst_coll, time_created_ms) VALUES (%s, %s, %s, 0, 'alice', 'Pending', 1000, 'standard', 0)",
-                    (batch_id, job_id, update_id))
-            bunch = asyncio.create_task(
-                world.store.insert_jobs(batch_id, update_id, [job_spec(start), job_spec(start + 1)]))
-            # Past its duplicate check once it inserts into jobs, where the held rows stop it.
+            for row_id in stored:
+                await held.execute(held_insert, (batch_id, row_id, update_id))
+            bunch = asyncio.ensure_future(send)
+            # Past its duplicate check once it inserts, where the held rows stop it.
             deadline = time.monotonic() + 10
             while not await world.db.fetchone(
-                    "SELECT 1 FROM information_schema.processlist "
-                    "WHERE info LIKE 'INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, "
-                    "dependency_failed%%'"):
+                    "SELECT 1 FROM information_schema.processlist WHERE info LIKE %s", (its_insert + "%",)):
                 assert not bunch.done(), bunch.result()
                 assert time.monotonic() < deadline, "the bunch never reached its insert"
                 await asyncio.sleep(0.01)
@@ -192,11 +207,9 @@ async def test_a_bunch_that_meets_a_concurrent_one_is_answered_by_what_it_commit
     if overlap == "whole":
         assert (await bunch)["message"] == "duplicate"
     else:
-        with pytest.raises(ConflictError, match="some jobs of this bunch were inserted before, others not"):
+        with pytest.raises(ConflictError, match=refusal):
             await bunch
-    rows = await world.db.fetchall("SELECT job_id FROM jobs WHERE batch_id = %s AND update_id = %s",
-                                   (batch_id, update_id))
-    assert sorted(row["job_id"] for row in rows) == stored
+    assert sorted(row["id"] for row in await world.db.fetchall(read, (batch_id, update_id))) == stored
 
 
 async def test_no_update_for_a_batch_of_a_closed_project(world: World) -> None:
