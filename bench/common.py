@@ -155,6 +155,19 @@ def database_server(url: str | None) -> Iterator[DatabaseConfig]:
         server.stop()
 
 
+def database_statements(server: DatabaseConfig) -> tuple[int, int]:
+    """The server's (Questions, Queries) so far: statements clients sent, and those plus every statement
+    run inside stored programs."""
+    connection = pymysql.connect(**server.connect_kwargs(with_database=False))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Queries')")
+            found = {name: int(value) for name, value in cursor.fetchall()}
+    finally:
+        connection.close()
+    return found["Questions"], found["Queries"]
+
+
 @contextlib.asynccontextmanager
 async def fresh_database(server: DatabaseConfig, pool_size: int) -> AsyncIterator[Database]:
     """A new schema with every migration applied and a pool of `pool_size`

@@ -56,6 +56,12 @@ def _stat(pid: int) -> tuple[int, float, float] | None:
     return int(fields[1]), (utime + stime) * TICK_S, (cutime + cstime) * TICK_S
 
 
+def own_cpu_s(pid: int | None) -> float:
+    """The CPU seconds one process has used itself so far; 0 when it is unknown or gone."""
+    stat = _stat(pid) if pid is not None else None
+    return stat[1] if stat is not None else 0.0
+
+
 def _all_processes() -> dict[int, tuple[int, float, float]]:
     found = {}
     for entry in os.listdir("/proc"):

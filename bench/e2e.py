@@ -54,10 +54,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pymysql
-
 import corral
-from bench.common import SCHEMA_PREFIX, BenchContext, check_consistent, percentile, positive_int, progress
+from bench.common import (
+    SCHEMA_PREFIX,
+    BenchContext,
+    check_consistent,
+    database_statements,
+    percentile,
+    positive_int,
+    progress,
+)
 from bench.cpu import GROUPS, CpuSnapshot, CpuUse, cpu_ms_per_job
 from bench.fleet import fleet
 from corral.batch.v1 import job_state_pb2
@@ -117,19 +123,6 @@ def cpu_figure_names(runtime: str = "process") -> list[str]:
     prefix = NAME if runtime == "process" else f"{NAME}.{runtime}"
     return [*(f"{prefix}.noop.cpu_ms_per_job.{group}" for group in (*GROUPS, "control_plane")),
             f"{prefix}.noop.db_round_trips_per_job", f"{prefix}.noop.db_statements_per_job"]
-
-
-def database_statements(server: DatabaseConfig) -> tuple[int, int]:
-    """The server's (Questions, Queries) so far: statements clients sent, and those plus every statement
-    run inside stored programs."""
-    connection = pymysql.connect(**server.connect_kwargs(with_database=False))
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Queries')")
-            found = {name: int(value) for name, value in cursor.fetchall()}
-    finally:
-        connection.close()
-    return found["Questions"], found["Queries"]
 
 
 @contextlib.contextmanager

@@ -14,9 +14,13 @@ Each run gets a fresh schema, N Ready jobs (inserted in bunches of 5,000
 and committed), 8 active instances large enough that capacity never
 limits, and warm connections; only the lifecycle calls are timed. Each of
 C connections takes the next K consecutive jobs and runs the calls for
-them; every job reports having run for one second. Figures: jobs/s and
-deadlock/lock-wait retries per run, the best rate of each mode, and the
-most retries of a full-mode run on 32 connections.
+them; every job reports having run for one second. Figures: jobs/s,
+deadlock/lock-wait retries, and per job the statements the server ran
+(its `Queries`: each call and every statement inside the procedures and
+triggers) and the server's own CPU (from /proc; 0 when its pid cannot be
+read), per run; the best rate of each mode, and the most retries of a
+full-mode run on 32 connections. Unlike jobs/s, the statements do not
+move with the machine's load.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchContext, fresh_database, positive_int, progress
+from bench.common import BenchContext, database_statements, fresh_database, positive_int, progress
+from bench.cpu import own_cpu_s
 from services.db.database import Database, RetryStats
+from services.db.server import server_pid
 from services.db.store import JobStore
 
 NAME = "sj-mjc"
@@ -86,6 +92,10 @@ class RunResult:
     retries: int
     """Whole-transaction retries after MySQL errors 1213/1205."""
     retries_by_errno: dict[int, int]
+    statements: int
+    """Statements the server ran during the calls (its `Queries`)."""
+    database_cpu_s: float
+    """The server's own CPU during the calls."""
 
     @property
     def jobs_per_s(self) -> float:
@@ -119,7 +129,8 @@ def figure_names(smoke: bool) -> list[str]:
     """The names of every figure a run prints, in order."""
     names = []
     for combination in matrix(smoke):
-        names += [f"{NAME}.{combination.label}", f"{NAME}.{combination.label}.retries"]
+        run = f"{NAME}.{combination.label}"
+        names += [run, f"{run}.retries", f"{run}.statements_per_job", f"{run}.database_cpu_ms_per_job"]
     return names + [f"{NAME}.sj+mjc.best", f"{NAME}.full.best", f"{NAME}.full.32conn.retries"]
 
 
@@ -218,10 +229,14 @@ async def measure(ctx: BenchContext, combination: Combination, n_jobs: int) -> R
         world = await prepare(db, n_jobs)
         await warm_up(world, combination.connections)
         db.retry_stats = RetryStats()
+        pid = await asyncio.to_thread(server_pid, ctx.server)
+        (_, statements_before), cpu_before = await asyncio.to_thread(database_statements, ctx.server), own_cpu_s(pid)
         elapsed_s = await drive(world, combination)
+        cpu_s = own_cpu_s(pid) - cpu_before
+        statements = (await asyncio.to_thread(database_statements, ctx.server))[1] - statements_before
         stats, db.retry_stats = db.retry_stats, RetryStats()
         await verify(world, n_jobs)
-    return RunResult(combination, n_jobs, elapsed_s, stats.retries, stats.by_errno)
+    return RunResult(combination, n_jobs, elapsed_s, stats.retries, stats.by_errno, statements, cpu_s)
 
 
 def plot(results: list[RunResult], path: Path) -> None:
@@ -266,6 +281,10 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         results.append(result)
         ctx.figures.add(f"{NAME}.{combination.label}", round(result.jobs_per_s, 1), "jobs/s")
         ctx.figures.add(f"{NAME}.{combination.label}.retries", result.retries, "retries")
+        ctx.figures.add(f"{NAME}.{combination.label}.statements_per_job", round(result.statements / n_jobs, 1),
+                        "statements")
+        ctx.figures.add(f"{NAME}.{combination.label}.database_cpu_ms_per_job",
+                        round(result.database_cpu_s * 1000 / n_jobs, 3), "ms")
 
     for mode in MODES:
         best = max(r.jobs_per_s for r in results if r.combination.mode == mode)
@@ -287,7 +306,8 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "server": "given by --database-url" if args.database_url else "private MariaDB, durable settings",
         "runs": [
             {**dataclasses.asdict(r.combination), "n_jobs": r.n_jobs, "elapsed_s": round(r.elapsed_s, 3),
-             "jobs_per_s": round(r.jobs_per_s, 1), "retries": r.retries,
+             "jobs_per_s": round(r.jobs_per_s, 1), "retries": r.retries, "statements": r.statements,
+             "database_cpu_s": round(r.database_cpu_s, 3),
              "retries_by_errno": {str(e): n for e, n in r.retries_by_errno.items()}}
             for r in results
         ],

@@ -87,11 +87,15 @@ def test_sj_mjc_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     expected = sj_mjc.figure_names(smoke=True)
     assert list(printed) == expected
     assert {"sj-mjc.sj+mjc.best", "sj-mjc.full.best", "sj-mjc.full.32conn.retries"} <= set(printed)
+    units = {"retries": "retries", "statements_per_job": "statements", "database_cpu_ms_per_job": "ms"}
     for name, (value, unit) in printed.items():
-        assert unit == ("retries" if name.endswith(".retries") else "jobs/s"), name
+        assert unit == units.get(name.rsplit(".", 1)[1], "jobs/s"), name
         assert value >= 0
-
     results = results_of(tmp_path, "sj-mjc", printed)
+    runs = results["parameters"]["runs"]
+    for run in runs:  # each call is a statement, and runs more inside
+        assert run["statements"] > 2 * run["n_jobs"] / run["jobs_per_call"], run
+    assert sum(run["database_cpu_s"] for run in runs) > 0  # the server's pid was read (10 ms ticks)
     assert results["parameters"]["n_jobs_per_run"] == sj_mjc.SMOKE_JOBS
     assert is_png(tmp_path / "sj-mjc.png")
 
