@@ -179,8 +179,8 @@ async def test_a_bunch_that_meets_a_concurrent_one_is_answered_by_what_it_commit
         read = "SELECT job_id AS id FROM jobs WHERE batch_id = %s AND update_id = %s"
     else:
         first = update["start_job_group_id"]
-        held_insert = ("INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth, time_created_ms) "
-                       "VALUES (%s, %s, 0, %s, 1, 0)")
+        held_insert = ("INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth, "
+                       "time_created_ms) VALUES (%s, %s, 0, %s, 1, 0)")
         send = world.store.insert_job_groups(batch_id, update_id, [{"job_group_id": first, "parent_id": 0},
                                                                    {"job_group_id": first + 1, "parent_id": 0}])
         its_insert = "INSERT INTO job_groups (batch_id, job_group_id, parent_id, update_id, depth"
