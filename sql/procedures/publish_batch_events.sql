@@ -62,6 +62,11 @@ proc: BEGIN
 
   INSERT INTO tmp_publish (seq, batch_id)
     SELECT seq, batch_id FROM batch_event_outbox ORDER BY seq LIMIT in_max_events FOR UPDATE SKIP LOCKED;
+  -- Numbered and moved below by consistent reads: a row the locking read
+  -- took that such a read cannot see yet (its producer's commit not yet
+  -- visible) would be numbered, not inserted, and deleted: a gap and a lost
+  -- event (seen once under load). It is left to a later call instead.
+  DELETE t FROM tmp_publish t LEFT JOIN batch_event_outbox o ON o.seq = t.seq WHERE o.seq IS NULL;
   SELECT COUNT(*) INTO v_n FROM tmp_publish;
   IF v_n > 0 THEN
     INSERT INTO batch_event_sequences (batch_id)
