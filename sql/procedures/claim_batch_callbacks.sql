@@ -21,13 +21,19 @@ proc: BEGIN
     SELECT 3 AS rc, 'limit and lease must be at least 1' AS message;
     LEAVE proc;
   END IF;
-  DROP TEMPORARY TABLE IF EXISTS tmp_callbacks;
-  CREATE TEMPORARY TABLE tmp_callbacks (
-    batch_id BIGINT NOT NULL,
-    n_jobs INT NOT NULL,
-    has_url BOOLEAN NOT NULL,
-    PRIMARY KEY (batch_id, n_jobs)
-  );
+  IF @@in_transaction = 0 AND @corral_scratch_callbacks <=> 'b42626495f01' THEN
+    TRUNCATE TABLE tmp_callbacks;
+  ELSE
+    SET @corral_scratch_callbacks = NULL;
+    DROP TEMPORARY TABLE IF EXISTS tmp_callbacks;
+    CREATE TEMPORARY TABLE tmp_callbacks (
+      batch_id BIGINT NOT NULL,
+      n_jobs INT NOT NULL,
+      has_url BOOLEAN NOT NULL,
+      PRIMARY KEY (batch_id, n_jobs)
+    );
+    SET @corral_scratch_callbacks = 'b42626495f01';
+  END IF;
   START TRANSACTION;
   CALL check_epoch(in_epoch, v_ok);
   IF NOT v_ok THEN
@@ -65,7 +71,6 @@ proc: BEGIN
     JOIN batch_completions c ON c.batch_id = t.batch_id AND c.n_jobs = t.n_jobs
     JOIN batches b ON b.batch_id = c.batch_id
     ORDER BY c.batch_id, c.n_jobs;
-  DROP TEMPORARY TABLE IF EXISTS tmp_callbacks;
   SELECT 0 AS rc, 'ok' AS message, v_n AS n_claimed;
 END $$
 DELIMITER ;

@@ -31,17 +31,23 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   CALL create_change_tables();
-  -- Re-created, not emptied (see create_change_tables).
-  DROP TEMPORARY TABLE IF EXISTS tmp_rollups;
-  CREATE TEMPORARY TABLE tmp_rollups (
-    batch_id BIGINT NOT NULL,
-    job_id INT NOT NULL,
-    attempt_id VARCHAR(40) NOT NULL,
-    rollup_time_ms BIGINT NOT NULL,
-    cpu_time_ms BIGINT NULL,
-    peak_memory_bytes BIGINT NULL,
-    PRIMARY KEY (batch_id, job_id, attempt_id)
-  );
+  -- Made once per connection, emptied by TRUNCATE (see create_completion_tables).
+  IF @@in_transaction = 0 AND @corral_scratch_rollups <=> '4b57616b7ef9' THEN
+    TRUNCATE TABLE tmp_rollups;
+  ELSE
+    SET @corral_scratch_rollups = NULL;
+    DROP TEMPORARY TABLE IF EXISTS tmp_rollups;
+    CREATE TEMPORARY TABLE tmp_rollups (
+      batch_id BIGINT NOT NULL,
+      job_id INT NOT NULL,
+      attempt_id VARCHAR(40) NOT NULL,
+      rollup_time_ms BIGINT NOT NULL,
+      cpu_time_ms BIGINT NULL,
+      peak_memory_bytes BIGINT NULL,
+      PRIMARY KEY (batch_id, job_id, attempt_id)
+    );
+    SET @corral_scratch_rollups = '4b57616b7ef9';
+  END IF;
   INSERT INTO tmp_rollups (batch_id, job_id, attempt_id, rollup_time_ms, cpu_time_ms, peak_memory_bytes)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.rollup_time_ms, jt.cpu_time_ms, jt.peak_memory_bytes
     FROM JSON_TABLE(in_attempts, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',

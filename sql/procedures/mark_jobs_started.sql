@@ -53,20 +53,27 @@ proc: BEGIN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
     LEAVE proc;
   END IF;
-  -- Re-created, not emptied (see create_completion_tables). Rows go in sorted, and a scan follows insertion (the
-  -- hidden row id), so the locking reads below take rows in key order.
-  DROP TEMPORARY TABLE IF EXISTS tmp_job_starts;
-  CREATE TEMPORARY TABLE tmp_job_starts (
-    batch_id BIGINT NULL,
-    job_id INT NULL,
-    attempt_id VARCHAR(40) NULL,
-    start_time_ms BIGINT NULL,
-    isolation VARCHAR(512) NULL,
-    cpu_resource VARCHAR(128) NULL,
-    memory_resource VARCHAR(128) NULL,
-    outcome VARCHAR(32) NULL,
-    UNIQUE KEY (batch_id, job_id, attempt_id)
-  ) ENGINE=InnoDB;
+  -- Made once per connection, emptied by TRUNCATE (see create_completion_tables). Rows go in
+  -- sorted, and a scan follows insertion (the hidden row id), so the locking reads below take rows
+  -- in key order.
+  IF @@in_transaction = 0 AND @corral_scratch_job_starts <=> 'ec58285bbf00' THEN
+    TRUNCATE TABLE tmp_job_starts;
+  ELSE
+    SET @corral_scratch_job_starts = NULL;
+    DROP TEMPORARY TABLE IF EXISTS tmp_job_starts;
+    CREATE TEMPORARY TABLE tmp_job_starts (
+      batch_id BIGINT NULL,
+      job_id INT NULL,
+      attempt_id VARCHAR(40) NULL,
+      start_time_ms BIGINT NULL,
+      isolation VARCHAR(512) NULL,
+      cpu_resource VARCHAR(128) NULL,
+      memory_resource VARCHAR(128) NULL,
+      outcome VARCHAR(32) NULL,
+      UNIQUE KEY (batch_id, job_id, attempt_id)
+    ) ENGINE=InnoDB;
+    SET @corral_scratch_job_starts = 'ec58285bbf00';
+  END IF;
   -- A repeat of the same attempt in one call is recorded once.
   INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource,
                                      memory_resource)

@@ -36,19 +36,29 @@ proc: BEGIN
     LEAVE proc;
   END IF;
 
-  -- MEMORY tables, dropped and made again per call (as create_change_tables
-  -- does): nothing of a previous call is left on a pooled connection.
-  DROP TEMPORARY TABLE IF EXISTS tmp_cancelled_groups;
-  CREATE TEMPORARY TABLE tmp_cancelled_groups (
-    batch_id BIGINT NOT NULL,
-    job_group_id INT NOT NULL,
-    PRIMARY KEY (batch_id, job_group_id)
-  ) ENGINE=MEMORY;
-  DROP TEMPORARY TABLE IF EXISTS tmp_ready_heads;
-  CREATE TEMPORARY TABLE tmp_ready_heads (
-    batch_id BIGINT NOT NULL,
-    job_id INT NOT NULL
-  ) ENGINE=MEMORY;
+  -- MEMORY tables, made once per connection and emptied with DELETE, which
+  -- frees a MEMORY table's rows (InnoDB's would stay, unpurged) and, unlike
+  -- TRUNCATE, does not commit the snapshot this read runs in. Dropping them
+  -- on every call made the connection parse its routines again on the next
+  -- (see create_completion_tables).
+  IF @corral_scratch_ready_heads <=> 'a8392ad15ff2' THEN
+    DELETE FROM tmp_cancelled_groups;
+    DELETE FROM tmp_ready_heads;
+  ELSE
+    SET @corral_scratch_ready_heads = NULL;
+    DROP TEMPORARY TABLE IF EXISTS tmp_cancelled_groups;
+    CREATE TEMPORARY TABLE tmp_cancelled_groups (
+      batch_id BIGINT NOT NULL,
+      job_group_id INT NOT NULL,
+      PRIMARY KEY (batch_id, job_group_id)
+    ) ENGINE=MEMORY;
+    DROP TEMPORARY TABLE IF EXISTS tmp_ready_heads;
+    CREATE TEMPORARY TABLE tmp_ready_heads (
+      batch_id BIGINT NOT NULL,
+      job_id INT NOT NULL
+    ) ENGINE=MEMORY;
+    SET @corral_scratch_ready_heads = 'a8392ad15ff2';
+  END IF;
 
   -- Every group of a running batch that is cancelled, itself or through an
   -- ancestor (a Ready job's batch is running).
@@ -102,9 +112,6 @@ proc: BEGIN
   STRAIGHT_JOIN batches b ON b.batch_id = j.batch_id
   STRAIGHT_JOIN billing_projects p ON p.name = b.billing_project
   ORDER BY j.priority DESC, j.batch_id, j.job_id;
-
-  DROP TEMPORARY TABLE tmp_ready_heads;
-  DROP TEMPORARY TABLE tmp_cancelled_groups;
   SELECT 0 AS rc;
 END $$
 DELIMITER ;

@@ -66,39 +66,43 @@ proc: BEGIN
     WHERE NOT r.alone AND (r.to_child_id IS NULL OR e.job_id < r.to_child_id)
     GROUP BY e.batch_id, e.job_id;
 
-  -- The others one at a time, walked in key order through a numbered copy.
-  DROP TEMPORARY TABLE IF EXISTS tmp_release_walk;
-  CREATE TEMPORARY TABLE tmp_release_walk (
-    seq INT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-    batch_id BIGINT NOT NULL,
-    parent_id INT NOT NULL,
-    parent_state VARCHAR(20) NOT NULL,
-    from_child_id INT NOT NULL
-  );
-  INSERT INTO tmp_release_walk (batch_id, parent_id, parent_state, from_child_id)
-    SELECT batch_id, parent_id, parent_state, from_child_id FROM tmp_releases WHERE alone
-    ORDER BY batch_id, parent_id;
-  SET v_n_alone = ROW_COUNT();
-  WHILE v_i < v_n_alone DO
-    SET v_i = v_i + 1;
-    SELECT batch_id, parent_id, from_child_id,
-           CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2 WHEN 'Error' THEN 4 ELSE 8 END
-      INTO v_batch_id, v_parent_id, v_from, v_accepted_bit
-      FROM tmp_release_walk WHERE seq = v_i;
-    SET v_to = (SELECT job_id FROM job_parents FORCE INDEX (job_parents_parent)
-                WHERE batch_id = v_batch_id AND parent_id = v_parent_id AND job_id >= v_from
-                ORDER BY job_id
-                LIMIT 1 OFFSET in_span);
-    INSERT INTO tmp_children (batch_id, job_id, n_done, n_unaccepted)
-      SELECT batch_id, job_id, 1, (accepted_states & v_accepted_bit) = 0
-      FROM job_parents FORCE INDEX (job_parents_parent)
-      WHERE batch_id = v_batch_id AND parent_id = v_parent_id
-        AND job_id >= v_from AND (v_to IS NULL OR job_id < v_to)
-    ON DUPLICATE KEY UPDATE n_done = tmp_children.n_done + 1,
-                            n_unaccepted = tmp_children.n_unaccepted + VALUES(n_unaccepted);
-    UPDATE tmp_releases SET to_child_id = v_to WHERE batch_id = v_batch_id AND parent_id = v_parent_id;
-  END WHILE;
-  DROP TEMPORARY TABLE IF EXISTS tmp_release_walk;
+  -- The others one at a time, walked in key order through a numbered copy, made only
+  -- when there are some: dropping a temporary table makes the connection load and
+  -- parse its routines again on its next call (see create_completion_tables).
+  IF EXISTS (SELECT 1 FROM tmp_releases WHERE alone) THEN
+    DROP TEMPORARY TABLE IF EXISTS tmp_release_walk;
+    CREATE TEMPORARY TABLE tmp_release_walk (
+      seq INT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+      batch_id BIGINT NOT NULL,
+      parent_id INT NOT NULL,
+      parent_state VARCHAR(20) NOT NULL,
+      from_child_id INT NOT NULL
+    );
+    INSERT INTO tmp_release_walk (batch_id, parent_id, parent_state, from_child_id)
+      SELECT batch_id, parent_id, parent_state, from_child_id FROM tmp_releases WHERE alone
+      ORDER BY batch_id, parent_id;
+    SET v_n_alone = ROW_COUNT();
+    WHILE v_i < v_n_alone DO
+      SET v_i = v_i + 1;
+      SELECT batch_id, parent_id, from_child_id,
+             CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2 WHEN 'Error' THEN 4 ELSE 8 END
+        INTO v_batch_id, v_parent_id, v_from, v_accepted_bit
+        FROM tmp_release_walk WHERE seq = v_i;
+      SET v_to = (SELECT job_id FROM job_parents FORCE INDEX (job_parents_parent)
+                  WHERE batch_id = v_batch_id AND parent_id = v_parent_id AND job_id >= v_from
+                  ORDER BY job_id
+                  LIMIT 1 OFFSET in_span);
+      INSERT INTO tmp_children (batch_id, job_id, n_done, n_unaccepted)
+        SELECT batch_id, job_id, 1, (accepted_states & v_accepted_bit) = 0
+        FROM job_parents FORCE INDEX (job_parents_parent)
+        WHERE batch_id = v_batch_id AND parent_id = v_parent_id
+          AND job_id >= v_from AND (v_to IS NULL OR job_id < v_to)
+      ON DUPLICATE KEY UPDATE n_done = tmp_children.n_done + 1,
+                              n_unaccepted = tmp_children.n_unaccepted + VALUES(n_unaccepted);
+      UPDATE tmp_releases SET to_child_id = v_to WHERE batch_id = v_batch_id AND parent_id = v_parent_id;
+    END WHILE;
+    DROP TEMPORARY TABLE IF EXISTS tmp_release_walk;
+  END IF;
 
   SELECT COUNT(*) INTO out_n_children FROM tmp_children;
   IF out_n_children > 0 THEN

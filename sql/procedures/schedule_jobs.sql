@@ -55,28 +55,34 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   CALL create_change_tables();
-  DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
-  CREATE TEMPORARY TABLE tmp_schedule (
-    batch_id BIGINT NOT NULL,
-    job_id INT NOT NULL,
-    attempt_id VARCHAR(40) NULL,
-    found BOOLEAN NOT NULL DEFAULT FALSE,
-    old_state VARCHAR(20) NULL,
-    old_attempt_id VARCHAR(40) NULL,
-    always_run BOOLEAN NULL,
-    dependency_failed BOOLEAN NULL,
-    job_group_id INT NULL,
-    inst_coll VARCHAR(100) NULL,
-    cores_mcpu INT NULL,
-    memory_bytes BIGINT NULL,
-    storage_bytes BIGINT NULL,
-    billing_project VARCHAR(100) NULL,
-    reserve_ms BIGINT NULL,
-    reserve_micro_usd BIGINT NOT NULL DEFAULT 0,
-    group_cancelled BOOLEAN NOT NULL DEFAULT FALSE,
-    outcome VARCHAR(32) NULL,
-    PRIMARY KEY (batch_id, job_id)
-  );
+  IF @@in_transaction = 0 AND @corral_scratch_schedule <=> '6819caef921b' THEN
+    TRUNCATE TABLE tmp_schedule;
+  ELSE
+    SET @corral_scratch_schedule = NULL;
+    DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
+    CREATE TEMPORARY TABLE tmp_schedule (
+      batch_id BIGINT NOT NULL,
+      job_id INT NOT NULL,
+      attempt_id VARCHAR(40) NULL,
+      found BOOLEAN NOT NULL DEFAULT FALSE,
+      old_state VARCHAR(20) NULL,
+      old_attempt_id VARCHAR(40) NULL,
+      always_run BOOLEAN NULL,
+      dependency_failed BOOLEAN NULL,
+      job_group_id INT NULL,
+      inst_coll VARCHAR(100) NULL,
+      cores_mcpu INT NULL,
+      memory_bytes BIGINT NULL,
+      storage_bytes BIGINT NULL,
+      billing_project VARCHAR(100) NULL,
+      reserve_ms BIGINT NULL,
+      reserve_micro_usd BIGINT NOT NULL DEFAULT 0,
+      group_cancelled BOOLEAN NOT NULL DEFAULT FALSE,
+      outcome VARCHAR(32) NULL,
+      PRIMARY KEY (batch_id, job_id)
+    );
+    SET @corral_scratch_schedule = '6819caef921b';
+  END IF;
   INSERT INTO tmp_schedule (batch_id, job_id, attempt_id)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',
@@ -247,7 +253,6 @@ proc: BEGIN
          IF(outcome = 'start_created', 'scheduled', outcome) AS outcome
     FROM tmp_schedule ORDER BY batch_id, job_id;
   SELECT 0 AS rc, 'ok' AS message, v_used_mcpu AS scheduled_cores_mcpu;
-  DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
   IF v_budgeted THEN
     DROP TEMPORARY TABLE IF EXISTS tmp_budget;
   END IF;
