@@ -68,6 +68,11 @@ proc: BEGIN
     SELECT 3 AS rc, 'jobs must be a JSON array' AS message;
     LEAVE proc;
   END IF;
+  -- Dropped and made again on every call, unlike the driver's scratch tables
+  -- (create_completion_tables): the drop makes the connection parse this
+  -- routine again on its next call, and kept, the fan-out check below failed
+  -- on its second run from the routine cache (MariaDB 10.11: "Unknown column
+  -- 'x.parent_id'" in its nested derived table).
   DROP TEMPORARY TABLE IF EXISTS tmp_new_jobs;
   -- Not unique: a job id given twice is counted below and refused.
   CREATE TEMPORARY TABLE tmp_new_jobs (
