@@ -254,9 +254,16 @@ class JobStore:
         """MJC: [{batch_id, job_id, attempt_id, state, exit_code, start_time_ms, end_time_ms, reason,
         error_message, cpu_time_ms, peak_memory_bytes}] -> per-job outcomes. Releases up to
         `max_children` children of the completed jobs; the releaser takes the rest."""
-        _, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs, self.clock_ms(),
-                                            max_children)
-        return result_sets[0]
+        return (await self.mark_jobs_complete_status(epoch, instance_name, jobs, max_children))["outcomes"]
+
+    async def mark_jobs_complete_status(self, epoch: int, instance_name: str | None, jobs: list[Row],
+                                        max_children: int = INLINE_CHILDREN) -> Row:
+        """MJC, with its status row (n_completed, n_retried, n_queued, n_ready_children) and `outcomes`:
+        {batch_id, job_id, outcome, inst_coll, cores_mcpu, user} per job, `user` set where the job's
+        attempt left Running or Creating now."""
+        status, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs,
+                                                 self.clock_ms(), max_children)
+        return {**status, "outcomes": result_sets[0]}
 
     async def heartbeat_rollup(self, epoch: int, instance_name: str, attempts: list[Row]) -> Row:
         """[{batch_id, job_id, attempt_id, rollup_time_ms}] from a heartbeat."""

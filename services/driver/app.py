@@ -71,10 +71,12 @@ from services.common.specs import SpecStore
 log = logging.getLogger(__name__)
 
 
-_DEMAND_UNCHANGED = frozenset({"job_started", "instance_active", "worker_connected", "CHANGE_KIND_BILLING_CHANGED"})
-"""Changes after which the scheduler may go on reusing its fair-share read: they move no job in or out of Ready
-or Running. Every other change (a commit, a cancellation, a job's end, which may release its children or
-retry it, a lost worker) ends the reuse."""
+_DEMAND_UNCHANGED = frozenset({"job_started", "job_ended", "instance_active", "worker_connected",
+                               "CHANGE_KIND_BILLING_CHANGED"})
+"""Changes after which the scheduler may go on reusing its fair-share read: they move no job into Ready, and
+what they move out of Ready or Running the scheduler counts itself (the jobs it starts, and the ends MJC
+reports: `job_ended`, a pass of ends that made no job Ready). Every other change (a commit, a cancellation,
+an end that released children or retried its job, a lost worker) ends the reuse."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,10 +318,14 @@ async def start(config: DriverConfig) -> DriverApp:
 
         # Who a worker's job events wake, besides the scheduler: each of these runs a cycle of reads, and
         # at hundreds of jobs a second, waking all five on every pass was a good part of the database's
-        # work. A job's start moves nothing but its events; its end may release children (which MJC
-        # does itself for a few, possibly with a failed dependency) and frees cores. The running
-        # canceller waits for a cancellation (or its period): a start after one is refused by MJS.
-        woken_by = {"job_started": (publisher,), "job_completed": (canceller, releaser, autoscaler, publisher)}
+        # work. A job's start moves nothing but its events. Its end frees cores, and may release children
+        # (which MJC does itself for a few, possibly with a failed dependency, and queues the rest for the
+        # releaser) or retry the job: `job_completed`. A pass of ends that did neither is `job_ended`: it
+        # leaves the releaser and the Ready canceller nothing to do, and the autoscaler, which starts
+        # machines when Ready demand exceeds free cores, no reason to start one. The running canceller
+        # waits for a cancellation (or its period): a start after one is refused by MJS.
+        woken_by = {"job_started": (publisher,), "job_completed": (canceller, releaser, autoscaler, publisher),
+                    "job_ended": (publisher,)}
 
         def on_change(kind: str) -> None:
             if kind in _DEMAND_UNCHANGED:
@@ -341,7 +347,7 @@ async def start(config: DriverConfig) -> DriverApp:
             log.warning("%s no longer leads; %d worker sessions ended", state.name, ended)
 
         servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session,
-                                  on_deactivated=on_deactivated)
+                                  on_deactivated=on_deactivated, on_ended=scheduler.ended)
         enrollment = Service(ENROLLMENT_SERVICE, EnrollmentServicer(store, _worker_issuer(config), config.enrollment),
                              worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)
         servers = await serve([Service("corral.driver.v1.DriverService", servicer,

@@ -23,8 +23,8 @@ import dataclasses
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from services.db.database import Database
 from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of
@@ -116,6 +116,24 @@ class Scheduler(Loop):
             UserDemand(d.user, d.running_cores_mcpu + cores_by_user.get(d.user, 0),
                        max(0, d.ready_cores_mcpu - cores_by_user.get(d.user, 0)))
             for d in self._demand[pool]]
+
+    def ended(self, jobs: Sequence[Mapping[str, Any]]) -> None:
+        """Jobs whose attempts left Running for a final state (MJC's outcome rows: user, inst_coll,
+        cores_mcpu): the demand read, if reused, no longer counts their cores as running, and the next
+        cycle may place work on the cores they freed. A read running now may count them or not; the error,
+        at most those cores, lasts until the next read (at most `demand_reuse_s`)."""
+        if self._demand is not None:
+            by_pool: dict[str, dict[str, int]] = {}
+            for job in jobs:
+                users = by_pool.setdefault(job["inst_coll"], {})
+                users[job["user"]] = users.get(job["user"], 0) + int(job["cores_mcpu"])
+            for pool, cores_by_user in by_pool.items():
+                if pool in self._demand:
+                    self._demand[pool] = [
+                        UserDemand(d.user, max(0, d.running_cores_mcpu - cores_by_user.get(d.user, 0)),
+                                   d.ready_cores_mcpu)
+                        for d in self._demand[pool]]
+        self.notify()
 
     async def cycle(self) -> None:
         epoch = self._epoch()

@@ -29,7 +29,8 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
 
 import grpc
 from google.protobuf import duration_pb2
@@ -81,7 +82,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
     def __init__(self, db: Database, store: JobStore, sessions: SessionRegistry, epoch: Callable[[], int | None],
                  leader_address: Callable[[], str], on_change: Callable[[str], None],
                  settings: SessionSettings = SessionSettings(),
-                 on_deactivated: Callable[[str], None] = lambda name: None):
+                 on_deactivated: Callable[[str], None] = lambda name: None,
+                 on_ended: Callable[[Sequence[dict[str, Any]]], None] = lambda jobs: None):
         self._db = db
         self._store = store
         self._sessions = sessions
@@ -91,7 +93,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         self._settings = settings
         self._on_deactivated = on_deactivated
         """Called with an instance's name once its worker deactivated itself (idle, asked, or preempted)."""
-        self._events = WorkerEvents(store, on_change)
+        self._events = WorkerEvents(store, on_change, on_ended)
 
     def _leader_epoch(self) -> int:
         epoch = self._epoch()

@@ -76,9 +76,13 @@ def _completion_row(done: Any) -> dict[str, Any]:
 class WorkerEvents:
     """Records passes of one driver's worker events (see the module docstring)."""
 
-    def __init__(self, store: JobStore, on_change: Callable[[str], None]):
+    def __init__(self, store: JobStore, on_change: Callable[[str], None],
+                 on_ended: Callable[[Sequence[dict[str, Any]]], None] = lambda jobs: None):
         self._store = store
         self._on_change = on_change
+        self._on_ended = on_ended
+        """Called with MJC's outcome rows of the jobs whose attempts just left Running for a final state
+        (user, inst_coll, cores_mcpu), before on_change."""
 
     async def record(self, epoch: int, instance: str, messages: Sequence[pb.WorkerSessionRequest]) -> Recorded:
         """Record the job events and heartbeats among `messages` (other kinds are the caller's)."""
@@ -105,10 +109,13 @@ class WorkerEvents:
             for m in completions:  # a repeat within one pass is recorded once
                 row = _completion_row(m.job_completed)
                 rows.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
-            await self._store.mark_jobs_complete(epoch, instance, list(rows.values()))
+            done = await self._store.mark_jobs_complete_status(epoch, instance, list(rows.values()))
             out.acks += [m.event_id for m in completions]
             out.completed = len(completions)
-            self._on_change("job_completed")
+            self._on_ended([o for o in done["outcomes"] if o["outcome"] == "completed" and o["user"] is not None])
+            # Only their ends, or more: children made Ready or queued for the releaser, or an attempt retried.
+            moved = done["n_ready_children"] or done["n_queued"] or done["n_retried"]
+            self._on_change("job_completed" if moved else "job_ended")
         if heartbeats:  # even without rollups: it says the instance is alive
             await self._store.heartbeat_rollup(epoch, instance, [
                 {"batch_id": b, "job_id": j, "attempt_id": a, **row} for (b, j, a), row in rollups.items()])

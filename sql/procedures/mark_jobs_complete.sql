@@ -12,9 +12,12 @@
 -- (complete_jobs_core).
 -- An attempt's end may make a new attempt instead (outcome 'retried':
 -- decide_retries, the job's RetryPolicy).
--- Returns one row per job (batch_id, job_id, outcome), then the status row
--- (n_completed, n_retried, and n_queued: parents whose children wait in the
--- queue).
+-- Returns one row per job (batch_id, job_id, outcome, inst_coll, cores_mcpu,
+-- and user: for a job whose attempt left Running or Creating now, 'completed'
+-- or 'retried', its user, NULL otherwise; what the scheduler's reused
+-- fair-share read takes off the user's running cores), then the status row (n_completed, n_retried,
+-- n_queued: parents whose children wait in the queue, and n_ready_children:
+-- children this call made Ready).
 DROP PROCEDURE IF EXISTS mark_jobs_complete;
 DELIMITER $$
 CREATE PROCEDURE mark_jobs_complete(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
@@ -81,10 +84,15 @@ proc: BEGIN
   COMMIT;
 
   CALL check_completions(in_now_ms);
-  SELECT batch_id, job_id, outcome FROM tmp_job_completions ORDER BY batch_id, job_id;
+  SELECT t.batch_id, t.job_id, t.outcome, j.user, t.inst_coll, t.cores_mcpu
+    FROM tmp_job_completions t
+    LEFT JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+      AND t.outcome IN ('completed', 'retried') AND t.old_state IN ('Running', 'Creating')
+    ORDER BY t.batch_id, t.job_id;
   SELECT 0 AS rc, 'ok' AS message,
          (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'completed') AS n_completed,
          (SELECT COUNT(*) FROM tmp_job_completions WHERE outcome = 'retried') AS n_retried,
-         (SELECT COUNT(*) FROM tmp_releases WHERE to_child_id IS NOT NULL) AS n_queued;
+         (SELECT COUNT(*) FROM tmp_releases WHERE to_child_id IS NOT NULL) AS n_queued,
+         (SELECT COUNT(*) FROM tmp_children WHERE becomes_ready) AS n_ready_children;
 END $$
 DELIMITER ;

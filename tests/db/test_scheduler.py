@@ -6,12 +6,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from google.protobuf import timestamp_pb2
 
 import services.driver.scheduler as scheduler_module
+from corral.batch.v1 import job_state_pb2
+from corral.driver.v1 import driver_service_pb2 as pb
+from corral.driver.v1 import worker_session_pb2 as ws
 from services.db.database import Database
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_demand
 from services.driver.scheduler import Placement, Scheduler
+from services.driver.worker_events import WorkerEvents
 from services.policy.fair_share import UserDemand
 from tests.world import World
 
@@ -120,6 +125,67 @@ async def test_a_reused_fair_share_read_counts_the_jobs_it_started_and_new_work_
 
 async def scheduler_demand(world: World) -> dict[str, list[UserDemand]]:
     return await read_demand(world.db)
+
+
+def _worker_pass(placements: Sequence[Placement]) -> list[pb.WorkerSessionRequest]:
+    """What a worker reports for attempts that started and succeeded: one pass of its session."""
+    now = timestamp_pb2.Timestamp()
+    now.GetCurrentTime()
+    messages = []
+    for n, p in enumerate(placements):
+        attempt = ws.AttemptRef(batch_id=p.batch_id, job_id=p.job_id, attempt_id=p.attempt_id)
+        messages += [pb.WorkerSessionRequest(event_id=2 * n + 1, job_started=ws.JobStarted(attempt=attempt,
+                                                                                            start_time=now)),
+                     pb.WorkerSessionRequest(event_id=2 * n + 2, job_completed=ws.JobCompleted(
+                         attempt=attempt, state=job_state_pb2.JOB_STATE_SUCCEEDED, exit_code=0, start_time=now,
+                         end_time=now))]
+    return messages
+
+
+async def test_a_reused_fair_share_read_counts_the_ends_a_worker_reports(world: World) -> None:
+    """A pass of ends that makes no job Ready keeps the read, taking the ended jobs' cores off their users'
+    running cores, so that it still says what a fresh read says; a pass whose ends release a child ends the
+    reuse (the child is Ready: new work, as the driver's on_change says)."""
+    await world.instance("i1", cores_mcpu=2000)
+    await world.batch([{} for _ in range(5)], user="alice")
+    bob, _, bob_start = await world.batch(
+        [{}, {"parents": [{"in_update_offset": -1, "accepted_states": 1}]}], user="bob")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, demand_reuse_s=3600)
+    kinds: list[str] = []
+    ended: list[dict] = []
+
+    def on_change(kind: str) -> None:
+        kinds.append(kind)
+        if kind == "job_completed":
+            scheduler.new_work()
+
+    def on_ended(jobs: Sequence[dict]) -> None:
+        ended.extend(jobs)
+        scheduler.ended(jobs)
+
+    events = WorkerEvents(world.store, on_change, on_ended)
+    await scheduler.cycle()
+    first = list(dispatcher.sent)
+    assert len(first) == 2 and {p.batch_id for p in first} >= {bob}  # one each: bob's parent and one of alice's
+    await events.record(world.epoch, "i1", _worker_pass([p for p in first if p.batch_id != bob]))
+    assert kinds == ["job_started", "job_ended"]
+    assert [(j["user"], j["inst_coll"], j["cores_mcpu"]) for j in ended] == [("alice", "standard", 1000)]
+    assert scheduler._demand is not None
+    assert _waiting(scheduler._demand) == _waiting(await scheduler_demand(world))  # what the counters now say
+
+    await events.record(world.epoch, "i1", _worker_pass([p for p in first if p.batch_id == bob]))
+    assert kinds[2:] == ["job_started", "job_completed"]  # bob's child is Ready now
+    assert await world.state(bob, bob_start + 1) == "Ready"
+    await scheduler.cycle()
+    assert scheduler._demand is not None
+    assert _waiting(scheduler._demand) == _waiting(await scheduler_demand(world))
+    assert await check_invariants(world.db) == []
+
+
+def _waiting(demand: dict[str, list[UserDemand]]) -> dict[str, list[UserDemand]]:
+    """The users with Ready cores (a reused read keeps, with none, those whose last jobs it started)."""
+    return {pool: [d for d in users if d.ready_cores_mcpu > 0] for pool, users in demand.items()}
 
 
 async def test_a_fair_share_read_that_new_work_overlapped_is_not_reused(
