@@ -15,9 +15,9 @@
 -- Returns one row per job (batch_id, job_id, outcome, inst_coll, cores_mcpu,
 -- and user: for a job whose attempt left Running or Creating now, 'completed'
 -- or 'retried', its user, NULL otherwise; what the scheduler's reused
--- fair-share read takes off the user's running cores), then the status row (n_completed, n_retried,
--- n_queued: parents whose children wait in the queue, and n_ready_children:
--- children this call made Ready).
+-- fair-share read takes off the user's running cores), then the status row
+-- (n_completed, n_retried, n_queued: parents whose children wait in the
+-- queue, and n_ready_children: children this call made Ready).
 DROP PROCEDURE IF EXISTS mark_jobs_complete;
 DELIMITER $$
 CREATE PROCEDURE mark_jobs_complete(IN in_epoch BIGINT, IN in_instance_name VARCHAR(100),
