@@ -110,30 +110,31 @@ class Scheduler(Loop):
 
     def _started(self, pool: str, cores_by_user: dict[str, int]) -> None:
         """The demand read, as the jobs this cycle started in `pool` changed it."""
-        if self._demand is None or pool not in self._demand:
-            return
-        self._demand[pool] = [
-            UserDemand(d.user, d.running_cores_mcpu + cores_by_user.get(d.user, 0),
-                       max(0, d.ready_cores_mcpu - cores_by_user.get(d.user, 0)))
-            for d in self._demand[pool]]
+        self._shift(pool, cores_by_user, from_ready=True)
 
     def ended(self, jobs: Sequence[Mapping[str, Any]]) -> None:
         """Jobs whose attempts left Running for a final state (MJC's outcome rows: user, inst_coll,
         cores_mcpu): the demand read, if reused, no longer counts their cores as running, and the next
         cycle may place work on the cores they freed. A read running now may count them or not; the error,
         at most those cores, lasts until the next read (at most `demand_reuse_s`)."""
-        if self._demand is not None:
-            by_pool: dict[str, dict[str, int]] = {}
-            for job in jobs:
-                users = by_pool.setdefault(job["inst_coll"], {})
-                users[job["user"]] = users.get(job["user"], 0) + int(job["cores_mcpu"])
-            for pool, cores_by_user in by_pool.items():
-                if pool in self._demand:
-                    self._demand[pool] = [
-                        UserDemand(d.user, max(0, d.running_cores_mcpu - cores_by_user.get(d.user, 0)),
-                                   d.ready_cores_mcpu)
-                        for d in self._demand[pool]]
+        by_pool: dict[str, dict[str, int]] = {}
+        for job in jobs:
+            users = by_pool.setdefault(job["inst_coll"], {})
+            users[job["user"]] = users.get(job["user"], 0) + int(job["cores_mcpu"])
+        for pool, cores_by_user in by_pool.items():
+            self._shift(pool, {user: -cores for user, cores in cores_by_user.items()}, from_ready=False)
         self.notify()
+
+    def _shift(self, pool: str, cores_by_user: dict[str, int], from_ready: bool) -> None:
+        """Add cores to the users' running cores in the reused read of `pool` (never below 0), taking them
+        from their Ready cores if `from_ready`."""
+        if self._demand is None or pool not in self._demand:
+            return
+        self._demand[pool] = [
+            UserDemand(d.user, max(0, d.running_cores_mcpu + cores_by_user.get(d.user, 0)),
+                       max(0, d.ready_cores_mcpu - cores_by_user.get(d.user, 0)) if from_ready
+                       else d.ready_cores_mcpu)
+            for d in self._demand[pool]]
 
     async def cycle(self) -> None:
         epoch = self._epoch()
