@@ -282,7 +282,10 @@ class RunningServers:
             while True:
                 self._recheck.clear()
                 try:
-                    await asyncio.wait_for(probe(), timeout_s)
+                    # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives as the
+                    # probe answers (CPython gh-86296), and stop() would wait for this loop forever.
+                    async with asyncio.timeout(timeout_s):
+                        await probe()
                     healthy, why = ready(), "not ready"
                 except Exception as e:  # noqa: BLE001 - any failure means not serving
                     healthy, why = False, f"health probe failed: {e}"

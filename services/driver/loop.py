@@ -76,7 +76,8 @@ class Loop(abc.ABC):
         """Wait until `n` more cycles have finished (for tests and shutdown)."""
         async with self._cycle_done:
             target = self.cycles + n
-            await asyncio.wait_for(self._cycle_done.wait_for(lambda: self.cycles >= target), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._cycle_done.wait_for(lambda: self.cycles >= target)
 
 
 def _nothing() -> None:

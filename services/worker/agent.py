@@ -567,7 +567,8 @@ class Worker:
             if remaining is not None and remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
             except TimeoutError:
                 return predicate()
         return True

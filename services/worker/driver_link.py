@@ -164,6 +164,7 @@ class DriverLink:
                     await self.forget()
 
         try:
-            await asyncio.wait_for(deactivate(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await deactivate()
         except TimeoutError:
             log.warning("%s: no driver took DeactivateWorker in %g s", request.instance_name, timeout_s)

@@ -161,7 +161,8 @@ class SkopeoUmoci:
             *launcher(), *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE)
         try:
-            stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                stdout, stderr = await process.communicate()
         except TimeoutError:
             raise ImagePullError(what, PullFailure.TIMED_OUT,
                                  f"{argv[0]} {argv[1]} did not finish within {timeout_s:g} s") from None

@@ -189,7 +189,8 @@ class LogPipe(asyncio.Protocol):
     async def drain(self, timeout_s: float) -> None:
         """Read until every writer has closed the pipe, or stop reading after `timeout_s`."""
         try:
-            await asyncio.wait_for(asyncio.shield(self._lost), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.shield(self._lost)
         except TimeoutError:
             self.close()
 

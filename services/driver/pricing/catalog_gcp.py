@@ -78,9 +78,8 @@ async def gcp_prices(settings: GcpCatalogSettings, machines: Collection[Machine]
     try:
         # The thread's own deadline ends its last request; this one returns on time even if a server
         # trickles bytes (the SDK's timeout is per socket read).
-        skus = await asyncio.wait_for(
-            asyncio.get_running_loop().run_in_executor(executor, _read, settings, regions),
-            settings.timeout_s + 1.0)
+        async with asyncio.timeout(settings.timeout_s + 1.0):
+            skus = await asyncio.get_running_loop().run_in_executor(executor, _read, settings, regions)
     except TimeoutError:
         raise CatalogUnavailable(f"{WHERE}: no answer within {settings.timeout_s:g} s") from None
     finally:

@@ -76,7 +76,8 @@ class Runc:
             self.binary, "--root", str(self.root), *args, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={"PATH": SYSTEM_PATH}, cwd="/")
         try:
-            out, err = await asyncio.wait_for(process.communicate(), COMMAND_TIMEOUT_S)
+            async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                out, err = await process.communicate()
         except TimeoutError:
             process.kill()
             await process.wait()

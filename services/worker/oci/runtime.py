@@ -414,7 +414,8 @@ class OciRuntime:
             read_fd = -1
             timeout_s = attempt_timeout_s(job.spec, self.config.max_timeout_s)
             try:
-                running = await asyncio.wait_for(wait_until_running(runc, pid_file), self.config.start_timeout_s)
+                async with asyncio.timeout(self.config.start_timeout_s):
+                    running = await wait_until_running(runc, pid_file)
             except TimeoutError:
                 raise AttemptFailed("runc", f"the container did not start in {self.config.start_timeout_s:g} s "
                                     "(runc is stuck); it was killed") from None
@@ -499,7 +500,8 @@ class OciRuntime:
         if attempt.runc is not None and attempt.runc.returncode is None:  # our task was cancelled meanwhile
             await self._signal(attempt, "KILL")
             try:
-                await asyncio.wait_for(attempt.runc.wait(), self.config.kill_grace_s)
+                async with asyncio.timeout(self.config.kill_grace_s):
+                    await attempt.runc.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):  # the keeper and runc, in its process group
                     os.killpg(attempt.runc.pid, signal.SIGKILL)
