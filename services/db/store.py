@@ -238,8 +238,9 @@ class JobStore:
 
     async def mark_jobs_started(self, epoch: int, instance_name: str, jobs: list[Row],
                                 instance_products: bool = False) -> Row:
-        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource?, memory_resource?}] ->
-        the status row (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome} per job.
+        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource?, memory_resource?,
+        instance_name?}] -> the status row (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome}
+        per job. A row's instance_name, where given, is its attempt's instance instead of `instance_name`.
         `instance_products`: a started attempt is billed to the instance's products at their current
         prices, where its row names no resource (what the driver does)."""
         status, result_sets = await self.db.call("mark_jobs_started", epoch, instance_name, jobs, instance_products)
@@ -260,7 +261,8 @@ class JobStore:
                                         max_children: int = INLINE_CHILDREN) -> Row:
         """MJC, with its status row (n_completed, n_retried, n_queued, n_ready_children) and `outcomes`:
         {batch_id, job_id, outcome, inst_coll, cores_mcpu, user} per job, `user` set where the job's
-        attempt left Running or Creating now."""
+        attempt left Running or Creating now. A row's instance_name, where given, is its attempt's instance
+        instead of `instance_name`; a job appears at most once per call."""
         status, result_sets = await self.db.call("mark_jobs_complete", epoch, instance_name, jobs,
                                                  self.clock_ms(), max_children)
         return {**status, "outcomes": result_sets[0]}

@@ -9,6 +9,17 @@ records what each started attempt uses), one bulk MJC and one heartbeat rollup
 per pass. Under load the passes grow; when idle each holds
 one event and nothing waits.
 
+The passes of all of a driver's sessions are recorded together: while one
+combined pass runs, the passes that arrive wait, and the next takes them all
+(up to MAX_EVENTS_PER_CALL events), with one MJS and one MJC for every
+worker, each row naming its instance. Per-call cost is most of what these
+procedures cost at a few events per call, so a fleet pays it once per pass
+rather than once per worker. Two sessions that report the same attempt or
+job (a lost worker's attempt and its retry's) go in separate calls. If a
+combined pass fails, each of its sessions' passes is recorded again alone,
+so that one worker's events (or a refused call) fail only its own session;
+what the combined call committed repeats as a no-op.
+
 Within a pass, starts are recorded before completions (MJC before MJS is
 harmless, but in order is cheaper) and each event is acknowledged only after
 its procedure committed, so a worker re-sends what a broken session lost and
@@ -18,13 +29,17 @@ how a worker knows its driver is still there.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from services.db.store import JobStore
+
+log = logging.getLogger(__name__)
 
 _FINAL = {job_state_pb2.JOB_STATE_SUCCEEDED: "Success", job_state_pb2.JOB_STATE_FAILED: "Failed",
           job_state_pb2.JOB_STATE_ERROR: "Error", job_state_pb2.JOB_STATE_CANCELLED: "Cancelled"}
@@ -38,7 +53,10 @@ STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
 
 MAX_ERROR_MESSAGE_CHARS = 8000
 MAX_EVENTS_PER_PASS = 500
-"""Events recorded in one pass at most (bounds one procedure call's payload)."""
+"""Events one session's pass takes at most."""
+MAX_EVENTS_PER_CALL = 2000
+"""Events of several sessions' passes recorded together at most (bounds one procedure call's payload);
+a single pass larger than this still goes in alone."""
 
 
 @dataclasses.dataclass
@@ -73,6 +91,41 @@ def _completion_row(done: Any) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass
+class _Pass:
+    """One session's pass, waiting to be recorded."""
+
+    epoch: int
+    instance: str
+    messages: Sequence[pb.WorkerSessionRequest]
+    done: asyncio.Future[Recorded]
+
+
+def _rounds(rows: Sequence[tuple[int, dict[str, Any]]], key: Callable[[dict[str, Any]], tuple]
+            ) -> list[list[tuple[int, dict[str, Any]]]]:
+    """`rows` split into as few calls as keep each key once per call, in order (two sessions can
+    report the same job: a lost worker's attempt and its retry's)."""
+    rounds: list[list[tuple[int, dict[str, Any]]]] = []
+    seen: list[set[tuple]] = []
+    for row in rows:
+        k = key(row[1])
+        n = next((n for n, keys in enumerate(seen) if k not in keys), len(rounds))
+        if n == len(rounds):
+            rounds.append([])
+            seen.append(set())
+        rounds[n].append(row)
+        seen[n].add(k)
+    return rounds
+
+
+def _attempt_key(row: dict[str, Any]) -> tuple:
+    return row["batch_id"], row["job_id"], row["attempt_id"]
+
+
+def _job_key(row: dict[str, Any]) -> tuple:
+    return row["batch_id"], row["job_id"]
+
+
 class WorkerEvents:
     """Records passes of one driver's worker events (see the module docstring)."""
 
@@ -83,62 +136,148 @@ class WorkerEvents:
         self._on_ended = on_ended
         """Called with MJC's outcome rows of the jobs whose attempts just left Running for a final state
         (user, inst_coll, cores_mcpu), before on_change."""
+        self._waiting: list[_Pass] = []
+        self._recording: asyncio.Task[None] | None = None
+        self.calls = 0
+        """Combined passes recorded (for tests and benchmarks)."""
 
     async def record(self, epoch: int, instance: str, messages: Sequence[pb.WorkerSessionRequest]) -> Recorded:
-        """Record the job events and heartbeats among `messages` (other kinds are the caller's)."""
-        out = Recorded()
-        starts = [m for m in messages if m.WhichOneof("payload") == "job_started"]
-        completions = [m for m in messages if m.WhichOneof("payload") == "job_completed"]
-        heartbeats = [m for m in messages if m.WhichOneof("payload") == "heartbeat"]
-        rollups: dict[tuple[int, int, str], dict[str, Any]] = {}
-        for m in heartbeats:
-            for r in m.heartbeat.rollups:
-                key = (r.attempt.batch_id, r.attempt.job_id, r.attempt.attempt_id)
-                row = rollups.setdefault(key, {"rollup_time_ms": 0})
-                row["rollup_time_ms"] = max(row["rollup_time_ms"], r.rollup_time.ToMilliseconds())
-                # The worker's latest sample, for users to read while it runs (billing stays on the reservation).
-                if r.usage.HasField("cpu_time"):
-                    row["cpu_time_ms"] = max(row.get("cpu_time_ms", 0), r.usage.cpu_time.ToMilliseconds())
-                if r.usage.peak_memory_bytes:
-                    row["peak_memory_bytes"] = max(row.get("peak_memory_bytes", 0), r.usage.peak_memory_bytes)
-        if starts:
-            await self._record_starts(epoch, instance, starts, out)
-            self._on_change("job_started")
-        if completions:
-            rows = {}
-            for m in completions:  # a repeat within one pass is recorded once
-                row = _completion_row(m.job_completed)
-                rows.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
-            done = await self._store.mark_jobs_complete_status(epoch, instance, list(rows.values()))
-            out.acks += [m.event_id for m in completions]
-            out.completed = len(completions)
-            self._on_ended([o for o in done["outcomes"] if o["outcome"] == "completed" and o["user"] is not None])
-            # Only their ends, or more: children made Ready or queued for the releaser, or an attempt retried.
-            moved = done["n_ready_children"] or done["n_queued"] or done["n_retried"]
-            self._on_change("job_completed" if moved else "job_ended")
-        if heartbeats:  # even without rollups: it says the instance is alive
-            await self._store.heartbeat_rollup(epoch, instance, [
-                {"batch_id": b, "job_id": j, "attempt_id": a, **row} for (b, j, a), row in rollups.items()])
-            # Acknowledged once recorded: the worker hears its driver at every heartbeat, and one it
-            # no longer hears from (paused, cut off from the database) is left for the leader.
-            out.acks += [m.event_id for m in heartbeats]
-        return out
+        """Record the job events and heartbeats among `messages` (other kinds are the caller's), in the
+        next combined pass: with the passes of every session that arrive while the one before runs."""
+        part = _Pass(epoch, instance, messages, asyncio.get_running_loop().create_future())
+        self._waiting.append(part)
+        if self._recording is None:
+            self._recording = asyncio.create_task(self._record_waiting())
+        return await part.done
 
-    async def _record_starts(self, epoch: int, instance: str, starts: Sequence[pb.WorkerSessionRequest],
-                             out: Recorded) -> None:
-        by_key = {}
-        for m in starts:  # a repeat within one pass is recorded once
-            # MJS also records what each started attempt uses per millisecond (the job's reservation), at
-            # the prices of the instance's products in force now.
-            row = {**_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
-                   "isolation": m.job_started.isolation}
-            by_key.setdefault((row["batch_id"], row["job_id"], row["attempt_id"]), row)
-        rows = list(by_key.values())
-        status = await self._store.mark_jobs_started(epoch, instance, rows, instance_products=True)
-        outcomes = {(o["batch_id"], o["job_id"], o["attempt_id"]): o["outcome"] for o in status["outcomes"]}
-        for row in rows:
-            outcome = outcomes.get((row["batch_id"], row["job_id"], row["attempt_id"]), "not_found")
-            if outcome in STOP_AT_START:
-                out.stop.append(({k: row[k] for k in ("batch_id", "job_id", "attempt_id")}, STOP_AT_START[outcome]))
-        out.acks += [m.event_id for m in starts]
-        out.started = len(starts)
+    async def _record_waiting(self) -> None:
+        taken: list[_Pass] = []
+        try:
+            while self._waiting:
+                taken, n = [], 0
+                while self._waiting and (not taken or n + len(self._waiting[0].messages) <= MAX_EVENTS_PER_CALL):
+                    n += len(self._waiting[0].messages)
+                    taken.append(self._waiting.pop(0))
+                for epoch in dict.fromkeys(p.epoch for p in taken):  # one epoch, unless it just changed
+                    await self._record_alone_if_refused(epoch, [p for p in taken if p.epoch == epoch])
+        finally:
+            self._recording = None
+            for part in taken + self._waiting:  # cancelled: the driver stops
+                if not part.done.done():
+                    part.done.set_exception(RuntimeError("the driver stopped before recording the events"))
+            self._waiting = []
+
+    async def _record_alone_if_refused(self, epoch: int, parts: list[_Pass]) -> None:
+        try:
+            results = await self._record_together(epoch, parts)
+        except Exception as e:  # noqa: BLE001 - its sessions hear of it
+            if len(parts) == 1:
+                _settle(parts[0].done, error=e)
+                return
+            # One session's events can refuse a call (or the leader stepped down): each pass again alone,
+            # so that only its own session fails. What the combined call did commit repeats as a no-op.
+            log.warning("recording %d sessions' events together failed (%s); each alone", len(parts), e)
+            for part in parts:
+                try:
+                    _settle(part.done, (await self._record_together(epoch, [part]))[0])
+                except Exception as alone:  # noqa: BLE001 - its session hears of it
+                    _settle(part.done, error=alone)
+            return
+        for part, result in zip(parts, results):
+            _settle(part.done, result)
+
+    async def _record_together(self, epoch: int, parts: Sequence[_Pass]) -> list[Recorded]:
+        """One MJS and one MJC for the starts and completions of all `parts` (more where two name the
+        same attempt or job), then each instance's heartbeat rollup."""
+        self.calls += 1
+        outs = [Recorded() for _ in parts]
+        kinds = [[m.WhichOneof("payload") for m in part.messages] for part in parts]
+        starts = [[m for m, kind in zip(part.messages, ks) if kind == "job_started"] for part, ks in zip(parts, kinds)]
+        completions = [[m for m, kind in zip(part.messages, ks) if kind == "job_completed"]
+                       for part, ks in zip(parts, kinds)]
+        if any(starts):
+            await self._record_starts(epoch, parts, starts, outs)
+            self._on_change("job_started")
+        if any(completions):
+            await self._record_completions(epoch, parts, completions, outs)
+        for part, ks, out in zip(parts, kinds, outs):
+            heartbeats = [m for m, kind in zip(part.messages, ks) if kind == "heartbeat"]
+            if heartbeats:  # even without rollups: it says the instance is alive
+                await self._store.heartbeat_rollup(epoch, part.instance, _rollups(heartbeats))
+                # Acknowledged once recorded: the worker hears its driver at every heartbeat, and one it
+                # no longer hears from (paused, cut off from the database) is left for the leader.
+                out.acks += [m.event_id for m in heartbeats]
+        return outs
+
+    async def _record_starts(self, epoch: int, parts: Sequence[_Pass],
+                             starts: list[list[pb.WorkerSessionRequest]], outs: list[Recorded]) -> None:
+        rows: list[tuple[int, dict[str, Any]]] = []
+        for i, (part, messages) in enumerate(zip(parts, starts)):
+            by_key: dict[tuple, dict[str, Any]] = {}
+            for m in messages:  # a repeat within one pass is recorded once
+                # MJS also records what each started attempt uses (the job's reservation), at the prices
+                # of the instance's products in force now.
+                row = {**_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
+                       "isolation": m.job_started.isolation, "instance_name": part.instance}
+                by_key.setdefault(_attempt_key(row), row)
+            rows += [(i, row) for row in by_key.values()]
+        for call in _rounds(rows, _attempt_key):
+            status = await self._store.mark_jobs_started(epoch, parts[call[0][0]].instance, [r for _, r in call],
+                                                         instance_products=True)
+            outcomes = {_attempt_key(o): o["outcome"] for o in status["outcomes"]}
+            for i, row in call:
+                outcome = outcomes.get(_attempt_key(row), "not_found")
+                if outcome in STOP_AT_START:
+                    outs[i].stop.append(({k: row[k] for k in ("batch_id", "job_id", "attempt_id")},
+                                         STOP_AT_START[outcome]))
+        for out, messages in zip(outs, starts):
+            out.acks += [m.event_id for m in messages]
+            out.started = len(messages)
+
+    async def _record_completions(self, epoch: int, parts: Sequence[_Pass],
+                                  completions: list[list[pb.WorkerSessionRequest]], outs: list[Recorded]) -> None:
+        rows: list[tuple[int, dict[str, Any]]] = []
+        for i, (part, messages) in enumerate(zip(parts, completions)):
+            by_key: dict[tuple, dict[str, Any]] = {}
+            for m in messages:  # a repeat within one pass is recorded once
+                row = {**_completion_row(m.job_completed), "instance_name": part.instance}
+                by_key.setdefault(_attempt_key(row), row)
+            rows += [(i, row) for row in by_key.values()]
+        ended, moved = [], 0
+        for call in _rounds(rows, _job_key):
+            done = await self._store.mark_jobs_complete_status(epoch, parts[call[0][0]].instance,
+                                                               [r for _, r in call])
+            ended += [o for o in done["outcomes"] if o["outcome"] == "completed" and o["user"] is not None]
+            # Only their ends, or more: children made Ready or queued for the releaser, or an attempt retried.
+            moved += done["n_ready_children"] or done["n_queued"] or done["n_retried"]
+        for out, messages in zip(outs, completions):
+            out.acks += [m.event_id for m in messages]
+            out.completed = len(messages)
+        self._on_ended(ended)
+        self._on_change("job_completed" if moved else "job_ended")
+
+
+def _rollups(heartbeats: Sequence[pb.WorkerSessionRequest]) -> list[dict[str, Any]]:
+    """A pass's heartbeats as heartbeat_rollup's rows: each attempt's latest rollup and usage sample."""
+    rollups: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for m in heartbeats:
+        for r in m.heartbeat.rollups:
+            key = (r.attempt.batch_id, r.attempt.job_id, r.attempt.attempt_id)
+            row = rollups.setdefault(key, {"rollup_time_ms": 0})
+            row["rollup_time_ms"] = max(row["rollup_time_ms"], r.rollup_time.ToMilliseconds())
+            # The worker's latest sample, for users to read while it runs (billing stays on the reservation).
+            if r.usage.HasField("cpu_time"):
+                row["cpu_time_ms"] = max(row.get("cpu_time_ms", 0), r.usage.cpu_time.ToMilliseconds())
+            if r.usage.peak_memory_bytes:
+                row["peak_memory_bytes"] = max(row.get("peak_memory_bytes", 0), r.usage.peak_memory_bytes)
+    return [{"batch_id": b, "job_id": j, "attempt_id": a, **row} for (b, j, a), row in rollups.items()]
+
+
+def _settle(done: asyncio.Future[Recorded], result: Recorded | None = None, error: Exception | None = None) -> None:
+    """Give a waiting session its pass's result (unless it stopped waiting)."""
+    if done.done():
+        return
+    if error is not None:
+        done.set_exception(error)
+    else:
+        done.set_result(result)

@@ -2,11 +2,14 @@
 -- canceller for running jobs it stopped). in_jobs is a JSON array of
 --   {"batch_id", "job_id", "attempt_id", "state": "Success"|"Failed"|"Error"|"Cancelled",
 --    "exit_code", "start_time_ms", "end_time_ms", "reason",
---    "error_message", "cpu_time_ms", "peak_memory_bytes"}
--- for attempts on instance in_instance_name; the last three and exit_code
--- are also recorded on the attempt (once). Idempotent and order-tolerant:
--- a repeat is 'already_complete', MJC before MJS records the start time, MJC
--- after a cancel leaves the job Cancelled and only closes the attempt.
+--    "error_message", "cpu_time_ms", "peak_memory_bytes", "instance_name"}
+-- for attempts on the row's instance_name, or in_instance_name where a row
+-- names none (the driver records the completions of all its workers'
+-- sessions in one call); exit_code, error_message, cpu_time_ms and
+-- peak_memory_bytes are also recorded on the attempt (once). Idempotent and
+-- order-tolerant: a repeat is 'already_complete', MJC before MJS records the
+-- start time, MJC after a cancel leaves the job Cancelled and only closes the
+-- attempt. A job appears at most once per call.
 -- At most in_max_children children of the completed jobs are released in
 -- this transaction; the rest are queued for the driver's releaser
 -- (complete_jobs_core).
@@ -53,13 +56,15 @@ proc: BEGIN
   INSERT INTO tmp_job_completions
       (batch_id, job_id, attempt_id, instance_name, new_state, exit_code, start_time_ms, end_time_ms, reason,
        error_message, cpu_time_ms, peak_memory_bytes, may_retry)
-    SELECT jt.batch_id, jt.job_id, jt.attempt_id, in_instance_name, jt.state, jt.exit_code,
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, COALESCE(jt.instance_name, in_instance_name), jt.state,
+           jt.exit_code,
            jt.start_time_ms, GREATEST(COALESCE(jt.end_time_ms, in_now_ms), COALESCE(jt.start_time_ms, 0)), jt.reason,
            jt.error_message, jt.cpu_time_ms, jt.peak_memory_bytes, jt.attempt_id IS NOT NULL
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       batch_id BIGINT PATH '$.batch_id',
       job_id INT PATH '$.job_id',
       attempt_id VARCHAR(40) PATH '$.attempt_id',
+      instance_name VARCHAR(100) PATH '$.instance_name',
       state VARCHAR(20) PATH '$.state',
       exit_code INT PATH '$.exit_code',
       start_time_ms BIGINT PATH '$.start_time_ms',

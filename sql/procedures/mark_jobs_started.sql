@@ -1,15 +1,17 @@
 -- MJS, bulk: a worker reports that attempts began running at start_time_ms.
 -- in_jobs: [{"batch_id", "job_id", "attempt_id", "start_time_ms", "isolation",
--- "cpu_resource", "memory_resource"}] for attempts on instance
--- in_instance_name. Sets the attempt's start (and the billing rollup origin)
--- and the runtime's words on its isolation, once. The job's state is not
--- touched: SJ already made it Running.
+-- "cpu_resource", "memory_resource", "instance_name"}] for attempts on the
+-- row's instance_name, or in_instance_name where a row names none (the driver
+-- records the starts of all its workers' sessions in one call); an attempt
+-- named twice counts once, by its first row. Sets the attempt's start (and
+-- the billing rollup origin) and the runtime's words on its isolation, once.
+-- The job's state is not touched: SJ already made it Running.
 -- A started or already started attempt is also given what it uses per
 -- millisecond, as add_attempt_resources would, in the same transaction: the
 -- job's cores_mcpu of its cpu resource, its memory_bytes in MiB of its
 -- memory resource; first write wins. A row's cpu_resource / memory_resource
 -- name them (resources.name; either may be left out). With
--- in_instance_products (the driver), one a row leaves out is the instance's
+-- in_instance_products (the driver), one a row leaves out is its instance's
 -- product (instances.cpu_product, memory_product) at its latest version: the
 -- price in force as the attempt starts (migration 0023). An unknown name
 -- refuses the whole call (rc 3). One call instead of a read of the jobs'
@@ -27,7 +29,7 @@
 --                     this attempt is open: no start, the driver stops it
 --   ended             the attempt was closed (MJC came first, or its instance
 --                     was deactivated): nothing changes
---   not_found         no such attempt on this instance
+--   not_found         no such attempt on the row's instance
 -- Checked in the order not_found, ended, already_complete, cancelled,
 -- already_started, started: the first that applies is the outcome.
 -- Lock order: jobs (shared, ascending), then attempts (ascending). The
@@ -41,8 +43,6 @@ proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_n INT;
   DECLARE v_locked INT;
-  DECLARE v_cpu_resource VARCHAR(128);
-  DECLARE v_memory_resource VARCHAR(128);
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
     SET @corral_bulk_usage = NULL;
     ROLLBACK;
@@ -56,7 +56,7 @@ proc: BEGIN
   -- Made once per connection, emptied by TRUNCATE (see create_completion_tables). Rows go in
   -- sorted, and a scan follows insertion (the hidden row id), so the locking reads below take rows
   -- in key order.
-  IF @@in_transaction = 0 AND @corral_scratch_job_starts <=> 'ec58285bbf00' THEN
+  IF @@in_transaction = 0 AND @corral_scratch_job_starts <=> '3047a2c978e0' THEN
     TRUNCATE TABLE tmp_job_starts;
   ELSE
     SET @corral_scratch_job_starts = NULL;
@@ -65,6 +65,7 @@ proc: BEGIN
       batch_id BIGINT NULL,
       job_id INT NULL,
       attempt_id VARCHAR(40) NULL,
+      instance_name VARCHAR(100) NULL,
       start_time_ms BIGINT NULL,
       isolation VARCHAR(512) NULL,
       cpu_resource VARCHAR(128) NULL,
@@ -72,15 +73,16 @@ proc: BEGIN
       outcome VARCHAR(32) NULL,
       UNIQUE KEY (batch_id, job_id, attempt_id)
     ) ENGINE=InnoDB;
-    SET @corral_scratch_job_starts = 'ec58285bbf00';
+    SET @corral_scratch_job_starts = '3047a2c978e0';
   END IF;
   -- A repeat of the same attempt in one call is recorded once.
-  INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource,
-                                     memory_resource)
-    SELECT jt.batch_id, jt.job_id, jt.attempt_id, jt.start_time_ms, LEFT(jt.isolation, 512), jt.cpu_resource,
-           jt.memory_resource
+  INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, instance_name, start_time_ms, isolation,
+                                     cpu_resource, memory_resource)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, COALESCE(jt.instance_name, in_instance_name), jt.start_time_ms,
+           LEFT(jt.isolation, 512), jt.cpu_resource, jt.memory_resource
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id', attempt_id VARCHAR(40) PATH '$.attempt_id',
+      instance_name VARCHAR(100) PATH '$.instance_name',
       start_time_ms BIGINT PATH '$.start_time_ms', isolation TEXT PATH '$.isolation',
       cpu_resource VARCHAR(128) PATH '$.cpu_resource', memory_resource VARCHAR(128) PATH '$.memory_resource')) jt
     ORDER BY jt.batch_id, jt.job_id, jt.attempt_id;
@@ -97,15 +99,17 @@ proc: BEGIN
     LEAVE proc;
   END IF;
 
-  -- What a row does not name: the instance's products at their latest versions (one read; without GROUP BY
-  -- the aggregates make it exactly one row, NULLs for an unknown instance or an unpriced product).
+  -- What a row does not name: its instance's products at their latest versions (NULL for an unknown
+  -- instance or an unpriced product).
   IF in_instance_products THEN
-    SELECT MAX(IF(l.product = i.cpu_product, r.name, NULL)), MAX(IF(l.product = i.memory_product, r.name, NULL))
-      INTO v_cpu_resource, v_memory_resource
-      FROM instances i
-      JOIN latest_product_versions l ON l.product IN (i.cpu_product, i.memory_product)
-      JOIN resources r ON r.resource_id = l.resource_id
-      WHERE i.name = in_instance_name;
+    UPDATE tmp_job_starts t
+      JOIN instances i ON i.name = t.instance_name
+      SET t.cpu_resource = COALESCE(t.cpu_resource, (
+            SELECT r.name FROM latest_product_versions l JOIN resources r ON r.resource_id = l.resource_id
+            WHERE l.product = i.cpu_product)),
+          t.memory_resource = COALESCE(t.memory_resource, (
+            SELECT r.name FROM latest_product_versions l JOIN resources r ON r.resource_id = l.resource_id
+            WHERE l.product = i.memory_product));
   END IF;
 
   START TRANSACTION;
@@ -126,7 +130,7 @@ proc: BEGIN
   UPDATE tmp_job_starts t
     LEFT JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     LEFT JOIN attempts a ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
-                        AND a.instance_name = in_instance_name
+                        AND a.instance_name = t.instance_name
     SET t.outcome = CASE
       WHEN j.job_id IS NULL OR a.attempt_id IS NULL THEN 'not_found'
       WHEN a.end_time_ms IS NOT NULL THEN 'ended'
@@ -151,11 +155,11 @@ proc: BEGIN
   -- Sorted as the locks above: the attempts' rows, then each one's resources by id.
   INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)
     SELECT t.batch_id, t.job_id, t.attempt_id, r.resource_id,
-           IF(r.name = COALESCE(t.cpu_resource, v_cpu_resource), j.cores_mcpu, j.memory_bytes DIV 1048576)
+           IF(r.name = t.cpu_resource, j.cores_mcpu, j.memory_bytes DIV 1048576)
     FROM tmp_job_starts t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    JOIN resources r ON r.name IN (COALESCE(t.cpu_resource, v_cpu_resource),
-                                   COALESCE(t.memory_resource, v_memory_resource))
+    JOIN resources r ON r.name IN (t.cpu_resource,
+                                   t.memory_resource)
     WHERE t.outcome = 'started'
     ORDER BY t.batch_id, t.job_id, t.attempt_id, r.resource_id
   ON DUPLICATE KEY UPDATE quantity = attempt_resources.quantity;
@@ -164,11 +168,11 @@ proc: BEGIN
   -- heartbeats rolled up since is billed by the insert trigger.
   INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)
     SELECT t.batch_id, t.job_id, t.attempt_id, r.resource_id,
-           IF(r.name = COALESCE(t.cpu_resource, v_cpu_resource), j.cores_mcpu, j.memory_bytes DIV 1048576)
+           IF(r.name = t.cpu_resource, j.cores_mcpu, j.memory_bytes DIV 1048576)
     FROM tmp_job_starts t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
-    JOIN resources r ON r.name IN (COALESCE(t.cpu_resource, v_cpu_resource),
-                                   COALESCE(t.memory_resource, v_memory_resource))
+    JOIN resources r ON r.name IN (t.cpu_resource,
+                                   t.memory_resource)
     WHERE t.outcome = 'already_started'
     ORDER BY t.batch_id, t.job_id, t.attempt_id, r.resource_id
   ON DUPLICATE KEY UPDATE quantity = attempt_resources.quantity;

@@ -154,6 +154,33 @@ async def test_an_unpriced_instance_product_records_no_resource_and_a_named_reso
     assert set(await attempt_resources(world, batch_id, start + 1, attempt)) == {"cpu/local/1"}
 
 
+async def test_one_call_bills_each_attempt_to_its_own_instances_products(world: World) -> None:
+    """The driver records several workers' starts in one MJS call: each row names its instance, whose
+    products bill it, and a row naming an instance its attempt is not on is not_found."""
+    await world.store.set_product_rates(rates(0.03, 0.004), "file")
+    await world.store.create_instance(world.epoch, "spot-1", "standard", 8000, "tok", region="us-central1",
+                                      products=N2_SPOT)
+    await world.store.activate_instance(world.epoch, "spot-1", "tok")
+    await world.instance("local-1", cores_mcpu=8000)
+    batch_id, _, start = await world.batch([{"cores_mcpu": 2000, "memory_bytes": 3 << 30}] * 3)
+    refs = []
+    for n, instance in enumerate(("spot-1", "local-1", "local-1")):
+        ref = {"batch_id": batch_id, "job_id": start + n, "attempt_id": world.attempt_id()}
+        await world.store.schedule_jobs(world.epoch, instance, [ref])
+        refs.append(ref)
+    status = await world.store.mark_jobs_started(world.epoch, None, [
+        {**refs[0], "start_time_ms": world.clock(), "instance_name": "spot-1"},
+        {**refs[1], "start_time_ms": world.clock(), "instance_name": "local-1"},
+        {**refs[2], "start_time_ms": world.clock(), "instance_name": "spot-1"}], instance_products=True)
+    assert [o["outcome"] for o in status["outcomes"]] == ["started", "started", "not_found"]
+    assert await attempt_resources(world, batch_id, start, refs[0]["attempt_id"]) == {
+        f"{N2_SPOT[0]}/1": 2000, f"{N2_SPOT[1]}/1": 3072}
+    assert await attempt_resources(world, batch_id, start + 1, refs[1]["attempt_id"]) == {
+        "cpu/local/1": 2000, "memory/local/1": 3072}
+    assert await attempt_resources(world, batch_id, start + 2, refs[2]["attempt_id"]) == {}
+    assert await check_invariants(world.db) == []
+
+
 async def test_place_instance_records_where_the_cloud_put_the_machine(world: World) -> None:
     await world.store.create_instance(world.epoch, "i1", "standard", 8000, "tok", region="us-central1",
                                       products=N2_SPOT)
