@@ -47,6 +47,9 @@ class Placement:
     attempt_id: str
     instance: str
     cores_mcpu: int
+    run: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    """What the Run command needs of the job, as SJ returned it (spec_ref, memory_bytes, storage_bytes,
+    timeout_ms, user, billing_project, trace_context, budget_timeout_ms); None: the dispatcher reads it."""
 
 
 class Dispatcher(Protocol):
@@ -178,8 +181,9 @@ class Scheduler(Loop):
             outcomes = await self._store.schedule_jobs(
                 epoch, instance, [{"batch_id": p.batch_id, "job_id": p.job_id, "attempt_id": p.attempt_id}
                                   for p in mine])
-            ok = {(o["batch_id"], o["job_id"]) for o in outcomes if o["outcome"] == "scheduled"}
-            scheduled += [p for p in mine if (p.batch_id, p.job_id) in ok]
+            ok = {(o["batch_id"], o["job_id"]): o for o in outcomes if o["outcome"] == "scheduled"}
+            scheduled += [dataclasses.replace(p, run=ok[(p.batch_id, p.job_id)]) for p in mine
+                          if (p.batch_id, p.job_id) in ok]
         if scheduled:
             owners = {c.key: c.user for queue in queues.values() for c in queue}
             cores_by_user: dict[str, int] = {}

@@ -14,7 +14,8 @@ import hashlib
 import hmac
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from google.protobuf import timestamp_pb2
 
@@ -126,20 +127,14 @@ class SessionRegistry:
         """Send a RunJob per placement, with the job's spec, accounting and secrets."""
         if not placements:
             return
-        keys = ", ".join(["(%s, %s)"] * len(placements))
-        rows = await self._db.fetchall(
-            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, j.storage_bytes, j.timeout_ms, b.user,
-                       b.billing_project, u.trace_context,
-                       IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
-                FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
-                JOIN billing_projects p ON p.name = b.billing_project
-                LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
-                WHERE (j.batch_id, j.job_id) IN ({keys})""",
-            tuple(v for p in placements for v in (p.batch_id, p.job_id)), name="run_job_details")
-        details = {(r["batch_id"], r["job_id"]): r for r in rows}
+        # The scheduler's placements carry what SJ returned; others (RunJob sent again) are read here.
+        details = {(p.batch_id, p.job_id): p.run for p in placements if p.run is not None}
+        unread = [p for p in placements if p.run is None]
+        if unread:
+            details.update(await self._run_details(unread))
         deadline = timestamp_pb2.Timestamp()
         deadline.FromMilliseconds(self._clock_ms() + RUN_DEADLINE_MS)
-        specs = await self._specs.read_many([row["spec_ref"] for row in rows])
+        specs = await self._specs.read_many([row["spec_ref"] for row in details.values()])
         # Opened here, sent below and kept nowhere (services.driver.secret_delivery).
         using = [(p.batch_id, p.job_id) for p in placements
                  if (spec := specs[details[(p.batch_id, p.job_id)]["spec_ref"]]).secrets or spec.image_pull_secret]
@@ -162,6 +157,20 @@ class SessionRegistry:
                 trace_context=context_from_json(row["trace_context"]),
                 storage_roots=self._storage_roots.for_project(row["billing_project"]),
                 secrets=delivered.mounts, image_pull_secret=delivered.image_pull)))
+
+    async def _run_details(self, placements: Sequence[Placement]) -> dict[tuple[int, int], Mapping[str, Any]]:
+        """What a Run command needs of each job, read (as SJ returns it)."""
+        keys = ", ".join(["(%s, %s)"] * len(placements))
+        rows = await self._db.fetchall(
+            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, j.storage_bytes, j.timeout_ms, b.user,
+                       b.billing_project, u.trace_context,
+                       IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
+                FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
+                JOIN billing_projects p ON p.name = b.billing_project
+                LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
+                WHERE (j.batch_id, j.job_id) IN ({keys})""",
+            tuple(v for p in placements for v in (p.batch_id, p.job_id)), name="run_job_details")
+        return {(r["batch_id"], r["job_id"]): r for r in rows}
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""

@@ -6,7 +6,11 @@
 -- active. Jobs are taken in key order while their cores fit.
 -- Per-job outcome: scheduled, creating, already_scheduled, not_found,
 -- not_ready, cancelled (its group is cancelled or a dependency failed, and
--- it is not always_run), over_budget, no_capacity.
+-- it is not always_run), over_budget, no_capacity; a scheduled job's row
+-- also carries what a Run command needs (spec_ref, memory_bytes,
+-- storage_bytes, timeout_ms, user, billing_project, trace_context,
+-- budget_timeout_ms: the project's max_job_duration_ms where it has a
+-- limit), NULLs for the others.
 -- Budgets (migration 0013): a job of a billing project with a limit
 -- reserves its worst-case cost, CEIL((cores_mcpu x the cpu rate + its
 -- memory in whole MiB, rounded up, x the memory rate) x (its timeout, or
@@ -249,9 +253,18 @@ proc: BEGIN
   END IF;
   COMMIT;
 
-  SELECT batch_id, job_id, attempt_id,
-         IF(outcome = 'start_created', 'scheduled', outcome) AS outcome
-    FROM tmp_schedule ORDER BY batch_id, job_id;
+  -- With what the driver's Run command needs of a scheduled job, so that it need not read it again.
+  SELECT t.batch_id, t.job_id, t.attempt_id,
+         IF(t.outcome = 'start_created', 'scheduled', t.outcome) AS outcome,
+         j.spec_ref, j.memory_bytes, j.storage_bytes, j.timeout_ms, b.user, b.billing_project, u.trace_context,
+         IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
+    FROM tmp_schedule t
+    LEFT JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
+      AND t.outcome IN ('scheduled', 'start_created')
+    LEFT JOIN batches b ON b.batch_id = j.batch_id
+    LEFT JOIN billing_projects p ON p.name = b.billing_project
+    LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
+    ORDER BY t.batch_id, t.job_id;
   SELECT 0 AS rc, 'ok' AS message, v_used_mcpu AS scheduled_cores_mcpu;
   IF v_budgeted THEN
     DROP TEMPORARY TABLE IF EXISTS tmp_budget;

@@ -4,6 +4,7 @@ for the worker sessions (the one I/O boundary it has)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from google.protobuf import timestamp_pb2
@@ -15,7 +16,9 @@ from corral.driver.v1 import worker_session_pb2 as ws
 from services.db.database import Database
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_demand
+from services.common.specs import SpecStore
 from services.driver.scheduler import Placement, Scheduler
+from services.driver.sessions import SessionRegistry
 from services.driver.worker_events import WorkerEvents
 from services.policy.fair_share import UserDemand
 from tests.world import World
@@ -210,3 +213,37 @@ async def test_a_fair_share_read_that_new_work_overlapped_is_not_reused(
     await world.db.execute("UPDATE instances SET cores_mcpu = 4000, free_cores_mcpu = 2000")  # room again
     await scheduler.cycle()
     assert scheduler._demand is not None  # a read nothing overlapped is kept
+
+
+async def test_sj_returns_what_a_run_command_needs_as_the_sessions_would_read_it(world: World,
+                                                                                   tmp_path: Path) -> None:
+    """The scheduler's placements carry SJ's rows, so the session registry sends Run commands without reading
+    the jobs again; for every field a Run command uses, SJ's row is what that read (kept for RunJobs sent
+    again) says: a job's sizes and timeout, its owner and project, its update's trace context, and the
+    timeout a project with a limit gives a job that set none."""
+    await world.instance("i1", cores_mcpu=8000)
+    await world.store.create_billing_project("lab", ["bob"], limit_usd=1000.0)
+    await world.batch([{"memory_bytes": 1 << 30, "storage_bytes": 2 << 30, "timeout_ms": 5000,
+                        "spec_ref": "specs/a"}], user="alice")
+    created = await world.store.create_batch("bob", "lab")
+    update = await world.store.create_update(created["batch_id"], 1,
+                                             trace_context='{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-'
+                                                           'b7ad6b7169203331-01"}')
+    await world.store.insert_jobs(created["batch_id"], update["update_id"],
+                                  [{"job_id": update["start_job_id"], "cores_mcpu": 1000, "inst_coll": "standard",
+                                    "spec_ref": "specs/b"}])
+    await world.store.commit_update(created["batch_id"], update["update_id"])
+    dispatcher = RecordingDispatcher({"i1"})
+    await Scheduler(world.db, world.store, dispatcher, lambda: world.epoch).cycle()
+    assert len(dispatcher.sent) == 2 and all(p.run is not None for p in dispatcher.sent)
+
+    registry = SessionRegistry(world.db, SpecStore(f"file://{tmp_path}"))
+    read = await registry._run_details(dispatcher.sent)
+    for p in dispatcher.sent:
+        assert p.run is not None
+        expected = read[(p.batch_id, p.job_id)]
+        assert {k: p.run[k] for k in expected} == expected
+    by_user = {p.run["user"]: p.run for p in dispatcher.sent if p.run is not None}
+    assert (by_user["alice"]["memory_bytes"], by_user["alice"]["timeout_ms"]) == (1 << 30, 5000)
+    assert by_user["alice"]["budget_timeout_ms"] is None
+    assert by_user["bob"]["budget_timeout_ms"] is not None and "traceparent" in by_user["bob"]["trace_context"]
