@@ -118,6 +118,20 @@ def _rounds(rows: Sequence[tuple[int, dict[str, Any]]], key: Callable[[dict[str,
     return rounds
 
 
+def _tagged_rows(parts: Sequence[_Pass], messages: Sequence[Sequence[pb.WorkerSessionRequest]],
+                 row_of: Callable[[pb.WorkerSessionRequest], dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """Each part's messages as procedure rows naming the part's instance, tagged with the part's index; a
+    repeat of an attempt within one pass is recorded once."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for i, (part, mine) in enumerate(zip(parts, messages)):
+        by_key: dict[tuple, dict[str, Any]] = {}
+        for m in mine:
+            row = {**row_of(m), "instance_name": part.instance}
+            by_key.setdefault(_attempt_key(row), row)
+        rows += [(i, row) for row in by_key.values()]
+    return rows
+
+
 def _attempt_key(row: dict[str, Any]) -> tuple:
     return row["batch_id"], row["job_id"], row["attempt_id"]
 
@@ -211,16 +225,11 @@ class WorkerEvents:
 
     async def _record_starts(self, epoch: int, parts: Sequence[_Pass],
                              starts: list[list[pb.WorkerSessionRequest]], outs: list[Recorded]) -> None:
-        rows: list[tuple[int, dict[str, Any]]] = []
-        for i, (part, messages) in enumerate(zip(parts, starts)):
-            by_key: dict[tuple, dict[str, Any]] = {}
-            for m in messages:  # a repeat within one pass is recorded once
-                # MJS also records what each started attempt uses (the job's reservation), at the prices
-                # of the instance's products in force now.
-                row = {**_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
-                       "isolation": m.job_started.isolation, "instance_name": part.instance}
-                by_key.setdefault(_attempt_key(row), row)
-            rows += [(i, row) for row in by_key.values()]
+        # MJS also records what each started attempt uses (the job's reservation), at the prices of the
+        # instance's products in force now.
+        rows = _tagged_rows(parts, starts, lambda m: {
+            **_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
+            "isolation": m.job_started.isolation})
         for call in _rounds(rows, _attempt_key):
             status = await self._store.mark_jobs_started(epoch, parts[call[0][0]].instance, [r for _, r in call],
                                                          instance_products=True)
@@ -236,13 +245,7 @@ class WorkerEvents:
 
     async def _record_completions(self, epoch: int, parts: Sequence[_Pass],
                                   completions: list[list[pb.WorkerSessionRequest]], outs: list[Recorded]) -> None:
-        rows: list[tuple[int, dict[str, Any]]] = []
-        for i, (part, messages) in enumerate(zip(parts, completions)):
-            by_key: dict[tuple, dict[str, Any]] = {}
-            for m in messages:  # a repeat within one pass is recorded once
-                row = {**_completion_row(m.job_completed), "instance_name": part.instance}
-                by_key.setdefault(_attempt_key(row), row)
-            rows += [(i, row) for row in by_key.values()]
+        rows = _tagged_rows(parts, completions, lambda m: _completion_row(m.job_completed))
         ended, moved = [], 0
         for call in _rounds(rows, _job_key):
             done = await self._store.mark_jobs_complete_status(epoch, parts[call[0][0]].instance,
