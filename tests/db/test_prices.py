@@ -36,6 +36,18 @@ async def attempt_resources(world: World, batch_id: int, job_id: int, attempt: s
     return {r["name"]: int(r["quantity"]) for r in rows}
 
 
+async def priced_spot_and_local(world: World) -> tuple[int, int]:
+    """Priced N2 spot products, an instance billed to them (spot-1) and a local one (local-1), and a batch of
+    three jobs of 2 cores and 3 GiB; returns the batch id and its first job id."""
+    await world.store.set_product_rates(rates(0.03, 0.004), "file")
+    await world.store.create_instance(world.epoch, "spot-1", "standard", 8000, "tok", region="us-central1",
+                                      products=N2_SPOT)
+    await world.store.activate_instance(world.epoch, "spot-1", "tok")
+    await world.instance("local-1", cores_mcpu=8000)
+    batch_id, _, start = await world.batch([{"cores_mcpu": 2000, "memory_bytes": 3 << 30}] * 3)
+    return batch_id, start
+
+
 async def test_the_migration_makes_the_local_prices_version_1_of_their_products(world: World) -> None:
     for product in ("cpu/local", "memory/local", "storage/local"):
         row = await latest(world, product)
@@ -106,12 +118,7 @@ async def test_too_many_rates_are_refused(world: World) -> None:
 
 async def test_an_attempt_is_billed_to_its_instances_products_at_the_price_in_force_as_it_starts(
         world: World) -> None:
-    await world.store.set_product_rates(rates(0.03, 0.004), "file")
-    await world.store.create_instance(world.epoch, "spot-1", "standard", 8000, "tok", region="us-central1",
-                                      products=N2_SPOT)
-    await world.store.activate_instance(world.epoch, "spot-1", "tok")
-    await world.instance("local-1", cores_mcpu=8000)
-    batch_id, _, start = await world.batch([{"cores_mcpu": 2000, "memory_bytes": 3 << 30}] * 3)
+    batch_id, start = await priced_spot_and_local(world)
     first = await world.run(batch_id, start, instance="spot-1", instance_products=True)
     on_local = await world.run(batch_id, start + 1, instance="local-1", instance_products=True)
     world.clock.advance(60_000)
@@ -157,12 +164,7 @@ async def test_an_unpriced_instance_product_records_no_resource_and_a_named_reso
 async def test_one_call_bills_each_attempt_to_its_own_instances_products(world: World) -> None:
     """The driver records several workers' starts in one MJS call: each row names its instance, whose
     products bill it, and a row naming an instance its attempt is not on is not_found."""
-    await world.store.set_product_rates(rates(0.03, 0.004), "file")
-    await world.store.create_instance(world.epoch, "spot-1", "standard", 8000, "tok", region="us-central1",
-                                      products=N2_SPOT)
-    await world.store.activate_instance(world.epoch, "spot-1", "tok")
-    await world.instance("local-1", cores_mcpu=8000)
-    batch_id, _, start = await world.batch([{"cores_mcpu": 2000, "memory_bytes": 3 << 30}] * 3)
+    batch_id, start = await priced_spot_and_local(world)
     refs = []
     for n, instance in enumerate(("spot-1", "local-1", "local-1")):
         ref = {"batch_id": batch_id, "job_id": start + n, "attempt_id": world.attempt_id()}
