@@ -231,8 +231,9 @@ class JobStore:
         status, _ = await self.db.call("cancel_unaffordable_jobs", epoch, jobs, self.clock_ms(), max_children)
         return int(status["n_cancelled"])
 
-    async def schedule_jobs(self, epoch: int, instance_name: str, jobs: list[Row]) -> list[Row]:
-        """SJ: [{batch_id, job_id, attempt_id}] -> per-job outcomes."""
+    async def schedule_jobs(self, epoch: int, instance_name: str | None, jobs: list[Row]) -> list[Row]:
+        """SJ: [{batch_id, job_id, attempt_id, instance_name}] -> per-job outcomes; a job that names no instance
+        goes on `instance_name`."""
         _, result_sets = await self.db.call("schedule_jobs", epoch, instance_name, jobs, self.clock_ms())
         return result_sets[0]
 

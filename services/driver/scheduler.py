@@ -12,8 +12,8 @@ Each cycle, per pool (instance collection):
 3. `services.policy.planner.plan`: the placements, and why every other
    candidate waits (ExplainJob reports the same reasons); jobs that can
    never run under their project's limit are cancelled, saying why;
-4. SJ in bulk per instance, then a Run command per scheduled job down the
-   worker's session. A worker that does not take its command in time gets
+4. SJ in bulk, one call for all the pool's instances, then a Run command
+   per scheduled job down the worker's session. A worker that does not take its command in time gets
    the job unscheduled by the dead-worker path, never blocks the cycle.
 """
 
@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from services.db.database import Database
+from services.db.database import Database, FailedPreconditionError, NotFoundError
 from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of
 from services.db.store import JobStore, wall_clock_ms
 from services.driver.loop import Loop
@@ -175,15 +175,7 @@ class Scheduler(Loop):
                          n, pool)
         placements = [Placement(p.key[0], p.key[1], secrets.token_hex(6), p.worker, p.cores_mcpu)
                       for p in plan.placements]
-        scheduled: list[Placement] = []
-        for instance in sorted({p.instance for p in placements}):
-            mine = [p for p in placements if p.instance == instance]
-            outcomes = await self._store.schedule_jobs(
-                epoch, instance, [{"batch_id": p.batch_id, "job_id": p.job_id, "attempt_id": p.attempt_id}
-                                  for p in mine])
-            ok = {(o["batch_id"], o["job_id"]): o for o in outcomes if o["outcome"] == "scheduled"}
-            scheduled += [dataclasses.replace(p, run=ok[(p.batch_id, p.job_id)]) for p in mine
-                          if (p.batch_id, p.job_id) in ok]
+        scheduled = await self._schedule(epoch, placements)
         if scheduled:
             owners = {c.key: c.user for queue in queues.values() for c in queue}
             cores_by_user: dict[str, int] = {}
@@ -194,3 +186,33 @@ class Scheduler(Loop):
             await self._dispatcher.run(scheduled)
             JOBS_SCHEDULED.labels(pool).inc(len(scheduled))
         return len(scheduled)
+
+    async def _schedule(self, epoch: int, placements: list[Placement]) -> list[Placement]:
+        """SJ of the pool's placements, all its instances in one call; the scheduled ones, with what their Run
+        commands need. An instance that went away since the snapshot refuses the whole call: then each
+        instance is called alone, and only the refused one's jobs wait for the next cycle."""
+        if not placements:
+            return []
+        try:
+            return self._scheduled(placements, await self._store.schedule_jobs(epoch, None, [
+                {"batch_id": p.batch_id, "job_id": p.job_id, "attempt_id": p.attempt_id, "instance_name": p.instance}
+                for p in placements]))
+        except (NotFoundError, FailedPreconditionError) as refused:
+            if len({p.instance for p in placements}) == 1:
+                log.info("scheduler: %s", refused.message)
+                return []
+        scheduled: list[Placement] = []
+        for instance in sorted({p.instance for p in placements}):
+            mine = [p for p in placements if p.instance == instance]
+            try:
+                scheduled += self._scheduled(mine, await self._store.schedule_jobs(epoch, instance, [
+                    {"batch_id": p.batch_id, "job_id": p.job_id, "attempt_id": p.attempt_id} for p in mine]))
+            except (NotFoundError, FailedPreconditionError) as refused:
+                log.info("scheduler: %s", refused.message)
+        return scheduled
+
+    @staticmethod
+    def _scheduled(placements: list[Placement], outcomes: list[Mapping[str, Any]]) -> list[Placement]:
+        ok = {(o["batch_id"], o["job_id"]): o for o in outcomes if o["outcome"] == "scheduled"}
+        return [dataclasses.replace(p, run=ok[(p.batch_id, p.job_id)]) for p in placements
+                if (p.batch_id, p.job_id) in ok]

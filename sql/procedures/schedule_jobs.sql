@@ -1,9 +1,13 @@
--- SJ, bulk: put Ready jobs on one instance. in_jobs is a JSON array of
--- {"batch_id", "job_id", "attempt_id"} (attempt ids are chosen by the driver).
+-- SJ, bulk: put Ready jobs on instances. in_jobs is a JSON array of
+-- {"batch_id", "job_id", "attempt_id", "instance_name"} (attempt ids are
+-- chosen by the driver); a row that names no instance goes on
+-- in_instance_name. The driver makes one call per pool per cycle, its
+-- placements on all the pool's instances together.
 -- On an active instance a Ready job becomes Running under a new attempt; on
 -- a pending (job-private, still booting) instance it becomes Creating, and a
 -- later SJ with the same attempt id moves it to Running once the instance is
--- active. Jobs are taken in key order while their cores fit.
+-- active. Jobs are taken in key order while their cores fit on their own
+-- instance.
 -- Per-job outcome: scheduled, creating, already_scheduled, not_found,
 -- not_ready, cancelled (its group is cancelled or a dependency failed, and
 -- it is not always_run), over_budget, no_capacity; a scheduled job's row
@@ -18,7 +22,8 @@
 -- and is scheduled only while the project's spend + reservations + this
 -- one stay within its limit (else over_budget). The planner
 -- (services/policy/planner.py) computes the same cost.
--- A refused instance (unknown, inactive) refuses the whole call.
+-- A refused instance (unknown, inactive) refuses the whole call (the first
+-- in name order is named); the driver then calls again per instance.
 -- Counters and events of the state changes are written set-based by
 -- record_job_changes, not by the jobs trigger (see jobs_after_update).
 DROP PROCEDURE IF EXISTS schedule_jobs;
@@ -28,9 +33,10 @@ CREATE PROCEDURE schedule_jobs(IN in_epoch BIGINT, IN in_instance_name VARCHAR(1
 proc: BEGIN
   DECLARE v_ok BOOLEAN;
   DECLARE v_locked INT;
+  DECLARE v_instance VARCHAR(100);
   DECLARE v_instance_state VARCHAR(20);
-  DECLARE v_free_mcpu INT;
-  DECLARE v_used_mcpu INT DEFAULT 0;
+  DECLARE v_room_mcpu BIGINT;
+  DECLARE v_used_mcpu BIGINT DEFAULT 0;
   DECLARE v_done BOOLEAN DEFAULT FALSE;
   DECLARE v_batch_id BIGINT;
   DECLARE v_job_id INT;
@@ -41,11 +47,10 @@ proc: BEGIN
   DECLARE v_cpu_rate DOUBLE;
   DECLARE v_memory_rate DOUBLE;
   DECLARE v_budgeted BOOLEAN DEFAULT FALSE;
-  DECLARE v_candidates_mcpu BIGINT;
   -- How long a worker may take to kill an attempt past its timeout (its kill grace, 10 s) and report its end.
   DECLARE KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;
   DECLARE candidates CURSOR FOR
-    SELECT batch_id, job_id, cores_mcpu, billing_project, reserve_micro_usd FROM tmp_schedule
+    SELECT batch_id, job_id, instance_name, cores_mcpu, billing_project, reserve_micro_usd FROM tmp_schedule
     WHERE outcome = 'candidate' ORDER BY batch_id, job_id;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
@@ -59,8 +64,9 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   CALL create_change_tables();
-  IF @@in_transaction = 0 AND @corral_scratch_schedule <=> '6819caef921b' THEN
+  IF @@in_transaction = 0 AND @corral_scratch_schedule <=> '8870df7b6b07' THEN
     TRUNCATE TABLE tmp_schedule;
+    TRUNCATE TABLE tmp_schedule_instances;
   ELSE
     SET @corral_scratch_schedule = NULL;
     DROP TEMPORARY TABLE IF EXISTS tmp_schedule;
@@ -68,6 +74,7 @@ proc: BEGIN
       batch_id BIGINT NOT NULL,
       job_id INT NOT NULL,
       attempt_id VARCHAR(40) NULL,
+      instance_name VARCHAR(100) NULL,
       found BOOLEAN NOT NULL DEFAULT FALSE,
       old_state VARCHAR(20) NULL,
       old_attempt_id VARCHAR(40) NULL,
@@ -85,17 +92,31 @@ proc: BEGIN
       outcome VARCHAR(32) NULL,
       PRIMARY KEY (batch_id, job_id)
     );
-    SET @corral_scratch_schedule = '6819caef921b';
+    DROP TEMPORARY TABLE IF EXISTS tmp_schedule_instances;
+    CREATE TEMPORARY TABLE tmp_schedule_instances (
+      name VARCHAR(100) NOT NULL PRIMARY KEY,
+      state VARCHAR(20) NULL,
+      free_mcpu BIGINT NOT NULL DEFAULT 0,
+      candidates_mcpu BIGINT NOT NULL DEFAULT 0,
+      used_mcpu BIGINT NOT NULL DEFAULT 0
+    );
+    SET @corral_scratch_schedule = '8870df7b6b07';
   END IF;
-  INSERT INTO tmp_schedule (batch_id, job_id, attempt_id)
-    SELECT jt.batch_id, jt.job_id, jt.attempt_id
+  INSERT INTO tmp_schedule (batch_id, job_id, attempt_id, instance_name)
+    SELECT jt.batch_id, jt.job_id, jt.attempt_id, COALESCE(jt.instance_name, in_instance_name)
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id',
-                                              attempt_id VARCHAR(40) PATH '$.attempt_id')) jt
+                                              attempt_id VARCHAR(40) PATH '$.attempt_id',
+                                              instance_name VARCHAR(100) PATH '$.instance_name')) jt
   ON DUPLICATE KEY UPDATE batch_id = tmp_schedule.batch_id;
   IF EXISTS (SELECT 1 FROM tmp_schedule WHERE attempt_id IS NULL OR attempt_id = '') THEN
     SELECT 3 AS rc, 'every job needs an attempt_id' AS message;
     LEAVE proc;
   END IF;
+  IF EXISTS (SELECT 1 FROM tmp_schedule WHERE instance_name IS NULL OR instance_name = '') THEN
+    SELECT 3 AS rc, 'every job needs an instance_name' AS message;
+    LEAVE proc;
+  END IF;
+  INSERT INTO tmp_schedule_instances (name) SELECT DISTINCT instance_name FROM tmp_schedule;
 
   START TRANSACTION;
   CALL check_epoch(in_epoch, v_ok);
@@ -135,27 +156,32 @@ proc: BEGIN
       JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
       WHERE a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id);
 
+  -- The instances, locked in name order.
+  SELECT COUNT(*) INTO v_locked FROM instances
+    WHERE name IN (SELECT name FROM tmp_schedule_instances) FOR UPDATE;
+  UPDATE tmp_schedule_instances s JOIN instances i ON i.name = s.name
+    SET s.state = i.state, s.free_mcpu = i.free_cores_mcpu;
   SET v_done = FALSE;
-  SELECT state, free_cores_mcpu INTO v_instance_state, v_free_mcpu
-    FROM instances WHERE name = in_instance_name FOR UPDATE;
-  IF v_done THEN
+  SELECT name, state INTO v_instance, v_instance_state FROM tmp_schedule_instances
+    WHERE state IS NULL OR state NOT IN ('pending', 'active') ORDER BY name LIMIT 1;
+  IF NOT v_done THEN
     ROLLBACK;
-    SELECT 1 AS rc, CONCAT('no instance ', in_instance_name) AS message;
+    IF v_instance_state IS NULL THEN
+      SELECT 1 AS rc, CONCAT('no instance ', v_instance) AS message;
+    ELSE
+      SELECT 2 AS rc, CONCAT('instance ', v_instance, ' is ', v_instance_state) AS message;
+    END IF;
     LEAVE proc;
   END IF;
-  IF v_instance_state NOT IN ('pending', 'active') THEN
-    ROLLBACK;
-    SELECT 2 AS rc, CONCAT('instance ', in_instance_name, ' is ', v_instance_state) AS message;
-    LEAVE proc;
-  END IF;
+  SET v_done = FALSE;
 
-  UPDATE tmp_schedule SET outcome = CASE
-      WHEN NOT found THEN 'not_found'
-      WHEN old_state = 'Running' AND old_attempt_id = attempt_id THEN 'already_scheduled'
-      WHEN old_state = 'Creating' AND old_attempt_id = attempt_id AND v_instance_state = 'pending' THEN 'already_scheduled'
-      WHEN old_state = 'Creating' AND old_attempt_id = attempt_id THEN 'start_created'
-      WHEN old_state <> 'Ready' THEN 'not_ready'
-      WHEN NOT always_run AND (group_cancelled OR dependency_failed) THEN 'cancelled'
+  UPDATE tmp_schedule t JOIN tmp_schedule_instances s ON s.name = t.instance_name SET t.outcome = CASE
+      WHEN NOT t.found THEN 'not_found'
+      WHEN t.old_state = 'Running' AND t.old_attempt_id = t.attempt_id THEN 'already_scheduled'
+      WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id AND s.state = 'pending' THEN 'already_scheduled'
+      WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id THEN 'start_created'
+      WHEN t.old_state <> 'Ready' THEN 'not_ready'
+      WHEN NOT t.always_run AND (t.group_cancelled OR t.dependency_failed) THEN 'cancelled'
       ELSE 'candidate' END;
 
   -- What each limited project has left: its limit less its spend and what
@@ -180,18 +206,21 @@ proc: BEGIN
         AND p.name IN (SELECT billing_project FROM tmp_schedule WHERE outcome = 'candidate' AND reserve_micro_usd > 0);
   END IF;
 
-  -- Fit new attempts into the budgets and the free cores, in key order.
-  -- Without budgets, when the candidates fit together (the driver asks for
-  -- what it saw free), the loop would take every one: one statement does.
-  SELECT COALESCE(SUM(cores_mcpu), 0) INTO v_candidates_mcpu FROM tmp_schedule WHERE outcome = 'candidate';
-  IF NOT v_budgeted AND v_candidates_mcpu <= v_free_mcpu THEN
-    UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
-      WHERE outcome = 'candidate';
-    SET v_used_mcpu = v_candidates_mcpu;
+  -- Fit new attempts into the budgets and their instances' free cores, in
+  -- key order. Without budgets, when every instance's candidates fit on it
+  -- (the driver asks for what it saw free), the loop would take every one:
+  -- one statement does.
+  UPDATE tmp_schedule_instances s
+    SET s.candidates_mcpu = (SELECT COALESCE(SUM(t.cores_mcpu), 0) FROM tmp_schedule t
+                             WHERE t.instance_name = s.name AND t.outcome = 'candidate');
+  IF NOT v_budgeted AND NOT EXISTS (SELECT 1 FROM tmp_schedule_instances WHERE candidates_mcpu > free_mcpu) THEN
+    UPDATE tmp_schedule t JOIN tmp_schedule_instances s ON s.name = t.instance_name
+      SET t.outcome = IF(s.state = 'active', 'scheduled', 'creating')
+      WHERE t.outcome = 'candidate';
   ELSE
     OPEN candidates;
     fit: LOOP
-      FETCH candidates INTO v_batch_id, v_job_id, v_cores, v_project, v_reserve;
+      FETCH candidates INTO v_batch_id, v_job_id, v_instance, v_cores, v_project, v_reserve;
       IF v_done THEN LEAVE fit; END IF;
       IF v_reserve > 0 THEN
         SELECT COALESCE(MAX(left_micro_usd), 0) INTO v_left FROM tmp_budget WHERE billing_project = v_project;
@@ -200,11 +229,13 @@ proc: BEGIN
           ITERATE fit;
         END IF;
       END IF;
-      IF v_used_mcpu + v_cores <= v_free_mcpu THEN
+      SELECT free_mcpu - used_mcpu, state INTO v_room_mcpu, v_instance_state
+        FROM tmp_schedule_instances WHERE name = v_instance;
+      IF v_cores <= v_room_mcpu THEN
         IF v_reserve > 0 THEN
           UPDATE tmp_budget SET left_micro_usd = left_micro_usd - v_reserve WHERE billing_project = v_project;
         END IF;
-        SET v_used_mcpu = v_used_mcpu + v_cores;
+        UPDATE tmp_schedule_instances SET used_mcpu = used_mcpu + v_cores WHERE name = v_instance;
         UPDATE tmp_schedule SET outcome = IF(v_instance_state = 'active', 'scheduled', 'creating')
           WHERE batch_id = v_batch_id AND job_id = v_job_id;
       ELSE
@@ -213,9 +244,10 @@ proc: BEGIN
     END LOOP;
     CLOSE candidates;
   END IF;
+  SELECT COALESCE(SUM(cores_mcpu), 0) INTO v_used_mcpu FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating');
 
   INSERT INTO attempts (batch_id, job_id, attempt_id, instance_name, reserved_micro_usd, reserved_ms)
-    SELECT batch_id, job_id, attempt_id, in_instance_name, reserve_micro_usd, reserve_ms
+    SELECT batch_id, job_id, attempt_id, instance_name, reserve_micro_usd, reserve_ms
     FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') ORDER BY batch_id, job_id;
   SET @corral_bulk_job_changes = TRUE;
   UPDATE jobs j
@@ -228,12 +260,13 @@ proc: BEGIN
   IF v_used_mcpu > 0 THEN
     -- The started jobs' cores, memory and storage (instances.used_*, migration 0018).
     UPDATE instances i
-      JOIN (SELECT SUM(memory_bytes) AS memory_bytes, SUM(storage_bytes) AS storage_bytes
-            FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating')) u
-      SET i.free_cores_mcpu = i.free_cores_mcpu - v_used_mcpu,
+      JOIN (SELECT instance_name, SUM(cores_mcpu) AS cores_mcpu, SUM(memory_bytes) AS memory_bytes,
+                   SUM(storage_bytes) AS storage_bytes
+            FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') GROUP BY instance_name) u
+        ON u.instance_name = i.name
+      SET i.free_cores_mcpu = i.free_cores_mcpu - u.cores_mcpu,
           i.used_memory_bytes = i.used_memory_bytes + u.memory_bytes,
-          i.used_storage_bytes = i.used_storage_bytes + u.storage_bytes
-      WHERE i.name = in_instance_name;
+          i.used_storage_bytes = i.used_storage_bytes + u.storage_bytes;
   END IF;
   -- Counters and events last (lock order: token rows after the instance).
   INSERT INTO tmp_job_changes (batch_id, job_id, job_group_id, inst_coll, cores_mcpu, always_run,
@@ -254,7 +287,7 @@ proc: BEGIN
   COMMIT;
 
   -- With what the driver's Run command needs of a scheduled job, so that it need not read it again.
-  SELECT t.batch_id, t.job_id, t.attempt_id,
+  SELECT t.batch_id, t.job_id, t.attempt_id, t.instance_name,
          IF(t.outcome = 'start_created', 'scheduled', t.outcome) AS outcome,
          j.spec_ref, j.memory_bytes, j.storage_bytes, j.timeout_ms, b.user, b.billing_project, u.trace_context,
          IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms

@@ -247,3 +247,43 @@ async def test_sj_returns_what_a_run_command_needs_as_the_sessions_would_read_it
     assert (by_user["alice"]["memory_bytes"], by_user["alice"]["timeout_ms"]) == (1 << 30, 5000)
     assert by_user["alice"]["budget_timeout_ms"] is None
     assert by_user["bob"]["budget_timeout_ms"] is not None and "traceparent" in by_user["bob"]["trace_context"]
+
+
+async def test_one_sj_per_pool_per_cycle_and_a_refused_instance_holds_back_only_its_own_jobs(
+        world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The placements on all of a pool's instances go in one SJ. An instance that went away after the
+    snapshot refuses that call: then SJ is called per instance, and the others' jobs still start this
+    cycle."""
+    for name in ("i1", "i2", "i3"):
+        await world.instance(name, cores_mcpu=2000)
+    await world.batch([{} for _ in range(12)])
+    calls: list[str | None] = []
+    real = world.store.schedule_jobs
+
+    async def counted(epoch: int, instance_name: str | None, jobs: list[dict]) -> list[dict]:
+        calls.append(instance_name)
+        return await real(epoch, instance_name, jobs)
+
+    monkeypatch.setattr(world.store, "schedule_jobs", counted)
+    dispatcher = RecordingDispatcher({"i1", "i2", "i3"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch)
+    await scheduler.cycle()
+    assert calls == [None]
+    assert sorted(p.instance for p in dispatcher.sent) == ["i1", "i1", "i2", "i2", "i3", "i3"]
+    assert all(p.run is not None for p in dispatcher.sent)
+
+    for p in dispatcher.sent:
+        await world.finish(p.batch_id, p.job_id, p.attempt_id, "Success", instance=p.instance)
+    dispatcher.sent.clear()
+    calls.clear()
+
+    async def instance_goes_away(epoch: int, instance_name: str | None, jobs: list[dict]) -> list[dict]:
+        if not calls:
+            await world.store.deactivate_instance(world.epoch, "i2", "gone")
+        return await counted(epoch, instance_name, jobs)
+
+    monkeypatch.setattr(world.store, "schedule_jobs", instance_goes_away)
+    await scheduler.cycle()
+    assert calls == [None, "i1", "i2", "i3"]
+    assert sorted(p.instance for p in dispatcher.sent) == ["i1", "i1", "i3", "i3"]
+    assert await check_invariants(world.db) == []

@@ -159,37 +159,48 @@ async def assert_twins_agree(world: World, bulk: Twin, reference: Twin) -> None:
 
 async def test_schedule_takes_ready_jobs_in_key_order_while_their_cores_fit(world: World) -> None:
     """SJ against a model of its fit: the Ready jobs asked for, in key order, each scheduled if its cores
-    fit in what the ones before it left, else no_capacity (a later, smaller job may still fit). A call
-    whose jobs fit together is decided in one statement, one that does not job by job: both must agree
-    with the model. Each round asks a new instance for a new batch's jobs and, sometimes, for the
-    previous batch's: those are Ready again if they did not fit, else not_ready."""
+    fit in what the ones before it left on its own instance, else no_capacity (a later, smaller job may
+    still fit). One call places jobs on one to three instances, as the driver's one call per pool does. A
+    call whose every instance's jobs fit on it is decided in one statement, one that does not job by job:
+    both must agree with the model. Each round asks new instances for a new batch's jobs and, sometimes,
+    for the previous batch's: those are Ready again if they did not fit, else not_ready."""
     rng = random.Random(15)
     rounds = {"together": 0, "one by one": 0}
     previous: list[tuple[tuple[int, int], int]] = []
     scheduled: set[tuple[int, int]] = set()
     for n in range(40):
-        free = rng.choice([250, 1000, 3000, 8000, 40000])
-        instance = await world.instance(f"fit{n}", cores_mcpu=free)
+        free = {f"fit{n}-{k}": rng.choice([250, 1000, 3000, 8000, 40000]) for k in range(rng.randint(1, 3))}
+        for name, cores in free.items():
+            await world.instance(name, cores_mcpu=cores)
         sizes = [rng.choice([0, 250, 500, 1000, 2000, 4000]) for _ in range(rng.randint(1, 10))]
         batch_id, _, s = await world.batch([{"cores_mcpu": size} for size in sizes])
         asked = [((batch_id, s + i), size) for i, size in enumerate(sizes)]
         if previous and rng.random() < 0.5:
             asked += rng.sample(previous, rng.randint(1, len(previous)))
-        used, expected = 0, {}
+        on = {key: rng.choice(sorted(free)) for key, _ in asked}
+        used, expected = dict.fromkeys(free, 0), {}
         for key, size in sorted(asked):
             if key in scheduled:
                 expected[key] = "not_ready"
-            elif used + size <= free:
-                used, expected[key] = used + size, "scheduled"
+            elif used[on[key]] + size <= free[on[key]]:
+                used[on[key]], expected[key] = used[on[key]] + size, "scheduled"
             else:
                 expected[key] = "no_capacity"
-        rounds["together" if sum(size for key, size in asked if key not in scheduled) <= free
+        rounds["together" if all(sum(size for key, size in asked if key not in scheduled and on[key] == name)
+                                     <= free[name] for name in free)
                else "one by one"] += 1
-        rows = await world.store.schedule_jobs(
-            world.epoch, instance, [{"batch_id": b, "job_id": j, "attempt_id": f"f{n}-{j}"} for (b, j), _ in asked])
+        rows = await world.store.schedule_jobs(world.epoch, None, [
+            {"batch_id": b, "job_id": j, "attempt_id": f"f{n}-{j}", "instance_name": on[(b, j)]}
+            for (b, j), _ in asked])
         assert {(row["batch_id"], row["job_id"]): row["outcome"] for row in rows} == expected
-        left = await world.db.fetchone("SELECT free_cores_mcpu FROM instances WHERE name = %s", (instance,))
-        assert left["free_cores_mcpu"] == free - used
+        assert {(row["batch_id"], row["job_id"]): row["instance_name"] for row in rows} == on
+        for name in free:
+            left = await world.db.fetchone("SELECT free_cores_mcpu FROM instances WHERE name = %s", (name,))
+            assert left["free_cores_mcpu"] == free[name] - used[name]
+        attempts = await world.db.fetchall(
+            "SELECT batch_id, job_id, instance_name FROM attempts WHERE attempt_id LIKE %s", (f"f{n}-%",))
+        assert {(a["batch_id"], a["job_id"]): a["instance_name"] for a in attempts} == {
+            key: on[key] for key, outcome in expected.items() if outcome == "scheduled"}
         scheduled |= {key for key, outcome in expected.items() if outcome == "scheduled"}
         previous = asked
     assert min(rounds.values()) >= 5, rounds

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from services.db.database import FailedPreconditionError
+from services.db.database import FailedPreconditionError, InvalidArgumentError, NotFoundError
 from services.db.invariants import check_invariants
 from tests.world import World
 
@@ -201,3 +201,38 @@ async def test_schedule_on_inactive_instance_refuses_the_whole_call(world: World
         await schedule_new_attempt(world, subject)
     assert await world.job(subject.batch_id, subject.job_id) == before
     assert await world.db.fetchall("SELECT * FROM attempts") == []
+
+
+async def test_one_call_on_several_instances_moves_each_job_as_its_own_instance_decides(world: World) -> None:
+    """One SJ with jobs on an active and a pending instance: Running on the one, Creating on the other,
+    each instance's cores taken by its own jobs. A call naming an unknown or inactive instance is refused
+    whole, naming the first refused instance in name order, and changes nothing. A job with no instance,
+    in a call that names none, is refused."""
+    await world.instance("i1", cores_mcpu=8000)
+    await world.store.create_instance(world.epoch, "private-1", "job-private", 1000, "tok-private-1")
+    batch_id, _, start = await world.batch([{}, {}, {}])
+    jobs = [{"batch_id": batch_id, "job_id": start, "attempt_id": "a0", "instance_name": "i1"},
+            {"batch_id": batch_id, "job_id": start + 1, "attempt_id": "a1", "instance_name": "private-1"}]
+    rows = await world.store.schedule_jobs(world.epoch, None, jobs)
+    assert [(r["job_id"], r["outcome"], r["instance_name"]) for r in rows] == [
+        (start, "scheduled", "i1"), (start + 1, "creating", "private-1")]
+    assert [await world.state(batch_id, start + i) for i in range(2)] == ["Running", "Creating"]
+    free = await world.db.fetchall("SELECT name, free_cores_mcpu FROM instances ORDER BY name")
+    assert [(r["name"], r["free_cores_mcpu"]) for r in free] == [("i1", 7000), ("private-1", 0)]
+
+    await world.instance("i2", cores_mcpu=8000)
+    await world.store.deactivate_instance(world.epoch, "i2", "gone")
+    before = [await world.job(batch_id, start + i) for i in range(3)]
+    third = {"batch_id": batch_id, "job_id": start + 2, "attempt_id": "a2"}
+    with pytest.raises(FailedPreconditionError, match="instance i2 is inactive"):
+        await world.store.schedule_jobs(world.epoch, None, [{**third, "instance_name": "i2"},
+                                                            {**jobs[0], "attempt_id": "b0", "instance_name": "i1"}])
+    with pytest.raises(NotFoundError, match="no instance ghost"):
+        await world.store.schedule_jobs(world.epoch, "i1",
+                                        [third, {**third, "job_id": start, "instance_name": "ghost"}])
+    with pytest.raises(InvalidArgumentError, match="instance_name"):
+        await world.store.schedule_jobs(world.epoch, None, [third])
+    assert [await world.job(batch_id, start + i) for i in range(3)] == before
+    i1 = await world.db.fetchone("SELECT free_cores_mcpu FROM instances WHERE name = 'i1'")
+    assert i1["free_cores_mcpu"] == 7000
+    assert await check_invariants(world.db) == []
