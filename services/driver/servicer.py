@@ -230,10 +230,14 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 next_command = asyncio.create_task(session.commands.get())
                 done, _ = await asyncio.wait({next_command, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if next_command in done:
-                    command = next_command.result()
-                    if command is None:
-                        raise NotLeader(session.end_reason)
-                    yield command
+                    # With what else is queued: one task and one wait per burst of commands, not per command.
+                    commands = [next_command.result()]
+                    while not session.commands.empty():
+                        commands.append(session.commands.get_nowait())
+                    for command in commands:
+                        if command is None:
+                            raise NotLeader(session.end_reason)
+                        yield command
                     continue
                 reader.result()  # re-raise what ended the worker's side, if anything
                 return
