@@ -176,12 +176,14 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         epoch = self._leader_epoch()
         if first.hello.epoch_seen > epoch:
             raise NotLeader(f"this driver's epoch {epoch} is older than the worker's {first.hello.epoch_seen}")
-        instance = first.hello.instance_name
+        hello = first.hello
+        instance = hello.instance_name
         if await self._check_token(instance, first.hello.instance_token) != "active":
             raise FailedPrecondition(f"instance {instance} is not active: it was deactivated")
         session = self._sessions.open(instance)
         self._on_change("worker_connected")
-        yield pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=epoch, config=self._settings.proto()))
+        yield pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=epoch, config=self._settings.proto(),
+                                                          takes_event_bunches=True))
         # Queued before this session's first event is recorded, so before any acknowledgement of it: a
         # completion the worker re-sends is still unacknowledged there when the RunJob arrives.
         await self._resend_unstarted(instance)
@@ -195,7 +197,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 try:
                     async for message in request_iterator:
                         session.heard_at = time.monotonic()
-                        inbox.put_nowait(message)
+                        for event in _unbunched(message):
+                            inbox.put_nowait(event)
                 finally:
                     inbox.put_nowait(None)
 
@@ -230,14 +233,17 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 next_command = asyncio.create_task(session.commands.get())
                 done, _ = await asyncio.wait({next_command, reader}, return_when=asyncio.FIRST_COMPLETED)
                 if next_command in done:
-                    # With what else is queued: one task and one wait per burst of commands, not per command.
+                    # With what else is queued: one task and one wait per burst of commands, not per command,
+                    # and one message per bunch to a worker that takes them.
                     commands = [next_command.result()]
                     while not session.commands.empty():
                         commands.append(session.commands.get_nowait())
-                    for command in commands:
-                        if command is None:
-                            raise NotLeader(session.end_reason)
-                        yield command
+                    ending = None in commands
+                    commands = commands[:commands.index(None)] if ending else commands
+                    for message in _bunched(commands) if hello.takes_command_bunches else commands:
+                        yield message
+                    if ending:
+                        raise NotLeader(session.end_reason)
                     continue
                 reader.result()  # re-raise what ended the worker's side, if anything
                 return
@@ -279,6 +285,51 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         for ref, reason in recorded.stop:
             self._sessions.cancel(instance, ref["batch_id"], ref["job_id"], ref["attempt_id"], reason)
         return recorded.acks
+
+
+MAX_BUNCH_COMMANDS = 500
+"""Commands in one CommandBunch at most."""
+MAX_BUNCH_BYTES = 1 << 20
+"""A CommandBunch's commands' size at most (the worker takes messages of up to 4 MiB): a command larger than
+this goes alone."""
+
+
+def _bunched(commands: list[pb.WorkerSessionResponse]) -> list[pb.WorkerSessionResponse]:
+    """The commands as messages for a worker that takes CommandBunch: a lone command as it is, several in
+    bunches of at most MAX_BUNCH_COMMANDS and MAX_BUNCH_BYTES."""
+    messages: list[pb.WorkerSessionResponse] = []
+    bunch: list[pb.WorkerSessionResponse] = []
+    size = 0
+
+    def flush() -> None:
+        if len(bunch) == 1:
+            messages.append(bunch[0])
+        elif bunch:
+            messages.append(pb.WorkerSessionResponse(commands=pb.CommandBunch(commands=bunch)))
+        bunch.clear()
+
+    for command in commands:
+        command_bytes = command.ByteSize()
+        if bunch and (len(bunch) == MAX_BUNCH_COMMANDS or size + command_bytes > MAX_BUNCH_BYTES):
+            flush()
+            size = 0
+        bunch.append(command)
+        size += command_bytes
+    flush()
+    return messages
+
+
+def _unbunched(message: pb.WorkerSessionRequest) -> list[pb.WorkerSessionRequest]:
+    """A worker's message as the messages it carries: an EventBunch's, in order, or itself."""
+    if message.WhichOneof("payload") != "events":
+        return [message]
+    events = list(message.events.events)
+    for i, event in enumerate(events):
+        if (kind := event.WhichOneof("payload")) in ("hello", "events", None):
+            field, why = f"events.events[{i}]", (f"is {kind or 'empty'}: an EventBunch carries job events, "
+                                                 "heartbeats, command acks and Draining, not Hello nor another bunch")
+            raise InvalidRequest(FieldViolation(field, why), f"{field} {why}")
+    return events
 
 
 def _is_host_port(address: str) -> bool:

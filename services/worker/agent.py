@@ -76,6 +76,13 @@ EXIT_OK = 0
 EXIT_ACTIVATION_REFUSED = 2
 EXIT_DEACTIVATED = 3
 
+MAX_BUNCH_EVENTS = 500
+"""Messages in one EventBunch at most."""
+MAX_BUNCH_BYTES = 48 * 1024
+"""An EventBunch's size at most: the driver takes messages of up to 64 KiB."""
+BUNCHED_EVENT_OVERHEAD_BYTES = 32
+"""What a message adds to a bunch besides its own size now: its send time and its framing."""
+
 DRAIN_FLUSH_S = 60.0
 """After a drain, how long to wait for the driver to acknowledge the last completions."""
 DRAIN_SETTLE_S = 1.0
@@ -125,6 +132,8 @@ class Worker:
         self._heard_at = time.monotonic()
         self._token = ""
         self._heartbeat_s = config.heartbeat_interval_s
+        self._event_bunches = False
+        """This session's driver takes EventBunch (its Welcome said so)."""
         self._idle_timeout_s = config.idle_timeout_s
         self._last_busy = time.monotonic()
         self._drain_reason: int | None = None
@@ -312,7 +321,8 @@ class Worker:
         queue: asyncio.Queue[pb.WorkerSessionRequest] = asyncio.Queue()
         queue.put_nowait(self._numbered(pb.WorkerSessionRequest(hello=ws.Hello(
             instance_name=self.config.instance_name, instance_token=self._token,
-            epoch_seen=self._link.epoch_seen))))
+            epoch_seen=self._link.epoch_seen, takes_command_bunches=True))))
+        self._event_bunches = False  # until this session's driver says it takes them
         if self._drain_reason is not None:  # a new driver must not schedule here either
             queue.put_nowait(self._numbered(pb.WorkerSessionRequest(draining=ws.Draining(reason=self._drain_reason))))
         for event in self.unacked.values():  # what the last session did not get acknowledged, in order
@@ -346,9 +356,24 @@ class Worker:
             call.cancel()
 
     async def _write(self, call: grpc.aio.StreamStreamCall, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
+        following: pb.WorkerSessionRequest | None = None
         while True:
-            message = await queue.get()
-            message.sent_at.CopyFrom(timestamp(wall_ms()))
+            messages = [following if following is not None else await queue.get()]
+            following = None
+            if self._event_bunches:  # what else is queued goes in the same message
+                size = messages[0].ByteSize() + BUNCHED_EVENT_OVERHEAD_BYTES
+                while not queue.empty() and len(messages) < MAX_BUNCH_EVENTS:
+                    following = queue.get_nowait()
+                    size += following.ByteSize() + BUNCHED_EVENT_OVERHEAD_BYTES
+                    if size > MAX_BUNCH_BYTES:
+                        break
+                    messages.append(following)
+                    following = None
+            now = timestamp(wall_ms())
+            for message in messages:
+                message.sent_at.CopyFrom(now)
+            message = messages[0] if len(messages) == 1 else pb.WorkerSessionRequest(
+                events=pb.EventBunch(events=messages))
             try:
                 await call.write(message)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
@@ -398,9 +423,14 @@ class Worker:
         if kind == "welcome":
             self._link.saw_epoch(message.welcome.epoch)
             self._apply(message.welcome.config)
+            self._event_bunches = message.welcome.takes_event_bunches
             self.connected = True
             self.sessions_opened += 1
             self._pulse()
+        elif kind == "commands":
+            for command in message.commands.commands:
+                if command.WhichOneof("payload") not in ("welcome", "commands"):
+                    self._on_command(command)
         elif kind == "ack_job_event":
             self.unacked.pop(message.ack_job_event.event_id, None)
             self._pulse()

@@ -185,3 +185,87 @@ async def test_a_session_ends_at_the_next_event_once_its_epoch_is_gone(
         assert error.value.code() == grpc.StatusCode.UNAVAILABLE
         assert f"no longer leads under epoch {world.epoch}" in error.value.details()
     assert await world.db.fetchone("SELECT last_heartbeat_ms FROM instances WHERE name = 'i1'") == before
+
+
+async def read_acks(call, n: int) -> set[int]:
+    """The event ids of the next `n` acknowledgements, sent alone or in a CommandBunch."""
+    acked: set[int] = set()
+    while len(acked) < n:
+        message = await asyncio.wait_for(call.read(), timeout=10)
+        assert message is not grpc.aio.EOF
+        commands = message.commands.commands if message.WhichOneof("payload") == "commands" else [message]
+        acked |= {c.ack_job_event.event_id for c in commands if c.WhichOneof("payload") == "ack_job_event"}
+    return acked
+
+
+async def test_a_worker_that_takes_bunches_gets_commands_and_sends_events_in_bunches(
+        world: World, driver: dict, certs: DevCertificateAuthority) -> None:
+    """Hello says the worker takes CommandBunch; Welcome says the driver takes EventBunch. The Run commands
+    the scheduler queues together come in one message, and the events of one bunch are each recorded and
+    acknowledged as if sent alone."""
+    refs = await driver["specs"].write_bunch(1, 1, 1, [job_spec_pb2.JobSpec(
+        image="busybox", argv=job_spec_pb2.Argv(args=["true"])) for _ in range(3)])
+    batch_id, _, start = await world.batch([{"spec_ref": ref} for ref in refs])
+    await world.store.create_instance(world.epoch, "i1", "standard", 8000, "activation-secret")
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        stub = driver_service_pb2_grpc.DriverServiceStub(channel)
+        activated = await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
+                                                                       activation_token="activation-secret"))
+        call = stub.WorkerSession()
+        await call.write(pb.WorkerSessionRequest(hello=ws.Hello(
+            instance_name="i1", instance_token=activated.instance_token, takes_command_bunches=True)))
+        assert (await read_until(call, "welcome")).welcome.takes_event_bunches
+
+        await Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch).cycle()
+        bunch = (await read_until(call, "commands")).commands.commands
+        assert [c.WhichOneof("payload") for c in bunch] == ["run_job"] * 3
+        assert [c.run_job.attempt.job_id for c in bunch] == [start, start + 1, start + 2]
+        assert len({c.command_id for c in bunch}) == 3 and all(c.command_id for c in bunch)
+
+        begun, ended = world.clock(), world.clock.advance(1000)
+        events = [pb.WorkerSessionRequest(event_id=1 + i, job_started=ws.JobStarted(
+            attempt=c.run_job.attempt, start_time=ts(begun))) for i, c in enumerate(bunch)]
+        events += [pb.WorkerSessionRequest(event_id=4 + i, job_completed=ws.JobCompleted(
+            attempt=c.run_job.attempt, state=job_state_pb2.JOB_STATE_SUCCEEDED, start_time=ts(begun),
+            end_time=ts(ended))) for i, c in enumerate(bunch)]
+        events.append(pb.WorkerSessionRequest(command_ack=ws.CommandAck(command_id=bunch[0].command_id,
+                                                                        accepted=True)))
+        await call.write(pb.WorkerSessionRequest(events=pb.EventBunch(events=events)))
+        assert await read_acks(call, 6) == {1, 2, 3, 4, 5, 6}
+        call.cancel()
+    assert (await world.batch_row(batch_id))["state"] == "complete"
+    assert await check_invariants(world.db) == []
+
+
+async def test_a_worker_that_does_not_say_it_takes_bunches_gets_commands_one_at_a_time(
+        world: World, driver: dict, certs: DevCertificateAuthority) -> None:
+    refs = await driver["specs"].write_bunch(1, 1, 1, [job_spec_pb2.JobSpec(
+        image="busybox", argv=job_spec_pb2.Argv(args=["true"])) for _ in range(3)])
+    await world.batch([{"spec_ref": ref} for ref in refs])
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = await welcomed_session(world, driver, certs, channel)
+        await world.db.execute("UPDATE instances SET cores_mcpu = 8000, free_cores_mcpu = 8000")
+        await Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch).cycle()
+        for _ in range(3):
+            message = await asyncio.wait_for(call.read(), timeout=10)
+            assert message.WhichOneof("payload") == "run_job"
+        call.cancel()
+
+
+@pytest.mark.parametrize("inner", [
+    pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1")),
+    pb.WorkerSessionRequest(events=pb.EventBunch(events=[pb.WorkerSessionRequest(
+        event_id=1, heartbeat=ws.Heartbeat(free_cores_mcpu=1))])),
+    pb.WorkerSessionRequest(event_id=1),
+], ids=["hello", "a bunch in a bunch", "no payload"])
+async def test_an_event_bunch_carries_only_events(world: World, driver: dict, certs: DevCertificateAuthority,
+                                                  inner: pb.WorkerSessionRequest) -> None:
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = await welcomed_session(world, driver, certs, channel)
+        await call.write(pb.WorkerSessionRequest(events=pb.EventBunch(events=[
+            pb.WorkerSessionRequest(event_id=2, heartbeat=ws.Heartbeat(free_cores_mcpu=1)), inner])))
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            while await asyncio.wait_for(call.read(), timeout=10) is not grpc.aio.EOF:
+                pass
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "events.events[1]" in error.value.details()

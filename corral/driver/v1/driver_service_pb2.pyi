@@ -73,7 +73,7 @@ class DeactivateWorkerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerSessionRequest(_message.Message):
-    __slots__ = ("event_id", "sent_at", "hello", "heartbeat", "job_started", "job_completed", "command_ack", "draining")
+    __slots__ = ("event_id", "sent_at", "hello", "heartbeat", "job_started", "job_completed", "command_ack", "draining", "events")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
@@ -82,6 +82,7 @@ class WorkerSessionRequest(_message.Message):
     JOB_COMPLETED_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ACK_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     sent_at: _timestamp_pb2.Timestamp
     hello: _worker_session_pb2.Hello
@@ -90,10 +91,11 @@ class WorkerSessionRequest(_message.Message):
     job_completed: _worker_session_pb2.JobCompleted
     command_ack: _worker_session_pb2.CommandAck
     draining: _worker_session_pb2.Draining
-    def __init__(self, event_id: _Optional[int] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., hello: _Optional[_Union[_worker_session_pb2.Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[_worker_session_pb2.Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[_worker_session_pb2.JobStarted, _Mapping]] = ..., job_completed: _Optional[_Union[_worker_session_pb2.JobCompleted, _Mapping]] = ..., command_ack: _Optional[_Union[_worker_session_pb2.CommandAck, _Mapping]] = ..., draining: _Optional[_Union[_worker_session_pb2.Draining, _Mapping]] = ...) -> None: ...
+    events: EventBunch
+    def __init__(self, event_id: _Optional[int] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., hello: _Optional[_Union[_worker_session_pb2.Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[_worker_session_pb2.Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[_worker_session_pb2.JobStarted, _Mapping]] = ..., job_completed: _Optional[_Union[_worker_session_pb2.JobCompleted, _Mapping]] = ..., command_ack: _Optional[_Union[_worker_session_pb2.CommandAck, _Mapping]] = ..., draining: _Optional[_Union[_worker_session_pb2.Draining, _Mapping]] = ..., events: _Optional[_Union[EventBunch, _Mapping]] = ...) -> None: ...
 
 class WorkerSessionResponse(_message.Message):
-    __slots__ = ("command_id", "welcome", "run_job", "cancel_job", "drain", "shutdown", "ack_job_event")
+    __slots__ = ("command_id", "welcome", "run_job", "cancel_job", "drain", "shutdown", "ack_job_event", "commands")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     RUN_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +103,7 @@ class WorkerSessionResponse(_message.Message):
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     SHUTDOWN_FIELD_NUMBER: _ClassVar[int]
     ACK_JOB_EVENT_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
     command_id: int
     welcome: _worker_session_pb2.Welcome
     run_job: _worker_session_pb2.RunJob
@@ -108,7 +111,20 @@ class WorkerSessionResponse(_message.Message):
     drain: _worker_session_pb2.Drain
     shutdown: _worker_session_pb2.Shutdown
     ack_job_event: _worker_session_pb2.AckJobEvent
-    def __init__(self, command_id: _Optional[int] = ..., welcome: _Optional[_Union[_worker_session_pb2.Welcome, _Mapping]] = ..., run_job: _Optional[_Union[_worker_session_pb2.RunJob, _Mapping]] = ..., cancel_job: _Optional[_Union[_worker_session_pb2.CancelJob, _Mapping]] = ..., drain: _Optional[_Union[_worker_session_pb2.Drain, _Mapping]] = ..., shutdown: _Optional[_Union[_worker_session_pb2.Shutdown, _Mapping]] = ..., ack_job_event: _Optional[_Union[_worker_session_pb2.AckJobEvent, _Mapping]] = ...) -> None: ...
+    commands: CommandBunch
+    def __init__(self, command_id: _Optional[int] = ..., welcome: _Optional[_Union[_worker_session_pb2.Welcome, _Mapping]] = ..., run_job: _Optional[_Union[_worker_session_pb2.RunJob, _Mapping]] = ..., cancel_job: _Optional[_Union[_worker_session_pb2.CancelJob, _Mapping]] = ..., drain: _Optional[_Union[_worker_session_pb2.Drain, _Mapping]] = ..., shutdown: _Optional[_Union[_worker_session_pb2.Shutdown, _Mapping]] = ..., ack_job_event: _Optional[_Union[_worker_session_pb2.AckJobEvent, _Mapping]] = ..., commands: _Optional[_Union[CommandBunch, _Mapping]] = ...) -> None: ...
+
+class EventBunch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[WorkerSessionRequest]
+    def __init__(self, events: _Optional[_Iterable[_Union[WorkerSessionRequest, _Mapping]]] = ...) -> None: ...
+
+class CommandBunch(_message.Message):
+    __slots__ = ("commands",)
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    commands: _containers.RepeatedCompositeFieldContainer[WorkerSessionResponse]
+    def __init__(self, commands: _Optional[_Iterable[_Union[WorkerSessionResponse, _Mapping]]] = ...) -> None: ...
 
 class NotifyChangeRequest(_message.Message):
     __slots__ = ("kind", "batch_id", "job_group_id", "billing_project")
