@@ -53,6 +53,11 @@ def reconnect_delay_s(failures: int) -> float:
     return min(5.0, 0.1 * 2 ** (failures - 1))
 
 
+WATCH_EVENTS_PER_MESSAGE = 500
+"""Events the client asks for in one WatchBatch response: per message, not per event, is what a stream
+costs both sides."""
+
+
 class WatchResume:
     """Where a watch of one batch resumes, and when it gives up: the policy
     `watch` follows around its stream calls."""
@@ -68,7 +73,8 @@ class WatchResume:
         """The request of the next stream, from the next event on."""
         self._started_s = time.monotonic()
         return pb.WatchBatchRequest(batch_id=self.batch_id, from_event_id=self.next_id, query=query,
-                                    include_cost_events=include_cost_events)
+                                    include_cost_events=include_cost_events,
+                                    max_events_per_message=WATCH_EVENTS_PER_MESSAGE)
 
     def is_new(self, event: batch_event_pb2.BatchEvent) -> bool:
         """Whether to hand `event` out: never twice."""
@@ -235,8 +241,9 @@ class Client(AsyncCalls):
             error: grpc.aio.AioRpcError | None = None
             try:
                 async for response in call:
-                    if resume.is_new(response.event):
-                        yield response.event
+                    for event in response.events if response.events else [response.event]:
+                        if resume.is_new(event):
+                            yield event
             except grpc.aio.AioRpcError as e:
                 error = e
             finally:

@@ -42,6 +42,8 @@ DEFAULT_POLL_PERIOD_S = 0.15
 """How often an idle stream looks for new events."""
 PAGE_SIZE = 500
 """Event ids read per query."""
+MAX_EVENTS_PER_MESSAGE = 1000
+"""What a watch may ask for in one response (`max_events_per_message`)."""
 RECHECK_ACCESS_S = 5.0
 """How often a long stream re-checks that the caller may still see the batch."""
 
@@ -165,6 +167,10 @@ class BatchWatcher:
         violations = []
         if request.from_event_id < 0:
             violations.append(FieldViolation("from_event_id", "must not be negative"))
+        if not 0 <= request.max_events_per_message <= MAX_EVENTS_PER_MESSAGE:
+            violations.append(FieldViolation("max_events_per_message",
+                                             f"must be between 0 and {MAX_EVENTS_PER_MESSAGE}"))
+        per_message = max(1, request.max_events_per_message)
         where_sql, params = "TRUE", []
         try:
             where_sql, params = query_language.to_sql(query_language.parse(
@@ -183,12 +189,18 @@ class BatchWatcher:
                 last_id = await self.log.last_event_id(batch_id)
                 while next_id <= last_id:
                     upto = min(last_id, next_id + self.page_size - 1)
-                    for row in await self.log.page(batch_id, next_id, upto, where_sql, params,
-                                                   request.include_cost_events):
-                        event = event_proto(row)
-                        yield pb.WatchBatchResponse(event=event)
-                        if request.until_complete and event.HasField("batch_completed"):
-                            return
+                    events = [event_proto(row) for row in await self.log.page(
+                        batch_id, next_id, upto, where_sql, params, request.include_cost_events)]
+                    # With until_complete, the stream ends with the first batch_completed.
+                    last = (next((i for i, e in enumerate(events) if e.HasField("batch_completed")), None)
+                            if request.until_complete else None)
+                    if last is not None:
+                        events = events[:last + 1]
+                    for start in range(0, len(events), per_message):
+                        yield (pb.WatchBatchResponse(event=events[start]) if per_message == 1 else
+                               pb.WatchBatchResponse(events=events[start:start + per_message]))
+                    if last is not None:
+                        return
                     next_id = upto + 1
                 await self._sleep(self.poll_period_s)
                 if self._clock_s() - checked_s >= self.recheck_access_s:

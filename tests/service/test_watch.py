@@ -194,6 +194,25 @@ async def test_until_complete_ends_the_stream_after_the_batch_completed(stub, to
     assert await call.code() == grpc.StatusCode.OK
 
 
+@pytest.mark.parametrize("per_message", [2, 3, 1000])
+async def test_events_come_several_to_a_message_when_asked_and_until_complete_still_ends_the_stream(
+        stub, tokens, frontend, driving, per_message) -> None:  # noqa: F811
+    """The same events, in order, at most `per_message` to a response, all in `events`; the stream ends
+    with the message that holds batch_completed. Asked at 1000, events that were published together come
+    in one message."""
+    alice = bearer(tokens["alice"])
+    batch = await submit_dag(stub, tokens["alice"])
+    await drive_dag(driving, batch)
+    call = stub.WatchBatch(pb.WatchBatchRequest(batch_id=batch.batch_id, until_complete=True,
+                                                max_events_per_message=per_message), metadata=alice)
+    responses = [response async for response in call]  # ends by itself
+    assert all(not r.HasField("event") and 1 <= len(r.events) <= per_message for r in responses)
+    assert [describe(e) for r in responses for e in r.events] == DAG_EVENTS
+    if per_message == 1000:
+        assert len(responses) == 1
+    assert await call.code() == grpc.StatusCode.OK
+
+
 async def test_resuming_from_last_plus_one_loses_and_repeats_nothing(stub, tokens, frontend, driving
                                                                      ) -> None:  # noqa: F811
     alice = bearer(tokens["alice"])
@@ -298,6 +317,8 @@ async def test_a_query_filters_job_events_but_not_batch_events(stub, tokens, fro
 
 @pytest.mark.parametrize("request_fields, field", [
     ({"query": "cost>>1"}, "query"), ({"query": "state=nonsense"}, "query"), ({"from_event_id": -1}, "from_event_id"),
+    ({"max_events_per_message": -1}, "max_events_per_message"),
+    ({"max_events_per_message": 1001}, "max_events_per_message"),
 ])
 async def test_a_malformed_watch_is_invalid_argument_before_any_event(stub, tokens, frontend, driving,  # noqa: F811
                                                                       request_fields, field) -> None:

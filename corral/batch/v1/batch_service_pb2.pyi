@@ -101,24 +101,28 @@ class DeleteBatchResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class WatchBatchRequest(_message.Message):
-    __slots__ = ("batch_id", "from_event_id", "query", "include_cost_events", "until_complete")
+    __slots__ = ("batch_id", "from_event_id", "query", "include_cost_events", "until_complete", "max_events_per_message")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_COST_EVENTS_FIELD_NUMBER: _ClassVar[int]
     UNTIL_COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    MAX_EVENTS_PER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     from_event_id: int
     query: str
     include_cost_events: bool
     until_complete: bool
-    def __init__(self, batch_id: _Optional[int] = ..., from_event_id: _Optional[int] = ..., query: _Optional[str] = ..., include_cost_events: _Optional[bool] = ..., until_complete: _Optional[bool] = ...) -> None: ...
+    max_events_per_message: int
+    def __init__(self, batch_id: _Optional[int] = ..., from_event_id: _Optional[int] = ..., query: _Optional[str] = ..., include_cost_events: _Optional[bool] = ..., until_complete: _Optional[bool] = ..., max_events_per_message: _Optional[int] = ...) -> None: ...
 
 class WatchBatchResponse(_message.Message):
-    __slots__ = ("event",)
+    __slots__ = ("event", "events")
     EVENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
     event: _batch_event_pb2.BatchEvent
-    def __init__(self, event: _Optional[_Union[_batch_event_pb2.BatchEvent, _Mapping]] = ...) -> None: ...
+    events: _containers.RepeatedCompositeFieldContainer[_batch_event_pb2.BatchEvent]
+    def __init__(self, event: _Optional[_Union[_batch_event_pb2.BatchEvent, _Mapping]] = ..., events: _Optional[_Iterable[_Union[_batch_event_pb2.BatchEvent, _Mapping]]] = ...) -> None: ...
 
 class CreateUpdateRequest(_message.Message):
     __slots__ = ("batch_id", "n_jobs", "n_job_groups", "idempotency_token")
