@@ -156,11 +156,15 @@ proc: BEGIN
       JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
       WHERE a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id);
 
-  -- The instances, locked in name order.
-  SELECT COUNT(*) INTO v_locked FROM instances
-    WHERE name IN (SELECT name FROM tmp_schedule_instances) FOR UPDATE;
-  UPDATE tmp_schedule_instances s JOIN instances i ON i.name = s.name
-    SET s.state = i.state, s.free_mcpu = i.free_cores_mcpu;
+  -- The instances, locked in name order (the scratch table's key leads the
+  -- join, so only their rows are touched), then read by subqueries, which
+  -- take no locks: joined in an UPDATE, every instance row the join read
+  -- was share-locked, and concurrent SJs and MJCs deadlocked.
+  SELECT COUNT(*) INTO v_locked
+    FROM tmp_schedule_instances s STRAIGHT_JOIN instances i ON i.name = s.name FOR UPDATE;
+  UPDATE tmp_schedule_instances s
+    SET s.state = (SELECT i.state FROM instances i WHERE i.name = s.name),
+        s.free_mcpu = COALESCE((SELECT i.free_cores_mcpu FROM instances i WHERE i.name = s.name), 0);
   SET v_done = FALSE;
   SELECT name, state INTO v_instance, v_instance_state FROM tmp_schedule_instances
     WHERE state IS NULL OR state NOT IN ('pending', 'active') ORDER BY name LIMIT 1;
@@ -259,11 +263,10 @@ proc: BEGIN
   SET @corral_bulk_job_changes = NULL;
   IF v_used_mcpu > 0 THEN
     -- The started jobs' cores, memory and storage (instances.used_*, migration 0018).
-    UPDATE instances i
-      JOIN (SELECT instance_name, SUM(cores_mcpu) AS cores_mcpu, SUM(memory_bytes) AS memory_bytes,
+    UPDATE (SELECT instance_name, SUM(cores_mcpu) AS cores_mcpu, SUM(memory_bytes) AS memory_bytes,
                    SUM(storage_bytes) AS storage_bytes
             FROM tmp_schedule WHERE outcome IN ('scheduled', 'creating') GROUP BY instance_name) u
-        ON u.instance_name = i.name
+      STRAIGHT_JOIN instances i ON i.name = u.instance_name
       SET i.free_cores_mcpu = i.free_cores_mcpu - u.cores_mcpu,
           i.used_memory_bytes = i.used_memory_bytes + u.memory_bytes,
           i.used_storage_bytes = i.used_storage_bytes + u.storage_bytes;

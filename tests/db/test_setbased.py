@@ -490,17 +490,20 @@ N_CONNECTIONS = 32
 PER_CALL = 10
 
 
+@pytest.mark.parametrize("n_instances", [1, 8])
 @pytest.mark.parametrize("lifecycle", ["sj+mjc", "full"])
-async def test_calls_on_one_instance_do_not_deadlock(world: World, lifecycle: str) -> None:
+async def test_concurrent_calls_do_not_deadlock(world: World, lifecycle: str, n_instances: int) -> None:
     """32 connections schedule and complete (and in `full`, also start, add
     resources to and roll up) their own jobs, ten per call, all on one
-    instance. MJC used to give cores back with an UPDATE of instances joined
+    instance, or each on one of eight. MJC used to give cores back with an UPDATE of instances joined
     with attempts, which share-locked attempts through attempts_instance
     while holding the instance row: two MJCs of one instance deadlocked
     (about 30 retries a run). A heartbeat reading the instance's open
     attempts through that index would lock every one of them, and deadlock
-    with the MJCs closing some."""
-    await world.instance("i1", cores_mcpu=100_000_000)
+    with the MJCs closing some. SJ reading its instances in an UPDATE joined
+    with them share-locked every instance row it read, and SJs and MJCs of
+    different instances deadlocked (hundreds of retries a run)."""
+    names = [await world.instance(f"i{n + 1}", cores_mcpu=100_000_000) for n in range(n_instances)]
     batch_id, _, s = await world.batch([{} for _ in range(N_JOBS)])
     chunks = [list(range(s + i, s + i + PER_CALL)) for i in range(0, N_JOBS, PER_CALL)]
     random.Random(5).shuffle(chunks)
@@ -509,26 +512,27 @@ async def test_calls_on_one_instance_do_not_deadlock(world: World, lifecycle: st
         queue.put_nowait(chunk)
     epoch, store, now = world.epoch, world.store, world.clock()
 
-    async def worker() -> None:
+    async def worker(instance: str) -> None:
         while not queue.empty():
             attempts = [{"batch_id": batch_id, "job_id": j, "attempt_id": f"a{j}"} for j in queue.get_nowait()]
-            assert {o["outcome"] for o in await store.schedule_jobs(epoch, "i1", attempts)} == {"scheduled"}
+            assert {o["outcome"] for o in await store.schedule_jobs(epoch, instance, attempts)} == {"scheduled"}
             if lifecycle == "full":
-                await store.mark_jobs_started(epoch, "i1", [{**a, "start_time_ms": now} for a in attempts])
+                await store.mark_jobs_started(epoch, instance, [{**a, "start_time_ms": now} for a in attempts])
                 await store.add_attempt_resources(epoch, [{**a, "resource": "cpu/local/1", "quantity": 1000}
                                                           for a in attempts])
-                await store.heartbeat_rollup(epoch, "i1", [{**a, "rollup_time_ms": now + 500} for a in attempts])
-            outcomes = await store.mark_jobs_complete(epoch, "i1", [
+                await store.heartbeat_rollup(epoch, instance, [{**a, "rollup_time_ms": now + 500}
+                                                               for a in attempts])
+            outcomes = await store.mark_jobs_complete(epoch, instance, [
                 {**a, "state": "Success", "exit_code": 0, "start_time_ms": now, "end_time_ms": now + 1000}
                 for a in attempts])
             assert {o["outcome"] for o in outcomes} <= {"completed", "already_complete"}
 
-    await asyncio.gather(*(worker() for _ in range(N_CONNECTIONS)))
+    await asyncio.gather(*(worker(names[n % n_instances]) for n in range(N_CONNECTIONS)))
     print(f"\nretries over {N_JOBS} jobs ({lifecycle}), {PER_CALL} per call, {N_CONNECTIONS} connections, "
-          f"one instance: {world.db.retry_stats.retries} {world.db.retry_stats.by_errno}")
+          f"{n_instances} instances: {world.db.retry_stats.retries} {world.db.retry_stats.by_errno}")
     assert world.db.retry_stats.by_errno.get(1213, 0) == 0
-    instance = await world.db.fetchone("SELECT free_cores_mcpu FROM instances WHERE name = 'i1'")
-    assert instance["free_cores_mcpu"] == 100_000_000
+    free = await world.db.fetchall("SELECT free_cores_mcpu FROM instances")
+    assert [r["free_cores_mcpu"] for r in free] == [100_000_000] * n_instances
     assert (await world.batch_row(batch_id))["state"] == "complete"
     assert await check_invariants(world.db) == []
 
