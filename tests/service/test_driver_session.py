@@ -131,16 +131,18 @@ async def test_a_session_with_a_forged_token_is_refused(world: World, driver: di
 
 
 async def welcomed_session(world: World, driver: dict, certs: DevCertificateAuthority,
-                           channel: grpc.aio.Channel) -> grpc.aio.StreamStreamCall:
-    """Instance i1 activated, and a session the driver welcomed."""
-    await world.store.create_instance(world.epoch, "i1", "standard", 2000, "activation-secret")
+                           channel: grpc.aio.Channel, cores_mcpu: int = 2000,
+                           takes_command_bunches: bool = False) -> grpc.aio.StreamStreamCall:
+    """Instance i1 activated, and a session the driver welcomed (saying it takes EventBunch)."""
+    await world.store.create_instance(world.epoch, "i1", "standard", cores_mcpu, "activation-secret")
     stub = driver_service_pb2_grpc.DriverServiceStub(channel)
     activated = await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
                                                                    activation_token="activation-secret"))
     call = stub.WorkerSession()
     await call.write(pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1",
-                                                            instance_token=activated.instance_token)))
-    await read_until(call, "welcome")
+                                                            instance_token=activated.instance_token,
+                                                            takes_command_bunches=takes_command_bunches)))
+    assert (await read_until(call, "welcome")).welcome.takes_event_bunches
     return call
 
 
@@ -206,16 +208,8 @@ async def test_a_worker_that_takes_bunches_gets_commands_and_sends_events_in_bun
     refs = await driver["specs"].write_bunch(1, 1, 1, [job_spec_pb2.JobSpec(
         image="busybox", argv=job_spec_pb2.Argv(args=["true"])) for _ in range(3)])
     batch_id, _, start = await world.batch([{"spec_ref": ref} for ref in refs])
-    await world.store.create_instance(world.epoch, "i1", "standard", 8000, "activation-secret")
     async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
-        stub = driver_service_pb2_grpc.DriverServiceStub(channel)
-        activated = await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
-                                                                       activation_token="activation-secret"))
-        call = stub.WorkerSession()
-        await call.write(pb.WorkerSessionRequest(hello=ws.Hello(
-            instance_name="i1", instance_token=activated.instance_token, takes_command_bunches=True)))
-        assert (await read_until(call, "welcome")).welcome.takes_event_bunches
-
+        call = await welcomed_session(world, driver, certs, channel, cores_mcpu=8000, takes_command_bunches=True)
         await Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch).cycle()
         bunch = (await read_until(call, "commands")).commands.commands
         assert [c.WhichOneof("payload") for c in bunch] == ["run_job"] * 3
@@ -243,8 +237,7 @@ async def test_a_worker_that_does_not_say_it_takes_bunches_gets_commands_one_at_
         image="busybox", argv=job_spec_pb2.Argv(args=["true"])) for _ in range(3)])
     await world.batch([{"spec_ref": ref} for ref in refs])
     async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
-        call = await welcomed_session(world, driver, certs, channel)
-        await world.db.execute("UPDATE instances SET cores_mcpu = 8000, free_cores_mcpu = 8000")
+        call = await welcomed_session(world, driver, certs, channel, cores_mcpu=8000)
         await Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch).cycle()
         for _ in range(3):
             message = await asyncio.wait_for(call.read(), timeout=10)
