@@ -29,6 +29,7 @@ from services.common.fields import (
 )
 from services.frontend.billing_store import MAX_MICRO_USD
 from services.frontend.limits import Limits
+from services.frontend.watch import MAX_EVENTS_PER_MESSAGE
 
 BATCH = "corral.batch.v1."
 BILLING = "corral.billing.v1."
@@ -120,6 +121,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         # BatchService
         f"{BATCH}WatchBatchRequest.from_event_id": Integer(0, INT64_MAX, column="batch_events.event_id",
                                                             by_servicer=True),
+        f"{BATCH}WatchBatchRequest.max_events_per_message": Integer(0, MAX_EVENTS_PER_MESSAGE, by_servicer=True),
         f"{BATCH}CreateUpdateRequest.idempotency_token": _token(IDEMPOTENCY_TOKEN_CHARS),
         f"{BATCH}CreateJobGroupsRequest.first_index": _int_column("job_groups.job_group_id", 0),
         f"{BATCH}AddJobsRequest.first_index": _int_column("jobs.job_id", 0),
