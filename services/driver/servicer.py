@@ -38,6 +38,7 @@ from google.protobuf import duration_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.bunches import bunches
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, PermissionDenied, RequestError
 from services.common.identity import current_principal
 from services.db.database import Database
@@ -178,7 +179,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             raise NotLeader(f"this driver's epoch {epoch} is older than the worker's {first.hello.epoch_seen}")
         hello = first.hello
         instance = hello.instance_name
-        if await self._check_token(instance, first.hello.instance_token) != "active":
+        if await self._check_token(instance, hello.instance_token) != "active":
             raise FailedPrecondition(f"instance {instance} is not active: it was deactivated")
         session = self._sessions.open(instance)
         self._on_change("worker_connected")
@@ -297,26 +298,8 @@ this goes alone."""
 def _bunched(commands: list[pb.WorkerSessionResponse]) -> list[pb.WorkerSessionResponse]:
     """The commands as messages for a worker that takes CommandBunch: a lone command as it is, several in
     bunches of at most MAX_BUNCH_COMMANDS and MAX_BUNCH_BYTES."""
-    messages: list[pb.WorkerSessionResponse] = []
-    bunch: list[pb.WorkerSessionResponse] = []
-    size = 0
-
-    def flush() -> None:
-        if len(bunch) == 1:
-            messages.append(bunch[0])
-        elif bunch:
-            messages.append(pb.WorkerSessionResponse(commands=pb.CommandBunch(commands=bunch)))
-        bunch.clear()
-
-    for command in commands:
-        command_bytes = command.ByteSize()
-        if bunch and (len(bunch) == MAX_BUNCH_COMMANDS or size + command_bytes > MAX_BUNCH_BYTES):
-            flush()
-            size = 0
-        bunch.append(command)
-        size += command_bytes
-    flush()
-    return messages
+    return [bunch[0] if len(bunch) == 1 else pb.WorkerSessionResponse(commands=pb.CommandBunch(commands=bunch))
+            for bunch in bunches(commands, MAX_BUNCH_COMMANDS, MAX_BUNCH_BYTES)]
 
 
 def _unbunched(message: pb.WorkerSessionRequest) -> list[pb.WorkerSessionRequest]:

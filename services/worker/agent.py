@@ -54,6 +54,7 @@ from corral import __version__
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.bunches import bunches
 from services.common.tls import TlsFiles
 from services.common.usage_series import UsageSeries
 from services.worker.attempts import (
@@ -356,29 +357,21 @@ class Worker:
             call.cancel()
 
     async def _write(self, call: grpc.aio.StreamStreamCall, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
-        following: pb.WorkerSessionRequest | None = None
         while True:
-            messages = [following if following is not None else await queue.get()]
-            following = None
-            if self._event_bunches:  # what else is queued goes in the same message
-                size = messages[0].ByteSize() + BUNCHED_EVENT_OVERHEAD_BYTES
-                while not queue.empty() and len(messages) < MAX_BUNCH_EVENTS:
-                    following = queue.get_nowait()
-                    size += following.ByteSize() + BUNCHED_EVENT_OVERHEAD_BYTES
-                    if size > MAX_BUNCH_BYTES:
-                        break
-                    messages.append(following)
-                    following = None
-            now = timestamp(wall_ms())
-            for message in messages:
-                message.sent_at.CopyFrom(now)
-            message = messages[0] if len(messages) == 1 else pb.WorkerSessionRequest(
-                events=pb.EventBunch(events=messages))
-            try:
-                await call.write(message)
-            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-                log.debug("session write failed: %s", e)
-                return  # the read side sees the stream's end
+            messages = [await queue.get()]
+            if self._event_bunches:  # what else is queued goes in as few messages as the limits allow
+                while not queue.empty():
+                    messages.append(queue.get_nowait())
+            for bunch in bunches(messages, MAX_BUNCH_EVENTS, MAX_BUNCH_BYTES, BUNCHED_EVENT_OVERHEAD_BYTES):
+                now = timestamp(wall_ms())
+                for message in bunch:
+                    message.sent_at.CopyFrom(now)
+                message = bunch[0] if len(bunch) == 1 else pb.WorkerSessionRequest(events=pb.EventBunch(events=bunch))
+                try:
+                    await call.write(message)
+                except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+                    log.debug("session write failed: %s", e)
+                    return  # the read side sees the stream's end
 
     async def _watch_silence(self, call: grpc.aio.StreamStreamCall) -> None:
         """End the session once the driver has said nothing for too long (paused, or cut off from the
