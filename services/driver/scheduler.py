@@ -9,6 +9,8 @@ Each cycle, per pool (instance collection):
    the cycle), the candidates' locks and those their billing projects'
    running jobs hold, the projects' budgets (read for each pool in turn,
    after the previous pool's jobs started);
+   the queues are kept for the next cycles while the demand read may be
+   reused, until half of a queue has run or new work comes (`_KeptQueues`);
 3. `services.policy.planner.plan`: the placements, and why every other
    candidate waits (ExplainJob reports the same reasons); jobs that can
    never run under their project's limit are cancelled, saying why;
@@ -66,6 +68,30 @@ DEMAND_REUSE_S = 1.0
 """How long the driver's scheduler reuses a fair-share read (`Scheduler.demand_reuse_s`)."""
 
 
+@dataclasses.dataclass
+class _KeptQueues:
+    """One pool's queues as `read_ready_heads` returned them, kept for the next cycles while the demand read
+    may be reused (`demand_reuse_s`): a read of 300 candidates cost more than the cycle's SJ while each
+    cycle placed a few dozen. Each cycle takes out the jobs it scheduled. A user's queue is read again once
+    fewer than half the jobs the planner looks at are left, unless the read reached the queue's end; new
+    work (a commit, released children, a cancellation: `new_work`) and age end them. SJ decides whether a
+    kept candidate still runs: a placement it refuses (the job was cancelled or already ran, the instance
+    went away) drops the pool's queues."""
+
+    read_s: float
+    """When they were read (time.monotonic)."""
+    changes: int
+    """Scheduler._changes before the read: new work since then ends them."""
+    queues: dict[str, list[planner.Candidate]]
+    ended: set[str]
+    """Users whose read returned fewer jobs than asked: their whole queue is here."""
+
+    def enough(self, user: str, depth: int) -> bool:
+        """Whether the planner may look at this user's queue from here, `depth` deep."""
+        queue = self.queues.get(user)
+        return queue is not None and (user in self.ended or len(queue) >= max(1, (depth + 1) // 2))
+
+
 class Scheduler(Loop):
     """See the module docstring."""
 
@@ -83,6 +109,9 @@ class Scheduler(Loop):
         self._demand_read_s = 0.0
         self._changes = 0
         """How many times new_work was called: a read that one overlapped is not reused."""
+        self._kept: dict[str, _KeptQueues] = {}
+        self.queue_reads = 0
+        """Calls of read_ready_heads (for tests and the curious)."""
         self._db = db
         self._store = store
         self._dispatcher = dispatcher
@@ -150,13 +179,38 @@ class Scheduler(Loop):
         demand = await self._read_demand() if workers else {}
         looks = {pool: depths(ws, demand[pool], self.jobs_per_cycle)
                  for pool, ws in workers.items() if demand.get(pool)}
-        queues = await read_queues(self._db, looks) if looks else {}
-        placed = 0
-        for pool in sorted(queues):
-            placed += await self._schedule_pool(epoch, pool, workers[pool], demand[pool], queues[pool])
+        try:
+            queues = await self._queues(looks)
+            placed = 0
+            for pool in sorted(queues):
+                placed += await self._schedule_pool(epoch, pool, workers[pool], demand[pool], queues[pool])
+        except BaseException:
+            self._kept.clear()  # what SJ did is not known
+            raise
         self.scheduled_total += placed
         if placed:
             self.notify()  # there may be more to place on what is still free
+
+    async def _queues(self, looks: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, list[planner.Candidate]]]:
+        """Each pool's queues as deep as `looks`: kept from an earlier cycle where they are still enough
+        (`_KeptQueues`), the other pools read in one call."""
+        queues: dict[str, dict[str, list[planner.Candidate]]] = {}
+        now = time.monotonic()
+        for pool, depth_by_user in looks.items():
+            kept = self._kept.get(pool)
+            if (kept is not None and kept.changes == self._changes and now - kept.read_s < self.demand_reuse_s
+                    and all(kept.enough(user, depth) for user, depth in depth_by_user.items() if depth > 0)):
+                queues[pool] = {user: kept.queues.get(user, [])[:depth] for user, depth in depth_by_user.items()}
+        unread = {pool: depth_by_user for pool, depth_by_user in looks.items() if pool not in queues}
+        if unread:
+            self.queue_reads += 1
+            changes = self._changes
+            for pool, read in (await read_queues(self._db, unread)).items():
+                queues[pool] = read
+                self._kept[pool] = _KeptQueues(
+                    now, changes, {user: list(queue) for user, queue in read.items()},
+                    {user for user, queue in read.items() if len(queue) < unread[pool].get(user, 0)})
+        return queues
 
     async def _schedule_pool(self, epoch: int, pool: str, workers: list[planner.Worker],
                              demands: list[UserDemand], queues: dict[str, list[planner.Candidate]]) -> int:
@@ -176,6 +230,7 @@ class Scheduler(Loop):
         placements = [Placement(p.key[0], p.key[1], secrets.token_hex(6), p.worker, p.cores_mcpu)
                       for p in plan.placements]
         scheduled = await self._schedule(epoch, placements)
+        self._take_out(pool, placements, scheduled, bool(plan.never_fit))
         if scheduled:
             owners = {c.key: c.user for queue in queues.values() for c in queue}
             cores_by_user: dict[str, int] = {}
@@ -186,6 +241,20 @@ class Scheduler(Loop):
             await self._dispatcher.run(scheduled)
             JOBS_SCHEDULED.labels(pool).inc(len(scheduled))
         return len(scheduled)
+
+    def _take_out(self, pool: str, placements: Sequence[Placement], scheduled: Sequence[Placement],
+                  cancelled: bool) -> None:
+        """The pool's kept queues without the jobs just scheduled; none at all if SJ refused a placement or
+        the cycle cancelled jobs."""
+        kept = self._kept.get(pool)
+        if kept is None:
+            return
+        if cancelled or len(scheduled) < len(placements):
+            del self._kept[pool]
+            return
+        gone = {(p.batch_id, p.job_id) for p in scheduled}
+        if gone:
+            kept.queues = {user: [c for c in queue if c.key not in gone] for user, queue in kept.queues.items()}
 
     async def _schedule(self, epoch: int, placements: list[Placement]) -> list[Placement]:
         """SJ of the pool's placements, all its instances in one call; the scheduled ones, with what their Run

@@ -3,6 +3,7 @@ for the worker sessions (the one I/O boundary it has)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -286,4 +287,106 @@ async def test_one_sj_per_pool_per_cycle_and_a_refused_instance_holds_back_only_
     await scheduler.cycle()
     assert calls == [None, "i1", "i2", "i3"]
     assert sorted(p.instance for p in dispatcher.sent) == ["i1", "i1", "i3", "i3"]
+    assert await check_invariants(world.db) == []
+
+
+async def _finish_all(world: World, placements: Sequence[Placement]) -> None:
+    for p in placements:
+        await world.finish(p.batch_id, p.job_id, p.attempt_id, "Success", instance=p.instance)
+
+
+async def test_kept_queues_serve_later_cycles_until_half_are_gone_or_new_work_comes(world: World) -> None:
+    """While the fair-share read may be reused, cycles take their candidates from the queues read before, without
+    the jobs already scheduled, in queue order; a queue is read again once fewer than half the jobs the
+    planner looks at are left, and `new_work` makes the next cycle read."""
+    await world.instance("i1", cores_mcpu=2000)
+    batch_id, _, start = await world.batch([{} for _ in range(20)], user="alice")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+                          demand_reuse_s=3600)
+    reads = []
+    for _ in range(5):
+        sent = len(dispatcher.sent)
+        await scheduler.cycle()
+        reads.append(scheduler.queue_reads)
+        await _finish_all(world, dispatcher.sent[sent:])
+    # Read 8: 6 left, 4, then 2 (fewer than half of 8): read again, 6 left.
+    assert reads == [1, 1, 1, 2, 2]
+    assert [(p.batch_id, p.job_id) for p in dispatcher.sent] == [(batch_id, start + i) for i in range(10)]
+
+    scheduler.new_work()
+    await scheduler.cycle()
+    assert scheduler.queue_reads == 3
+    assert [p.job_id for p in dispatcher.sent[10:]] == [start + 10, start + 11]
+    assert await check_invariants(world.db) == []
+
+
+async def test_a_queue_read_to_its_end_is_kept_until_nothing_is_left(world: World) -> None:
+    """A read that returned fewer jobs than asked holds the user's whole queue: it serves until empty."""
+    await world.instance("i1", cores_mcpu=1000)
+    _, _, start = await world.batch([{} for _ in range(3)], user="alice")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+                          demand_reuse_s=3600)
+    for _ in range(3):
+        sent = len(dispatcher.sent)
+        await scheduler.cycle()
+        await _finish_all(world, dispatcher.sent[sent:])
+    assert scheduler.queue_reads == 1
+    assert [p.job_id for p in dispatcher.sent] == [start, start + 1, start + 2]
+
+
+async def test_a_cycle_that_finds_no_free_cores_keeps_the_queues(world: World) -> None:
+    """A full fleet is the usual state under load: a cycle with nowhere to place anything looks at no queue,
+    and the next one, after jobs ended, still takes its candidates from the queues kept before."""
+    await world.instance("i1", cores_mcpu=1000)
+    _, _, start = await world.batch([{} for _ in range(6)], user="alice")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+                          demand_reuse_s=3600)
+    await scheduler.cycle()
+    await scheduler.cycle()  # i1 is full
+    await _finish_all(world, dispatcher.sent)
+    await scheduler.cycle()
+    assert scheduler.queue_reads == 1
+    assert [p.job_id for p in dispatcher.sent] == [start, start + 1]
+
+
+@pytest.mark.parametrize("demand_reuse_s", [0.0, 0.05])
+async def test_queues_older_than_the_demand_reuse_are_read_again(world: World, demand_reuse_s: float) -> None:
+    """Without reuse every cycle reads the queues; with it, once they are older than `demand_reuse_s`."""
+    await world.instance("i1", cores_mcpu=1000)
+    await world.batch([{} for _ in range(6)], user="alice")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+                          demand_reuse_s=demand_reuse_s)
+    for n in range(1, 4):
+        sent = len(dispatcher.sent)
+        await asyncio.sleep(demand_reuse_s * 2)
+        await scheduler.cycle()
+        await _finish_all(world, dispatcher.sent[sent:])
+        assert scheduler.queue_reads == n
+
+
+async def test_a_kept_candidate_that_sj_refuses_drops_the_kept_queues(world: World) -> None:
+    """A batch cancelled without the scheduler hearing of it: its kept candidates reach SJ, which refuses
+    them, so none runs; the next cycle reads the queues again and starts the other batch's jobs."""
+    await world.store.create_billing_project("other", ["bob"])
+    await world.instance("i1", cores_mcpu=1000)
+    cancelled, _, _ = await world.batch([{"priority": 5} for _ in range(6)], user="alice")
+    other, _, _ = await world.batch([{} for _ in range(6)], user="alice")
+    dispatcher = RecordingDispatcher({"i1"})
+    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+                          demand_reuse_s=3600)
+    await scheduler.cycle()
+    assert [p.batch_id for p in dispatcher.sent] == [cancelled]
+    await _finish_all(world, dispatcher.sent)
+    await world.store.cancel_job_group(cancelled, 0, "alice", "stop")
+
+    await scheduler.cycle()  # the kept queue: the cancelled batch's next job, refused by SJ
+    assert len(dispatcher.sent) == 1 and scheduler.queue_reads == 1
+    assert "standard" not in scheduler._kept
+    await scheduler.cycle()
+    assert scheduler.queue_reads == 2
+    assert [p.batch_id for p in dispatcher.sent[1:]] == [other]
     assert await check_invariants(world.db) == []
