@@ -296,9 +296,9 @@ async def _finish_all(world: World, placements: Sequence[Placement]) -> None:
 
 
 async def test_kept_queues_serve_later_cycles_until_half_are_gone_or_new_work_comes(world: World) -> None:
-    """While the fair-share read may be reused, cycles take their candidates from the queues read before, without
-    the jobs already scheduled, in queue order; a queue is read again once fewer than half the jobs the
-    planner looks at are left, and `new_work` makes the next cycle read."""
+    """While the fair-share read may be reused, cycles take their candidates from the queues read before,
+    without the jobs already scheduled, in queue order; a queue is read again once fewer than half the jobs
+    the planner looks at are left, and `new_work` makes the next cycle read."""
     await world.instance("i1", cores_mcpu=2000)
     batch_id, _, start = await world.batch([{} for _ in range(20)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
@@ -371,7 +371,6 @@ async def test_queues_older_than_the_demand_reuse_are_read_again(world: World, d
 async def test_a_kept_candidate_that_sj_refuses_drops_the_kept_queues(world: World) -> None:
     """A batch cancelled without the scheduler hearing of it: its kept candidates reach SJ, which refuses
     them, so none runs; the next cycle reads the queues again and starts the other batch's jobs."""
-    await world.store.create_billing_project("other", ["bob"])
     await world.instance("i1", cores_mcpu=1000)
     cancelled, _, _ = await world.batch([{"priority": 5} for _ in range(6)], user="alice")
     other, _, _ = await world.batch([{} for _ in range(6)], user="alice")
