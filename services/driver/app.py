@@ -359,6 +359,7 @@ async def start(config: DriverConfig) -> DriverApp:
                               limits=CallLimits(unary_deadline_s=60.0),
                               # Not ready until elected: the internal gateway routes by this health.
                               serving_at_start=False)
+        stack.push_async_callback(servicer.close)  # after the server stopped: no session records any more
         stack.push_async_callback(servers.stop)
         if config.enroll_address is not None:
             enroll_servers = await serve([enrollment], [Listener(config.enroll_address, tls, enrollee, internal=True,

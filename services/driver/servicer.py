@@ -112,6 +112,11 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         the leader is; returns how many."""
         return self._sessions.end_all(f"{why}; {self.leader_hint()}")
 
+    async def close(self) -> None:
+        """At the driver's stop, after the server: the combined pass of worker events under way ends (see
+        WorkerEvents.close)."""
+        await self._events.close()
+
     async def _check_token(self, instance: str, token: str) -> str:
         """The instance's state, once its session token is checked."""
         row = await self._db.fetchone("SELECT activation_token, state FROM instances WHERE name = %s", (instance,),

@@ -18,7 +18,8 @@ rather than once per worker. Two sessions that report the same attempt or
 job (a lost worker's attempt and its retry's) go in separate calls. If a
 combined pass fails, each of its sessions' passes is recorded again alone,
 so that one worker's events (or a refused call) fail only its own session;
-what the combined call committed repeats as a no-op.
+what the combined call committed repeats as a no-op. At the driver's stop the
+pass under way has CLOSE_WAIT_S to finish and is then cancelled (`close`).
 
 Within a pass, starts are recorded before completions (MJC before MJS is
 harmless, but in order is cheaper) and each event is acknowledged only after
@@ -57,6 +58,8 @@ MAX_EVENTS_PER_PASS = 500
 MAX_EVENTS_PER_CALL = 2000
 """Events of several sessions' passes recorded together at most (bounds one procedure call's payload);
 a single pass larger than this still goes in alone."""
+CLOSE_WAIT_S = 2.0
+"""How long the driver's stop waits for a combined pass under way before cancelling it."""
 
 
 @dataclasses.dataclass
@@ -163,6 +166,19 @@ class WorkerEvents:
         if self._recording is None:
             self._recording = asyncio.create_task(self._record_waiting())
         return await part.done
+
+    async def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """At the driver's stop, once its sessions have ended: let the combined pass under way finish for up
+        to `wait_s`, then cancel it. A pass not recorded fails its session; its worker sends the events
+        again to the next leader, where what did commit repeats as a no-op."""
+        task = self._recording
+        if task is None:
+            return
+        _, pending = await asyncio.wait({task}, timeout=wait_s)
+        if pending:
+            log.warning("a combined pass of worker events was still being recorded after %.1f s; cancelled", wait_s)
+            task.cancel()
+            await asyncio.wait({task})
 
     async def _record_waiting(self) -> None:
         taken: list[_Pass] = []

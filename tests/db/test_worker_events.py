@@ -1,19 +1,22 @@
 """WorkerEvents against a real MariaDB: the passes of several workers' sessions are recorded together, one
-MJS and one MJC for all of them; two sessions that report the same job go in separate calls; and a pass
-that refuses the combined call fails only its own session."""
+MJS and one MJC for all of them; two sessions that report the same job go in separate calls; a pass that
+refuses the combined call fails only its own session; and at the driver's stop, the pass under way
+finishes, or is cancelled when it cannot."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
+import aiomysql
 import pytest
 from google.protobuf import timestamp_pb2
 
 from corral.batch.v1 import job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.db.database import ProcedureError
+from services.db.database import DatabaseConfig, ProcedureError
 from services.db.invariants import check_invariants
 from services.driver.worker_events import WorkerEvents
 from tests.world import World
@@ -143,3 +146,58 @@ async def test_a_pass_that_refuses_the_combined_call_fails_only_its_own_session(
     assert await world.state(batch_id, start) == "Success"
     assert await check_invariants(world.db) == []
 
+
+async def test_closing_lets_the_pass_under_way_finish(world: World) -> None:
+    await world.instance("i1")
+    batch_id, _, start = await world.batch([{}])
+    ref = await scheduled(world, batch_id, start, "i1")
+    events = WorkerEvents(world.store, lambda kind: None)
+    recording = asyncio.ensure_future(events.record(world.epoch, "i1", [started(1, ref), succeeded(2, ref)]))
+    await asyncio.sleep(0)  # the pass is under way
+    await events.close()
+    assert sorted((await recording).acks) == [1, 2]
+    assert await world.state(batch_id, start) == "Success"
+    await events.close()  # nothing under way: returns at once
+
+
+async def _waiting_for_the_jobs_lock(world: World) -> list[int]:
+    """The connections whose call waits in complete_jobs_core's first statement, which locks the jobs' rows."""
+    return [row["id"] for row in await world.db.fetchall(
+        "SELECT id FROM information_schema.PROCESSLIST WHERE info LIKE %s",
+        ("SELECT COUNT(*) INTO v_locked%tmp_job_completions%",))]
+
+
+async def test_closing_cancels_a_pass_that_cannot_finish_and_fails_its_session(
+        world: World, db_config: DatabaseConfig) -> None:
+    await world.instance("i1")
+    batch_id, _, start = await world.batch([{}])
+    ref = await scheduled(world, batch_id, start, "i1")
+    events = WorkerEvents(world.store, lambda kind: None)
+    holder = await aiomysql.connect(**db_config.connect_kwargs())
+    try:
+        async with holder.cursor() as cursor:
+            await cursor.execute("START TRANSACTION")
+            await cursor.execute("SELECT * FROM jobs WHERE batch_id = %s AND job_id = %s FOR UPDATE",
+                                 (batch_id, start))
+            recording = asyncio.ensure_future(events.record(world.epoch, "i1", [succeeded(1, ref)]))
+            deadline = time.monotonic() + 15  # within the server's lock wait timeout (20 s)
+            while not (waiting := await _waiting_for_the_jobs_lock(world)):
+                assert not recording.done(), recording
+                assert time.monotonic() < deadline, "the pass never waited for the job's row"
+                await asyncio.sleep(0.05)
+            started_at = time.monotonic()
+            await events.close(wait_s=0.2)
+            assert time.monotonic() - started_at < 5
+            with pytest.raises(RuntimeError, match="the driver stopped before recording the events"):
+                await recording
+            await cursor.execute("ROLLBACK")
+    finally:
+        holder.close()
+    # The server may still finish the cancelled call once the lock is free (its client has gone); either way
+    # nothing is half-done once its connection has ended.
+    deadline = time.monotonic() + 15
+    while await world.db.fetchall("SELECT id FROM information_schema.PROCESSLIST WHERE id = %s", (waiting[0],)):
+        assert time.monotonic() < deadline, "the cancelled call's connection never ended"
+        await asyncio.sleep(0.05)
+    assert await world.state(batch_id, start) in ("Running", "Success")
+    assert await check_invariants(world.db) == []
