@@ -82,7 +82,8 @@ parser.add_argument("--oci-images-dir", type=Path,
                          "optionally, as umoci unpack writes it)")
 parser.add_argument("--private-networks", type=networks, default=(), metavar="CIDR,...",
                     help="the deployment's private IPv4 ranges: all that network_mode private jobs in containers "
-                         "reach, and what public ones do not (default: none)")
+                         "reach (never 10.199.0.0/16, the job networks), and what public ones do not, whatever "
+                         "their addresses; public jobs reach no private range anyway (default: none)")
 parser.add_argument("--usage-interval-s", type=float, default=WorkerConfig.usage_interval_s,
                     help="seconds between two samples of each running job's resource usage (default: %(default)s)")
 metrics.add_arguments(parser)

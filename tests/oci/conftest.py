@@ -1,7 +1,8 @@
 """Fixtures of the OCI runtime's tests (tests/oci/host.py has the rest): a
 busybox image built once per session, and `oci_host`, autouse, which closes
 the test's runtimes after it and checks that nothing it made is left
-(acceptance 4)."""
+(acceptance 4); `outside`, the world outside the host for the network tests
+(tests/oci/outside.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
 
 from tests.oci.host import WHY_NOT, BusyboxImages, OciHost, build_busybox_images
+from tests.oci.outside import outside  # noqa: F401  (a fixture of the network tests)
 
 
 @pytest.fixture(scope="session")

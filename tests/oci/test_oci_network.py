@@ -1,43 +1,20 @@
 """What a job reaches in each network mode, tried from inside real
-containers (acceptance 2, and the Networks paragraph of issue 13).
+containers (acceptance 2, and the Networks paragraph of issue 13), against
+the stand-in for the world outside the host (tests/oci/outside.py).
 
-The stand-in for the world outside the host (`Outside`): a network
-namespace of the test's, joined to the host by a veth pair, host side
-198.51.100.1/24 (TEST-NET-2, which nothing else on a host uses). The host
-reaches it through its ordinary routing, exactly as it reaches the internet
-through its default route: the job's packets go container → bridge → the
-host's FORWARD chain → out of another interface, NATed. In that namespace
-one TCP server listens on every address of it, and greets each connection
-with the address it was reached at and the peer it saw:
-
-- 198.51.100.2: "the internet" (no private range);
-- 10.197.77.2, routed by the host via 198.51.100.2: "a machine of the
-  deployment's private range" (the worker is given 10.197.77.0/24 as its
-  private network);
-- 169.254.169.254, routed the same way: "the cloud's metadata server".
-
-The host's side of the pair has 10.197.77.1 too: an address of the host
-itself inside the private range, which private jobs may reach and public
-ones may not.
-
-Before the jobs try them, the test connects to all three from the host
-itself: they answer, so a job that cannot reach one is refused by the
-worker's rules, not by the stand-in. The host's own servers are one more
-TCP server of the test, on 0.0.0.0 (so on 127.0.0.1, the host's own
-addresses, the bridges' gateways): no job may reach it by any address.
-(This machine's kernel has no dummy interfaces; a namespace stands for
-both the internet and the private range.)
+Before the jobs try them, the test connects to every address of the
+stand-in from the host itself: they answer, so a job that cannot reach one
+is refused by the worker's rules, not by the stand-in. The host's own
+servers are one more TCP server of the test, on 0.0.0.0 (so on 127.0.0.1,
+the host's own addresses, the bridges' gateways): no job may reach it by
+any address.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import subprocess
-import sys
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,73 +22,10 @@ import pytest
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker.oci.network import PRIVATE, PUBLIC, owner_hash
 from tests.oci.host import OciHost, fields, needs_oci, run, spec
+from tests.oci.outside import (HOST_PRIVATE, HOST_SIDE, INTERNET, METADATA, PRIVATE_MACHINE, PRIVATE_RANGE,
+                                UNNAMED_PRIVATE, Outside, reach_from_host, sh, tries)
 
 pytestmark = [pytest.mark.timeout(90), needs_oci]
-
-INTERNET, PRIVATE_MACHINE, METADATA = "198.51.100.2", "10.197.77.2", "169.254.169.254"
-HOST_SIDE, HOST_PRIVATE = "198.51.100.1", "10.197.77.1"
-PRIVATE_RANGE = ipaddress.IPv4Network("10.197.77.0/24")
-
-SERVER = r"""
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("0.0.0.0", 0))
-s.listen(16)
-print(s.getsockname()[1], flush=True)
-while True:
-    c, peer = s.accept()
-    c.sendall(f"reached-{c.getsockname()[0]}-from-{peer[0]}\n".encode())
-    c.close()
-"""
-
-
-def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
-
-
-@dataclass
-class Outside:
-    """The world outside the host, in a namespace of the test's (see the module's docstring)."""
-
-    netns: str
-    veth: str
-    port: int
-    server: subprocess.Popen
-
-
-@pytest.fixture
-async def outside() -> AsyncIterator[Outside]:
-    tag = uuid.uuid4().hex[:6]
-    netns, veth = f"crlt-out-{tag}", f"crlto-{tag}"
-    server = None
-    try:
-        sh("ip", "netns", "add", netns)
-        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
-        sh("ip", "addr", "add", f"{HOST_SIDE}/24", "dev", veth)
-        sh("ip", "addr", "add", f"{HOST_PRIVATE}/32", "dev", veth)
-        sh("ip", "link", "set", veth, "up")
-        for address in (f"{INTERNET}/24", f"{PRIVATE_MACHINE}/32", f"{METADATA}/32"):
-            sh("ip", "-n", netns, "addr", "add", address, "dev", "eth0")
-        sh("ip", "-n", netns, "link", "set", "eth0", "up")
-        sh("ip", "-n", netns, "link", "set", "lo", "up")
-        for address in (PRIVATE_MACHINE, METADATA):
-            sh("ip", "route", "add", f"{address}/32", "via", INTERNET, "dev", veth)
-        server = subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-I", "-c", SERVER],
-                                  stdout=subprocess.PIPE, text=True)
-        assert server.stdout is not None
-        port = int(await asyncio.to_thread(server.stdout.readline))
-        yield Outside(netns, veth, port, server)
-    finally:
-        if server is not None:
-            server.kill()
-            server.wait()
-            assert server.stdout is not None
-            server.stdout.close()
-        subprocess.run(["ip", "netns", "del", netns], capture_output=True)  # the veth pair and routes go too
-        subprocess.run(["ip", "link", "del", veth], capture_output=True)
-
-
 
 @pytest.fixture
 async def host_server() -> AsyncIterator[tuple[int, list[str]]]:
@@ -137,24 +51,10 @@ def host_addresses() -> list[str]:
     return [a for a in found if not a.startswith("127.") and a not in (HOST_SIDE, HOST_PRIVATE)]
 
 
-def tries(targets: dict[str, tuple[str, int]]) -> str:
-    """A script that tries each target at once (a refused one waits for nc's 3 s), printing NAME=greeting."""
-    lines = [f"(echo {name}=$(nc -w 3 {address} {port} </dev/null 2>/dev/null | head -n 1)) &"
-             for name, (address, port) in targets.items()]
-    return "\n".join(lines + ["wait", "echo resolv=$(cat /etc/resolv.conf 2>/dev/null | grep -c ^nameserver)"])
-
-
-async def reach_from_host(address: str, port: int) -> str:
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(address, port), 3)
-    line = (await asyncio.wait_for(reader.readline(), 3)).decode().strip()
-    writer.close()
-    return line
-
-
 async def test_each_mode_reaches_what_it_should_and_nothing_else(oci_host: OciHost, outside: Outside,
                                                                   host_server: tuple[int, list[str]]) -> None:
     # The stand-in answers the host on all three addresses: what a job cannot reach, the worker refuses.
-    for address in (INTERNET, PRIVATE_MACHINE, METADATA):
+    for address in (INTERNET, PRIVATE_MACHINE, UNNAMED_PRIVATE, METADATA):
         assert (await reach_from_host(address, outside.port)).startswith(f"reached-{address}-from-")
     host_port, host_peers = host_server
     runtime = oci_host.runtime(private_networks=(PRIVATE_RANGE,))
@@ -162,6 +62,7 @@ async def test_each_mode_reaches_what_it_should_and_nothing_else(oci_host: OciHo
     plan = runtime._network
     assert plan is not None
     targets = {"internet": (INTERNET, outside.port), "private": (PRIVATE_MACHINE, outside.port),
+               "unnamed_private": (UNNAMED_PRIVATE, outside.port),
                "metadata": (METADATA, outside.port), "host_loopback": ("127.0.0.1", host_port),
                "host_public_gateway": (str(plan.gateway(PUBLIC)), host_port),
                "host_private_gateway": (str(plan.gateway(PRIVATE)), host_port),

@@ -17,8 +17,8 @@ from services.worker.oci import oci_refusals
 from services.worker.oci.bundle import Container, config_json, merged_env
 from services.worker.oci.cgroups import V1, V2, AttemptCgroup, Hierarchies, Limits, Usage, read_usage
 from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavailable
-from services.worker.oci.network import (FALLBACK_RESOLVERS, PRIVATE, PUBLIC, Plan, choose_subnet, resolvers,
-                                         veth_name)
+from services.worker.oci.network import (FALLBACK_RESOLVERS, NON_PUBLIC, PRIVATE, PUBLIC, Plan, choose_subnet,
+                                         resolvers, veth_name)
 from services.worker.oci.layer import LayerError, ensure_dir, mounts_under, open_root
 
 
@@ -202,18 +202,24 @@ def test_a_workers_network_plan() -> None:
     assert str(plan.addresses(PUBLIC)[0]) == "10.199.7.2" and str(plan.addresses(PRIVATE)[-1]) == "10.199.7.254"
     assert Plan.from_json(plan.to_json()) == plan
     forward = [rule for table, chain, rule in plan.rules() if chain == plan.chain("FWD")]
-    # Public: link-local and the private ranges refused before everything else is let out.
+    # Every worker's bridges (SUBNETS) refused before anything is let out, whoever's jump comes first.
+    assert forward.index(["-d", "10.199.0.0/16", "-j", "DROP"]) < min(
+        i for i, r in enumerate(forward) if r[-1] == "ACCEPT" and "--ctstate" not in r)
+    # Public: every non-public range and the private ranges refused before everything else is let out.
     public = [r for r in forward if r[:2] == ["-i", "crl-0a1b2c3d-p"]]
-    assert public == [["-i", "crl-0a1b2c3d-p", "-d", "169.254.0.0/16", "-j", "DROP"],
-                      ["-i", "crl-0a1b2c3d-p", "-d", "10.197.0.0/16", "-j", "DROP"],
-                      ["-i", "crl-0a1b2c3d-p", "-s", "10.199.7.0/25", "-j", "ACCEPT"]]
+    assert public == ([["-i", "crl-0a1b2c3d-p", "-d", str(n), "-j", "DROP"] for n in NON_PUBLIC]
+                      + [["-i", "crl-0a1b2c3d-p", "-d", "10.197.0.0/16", "-j", "DROP"],
+                         ["-i", "crl-0a1b2c3d-p", "-s", "10.199.7.0/25", "-j", "ACCEPT"]])
     # Private: only the private ranges; then everything else is dropped.
     assert [r for r in forward if r[:2] == ["-i", "crl-0a1b2c3d-v"]] == [
         ["-i", "crl-0a1b2c3d-v", "-s", "10.199.7.128/25", "-d", "10.197.0.0/16", "-j", "ACCEPT"]]
     assert forward[-1] == ["-j", "DROP"]
     host = [rule for table, chain, rule in plan.rules() if chain == plan.chain("IN")]
-    assert host[-1] == ["-j", "DROP"] and all(r[1] == "crl-0a1b2c3d-v" for r in host[:-1])
-    assert {chain for _, chain, _ in plan.jumps()} == {"INPUT", "FORWARD", "POSTROUTING"}
+    assert host[0] == ["-d", "10.199.0.0/16", "-j", "DROP"] and host[-1] == ["-j", "DROP"]
+    assert all(r[1] == "crl-0a1b2c3d-v" for r in host[1:-1])
+    assert [rule for table, chain, rule in plan.rules() if chain == plan.chain("OUT")] == [
+        ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"], ["-j", "DROP"]]
+    assert {chain for _, chain, _ in plan.jumps()} == {"INPUT", "FORWARD", "OUTPUT", "POSTROUTING"}
 
 
 def test_a_subnet_is_chosen_from_the_owner_and_skips_what_the_host_has() -> None:
@@ -225,9 +231,10 @@ def test_a_subnet_is_chosen_from_the_owner_and_skips_what_the_host_has() -> None
 
 
 def test_resolvers_a_job_can_reach() -> None:
-    conf = "# x\nnameserver 127.0.0.53\nnameserver 10.255.255.53\nnameserver 10.197.0.2\nnameserver ::1\n"
+    conf = ("# x\nnameserver 127.0.0.53\nnameserver 10.255.255.53\nnameserver 169.254.169.254\n"
+            "nameserver 9.9.9.9\nnameserver 10.197.0.2\nnameserver ::1\n")
     private = (IPv4Network("10.197.0.0/16"),)
-    assert resolvers(conf, PUBLIC, private) == ["10.255.255.53"]
+    assert resolvers(conf, PUBLIC, private) == ["9.9.9.9"]  # a public job reaches no private range's resolver
     assert resolvers(conf, PRIVATE, private) == ["10.197.0.2"]
     assert resolvers("nameserver 127.0.0.53\n", PUBLIC, ()) == list(FALLBACK_RESOLVERS)
     assert resolvers("nameserver 127.0.0.53\n", PRIVATE, ()) == []

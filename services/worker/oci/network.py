@@ -12,11 +12,22 @@ runtime starts and removed when it closes or by whoever cleans up after it:
   reach the host over link-local IPv6, out of iptables' sight);
 - iptables chains of its own, jumped to from the host's chains for the
   bridges' traffic only: `CORRAL-H-IN` (filter INPUT: nothing of the host
-  itself, but for private, the deployment's private ranges), `CORRAL-H-FWD`
-  (filter FORWARD: public anywhere but the private ranges and link-local
-  169.254.0.0/16, the metadata address's; private only the private ranges;
-  nobody starts a connection to a job), `CORRAL-H-NAT` (nat POSTROUTING:
-  MASQUERADE out of anything but the bridge).
+  itself, but for private, the host's addresses in the deployment's private
+  ranges), `CORRAL-H-FWD` (filter FORWARD: public anywhere but the
+  non-public ranges, `NON_PUBLIC`, and the deployment's private ranges;
+  private only the private ranges; nobody starts a connection to a job),
+  `CORRAL-H-OUT` (filter OUTPUT: the host's own processes, another local
+  account's included, start no connection to a job either), `CORRAL-H-NAT`
+  (nat POSTROUTING: MASQUERADE out of anything but the bridge).
+
+**Order-independence.** Several workers, of one deployment or of several,
+may share a host, and each inserts its jumps at the top of the host's
+chains, so a packet between two workers' bridges meets whichever worker's
+chain was inserted last. Both chains must therefore refuse it on their own:
+each drops anything addressed to `SUBNETS` (every worker's bridges, of every
+deployment: they all take their /24 from it) before it accepts anything,
+and accepts towards its own bridges only replies. No rule of one worker's
+accepts traffic for another's bridge, whatever order they start and stop in.
 
 Per attempt: a network namespace `crl-C` (C: a hash of the container's id,
 at /var/run/netns/crl-C, handed to runc), a veth pair (`crv-C` on the
@@ -47,6 +58,17 @@ SUBNETS = ipaddress.IPv4Network("10.199.0.0/16")
 """Where workers' subnets come from (a /24 each)."""
 LINK_LOCAL = ipaddress.IPv4Network("169.254.0.0/16")
 """Refused to public jobs: the cloud metadata address 169.254.169.254 is in it."""
+NON_PUBLIC = tuple(ipaddress.IPv4Network(n) for n in (
+    "0.0.0.0/8",        # "this network"
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",  # RFC 1918: other machines of the site, other bridges
+    "100.64.0.0/10",    # RFC 6598 shared address space (carrier-grade NAT, some clouds' internal ranges)
+    "127.0.0.0/8",      # loopback (unroutable from a bridge anyway: route_localnet is off)
+    str(LINK_LOCAL),    # link-local, the metadata server's
+    "224.0.0.0/4",      # multicast
+    "240.0.0.0/4",      # reserved, and the broadcast address
+))
+"""What a public job may not reach: every range that is not the internet. A deployment's own private ranges
+(`--private-networks`) are refused to public jobs too, whatever their addresses."""
 FALLBACK_RESOLVERS = ("1.1.1.1", "8.8.8.8")
 """A public job's resolvers when the host's resolv.conf names none a job can reach (e.g. only 127.0.0.53)."""
 NETNS_DIR = Path("/var/run/netns")
@@ -102,7 +124,8 @@ class Plan:
     @property
     def chains(self) -> dict[str, tuple[str, str]]:
         """Our chain per (table, host chain)."""
-        return {"IN": ("filter", "INPUT"), "FWD": ("filter", "FORWARD"), "NAT": ("nat", "POSTROUTING")}
+        return {"IN": ("filter", "INPUT"), "FWD": ("filter", "FORWARD"), "OUT": ("filter", "OUTPUT"),
+                "NAT": ("nat", "POSTROUTING")}
 
     def chain(self, kind: str) -> str:
         return f"CORRAL-{self.hash}-{kind}"
@@ -112,6 +135,7 @@ class Plan:
         p, v = self.bridge(PUBLIC), self.bridge(PRIVATE)
         return ([("filter", "INPUT", ["-i", b, "-j", self.chain("IN")]) for b in (p, v)]
                 + [("filter", "FORWARD", [d, b, "-j", self.chain("FWD")]) for b in (p, v) for d in ("-i", "-o")]
+                + [("filter", "OUTPUT", ["-o", b, "-j", self.chain("OUT")]) for b in (p, v)]
                 + [("nat", "POSTROUTING", ["-s", str(self.subnet), "-j", self.chain("NAT")])])
 
     def rules(self) -> list[tuple[str, str, list[str]]]:
@@ -119,10 +143,14 @@ class Plan:
         p, v = self.bridge(PUBLIC), self.bridge(PRIVATE)
         sp, sv = str(self.mode_subnet(PUBLIC)), str(self.mode_subnet(PRIVATE))
         private = [str(n) for n in self.private_networks]
-        into, forward, nat = self.chain("IN"), self.chain("FWD"), self.chain("NAT")
+        into, forward, out, nat = self.chain("IN"), self.chain("FWD"), self.chain("OUT"), self.chain("NAT")
+        jobs = str(SUBNETS)
         rules: list[tuple[str, str, list[str]]] = []
         # The host itself: nothing (its loopback services are out of reach anyway: route_localnet is off),
-        # but a private job may reach the host's own addresses in the deployment's private ranges.
+        # but a private job may reach the host's own addresses in the deployment's private ranges. Never a
+        # bridge's gateway address, though a private range may hold SUBNETS: the host is reached there on
+        # every service bound to all addresses.
+        rules.append(("filter", into, ["-d", jobs, "-j", "DROP"]))
         rules += [("filter", into, ["-i", v, "-s", sv, "-d", n, "-j", "ACCEPT"]) for n in private]
         rules.append(("filter", into, ["-j", "DROP"]))
         # Replies to a job's connections come back; nothing else goes to a job, from anywhere.
@@ -130,11 +158,17 @@ class Plan:
             rules.append(("filter", forward, ["-o", bridge, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED",
                                               "-j", "ACCEPT"]))
             rules.append(("filter", forward, ["-o", bridge, "-j", "DROP"]))
-        rules.append(("filter", forward, ["-i", p, "-d", str(LINK_LOCAL), "-j", "DROP"]))
+        # From here on, traffic came in from one of our bridges. Another worker's bridge (of this deployment
+        # or another) is refused here, whichever worker's jump the host's FORWARD chain meets first.
+        rules.append(("filter", forward, ["-d", jobs, "-j", "DROP"]))
+        rules += [("filter", forward, ["-i", p, "-d", str(n), "-j", "DROP"]) for n in NON_PUBLIC]
         rules += [("filter", forward, ["-i", p, "-d", n, "-j", "DROP"]) for n in private]
         rules.append(("filter", forward, ["-i", p, "-s", sp, "-j", "ACCEPT"]))
         rules += [("filter", forward, ["-i", v, "-s", sv, "-d", n, "-j", "ACCEPT"]) for n in private]
         rules.append(("filter", forward, ["-j", "DROP"]))  # a forged source, or private beyond its ranges
+        # The host's own processes answer a job (a private job's connection to the host) but start nothing.
+        rules.append(("filter", out, ["-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"]))
+        rules.append(("filter", out, ["-j", "DROP"]))
         rules += [("nat", nat, ["-s", sp, "!", "-o", p, "-j", "MASQUERADE"]),
                   ("nat", nat, ["-s", sv, "!", "-o", v, "-j", "MASQUERADE"])]
         return rules
@@ -162,8 +196,8 @@ def choose_subnet(hash_: str, taken: list[ipaddress.IPv4Network]) -> ipaddress.I
 
 
 def resolvers(resolv_conf: str, mode: str, private_networks: tuple[ipaddress.IPv4Network, ...]) -> list[str]:
-    """The nameservers of the host's resolv.conf that a job of `mode` can reach: public, any but loopback,
-    link-local and the private ranges (else FALLBACK_RESOLVERS); private, those in the private ranges."""
+    """The nameservers of the host's resolv.conf that a job of `mode` can reach: public, those outside
+    NON_PUBLIC and the private ranges (else FALLBACK_RESOLVERS); private, those in the private ranges."""
     found = []
     for line in resolv_conf.splitlines():
         words = line.split()
@@ -177,7 +211,7 @@ def resolvers(resolv_conf: str, mode: str, private_networks: tuple[ipaddress.IPv
             in_private = any(address in n for n in private_networks)
             if mode == PRIVATE and in_private:
                 found.append(str(address))
-            elif mode == PUBLIC and not (in_private or address.is_loopback or address.is_link_local):
+            elif mode == PUBLIC and not (in_private or any(address in n for n in NON_PUBLIC)):
                 found.append(str(address))
     return found or (list(FALLBACK_RESOLVERS) if mode == PUBLIC else [])
 
