@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from services.common.identity import GATEWAY_TOKEN_HEADER
-from services.gateway.deployment import Address, Deployment, GatewayTls
+from services.gateway import hardening
+from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
 from services.gateway.descriptors import OPENAPI_ROUTE, openapi_path
 from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
 
@@ -69,7 +70,8 @@ STATS_PATH = "/stats/prometheus"
 
 
 def _admin(socket: Path) -> Config:
-    return {"address": _pipe(socket, ADMIN_SOCKET_MODE)}
+    # Outside the connection cap: readiness and stats must answer while clients hold every connection.
+    return {"address": _pipe(socket, ADMIN_SOCKET_MODE), "ignore_global_conn_limit": True}
 
 
 def _pipe(socket: Path, mode: int | None = None) -> Config:
@@ -119,7 +121,8 @@ def _with_stats(config: Config, name: str, listen: Address | None, admin_socket:
     }
     resources = config["static_resources"]
     return {**config, "static_resources": {
-        "listeners": [*resources["listeners"], _listener(f"{name}_stats", listen, tls_context, manager)],
+        "listeners": [*resources["listeners"],
+                      _listener(f"{name}_stats", listen, tls_context, manager, deployment.limits)],
         "clusters": [*resources["clusters"], admin]}}
 
 
@@ -166,10 +169,11 @@ def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> C
         "lb_policy": "ROUND_ROBIN",
         # Never "panic" into sending calls to unhealthy hosts: a standby driver must get none.
         "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        **hardening.cluster_limits(limits),
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}},
+                "explicit_http_config": {"http2_protocol_options": hardening.upstream_http2_options(limits)},
             },
         },
         "load_assignment": {
@@ -237,8 +241,11 @@ def _routes(services: list[RoutedService], timeout_s: float, auth_token: str | N
         elif auth_token is not None:
             headers = {"request_headers_to_remove": [GATEWAY_TOKEN_HEADER]}
         for method in service.streaming_methods:
+            # A stream is a long request, not an idle one: no call timeout, and no idle timeout (a quiet
+            # WatchBatch sends nothing for hours; a vanished client is found by PINGs and TCP keepalives).
             routes.append({"match": {"path": f"/{service.name}/{method}"},
-                           "route": {"cluster": service.upstream, "timeout": "0s"}, **headers})
+                           "route": {"cluster": service.upstream, "timeout": "0s", "idle_timeout": "0s"},
+                           **headers})
         routes.append({"match": {"prefix": f"/{service.name}/"},
                        "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}, **headers})
     return routes
@@ -294,36 +301,65 @@ def _transcoder(deployment: Deployment, services: list[RoutedService]) -> Config
 _LOCAL_REPLY_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 405: 12, 408: 4, 413: 8, 429: 8, 431: 8, 500: 13, 501: 12,
                       502: 14, 503: 14, 504: 4}
 _UNKNOWN = 2
+_RESOURCE_EXHAUSTED = 8
 
 
-def _json_local_replies() -> Config:
+def too_large_message(limits: Limits) -> str:
+    """What a caller reads when its request is larger than the gateway takes (REST and gRPC alike)."""
+    return (f"request larger than the gateway's limit of {limits.max_request_bytes} bytes (max_request_bytes); "
+            "send a smaller one (AddJobs: fewer jobs a call)")
+
+
+def _local_replies(limits: Limits) -> Config:
     """Replies Envoy makes itself, to a REST request, carry a JSON google.rpc.Status as the services' errors
     do (the transcoder and the router answer in plain text, or nothing, otherwise). A REST request is one
     whose path is under /api/, before the transcoder rewrote it into a gRPC call (it keeps the original in
-    x-envoy-original-path) or as it came; a gRPC call's reply stays gRPC (grpc-status and grpc-message)."""
+    x-envoy-original-path) or as it came; a gRPC call's reply stays gRPC (grpc-status and grpc-message).
+
+    A gRPC call whose request is too large (413) or whose headers are (431) ends RESOURCE_EXHAUSTED, as it
+    does direct to the services: Envoy's own mapping of an HTTP status to a gRPC code has none for these and
+    says UNKNOWN."""
     rest = {"or_filter": {"filters": [
         {"header_filter": {"header": {"name": name, "string_match": {"prefix": "/api/"}}}}
         for name in (":path", "x-envoy-original-path")]}}
 
-    def mapper(op: str, http_status: int, grpc_code: int) -> Config:
+    def status_is(op: str, http_status: int) -> Config:
         value = {"default_value": http_status, "runtime_key": f"corral.local_reply.{op.lower()}.{http_status}"}
-        # The router's 404 says nothing of its own.
-        message = "no such REST route: %REQ(:METHOD)% %REQ(:PATH)%" if http_status == 404 else "%LOCAL_REPLY_BODY%"
-        return {"filter": {"and_filter": {"filters": [
-                    rest, {"status_code_filter": {"comparison": {"op": op, "value": value}}}]}},
+        return {"status_code_filter": {"comparison": {"op": op, "value": value}}}
+
+    def mapper(op: str, http_status: int, grpc_code: int) -> Config:
+        # The router's 404 says nothing of its own; a body over the limit is told the limit.
+        message = {404: "no such REST route: %REQ(:METHOD)% %REQ(:PATH)%",
+                   413: too_large_message(limits)}.get(http_status, "%LOCAL_REPLY_BODY%")
+        return {"filter": {"and_filter": {"filters": [rest, status_is(op, http_status)]}},
                 "body_format_override": {"json_format": {"code": grpc_code, "message": message},
                                          "content_type": "application/json"}}
 
+    def grpc_mapper(http_status: int, message: str | None) -> Config:
+        # Envoy keeps a grpc-status a mapper set; the body becomes the grpc-message.
+        return {"filter": status_is("EQ", http_status),
+                "headers_to_add": [{"header": {"key": "grpc-status", "value": str(_RESOURCE_EXHAUSTED)},
+                                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+                **({"body": {"inline_string": message}} if message else {})}
+
     # Any other error is UNKNOWN; a success Envoy makes itself (the OpenAPI document) stays as it is.
     return {"mappers": [*(mapper("EQ", http, code) for http, code in _LOCAL_REPLY_CODES.items()),
-                        mapper("GE", 400, _UNKNOWN)]}
+                        mapper("GE", 400, _UNKNOWN),
+                        # Past the REST mappers: only gRPC calls are left.
+                        grpc_mapper(413, too_large_message(limits)), grpc_mapper(431, None)]}
 
 
-def _listener(name: str, address: Address, tls_context: Config, manager: Config) -> Config:
+def _listener(name: str, address: Address, tls_context: Config, manager: Config, limits: Limits) -> Config:
+    """A TLS listener serving `manager`, held to `limits` (services.gateway.hardening); a timeout `manager`
+    sets itself is kept."""
+    common = {**hardening.idle_timeout(limits), **manager.get("common_http_protocol_options", {})}
+    manager = {**hardening.manager_limits(limits), **manager, "common_http_protocol_options": common}
     return {
         "name": name,
         "address": _socket(address),
+        **hardening.listener_limits(limits),
         "filter_chains": [{
+            **hardening.filter_chain_limits(limits),
             "transport_socket": {"name": _TLS_SOCKET, "typed_config": tls_context},
             "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}],
         }],
@@ -346,10 +382,9 @@ def public_config(deployment: Deployment) -> Config:
         "normalize_path": True,
         "merge_slashes": True,
         "max_request_headers_kb": limits.max_request_headers_kb,
-        "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
         "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
         "access_log": access_log(deployment, "public"),
-        "local_reply_config": _json_local_replies(),
+        "local_reply_config": _local_replies(limits),
         "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
         "route_config": {
             "name": "public",
@@ -372,8 +407,9 @@ def public_config(deployment: Deployment) -> Config:
     }
     return _with_stats({
         "admin": _admin(deployment.public_admin_socket),
+        "overload_manager": hardening.overload_manager(limits),
         "static_resources": {
-            "listeners": [_listener("public", deployment.public_listen, tls_context, manager)],
+            "listeners": [_listener("public", deployment.public_listen, tls_context, manager, limits)],
             "clusters": [_cluster("auth", (deployment.auth,), deployment),
                          _cluster("frontend", deployment.frontends, deployment)],
         },
@@ -391,7 +427,6 @@ def internal_config(deployment: Deployment) -> Config:
         "stat_prefix": "internal",
         "codec_type": "HTTP2",
         "generate_request_id": True,
-        "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
         "forward_client_cert_details": "SANITIZE_SET",
         "set_current_client_cert_details": {"uri": True, "cert": True, "chain": True},
         "access_log": access_log(deployment, "internal"),
@@ -418,11 +453,12 @@ def internal_config(deployment: Deployment) -> Config:
             "validation_context": validation,
         },
     }
-    listeners = [_listener("internal", deployment.internal_listen, tls_context, manager)]
+    listeners = [_listener("internal", deployment.internal_listen, tls_context, manager, limits)]
     if deployment.enroll_listen is not None:
         listeners.append(_enroll_listener(deployment))
     return _with_stats({
         "admin": _admin(deployment.internal_admin_socket),
+        "overload_manager": hardening.overload_manager(limits),
         "static_resources": {
             "listeners": listeners,
             "clusters": [_cluster("driver", deployment.drivers, deployment)],
@@ -495,7 +531,7 @@ def _enroll_listener(deployment: Deployment) -> Config:
             "tls_certificates": [_certificate(deployment.tls)],
         },
     }
-    return _listener("enroll", deployment.enroll_listen, tls_context, manager)
+    return _listener("enroll", deployment.enroll_listen, tls_context, manager, limits)
 
 
 CONFIGS = {"public": public_config, "internal": internal_config}
