@@ -4,8 +4,9 @@ as pieces of config that `configs.py` puts into both gateways.
 - a cap on the connections the whole Envoy holds (the overload manager's downstream connections monitor):
   past it a new connection is closed as it is accepted, before any TLS work, so Envoy always keeps file
   descriptors for its upstreams, its admin socket and its logs (20,000 half-open connections once took every
-  descriptor Envoy had, and it crashed on the next health check). `FD_RESERVE` descriptors above the cap are
-  kept free: whoever starts Envoy gives it that many (`envoy_process.raise_fd_limit`);
+  descriptor Envoy had: new clients timed out, and with its upstreams down Envoy crashed when a health check
+  could open no socket). `FD_RESERVE` descriptors above the cap are kept free: whoever starts Envoy gives it
+  that many (`envoy_process.give_fd_limit`);
 - timeouts for whatever a client leaves unfinished: the TLS handshake, the request headers, the whole
   request, a connection with no request, a stream with no bytes. A server stream (WatchBatch) is a long
   request, not an idle one: its route has no idle timeout (`configs._routes`), and a client that vanished is

@@ -3,7 +3,7 @@ config in front of a real auth service and frontend.
 
 - half-open connections (TLS done, half a request sent, then silence) are closed by the request-headers
   timeout, and past the connection cap a new connection is refused at once, so Envoy never runs out of file
-  descriptors (it used to: 20,000 of them held all it had, and it crashed) and a new client's call succeeds
+  descriptors (it used to: 20,000 of them held all it had, and new calls timed out) and a new client's call succeeds
   within 1 s; the acceptance's 20,000 connections are the slow test, a few hundred against a lowered cap the
   default one;
 - a WatchBatch stream is a long request, not an idle one: with every idle timeout shortened to a second it
@@ -91,8 +91,10 @@ class Attacker:
 
     def __init__(self, port: int, count: int, processes: int = 1, protocol: str = "h2"):
         share = -(-count // processes)
+        # At the lowest priority: a real attacker's CPU is on other machines, not the 2 cores Envoy and the
+        # services have here. Envoy still does its half of every handshake.
         self.processes = [subprocess.Popen(
-            [sys.executable, "-m", "tests.half_open", "--port", str(port), "--source", ATTACKER_SOURCE,
+            ["nice", "-n", "19", sys.executable, "-m", "tests.half_open", "--port", str(port), "--source", ATTACKER_SOURCE,
              "--count", str(min(share, count - i * share)), "--protocol", protocol],
             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(processes)]
         self.last: list[dict] = [{} for _ in self.processes]  # type: ignore[type-arg]
@@ -178,7 +180,7 @@ async def test_twenty_thousand_half_open_connections_do_not_keep_out_a_new_clien
     """The acceptance's attack, with the gateway's default limits: 20,000 TLS connections that each sent half a
     request (from two processes: this machine lets a process hold 20,000 descriptors at most). While they come
     and once all were made, a new client's call succeeds within 1 s each time. Before, Envoy ran out of file
-    descriptors and crashed."""
+    descriptors at some 19,600 connections and the next call timed out."""
     limits = Limits(health_check_interval_s=0.2)
     async with gateway(auth_app, frontend, certs, tmp_path / "gateway", limits) as (envoy, port):
         calls_s: list[float] = []
@@ -188,6 +190,8 @@ async def test_twenty_thousand_half_open_connections_do_not_keep_out_a_new_clien
                 await attacker.read()
                 most_held = max(most_held, attacker.total("open"))
                 calls_s.append(await whoami_s(certs, port, admin_token))
+                print(f"{attacker.total('open')} held, {attacker.total('refused')} refused: a new client's call "
+                      f"took {calls_s[-1]:.3f} s")
             calls_s.append(await whoami_s(certs, port, admin_token))
             held = await asyncio.to_thread(stat, envoy, "listener.127.0.0.1_0.downstream_cx_active")
             print(f"20,000 half-open connections made ({attacker.total('refused')} refused); at most {most_held} "
