@@ -6,18 +6,19 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.errors import UsageError
 from services.common.entry import add_url_settings, allowed_networks
 from services.common.image_refs import InvalidImageReference, Registry
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 
+if TYPE_CHECKING:
+    from services.gateway.deployment import Limits
+
 
 def _up(args: argparse.Namespace) -> int:
     # Server-side code, imported only for this command.
-    from services.gateway.deployment import Limits
-    from services.gateway.envoy_process import fd_hard_limit
-    from services.gateway.hardening import FD_RESERVE
     from services.up import UpConfig, serve_forever
     from services.up_supervisor import RestartPolicy
     from services.worker.oci.runtime import host_refusals as oci_host_refusals
@@ -35,17 +36,7 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError(f"--provider-config {args.provider_config}: no such file")
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
-    # Unset gateway limits keep Limits' defaults (the help names them).
-    try:
-        gateway_limits = Limits(**{field: getattr(args, f"gateway_{field}") for field in GATEWAY_LIMITS
-                                   if getattr(args, f"gateway_{field}") is not None})
-    except ValueError as e:
-        raise UsageError(f"--gateway-*: {e}") from None
-    room = fd_hard_limit() - FD_RESERVE
-    if args.gateway_max_connections is not None and args.gateway_max_connections > room:
-        raise UsageError(f"--gateway-max-connections {args.gateway_max_connections}: this user may give Envoy "
-                         f"{room + FD_RESERVE} file descriptors (ulimit -Hn), {FD_RESERVE} of which it keeps for its "
-                         f"upstreams and files: at most {room} (without the flag, corral up lowers the cap to fit)")
+    gateway_limits = gateway_limits_of(args)
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
     ports = {name: getattr(args, name) for name in ("gateway_port", "internal_gateway_port")
              if getattr(args, name) is not None}
@@ -78,6 +69,26 @@ GATEWAY_LIMITS = {
 }
 """The gateways' limits (services.gateway.deployment.Limits) `corral up` takes as flags: --gateway-FIELD, with the
 field's `_s` left out of the flag's name."""
+
+
+def gateway_limits_of(args: argparse.Namespace) -> Limits:
+    """The gateways' limits the --gateway-* flags ask for, the others at their defaults. Raises UsageError for a
+    value Limits refuses, or a connection cap Envoy could not be given the file descriptors for."""
+    from services.gateway.deployment import Limits
+    from services.gateway.envoy_process import fd_hard_limit
+    from services.gateway.hardening import FD_RESERVE
+
+    try:
+        limits = Limits(**{field: getattr(args, f"gateway_{field}") for field in GATEWAY_LIMITS
+                           if getattr(args, f"gateway_{field}", None) is not None})
+    except ValueError as e:
+        raise UsageError(f"--gateway-*: {e}") from None
+    room = fd_hard_limit() - FD_RESERVE
+    if getattr(args, "gateway_max_connections", None) is not None and limits.max_connections > room:
+        raise UsageError(f"--gateway-max-connections {limits.max_connections}: this user may give Envoy "
+                         f"{room + FD_RESERVE} file descriptors (ulimit -Hn), {FD_RESERVE} of which it keeps for its "
+                         f"upstreams and files: at most {room} (without the flag, corral up lowers the cap to fit)")
+    return limits
 
 
 def _registry_url(text: str) -> str:

@@ -281,10 +281,13 @@ async def test_a_request_over_the_size_limit_is_resource_exhausted_in_grpc_and_4
                                                              attributes=huge), metadata=auth, timeout=10)
             assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
             assert f"{MAX_REQUEST_BYTES} bytes" in (refused.value.details() or ""), refused.value.details()
-            # The connection is still good for the next call.
-            fine = await stub.CreateBatch(pb.CreateBatchRequest(billing_project="proj", idempotency_token="fine"),
-                                          metadata=auth, timeout=10)
-            assert fine.batch.batch_id
+            # The connection is still good for the next call, and a request just under the limit, nearly twice
+            # what Envoy buffers per connection (connection_buffer_bytes), goes through whole.
+            assert MAX_REQUEST_BYTES - 4096 > 1.5 * Limits().connection_buffer_bytes
+            fine = await stub.CreateBatch(pb.CreateBatchRequest(
+                billing_project="proj", idempotency_token="fine", attributes={"note": "y" * (MAX_REQUEST_BYTES - 4096)}),
+                metadata=auth, timeout=10)
+            assert len(fine.batch.attributes["note"]) == MAX_REQUEST_BYTES - 4096
 
         context = ssl.create_default_context(cafile=str(certs.ca_cert_path))
         async with httpx.AsyncClient(base_url=f"https://localhost:{port}", verify=context, timeout=30,
@@ -294,3 +297,6 @@ async def test_a_request_over_the_size_limit_is_resource_exhausted_in_grpc_and_4
             assert answer.status_code == 413, answer.text
             assert answer.json()["code"] == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], answer.text
             assert f"{MAX_REQUEST_BYTES} bytes" in answer.json()["message"], answer.text
+            fine = await http.post("/api/v1/batches", json={"billingProject": "proj", "idempotencyToken": "fine-rest",
+                                                            "attributes": {"note": "y" * (MAX_REQUEST_BYTES - 4096)}})
+            assert fine.status_code == 200, fine.text
