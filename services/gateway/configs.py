@@ -316,9 +316,9 @@ def _local_replies(limits: Limits) -> Config:
     whose path is under /api/, before the transcoder rewrote it into a gRPC call (it keeps the original in
     x-envoy-original-path) or as it came; a gRPC call's reply stays gRPC (grpc-status and grpc-message).
 
-    A gRPC call whose request is too large (413) or whose headers are (431) ends RESOURCE_EXHAUSTED, as it
-    does direct to the services: Envoy's own mapping of an HTTP status to a gRPC code has none for these and
-    says UNKNOWN."""
+    A gRPC call whose request is too large (413) ends RESOURCE_EXHAUSTED, as it does direct to the services:
+    Envoy's own mapping of an HTTP status to a gRPC code has none for 413 and says UNKNOWN. (Headers over the
+    limit on HTTP/2 end the connection in the codec, before any reply: GOAWAY, UNAVAILABLE to the client.)"""
     rest = {"or_filter": {"filters": [
         {"header_filter": {"header": {"name": name, "string_match": {"prefix": "/api/"}}}}
         for name in (":path", "x-envoy-original-path")]}}
@@ -335,18 +335,17 @@ def _local_replies(limits: Limits) -> Config:
                 "body_format_override": {"json_format": {"code": grpc_code, "message": message},
                                          "content_type": "application/json"}}
 
-    def grpc_mapper(http_status: int, message: str | None) -> Config:
-        # Envoy keeps a grpc-status a mapper set; the body becomes the grpc-message.
-        return {"filter": status_is("EQ", http_status),
-                "headers_to_add": [{"header": {"key": "grpc-status", "value": str(_RESOURCE_EXHAUSTED)},
-                                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
-                **({"body": {"inline_string": message}} if message else {})}
+    # Envoy keeps a grpc-status a mapper set; the body becomes the grpc-message.
+    grpc_too_large = {"filter": status_is("EQ", 413),
+                      "headers_to_add": [{"header": {"key": "grpc-status", "value": str(_RESOURCE_EXHAUSTED)},
+                                          "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}],
+                      "body": {"inline_string": too_large_message(limits)}}
 
     # Any other error is UNKNOWN; a success Envoy makes itself (the OpenAPI document) stays as it is.
     return {"mappers": [*(mapper("EQ", http, code) for http, code in _LOCAL_REPLY_CODES.items()),
                         mapper("GE", 400, _UNKNOWN),
                         # Past the REST mappers: only gRPC calls are left.
-                        grpc_mapper(413, too_large_message(limits)), grpc_mapper(431, None)]}
+                        grpc_too_large]}
 
 
 def _listener(name: str, address: Address, tls_context: Config, manager: Config, limits: Limits) -> Config:
