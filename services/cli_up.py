@@ -6,11 +6,15 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral.errors import UsageError
 from services.common.entry import add_url_settings, allowed_networks
 from services.common.image_refs import InvalidImageReference, Registry
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
+
+if TYPE_CHECKING:
+    from services.gateway.deployment import Limits
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -32,6 +36,7 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError(f"--provider-config {args.provider_config}: no such file")
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
+    gateway_limits = gateway_limits_of(args)
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
     ports = {name: getattr(args, name) for name in ("gateway_port", "internal_gateway_port")
              if getattr(args, name) is not None}
@@ -46,7 +51,44 @@ def _up(args: argparse.Namespace) -> int:
                                   registry_url=args.registry, worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
-                                  **ports))
+                                  gateway_limits=gateway_limits, **ports))
+
+
+GATEWAY_LIMITS = {
+    "max_connections": (int, "N", "most client connections each gateway holds at once; past it a new one is closed "
+                                  "as it is accepted (default: 50000, lowered to what ulimit -Hn allows)"),
+    "request_headers_timeout_s": (float, "SECONDS", "a request whose headers are not all in this long is reset "
+                                                    "(default: 10)"),
+    "idle_timeout_s": (float, "SECONDS", "a connection with no request under way is closed after this long "
+                                         "(default: 10)"),
+    "stream_idle_timeout_s": (float, "SECONDS", "a request with no bytes either way this long is reset; server "
+                                                "streams such as WatchBatch are exempt (default: 300)"),
+    "request_timeout_s": (float, "SECONDS", "a request whose body is not all in this long is ended (default: 120)"),
+    "tls_handshake_timeout_s": (float, "SECONDS", "a connection whose TLS handshake is not done this long after it "
+                                                  "was accepted is closed (default: 10)"),
+}
+"""The gateways' limits (services.gateway.deployment.Limits) `corral up` takes as flags: --gateway-FIELD, with the
+field's `_s` left out of the flag's name."""
+
+
+def gateway_limits_of(args: argparse.Namespace) -> Limits:
+    """The gateways' limits the --gateway-* flags ask for, the others at their defaults. Raises UsageError for a
+    value Limits refuses, or a connection cap Envoy could not be given the file descriptors for."""
+    from services.gateway.deployment import Limits
+    from services.gateway.envoy_process import fd_hard_limit
+    from services.gateway.hardening import FD_RESERVE
+
+    try:
+        limits = Limits(**{field: getattr(args, f"gateway_{field}") for field in GATEWAY_LIMITS
+                           if getattr(args, f"gateway_{field}", None) is not None})
+    except ValueError as e:
+        raise UsageError(f"--gateway-*: {e}") from None
+    room = fd_hard_limit() - FD_RESERVE
+    if getattr(args, "gateway_max_connections", None) is not None and limits.max_connections > room:
+        raise UsageError(f"--gateway-max-connections {limits.max_connections}: this user may give Envoy "
+                         f"{room + FD_RESERVE} file descriptors (ulimit -Hn), {FD_RESERVE} of which it keeps for its "
+                         f"upstreams and files: at most {room} (without the flag, corral up lowers the cap to fit)")
+    return limits
 
 
 def _registry_url(text: str) -> str:
@@ -94,6 +136,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--internal-gateway-port", type=_port, metavar="PORT",
                     help="with --gateway: the internal gateway's (workers') port on 127.0.0.1 (0: a free one at "
                          "each start) (default: 8444)")
+    for field, (kind, metavar, text) in GATEWAY_LIMITS.items():
+        up.add_argument(f"--gateway-{field.removesuffix('_s').replace('_', '-')}", dest=f"gateway_{field}", type=kind,
+                        metavar=metavar, help=f"with --gateway: {text}; docs/security.md")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     add_storage_access(up)
     up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="auto",

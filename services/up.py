@@ -62,6 +62,7 @@ from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
 from services.db.store import JobStore
 from services.driver.leader import LeaseSettings
+from services.gateway.deployment import Limits
 from services.registry.seed import seed
 from services.registry.server import RegistryServer
 from services.up_supervisor import (
@@ -138,6 +139,9 @@ class UpConfig:
     enroll and reach the drivers through the internal gateway, so they need `gateway`."""
     provider_config: Path | None = None
     """The cloud's JSON configuration (the drivers' --provider-config), with a cloud provider."""
+    gateway_limits: Limits = Limits()
+    """What the gateways hold clients to (connections, timeouts, sizes); the connection cap is lowered to what
+    this process may give Envoy in file descriptors (services.gateway.envoy_process.fitting)."""
 
 
 def _ephemeral_ports() -> range:
@@ -480,7 +484,8 @@ def start(config: UpConfig) -> Running:
                                          internal_port=internal_gateway_port, auth_port=auth_public,
                                          frontend_ports=[frontend], driver_ports=driver_ports,
                                          stats_ports=(free_port(), free_port()) if running.metrics_dir else None,
-                                         auth_token=gateway_token, enroll_port=enroll_port)
+                                         auth_token=gateway_token, enroll_port=enroll_port,
+                                         limits=config.gateway_limits)
             up_gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
                                       running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"

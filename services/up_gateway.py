@@ -29,7 +29,8 @@ from services.common.processes import Child, Ending, last_log_line
 from services.common.tls import TlsFiles
 from services.gateway import prepare
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
-from services.gateway.envoy_process import EnvoyProcess, admin_socket, envoy_binary
+from services.gateway.envoy_process import (EnvoyProcess, admin_socket, check_fd_limit, envoy_binary, fitting,
+                                            give_fd_limit)
 from services.up_supervisor import Supervisor
 
 LOOPBACK = "127.0.0.1"
@@ -62,7 +63,8 @@ def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_po
         drivers=tuple(Address(LOOPBACK, port) for port in driver_ports),
         descriptor_set=(data / "gateway" / "descriptors.binpb").resolve(),
         access_log=(data / "logs" / "gateway-access.log").resolve(),
-        limits=limits,
+        # The connection cap within what corral up may give Envoy in file descriptors (ulimit -Hn).
+        limits=fitting(limits),
         auth_token=auth_token,
         enroll_listen=Address(LOOPBACK, enroll_port) if enroll_port is not None else None,
     )
@@ -85,6 +87,7 @@ class GatewayProcess:
 
     def start(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        fd_limit = check_fd_limit(self.config)
         with open(self.log_file, "ab") as out:
             # No hot restart: several Envoys run side by side (another corral up, tests) without
             # sharing memory; a restart is a new process on the same config.
@@ -93,6 +96,8 @@ class GatewayProcess:
                  "--log-level", "warn"],
                 cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
+        # Room for its connection cap and its upstreams (the launcher execs Envoy in the same process).
+        give_fd_limit(self.process.pid, fd_limit)
 
     @property
     def envoy(self) -> EnvoyProcess:

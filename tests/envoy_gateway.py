@@ -15,7 +15,7 @@ from services.common.tls import DevCertificateAuthority
 from services.gateway import write_configs
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
 from services.gateway.descriptors import write_descriptor_set
-from services.gateway.envoy_process import EnvoyProcess
+from services.gateway.envoy_process import EnvoyProcess, fitting
 
 ANY_PORT = Address("127.0.0.1", 0)
 
@@ -24,7 +24,8 @@ def gateway_deployment(directory: Path, certs: DevCertificateAuthority, auth_por
                     driver_ports: list[int], limits: Limits = Limits(health_check_interval_s=0.2),
                     enroll: bool = False) -> Deployment:
     """Both gateways on free ports in front of the given upstream ports (loopback), with a 'gateway'
-    certificate from `certs`, checking health every 0.2 s; with `enroll`, the internal gateway's enrollment
+    certificate from `certs`, checking health every 0.2 s, the connection cap lowered to what this process's file
+    descriptor limit allows; with `enroll`, the internal gateway's enrollment
     listener too (its port: `listener_ports()['enroll']`)."""
     gateway = certs.issue("gateway")
     return Deployment(
@@ -37,7 +38,8 @@ def gateway_deployment(directory: Path, certs: DevCertificateAuthority, auth_por
         drivers=tuple(Address("127.0.0.1", p) for p in driver_ports),
         descriptor_set=write_descriptor_set(directory / "descriptors.binpb"),
         access_log=directory / "access.log",
-        limits=limits,
+        # The connection cap within what this process may give Envoy in file descriptors.
+        limits=fitting(limits),
         enroll_listen=ANY_PORT if enroll else None,
     )
 

@@ -4,7 +4,9 @@
   (`Deployment.load(envoy/local.yaml)`, or built in Python);
 - `routing.public_services()` / `internal_services()`: what is routed where,
   read from the descriptor set (no route is written by hand);
-- `configs.public_config` / `internal_config`: the configs as Python data;
+- `configs.public_config` / `internal_config`: the configs as Python data, with
+  `hardening` (connection cap, timeouts, buffer and HTTP/2 limits against slow
+  and idle clients) and `local_replies` (what Envoy answers itself);
 - `write_configs(deployment, directory)`: both configs as YAML files;
 - `descriptors.write_descriptor_set(path)`: the transcoder's descriptor set;
 - `prepare(deployment, directory, cwd)`: all of the above, validated;

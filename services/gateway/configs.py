@@ -32,8 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from services.common.identity import GATEWAY_TOKEN_HEADER
-from services.gateway.deployment import Address, Deployment, GatewayTls
+from services.gateway import hardening
+from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
 from services.gateway.descriptors import OPENAPI_ROUTE, openapi_path
+from services.gateway.local_replies import local_replies
 from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
 
 Config = dict[str, Any]
@@ -69,7 +71,8 @@ STATS_PATH = "/stats/prometheus"
 
 
 def _admin(socket: Path) -> Config:
-    return {"address": _pipe(socket, ADMIN_SOCKET_MODE)}
+    # Outside the connection cap: readiness and stats must answer while clients hold every connection.
+    return {"address": _pipe(socket, ADMIN_SOCKET_MODE), "ignore_global_conn_limit": True}
 
 
 def _pipe(socket: Path, mode: int | None = None) -> Config:
@@ -119,7 +122,8 @@ def _with_stats(config: Config, name: str, listen: Address | None, admin_socket:
     }
     resources = config["static_resources"]
     return {**config, "static_resources": {
-        "listeners": [*resources["listeners"], _listener(f"{name}_stats", listen, tls_context, manager)],
+        "listeners": [*resources["listeners"],
+                      _listener(f"{name}_stats", listen, tls_context, manager, deployment.limits)],
         "clusters": [*resources["clusters"], admin]}}
 
 
@@ -166,10 +170,11 @@ def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> C
         "lb_policy": "ROUND_ROBIN",
         # Never "panic" into sending calls to unhealthy hosts: a standby driver must get none.
         "common_lb_config": {"healthy_panic_threshold": {"value": 0}},
+        **hardening.cluster_limits(limits),
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}},
+                "explicit_http_config": {"http2_protocol_options": hardening.upstream_http2_options(limits)},
             },
         },
         "load_assignment": {
@@ -237,8 +242,11 @@ def _routes(services: list[RoutedService], timeout_s: float, auth_token: str | N
         elif auth_token is not None:
             headers = {"request_headers_to_remove": [GATEWAY_TOKEN_HEADER]}
         for method in service.streaming_methods:
+            # A stream is a long request, not an idle one: no call timeout, and no idle timeout (a quiet
+            # WatchBatch sends nothing for hours; a vanished client is found by PINGs and TCP keepalives).
             routes.append({"match": {"path": f"/{service.name}/{method}"},
-                           "route": {"cluster": service.upstream, "timeout": "0s"}, **headers})
+                           "route": {"cluster": service.upstream, "timeout": "0s", "idle_timeout": "0s"},
+                           **headers})
         routes.append({"match": {"prefix": f"/{service.name}/"},
                        "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}, **headers})
     return routes
@@ -289,41 +297,17 @@ def _transcoder(deployment: Deployment, services: list[RoutedService]) -> Config
     }
 
 
-# The gRPC code a REST caller reads in the google.rpc.Status of a reply Envoy itself made (no route, a body
-# over the limit, a malformed REST request, no healthy upstream), by its HTTP status.
-_LOCAL_REPLY_CODES = {400: 3, 401: 16, 403: 7, 404: 5, 405: 12, 408: 4, 413: 8, 429: 8, 431: 8, 500: 13, 501: 12,
-                      502: 14, 503: 14, 504: 4}
-_UNKNOWN = 2
-
-
-def _json_local_replies() -> Config:
-    """Replies Envoy makes itself, to a REST request, carry a JSON google.rpc.Status as the services' errors
-    do (the transcoder and the router answer in plain text, or nothing, otherwise). A REST request is one
-    whose path is under /api/, before the transcoder rewrote it into a gRPC call (it keeps the original in
-    x-envoy-original-path) or as it came; a gRPC call's reply stays gRPC (grpc-status and grpc-message)."""
-    rest = {"or_filter": {"filters": [
-        {"header_filter": {"header": {"name": name, "string_match": {"prefix": "/api/"}}}}
-        for name in (":path", "x-envoy-original-path")]}}
-
-    def mapper(op: str, http_status: int, grpc_code: int) -> Config:
-        value = {"default_value": http_status, "runtime_key": f"corral.local_reply.{op.lower()}.{http_status}"}
-        # The router's 404 says nothing of its own.
-        message = "no such REST route: %REQ(:METHOD)% %REQ(:PATH)%" if http_status == 404 else "%LOCAL_REPLY_BODY%"
-        return {"filter": {"and_filter": {"filters": [
-                    rest, {"status_code_filter": {"comparison": {"op": op, "value": value}}}]}},
-                "body_format_override": {"json_format": {"code": grpc_code, "message": message},
-                                         "content_type": "application/json"}}
-
-    # Any other error is UNKNOWN; a success Envoy makes itself (the OpenAPI document) stays as it is.
-    return {"mappers": [*(mapper("EQ", http, code) for http, code in _LOCAL_REPLY_CODES.items()),
-                        mapper("GE", 400, _UNKNOWN)]}
-
-
-def _listener(name: str, address: Address, tls_context: Config, manager: Config) -> Config:
+def _listener(name: str, address: Address, tls_context: Config, manager: Config, limits: Limits) -> Config:
+    """A TLS listener serving `manager`, held to `limits` (services.gateway.hardening); a timeout `manager`
+    sets itself is kept."""
+    common = {**hardening.idle_timeout(limits), **manager.get("common_http_protocol_options", {})}
+    manager = {**hardening.manager_limits(limits), **manager, "common_http_protocol_options": common}
     return {
         "name": name,
         "address": _socket(address),
+        **hardening.listener_limits(limits),
         "filter_chains": [{
+            **hardening.filter_chain_limits(limits),
             "transport_socket": {"name": _TLS_SOCKET, "typed_config": tls_context},
             "filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": manager}],
         }],
@@ -346,10 +330,9 @@ def public_config(deployment: Deployment) -> Config:
         "normalize_path": True,
         "merge_slashes": True,
         "max_request_headers_kb": limits.max_request_headers_kb,
-        "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
         "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
         "access_log": access_log(deployment, "public"),
-        "local_reply_config": _json_local_replies(),
+        "local_reply_config": local_replies(limits),
         "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
         "route_config": {
             "name": "public",
@@ -372,8 +355,9 @@ def public_config(deployment: Deployment) -> Config:
     }
     return _with_stats({
         "admin": _admin(deployment.public_admin_socket),
+        "overload_manager": hardening.overload_manager(limits),
         "static_resources": {
-            "listeners": [_listener("public", deployment.public_listen, tls_context, manager)],
+            "listeners": [_listener("public", deployment.public_listen, tls_context, manager, limits)],
             "clusters": [_cluster("auth", (deployment.auth,), deployment),
                          _cluster("frontend", deployment.frontends, deployment)],
         },
@@ -391,7 +375,6 @@ def internal_config(deployment: Deployment) -> Config:
         "stat_prefix": "internal",
         "codec_type": "HTTP2",
         "generate_request_id": True,
-        "stream_idle_timeout": _seconds(limits.stream_idle_timeout_s),
         "forward_client_cert_details": "SANITIZE_SET",
         "set_current_client_cert_details": {"uri": True, "cert": True, "chain": True},
         "access_log": access_log(deployment, "internal"),
@@ -418,11 +401,12 @@ def internal_config(deployment: Deployment) -> Config:
             "validation_context": validation,
         },
     }
-    listeners = [_listener("internal", deployment.internal_listen, tls_context, manager)]
+    listeners = [_listener("internal", deployment.internal_listen, tls_context, manager, limits)]
     if deployment.enroll_listen is not None:
         listeners.append(_enroll_listener(deployment))
     return _with_stats({
         "admin": _admin(deployment.internal_admin_socket),
+        "overload_manager": hardening.overload_manager(limits),
         "static_resources": {
             "listeners": listeners,
             "clusters": [_cluster("driver", deployment.drivers, deployment)],
@@ -495,7 +479,7 @@ def _enroll_listener(deployment: Deployment) -> Config:
             "tls_certificates": [_certificate(deployment.tls)],
         },
     }
-    return _listener("enroll", deployment.enroll_listen, tls_context, manager)
+    return _listener("enroll", deployment.enroll_listen, tls_context, manager, limits)
 
 
 CONFIGS = {"public": public_config, "internal": internal_config}

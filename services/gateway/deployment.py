@@ -71,9 +71,35 @@ class Limits:
     route_timeout_s: float = 65.0
     """Unary calls end after this long (a little over the services' own 60 s call deadline, so the
     service's DEADLINE_EXCEEDED, with its reason, normally reaches the caller first). Streams are exempt."""
-    stream_idle_timeout_s: float = 3600.0
-    """A stream with no bytes either way for this long is reset (WatchBatch on a quiet batch sends
-    nothing for long stretches, so this is generous)."""
+    stream_idle_timeout_s: float = 300.0
+    """A request with no bytes either way for this long is reset (408 to REST). Server streams (WatchBatch on a
+    quiet batch sends nothing for hours) are exempt: a long request is not an idle one (HTTP/2 PINGs and TCP
+    keepalives find a client that vanished)."""
+    idle_timeout_s: float = 10.0
+    """A connection with no request under way is closed after this long (a gRPC client reconnects when it next
+    calls). This is also what closes an HTTP/2 connection whose first request's headers never arrive whole: Envoy
+    sees no request until its HEADERS frame is complete, so the request-headers timeout cannot."""
+    request_headers_timeout_s: float = 10.0
+    """A request whose headers are not all in this long after their first byte is reset, and on HTTP/1.1 its
+    connection closed: a slow client cannot hold a connection by sending its headers a byte at a time."""
+    request_timeout_s: float = 120.0
+    """A request whose body is not all in this long (and that has no answer yet) is ended (408 to REST)."""
+    tls_handshake_timeout_s: float = 10.0
+    """A connection whose TLS handshake is not done this long after it was accepted is closed."""
+    max_connections: int = 50_000
+    """Most client connections one gateway process holds at once, over all its listeners (Envoy's overload
+    manager); a connection past it is closed as it is accepted. Envoy is given this many file descriptors and
+    hardening.FD_RESERVE more, so it never runs out of them for its upstreams (`corral up` lowers the cap
+    to what this machine's descriptor limit allows)."""
+    connection_buffer_bytes: int = 32 * 1024
+    """Most bytes Envoy buffers for one connection, client or upstream, before it stops reading from it
+    (flow control, not an error: a filter that must see a whole body has its own limit, max_request_bytes)."""
+    max_concurrent_streams: int = 100
+    """Most HTTP/2 requests at once on one client connection (a client queues more until one ends)."""
+    http2_stream_window_bytes: int = 64 * 1024
+    """HTTP/2 flow-control window of one request: bytes a client may send before Envoy passes them on."""
+    http2_connection_window_bytes: int = 1024 * 1024
+    """HTTP/2 flow-control window of a whole connection."""
     health_check_interval_s: float = 1.0
     """How often Envoy asks each upstream's gRPC health: a new leader gets workers' calls, and a standby
     that was the leader stops getting them, within about two of these."""
@@ -90,6 +116,21 @@ class Limits:
     def __post_init__(self) -> None:
         if not (1 <= self.enroll_per_second <= 100_000 and 1 <= self.enroll_burst <= 100_000):
             raise ValueError("limits: enroll_per_second and enroll_burst must be 1 to 100000")
+        for name in ("stream_idle_timeout_s", "idle_timeout_s", "request_headers_timeout_s", "request_timeout_s",
+                     "tls_handshake_timeout_s"):
+            # Envoy reads 0 as "no timeout": a limit must limit.
+            if not 0 < getattr(self, name) <= 86_400:
+                raise ValueError(f"limits: {name} must be more than 0 and at most 86400 seconds")
+        if not 1 <= self.max_connections <= 10_000_000:
+            raise ValueError("limits: max_connections must be 1 to 10000000")
+        if not 1 <= self.max_concurrent_streams <= 2**31 - 1:
+            raise ValueError("limits: max_concurrent_streams must be 1 to 2147483647")
+        # HTTP/2's least window is 65535 bytes; Envoy takes at most 2^31 - 1.
+        for name in ("http2_stream_window_bytes", "http2_connection_window_bytes"):
+            if not 65_535 <= getattr(self, name) <= 2**31 - 1:
+                raise ValueError(f"limits: {name} must be 65535 to 2147483647")
+        if not 1024 <= self.connection_buffer_bytes <= 2**31 - 1:
+            raise ValueError("limits: connection_buffer_bytes must be 1024 to 2147483647")
 
 
 @dataclasses.dataclass(frozen=True)

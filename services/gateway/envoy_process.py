@@ -11,6 +11,7 @@ import dataclasses
 import http.client
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -18,6 +19,9 @@ import time
 from pathlib import Path
 
 import yaml
+
+from services.gateway.deployment import Limits
+from services.gateway.hardening import CONNECTIONS_MONITOR, FD_RESERVE, max_connections_within
 
 
 def envoy_binary() -> Path:
@@ -34,6 +38,46 @@ def validate(config: Path, cwd: Path | None = None, timeout_s: float = 60.0) -> 
                           cwd=cwd, capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise ValueError(f"envoy refused {config}:\n{done.stdout}{done.stderr}")
+
+
+def fd_hard_limit() -> int:
+    """The most file descriptors this process can give a child (its hard RLIMIT_NOFILE)."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+
+
+def fitting(limits: Limits) -> Limits:
+    """`limits` with its connection cap lowered, if need be, to what this process can give Envoy in file
+    descriptors (its hard limit less the reserve): what `corral up` and the tests run with."""
+    return dataclasses.replace(limits, max_connections=max_connections_within(fd_hard_limit(), limits.max_connections))
+
+
+def fd_limit_needed(config: Path) -> int:
+    """The file descriptors the Envoy of `config` needs: its connection cap and the reserve."""
+    for monitor in yaml.safe_load(config.read_text()).get("overload_manager", {}).get("resource_monitors", []):
+        if monitor["name"] == CONNECTIONS_MONITOR:
+            return int(monitor["typed_config"]["max_active_downstream_connections"]) + FD_RESERVE
+    raise ValueError(f"{config} has no connection cap ({CONNECTIONS_MONITOR}): Envoy could run out of file "
+                     "descriptors; generate it with services.gateway")
+
+
+def check_fd_limit(config: Path) -> int:
+    """The file descriptor limit to give the Envoy of `config`. Raises ValueError, naming the setting, when this
+    process cannot give that many."""
+    needed, hard = fd_limit_needed(config), fd_hard_limit()
+    if needed > hard:
+        raise ValueError(
+            f"the gateway's connection cap (max_connections {needed - FD_RESERVE}) needs {needed} file descriptors "
+            f"with the {FD_RESERVE} Envoy keeps for its upstreams and files, and this process may give it {hard} "
+            f"(ulimit -Hn): lower max_connections to at most {hard - FD_RESERVE}, or raise the limit")
+    return needed
+
+
+def give_fd_limit(pid: int, needed: int) -> None:
+    """Raise the soft file descriptor limit of process `pid` (just started: Envoy) to `needed`, if it is lower
+    (it inherited ours; the hard limit stays as it is)."""
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    if soft < needed:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (needed, hard))
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -98,14 +142,17 @@ class EnvoyProcess:
     def start(cls, config: Path, run_dir: Path, timeout_s: float = 30.0) -> EnvoyProcess:
         """Start Envoy on `config` in `run_dir` (where relative paths in it are looked up, the admin socket's
         among them), its log there too, and wait until it is ready (every cluster's first health check
-        done). Several run side by side (no hot-restart shared memory)."""
+        done). Several run side by side (no hot-restart shared memory). Envoy gets the file descriptors its
+        connection cap needs (ValueError, before it starts, if this process cannot give them)."""
         run_dir.mkdir(parents=True, exist_ok=True)
+        fd_limit = check_fd_limit(config)
         with open(run_dir / f"{config.stem}.log", "ab") as log:
             process = subprocess.Popen(
                 [str(envoy_binary()), "-c", str(config.resolve()), "--disable-hot-restart", "--log-level", "info"],
                 cwd=run_dir, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         envoy = cls(process, admin_socket(config, run_dir))
         try:
+            give_fd_limit(process.pid, fd_limit)
             deadline = time.monotonic() + timeout_s
             while not envoy.ready():
                 cls._check_alive(process, run_dir / f"{config.stem}.log", deadline)

@@ -110,14 +110,17 @@ def test_every_annotated_service_is_routed_and_streams_have_no_timeout() -> None
             assert by_match[f"/{name}/"]["timeout"] == "65s"
             for method in service.method:
                 if method.server_streaming or method.client_streaming:
+                    # A stream is a long request, not an idle one: no call timeout, no idle timeout.
                     assert by_match[f"/{name}/{method.name}"]["timeout"] == "0s"
+                    assert by_match[f"/{name}/{method.name}"]["idle_timeout"] == "0s"
     assert by_match["/corral.auth.v1.AuthService/"]["cluster"] == "auth"
     assert by_match["/corral.batch.v1.BatchService/WatchBatch"]["cluster"] == "frontend"
     assert by_match["/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"]["timeout"] == "0s"
     internal = {r["match"].get("prefix") or r["match"]["path"]: r["route"]
                 for r in routes_of(internal_config(deployment))}
     # WorkerEnrollmentService for Renew, over the worker's mutual TLS (its Enroll the driver refuses there).
-    assert internal == {"/corral.driver.v1.DriverService/WorkerSession": {"cluster": "driver", "timeout": "0s"},
+    assert internal == {"/corral.driver.v1.DriverService/WorkerSession": {"cluster": "driver", "timeout": "0s",
+                                                                         "idle_timeout": "0s"},
                         "/corral.driver.v1.DriverService/": {"cluster": "driver", "timeout": "65s"},
                         "/corral.driver.v1.WorkerEnrollmentService/": {"cluster": "driver", "timeout": "65s"}}
 
