@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from services.policy.sizes import binary_size
 from services.worker.disk import used_bytes
-from services.worker.host_limits import (ProcessCount, ended_at_a_limit, hit_own_limit, over_storage,
-                                         process_limit_words, storage_limit_words)
+from services.worker.host_limits import (ProcessCount, deployment_share, ended_at_a_limit, filled_a_full_cap,
+                                         full_cap_words, hit_own_limit, over_storage, process_limit_words,
+                                         refused_by_others, storage_limit_words)
 from services.worker.limit_watch import Check, LimitWatch
 
-if TYPE_CHECKING:  # the OCI package imports this module
-    from services.worker.oci.cgroups import AttemptCgroup
+from services.worker.oci.cgroups import V2, AttemptCgroup, read_children_limits, read_processes
 
 
 @dataclass(frozen=True)
@@ -38,6 +37,9 @@ class AttemptLimits:
     """What is done to it when it goes over, in words: 'its container was killed'."""
     process_interval_s: float
     storage_interval_s: float
+    job_cores_mcpu: int = 0
+    worker_cores_mcpu: int = 0
+    """The attempt's and its worker's cores: its share of a full deployment's cap (host_limits.deployment_share)."""
 
     def watch(self) -> LimitWatch:
         """The checks to run while the attempt runs; `run` returns why to kill it."""
@@ -51,7 +53,27 @@ class AttemptLimits:
     def _processes(self) -> str | None:
         assert self.cgroup is not None
         count = self.cgroup.processes()
-        return process_limit_words(count.limit, self.killed) if hit_own_limit(count) else None
+        if hit_own_limit(count):
+            return process_limit_words(count.limit, self.killed)
+        v2 = self.cgroup.hierarchies.version == V2
+        if not (count.refused or (v2 and count.current)):
+            return None  # refused nothing (cgroup v2 since 6.11 counts a refusal at the full cap: looked at below)
+        share, deployment_limit, ancestor_full = self._share()
+        if filled_a_full_cap(count, share, v2 and ancestor_full):
+            return full_cap_words(share, deployment_limit, self.killed)
+        return None
+
+    def _share(self) -> tuple[int, int, bool]:
+        """The attempt's share of its deployment's cap (host_limits.deployment_share), the deployment's cap, and
+        whether its worker's or its deployment's cap is full now."""
+        assert self.cgroup is not None
+        hierarchies = self.cgroup.hierarchies
+        worker_path = self.cgroup.path.rsplit("/", 1)[0]
+        deployment_path = worker_path.rsplit("/", 1)[0]
+        worker, deployment = read_processes(hierarchies, worker_path), read_processes(hierarchies, deployment_path)
+        share = deployment_share(self.job_cores_mcpu, self.worker_cores_mcpu, worker.limit, deployment.limit,
+                                 read_children_limits(hierarchies, deployment_path))
+        return share, deployment.limit, any(0 < level.limit <= level.current for level in (worker, deployment))
 
     def _storage(self) -> str | None:
         used = self.used_bytes()
@@ -69,4 +91,7 @@ class AttemptLimits:
         None. Blocking (it walks the scratch); call it before the attempt's cgroups are removed."""
         count: ProcessCount | None = self.cgroup.processes() if self.cgroup is not None else None
         used = self.used_bytes() if self.storage_bytes > 0 else 0
-        return ended_at_a_limit(exit_code, count, used, self.storage_bytes, command)
+        share, deployment_limit = None, 0
+        if count is not None and refused_by_others(count):
+            share, deployment_limit, _ = self._share()
+        return ended_at_a_limit(exit_code, count, used, self.storage_bytes, command, share, deployment_limit)

@@ -23,9 +23,14 @@ kernel.pid_max, less what the host itself needs).
 A fork the kernel refused is counted in `pids.events` (`max`). When the
 attempt had reached its own cap, it hit its limit: it is killed and ends
 Failed saying so (a program that cannot fork seldom recovers, and a fork
-bomb never stops). When it had not, an ancestor's cap refused it (the
-deployment's, filled by other jobs): the job is not to blame, and if it
-then fails it ends in Error, which is retried elsewhere.
+bomb never stops). When it had not, an ancestor's cap refused it: the
+deployment's, whose cap may be less than its workers' together (several
+workers share a host under `corral up`). Then the attempts holding at
+least their share of the deployment's cap (their cores' share of their
+worker's part of it, the parts weighed by the workers' caps) are the ones
+filling it, and are killed the same way; a job with fewer processes is not
+to blame, and if it then fails it ends in Error, which is retried
+elsewhere.
 
 **Storage.** An attempt's scratch (its writable layer, or its work and tmp
 directories) may hold less than its storage request (`storage_bytes`; 0:
@@ -92,6 +97,35 @@ def refused_by_others(count: ProcessCount) -> bool:
     return count.refused > 0 and not hit_own_limit(count)
 
 
+def deployment_share(job_cores_mcpu: int, worker_cores_mcpu: int, worker_limit: int, deployment_limit: int,
+                     workers_limits: list[int]) -> int:
+    """The most processes an attempt may hold while its worker's or its deployment's cap is full: its cores'
+    share of its worker's part of the deployment's cap, the workers' parts weighed by their own caps (their
+    cores). Past it, the attempt is among those filling the full cap."""
+    total = sum(workers_limits) or worker_limit
+    worker_part = min(worker_limit, deployment_limit * worker_limit // total) if deployment_limit > 0 else worker_limit
+    return max(1, attempt_max_processes(job_cores_mcpu, worker_cores_mcpu, worker_part, worker_part))
+
+
+def filled_a_full_cap(count: ProcessCount, share: int, ancestor_full_now: bool = False) -> bool:
+    """Whether an attempt is among those that filled its worker's or deployment's cap: a fork of it was refused
+    under its own cap and it held at least `share` (deployment_share) at its peak. Where the kernel counts such
+    a refusal at the full cap's cgroup instead (cgroup v2 since 6.11: `refused` stays 0 here), whether an
+    ancestor is full now (`ancestor_full_now`) and it holds its share now. A job with fewer processes is not to
+    blame, even if its forks were refused."""
+    if hit_own_limit(count):
+        return False
+    if count.refused > 0:
+        return max(count.current, count.peak or 0) >= share
+    return ancestor_full_now and count.current >= share
+
+
+def full_cap_words(share: int, deployment_limit: int, killed: str) -> str:
+    """Why an attempt holding more than its share of a full worker's or deployment's cap ended."""
+    return (f"hit its process limit: the deployment's {deployment_limit:,} processes and threads (pids.max) were "
+            f"all taken, and it held at least its share of them, {share:,}; {killed}")
+
+
 def process_limit_words(limit: int, killed: str) -> str:
     """Why an attempt that hit its process limit ended; `killed`: 'its container was killed' or the like."""
     return (f"hit its process limit: the kernel refused a fork at its limit of {limit:,} processes and threads "
@@ -122,12 +156,13 @@ def next_check_delay_s(interval_s: float, last_took_s: float) -> float:
 
 
 def ended_at_a_limit(exit_code: int, count: ProcessCount | None, used_bytes: int, storage_bytes: int,
-                     command: str) -> tuple[str, str] | None:
+                     command: str, share: int | None = None, deployment_limit: int = 0) -> tuple[str, str] | None:
     """How an attempt whose command exited with `exit_code` (0 included) ends because of a limit, as (state,
-    message): 'Failed' when it hit its own process limit (and failed), wrote past its storage request
-    (measured at its end, or a file stopped at that size by SIGXFSZ), 'Error' when a fork was refused by
-    another level's cap and it failed; None when no limit explains its end. `command`: how the command
-    ended, in words ('exited with code 3')."""
+    message): 'Failed' when it hit its own process limit or filled a full cap above it with at least its
+    `share` (and failed), or wrote past its storage request (measured at its end, or a file stopped at that
+    size by SIGXFSZ); 'Error' when a fork was refused by another level's cap that others filled and it
+    failed; None when no limit explains its end. `command`: how the command ended, in words ('exited with
+    code 3')."""
     if over_storage(used_bytes, storage_bytes):
         return "Failed", storage_limit_words(storage_bytes, f"{binary_size(used_bytes)} in its scratch when it "
                                                            f"ended; the command {command}")
@@ -138,6 +173,8 @@ def ended_at_a_limit(exit_code: int, count: ProcessCount | None, used_bytes: int
                                                            f"the write (SIGXFSZ); the command {command}")
     if count is not None and hit_own_limit(count):
         return "Failed", process_limit_words(count.limit, f"the command {command}")
+    if count is not None and share is not None and filled_a_full_cap(count, share):
+        return "Failed", full_cap_words(share, deployment_limit, f"the command {command}")
     if count is not None and refused_by_others(count):
         return "Error", refused_by_others_words(count.limit, command)
     return None

@@ -301,7 +301,8 @@ class ProcessRuntime:
             cgroup = await self._cgroup(job, cleanup) if isolated else None
             limits = AttemptLimits(cgroup, max(0, job.storage_bytes), (work, tmp), None,
                                    "its processes were killed", self.config.process_check_interval_s,
-                                   self.config.storage_check_interval_s) if isolated else None
+                                   self.config.storage_check_interval_s, job.cores_mcpu,
+                                   self.cgroups.cores_mcpu) if isolated else None
             if stop.is_set():
                 return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
             read_fd, write_fd = os.pipe()

@@ -112,3 +112,39 @@ async def test_a_job_writing_files_past_its_storage_request_is_killed(tmp_path: 
         assert outcome.error_message.endswith(" in its scratch when it ended; the command exited with code 0")
     finally:
         await runtime.close()
+
+
+async def test_a_bomb_filling_its_deployments_cap_is_killed_and_a_small_neighbour_is_not(tmp_path: Path) -> None:
+    """Two 2-core workers of one deployment (300 each) under a deployment cap of 120, less than theirs
+    together and less than a job's own (150): a bomb is refused by the deployment's cap, never its own, and
+    is killed for holding at least its share of the full deployment (each worker's part is 60, a 1-core
+    job's 30); a neighbour on the other worker, holding one process meanwhile, is not to blame, and forks
+    and succeeds once the bomb is gone."""
+    deployment = f"test-{uuid.uuid4().hex[:8]}"
+    caps = dict(deployment=deployment, cgroup_claims_dir=tmp_path / "claims", kill_grace_s=1.0, cores_mcpu=2000,
+                max_processes_per_core=100, max_processes_base=100, deployment_max_processes=120,
+                process_check_interval_s=0.2)
+    first, second = (ProcessRuntime(ProcessRuntimeConfig(**caps)) for _ in range(2))
+    pids = Hierarchies.of_host().by_controller["pids"] / "corral" / deployment
+    try:
+        neighbour_job = job(tmp_path, "sleep 4; for i in $(seq 10); do sleep 0.1 & done; wait; echo done=yes", "n1")
+        neighbour_log = LogSink(neighbour_job.log_path)
+        started = asyncio.Event()
+
+        async def on_started(pid: int) -> None:
+            started.set()
+
+        neighbour = asyncio.create_task(second.run(neighbour_job, neighbour_log, on_started))
+        await asyncio.wait_for(started.wait(), 30)
+        outcome, log = await run(first, job(tmp_path, BOMB, "b1"))
+        assert (outcome.state, outcome.end_reason) == ("Failed", "exited"), (outcome, log)
+        assert outcome.error_message == (
+            "hit its process limit: the deployment's 120 processes and threads (pids.max) were all taken, and it "
+            "held at least its share of them, 30; its processes were killed"), outcome
+        neighbour_outcome = await neighbour
+        assert (neighbour_outcome.state, neighbour_log.read()) == ("Success", b"done=yes\n"), neighbour_outcome
+        assert int((pids / "pids.peak").read_text()) <= 120
+    finally:
+        await first.close()
+        await second.close()
+    assert not pids.exists()

@@ -275,6 +275,16 @@ def read_processes(hierarchies: Hierarchies, path: str) -> ProcessCount:
                         peak=_read_int(pids / "pids.peak"), limit=_read_int(pids / "pids.max") or 0)
 
 
+def read_children_limits(hierarchies: Hierarchies, path: str) -> list[int]:
+    """The pids.max of each cgroup right below `path` (a deployment's workers'), 0 for 'max' or unreadable."""
+    pids = hierarchies.by_controller.get("pids", Path("/nonexistent")) / path.lstrip("/")
+    try:
+        children = [entry for entry in os.scandir(pids) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    return [_read_int(Path(child.path) / "pids.max") or 0 for child in children]
+
+
 def _v1_io(path: Path) -> tuple[int | None, int | None]:
     """Bytes read and written, summed over devices, of a v1 blkio file ('MAJ:MIN Read N' lines)."""
     try:

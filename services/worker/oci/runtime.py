@@ -42,7 +42,6 @@ from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
 from services.policy.sizes import binary_size
-from services.worker.attempt_limits import AttemptLimits
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
 from services.worker.host_limits import (attempt_max_processes, default_deployment_max_processes,
                                          worker_max_processes)
@@ -58,7 +57,7 @@ from services.worker.oci.refusals import oci_refusals
 from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          JobOutcome, JobRun, attempt_timeout_s, signal_name)
-from services.worker import worker_cgroup  # a module: it imports this package's cgroups
+from services.worker import attempt_limits, worker_cgroup  # modules: they import this package's cgroups
 from services.common.usage_series import UsageReading
 
 logger = logging.getLogger(__name__)
@@ -365,11 +364,12 @@ class OciRuntime:
             raise AttemptFailed("bundle", f"could not write config.json: {e}") from e
         if stop.is_set():
             return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
-        attempt.limits = AttemptLimits(
+        attempt.limits = attempt_limits.AttemptLimits(
             attempt.cgroup, max(0, job.storage_bytes),
             (attempt.oci_dir / "upper",) if kind == layer.OVERLAY else (root,),
             None if kind == layer.OVERLAY else uid, "its container was killed",
-            self.config.process_check_interval_s, self.config.storage_check_interval_s)
+            self.config.process_check_interval_s, self.config.storage_check_interval_s, job.cores_mcpu,
+            self.cores_mcpu)
         return await self._contain(attempt, root, log, on_started, stop, uid)
 
     async def _fill(self, attempt: _Attempt, root: Path, cwd: str, uid: int, gid: int) -> None:
@@ -663,7 +663,7 @@ class _Attempt:
     start_ms: int | None = None
     network_made: bool = False
     network: network.AttemptNetwork | None = None
-    limits: AttemptLimits | None = None
+    limits: attempt_limits.AttemptLimits | None = None
     """What its limit watch reads, once its container is about to run."""
     over_limit: str = ""
     """Why the limit watch killed it, if it did."""
