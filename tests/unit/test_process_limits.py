@@ -86,7 +86,7 @@ async def test_fork_bombs_fill_only_their_share_and_end_failed_while_a_neighbour
                 "hit its process limit: the kernel refused a fork at its limit of 75 processes and threads (the "
                 "cgroup's pids.max); its processes were killed")
         assert (neighbour_outcome.state, neighbour_log) == ("Success", "done=yes\n"), neighbour_outcome
-        assert 150 < peak <= 300, peak
+        assert 75 <= peak <= 300, peak  # a bomb filled its share at least, and the worker never held more
     finally:
         await runtime.close()
     assert not deployment.exists()  # the worker's cgroup, and the deployment's with no other worker in it
