@@ -15,6 +15,7 @@ the worker says so when it starts and in each job's isolation note.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 
 from services.worker.host_limits import attempt_max_processes, default_deployment_max_processes, worker_max_processes
@@ -37,6 +38,7 @@ class ProcessCgroups:
         self._per_job = per_job
         self._deployment_max = deployment_max
         self._worker: WorkerCgroup | None = None
+        self._starting = threading.Lock()  # attempts that start together each ask for it, from threads
         self.why_not = ""
         """Why jobs run without process caps, if they do (known once `start` ran)."""
 
@@ -50,9 +52,12 @@ class ProcessCgroups:
 
     def start(self) -> None:
         """Claim the worker's name, remove what dead process runtimes left, make the worker's cgroup with its
-        cap. Blocking. Where it cannot, `why_not` says why (logged)."""
-        if self.started:
-            return
+        cap. Blocking; once, however many threads ask. Where it cannot, `why_not` says why (logged)."""
+        with self._starting:
+            if not self.started:
+                self._start()
+
+    def _start(self) -> None:
         try:
             hierarchies = Hierarchies.of_host()
             if "pids" not in hierarchies.by_controller:
@@ -86,6 +91,10 @@ class ProcessCgroups:
 
     def close(self) -> None:
         """Remove the worker's cgroup (and the deployment's, if no other worker's is left) and let the name go."""
+        with self._starting:
+            self._close()
+
+    def _close(self) -> None:
         if self._worker is not None:
             left = self._worker.remove()
             for what in left:

@@ -146,7 +146,7 @@ class ProcessRuntimeClaim:
                 continue  # a live runtime's
             try:
                 path = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-                if not path.startswith("/"):
+                if not path.startswith("/") or ".." in path.split("/"):
                     continue  # being claimed this moment (its path not written yet), or not a claim
                 not_removed = remove_tree(hierarchies, path) + remove_if_empty(hierarchies, path.rsplit("/", 1)[0])
                 if not_removed:

@@ -17,6 +17,7 @@ from services.worker.oci import oci_refusals
 from services.worker.oci.bundle import Container, config_json, merged_env
 from services.worker.host_limits import ProcessCount
 from services.worker.oci.cgroups import V1, V2, AttemptCgroup, Hierarchies, Limits, Usage, read_usage
+from services.worker.oci.owner import Owner
 from services.worker.worker_cgroup import ProcessRuntimeClaim, WorkerCgroup
 from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavailable
 from services.worker.oci.network import (FALLBACK_RESOLVERS, PRIVATE, PUBLIC, Plan, choose_subnet, resolvers,
@@ -234,6 +235,22 @@ def test_a_dead_process_runtimes_claim_is_swept_and_a_live_ones_kept(tmp_path: P
     assert sorted(p.name for p in claims.iterdir()) == ["half", "live", "mine"]
     live.release(removed=False)
     assert (claims / "live").read_text() == "/corral/d/live"
+
+
+def test_a_dead_owners_cgroup_is_found_where_it_wrote_it(tmp_path: Path) -> None:
+    """A runtime writes its cgroup's path when it claims its name; one from before deployments wrote none and
+    had its cgroup right below the root."""
+    owner = Owner(tmp_path, "w1", "/corral/up-1/w1")
+    owner.claim()
+    assert Owner.found(tmp_path, "w1", "corral").cgroup_parent == "/corral/up-1/w1"
+    (tmp_path / "old").mkdir()
+    assert Owner.found(tmp_path, "old", "corral").cgroup_parent == "/corral/old"
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "cgroup").write_text("/elsewhere/x")  # never outside the runtimes' root
+    assert Owner.found(tmp_path, "odd", "corral").cgroup_parent == "/corral/odd"
+    (tmp_path / "odd" / "cgroup").write_text("/corral/../x")
+    assert Owner.found(tmp_path, "odd", "corral").cgroup_parent == "/corral/odd"
+    owner.release()
 
 
 def test_the_workers_walks_never_follow_an_images_links(tmp_path: Path) -> None:

@@ -88,7 +88,8 @@ class Owner:
             recorded = (state_root / name / "cgroup").read_text().strip()
         except OSError:
             recorded = ""
-        return cls(state_root, name, recorded if recorded.startswith(f"/{cgroup_root}/") else f"/{cgroup_root}/{name}")
+        ours = recorded.startswith(f"/{cgroup_root}/") and ".." not in recorded.split("/")
+        return cls(state_root, name, recorded if ours else f"/{cgroup_root}/{name}")
 
     def claim(self) -> None:
         """Take the name for this process; raises OwnerBusy if a live runtime has it."""
