@@ -114,7 +114,8 @@ class BatchBuilder:
         failed attempts are tried again (out of memory with more memory, listed exit codes after a back-off,
         on-demand after preemptions); `on_demand` keeps it off spot machines. `memory_bytes` and
         `storage_bytes` (scratch storage) are reserved on its machine (0: its pool's share per core); one its
-        pool's machine could never hold is refused at submission. Storage is checked, not enforced. `secrets`
+        pool's machine could never hold is refused at submission; a job whose writes reach its storage is killed
+        and ends Failed saying so. `secrets`
         maps the name of a secret of the batch's billing project to the directory where the job reads its files
         (`{"db": "/secrets/db"}`, read-only). `image_pull_secret` names the secret of the batch's billing
         project holding the login to a private image's registry (files `username` and `password`, or Docker's

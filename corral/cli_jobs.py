@@ -98,7 +98,7 @@ def _job(args: argparse.Namespace) -> int:
     print(f"  image {job.spec.image}  command {json.dumps(command)}")
     r = job.resources
     print(f"  reserves {r.cores_mcpu / 1000:g} cores, memory {binary_size(r.memory_bytes)}, scratch storage "
-          f"{binary_size(r.storage_bytes)} (checked, not enforced) in pool {r.pool}")
+          f"{binary_size(r.storage_bytes)} in pool {r.pool}")
     if job.spec.parents:
         print("  parents " + ", ".join(str(p.job_id) for p in job.spec.parents))
     for a in job.attempts:

@@ -12,6 +12,7 @@ from corral.errors import UsageError
 from services.common.entry import add_url_settings, allowed_networks
 from services.common.image_refs import InvalidImageReference, Registry
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
+from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits, deployment_of_data_dir
 
 if TYPE_CHECKING:
     from services.gateway.deployment import Limits
@@ -25,6 +26,11 @@ def _up(args: argparse.Namespace) -> int:
 
     storage_access = StorageAccess.from_args(args)
     if problems := storage_access.problems():
+        raise UsageError("; ".join(problems))
+    if args.deployment is None:
+        args.deployment = deployment_of_data_dir(args.data_dir)
+    worker_limits = WorkerLimits.from_args(args)
+    if problems := worker_limits.problems():
         raise UsageError("; ".join(problems))
     if args.worker_runtime == "oci" and (why_not := oci_host_refusals()):
         raise UsageError("--worker-runtime oci: this machine cannot run containers: " + "; ".join(why_not))
@@ -51,7 +57,7 @@ def _up(args: argparse.Namespace) -> int:
                                   registry_url=args.registry, worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
-                                  gateway_limits=gateway_limits, **ports))
+                                  gateway_limits=gateway_limits, worker_limits=worker_limits, **ports))
 
 
 GATEWAY_LIMITS = {
@@ -141,6 +147,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                         metavar=metavar, help=f"with --gateway: {text}; docs/security.md")
     add_url_settings(up, None, "default: DATA_DIR/storage/{project}/")
     add_storage_access(up)
+    add_worker_limits(up, "up-HASH, from the data directory's real path")
     up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="auto",
                     help="how local workers run jobs: process (each as its own user in namespaces of its own), oci "
                          "(runc containers of the job's image, pulled from the registry) or auto (oci where this "

@@ -56,6 +56,7 @@ from services.common.parent_death import launcher
 from services.common.processes import PidFiles, Recorded, end_processes
 from services.common.sealing import ensure_key_files
 from services.common.storage_access import StorageAccess
+from services.common.worker_limits import WorkerLimits, deployment_of_data_dir
 from services.common.tls import SERVICE_IDENTITIES, WORKER_ISSUER, DevCertificateAuthority
 from services.db.accounts import grant_service_accounts, service_passwords
 from services.db.database import Database, DatabaseConfig
@@ -142,6 +143,10 @@ class UpConfig:
     gateway_limits: Limits = Limits()
     """What the gateways hold clients to (connections, timeouts, sizes); the connection cap is lowered to what
     this process may give Envoy in file descriptors (services.gateway.envoy_process.fitting)."""
+    worker_limits: WorkerLimits | None = None
+    """What jobs may take of the workers' hosts (processes, how often storage is checked), handed to the drivers
+    for every worker they start; None: the defaults, the deployment named after the data directory
+    (services.common.worker_limits.deployment_of_data_dir)."""
 
 
 def _ephemeral_ports() -> range:
@@ -349,6 +354,9 @@ def start(config: UpConfig) -> Running:
     if problems := config.storage_access.problems():
         raise ValueError("object storage settings: " + "; ".join(problems))
     data = config.data_dir.expanduser()
+    worker_limits = config.worker_limits or WorkerLimits(deployment=deployment_of_data_dir(data))
+    if problems := worker_limits.problems():
+        raise ValueError("job limits: " + "; ".join(problems))
     os.umask(0o077)  # everything created here is private to this account, unless made otherwise on purpose
     data.mkdir(parents=True, exist_ok=True)
     data.chmod(0o711)
@@ -462,7 +470,7 @@ def start(config: UpConfig) -> Running:
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
                      "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", workers_driver_addresses,
                      "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args(),
-                     *cloud],
+                     *worker_limits.to_args(), *cloud],
                     lifeline=True, policy=driver_policy)
         frontend = free_port()
         service("frontend", "services.frontend", "frontend",

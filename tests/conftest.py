@@ -23,6 +23,27 @@ from tests.storage_emulators import Emulator
 from tests.world import FakeClock, World
 
 
+@pytest.fixture(scope="session", autouse=True)
+def process_runtime_cgroups() -> Iterator[None]:
+    """Process runtimes that tests leave open (a worker closes its own) have their cgroups removed at the end
+    of the session, so that nothing of them is left on the host."""
+    from services.worker.process_cgroups import ProcessCgroups
+    started: list[ProcessCgroups] = []
+    original = ProcessCgroups.start
+
+    def start(self: ProcessCgroups) -> None:
+        original(self)
+        started.append(self)
+
+    ProcessCgroups.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ProcessCgroups.start = original  # type: ignore[method-assign]
+        for cgroups in started:
+            cgroups.close()
+
+
 @pytest.fixture(scope="session")
 def mariadb_server() -> Iterator[DatabaseConfig]:
     """Connection settings of a server the tests may create databases on.

@@ -10,6 +10,7 @@ from pathlib import Path
 from services.common import metrics
 from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
+from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits
 from services.driver.app import DriverConfig, run
 from services.driver.enrollment import EnrollmentSettings
 from services.driver.leader import LeaseSettings
@@ -44,6 +45,7 @@ parser.add_argument("--idle-timeout", type=float, default=SessionSettings.idle_t
                     help="seconds a worker stays up with nothing to run (default: %(default)s)")
 add_url_settings(parser, [], "none: jobs may name no files; workers check each job's files against them too")
 add_storage_access(parser)  # for the local workers it starts
+add_worker_limits(parser)  # for every worker it starts, local or a cloud's
 parser.add_argument("--unisolated-dev-workers", action="store_true",
                     help="start local workers with --unisolated-dev (when not root, they run jobs unisolated "
                          "as their own user instead of refusing them; development only)")
@@ -93,6 +95,9 @@ if args.enroll_token_ttl <= 0 or args.worker_cert_validity <= 0:
     parser.error("--enroll-token-ttl and --worker-cert-validity must be positive")
 driver_addresses = tuple(filter(None, args.driver_addresses.split(",")))
 storage_access = StorageAccess.from_args(args)
+worker_limits = WorkerLimits.from_args(args)
+if problems := worker_limits.problems():
+    parser.error("; ".join(problems))
 cloud = None
 try:
     cloud_setup.check_flags(args.provider, args.provider_config, args.workers_enroll_address, driver_addresses,
@@ -104,7 +109,7 @@ try:
         cloud = cloud_setup.load(args.provider, args.provider_config, cloud_setup.WorkerBootArgs(
             args.workers_enroll_address, driver_addresses, (args.certs_dir / "ca.pem").read_text(),
             cloud_setup.cloud_worker_args(args.spec_root_url, args.worker_runtime, storage_access.to_args(),
-                                          args.default_registry)))
+                                          args.default_registry, worker_limits.to_args())))
     price_file.load(args.price_file or price_file.SHIPPED)  # a wrong file stops the driver here, saying where
 except (OSError, ValueError) as e:
     parser.error(str(e))
@@ -124,7 +129,7 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                                                      args.idle_timeout),
                              lease=lease,
                              storage_roots=tuple(args.storage_root),
-                             storage_access=storage_access, cloud=cloud,
+                             storage_access=storage_access, worker_limits=worker_limits, cloud=cloud,
                              callback_allow_networks=allowed_networks(args.callback_allow_networks),
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
                              enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,

@@ -38,6 +38,7 @@ from services.common.server import (
     write_ports_file,
 )
 from services.common.storage_access import StorageAccess
+from services.common.worker_limits import WorkerLimits
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles, WorkerIssuer
 from services.common.urls import CallbackRules, StorageRoots
@@ -134,6 +135,9 @@ class DriverConfig:
     storage_access: StorageAccess = StorageAccess()
     """How local workers reach gs:// and az:// storage: passed on to each (the paths of its secret files,
     never what is in them: the driver reads none)."""
+    worker_limits: WorkerLimits = WorkerLimits()
+    """The deployment's limits on what jobs take of a worker's host (its cgroups' names and process caps, how often
+    processes and storage are checked): passed on to each worker it starts."""
     unisolated_dev_workers: bool = False
     """Start local workers with --unisolated-dev: when not root, they run jobs unisolated as their own user
     instead of refusing them (development only)."""
@@ -227,7 +231,7 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
                 "--cores-mcpu", str(request.cores_mcpu),
                 "--memory-bytes", str(request.memory_bytes), "--storage-bytes", str(request.storage_bytes),
                 "--region", request.region,
-                *config.storage_access.to_args(),
+                *config.storage_access.to_args(), *config.worker_limits.to_args(),
                 "--driver-addresses", ",".join(drivers), "--certs-dir", str(certs),
                 "--scratch-dir", str(config.data_dir / "workers" / request.name),
                 "--log-root-url", config.spec_root_url,

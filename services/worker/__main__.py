@@ -20,6 +20,7 @@ from pathlib import Path
 from services.common import metrics
 from services.common.entry import private_files
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
+from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits
 from services.driver.providers.worker_metadata import WorkerBootstrap
 from services.worker.app import run
 from services.worker.certificates import enroll, enroll_at
@@ -60,6 +61,7 @@ parser.add_argument("--certs-dir", type=Path, required=True)
 parser.add_argument("--scratch-dir", type=Path, required=True)
 parser.add_argument("--log-root-url", required=True)
 add_storage_access(parser)
+add_worker_limits(parser)
 parser.add_argument("--listen-address", default="127.0.0.1:0")
 parser.add_argument("--advertise-host", default="127.0.0.1")
 parser.add_argument("--driver-silence", type=float, default=WorkerConfig.driver_silence_s,
@@ -127,6 +129,8 @@ else:
     args = parser.parse_args()
 if args.usage_interval_s <= 0:
     parser.error("--usage-interval-s must be positive")
+if problems := WorkerLimits.from_args(args).problems():
+    parser.error("; ".join(problems))
 private_files()
 metrics.serve_for_process(args, f"worker-{args.instance_name}")
 token = token or os.environ.get(TOKEN_VARIABLE, "")
@@ -147,5 +151,5 @@ sys.exit(asyncio.run(run(WorkerConfig(
     driver_silence_s=args.driver_silence, default_registry=args.default_registry,
     image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
     runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
-    usage_interval_s=args.usage_interval_s, cloud=args.cloud,
+    usage_interval_s=args.usage_interval_s, cloud=args.cloud, limits=WorkerLimits.from_args(args),
     renew_certificate=args.cloud is not None or bool(args.enroll_address)))))

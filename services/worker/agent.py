@@ -489,7 +489,7 @@ class Worker:
         run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
         run.ClearField("image_pull_secret")
         job = JobRun(run.attempt.batch_id, run.attempt.job_id, run.attempt.attempt_id, run.spec, run.cores_mcpu,
-                     run.memory_bytes, self.config.scratch_dir, secrets, credentials)
+                     run.memory_bytes, self.config.scratch_dir, secrets, credentials, storage_bytes=run.storage_bytes)
         attempt = Attempt(ref=run.attempt, run=run, log=LogSink(job.log_path),
                           log_url=run.log_url or log_url(self.config.log_root_url, run.attempt),
                           no_room=self._no_room(run), secret_refusals=secret_refusals,

@@ -146,7 +146,14 @@ async def choose_runtime(config: WorkerConfig, stores: ObjectStores, images: Ima
     Raises ValueError if 'oci' was asked for and cannot run here."""
     if config.runtime not in RUNTIMES:
         raise ValueError(f"unknown runtime {config.runtime!r}: one of {', '.join(RUNTIMES)}")
-    process = ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev, object_stores=stores))
+    limits = config.limits
+    caps = {"deployment": limits.deployment, "cores_mcpu": config.cores_mcpu,
+            "max_processes": limits.max_processes_per_job, "max_processes_per_core": limits.max_processes_per_core,
+            "max_processes_base": limits.max_processes_base, "deployment_max_processes": limits.deployment_max_processes,
+            "process_check_interval_s": limits.process_check_interval_s,
+            "storage_check_interval_s": limits.storage_check_interval_s}
+    process = ProcessRuntime(ProcessRuntimeConfig(allow_unisolated=config.unisolated_dev, object_stores=stores,
+                                                  owner=oci_owner(config.instance_name), **caps))
     if config.runtime == "process":
         return process
     why_not = []
@@ -161,7 +168,7 @@ async def choose_runtime(config: WorkerConfig, stores: ObjectStores, images: Ima
             if config.memory_bytes > 0 and config.cores_mcpu > 0 else {}
         oci = OciRuntime(OciRuntimeConfig(source, owner=oci_owner(config.instance_name), object_stores=stores,
                                           private_networks=config.private_networks,
-                                          **memory_per_core))
+                                          **memory_per_core, **caps))
         why_not += oci.host_refusals()
     if oci is not None and not why_not:
         try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from services.common.storage_access import StorageAccess
 from services.common.usage_series import DEFAULT_CAP as DEFAULT_USAGE_SAMPLES_CAP
+from services.common.worker_limits import WorkerLimits
 
 DEFAULT_IMAGE_CACHE_BYTES = 10 * 2**30
 """The image cache's size limit unless configured (10 GiB)."""
@@ -95,6 +96,9 @@ class WorkerConfig:
     cloud: str | None = None
     """'gcp' or 'azure': the machine is that cloud's, and the worker watches its preemption notices
     (services/worker/preemption.py) at its metadata server. None: no cloud to watch (local workers)."""
+    limits: WorkerLimits = WorkerLimits()
+    """The deployment's limits on what jobs take of this host: the cgroups' names and process caps, how often a
+    running job's processes and scratch storage are checked (services/worker/host_limits.py)."""
     renew_certificate: bool = False
     """Renew the worker's certificate over mutual TLS at two thirds of its life (an enrolled worker's is
     short-lived: services/worker/certificates.py). A local provider's worker keeps the one it was given."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 FULL_BELOW_BYTES = 16 * 2**20
@@ -65,6 +66,44 @@ def reports_out_of_space(output_tail: bytes) -> bool:
     """Whether a command's last output says ENOSPC or EDQUOT."""
     tail = output_tail.lower()
     return any(words in tail for words in REPORTS)
+
+
+def used_bytes(tops: list[Path], owner_uid: int | None = None) -> int:
+    """The disk space the files and directories under `tops` take (their allocated blocks, each inode once:
+    hard links count once, sparse files only what they hold), not following links or leaving their
+    filesystem; only those `owner_uid` owns if given. What vanishes during the walk is not counted. Blocking:
+    the walk's time grows with the number of files (host_limits.next_check_delay_s keeps its share down)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for top in tops:
+        try:
+            device = os.lstat(top).st_dev
+        except OSError:
+            continue
+        stack = [str(top)]
+        while stack:  # a stack, not recursion: a job may nest directories deeper than Python recurses
+            directory = stack.pop()
+            try:
+                entries = os.scandir(directory)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if st.st_dev != device:
+                        continue  # a mount below (a secret's tmpfs): not the scratch disk
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+                    elif st.st_nlink > 1:  # only a file with other links can be met again
+                        if (st.st_dev, st.st_ino) in seen:
+                            continue
+                        seen.add((st.st_dev, st.st_ino))
+                    if owner_uid is None or st.st_uid == owner_uid:
+                        total += st.st_blocks * 512
+    return total
 
 
 def _existing(path: Path) -> Path:

@@ -76,6 +76,11 @@ class Isolation:
     read_only_binds: tuple[tuple[str, str], ...] = ()
     """(source, target) directories: each source, hidden from the job like the rest of the scratch root, is
     mounted read-only at its target below the job's working directory (its secrets)."""
+    cgroup_procs: str = ""
+    """The `cgroup.procs` of the attempt's cgroup, which its top process joins before it forks (so the job's
+    processes are held to its pids.max); '' where the worker has no cgroups to write."""
+    max_file_bytes: int = 0
+    """RLIMIT_FSIZE of the command: the largest file it may write (its storage request); 0: none."""
 
 
 class _Process:
@@ -313,6 +318,7 @@ class IsolatedCommand:
                 "reveal": list(isolation.reveal), "private_dirs": list(isolation.private_dirs),
                 "private_dir_bytes": isolation.private_dir_bytes, "max_processes": isolation.max_processes,
                 "read_only_binds": [list(bind) for bind in isolation.read_only_binds],
+                "cgroup_procs": isolation.cgroup_procs, "max_file_bytes": isolation.max_file_bytes,
             }, output_fd, status_w)
         except BaseException:
             os.close(status_r)

@@ -13,7 +13,8 @@ line each:
 
 Three processes. The top one, the launcher's child, keeps only stdin
 (/dev/null), stdout and stderr (the output pipe) and the report pipe of the
-launcher's descriptors, unshares the mount, PID, IPC and UTS namespaces
+launcher's descriptors, joins the attempt's cgroup (its pids.max holds
+every process the job starts), unshares the mount, PID, IPC and UTS namespaces
 (and the network one for network_mode NONE) and forks the namespace's
 init, PID 1 there. The init makes the job's view of the files (its own
 /proc, fresh private /tmp and the like, the worker's scratch root hidden but
@@ -114,6 +115,13 @@ def run_attempt(spec: dict, output_fd: int, status_fd: int, launcher_pid: int) -
         status = _own_fds(output_fd, status_fd)
     except OSError:
         return 1  # with no report; the worker says the init ended without one
+    try:
+        if spec.get("cgroup_procs"):  # before any fork: every process of the job is held to its pids.max
+            with open(spec["cgroup_procs"], "w") as procs:
+                procs.write("0")
+    except OSError as e:
+        _report(status, f"error could not join the job's cgroup: {e}")
+        return 1
     try:
         flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
         if spec["network"] == "none":
@@ -277,6 +285,8 @@ def _exec_command(spec: dict, failed_w: int) -> None:
     os.closerange(failed_w + 1, 1 << 20)
     nproc = spec["max_processes"]
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))  # per uid, and the uid is the attempt's alone
+    if (file_bytes := spec.get("max_file_bytes", 0)) > 0:  # no file past the storage request (SIGXFSZ)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
     if (limit := spec["address_space_bytes"]) > 0:
         _, hard = resource.getrlimit(resource.RLIMIT_AS)
         limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)

@@ -15,11 +15,14 @@ import signal
 import stat
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
+from services.policy.sizes import binary_size
+from services.worker.attempt_limits import AttemptLimits
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
 from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs, give_to,
                                        make_directory_beneath, path_refusals, url_refusals)
@@ -27,6 +30,8 @@ from services.worker.job_process import Ended, IsolatedCommand, Isolation, Launc
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.object_stores import ObjectStores
+from services.worker.oci.cgroups import AttemptCgroup, CgroupError
+from services.worker.process_cgroups import ProcessCgroups
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          ContainerRuntime, JobOutcome, JobRun, attempt_timeout_s, command_refusals,
                                          signal_name)
@@ -82,7 +87,29 @@ class ProcessRuntimeConfig:
     uid_claims_dir: Path = Path("/run/corral/job-uids")
     """Where the workers of this host claim uids (a locked file per uid in use): one directory for all."""
     max_processes: int = 4096
-    """Most processes (threads included) one attempt may have at once (RLIMIT_NPROC of its uid)."""
+    """Most processes (threads included) one attempt may have at once (RLIMIT_NPROC of its uid, and its
+    cgroup's pids.max: its cores' share of the worker's cap, at most this; services/worker/host_limits.py)."""
+    owner: str = ""
+    """The worker's name on this host (its instance name): names its cgroup; '' a name of its own."""
+    deployment: str = "default"
+    """The deployment's name on this host: the cgroup level above its workers' (worker_cgroup.py)."""
+    cgroup_root: str = "corral"
+    """Attempts' cgroups are CGROUP_ROOT/DEPLOYMENT/OWNER/ATTEMPT in the pids hierarchy."""
+    cgroup_claims_dir: Path = Path("/run/corral/process-cgroups")
+    """Where the process runtimes of this host claim their cgroups (a locked file each; worker_cgroup.py)."""
+    cores_mcpu: int = 0
+    """The cores the worker offers, in thousandths (its process cap and each attempt's share come from them);
+    0: the host's cpus."""
+    max_processes_per_core: int = 1024
+    """The worker's cgroup's pids.max is `max_processes_base` + this x its cores."""
+    max_processes_base: int = 1024
+    deployment_max_processes: int = 0
+    """pids.max of the deployment's cgroup; 0: half of the host's kernel.pid_max."""
+    process_check_interval_s: float = 0.5
+    """How often a running attempt's cgroup is read for a fork refused at its cap (it is then killed)."""
+    storage_check_interval_s: float = 1.0
+    """How often a running attempt's work and tmp directories are measured against its storage request (it is
+    killed past it); each file is also held to that size by RLIMIT_FSIZE."""
     private_dirs: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
     """World-writable directories of the host that each job sees as an empty tmpfs of its own."""
     private_dir_bytes: int = 256 * 2**20
@@ -123,8 +150,13 @@ class ProcessRuntime:
     programs reserving much more than they touch (JVMs, Go) and lets a tree
     of processes use more in total. Running out of it makes allocations fail
     instead of killing the process, so out-of-memory is recognised from what
-    the job printed last. There is no cpu or disk limit; a job that runs the
-    scratch disk out of space ends in Error naming it (see disk.py). Container paths of
+    the job printed last. Isolated, its processes are in a cgroup of their
+    own (process_cgroups.py) whose pids.max is its cores' share of its
+    worker's; a job that reaches it is killed and ends Failed saying so. Its
+    work and tmp directories may hold at most its storage request (measured
+    while it runs; each file held to it by RLIMIT_FSIZE: host_limits.py).
+    There is no cpu limit; a job that runs the scratch disk out of space
+    ends in Error naming it (see disk.py). Container paths of
     input and output files, and secrets' mount paths, are rooted at the working
     directory ('/in/ref.fa' is 'in/ref.fa' there). A secret is a directory of the
     attempt's own (0500, its files 0400, the job's uid's: secret_files.py),
@@ -144,6 +176,12 @@ class ProcessRuntime:
         self._stops: dict[str, asyncio.Event] = {}
         self._uids = JobUids(self.config.uid_claims_dir, self.config.uid_first, self.config.uid_count)
         self._launcher: Launcher | None = None
+        c = self.config
+        self.cgroups = ProcessCgroups(c.cgroup_claims_dir, c.cgroup_root, c.deployment,
+                                      c.owner or f"process-{uuid.uuid4().hex[:8]}",
+                                      c.cores_mcpu or 1000 * (os.cpu_count() or 1), c.max_processes_per_core,
+                                      c.max_processes_base, c.max_processes, c.deployment_max_processes)
+        """The worker's and its attempts' cgroups (made when the first isolated attempt runs)."""
 
     @property
     def launcher_pid(self) -> int | None:
@@ -156,6 +194,8 @@ class ProcessRuntime:
         if self._launcher is not None:
             launcher, self._launcher = self._launcher, None
             await asyncio.to_thread(launcher.close)
+        if not self._stops:
+            await asyncio.to_thread(self.cgroups.close)
 
     def check(self, spec: job_spec_pb2.JobSpec) -> list[str]:
         """Refusals: what this runtime cannot honour on this machine."""
@@ -203,16 +243,22 @@ class ProcessRuntime:
                     f"disk limit{memory}.")
         network = ("none but its own loopback" if job.spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE
                    else "the host's, shared with the worker and other jobs")
+        processes = (f"at most {self.config.max_processes} processes and threads (its user's; "
+                     f"{self.cgroups.why_not})" if self.cgroups.why_not else
+                     f"at most {self.cgroups.attempt_max_processes(job.cores_mcpu)} processes and threads (its "
+                     f"worker's {self.cgroups.max_processes} shared out by cores)")
         return (f"process runtime: {image} and the command ran with the worker machine's own programs. It ran "
                 "as a user of its own (not root, no capabilities, no other running job shares it) in namespaces "
                 "of its own: it saw only its own processes, its own working directory and private /tmp, "
                 "/var/tmp and /dev/shm, none of the worker's files, and the rest of the host's files as any "
-                f"unprivileged user does; network: {network}. Shared with the host: the kernel. No cpu or disk "
-                f"limit; at most {self.config.max_processes} processes{memory}.{_secrets_note(job)}")
+                f"unprivileged user does; network: {network}. Shared with the host: the kernel. No cpu limit; "
+                f"{processes}; {_storage_note(job, self.config.storage_check_interval_s)}{memory}."
+                f"{_secrets_note(job)}")
 
     def sample(self, attempt_id: str) -> UsageReading | None:
-        """See `ContainerRuntime.sample`: nothing (see `usage_note`). The job's processes are in no cgroup of
-        their own and, isolated, in a PID namespace the worker does not walk; rusage comes only at their end."""
+        """See `ContainerRuntime.sample`: nothing (see `usage_note`). The job's processes' cgroup has the pids
+        controller alone (no cpu or memory counters) and, isolated, they are in a PID namespace the worker does not
+        walk; rusage comes only at their end."""
         return None
 
     async def cancel(self, attempt_id: str) -> None:
@@ -252,11 +298,16 @@ class ProcessRuntime:
             cleanup.push_async_callback(self._remove_work_dirs, job)
             work, tmp = await self._prepare(job, uid if isolated else None, gid)
             binds = await self._write_secrets(job, work, uid, gid, cleanup)
+            cgroup = await self._cgroup(job, cleanup) if isolated else None
+            limits = AttemptLimits(cgroup, max(0, job.storage_bytes), (work, tmp), None,
+                                   "its processes were killed", self.config.process_check_interval_s,
+                                   self.config.storage_check_interval_s, job.cores_mcpu,
+                                   self.cgroups.cores_mcpu) if isolated else None
             if stop.is_set():
                 return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
             read_fd, write_fd = os.pipe()
             try:
-                command = self._start(job, work, tmp, write_fd, uid, gid, isolated, binds)
+                command = self._start(job, work, tmp, write_fd, uid, gid, isolated, binds, cgroup)
             except BaseException:
                 os.close(read_fd)
                 raise
@@ -267,7 +318,8 @@ class ProcessRuntime:
             return self._outcome(job, "Error", SYSTEM_ERROR, words)
         timeout_s = attempt_timeout_s(job.spec, self.config.max_timeout_s)
         try:
-            start_ms, ending, ended = await self._watch(command, read_fd, log, on_started, stop, timeout_s)
+            start_ms, ending, ended = await self._watch(command, read_fd, log, on_started, stop, timeout_s,
+                                                        limits)
         except StartFailed as e:
             return self._outcome(job, "Error", SYSTEM_ERROR, str(e))
         log.close()
@@ -279,12 +331,22 @@ class ProcessRuntime:
             return outcome("Cancelled", CANCELLED, "cancelled while running; its processes were killed")
         if ending == TIMED_OUT:
             return outcome("Failed", TIMED_OUT, f"timed out after {timeout_s:g} s; its processes were killed")
+        if ending is not None:  # the limit watch's words: it hit its process limit, or wrote past its storage
+            return outcome("Failed", EXITED, ending, None if ended is None else _exit_code(ended.wait_status))
         if ended is None and isinstance(command, IsolatedCommand) and not command.launcher.alive:
             return outcome("Error", SYSTEM_ERROR, f"the worker's job launcher (pid {command.launcher.pid}) died "
                            "while the job ran, and its processes with it")
         if ended is None:
             return outcome("Error", SYSTEM_ERROR, "the job's init ended without reporting how the command ended")
         code = os.waitstatus_to_exitcode(ended.wait_status)
+        if code < 0:
+            message, exit_code = f"killed by signal {signal_name(-code)}", 128 - code
+        else:
+            message, exit_code = f"exited with code {code}", code
+        at_a_limit = None if limits is None else await asyncio.to_thread(limits.at_end, exit_code, message)
+        if at_a_limit is not None:
+            state, words = at_a_limit
+            return outcome(state, EXITED if state == "Failed" else SYSTEM_ERROR, words, exit_code)
         if code == 0:
             try:
                 await asyncio.to_thread(copy_outputs, job.spec, work, uid, self.config.check_url,
@@ -292,10 +354,6 @@ class ProcessRuntime:
             except Exception as e:
                 return outcome("Error", SYSTEM_ERROR, f"copying output files failed: {e}", 0)
             return outcome("Success", EXITED, "", 0)
-        if code < 0:
-            message, exit_code = f"killed by signal {signal_name(-code)}", 128 - code
-        else:
-            message, exit_code = f"exited with code {code}", code
         if is_full(work) or reports_out_of_space(log.recent) or (
                 log.write_error is not None and out_of_space(log.write_error)):
             return outcome("Error", SYSTEM_ERROR, f"{ran_out(work)}; the command {message}", exit_code)
@@ -369,8 +427,26 @@ class ProcessRuntime:
         except Exception as e:  # the message names a path or a file, never what a file holds
             raise _SystemError(f"could not put the job's secrets in place: {e}") from e
 
+    async def _cgroup(self, job: JobRun, cleanup: contextlib.AsyncExitStack) -> AttemptCgroup | None:
+        """The attempt's cgroup with its process cap (None where the worker has no cgroups), removed when the
+        attempt ends (whatever is left in it killed)."""
+        if not self.cgroups.started:
+            await asyncio.to_thread(self.cgroups.start)
+        try:
+            cgroup = await asyncio.to_thread(self.cgroups.attempt, job.attempt_dir.name, job.cores_mcpu)
+        except CgroupError as e:
+            raise _SystemError(str(e)) from e
+        if cgroup is not None:
+            cleanup.push_async_callback(self._remove_cgroup, cgroup)
+        return cgroup
+
+    async def _remove_cgroup(self, cgroup: AttemptCgroup) -> None:
+        for what in await asyncio.to_thread(self.cgroups.remove, cgroup):
+            logger.warning("could not clean up %s", what)
+
     def _start(self, job: JobRun, work: Path, tmp: Path, output_fd: int, uid: int, gid: int,
-               isolated: bool, binds: tuple[tuple[str, str], ...] = ()) -> IsolatedCommand | PlainCommand:
+               isolated: bool, binds: tuple[tuple[str, str], ...] = (),
+               cgroup: AttemptCgroup | None = None) -> IsolatedCommand | PlainCommand:
         """Start the command, its stdout and stderr on `output_fd`. Runs in the event loop's thread (see
         `Launcher.start`)."""
         spec = job.spec
@@ -386,7 +462,8 @@ class ProcessRuntime:
             network_none=spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE, cover=_cover(work),
             reveal=(str(work), str(tmp)), private_dirs=self.config.private_dirs,
             private_dir_bytes=self.config.private_dir_bytes, max_processes=self.config.max_processes,
-            read_only_binds=binds)
+            read_only_binds=binds, max_file_bytes=max(0, job.storage_bytes),
+            cgroup_procs=str(cgroup.dir("pids") / "cgroup.procs") if cgroup is not None else "")
         return IsolatedCommand.start(self._running_launcher(), argv, env, work, output_fd, job.memory_bytes,
                                      isolation)
 
@@ -405,17 +482,17 @@ class ProcessRuntime:
 
     async def _watch(self, command: IsolatedCommand | PlainCommand, read_fd: int, log: LogSink,
                      on_started: Callable[[int], Awaitable[None]], stop: asyncio.Event,
-                     timeout_s: float | None) -> tuple[int, str | None, Ended | None]:
+                     timeout_s: float | None, limits: AttemptLimits | None) -> tuple[int, str | None, Ended | None]:
         """Copy the command's output into the log until it ends; then none of its processes is left.
-        Returns when it started, how it was stopped (CANCELLED, TIMED_OUT or None) and how it ended.
-        Raises StartFailed if it never started."""
+        Returns when it started, how it was stopped (CANCELLED, TIMED_OUT, the limit watch's words or None)
+        and how it ended. Raises StartFailed if it never started."""
         pipe = None
         try:
             pipe = await LogPipe.attach(read_fd, log)
             pid = await command.started()
             start_ms = self.config.clock_ms()
             await on_started(pid)
-            ending = await self._supervise(command, stop, timeout_s)
+            ending = await self._supervise(command, stop, timeout_s, limits)
             command.signal(signal.SIGKILL)  # what outlived the command, as when a container's init exits
             await command.reap()
             await pipe.drain(self.config.output_drain_s)
@@ -429,15 +506,22 @@ class ProcessRuntime:
                 pipe.close()
 
     async def _supervise(self, command: IsolatedCommand | PlainCommand, stop: asyncio.Event,
-                         timeout_s: float | None) -> str | None:
-        """Wait for the command to exit, be cancelled or time out; stop it in the last two cases.
-        Returns CANCELLED, TIMED_OUT or None (it exited by itself)."""
+                         timeout_s: float | None, limits: AttemptLimits | None = None) -> str | None:
+        """Wait for the command to exit, be cancelled, time out or pass a limit; stop it in the last three
+        cases (a limit passed: at once, with SIGKILL). Returns CANCELLED, TIMED_OUT, the limit watch's words
+        or None (it exited by itself)."""
         exited = asyncio.ensure_future(command.exited())
         stopped = asyncio.ensure_future(stop.wait())
+        over = asyncio.ensure_future(limits.watch().run() if limits is not None else asyncio.Event().wait())
         try:
-            done, _ = await asyncio.wait({exited, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({exited, stopped, over}, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
             if exited in done:
                 return None
+            if over in done:
+                command.signal(signal.SIGKILL)
+                await exited
+                return str(over.result())
             command.signal(signal.SIGTERM)
             if not (await asyncio.wait({exited}, timeout=self.config.kill_grace_s))[0]:
                 command.signal(signal.SIGKILL)
@@ -446,6 +530,7 @@ class ProcessRuntime:
         finally:
             exited.cancel()
             stopped.cancel()
+            over.cancel()
 
     async def _remove_work_dirs(self, job: JobRun) -> None:
         if not self.config.keep_work_dirs:
@@ -475,6 +560,19 @@ def _cover(work: Path) -> str:
         if not path.stat().st_mode & stat.S_IXOTH:
             return str(path)
     raise _SystemError(f"no directory on the way to {work} is private to the worker")
+
+
+def _exit_code(wait_status: int) -> int:
+    """The exit code as the job's status shows it: 128 + the signal that killed it."""
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code
+
+
+def _storage_note(job: JobRun, interval_s: float) -> str:
+    if job.storage_bytes <= 0:
+        return "its work and tmp directories not limited in size (it reserved no storage)"
+    return (f"its work and tmp directories at most its storage request of {binary_size(job.storage_bytes)} "
+            f"(measured every {interval_s:g} s, and each file held to that size)")
 
 
 def _secrets_note(job: JobRun) -> str:

@@ -3,7 +3,8 @@ given for one attempt (`JobRun`) and what it returns (`JobOutcome`).
 
 What an attempt's outcome means follows the protos: SUCCEEDED is exit 0 with
 the outputs copied; FAILED is a non-zero exit, a kill by a signal we did not
-send, running out of memory or timing out; ERROR is the system failing around
+send, running out of memory, timing out, or being killed at a limit it passed
+(its process cap, its storage request: host_limits.py); ERROR is the system failing around
 the command (a spec the runtime refuses, an input or output copy, a command
 that cannot be started); CANCELLED is a stop asked for with `cancel`. End
 reasons are `corral.batch.v1.AttemptEndReason` names without their prefix, in
@@ -64,6 +65,9 @@ class JobRun:
     pull_credentials: Credentials | None = None
     """The registry login of spec.image_pull_secret, for pulling the image only (a runtime that pulls none
     ignores it); None: pull without credentials. Its password is in no repr."""
+    storage_bytes: int = 0
+    """Scratch storage reserved for the attempt (RunJob.storage_bytes): what its writes may take on the
+    worker's disk (host_limits.py); 0: none reserved (a job-private machine's job), not enforced."""
 
     @property
     def attempt_dir(self) -> Path:

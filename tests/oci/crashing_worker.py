@@ -1,7 +1,6 @@
 """A worker's OCI runtime in a process of its own, for tests that kill it:
-`python -m tests.oci.crashing_worker STATE_ROOT OWNER SCRATCH IMAGES MARK [MODE]`
-runs one attempt of `sleep 120` (network_mode MODE, NETWORK_MODE_NONE unless
-given) (its environment carries TEST_MARK=MARK),
+`python -m tests.oci.crashing_worker STATE_ROOT OWNER SCRATCH IMAGES MARK MODE DEPLOYMENT`
+runs one attempt of `sleep 120` (network_mode MODE) in the cgroups of DEPLOYMENT (its environment carries TEST_MARK=MARK),
 prints `started` once it runs, and waits to be killed."""
 
 from __future__ import annotations
@@ -17,9 +16,10 @@ from services.worker.oci.images import DirectoryRootfs
 from services.worker.runtime_api import JobRun
 
 
-async def main(state_root: str, owner: str, scratch: str, images: str, mark: str,
-               mode: str = "NETWORK_MODE_NONE") -> None:
-    runtime = OciRuntime(OciRuntimeConfig(DirectoryRootfs(Path(images)), owner=owner, state_root=Path(state_root)))
+async def main(state_root: str, owner: str, scratch: str, images: str, mark: str, mode: str,
+               deployment: str) -> None:
+    runtime = OciRuntime(OciRuntimeConfig(DirectoryRootfs(Path(images)), owner=owner, state_root=Path(state_root),
+                                          deployment=deployment))
     spec = js.JobSpec(image="busybox", script="sleep 120", network_mode=js.NetworkMode.Value(mode),
                        env={"TEST_MARK": mark})
     job = JobRun(batch_id=9, job_id=1, attempt_id="crash", spec=spec, cores_mcpu=500, memory_bytes=2**25,
@@ -32,4 +32,4 @@ async def main(state_root: str, owner: str, scratch: str, images: str, mark: str
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:7]))
+    asyncio.run(main(*sys.argv[1:8]))

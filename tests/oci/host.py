@@ -3,12 +3,13 @@
 A busybox root filesystem is built once per session from Debian's
 busybox-static (`BusyboxImages` serves it as the image 'busybox'). Every test
 gets `oci_host`: its own state root and scratch directory, and runtimes of
-owner names of its own; after the test it closes them and checks that
-nothing the test made is left (acceptance 4): no runc container in their
-state, no cgroup under their names in any hierarchy, no mount under the
-test's directory, no attempt's oci/ directory (writable layer, bundle), no
-bridge or iptables chain or rule of theirs, no attempt's network namespace
-or veth."""
+owner names of its own in a deployment of its own; after the test it
+closes them and checks that nothing the test made is left (acceptance 4):
+no runc container in their state, no cgroup under their names or their
+deployment's in any hierarchy, no mount under the test's directory, no
+attempt's oci/ directory (writable layer, bundle), no bridge or iptables
+chain or rule of theirs, no network namespace or veth of the test's
+attempts (others' tests may be running theirs on the host meanwhile)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from services.worker.oci.cgroups import Hierarchies
 from services.worker.image_tools import Credentials
 from services.worker.oci.images import DirectoryRootfs, ImageUnavailable, Rootfs, RootfsSource
 from services.worker.oci.layer import mounts_under
-from services.worker.oci.network import NETNS_DIR, owner_hash
+from services.worker.oci.network import NETNS_DIR, attempt_hash, owner_hash
 from services.worker.oci.owner import clean_up_dead_owners
 from services.worker.runtime_api import JobOutcome, JobRun
 
@@ -107,6 +108,10 @@ class OciHost:
     images: BusyboxImages
     runtimes: list[OciRuntime] = field(default_factory=list)
     owners: set[str] = field(default_factory=set)
+    deployment: str = field(default_factory=lambda: f"test-{uuid.uuid4().hex[:8]}")
+    """The test's deployment: the cgroup level of its runtimes' (each writes its process cap)."""
+    attempts: set[tuple[int, int, str]] = field(default_factory=set)
+    """(batch, job, attempt) of every JobRun the test made here, whose namespaces are looked for after it."""
 
     @property
     def state_root(self) -> Path:
@@ -121,6 +126,7 @@ class OciHost:
         another source is given)."""
         owner = owner or f"test-{uuid.uuid4().hex[:8]}"
         settings.setdefault("kill_grace_s", 2.0)
+        settings.setdefault("deployment", self.deployment)
         runtime = OciRuntime(OciRuntimeConfig(rootfs or self.images, owner=owner, state_root=self.state_root,
                                               cgroup_root=CGROUP_ROOT, **settings))
         self.runtimes.append(runtime)
@@ -129,6 +135,7 @@ class OciHost:
 
     def job(self, spec: js.JobSpec, attempt_id: str = "a1", memory_bytes: int = 32 * 2**20, cores_mcpu: int = 1000,
             job_id: int = 3, **fields) -> JobRun:
+        self.attempts.add((7, job_id, attempt_id))
         return JobRun(batch_id=7, job_id=job_id, attempt_id=attempt_id, spec=spec, cores_mcpu=cores_mcpu,
                       memory_bytes=memory_bytes, scratch=self.scratch, **fields)
 
@@ -148,17 +155,20 @@ class OciHost:
                 listed = subprocess.run(["runc", "--root", str(runc_root), "list", "-q"], capture_output=True,
                                         text=True).stdout.split()
                 left += [f"runc container {c}" for c in listed]
-            left += [f"cgroup {mount}/{CGROUP_ROOT}/{owner}" for mount in Hierarchies.of_host().all
-                     if (mount / CGROUP_ROOT / owner).exists()]
+            left += [f"cgroup {mount}/{CGROUP_ROOT}/{self.deployment}/{owner}" for mount in Hierarchies.of_host().all
+                     if (mount / CGROUP_ROOT / self.deployment / owner).exists()]
             if (self.state_root / owner).exists():
                 left.append(f"state directory {self.state_root / owner}")
             h = owner_hash(self.state_root / owner)
             left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
             rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
             left += [f"iptables rule or chain {line}" for line in rules.splitlines() if f"CORRAL-{h}" in line]
-        # Attempts' namespaces and veth ends (named after their containers, which are the test's).
-        left += [f"network namespace {n.name}" for n in NETNS_DIR.glob("crl-*")] if NETNS_DIR.is_dir() else []
-        left += [f"veth {n.name}" for n in Path("/sys/class/net").glob("crv-*")]
+        left += [f"cgroup {mount}/{CGROUP_ROOT}/{self.deployment}" for mount in Hierarchies.of_host().all
+                 if (mount / CGROUP_ROOT / self.deployment).exists()]
+        # Attempts' namespaces and veth ends, named after their containers: OWNER-BATCH-JOB-ATTEMPT.
+        hashes = {attempt_hash(f"{owner}-{b}-{j}-{a}") for owner in self.owners for b, j, a in self.attempts}
+        left += [f"network namespace crl-{h}" for h in sorted(hashes) if (NETNS_DIR / f"crl-{h}").exists()]
+        left += [f"veth crv-{h}" for h in sorted(hashes) if Path("/sys/class/net", f"crv-{h}").exists()]
         left += [f"mount {point}" for point in mounts_under(self.dir)]
         left += [f"attempt directory {d}" for d in self.scratch.glob("*/oci")]
         if self.images.held:

@@ -144,12 +144,17 @@ async def test_the_cpu_quota_holds_and_cpu_time_is_counted(oci_host: OciHost) ->
 
 
 async def test_the_process_limit_holds(oci_host: OciHost) -> None:
-    runtime = oci_host.runtime(max_processes=16)
+    """A job that reaches its process limit gets no more processes, and is killed for it: Failed, saying so
+    (from the cgroup's pids.events, not from what the job printed)."""
+    runtime = oci_host.runtime(max_processes=16, process_check_interval_s=0.1)
     outcome, log = await run(runtime, oci_host.job(spec(
-        "sh -c 'for i in $(seq 40); do sleep 1 & done; wait' 2>/tmp/err; sleep 1.5; "
-        "echo refused=$(grep -c \"can't fork\" /tmp/err)")))
-    assert outcome.state == "Success", log
-    assert int(fields(log)["refused"]) >= 1
+        "sh -c 'for i in $(seq 40); do sleep 5 & done; wait' 2>/tmp/err; sleep 30")))
+    assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "exited", 137), log
+    assert outcome.error_message == ("hit its process limit: the kernel refused a fork at its limit of 16 processes "
+                                     "and threads (the cgroup's pids.max); its container was killed")
+    liar, _ = await run(runtime, oci_host.job(spec("echo \"sh: can't fork: Resource temporarily unavailable\"; "
+                                                   "exit 2"), "a2"))
+    assert (liar.state, liar.error_message) == ("Failed", "exited with code 2")
 
 
 async def test_failures_around_the_job_are_errors_naming_the_step(oci_host: OciHost) -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.layer import mounts_under
-from services.worker.oci.network import NETNS_DIR, owner_hash
+from services.worker.oci.network import NETNS_DIR, attempt_hash, owner_hash
 from tests.job_processes import processes_marked, processes_marked_soon
 from tests.oci.host import CGROUP_ROOT, OciHost, needs_oci
 
@@ -41,9 +41,10 @@ async def crashing_worker(oci_host: OciHost, busybox_images: Path, owner: str,
     """A worker process running one attempt (sleep 120), once the attempt runs; the attempt's mark."""
     mark = uuid.uuid4().hex
     oci_host.owners.add(owner)  # what it leaves is checked after the test, too
+    oci_host.attempts.add((9, 1, "crash"))
     worker = subprocess.Popen(
         [sys.executable, "-m", "tests.oci.crashing_worker", str(oci_host.state_root), owner, str(oci_host.scratch),
-         str(busybox_images), mark, mode], cwd=REPO, stdout=subprocess.PIPE, text=True)
+         str(busybox_images), mark, mode, oci_host.deployment], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         line = await asyncio.to_thread(worker.stdout.readline)  # type: ignore[union-attr]
         assert line == "started\n"
@@ -72,15 +73,19 @@ def children(pid: int) -> list[int]:
 def left_by(oci_host: OciHost, owner: str, alive: bool = False) -> list[str]:
     """What `owner`'s attempts left (and its bridges and chains, unless a runtime of its name is `alive`)."""
     left = [str(p) for p in mounts_under(oci_host.scratch)]
-    left += [f"cgroup {m}" for m in Hierarchies.of_host().all if (m / CGROUP_ROOT / owner).exists()]
+    for mount in Hierarchies.of_host().all:  # a live runtime has its worker's cgroup: none of an attempt in it
+        cgroup = mount / CGROUP_ROOT / oci_host.deployment / owner
+        left += [f"cgroup {d}" for d in cgroup.iterdir() if d.is_dir()] if alive and cgroup.is_dir() else []
+        left += [f"cgroup {cgroup}"] if not alive and cgroup.exists() else []
     left += [f"record {r.name}" for r in (oci_host.state_root / owner / "attempts").glob("*.json")]
     if not alive:
         h = owner_hash(oci_host.state_root / owner)
         left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
         left += [f"iptables {line}" for line in subprocess.run(["iptables-save"], capture_output=True, text=True)
                  .stdout.splitlines() if f"CORRAL-{h}" in line]
-    left += [f"network namespace {n.name}" for n in NETNS_DIR.glob("crl-*")] if NETNS_DIR.is_dir() else []
-    left += [f"veth {n.name}" for n in Path("/sys/class/net").glob("crv-*")]
+    h = attempt_hash(f"{owner}-9-1-crash")  # the crashing worker's container (others' tests may run theirs)
+    left += [f"network namespace crl-{h}"] if (NETNS_DIR / f"crl-{h}").exists() else []
+    left += [f"veth crv-{h}"] if Path("/sys/class/net", f"crv-{h}").exists() else []
     return left
 
 

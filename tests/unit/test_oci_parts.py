@@ -15,7 +15,10 @@ import pytest
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker.oci import oci_refusals
 from services.worker.oci.bundle import Container, config_json, merged_env
+from services.worker.host_limits import ProcessCount
 from services.worker.oci.cgroups import V1, V2, AttemptCgroup, Hierarchies, Limits, Usage, read_usage
+from services.worker.oci.owner import Owner
+from services.worker.worker_cgroup import ProcessRuntimeClaim, WorkerCgroup
 from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavailable
 from services.worker.oci.network import (FALLBACK_RESOLVERS, NON_PUBLIC, PRIVATE, PUBLIC, Plan, choose_subnet,
                                          resolvers, veth_name)
@@ -175,6 +178,79 @@ def test_cgroup_v2_limits_oom_and_usage(tmp_path: Path, monkeypatch: pytest.Monk
     (attempt / "cpu.stat").write_text("usage_usec 1234567\nuser_usec 1000000\n")
     (attempt / "memory.peak").write_text("52428800\n")
     assert read_usage(hierarchies, "/corral/w/1-2-a") == Usage(cpu_time_ms=1234, peak_memory_bytes=50 * 2**20)
+
+
+def test_cgroup_v2_the_workers_and_deployments_caps_and_refused_forks(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The levels above the attempts pass the controllers down and carry their own pids.max; an attempt of the
+    process runtime gets pids only; refused forks are read from the attempt's pids.events and runc's."""
+    hierarchies = fake_v2(tmp_path)
+    root = hierarchies.by_controller["pids"]
+    real_mkdir = Path.mkdir
+
+    def mkdir(path: Path, *args, **kwargs) -> None:  # a cgroup directory comes with its files
+        real_mkdir(path, *args, **kwargs)
+        for name in ("cgroup.subtree_control", "pids.max"):
+            (path / name).touch()
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    worker = WorkerCgroup(hierarchies, "corral", "up-1", "w7")
+    worker.create(3072, 16384)
+    assert [(root / d / "cgroup.subtree_control").read_text() for d in ("", "corral", "corral/up-1")] == [
+        "+cpu +memory +pids"] * 3
+    assert (root / "corral/up-1/pids.max").read_text() == "16384"
+    assert (root / "corral/up-1/w7/pids.max").read_text() == "3072"
+    assert worker.exists() and worker.path == "/corral/up-1/w7"
+    processes_only = WorkerCgroup(hierarchies, "corral", "up-1", "w8", ("pids",))
+    processes_only.create(300, 1000)
+    attempt = AttemptCgroup.create_for_processes(hierarchies, "/corral/up-1/w8/7-3-a1", 75)
+    assert (root / "corral/up-1/w8/cgroup.subtree_control").read_text() == "+pids"
+    assert (root / "corral/up-1/w8/7-3-a1/pids.max").read_text() == "75"
+    assert attempt.processes() == ProcessCount(refused=0, current=0, peak=None, limit=75)
+    (root / "corral/up-1/w8/7-3-a1/pids.current").write_text("75\n")
+    (root / "corral/up-1/w8/7-3-a1/pids.peak").write_text("75\n")
+    (root / "corral/up-1/w8/7-3-a1/pids.events").write_text("max 12\n")
+    assert attempt.processes() == ProcessCount(refused=12, current=75, peak=75, limit=75)
+    (root / "corral/up-1/w8/7-3-a1/job").mkdir()  # runc's, where the kernel counts a v1 refusal
+    (root / "corral/up-1/w8/7-3-a1/job/pids.events").write_text("max 3\n")
+    assert attempt.processes().refused == 15
+    (root / "corral/up-1/w7/pids.current").write_text("40\n")
+    assert worker.processes() == (40, 3072)
+
+
+def test_a_dead_process_runtimes_claim_is_swept_and_a_live_ones_kept(tmp_path: Path) -> None:
+    hierarchies = Hierarchies(V1, {"pids": tmp_path / "pids"}, (tmp_path / "pids",))
+    for name in ("dead", "live", "mine"):
+        (tmp_path / "pids" / "corral" / "d" / name / "7-3-a1").mkdir(parents=True)
+    claims = tmp_path / "claims"
+    live = ProcessRuntimeClaim(claims, "live")
+    assert live.claim("/corral/d/live")
+    claims.joinpath("dead").write_text("/corral/d/dead")  # its holder is gone: no lock on it
+    claims.joinpath("half").write_text("")  # being claimed this moment: left alone
+    mine = ProcessRuntimeClaim(claims, "mine")
+    assert mine.claim("/corral/d/mine")
+    assert not ProcessRuntimeClaim(claims, "live").claim("/corral/d/live")  # a live runtime has the name
+    assert mine.remove_dead(hierarchies) == []
+    assert sorted(p.name for p in (tmp_path / "pids/corral/d").iterdir()) == ["live", "mine"]
+    assert sorted(p.name for p in claims.iterdir()) == ["half", "live", "mine"]
+    live.release(removed=False)
+    assert (claims / "live").read_text() == "/corral/d/live"
+
+
+def test_a_dead_owners_cgroup_is_found_where_it_wrote_it(tmp_path: Path) -> None:
+    """A runtime writes its cgroup's path when it claims its name; one from before deployments wrote none and
+    had its cgroup right below the root."""
+    owner = Owner(tmp_path, "w1", "/corral/up-1/w1")
+    owner.claim()
+    assert Owner.found(tmp_path, "w1", "corral").cgroup_parent == "/corral/up-1/w1"
+    (tmp_path / "old").mkdir()
+    assert Owner.found(tmp_path, "old", "corral").cgroup_parent == "/corral/old"
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "cgroup").write_text("/elsewhere/x")  # never outside the runtimes' root
+    assert Owner.found(tmp_path, "odd", "corral").cgroup_parent == "/corral/odd"
+    (tmp_path / "odd" / "cgroup").write_text("/corral/../x")
+    assert Owner.found(tmp_path, "odd", "corral").cgroup_parent == "/corral/odd"
+    owner.release()
 
 
 def test_the_workers_walks_never_follow_an_images_links(tmp_path: Path) -> None:

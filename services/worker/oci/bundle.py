@@ -66,6 +66,8 @@ class Container:
     shm_bytes: int
     """Size of /dev/shm (a tmpfs: what the job writes there counts as its memory)."""
     max_open_files: int
+    max_file_bytes: int = 0
+    """RLIMIT_FSIZE of its processes: the largest file they may write (its storage request); 0: none."""
     read_only_binds: tuple[tuple[str, str], ...] = ()
     """(host directory, container directory) mounted read-only: the job's secrets."""
     annotations: tuple[tuple[str, str], ...] = ()
@@ -100,7 +102,9 @@ def config_json(container: Container, machine: str | None = None) -> dict:
             "cwd": container.cwd,
             "capabilities": no_caps,
             "rlimits": [{"type": "RLIMIT_NOFILE", "hard": container.max_open_files, "soft": container.max_open_files},
-                        {"type": "RLIMIT_CORE", "hard": 0, "soft": 0}],
+                        {"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+                        *([{"type": "RLIMIT_FSIZE", "hard": container.max_file_bytes,
+                            "soft": container.max_file_bytes}] if container.max_file_bytes > 0 else [])],
             "noNewPrivileges": True,
         },
         "root": {"path": "rootfs", "readonly": False},

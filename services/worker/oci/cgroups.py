@@ -10,7 +10,20 @@ its own cgroup when the container is deleted.
 - **cpu**: a CFS quota of `cores_mcpu / 1000` periods per period.
 - **memory**: the limit, and no swap (memsw = memory in v1, where swap
   accounting exists; memory.swap.max = 0 in v2).
-- **pids**: at most `max_processes` processes and threads.
+- **pids**: at most `max_processes` processes and threads (its cores' share of
+  its worker's cap: the worker's and the deployment's levels above it have
+  caps of their own, services/worker/worker_cgroup.py).
+
+**Refused forks.** The kernel counts a fork it refused for a pids.max in
+`pids.events` (`max`): cgroup v1 (and v2 before 6.11) in the cgroup of the
+process that forked (runc's, `…/ATTEMPT/job`, which goes with the
+container, so it is read while the container exists), whichever level's
+cap was full; v2 since 6.11 in the cgroup whose cap was full and, for
+`max`, its ancestors (so a fork refused by the worker's or the
+deployment's cap is not seen at the attempt there). `processes` reads both
+the attempt's and runc's, with pids.current and pids.peak, so that the
+caller can tell a job at its own cap from one refused by an ancestor's
+(host_limits.py).
 
 **Out of memory.** cgroup v2 counts OOM kills in `memory.events`
 (`oom_kill`) of every ancestor of the victim, the attempt's cgroup included.
@@ -44,6 +57,8 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from services.worker.host_limits import ProcessCount
 
 V1 = "v1"
 V2 = "v2"
@@ -186,6 +201,25 @@ class AttemptCgroup:
         _write(current / "cpu.max", f"{_quota_us(limits.cores_mcpu)} {CPU_PERIOD_US}")
         _write(current / "pids.max", limits.max_processes)
 
+    @classmethod
+    def create_for_processes(cls, hierarchies: Hierarchies, path: str, max_processes: int) -> AttemptCgroup:
+        """A cgroup with a pids.max only (the process runtime's jobs join it before they fork); raises
+        CgroupError."""
+        cgroup = cls(hierarchies, path)
+        pids = cgroup.dir("pids")
+        try:
+            if hierarchies.version == V2:
+                _write(pids.parent / "cgroup.subtree_control", "+pids")
+            pids.mkdir(exist_ok=True)
+            _write(pids / "pids.max", max_processes)
+        except OSError as e:
+            raise CgroupError(f"could not set up the attempt's cgroup {path}: {e}") from e
+        return cgroup
+
+    def processes(self) -> ProcessCount:
+        """Its processes and the forks the kernel refused them (the attempt's cgroup and runc's below it)."""
+        return read_processes(self.hierarchies, self.path)
+
     def out_of_memory(self) -> bool:
         """Whether the kernel killed a process of the attempt for going over its memory limit. Read it
         before the cgroup is removed (v1 signals the eventfd once more when it is)."""
@@ -229,6 +263,26 @@ def read_usage(hierarchies: Hierarchies, path: str) -> Usage:
     read, written = _v2_io(at("memory", "io.stat"))  # the unified hierarchy, whatever the controller
     return Usage(None if cpu_us is None else cpu_us // 1000, _read_int(at("memory", "memory.peak")),
                  _read_int(at("memory", "memory.current")), read, written)
+
+
+def read_processes(hierarchies: Hierarchies, path: str) -> ProcessCount:
+    """The pids counters of the cgroup at `path`: forks refused there or in runc's cgroup below it (see the
+    module's docstring), processes now, the peak where the kernel keeps one, and its pids.max (0 if unreadable;
+    'max' is 0 too: no cap)."""
+    pids = hierarchies.by_controller.get("pids", Path("/nonexistent")) / path.lstrip("/")
+    refused = sum(_keyed(d / "pids.events").get("max", 0) for d in (pids, pids / RUNC_CHILD))
+    return ProcessCount(refused=refused, current=_read_int(pids / "pids.current") or 0,
+                        peak=_read_int(pids / "pids.peak"), limit=_read_int(pids / "pids.max") or 0)
+
+
+def read_children_limits(hierarchies: Hierarchies, path: str) -> list[int]:
+    """The pids.max of each cgroup right below `path` (a deployment's workers'), 0 for 'max' or unreadable."""
+    pids = hierarchies.by_controller.get("pids", Path("/nonexistent")) / path.lstrip("/")
+    try:
+        children = [entry for entry in os.scandir(pids) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    return [_read_int(Path(child.path) / "pids.max") or 0 for child in children]
 
 
 def _v1_io(path: Path) -> tuple[int | None, int | None]:
@@ -280,6 +334,21 @@ def remove_tree(hierarchies: Hierarchies, path: str, wait_s: float = 5.0) -> lis
     return left
 
 
+def remove_if_empty(hierarchies: Hierarchies, path: str) -> list[str]:
+    """rmdir the cgroup at `path` in every hierarchy where it has no child cgroup and no process (others' are
+    left, silently); returns what failed otherwise."""
+    left = []
+    for mount in hierarchies.all:
+        try:
+            (mount / path.lstrip("/")).rmdir()
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            if e.errno not in (errno.EBUSY, errno.ENOTEMPTY):
+                left.append(f"{mount / path.lstrip('/')}: {e.strerror}")
+    return left
+
+
 def _remove_one(cgroup: Path, wait_s: float) -> str | None:
     deadline = time.monotonic() + wait_s
     while True:
@@ -308,6 +377,11 @@ def _pids(cgroup: Path) -> list[int]:
 
 def _quota_us(cores_mcpu: int) -> int:
     return max(1000, cores_mcpu * CPU_PERIOD_US // 1000)  # the kernel's least quota is 1 ms
+
+
+def write_file(path: Path, value: object) -> None:
+    """Write `value` to a cgroup file; raises OSError naming the file."""
+    _write(path, value)
 
 
 def _write(path: Path, value: object) -> None:

@@ -34,7 +34,12 @@ class OciRuntimeConfig:
     state_root: Path = Path("/run/corral/oci")
     """Where the runtimes of this host keep their state, one directory per owner (see owner.py)."""
     cgroup_root: str = "corral"
-    """Attempts' cgroups are CGROUP_ROOT/OWNER/ATTEMPT in each hierarchy."""
+    """Attempts' cgroups are CGROUP_ROOT/DEPLOYMENT/OWNER/ATTEMPT in each hierarchy."""
+    deployment: str = "default"
+    """The deployment's name on this host: the cgroup level above its workers' (services/worker/worker_cgroup.py)."""
+    cores_mcpu: int = 0
+    """The cores the worker offers, in thousandths (its cgroup's process cap and each attempt's share of it are
+    computed from them); 0: the host's cpus."""
     runc: str = "runc"
     """runc's name or path (looked up in /usr/sbin:/usr/bin:/sbin:/bin)."""
     layer: str = "auto"
@@ -44,7 +49,18 @@ class OciRuntimeConfig:
     """The memory limit of a job that reserved none (JobRun.memory_bytes 0), per core it reserved; by
     default the host's memory per cpu. The worker passes its own memory per core."""
     max_processes: int = 4096
-    """Most processes (threads included) one attempt may have (its cgroup's pids.max)."""
+    """Most processes (threads included) one attempt may have: its cgroup's pids.max is its cores' share of
+    the worker's cap, at most this (services/worker/host_limits.py)."""
+    max_processes_per_core: int = 1024
+    """The worker's cgroup's pids.max is `max_processes_base` + this x its cores."""
+    max_processes_base: int = 1024
+    deployment_max_processes: int = 0
+    """pids.max of the deployment's cgroup; 0: half of the host's kernel.pid_max."""
+    process_check_interval_s: float = 0.5
+    """How often a running attempt's cgroup is read for a fork refused at its cap (it is then killed)."""
+    storage_check_interval_s: float = 1.0
+    """How often a running attempt's writable layer is measured against its storage request (it is killed
+    past it); each file is also held to that size by RLIMIT_FSIZE."""
     shm_bytes: int = 64 * 2**20
     """Size of the container's /dev/shm (counted in its memory)."""
     max_open_files: int = 65536

@@ -5,6 +5,8 @@ A runtime is its worker's: its **owner name** is the worker's instance name.
 Everything it makes is named after it, so that it can be found again:
 
     STATE_ROOT/OWNER/lock                 flock()ed while the runtime lives
+    STATE_ROOT/OWNER/cgroup               the path of its cgroup (below its
+                                          deployment's, worker_cgroup.py)
     STATE_ROOT/OWNER/runc/                runc's state directory (--root)
     STATE_ROOT/OWNER/attempts/ID.json     one record per attempt in progress:
                                           its container, its oci/ directory
@@ -14,7 +16,7 @@ Everything it makes is named after it, so that it can be found again:
     STATE_ROOT/OWNER/network.json         the worker's subnet, bridges and
                                           iptables chains (network.py)
     STATE_ROOT/OWNER/addresses/IP         an attempt's address, claimed
-    /sys/fs/cgroup/*/CGROUP_ROOT/OWNER/   the attempts' cgroups
+    /sys/fs/cgroup/*/CGROUP_ROOT/DEPLOYMENT/OWNER/   the attempts' cgroups
     containers OWNER-BATCH-JOB-ATTEMPT
 
 The kernel drops the lock when its holder dies, so a free lock is a dead
@@ -24,7 +26,8 @@ the same worker) and for every dead owner under the state root (workers
 of other names, e.g. the local provider's, which names each new worker
 anew): kill and delete their containers, unmount and remove each recorded
 attempt's directory and network namespace, kill what is left in their
-cgroups and remove them, remove their bridges and iptables chains.
+cgroups and remove them (and their deployment's, once empty), remove
+their bridges and iptables chains.
 STATE_ROOT is on /run (a tmpfs): after a reboot nothing is left to clean
 but the attempts' directories on the scratch disk, which the worker's own
 scratch handling owns.
@@ -41,7 +44,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from services.worker.oci.cgroups import Hierarchies, remove_tree
+from services.worker.oci.cgroups import Hierarchies, remove_if_empty, remove_tree
 from services.worker.oci import network
 from services.worker.oci.layer import remove_oci_dir
 from services.worker.oci.runc import Runc, RuncError
@@ -67,14 +70,26 @@ class AttemptRecord:
 class Owner:
     """One runtime's name on the host and what is kept under it."""
 
-    def __init__(self, state_root: Path, name: str, cgroup_root: str):
+    def __init__(self, state_root: Path, name: str, cgroup_parent: str):
         self.state_root = state_root
         self.name = name
         self.dir = state_root / name
         self.runc_root = self.dir / "runc"
         self.records_dir = self.dir / "attempts"
-        self.cgroup_parent = f"/{cgroup_root}/{name}"
+        self.cgroup_parent = cgroup_parent
+        """Its cgroup in each hierarchy, its attempts' parent: '/CGROUP_ROOT/DEPLOYMENT/OWNER'."""
         self._lock_fd: int | None = None
+
+    @classmethod
+    def found(cls, state_root: Path, name: str, cgroup_root: str) -> Owner:
+        """The owner of a directory under the state root, its cgroup as it wrote it (before deployments had
+        cgroups of their own, '/CGROUP_ROOT/OWNER')."""
+        try:
+            recorded = (state_root / name / "cgroup").read_text().strip()
+        except OSError:
+            recorded = ""
+        ours = recorded.startswith(f"/{cgroup_root}/") and ".." not in recorded.split("/")
+        return cls(state_root, name, recorded if ours else f"/{cgroup_root}/{name}")
 
     def claim(self) -> None:
         """Take the name for this process; raises OwnerBusy if a live runtime has it."""
@@ -85,6 +100,7 @@ class Owner:
             raise OwnerBusy(f"another OCI runtime named {self.name!r} runs on this host (it holds "
                             f"{self.dir}/lock): each worker needs a name of its own")
         self._lock_fd = fd
+        (self.dir / "cgroup").write_text(self.cgroup_parent)
         self.runc_root.mkdir(mode=0o700, exist_ok=True)
         self.records_dir.mkdir(mode=0o700, exist_ok=True)
 
@@ -142,6 +158,9 @@ async def clean_up(owner: Owner, runc_binary: str, hierarchies: Hierarchies) -> 
         except OSError as e:
             left.append(f"{record.oci_dir}: {e}")
     left += await asyncio.to_thread(remove_tree, hierarchies, owner.cgroup_parent)
+    deployment = owner.cgroup_parent.rsplit("/", 1)[0]
+    if deployment.count("/") >= 2:  # '/ROOT/DEPLOYMENT', once no other worker's is in it (never the root's own)
+        left += await asyncio.to_thread(remove_if_empty, hierarchies, deployment)
     if owner.dir.is_dir():
         try:
             left += await asyncio.to_thread(network.tear_down, owner.dir)
@@ -165,7 +184,7 @@ async def clean_up_dead_owners(state_root: Path, cgroup_root: str, runc_binary: 
             continue  # a live runtime's
         try:
             logger.warning("OCI runtime %s: cleaning up after %s, which is gone", alive, entry.name)
-            dead = Owner(state_root, entry.name, cgroup_root)
+            dead = Owner.found(state_root, entry.name, cgroup_root)
             not_removed = await clean_up(dead, runc_binary, hierarchies)
             if not_removed:
                 left += not_removed

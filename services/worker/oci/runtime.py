@@ -10,13 +10,20 @@ step, and whatever was made is undone whatever happens (`_teardown`):
 2. the image's root filesystem from the `RootfsSource`, and the attempt's
    writable layer over it (layer.py): the work directory /io (the job's,
    0700), /tmp, the inputs (job_files.py), secrets on a tmpfs;
-3. its cgroup with its limits and the out-of-memory watch (cgroups.py);
+3. its cgroup with its limits and the out-of-memory watch (cgroups.py),
+   below its worker's and its deployment's, which the runtime makes when
+   it starts, each with a process cap (worker_cgroup.py, host_limits.py);
 4. for a private or public network, its namespace, veth pair and address
    (network.py), and a resolv.conf;
 5. the bundle's config.json (bundle.py), then `runc run --detach` under
    its keeper (runc.py, keeper.py), the output into the log;
-6. the end: exit code, timeout or cancel; out of memory from the cgroup;
-   cpu time and peak memory from the cgroup; outputs copied on success.
+6. while it runs, the watch over its limits (attempt_limits.py): a fork
+   the kernel refused at its process cap, or its writable layer holding
+   more than its storage request, kills it (RLIMIT_FSIZE holds each file
+   to that size meanwhile);
+7. the end: exit code, timeout, cancel or a limit; out of memory from the
+   cgroup; cpu time and peak memory from the cgroup; outputs copied on
+   success.
 """
 
 from __future__ import annotations
@@ -34,7 +41,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corral.batch.v1 import job_spec_pb2
+from services.policy.sizes import binary_size
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
+from services.worker.host_limits import (attempt_max_processes, default_deployment_max_processes,
+                                         worker_max_processes)
 from services.worker.job_files import copy_inputs, copy_outputs, path_refusals
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
@@ -47,6 +57,7 @@ from services.worker.oci.refusals import oci_refusals
 from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          JobOutcome, JobRun, attempt_timeout_s, signal_name)
+from services.worker import attempt_limits, worker_cgroup  # modules: they import this package's cgroups
 from services.common.usage_series import UsageReading
 
 logger = logging.getLogger(__name__)
@@ -54,6 +65,8 @@ logger = logging.getLogger(__name__)
 WORK_DIR = "/io"
 """The job's own directory in the container: its working directory unless the image names one, and HOME."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+OVER_LIMIT = "over_limit"
+"""How `_supervise` says the limit watch ended the attempt (its words in `_Attempt.over_limit`)."""
 
 
 class AttemptFailed(Exception):
@@ -99,8 +112,16 @@ class OciRuntime:
             raise ValueError(f"owner {config.owner!r}: letters, digits, '.', '_' and '-' only")
         if config.layer not in ("auto", layer.OVERLAY, layer.COPY):
             raise ValueError(f"layer {config.layer!r}: 'auto', 'overlayfs' or 'copy'")
+        if not _ID.fullmatch(config.deployment):
+            raise ValueError(f"deployment {config.deployment!r}: letters, digits, '.', '_' and '-' only")
         self.config = config
-        self.owner = Owner(config.state_root, config.owner, config.cgroup_root)
+        self.owner = Owner(config.state_root, config.owner, f"/{config.cgroup_root}/{config.deployment}/{config.owner}")
+        self.cores_mcpu = config.cores_mcpu or 1000 * (os.cpu_count() or 1)
+        """The worker's cores, which its process cap and each attempt's share come from."""
+        self.max_processes = worker_max_processes(self.cores_mcpu, config.max_processes_per_core,
+                                                  config.max_processes_base)
+        """The worker's cgroup's pids.max."""
+        self._worker_cgroup: worker_cgroup.WorkerCgroup | None = None
         self._uids = JobUids(config.uid_claims_dir, config.uid_first, config.uid_count)
         self._stops: dict[str, asyncio.Event] = {}
         self._cgroups: dict[str, cgroups.AttemptCgroup] = {}
@@ -142,7 +163,16 @@ class OciRuntime:
                                                alive=self.config.owner)
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
+            worker = worker_cgroup.WorkerCgroup(hierarchies, self.config.cgroup_root, self.config.deployment,
+                                                self.config.owner)
+            deployment_max = (self.config.deployment_max_processes
+                              or default_deployment_max_processes(worker_cgroup.host_pid_max()))
+            try:
+                await asyncio.to_thread(worker.create, self.max_processes, deployment_max)
+            except cgroups.CgroupError as e:
+                raise AttemptFailed("the OCI runtime", str(e)) from e
             await self._set_up_network()
+            self._worker_cgroup = worker
             self._runc, self._hierarchies, self._started = Runc(runc, self.owner.runc_root), hierarchies, True
             return left
 
@@ -172,6 +202,7 @@ class OciRuntime:
             left = await clean_up(self.owner, self._runc.binary, self._hierarchies)
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
+            self._worker_cgroup = None  # clean_up removed it, and the deployment's if it was the last
             if not left:
                 await asyncio.to_thread(self.owner.release)
                 self._started = False
@@ -189,6 +220,10 @@ class OciRuntime:
         mode = job_spec_pb2.NetworkMode.Name(spec.network_mode)
         return [f"network_mode {mode} cannot be offered on this host: {why}" for why in why_not]
 
+    def attempt_max_processes(self, job: JobRun) -> int:
+        """The attempt's pids.max: its cores' share of the worker's cap, at most `max_processes`."""
+        return attempt_max_processes(job.cores_mcpu, self.cores_mcpu, self.max_processes, self.config.max_processes)
+
     def isolation(self, job: JobRun) -> str:
         """See `ContainerRuntime.isolation`."""
         image = f"{job.spec.image!r}" + (f" ({digest})" if (digest := self._digests.get(job.attempt_id)) else "")
@@ -196,8 +231,15 @@ class OciRuntime:
                 "its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
                 f"IPC, UTS and cgroup namespaces and {self._network_words(job.spec)}; cgroup limits: "
                 f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
-                f"{self.config.max_processes} processes; its writes go to the worker's scratch disk, not limited "
-                "in size. Shared with the host: the kernel.")
+                f"{self.attempt_max_processes(job)} processes and threads (its worker's {self.max_processes} "
+                f"shared out by cores); {self._storage_words(job)}. Shared with the host: the kernel.")
+
+    def _storage_words(self, job: JobRun) -> str:
+        if job.storage_bytes <= 0:
+            return "its writes go to the worker's scratch disk, not limited in size (it reserved no storage)"
+        return (f"its writes go to the worker's scratch disk, at most its storage request of "
+                f"{binary_size(job.storage_bytes)} (measured every {self.config.storage_check_interval_s:g} s, "
+                "and each file held to that size)")
 
     def _network_words(self, spec: job_spec_pb2.JobSpec) -> str:
         mode = _network_mode(spec)
@@ -298,7 +340,7 @@ class OciRuntime:
         try:
             attempt.cgroup = await asyncio.to_thread(
                 cgroups.AttemptCgroup.create, self._hierarchies, attempt.cgroup_path,
-                cgroups.Limits(job.cores_mcpu, self._memory_limit(job), self.config.max_processes))
+                cgroups.Limits(job.cores_mcpu, self._memory_limit(job), self.attempt_max_processes(job)))
         except cgroups.CgroupError as e:
             raise AttemptFailed("cgroup", str(e)) from e
         self._cgroups[job.attempt_id] = attempt.cgroup
@@ -312,7 +354,8 @@ class OciRuntime:
             cwd=cwd, uid=uid, gid=gid, hostname=f"job-{job.batch_id}-{job.job_id}",
             cgroups_path=attempt.cgroup.runc_path, shm_bytes=self.config.shm_bytes,
             network_namespace=attempt.network.netns_path if attempt.network else "",
-            max_open_files=_open_files_limit(self.config.max_open_files), read_only_binds=binds,
+            max_open_files=_open_files_limit(self.config.max_open_files), max_file_bytes=max(0, job.storage_bytes),
+            read_only_binds=binds,
             annotations=(("corral.owner", self.config.owner), ("corral.attempt", job.attempt_id)))
         try:
             await asyncio.to_thread(layer.write_private, attempt.oci_dir / "config.json",
@@ -321,6 +364,12 @@ class OciRuntime:
             raise AttemptFailed("bundle", f"could not write config.json: {e}") from e
         if stop.is_set():
             return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
+        attempt.limits = attempt_limits.AttemptLimits(
+            attempt.cgroup, max(0, job.storage_bytes),
+            (attempt.oci_dir / "upper",) if kind == layer.OVERLAY else (root,),
+            None if kind == layer.OVERLAY else uid, "its container was killed",
+            self.config.process_check_interval_s, self.config.storage_check_interval_s, job.cores_mcpu,
+            self.cores_mcpu)
         return await self._contain(attempt, root, log, on_started, stop, uid)
 
     async def _fill(self, attempt: _Attempt, root: Path, cwd: str, uid: int, gid: int) -> None:
@@ -438,6 +487,12 @@ class OciRuntime:
         assert code is not None
         usage = await asyncio.to_thread(attempt.cgroup.usage)
         out_of_memory = await asyncio.to_thread(attempt.cgroup.out_of_memory)
+        message = f"exited with code {code}"
+        if 128 < code < 128 + 65:
+            message = f"killed by {signal_name(code - 128)} (exit code {code})"
+        at_a_limit = None
+        if started and ending is None and attempt.limits is not None:  # runc's cgroup is still there: read it
+            at_a_limit = await asyncio.to_thread(attempt.limits.at_end, code, message)
 
         def outcome(state: str, reason: str, message: str, exit_code: int | None = None) -> JobOutcome:
             return self._outcome(job, state, reason, message, exit_code=exit_code, start_ms=attempt.start_ms,
@@ -447,9 +502,14 @@ class OciRuntime:
             return outcome("Cancelled", CANCELLED, "cancelled while running; its container was killed")
         if ending == TIMED_OUT:
             return outcome("Failed", TIMED_OUT, f"timed out after {timeout_s:g} s; its container was killed")
+        if ending == OVER_LIMIT:
+            return outcome("Failed", EXITED, attempt.over_limit, code)
         if not started:
             words = last_error(runc_log) or f"runc exited with code {code}"
             return outcome("Error", SYSTEM_ERROR, f"the container did not start: {words}")
+        if at_a_limit is not None and (code == 0 or not out_of_memory):
+            state, words = at_a_limit
+            return outcome(state, EXITED if state == "Failed" else SYSTEM_ERROR, words, code)
         if code == 0:
             try:
                 await asyncio.to_thread(copy_outputs, job.spec, root, uid, self.config.check_url,
@@ -457,9 +517,6 @@ class OciRuntime:
             except Exception as e:  # noqa: BLE001 - any copy failure is the system's, said with its reason
                 return outcome("Error", SYSTEM_ERROR, f"copying output files failed: {e}", 0)
             return outcome("Success", EXITED, "", 0)
-        message = f"exited with code {code}"
-        if 128 < code < 128 + 65:
-            message = f"killed by {signal_name(code - 128)} (exit code {code})"
         if out_of_memory:
             return outcome("Failed", OUT_OF_MEMORY, f"ran out of memory: the kernel killed a process of the job at "
                            f"its cgroup's limit of {self._memory_limit(job)} bytes; the command {message}", code)
@@ -468,15 +525,23 @@ class OciRuntime:
         return outcome("Failed", EXITED, message, code)
 
     async def _supervise(self, attempt: _Attempt, stop: asyncio.Event, timeout_s: float | None) -> str | None:
-        """Wait for runc to exit, a cancel or the timeout; stop the container in the last two cases.
-        Returns CANCELLED, TIMED_OUT or None (it exited by itself)."""
-        assert attempt.runc is not None and self._runc is not None
+        """Wait for runc to exit, a cancel, the timeout or a limit passed; stop the container in the last
+        three cases (a limit passed: at once, with SIGKILL). Returns CANCELLED, TIMED_OUT, OVER_LIMIT or None
+        (it exited by itself)."""
+        assert attempt.runc is not None and self._runc is not None and attempt.limits is not None
         exited = asyncio.ensure_future(attempt.runc.wait())
         stopped = asyncio.ensure_future(stop.wait())
+        over = asyncio.ensure_future(attempt.limits.watch().run())
         try:
-            done, _ = await asyncio.wait({exited, stopped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({exited, stopped, over}, timeout=timeout_s,
+                                         return_when=asyncio.FIRST_COMPLETED)
             if exited in done:
                 return None
+            if over in done:
+                attempt.over_limit = over.result()
+                await self._signal(attempt, "KILL")
+                await exited
+                return OVER_LIMIT
             await self._signal(attempt, "TERM")
             if not (await asyncio.wait({exited}, timeout=self.config.kill_grace_s))[0]:
                 await self._signal(attempt, "KILL")
@@ -485,6 +550,7 @@ class OciRuntime:
         finally:
             exited.cancel()
             stopped.cancel()
+            over.cancel()
 
     async def _signal(self, attempt: _Attempt, which: str) -> None:
         assert self._runc is not None
@@ -597,6 +663,10 @@ class _Attempt:
     start_ms: int | None = None
     network_made: bool = False
     network: network.AttemptNetwork | None = None
+    limits: attempt_limits.AttemptLimits | None = None
+    """What its limit watch reads, once its container is about to run."""
+    over_limit: str = ""
+    """Why the limit watch killed it, if it did."""
 
 
 def _network_mode(spec: job_spec_pb2.JobSpec) -> str | None:
