@@ -52,12 +52,13 @@ class WorkerBootArgs:
 
 
 def cloud_worker_args(log_root_url: str, runtime: str, storage_access_args: Sequence[str] = (),
-                      default_registry: str | None = None) -> tuple[str, ...]:
+                      default_registry: str | None = None, allowed_registries: Sequence[str] = ()) -> tuple[str, ...]:
     """The command line shared by every cloud worker: `--scratch-dir`, `--log-root-url`, how it reaches
     gs:// and az:// storage (paths of secret files on the machine's image, never their contents),
-    `--runtime` and the default registry."""
+    `--runtime`, the default registry and the registries allowed although not public."""
     return ("--scratch-dir", CLOUD_SCRATCH_DIR, "--log-root-url", log_root_url, *storage_access_args,
-            "--runtime", runtime, *(["--default-registry", default_registry] if default_registry else []))
+            "--runtime", runtime, *(["--default-registry", default_registry] if default_registry else []),
+            *(["--allowed-registries", ",".join(allowed_registries)] if allowed_registries else []))
 
 
 @dataclasses.dataclass(frozen=True)
