@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 REFUSAL_REASON = "corral refuses this destination"
 """The proxy's answer to a connection it refuses (a 403's reason phrase): skopeo repeats it, and
 services.worker.image_tools reads it as PullFailure.REFUSED."""
+UNREACHABLE_REASONS = ("destination unreachable", "egress proxy busy")
+"""The proxy's other answers (a 502 when no checked address takes the connection, a 503 when it holds
+`max_connections`), which services.worker.image_tools reads as PullFailure.UNREACHABLE."""
 MAX_HEAD_BYTES = 8192
 """Longest request head the proxy reads."""
 
@@ -116,7 +119,7 @@ class EgressProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._open >= self.max_connections:
-            await _answer(writer, 503, "too many connections")
+            await _answer(writer, 503, UNREACHABLE_REASONS[1])
             return
         self._open += 1
         try:
@@ -143,13 +146,13 @@ class EgressProxy:
             await _answer(writer, 403, REFUSAL_REASON)
             return
         why, addresses = await _checked(target, self.rules, self._resolve)
-        if why is not None or not addresses:
-            log.warning("egress: refused a pull's connection to %s: %s", target, why or "it does not resolve")
+        if why is not None:
+            log.warning("egress: refused a pull's connection to %s: %s", target, why)
             self._note_refusal(target)
             await _answer(writer, 403, REFUSAL_REASON)
             return
         port = RegistryHost.parse(target).port
-        upstream = None
+        upstream = None  # and with no address (the name does not resolve), unreachable
         for address in addresses:
             try:
                 async with asyncio.timeout(self.connect_timeout_s):
@@ -158,7 +161,7 @@ class EgressProxy:
             except (OSError, TimeoutError):
                 continue
         if upstream is None:
-            await _answer(writer, 502, "unreachable")
+            await _answer(writer, 502, UNREACHABLE_REASONS[0])
             return
         up_reader, up_writer = upstream
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")

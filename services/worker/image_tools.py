@@ -28,7 +28,7 @@ from typing import Protocol
 from services.common.image_refs import ImageReference
 from services.common.parent_death import launcher
 from services.common.registry_logins import Credentials
-from services.worker.egress import REFUSAL_REASON
+from services.worker.egress import REFUSAL_REASON, UNREACHABLE_REASONS
 
 __all__ = ["Credentials", "ImagePullError", "ImageTools", "PullFailure", "SkopeoUmoci", "ToolTimeouts"]
 
@@ -105,7 +105,8 @@ _FAILURE_WORDS: Sequence[tuple[PullFailure, tuple[str, ...]]] = (
                                 "denied: ", "forbidden", "invalid username/password")),
     (PullFailure.UNREACHABLE, ("connection refused", "no such host", "i/o timeout", "network is unreachable",
                                "connection reset", "no route to host", "server gave http response to https client",
-                               "tls: ", "x509: ", "unexpected eof", ": eof", "pinging container registry")),
+                               "tls: ", "x509: ", "unexpected eof", ": eof", "pinging container registry",
+                               *UNREACHABLE_REASONS)),
     (PullFailure.NOT_FOUND, ("manifest unknown", "name unknown", "not found", "blob unknown")),
 )
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from services.common.callback_hosts import Unresolved
 from services.common.registry_rules import RegistryRules
 from services.common.tls import DevCertificateAuthority
 from services.common.urls import IPAddress
@@ -42,6 +43,8 @@ class Resolver:
 
     async def __call__(self, host: str, port: int) -> list[IPAddress]:
         self.lookups.append(host)
+        if host not in self.table:
+            raise Unresolved(f"{host} does not resolve", transient=False)
         answers = self.table[host]
         answer = answers.pop(0) if len(answers) > 1 else answers[0]
         return [ipaddress.ip_address(a) for a in answer]
@@ -160,6 +163,9 @@ async def test_the_proxy_connects_only_where_the_rules_allow_to_the_address_it_c
                 status, _, writer = await raw(proxy, refused)
                 assert status == "HTTP/1.1 403 corral refuses this destination", refused
                 writer.close()
+            status, _, writer = await raw(proxy, "CONNECT nowhere.test:443 HTTP/1.1\r\n")
+            assert status == "HTTP/1.1 502 destination unreachable"  # as skopeo would find it
+            writer.close()
             status, _, writer = await raw(proxy, f"CONNECT registry.test:{target.port} HTTP/1.1\r\n",
                                           authorised=False)
             assert status == "HTTP/1.1 407 proxy authentication required"  # only the worker's skopeo holds it

@@ -32,6 +32,8 @@ def test_the_reason_is_skopeos_fatal_message_without_the_image_name_it_repeats()
     # The worker's egress proxy refused where the registry sent the pull (services.worker.egress).
     ('pinging container registry r: Get "https://r/v2/": corral refuses this destination', PullFailure.REFUSED),
     ('reading manifest 1 in r/b: Get "https://auth.r/token": corral refuses this destination', PullFailure.REFUSED),
+    ('reading manifest 1 in r/b: Get "https://r/v2/b/manifests/1": destination unreachable', PullFailure.UNREACHABLE),
+    ('reading manifest 1 in r/b: Get "https://r/v2/b/manifests/1": egress proxy busy', PullFailure.UNREACHABLE),
 ])
 def test_failures_are_told_apart_by_the_registrys_words(detail: str, failure: PullFailure) -> None:
     assert classify(detail) is failure
