@@ -1,7 +1,8 @@
 """Which registries a job's image may come from (services.common.registry_rules, issue 33 part 6):
 examples of each refusal, and properties over generated addresses: every address of a refused range
 is refused however it is written, every public one is allowed, and a registry the deployment names is
-allowed whatever its address."""
+allowed whatever its address. docs/security.md: "What must not happen" (an image reference makes a worker
+probe the host) and *Images: where a job's image may come from*."""
 
 from __future__ import annotations
 
