@@ -85,7 +85,8 @@ def _tree_s(pid: int, processes: dict[int, tuple[int, float, float]]) -> float:
 
 
 def _group(name: str) -> str:
-    for prefix, group in (("driver-", "driver"), ("worker-", "workers"), ("gateway-", "gateways")):
+    for prefix, group in (("driver-", "driver"), ("worker-", "workers"), ("gateway-", "gateways"),
+                          ("registry-", "registry")):  # registry-push beside the workers' registry
         if name.startswith(prefix):
             return group
     return name

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral.errors import UsageError
-from services.common.entry import add_url_settings, allowed_networks
+from services.common.entry import add_allowed_registries, add_url_settings, allowed_networks, allowed_registries
 from services.common.image_refs import InvalidImageReference, Registry
+from services.common.registry_rules import RegistryRules
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits, deployment_of_data_dir
 
@@ -43,6 +44,11 @@ def _up(args: argparse.Namespace) -> int:
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
     gateway_limits = gateway_limits_of(args)
+    registries = allowed_registries(args.allowed_registries)
+    try:
+        RegistryRules.of(args.registry, registries)
+    except ValueError as e:
+        raise UsageError(f"--allowed-registries: {e}") from None
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
     ports = {name: getattr(args, name) for name in ("gateway_port", "internal_gateway_port")
              if getattr(args, name) is not None}
@@ -54,7 +60,8 @@ def _up(args: argparse.Namespace) -> int:
                                   unisolated_dev=args.unisolated_dev,
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
-                                  registry_url=args.registry, worker_runtime=args.worker_runtime,
+                                  registry_url=args.registry, allowed_registries=registries,
+                                  worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
                                   gateway_limits=gateway_limits, worker_limits=worker_limits, **ports))
@@ -163,6 +170,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
                          "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
                          "seeded with busybox")
+    add_allowed_registries(up)
     up.add_argument("--provider", choices=("local", "gcp", "azure"), default="local",
                     help="who makes the workers' machines: local worker processes, or a cloud's machines (gcp, "
                          "azure), which enroll through the internal gateway (default: %(default)s)")

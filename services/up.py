@@ -26,7 +26,8 @@ The data directory (docs/security.md):
       secrets/       0700: the database passwords (admin and one per service) and job-secrets.key, the key
                      pair job secrets are sealed for (made once: without it no stored secret opens)
       mariadb/       0700: the private server, its data and its socket
-      registry/      0700: the loopback registry's configuration, storage/ and seed/ (the seed images' build)
+      registry/      0700: the loopback registry's two processes (pull: read-only, push), their storage/, logins/
+                     (0700: the pull and push logins, only this account's) and seed/ (the seed images' build)
       run/           the ports files, up.lock (one `corral up` per data directory), pids/ (a pid file per process)
       blobs/ logs/ workers/ ...   created by the services, private to them (umask 077)
 """
@@ -64,8 +65,8 @@ from services.db.migrations import migrate
 from services.db.store import JobStore
 from services.driver.leader import LeaseSettings
 from services.gateway.deployment import Limits
+from services.registry.local import LocalRegistry
 from services.registry.seed import seed
-from services.registry.server import RegistryServer
 from services.up_supervisor import (
     DatabaseServer,
     RestartPolicy,
@@ -122,6 +123,9 @@ class UpConfig:
     registry_url: str | None = None
     """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
     and seeding one in the data directory."""
+    allowed_registries: tuple[str, ...] = ()
+    """Registries (`host[:port]`) jobs' images may come from although they are not public (the frontend's and
+    the drivers' --allowed-registries); the default registry is allowed anyway."""
     worker_runtime: str = "auto"
     """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
     metrics: bool = False
@@ -219,7 +223,7 @@ class Running:
         # The drivers (each stops any worker of its own still there), then auth.
         supervisor.end([name for name in names if name.startswith("driver-")], SERVICE_GRACE_S)
         supervisor.end(["auth"], SERVICE_GRACE_S)
-        supervisor.end(["registry"], SERVICE_GRACE_S)  # no worker is left to pull from it
+        supervisor.end(["registry", "registry-push"], SERVICE_GRACE_S)  # no worker is left to pull from it
         # Whatever else a pid file names and still runs (a worker started during the steps above).
         leftovers = [Recorded(record) for record in pid_files.live() if record.name != "mariadb"]
         if leftovers:
@@ -265,6 +269,9 @@ def _certificates(data: Path) -> tuple[DevCertificateAuthority, dict[str, Path]]
 GATEWAY_TOKEN_FILE = "gateway.token"
 """In auth's certificate directory: the secret the public gateway adds to the calls it forwards to auth, made
 anew at each start (its config holds it too, in DATA/gateway, 0600)."""
+REGISTRY_LOGIN = "registry-login.json"
+"""In the drivers' certificate directory: the pull login of corral up's registry, which the local provider
+copies into each worker's certificate directory (services.registry.local)."""
 SECRETS_KEY = "job-secrets.key"
 SECRETS_PUBLIC_KEY = "job-secrets.pub"
 
@@ -386,14 +393,19 @@ def start(config: UpConfig) -> Running:
         urls = [*(a for root in _storage_roots(config, data) for a in ("--storage-root", root)),
                 "--callback-allow-networks", ",".join(config.callback_allow_networks)]
         asyncio.run(_configure_pools(database_url, config.worker_cores, config.max_workers))
+        registry_login: list[str] = []
         if config.registry_url is not None:
             registry, registry_url = None, config.registry_url
         else:
             # Started now and seeded while the services start: it adds little to the time to ready.
-            registry = RegistryServer(data / "registry", free_port(), launcher=launcher(),
-                                      log_file=logs / "registry.log")
-            supervisor.start(registry)
-            registry_url = registry.url
+            registry = LocalRegistry.prepare(data / "registry", free_port, launcher(), logs)
+            for server in registry.servers:
+                supervisor.start(server)
+            registry_url = registry.pull.url
+            # The drivers hand the pull login to their workers (as they hand them certificates).
+            write_atomically(certs["driver"] / REGISTRY_LOGIN, registry.pull_login_file.read_bytes(), 0o600)
+            registry_login = ["--default-registry-login-file", str(certs["driver"] / REGISTRY_LOGIN)]
+        allowed = ["--allowed-registries", ",".join(config.allowed_registries)]
         env = dict(os.environ)
         env.pop(DATABASE_URL_VARIABLE, None)
         if config.trace:
@@ -431,7 +443,8 @@ def start(config: UpConfig) -> Running:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
-        session += ["--default-registry", registry_url, "--worker-runtime", config.worker_runtime]
+        session += ["--default-registry", registry_url, *registry_login, *allowed,
+                    "--worker-runtime", config.worker_runtime]
         if running.metrics_dir is not None and config.provider == "local":  # a cloud's workers are not here
             session += ["--worker-metrics-dir", str(running.metrics_dir)]
 
@@ -478,12 +491,14 @@ def start(config: UpConfig) -> Running:
                  "--spec-root-url", blobs, "--public-address", f"127.0.0.1:{frontend}",
                  "--driver-addresses", driver_addresses, "--secrets-public-key-file", str(secrets_public_key),
                  # Behind the gateway, people's reflection reaches the frontend alone.
-                 *(["--reflect-also", "corral.auth.v1.AuthService"] if config.gateway else []), *urls])
+                 *(["--reflect-also", "corral.auth.v1.AuthService"] if config.gateway else []), *urls,
+                 "--default-registry", registry_url, *allowed])
         if registry is not None:
             registry.wait_ready()
-            for seeded in seed(registry.address, data / "registry" / "seed"):
-                if seeded.pushed:
-                    supervisor.say(f"registry: seeded {seeded.reference} ({seeded.digest})")
+            for seeded in seed(registry.push.address, data / "registry" / "seed", login=registry.push_login):
+                if seeded.pushed:  # pushed through the push registry; workers pull it from the other
+                    image = seeded.reference.split("/", 1)[1]
+                    supervisor.say(f"registry: seeded {registry.pull.address}/{image} ({seeded.digest})")
         for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
             _wait_for(run_dir / f"{name}.ports", supervisor)
         public = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}"}

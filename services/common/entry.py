@@ -47,3 +47,20 @@ def add_url_settings(parser: argparse.ArgumentParser, default_roots: list[str] |
 def allowed_networks(text: str) -> tuple[str, ...]:
     """The networks of a `--callback-allow-networks` value."""
     return tuple(a for a in text.split(",") if a)
+
+
+ALLOWED_REGISTRIES_HELP = ("registries (HOST[:PORT], as image references name them) jobs' images may come from although "
+                           "they are not public, e.g. one on the deployment's private network; the default registry "
+                           "is always allowed (docs/security.md, Images)")
+
+
+def add_allowed_registries(parser: argparse.ArgumentParser) -> None:
+    """`--allowed-registries`: the registries jobs may pull from although they are not public (the frontend
+    checks submissions against them, the workers each pull); the frontend and the drivers must be given the
+    same value, and the drivers hand it to their workers."""
+    parser.add_argument("--allowed-registries", default="", metavar="HOST[:PORT],...", help=ALLOWED_REGISTRIES_HELP)
+
+
+def allowed_registries(text: str) -> tuple[str, ...]:
+    """The registries of an `--allowed-registries` value."""
+    return tuple(a.strip() for a in text.split(",") if a.strip())

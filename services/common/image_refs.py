@@ -122,6 +122,18 @@ def _is_registry(part: str) -> bool:
     return "." in part or ":" in part or part == "localhost" or part.startswith("[")
 
 
+_BARE = Registry("<default>")
+"""Stands in for the default registry in `named_registry`: no reference can name it."""
+
+
+def named_registry(text: str) -> str | None:
+    """The registry `text` names (host[:port], as `parse_reference` resolves it), or None for a bare name,
+    which is the default registry's whatever that is. Raises InvalidImageReference for what
+    `parse_reference` refuses (a bare name's length is checked once the default registry is known)."""
+    reference = parse_reference(text, _BARE)
+    return None if reference.registry == _BARE.host else reference.registry
+
+
 def parse_reference(text: str, default_registry: Registry | str | None = None) -> ImageReference:
     """Resolve `text` (see the module docstring); bare names go to `default_registry`."""
     if not isinstance(text, str) or not text:

@@ -1,6 +1,7 @@
 """python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR
 [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...] [--secrets-key-file PEM]
-[--provider gcp|azure --provider-config FILE --workers-enroll-address HOST:PORT] [--price-file FILE]"""
+[--provider gcp|azure --provider-config FILE --workers-enroll-address HOST:PORT] [--price-file FILE]
+[--default-registry URL [--default-registry-login-file FILE]] [--allowed-registries HOST[:PORT],...]"""
 
 import argparse
 import asyncio
@@ -8,7 +9,16 @@ import logging
 from pathlib import Path
 
 from services.common import metrics
-from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
+from services.common.entry import (
+    add_allowed_registries,
+    add_database_url,
+    add_url_settings,
+    allowed_networks,
+    allowed_registries,
+    private_files,
+)
+from services.common.registry_logins import read_login_file
+from services.common.registry_rules import RegistryRules
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits
 from services.driver.app import DriverConfig, run
@@ -53,6 +63,11 @@ parser.add_argument("--worker-runtime", choices=("process", "oci", "auto"), defa
                     help="how the local workers it starts run jobs (their --runtime; default: %(default)s)")
 parser.add_argument("--default-registry", metavar="URL",
                     help="the registry local workers pull bare image names from (http://HOST:PORT: plain HTTP)")
+parser.add_argument("--default-registry-login-file", type=Path, metavar="FILE",
+                    help="the login local workers pull from the default registry with (a JSON file, 0600: "
+                         "{\"username\": ..., \"password\": ...}); each gets a copy beside its certificate "
+                         "(default: none, they pull anonymously)")
+add_allowed_registries(parser)
 parser.add_argument("--worker-metrics-dir", type=Path, metavar="DIR",
                     help="local workers serve Prometheus metrics on a loopback port each, written to "
                          "DIR/worker-NAME.port (default: no worker metrics)")
@@ -109,7 +124,11 @@ try:
         cloud = cloud_setup.load(args.provider, args.provider_config, cloud_setup.WorkerBootArgs(
             args.workers_enroll_address, driver_addresses, (args.certs_dir / "ca.pem").read_text(),
             cloud_setup.cloud_worker_args(args.spec_root_url, args.worker_runtime, storage_access.to_args(),
-                                          args.default_registry, worker_limits.to_args())))
+                                          args.default_registry, allowed_registries(args.allowed_registries),
+                                          worker_limits.to_args())))
+    RegistryRules.of(args.default_registry, allowed_registries(args.allowed_registries))
+    if args.default_registry_login_file is not None:
+        read_login_file(args.default_registry_login_file)  # a wrong or readable file stops the driver here
     price_file.load(args.price_file or price_file.SHIPPED)  # a wrong file stops the driver here, saying where
 except (OSError, ValueError) as e:
     parser.error(str(e))
@@ -125,6 +144,8 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              driver_addresses=driver_addresses,
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
                              default_registry=args.default_registry, worker_runtime=args.worker_runtime,
+                             default_registry_login_file=args.default_registry_login_file,
+                             allowed_registries=allowed_registries(args.allowed_registries),
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
                              lease=lease,

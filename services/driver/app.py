@@ -26,6 +26,7 @@ from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc, worker_enrollment_service_pb2_grpc
 from services.common.call_limits import CallLimits
+from services.common.files import write_atomically
 from services.common.processes import PidFiles
 from services.common.sealing import Opener
 from services.common.server import (
@@ -146,6 +147,13 @@ class DriverConfig:
     default_registry: str | None = None
     """The registry local workers pull bare image names (`busybox`) from (`http://host:port`: plain HTTP);
     None: they know no default registry."""
+    default_registry_login_file: Path | None = None
+    """The login (a login file, services.common.registry_logins) local workers pull from the default registry
+    with: each worker gets a copy in its own certificate directory, as it gets its certificate. None: they
+    pull from it anonymously."""
+    allowed_registries: tuple[str, ...] = ()
+    """Registries (`host[:port]`) local workers may pull jobs' images from although they are not public (the
+    frontend's setting; services.common.registry_rules)."""
     worker_metrics_dir: Path | None = None
     """Local workers serve Prometheus metrics on a loopback port each, written to `DIR/worker-NAME.port`
     (services.common.metrics); None: they serve none."""
@@ -201,6 +209,10 @@ def _worker_issuer(config: DriverConfig) -> WorkerIssuer | None:
         return None
 
 
+REGISTRY_LOGIN = "registry-login.json"
+"""In a local worker's certificate directory: its copy of the default registry's pull login."""
+
+
 def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
     """Where a local worker's own key and certificate are kept (0700; removed with the worker)."""
     return config.data_dir / "worker-certs" / instance_name
@@ -226,6 +238,10 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
             shutil.copyfile(config.certs_dir / "ca.pem", certs / "ca.pem")
         else:
             WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
+        login = []
+        if config.default_registry_login_file is not None:  # as private as the worker's key, beside it
+            write_atomically(certs / REGISTRY_LOGIN, config.default_registry_login_file.read_bytes(), 0o600)
+            login = ["--default-registry-login-file", str(certs / REGISTRY_LOGIN)]
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
                 *(["--enroll-address", enroll_at] if enroll_at is not None else []),
                 "--cores-mcpu", str(request.cores_mcpu),
@@ -237,7 +253,8 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
                 "--log-root-url", config.spec_root_url,
                 *(["--unisolated-dev"] if config.unisolated_dev_workers else []),
                 "--runtime", config.worker_runtime,
-                *(["--default-registry", config.default_registry] if config.default_registry else []),
+                *(["--default-registry", config.default_registry] if config.default_registry else []), *login,
+                *(["--allowed-registries", ",".join(config.allowed_registries)] if config.allowed_registries else []),
                 *(["--metrics-address", "127.0.0.1:0", "--metrics-port-file",
                    str(config.worker_metrics_dir / f"worker-{request.name}.port")]
                   if config.worker_metrics_dir is not None else [])]

@@ -1,6 +1,6 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
-[--token-cache-s S] [--secrets-public-key-file PEM]
+[--token-cache-s S] [--secrets-public-key-file PEM] [--default-registry URL] [--allowed-registries HOST[:PORT],...]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -9,7 +9,15 @@ import logging
 from pathlib import Path
 
 from services.common import metrics
-from services.common.entry import add_database_url, add_url_settings, allowed_networks, private_files
+from services.common.entry import (
+    add_allowed_registries,
+    add_database_url,
+    add_url_settings,
+    allowed_networks,
+    allowed_registries,
+    private_files,
+)
+from services.common.registry_rules import RegistryRules
 from services.frontend.app import FrontendConfig, run
 from services.frontend.limits import Limits
 
@@ -32,9 +40,17 @@ parser.add_argument("--reflect-also", default="", metavar="SERVICE,...",
                     help="services server reflection lists although another process serves them at the same "
                          "address (behind the gateway: corral.auth.v1.AuthService)")
 add_url_settings(parser, [])
+parser.add_argument("--default-registry", metavar="URL",
+                    help="the registry the workers pull bare image names (busybox) from, as they are told "
+                         "(http://HOST:PORT or https://HOST): jobs may name it whatever its address")
+add_allowed_registries(parser)
 Limits.add_flags(parser)
 metrics.add_arguments(parser)
 args = parser.parse_args()
+try:
+    RegistryRules.of(args.default_registry, allowed_registries(args.allowed_registries))
+except ValueError as e:
+    parser.error(str(e))
 private_files()
 metrics.serve_for_process(args, "frontend")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -45,4 +61,6 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                limits=Limits.from_args(args),
                                secrets_public_key_file=args.secrets_public_key_file,
+                               default_registry=args.default_registry,
+                               allowed_registries=allowed_registries(args.allowed_registries),
                                reflect_also=tuple(s for s in args.reflect_also.split(",") if s))))

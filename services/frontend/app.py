@@ -33,6 +33,7 @@ from services.common.server import (
 )
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
+from services.common.registry_rules import RegistryRules
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
@@ -54,6 +55,7 @@ from services.frontend.notify import DriverNotifier
 from services.frontend.secret_store import SecretStore
 from services.frontend.secrets import SecretServicer
 from services.common.specs import SpecStore
+from services.frontend.image_checks import ImageChecks
 from services.frontend.url_checks import UrlChecks
 
 log = logging.getLogger(__name__)
@@ -96,6 +98,12 @@ class FrontendConfig:
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8."""
     limits: Limits = Limits()
     """What one request or one user may ask for (services.frontend.limits, docs/security.md)."""
+    default_registry: str | None = None
+    """The registry bare image names (`busybox`) are pulled from, as the workers are told
+    (`http://host:port` or `https://host`): allowed whatever its address (services.common.registry_rules)."""
+    allowed_registries: tuple[str, ...] = ()
+    """Registries (`host[:port]`) jobs' images may come from although they are not public, e.g. a registry
+    on the deployment's private network; every other registry must be public."""
     secrets_public_key_file: Path | None = None
     """The public half of the deployment's key pair for job secrets (PEM; services.common.sealing): new
     secrets are sealed with it, and only the drivers' private half opens them. None: this deployment keeps
@@ -131,12 +139,15 @@ async def start(config: FrontendConfig) -> FrontendApp:
     storage = StorageRoots(config.storage_roots)
     storage.check_apart_from(config.spec_root_url)
     urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
+    images = ImageChecks(RegistryRules.of(config.default_registry, config.allowed_registries),
+                         config.limits.max_registries_per_request)
     limits = config.limits
     tls = TlsFiles.of(config.certs_dir, config.identity)
     sealer = Sealer.from_file(config.secrets_public_key_file) if config.secrets_public_key_file else None
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-frontend", config.trace_exporter)
         stack.callback(tracing.shutdown)
+        stack.callback(images.close)
         db = await Database.connect(DatabaseConfig.from_url(config.database_url))
         stack.push_async_callback(db.close)
         # Every read a request drives runs under the statement time limit; the
@@ -153,7 +164,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
         secrets = SecretStore(reads)
         services = [
             Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
-                                                                  limits=limits, secrets=secrets),
+                                                                  limits=limits, secrets=secrets, images=images),
                     batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
             Service("corral.batch.v1.JobService",
                     JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,

@@ -41,6 +41,7 @@ from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
 from services.frontend.secret_store import SecretStore
 from services.common.specs import SpecStore
+from services.frontend.image_checks import ImageChecks
 from services.frontend.url_checks import UrlChecks
 from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row, secret_reference
 from services.frontend.watch import BatchWatcher
@@ -123,7 +124,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
 
     def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = no_notify,
                  watcher: BatchWatcher | None = None, urls: UrlChecks | None = None, limits: Limits = Limits(),
-                 secrets: SecretStore | None = None):
+                 secrets: SecretStore | None = None, images: ImageChecks | None = None):
         self.jobs = jobs
         self.batches = batches
         self.specs = specs
@@ -132,6 +133,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         self.watcher = watcher or BatchWatcher(batches, limits=limits)
         self.urls = urls or UrlChecks()
         self.secrets = secrets or SecretStore(batches.db)
+        self.images = images or ImageChecks(max_registries=limits.max_registries_per_request)
 
     # -- helpers -------------------------------------------------------------
 
@@ -231,11 +233,12 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                               principal: Principal, field: str = "jobs", new_batch: bool = False
                               ) -> list[FieldViolation]:
         """Everything wrong with a bunch that can be known before writing it (validate.check_bunch),
-        the regions and secrets it names included."""
+        the regions and secrets it names included, and the registries of its images (image_checks)."""
         known_regions = await self.batches.region_names() if any(spec.regions for spec in specs) else None
         violations = check_bunch(specs, first_job_id, block, field, self.limits,
                                  self.urls.storage_roots(billing_project), billing_project, known_regions, new_batch,
                                  await self.batches.pool_machines())
+        violations += await self.images.violations(specs, field)
         return violations + await self._secret_violations(specs, billing_project, principal, field)
 
     async def _secret_violations(self, specs: list[Any], billing_project: str, principal: Principal, field: str

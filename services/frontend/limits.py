@@ -58,6 +58,9 @@ class Limits:
     """One job's spec, serialized."""
     max_cores_mcpu: int = 64_000
     """Most cores one job may ask for, in thousandths of a core."""
+    max_registries_per_request: int = 16
+    """Registries the jobs of one AddJobs or SubmitBatch call may name (bare image names, which the default
+    registry serves, aside): each is resolved at submission."""
 
     # -- lists in one job spec (and in a batch's or group's attributes) ---------
 

@@ -15,6 +15,7 @@ does not already name that digest (`skopeo inspect --raw`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -24,6 +25,8 @@ import struct
 import subprocess
 import tempfile
 from pathlib import Path
+
+from services.common.registry_logins import Credentials, auth_file
 
 BUSYBOX = Path("/bin/busybox")
 RECIPE_VERSION = 1
@@ -138,11 +141,14 @@ def cached_busybox(cache_dir: Path) -> tuple[Path, str]:
     return layout, digest
 
 
-def registry_digest(reference: str, plain_http: bool = True) -> str | None:
-    """The digest the registry gives `host/repo:tag`, or None if it has no such tag."""
-    result = subprocess.run(["skopeo", "inspect", "--raw", f"--tls-verify={str(not plain_http).lower()}", "--no-creds",
-                             f"docker://{reference}"], capture_output=True, timeout=TOOL_TIMEOUT_S,
-                            stdin=subprocess.DEVNULL)
+def registry_digest(reference: str, plain_http: bool = True, login: Credentials | None = None) -> str | None:
+    """The digest the registry gives `host/repo:tag`, or None if it has no such tag; read with `login`."""
+    with contextlib.ExitStack() as stack:
+        creds = ["--no-creds"] if login is None else [
+            "--authfile", str(stack.enter_context(auth_file(reference.split("/", 1)[0], login)))]
+        result = subprocess.run(["skopeo", "inspect", "--raw", f"--tls-verify={str(not plain_http).lower()}", *creds,
+                                 f"docker://{reference}"], capture_output=True, timeout=TOOL_TIMEOUT_S,
+                                stdin=subprocess.DEVNULL)
     if result.returncode != 0:
         if b"manifest unknown" in result.stderr or b"name unknown" in result.stderr:
             return None
@@ -150,12 +156,16 @@ def registry_digest(reference: str, plain_http: bool = True) -> str | None:
     return f"sha256:{hashlib.sha256(result.stdout).hexdigest()}"
 
 
-def seed(registry: str, cache_dir: Path, plain_http: bool = True) -> list[Seeded]:
-    """Make `registry` (host:port) serve the seed images, building them in `cache_dir` if needed."""
+def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None) -> list[Seeded]:
+    """Make `registry` (host:port) serve the seed images, building them in `cache_dir` if needed; pushed (and
+    read) with `login`, given to skopeo in an auth file (never on its command line)."""
     layout, digest = cached_busybox(cache_dir)
     reference = f"{registry}/busybox:latest"
-    if registry_digest(reference, plain_http) == digest:
+    if registry_digest(reference, plain_http, login) == digest:
         return [Seeded(reference, digest, pushed=False)]
-    _run(["skopeo", "copy", "--quiet", f"--dest-tls-verify={str(not plain_http).lower()}", "--dest-no-creds",
-          f"oci:{layout}:latest", f"docker://{reference}"])
+    with contextlib.ExitStack() as stack:
+        creds = ["--dest-no-creds"] if login is None else [
+            "--dest-authfile", str(stack.enter_context(auth_file(registry, login)))]
+        _run(["skopeo", "copy", "--quiet", f"--dest-tls-verify={str(not plain_http).lower()}", *creds,
+              f"oci:{layout}:latest", f"docker://{reference}"])
     return [Seeded(reference, digest, pushed=True)]

@@ -8,9 +8,12 @@ CNCF distribution registry), with its storage, configuration and log under one d
       registry.log    its output, unless a log file is given
 
 It listens on `127.0.0.1:PORT` only, over plain HTTP (loopback: nothing to encrypt against), and is
-stopped by its pid. With an htpasswd file it asks for basic authentication (tests of refused
-credentials). It is a part `corral up` supervises (services.up_supervisor.Part): `start` returns once
-the process runs, `ready` says whether `GET /v2/` answers, `wait_ready` waits for that.
+stopped by its pid. With an htpasswd file it asks for basic authentication, on every request, reads
+included (distribution's htpasswd is all or nothing); `read_only` refuses every write (405: its
+storage's `maintenance.readonly`), so two registries may serve one storage, one to pull from and one
+to push to, each with its own login (services.registry.local). It is a part `corral up` supervises
+(services.up_supervisor.Part): `start` returns once the process runs, `ready` says whether `GET /v2/`
+answers, `wait_ready` waits for that.
 """
 
 from __future__ import annotations
@@ -34,10 +37,9 @@ PROGRAM = "docker-registry"
 class RegistryServer:
     """One `docker-registry` process serving ROOT/storage on 127.0.0.1:PORT."""
 
-    name = "registry"
-
     def __init__(self, root: Path, port: int, *, launcher: Sequence[str] = (), log_file: Path | None = None,
-                 htpasswd: Path | None = None, storage: Path | None = None):
+                 htpasswd: Path | None = None, storage: Path | None = None, read_only: bool = False,
+                 name: str = "registry"):
         self.root = root
         self.port = port
         self.launcher = tuple(launcher)
@@ -48,6 +50,11 @@ class RegistryServer:
         """Ask for basic authentication against this htpasswd file (bcrypt hashes)."""
         self.storage = storage or root / "storage"
         """Where blobs and manifests live; two registries may serve one storage (one with a login)."""
+        self.read_only = read_only
+        """Refuse pushes and deletes (405); also purge no uploads, which a writable registry on the same
+        storage may have under way."""
+        self.name = name
+        """Its part's name under `corral up`'s supervisor (and its pid file's)."""
         self.process: subprocess.Popen[bytes] | None = None
         self._log_start = 0
         """Where this start's output begins in the log file."""
@@ -66,10 +73,13 @@ class RegistryServer:
         secret_file = self.root / "http.secret"
         if not secret_file.exists():
             write_atomically(secret_file, secrets.token_hex(32).encode(), 0o600)
+        storage: dict = {"filesystem": {"rootdirectory": str(self.storage)}, "delete": {"enabled": not self.read_only}}
+        if self.read_only:
+            storage["maintenance"] = {"readonly": {"enabled": True}, "uploadpurging": {"enabled": False}}
         config: dict = {
             "version": 0.1,
             "log": {"level": "info", "formatter": "text"},
-            "storage": {"filesystem": {"rootdirectory": str(self.storage)}, "delete": {"enabled": True}},
+            "storage": storage,
             "http": {"addr": self.address, "secret": secret_file.read_text().strip(),
                      "headers": {"X-Content-Type-Options": ["nosniff"]}},
         }

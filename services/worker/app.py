@@ -20,6 +20,9 @@ from typing import Any
 
 from corral.worker.v1 import worker_service_pb2_grpc
 from services.common import lifeline
+from services.common.callback_hosts import SystemResolver
+from services.common.registry_logins import read_login_file
+from services.common.registry_rules import RegistryRules
 from services.common.server import Listener, RunningServers, Service, serve
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
@@ -28,6 +31,8 @@ from services.worker.attempts import AttemptTable
 from services.worker.certificates import CertificateRenewer
 from services.worker.cloud import metadata_root
 from services.worker.config import WorkerConfig
+from services.worker.egress import EgressProxy
+from services.worker.image_tools import SkopeoUmoci
 from services.worker.images import ImageCache
 from services.worker.metrics import IMAGE_CACHE_BYTES, RUNNING_ATTEMPTS
 from services.worker.object_stores import ObjectStores
@@ -85,9 +90,7 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         stack.callback(stores.close)
         # Opened first: ListImages reports what a worker before this one left, and the OCI runtime pulls
         # through it.
-        images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
-                            config.image_cache_bytes)
-        stack.push_async_callback(images.close)
+        images = await _image_cache(config, stack)
         runtime = runtime or await choose_runtime(config, stores, images)
         stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
         worker = Worker(config, runtime, attempts, tls)
@@ -106,6 +109,22 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         log.info("worker %s: WorkerService at %s", config.instance_name, address)
         return WorkerApp(worker, servers, address, asyncio.create_task(worker.run(address)), tracing,
                          stack.pop_all())
+
+
+async def _image_cache(config: WorkerConfig, stack: contextlib.AsyncExitStack) -> ImageCache:
+    """The image cache, its every pull through the egress proxy (services.worker.egress), both closed by
+    `stack`: pulls check where they go with one resolver and one set of rules."""
+    login = read_login_file(config.default_registry_login_file) if config.default_registry_login_file else None
+    resolver = SystemResolver()
+    stack.callback(resolver.close)
+    egress = EgressProxy(RegistryRules.of(config.default_registry, config.allowed_registries), resolver)
+    await egress.start()
+    stack.push_async_callback(egress.close)
+    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
+                        config.image_cache_bytes, tools=SkopeoUmoci(environment=egress.environment()),
+                        default_login=login, allowed_registries=config.allowed_registries, resolve=resolver)
+    stack.push_async_callback(images.close)
+    return images
 
 
 async def _watchers(config: WorkerConfig, tls: TlsFiles, worker: Worker) -> list[Coroutine[Any, Any, None]]:

@@ -73,6 +73,13 @@ class WorkerConfig:
     default_registry: str | None = None
     """Where bare image names (`busybox`) are pulled from: `http://host:port` (plain HTTP) or `https://host`
     (services.common.image_refs); None: a job must name its image's registry."""
+    default_registry_login_file: Path | None = None
+    """A login file (0600; services.common.registry_logins) the worker pulls from the default registry with,
+    whatever login a job brings: `corral up`'s registry asks for one. None: as the job says (anonymously, or
+    with its image pull secret)."""
+    allowed_registries: tuple[str, ...] = ()
+    """Registries (`host[:port]`) jobs' images may come from although they are not public; with the default
+    registry, the only such ones (services.common.registry_rules)."""
     image_cache_dir: Path | None = None
     """The image cache (services.worker.images); None: `<scratch_dir>/images`."""
     image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES

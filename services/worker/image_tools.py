@@ -21,48 +21,54 @@ import enum
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
 from services.common.image_refs import ImageReference
 from services.common.parent_death import launcher
+from services.common.registry_logins import Credentials
+from services.worker.egress import REFUSAL_REASON, UNREACHABLE_REASONS
+
+__all__ = ["Credentials", "ImagePullError", "ImageTools", "PullFailure", "SkopeoUmoci", "ToolTimeouts"]
 
 LAYOUT_TAG = "image"
 """The tag an image is fetched under in its own, one-image OCI layout."""
 
 
 class PullFailure(enum.Enum):
-    """Why a pull failed, as far as the registry's words tell."""
+    """Why a pull failed, as far as the registry's words tell; its value is what the job's user is told
+    (corral's words: never the registry's address, the network's answer or skopeo's own words, which go
+    to the worker's log for its operator)."""
 
     NOT_FOUND = "no such image"
     """No such repository, tag or digest."""
-    UNAUTHORIZED = "access refused"
+    UNAUTHORIZED = "not authorised"
     """The registry wants credentials, or refused the ones given."""
     UNREACHABLE = "registry unreachable"
     """Nothing answers at the registry's address, or not in the protocol expected (HTTP/HTTPS, TLS)."""
     TIMED_OUT = "timed out"
     """A step outlived its deadline (the registry accepted the connection but did not answer in time)."""
-    FAILED = "failed"
+    REFUSED = "registry not allowed: a job's image comes from a public registry, or from one this deployment allows"
+    """The registry is one a job's image may not come from (services.common.registry_rules): its host is, or
+    now resolves to, an internal address; or it sent the pull to one (services.worker.egress refused the
+    connection)."""
+    FAILED = "the image could not be pulled or unpacked"
     """Anything else (a corrupt image, an unpack that failed, a full disk)."""
 
 
 class ImagePullError(Exception):
-    """An image could not be pulled. `detail` is the tool's own last words (the registry's reason)."""
+    """An image could not be pulled. `detail` is the tool's own last words (the registry's reason), for the
+    worker's log; `user_words` is what the job's user is told."""
 
-    def __init__(self, reference: str, failure: PullFailure, detail: str):
+    def __init__(self, reference: str, failure: PullFailure, detail: str, user_words: str | None = None):
         super().__init__(f"pulling {reference}: {failure.value}: {detail}")
         self.reference = reference
         self.failure = failure
         self.detail = detail
-
-
-@dataclasses.dataclass(frozen=True)
-class Credentials:
-    """A registry login for one pull."""
-
-    username: str
-    password: str = dataclasses.field(repr=False)
+        self.user_words = user_words or failure.value
+        """Corral's words for the failure: its kind (`PullFailure`'s value), or where corral itself refused
+        the registry, why (services.common.registry_rules' words, about the reference the user wrote)."""
 
 
 class ImageTools(Protocol):
@@ -93,12 +99,14 @@ class ToolTimeouts:
 _SKOPEO_MESSAGE = re.compile(r'msg="((?:[^"\\]|\\.)*)"')
 _IMAGE_NAME_PREFIX = re.compile(r'^(?:Error parsing image name|Error initializing source) "[^"]*": ')
 _FAILURE_WORDS: Sequence[tuple[PullFailure, tuple[str, ...]]] = (
+    (PullFailure.REFUSED, (REFUSAL_REASON,)),  # the worker's own egress proxy said no
     # Words, not status numbers: a digest in the message may hold "401".
     (PullFailure.UNAUTHORIZED, ("unauthorized", "authentication required", "access to the resource is denied",
                                 "denied: ", "forbidden", "invalid username/password")),
     (PullFailure.UNREACHABLE, ("connection refused", "no such host", "i/o timeout", "network is unreachable",
                                "connection reset", "no route to host", "server gave http response to https client",
-                               "tls: ", "x509: ", "unexpected eof", ": eof", "pinging container registry")),
+                               "tls: ", "x509: ", "unexpected eof", ": eof", "pinging container registry",
+                               *UNREACHABLE_REASONS)),
     (PullFailure.NOT_FOUND, ("manifest unknown", "name unknown", "not found", "blob unknown")),
 )
 
@@ -128,10 +136,14 @@ def classify(detail: str) -> PullFailure:
 class SkopeoUmoci:
     """`ImageTools` with Debian's skopeo and umoci (scripts/setup.sh installs both)."""
 
-    def __init__(self, timeouts: ToolTimeouts = ToolTimeouts(), on_run: Callable[[list[str]], None] | None = None):
+    def __init__(self, timeouts: ToolTimeouts = ToolTimeouts(), on_run: Callable[[list[str]], None] | None = None,
+                 environment: Mapping[str, str] | None = None):
         self.timeouts = timeouts
         self.on_run = on_run
         """Called with each command's argv just before it runs (tests count runs and read argv)."""
+        self.environment = dict(environment or {})
+        """Added to the tools' environment: the worker's egress proxy (services.worker.egress), through which
+        every connection of skopeo's goes."""
         self._rootless = os.geteuid() != 0
 
     async def manifest(self, reference: ImageReference, plain_http: bool, auth_file: Path | None) -> bytes:
@@ -159,7 +171,7 @@ class SkopeoUmoci:
             self.on_run(list(argv))
         process = await asyncio.create_subprocess_exec(
             *launcher(), *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE)
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, **self.environment} if self.environment else None)
         try:
             async with asyncio.timeout(timeout_s):
                 stdout, stderr = await process.communicate()

@@ -34,6 +34,13 @@ image that is not public, by someone whose credentials have not been checked aga
 pull, first asks the registry for its manifest with the caller's own credentials: a cached private
 image is never handed to someone the registry would refuse.
 
+**Where from.** Before it asks a registry anything, the cache checks that a job's image may come
+from it (services.common.registry_rules, through services.worker.egress: its host resolved now, for DNS
+may have changed since the job was submitted); a refused registry is never contacted. The default
+registry is pulled from with the deployment's login when it has one (`default_login`: `corral up`'s
+registry asks for one), whatever login the job brings (its `image_pull_secret` is for other registries);
+an image so pulled counts as public, since every job may use the default registry.
+
 **Size.** The cache keeps at most `max_bytes` of unpacked images: after each pull and release it
 evicts the least recently used images nobody holds, until it fits. An image in use is never evicted,
 so the cache may exceed the limit while held images alone do.
@@ -42,7 +49,6 @@ so the cache may exceed the limit while held images alone do.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import fcntl
@@ -59,7 +65,11 @@ from typing import Any, TypeVar
 
 from services.common.files import write_atomically
 from services.common.image_refs import ImageReference, Registry, parse_reference
+from services.common.callback_hosts import Resolve, SystemResolver
+from services.common.registry_logins import auth_file
+from services.common.registry_rules import RegistryRules
 from services.worker.config import DEFAULT_IMAGE_CACHE_BYTES
+from services.worker.egress import registry_refusal
 from services.worker.metrics import IMAGE_PULLS
 from services.worker.image_tools import (
     LAYOUT_TAG,
@@ -142,10 +152,18 @@ class ImageCache:
 
     def __init__(self, root: Path, default_registry: str | None = None, max_bytes: int = DEFAULT_IMAGE_CACHE_BYTES,
                  tools: ImageTools | None = None, clock_ms: Callable[[], int] = _now_ms,
-                 tag_ttl_s: float = TAG_TTL_S):
+                 tag_ttl_s: float = TAG_TTL_S, default_login: Credentials | None = None,
+                 allowed_registries: tuple[str, ...] = (), resolve: Resolve | None = None):
         self.root = root
         self.default_registry = Registry.parse(default_registry) if default_registry else None
         """Where bare names (`busybox`) are pulled from; its scheme says whether it is plain HTTP."""
+        self.default_login = default_login
+        """The deployment's login to the default registry, for jobs that bring none of their own."""
+        self.rules = RegistryRules.of(default_registry, allowed_registries)
+        """Where jobs' images may come from: public registries, the default one and `allowed_registries`."""
+        self._own_resolver = SystemResolver() if resolve is None else None
+        self._lookup: Resolve = resolve or self._own_resolver  # type: ignore[assignment]
+        """Resolves registries' host names (the system's resolver unless one is given)."""
         self.max_bytes = max_bytes
         self.tools = tools or SkopeoUmoci()
         self._clock_ms = clock_ms
@@ -243,6 +261,8 @@ class ImageCache:
             task.cancel()
         pending = [*self._resolving.values(), *self._fetching.values(), *self._removals]
         await asyncio.gather(*pending, return_exceptions=True)
+        if self._own_resolver is not None:
+            self._own_resolver.close()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -251,6 +271,8 @@ class ImageCache:
 
     async def _pull(self, reference: str, credentials: Credentials | None) -> tuple[_Entry, ImageReference]:
         ref = parse_reference(reference, self.default_registry)
+        if self._deployment_login(ref) is not None:
+            credentials = None  # the deployment's own registry: pulled with its login, every job alike
         checked = False  # whether the registry let this caller's credentials read the image in this pull
         digest = ref.digest
         if digest is None and credentials is None:
@@ -329,9 +351,26 @@ class ImageCache:
         return self.default_registry is not None and self.default_registry.plain_http and \
             ref.registry == self.default_registry.host
 
+    def _deployment_login(self, ref: ImageReference) -> Credentials | None:
+        """The deployment's login, if it has one and `ref` is of its default registry."""
+        if self.default_registry is not None and ref.registry == self.default_registry.host:
+            return self.default_login
+        return None
+
+    def _login(self, ref: ImageReference, credentials: Credentials | None) -> Credentials | None:
+        """What a pull of `ref` logs in with: the job's credentials, else the deployment's for its default
+        registry."""
+        return credentials or self._deployment_login(ref)
+
+    async def _check(self, ref: ImageReference) -> None:
+        """Raise ImagePullError (REFUSED) unless a job's image may come from `ref`'s registry."""
+        if (why := await registry_refusal(ref.registry, self.rules, self._lookup)) is not None:
+            raise ImagePullError(str(ref), PullFailure.REFUSED, why, user_words=why)
+
     async def _resolve(self, ref: ImageReference, credentials: Credentials | None) -> str:
         """The digest of the manifest `ref` names, read with `credentials`."""
-        with self._auth_file(ref, credentials) as auth_file:
+        await self._check(ref)
+        with self._auth_file(ref, self._login(ref, credentials)) as auth_file:
             manifest = await self.tools.manifest(ref, self._plain_http(ref), auth_file)
         digest = f"sha256:{hashlib.sha256(manifest).hexdigest()}"
         if ref.digest is not None and digest != ref.digest:
@@ -346,7 +385,8 @@ class ImageCache:
         try:
             layout, rootfs = work / "layout", work / "rootfs"
             try:
-                with self._auth_file(ref, credentials) as auth_file:
+                await self._check(ref)
+                with self._auth_file(ref, self._login(ref, credentials)) as auth_file:
                     await self.tools.fetch(ref, self._plain_http(ref), auth_file, layout)
                 await self.tools.unpack(layout, rootfs)
                 try:
@@ -379,17 +419,8 @@ class ImageCache:
         if credentials is None:
             yield None
             return
-        directory = self._tmp / f"auth-{secrets.token_hex(8)}"
-        directory.mkdir(mode=0o700)
-        try:
-            path = directory / "auth.json"
-            token = base64.b64encode(f"{credentials.username}:{credentials.password}".encode()).decode()
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump({"auths": {ref.registry: {"auth": token}}}, f)
+        with auth_file(ref.registry, credentials, self._tmp) as path:
             yield path
-        finally:
-            shutil.rmtree(directory, ignore_errors=True)
 
     # Use and eviction.
 

@@ -24,6 +24,7 @@ import pytest
 
 import corral
 from corral.batch.v1 import job_state_pb2
+from services.common.registry_logins import read_login_file
 from tests.e2e import cluster as up
 from tests.e2e.cluster import Cluster
 
@@ -55,12 +56,18 @@ try database-socket    mariadb --no-defaults --socket="$DATA/mariadb/mysqld.sock
 try other-processes    sh -c "ps -eo args | grep -e '[s]leep 20' -e '[s]ervices\.[a-z]' -e '[m]ariadbd'"
 try driver-argv        sh -c "cat /proc/[0-9]*/cmdline | tr '\0' ' ' | grep -e '[-]m services\.' -e '[m]ariadbd' -e '[i]nstance-name'"
 try other-environ      sh -c "cat /proc/[0-9]*/environ | tr '\0' '\n' | grep -e CORRAL_ACTIVATION_TOKEN -e CORRAL_DATABASE_URL"
+try registry-logins    cat "$DATA/registry/logins/push.json"
+try registry-pull-login cat "$DATA/certs/driver/registry-login.json"
+try worker-pull-login  sh -c "cat $DATA/worker-certs/*/registry-login.json"
+try registry-read      skopeo inspect --raw --tls-verify=false "docker://$REGISTRY/busybox:latest"
 id -u
 """
 
 TARGETS = ("ca-key", "ca-dir", "frontend-key", "driver-key", "worker-issuer-key", "worker-keys", "db-passwords",
            "db-admin-password", "secrets-key", "driver-secrets-key", "specs", "spec-dir", "logs", "service-logs", "cli-config", "root-cli-config",
-           "scratch-root", "database-socket", "other-processes", "driver-argv", "other-environ")
+           "scratch-root", "database-socket", "other-processes", "driver-argv", "other-environ",
+           # Issue 33: corral up's registry and its logins (a process-runtime job is on the host's network).
+           "registry-logins", "registry-pull-login", "worker-pull-login", "registry-read")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +90,7 @@ def test_a_job_reaches_nothing_of_the_host_or_another_tenant(cluster: Cluster) -
         attacker = corral.BatchBuilder("default", attributes={"test": "attacker"})
         attacker.job("busybox", ATTACK, env={
             "DATA": str(data), "SECRET": SECRET, "CLI_CONFIG": cluster.env["CORRAL_CONFIG"],
-            "SCRATCH_PARENT": str(data / "workers")})
+            "SCRATCH_PARENT": str(data / "workers"), "REGISTRY": cluster.endpoints["registry"].removeprefix("http://")})
         attacker_id = admin.submit(attacker).batch_id
         finished(admin, attacker_id)
         log = admin.job_log(attacker_id, 1).decode()
@@ -122,13 +129,15 @@ def test_services_hold_only_their_own_keys_and_no_secret_is_on_a_command_line(cl
     assert held == {
         "auth": ["auth.key", "auth.pem", "ca.pem"],
         "frontend": ["ca.pem", "frontend.key", "frontend.pem", "job-secrets.pub"],  # seals secrets, cannot open
-        "driver": ["ca.pem", "driver.key", "driver.pem", "job-secrets.key", "worker-issuer.key",
-                   "worker-issuer.pem"],
+        "driver": ["ca.pem", "driver.key", "driver.pem", "job-secrets.key", "registry-login.json",  # for its workers
+                   "worker-issuer.key", "worker-issuer.pem"],
         "gateway": ["ca.pem", "gateway.key", "gateway.pem"],  # Envoy's, for the gateways (docs/gateway.md)
     }
     secrets = [(cluster.data_dir / "secrets" / f"db-{s}.password").read_text().strip()
                for s in ("auth", "frontend", "driver")]
     secrets.append((cluster.data_dir / "mariadb" / "admin.password").read_text().strip())
+    secrets += [read_login_file(cluster.data_dir / "registry" / "logins" / name).password
+                for name in ("pull.json", "push.json")]
     for pid in cluster.descendants():
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")

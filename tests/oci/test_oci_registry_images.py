@@ -1,12 +1,15 @@
 """The OCI runtime running images pulled from a real registry on loopback through the worker's image cache
 (CachedRootfs over services.worker.images.ImageCache): the image's digest in the attempt's isolation note,
 held while attempts run it and released by each, 50 attempts of a new image pulling and unpacking it once,
-a pull that fails ending the attempt in Error with the registry's words, and a private image behind a login
-run only by jobs whose credentials the registry accepts."""
+a pull that fails ending the attempt in Error in corral's words (no such image, not authorised, registry
+unreachable: never the registry's own, nor its address), a registry on the host's loopback never contacted
+unless the deployment allows it, and a private image behind a login run only by jobs whose credentials the
+registry accepts."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -59,8 +62,8 @@ async def test_jobs_run_the_registrys_busybox_held_while_they_run(oci_host: OciH
     assert (held.digest, held.users) == (registry.busybox_digest, 0)  # one image, released by every attempt
 
 
-async def test_an_image_the_registry_does_not_have_is_an_error_in_its_words(oci_host: OciHost,
-                                                                            cache: ImageCache) -> None:
+async def test_an_image_the_registry_does_not_have_is_an_error_in_corrals_words(oci_host: OciHost,
+                                                                               cache: ImageCache) -> None:
     runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
     missing = spec("true")
     missing.image = "no-such-image:1"
@@ -68,21 +71,52 @@ async def test_an_image_the_registry_does_not_have_is_an_error_in_its_words(oci_
     outcome, _ = await run(runtime, job)
     # The registry's own answer: the spec's image, which no other worker would find either; not retried.
     assert (outcome.state, outcome.end_reason) == ("Error", "refused")
-    assert outcome.error_message.startswith("image: could not get 'no-such-image:1': ")
-    assert "manifest unknown" in outcome.error_message, outcome.error_message
+    assert outcome.error_message == "image: could not get 'no-such-image:1': no such image", outcome.error_message
     assert cache.held() == []
 
 
-async def test_a_registry_that_does_not_answer_is_the_systems_error_and_tried_again(oci_host: OciHost,
-                                                                                    cache: ImageCache) -> None:
+async def test_a_registry_that_does_not_answer_is_the_systems_error_and_tried_again(
+        oci_host: OciHost, tmp_path: Path, registry: test_registry.SeededRegistry) -> None:
     """Unlike the registry's own refusals (refused, above), a registry nobody answers at may be back, or
-    reachable from another worker: system_error, which the driver tries again elsewhere."""
-    runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
-    unreachable = spec("true")
-    unreachable.image = "127.0.0.1:9/busybox:latest"  # the discard port: nothing listens
-    outcome, _ = await run(runtime, oci_host.job(unreachable))
+    reachable from another worker: system_error, which the driver tries again elsewhere. (The deployment
+    allows this loopback registry: otherwise it is refused before any pull, below.)"""
+    cache = ImageCache(tmp_path / "allowing-cache", registry.url, allowed_registries=("127.0.0.1:9",))
+    try:
+        runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
+        unreachable = spec("true")
+        unreachable.image = "127.0.0.1:9/busybox:latest"  # the discard port: nothing listens
+        outcome, _ = await run(runtime, oci_host.job(unreachable))
+    finally:
+        await cache.close()
     assert (outcome.state, outcome.end_reason) == ("Error", "system_error"), outcome
-    assert "registry unreachable" in outcome.error_message, outcome.error_message
+    # corral's words: not skopeo's "dial tcp 127.0.0.1:9: connect: connection refused".
+    assert outcome.error_message == "image: could not get '127.0.0.1:9/busybox:latest': registry unreachable"
+
+
+async def test_a_registry_on_the_hosts_loopback_is_refused_before_any_connection(oci_host: OciHost,
+                                                                                 cache: ImageCache) -> None:
+    """Issue 33 part 6: `image: 127.0.0.1:PORT/x` made the worker connect to the host's own port and tell the
+    user what answered ("connection refused", "certificate signed by unknown authority"). Now the worker
+    checks the registry again before a pull (DNS may have changed since submission) and contacts nothing.
+    docs/security.md, "What must not happen": an image reference makes a worker probe the host."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)
+        port = listener.getsockname()[1]
+        runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
+        for image in (f"127.0.0.1:{port}/x", "169.254.169.254/latest/meta-data", "[::1]:22/x",
+                      f"localhost:{port}/x"):
+            probe = spec("true")
+            probe.image = image
+            outcome, _ = await run(runtime, oci_host.job(probe))
+            assert (outcome.state, outcome.end_reason) == ("Error", "refused"), outcome
+            assert outcome.error_message.startswith(f"image: could not get {image!r}: registry "), outcome
+            assert "a job's image comes from a public registry, or from one this deployment allows" in \
+                outcome.error_message
+            assert "connection refused" not in outcome.error_message
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody knocked
 
 
 async def test_50_jobs_of_a_new_image_pull_and_unpack_it_once(oci_host: OciHost, tmp_path: Path,
@@ -123,9 +157,7 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
         for attempt_id, credentials in (("wrong", wrong), ("anonymous", None)):
             refused = await attempt(attempt_id, credentials)
             assert (refused.state, refused.end_reason) == ("Error", "refused"), refused
-            assert refused.error_message.startswith("image: could not get 'busybox': pulling "), refused.error_message
-            assert "access refused: " in refused.error_message
-            assert "authentication required" in refused.error_message  # the registry's own words
+            assert refused.error_message == "image: could not get 'busybox': not authorised", refused.error_message
             assert PASSWORD not in refused.error_message and "not the password" not in refused.error_message
         assert runs.count()["copy"] == 0 and cache.held() == []
 
@@ -138,7 +170,7 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
             runs.clear()
             refused = await attempt(attempt_id, credentials)
             assert (refused.state, refused.end_reason) == ("Error", "refused"), refused
-            assert "authentication required" in refused.error_message
+            assert refused.error_message == "image: could not get 'busybox': not authorised", refused.error_message
             assert runs.count() == {"inspect": 1, "copy": 0, "unpack": 0}  # asked the registry, handed nothing
         assert [(held.digest, held.users) for held in cache.held()] == [(registry.busybox_digest, 0)]
 

@@ -280,6 +280,30 @@ async def test_anothers_wrong_password_does_not_fail_my_pull(tmp_path: Path, reg
         await cache.close()
 
 
+async def test_the_default_registry_is_pulled_with_the_deployments_login_whatever_the_job_brings(
+        tmp_path: Path, registry: SeededRegistry, runs: Runs) -> None:
+    """`corral up`'s registry asks for its pull login (issue 33 part 5): the cache pulls bare names with it, a
+    job's own login (meant for other registries) notwithstanding, and the password reaches skopeo in an auth
+    file only. An image so pulled is public: every job may use the default registry."""
+    deployment = Credentials(USERNAME, PASSWORD)
+    cache = open_cache(tmp_path / "cache", f"http://{registry.login_server.address}", runs,
+                       default_login=deployment, allowed_registries=(registry.address,))
+    try:
+        image = await cache.pull("busybox")
+        assert image.digest == registry.busybox_digest
+        assert "--authfile" in runs.argv[0] and "--no-creds" not in runs.argv[0]
+        runs.clear()
+        again = await cache.pull(f"busybox@{registry.busybox_digest}", Credentials("someone", "their own"))
+        assert again.digest == image.digest and runs.count() == {"inspect": 0, "copy": 0, "unpack": 0}
+        with pytest.raises(ImagePullError) as other:  # the deployment's login is for the default registry only
+            await cache.pull(f"{registry.address}/no-such-image:1")
+        assert "--no-creds" in runs.argv[-1]
+        assert other.value.failure is PullFailure.UNREACHABLE  # asked over HTTPS: only the default is plain HTTP
+    finally:
+        await cache.close()
+    assert not any(PASSWORD in arg for argv in runs.argv for arg in argv)
+
+
 def images_on_disk(cache: ImageCache) -> set[str]:
     return {f"sha256:{path.name}" for path in (cache.root / "images").iterdir()}
 

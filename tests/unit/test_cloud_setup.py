@@ -99,3 +99,11 @@ def test_the_driver_refuses_a_bad_combination_at_start_up(tmp_path: Path) -> Non
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done
     assert "--provider gcp needs --provider-config, --workers-enroll-address, --driver-addresses" in done.stderr
+
+
+def test_cloud_workers_are_told_which_registries_they_may_pull_from() -> None:
+    """Issue 33 part 6: a cloud worker checks its pulls against the same registries as the frontend."""
+    args = cloud_worker_args("gs://logs/", "oci", [], "https://registry.internal", ["10.0.0.5:5000", "reg.corp"])
+    assert args[args.index("--default-registry") + 1] == "https://registry.internal"
+    assert args[args.index("--allowed-registries") + 1] == "10.0.0.5:5000,reg.corp"
+    assert "--allowed-registries" not in cloud_worker_args("gs://logs/", "oci")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.worker.image_tools import PullFailure, classify, reason
+from services.worker.image_tools import ImagePullError, PullFailure, classify, reason
 
 
 def test_the_reason_is_skopeos_fatal_message_without_the_image_name_it_repeats() -> None:
@@ -29,6 +29,25 @@ def test_the_reason_is_skopeos_fatal_message_without_the_image_name_it_repeats()
     ("reading manifest sha256:401abc in r/b: manifest unknown: manifest unknown", PullFailure.NOT_FOUND),
     ("writing blob: open /cache/tmp/x: permission denied", PullFailure.FAILED),
     ("writing blob: no space left on device", PullFailure.FAILED),
+    # The worker's egress proxy refused where the registry sent the pull (services.worker.egress).
+    ('pinging container registry r: Get "https://r/v2/": corral refuses this destination', PullFailure.REFUSED),
+    ('reading manifest 1 in r/b: Get "https://auth.r/token": corral refuses this destination', PullFailure.REFUSED),
+    ('reading manifest 1 in r/b: Get "https://r/v2/b/manifests/1": destination unreachable', PullFailure.UNREACHABLE),
+    ('reading manifest 1 in r/b: Get "https://r/v2/b/manifests/1": egress proxy busy', PullFailure.UNREACHABLE),
 ])
 def test_failures_are_told_apart_by_the_registrys_words(detail: str, failure: PullFailure) -> None:
     assert classify(detail) is failure
+
+
+def test_the_user_is_told_corrals_words_and_the_operator_the_registrys() -> None:
+    """Issue 33 part 6: a pull failure reaches the job's user without the registry's address or the network's
+    answer; the exception's own text (for the worker's log) keeps them."""
+    refused = ImagePullError("127.0.0.1:9/b:latest", PullFailure.UNREACHABLE,
+                             'Get "http://127.0.0.1:9/v2/": dial tcp 127.0.0.1:9: connect: connection refused')
+    assert refused.user_words == "registry unreachable"
+    assert "connection refused" in str(refused) and "127.0.0.1:9" in str(refused)
+    assert ImagePullError("r/b", PullFailure.UNAUTHORIZED, "unauthorized: authentication required").user_words == \
+        "not authorised"
+    assert ImagePullError("r/b", PullFailure.NOT_FOUND, "manifest unknown").user_words == "no such image"
+    assert ImagePullError("r/b", PullFailure.REFUSED, "x", user_words="registry r is a loopback address").user_words \
+        == "registry r is a loopback address"

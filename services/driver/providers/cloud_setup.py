@@ -52,12 +52,15 @@ class WorkerBootArgs:
 
 
 def cloud_worker_args(log_root_url: str, runtime: str, storage_access_args: Sequence[str] = (),
-                      default_registry: str | None = None, limits_args: Sequence[str] = ()) -> tuple[str, ...]:
+                      default_registry: str | None = None, allowed_registries: Sequence[str] = (),
+                      limits_args: Sequence[str] = ()) -> tuple[str, ...]:
     """The command line shared by every cloud worker: `--scratch-dir`, `--log-root-url`, how it reaches
     gs:// and az:// storage (paths of secret files on the machine's image, never their contents),
-    `--runtime`, the default registry and the deployment's limits on jobs (services.common.worker_limits)."""
+    `--runtime`, the default registry, the registries allowed although not public, and the deployment's
+    limits on jobs (services.common.worker_limits)."""
     return ("--scratch-dir", CLOUD_SCRATCH_DIR, "--log-root-url", log_root_url, *storage_access_args, *limits_args,
-            "--runtime", runtime, *(["--default-registry", default_registry] if default_registry else []))
+            "--runtime", runtime, *(["--default-registry", default_registry] if default_registry else []),
+            *(["--allowed-registries", ",".join(allowed_registries)] if allowed_registries else []))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -22,9 +23,11 @@ from typing import Any, Protocol
 from services.worker.image_tools import Credentials, ImagePullError, PullFailure
 from services.worker.images import Image, ImageCache
 
+log = logging.getLogger(__name__)
 
-FINAL_PULL_FAILURES = frozenset({PullFailure.NOT_FOUND, PullFailure.UNAUTHORIZED})
-"""The registry's own refusals: the spec's (its image, its login), not the worker's; not tried again."""
+FINAL_PULL_FAILURES = frozenset({PullFailure.NOT_FOUND, PullFailure.UNAUTHORIZED, PullFailure.REFUSED})
+"""The registry's own refusals, and corral's of the registry: the spec's (its image, its login), not the
+worker's; not tried again."""
 
 
 class ImageUnavailable(Exception):
@@ -123,8 +126,9 @@ class DirectoryRootfs:
 class CachedRootfs:
     """The worker's image cache (services/worker/images.py) as a source: the image is pulled from its
     registry unless held (each digest pulled and unpacked once, whatever the number of attempts), held
-    while an attempt runs it, so never evicted then. A pull that fails is ImageUnavailable with the
-    registry's own words (a login refused included)."""
+    while an attempt runs it, so never evicted then. A pull that fails is ImageUnavailable in corral's
+    words (no such image, not authorised, registry unreachable...); the registry's own, with its address,
+    go to the worker's log only."""
 
     def __init__(self, cache: ImageCache):
         self.cache = cache
@@ -137,7 +141,8 @@ class CachedRootfs:
         try:
             held = await self.cache.acquire(image, credentials)
         except ImagePullError as e:
-            raise ImageUnavailable(str(e), final=e.failure in FINAL_PULL_FAILURES) from e
+            log.warning("image %r: %s", image, e)  # the registry's words and address: the operator's
+            raise ImageUnavailable(e.user_words, final=e.failure in FINAL_PULL_FAILURES) from e
         rootfs = Rootfs(image=image, digest=held.digest, path=held.rootfs, config=ImageConfig.from_oci(held.config))
         self._held[id(rootfs)] = held
         return rootfs
