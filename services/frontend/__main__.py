@@ -1,6 +1,6 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
-[--token-cache-s S] [--secrets-public-key-file PEM]
+[--token-cache-s S] [--secrets-public-key-file PEM] [--internal-pool-size N]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -28,6 +28,10 @@ parser.add_argument("--token-cache-s", type=float, default=FrontendConfig.token_
 parser.add_argument("--secrets-public-key-file", type=Path,
                     help="the public key job secrets are sealed with (PEM, X25519; the drivers hold the private "
                          "key). Without it this deployment keeps no secrets")
+parser.add_argument("--internal-pool-size", type=int, default=FrontendConfig.internal_pool_size,
+                    help="database connections kept apart from the users' pool (whose size is pool_size= in "
+                         "--database-url, 10 by default) for the health probe and internal calls "
+                         "(default %(default)s)")
 parser.add_argument("--reflect-also", default="", metavar="SERVICE,...",
                     help="services server reflection lists although another process serves them at the same "
                          "address (behind the gateway: corral.auth.v1.AuthService)")
@@ -35,6 +39,8 @@ add_url_settings(parser, [])
 Limits.add_flags(parser)
 metrics.add_arguments(parser)
 args = parser.parse_args()
+if args.internal_pool_size < 1:
+    parser.error("--internal-pool-size must be at least 1")
 private_files()
 metrics.serve_for_process(args, "frontend")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -45,4 +51,5 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                limits=Limits.from_args(args),
                                secrets_public_key_file=args.secrets_public_key_file,
-                               reflect_also=tuple(s for s in args.reflect_also.split(",") if s))))
+                               reflect_also=tuple(s for s in args.reflect_also.split(",") if s),
+                               internal_pool_size=args.internal_pool_size)))
