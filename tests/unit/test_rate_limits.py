@@ -103,3 +103,35 @@ def test_slots_never_exceed_their_maximum_and_come_back(maximum: int, steps: lis
             slots.release(key)
             held[key] -= 1
         assert slots.held(key) == held[key]
+
+
+def test_a_users_limiter_refuses_naming_the_limit_and_spares_corral_services() -> None:
+    from services.common.call_limits import UserLimiter, UserQuotas
+    from services.common.errors import RateLimited, to_status
+    from services.common.identity import Principal
+
+    now = [0]
+    quotas = UserQuotas(requests=TokenBucket(10, 2), max_concurrent_reads=1, read_methods=frozenset({"/R"}),
+                        submissions=TokenBucket(1 / 60, 1), submission_methods=frozenset({"/S"}))
+    limiter = UserLimiter(quotas, clock_ns=lambda: now[0])
+    alice, driver = Principal("alice", "person"), Principal("frontend", "service", role="frontend")
+    slot = limiter.admit(alice, "/R")
+    assert slot == "alice" and limiter.reads_running("alice") == 1
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(alice, "/R")  # a second read at once
+    assert refused.value.quota == "max_concurrent_reads_per_user" and refused.value.subject == "user:alice"
+    limiter.release(slot)
+    assert limiter.reads_running("alice") == 0
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(alice, "/other")  # the third call at once: the burst was two
+    assert refused.value.quota == "max_requests_per_user_per_s" and refused.value.retry_after_s == pytest.approx(0.1)
+    status = to_status(refused.value)
+    assert status is not None and len(status.details) == 2  # RetryInfo and QuotaFailure
+    now[0] += NS_PER_S
+    assert limiter.admit(alice, "/S") is None
+    with pytest.raises(RateLimited) as refused:
+        limiter.admit(alice, "/S")
+    assert refused.value.quota == "max_submissions_per_user_per_minute"
+    assert refused.value.retry_after_s == pytest.approx(60.0)
+    for _ in range(100):  # corral's own services are held to none of it
+        assert limiter.admit(driver, "/R") is None and limiter.admit(driver, "/S") is None
