@@ -3,11 +3,11 @@
 Real processes on a real MariaDB: auth and a frontend started as `python -m services.auth` and
 `python -m services.frontend` (their default limits but those a test names), an abusive tenant
 (tests/service/abusive_reader.py) as a process of its own, and the well-behaved tenant measured
-from this one. Before the limits of docs/security.md (*Limits*: "Requests per user per second",
-"Concurrent reads per user", "Submissions per user per minute", "Database connections for the
-health probe and internal calls"), sixteen threads of one user looping ListJobs with a 32-term
-query on a 100,000-job batch made the frontend NOT_SERVING every 6 s (its health probe waited for
-the 10-connection pool the reads held) and another user's GetBatch p99 was 5.5 s.
+from this one. Before the limits of docs/security.md (*Limits*, the rows "Requests per user",
+"Reads running at once per user", "Submissions per user" and "Database connections for the health
+probe"), sixteen threads of one user looping ListJobs with a 32-term query on a 100,000-job batch
+made the frontend NOT_SERVING every 6 s (its health probe waited for the 10-connection pool the
+reads held) and another user's GetBatch p99 was 5.5 s.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Each user's share of a frontend replica over real gRPC (services/frontend/quotas.py; docs/security.md,
-*Limits*: "Requests per user per second", "Concurrent reads per user", "Submissions per user per minute",
-"Database connections for the health probe and internal calls"), and how the client honours a refusal's
-google.rpc.RetryInfo. Issue 33's attack as a whole, on processes: tests/service/test_tenant_abuse.py.
+*Limits*, the rows "Requests per user", "Reads running at once per user", "Submissions per user" and
+"Database connections for the health probe"), and how the client honours a refusal's google.rpc.RetryInfo
+(docs/client.md, *Your share of a frontend*). Issue 33's attack as a whole, on processes:
+tests/service/test_tenant_abuse.py.
 
 A read is held running by a write lock on the table it reads, taken from another session.
 """
