@@ -2,8 +2,9 @@
 
 A 60,000-word ListBatches query once ran past its deadline until MariaDB
 was OOM-killed at 21 GB, and a 3.8 MB one ran 56 s. Auth and a frontend run
-as their own processes with their default limits (services/frontend/limits.py)
-on a fresh schema holding N batches with attributes and one batch of jobs;
+as their own processes with their default limits (services/frontend/limits.py;
+each user's share lifted, bench/stack.py) on a fresh schema holding N batches
+with attributes and one batch of jobs;
 each query below goes to ListBatches and ListJobs over gRPC, and the
 benchmark prints how long the answer took and MariaDB's resident memory
 (from /proc, by the server's pid file) before and after.

@@ -14,6 +14,7 @@ from corral.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    ResourceExhausted,
     Unauthenticated,
     Unavailable,
     UsageError,
@@ -23,5 +24,5 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchBuilder", "Client", "CorralError", "FailedPrecondition", "FieldViolation", "InvalidArgument",
-    "JobHandle", "NotFound", "PermissionDenied", "Unauthenticated", "Unavailable", "UsageError",
+    "JobHandle", "NotFound", "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable", "UsageError",
 ]

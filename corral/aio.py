@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +24,7 @@ from corral.batch.v1 import batch_service_pb2 as pb
 from corral.builder import BatchBuilder
 from corral.calls import AsyncCalls
 from corral.cli_config import connection
-from corral.errors import CorralError, Unavailable, from_rpc_error
+from corral.errors import CorralError, Unavailable, from_rpc_error, retry_after_s
 from corral.progress import BatchProgress, ProgressLine
 from corral.retries import channel_options
 
@@ -46,6 +47,24 @@ MAX_RECONNECTS = 10
 """Consecutive failed reconnections after which `watch` gives up."""
 HEALTHY_STREAM_S = 30.0
 """A watch that stayed open this long counts as a success: the reconnection count starts again."""
+
+
+RATE_LIMIT_RETRIES = 5
+"""Times a call refused by one of the user's rates (RESOURCE_EXHAUSTED with a google.rpc.RetryInfo) is sent
+again, each after the wait the server asked for."""
+MAX_RATE_LIMIT_WAIT_S = 30.0
+"""A refusal that asks for a longer wait is raised at once (`corral.errors.ResourceExhausted.retry_after_s`)."""
+
+
+def rate_limit_wait_s(error: grpc.RpcError, retries_so_far: int) -> float | None:
+    """How long to wait before sending a refused call again, or None to raise its error. Only a refusal
+    with a RetryInfo is retried: the server sends one for a user's rates and counts, which it checks before
+    the call does anything, so sending any call again is safe. The wait is the one asked for, never less,
+    with up to a tenth more at random so that a client's parallel calls do not all come back at once."""
+    wait_s = retry_after_s(error)
+    if wait_s is None or wait_s > MAX_RATE_LIMIT_WAIT_S or retries_so_far >= RATE_LIMIT_RETRIES:
+        return None
+    return wait_s * (1 + random.random() / 10)
 
 
 def reconnect_delay_s(failures: int) -> float:
@@ -87,7 +106,8 @@ class WatchResume:
         """The stream ended (`error` None) or failed: seconds to wait before
         resuming, or the error to raise when it is not resumable or the
         reconnections ran out."""
-        if error is not None and error.code() not in RESUMABLE_CODES:  # type: ignore[attr-defined]
+        limited_s = None if error is None else retry_after_s(error)
+        if error is not None and limited_s is None and error.code() not in RESUMABLE_CODES:  # type: ignore
             raise from_rpc_error(error) from None
         # The server never ends a watch by itself: an end is a drop too.
         if time.monotonic() - self._started_s > HEALTHY_STREAM_S:
@@ -96,7 +116,8 @@ class WatchResume:
         if self._failures > self.max_reconnects:
             raise (from_rpc_error(error) if error is not None
                    else Unavailable(f"the watch of batch {self.batch_id} keeps ending"))
-        return reconnect_delay_s(self._failures)
+        # A refusal for one of the user's rates (too many streams opened a second) says when to come back.
+        return max(reconnect_delay_s(self._failures), limited_s or 0.0)
 
 
 def refused_submission(error: CorralError, batch: batch_pb2.Batch) -> bool:
@@ -150,10 +171,15 @@ class Client(AsyncCalls):
             await self._auth_channel.close()
 
     async def _call(self, method: Callable[..., Awaitable[T]], request: Any) -> T:
-        try:
-            return await method(request, metadata=self._metadata)
-        except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from None
+        for retry in range(RATE_LIMIT_RETRIES + 1):
+            try:
+                return await method(request, metadata=self._metadata)
+            except grpc.aio.AioRpcError as e:
+                wait_s = rate_limit_wait_s(e, retry)
+                if wait_s is None:
+                    raise from_rpc_error(e) from None
+            await asyncio.sleep(wait_s)
+        raise AssertionError("unreachable")
 
     async def submit(self, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
                      parallelism: int = PARALLEL_BUNCHES) -> batch_pb2.Batch:

@@ -75,8 +75,38 @@ class Unavailable(CorralError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class ResourceExhausted(CorralError):
+    """A limit refused the call. With `retry_after_s` (the server's google.rpc.RetryInfo) it was a rate
+    or a count of this user's (requests a second, reads at once, submissions a minute, login attempts)
+    and the same call will be taken after that long; the client has already waited and retried a few
+    times (`corral.aio.RATE_LIMIT_RETRIES`). Without it the request itself is too large: narrow it."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None,
+                 field_violations: tuple[FieldViolation, ...] = (), retry_after_s: float | None = None,
+                 quotas: tuple[str, ...] = ()):
+        super().__init__(message, code, field_violations)
+        self.retry_after_s = retry_after_s
+        """When to try again, in seconds, if the server said (None: not by waiting)."""
+        self.quotas = quotas
+        """The limits the server named (its google.rpc.QuotaFailure), e.g. max_requests_per_user_per_s."""
+
+
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, NotFound, PermissionDenied, Unauthenticated,
                                       FailedPrecondition, Unavailable)}
+
+
+def retry_after_s(error: grpc.RpcError) -> float | None:
+    """The wait a RESOURCE_EXHAUSTED refusal's google.rpc.RetryInfo asks for, in seconds (None: none)."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:  # type: ignore[attr-defined]
+        return None
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    for detail in status.details if status is not None else ():
+        info = error_details_pb2.RetryInfo()
+        if detail.Unpack(info):
+            return max(0.0, info.retry_delay.ToNanoseconds() / 1e9)
+    return None
 
 
 def from_rpc_error(error: grpc.RpcError) -> CorralError:
@@ -90,5 +120,13 @@ def from_rpc_error(error: grpc.RpcError) -> CorralError:
             bad_request = error_details_pb2.BadRequest()
             if detail.Unpack(bad_request):
                 violations += [FieldViolation(v.field, v.description) for v in bad_request.field_violations]
+    message = call.details() or code.name  # type: ignore[attr-defined]
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        quotas = []
+        for detail in status.details if status is not None else ():
+            failure = error_details_pb2.QuotaFailure()
+            if detail.Unpack(failure):
+                quotas += [v.description for v in failure.violations]
+        return ResourceExhausted(message, code, tuple(violations), retry_after_s(error), tuple(quotas))
     cls = _BY_CODE.get(code, CorralError)
-    return cls(call.details() or code.name, code, tuple(violations))  # type: ignore[attr-defined]
+    return cls(message, code, tuple(violations))

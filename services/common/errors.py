@@ -75,13 +75,16 @@ class RateLimited(RequestError):
     """Too many attempts: refused until `retry_after_s` has passed (carried as a
     google.rpc.RetryInfo). RESOURCE_EXHAUSTED rather than UNAVAILABLE: clients and
     gRPC retry policies retry UNAVAILABLE on their own, which is the opposite of what
-    a rate limit asks for."""
+    a rate limit asks for. With `quota` (the limit's name) and `subject` (whose quota,
+    e.g. "user:alice") it also carries a google.rpc.QuotaFailure saying which."""
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
-    def __init__(self, message: str, retry_after_s: float):
+    def __init__(self, message: str, retry_after_s: float, quota: str = "", subject: str = ""):
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.quota = quota
+        self.subject = subject
 
 
 class FailedPrecondition(RequestError):
@@ -180,6 +183,9 @@ def to_status(error: Exception) -> status_pb2.Status | None:
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(max(0, round(error.retry_after_s * 1e9)))
         status.details.append(_packed(error_details_pb2.RetryInfo(retry_delay=delay)))
+        if error.quota:
+            status.details.append(_packed(error_details_pb2.QuotaFailure(violations=[
+                error_details_pb2.QuotaFailure.Violation(subject=error.subject, description=error.quota)])))
     elif isinstance(error, ResourceExhaustedError):
         status.details.append(_packed(error_details_pb2.QuotaFailure(violations=[
             error_details_pb2.QuotaFailure.Violation(description=error.message)])))

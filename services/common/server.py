@@ -32,7 +32,7 @@ from opentelemetry.instrumentation.grpc import aio_server_interceptor
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.common.authz import refusal
-from services.common.call_limits import CallLimits, StreamSlots
+from services.common.call_limits import CallLimits, StreamSlots, UserLimiter
 from services.common.errors import DeadlineExceeded, InvalidRequest, PermissionDenied, to_status
 from services.common.fields import violations
 from services.common.files import write_atomically
@@ -78,13 +78,17 @@ class Listener:
     require_client_cert: bool | None = None
     """Whether the TLS handshake requires a client certificate; None: as `internal`. (A driver's
     enrollment listener is internal, methods allowed by role, but its callers have no certificate yet.)"""
+    services: Sequence[Service] | None = None
+    """What this listener serves instead of `serve`'s services: the same services, built apart (the
+    frontend's internal listener reads through a database pool of its own); None: `serve`'s."""
 
     @classmethod
-    def mutual_tls(cls, address: str, tls: TlsFiles, gateway_methods: frozenset[str] = frozenset()) -> Listener:
+    def mutual_tls(cls, address: str, tls: TlsFiles, gateway_methods: frozenset[str] = frozenset(),
+                   services: Sequence[Service] | None = None) -> Listener:
         """An internal listener: callers are the corral services and workers named by their
         client certificates (signed by `tls.ca_cert`); the internal gateway may call `gateway_methods`
         on its own (services.common.identity.PeerCertificate)."""
-        return cls(address, tls, PeerCertificate(tls.ca_cert, gateway_methods), internal=True)
+        return cls(address, tls, PeerCertificate(tls.ca_cert, gateway_methods), internal=True, services=services)
 
     @property
     def client_cert_required(self) -> bool:
@@ -97,11 +101,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
     the call to its limits, and maps errors to statuses."""
 
     def __init__(self, authenticate: Authenticator, internal: bool, limits: CallLimits = CallLimits(),
-                 stream_slots: StreamSlots | None = None):
+                 stream_slots: StreamSlots | None = None, user_limiter: UserLimiter | None = None):
         self._authenticate = authenticate
         self._internal = internal
         self._limits = limits
         self._stream_slots = stream_slots
+        self._user_limiter = user_limiter
 
     async def intercept_service(
         self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
@@ -112,7 +117,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
             return handler
         method = details.method
         authenticate, internal = self._authenticate, self._internal
-        limits, slots = self._limits, self._stream_slots
+        limits, slots, quotas = self._limits, self._stream_slots, self._user_limiter
         # The request is decoded here rather than by grpc, so that bytes that are no message of its type (a
         # REST body the gateway transcoded into a corrupt one) are INVALID_ARGUMENT, not an UNKNOWN error.
         deserialize, streaming = handler.request_deserializer, handler.request_streaming
@@ -122,12 +127,16 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                 return request
             return _decoded_stream(request, deserialize) if streaming else _decoded(request, deserialize)
 
-        async def begin(request: Any, context: grpc.aio.ServicerContext) -> tuple[Principal, Any]:
+        async def begin(request: Any, context: grpc.aio.ServicerContext, held: list[str]) -> tuple[Principal, Any]:
+            """Authenticate, authorize, hold the user to their quotas (a read slot taken is put in
+            `held`, for the caller to give back however the call ends), check the fields."""
             if not internal and (why := refusal(method, internal, None)) is not None:
                 raise PermissionDenied(why)  # before the token is even looked at
             principal = await authenticate(context, method)
             if internal and (why := refusal(method, internal, principal)) is not None:
                 raise PermissionDenied(why)
+            if quotas is not None and (read_slot := quotas.admit(principal, method)) is not None:
+                held.append(read_slot)
             token = set_principal(principal)
             if limits.field_limits is not None and isinstance(request, message.Message):
                 found = violations(request, limits.field_limits)
@@ -135,6 +144,11 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                     reset_principal(token)
                     raise InvalidRequest(found, "request fields over their limits")
             return principal, token
+
+        def give_back(held: list[str]) -> None:
+            if quotas is not None:
+                for read_slot in held:
+                    quotas.release(read_slot)
 
         async def fail(context: grpc.aio.ServicerContext, error: Exception) -> None:
             status = to_status(error)
@@ -145,12 +159,12 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
         def unary_response(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                token = None
+                token, held = None, []
                 deadline = asyncio.timeout(limits.unary_deadline_s)
                 try:
                     async with deadline:
                         request = decoded(request)
-                        _, token = await begin(request, context)
+                        _, token = await begin(request, context, held)
                         return await behavior(request, context)
                 except Exception as error:  # noqa: BLE001 - mapped to a status, never swallowed
                     if isinstance(error, grpc.aio.AbortError):
@@ -163,6 +177,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                                                  f"({limits.unary_deadline_s:g} s: rpc_deadline_s)")
                     await fail(context, error)
                 finally:
+                    give_back(held)
                     if token is not None:
                         reset_principal(token)
 
@@ -170,10 +185,10 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
 
         def stream_response(behavior: Callable[..., AsyncIterator[Any]]) -> Callable[..., AsyncIterator[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-                token, holder = None, None
+                token, holder, held = None, None, []
                 try:
                     request = decoded(request)
-                    principal, token = await begin(request, context)
+                    principal, token = await begin(request, context, held)
                     if slots is not None:
                         slots.acquire(principal.name)
                         holder = principal.name
@@ -190,6 +205,7 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
                     # However the stream ends: finished, failed, or cancelled by the client.
                     if holder is not None and slots is not None:
                         slots.release(holder)
+                    give_back(held)
                     if token is not None:
                         reset_principal(token)
 
@@ -258,6 +274,8 @@ class RunningServers:
     """Server streams open per caller, when limited."""
     service_names: list[str] = dataclasses.field(default_factory=list)
     """The services served (health reports each, and "" for the whole server)."""
+    user_limiter: UserLimiter | None = None
+    """Each user's requests, reads and submissions, when limited."""
     serving: bool = False
     """What health reports now."""
     _watch: asyncio.Task[None] | None = None
@@ -335,16 +353,20 @@ async def serve(
     # Reflection also lists `also_reflected`: services another process serves at the same address (a gateway's).
     names = [s.name for s in services] + list(also_reflected) + [health.SERVICE_NAME, reflection.SERVICE_NAME]
     slots = None if limits.max_streams_per_caller is None else StreamSlots(limits.max_streams_per_caller)
+    user_limiter = None if limits.user_quotas is None else UserLimiter(limits.user_quotas)
     async with contextlib.AsyncExitStack() as started:
         for listener in listeners:
             interceptors: list[grpc.aio.ServerInterceptor] = []
             if tracer_provider is not None:
                 interceptors.append(aio_server_interceptor(tracer_provider=tracer_provider))
             interceptors.append(MetricsInterceptor())  # before the next: it counts the status that one sets
-            interceptors.append(RequestInterceptor(listener.authenticate, listener.internal, limits, slots))
+            interceptors.append(RequestInterceptor(listener.authenticate, listener.internal, limits, slots,
+                                                   user_limiter))
             server = grpc.aio.server(interceptors=interceptors, options=[
                 ("grpc.max_receive_message_length", limits.max_receive_message_bytes)])
-            for service in services:
+            served = services if listener.services is None else listener.services
+            assert [s.name for s in served] == [s.name for s in services], "a listener serves the same services"
+            for service in served:
                 service.register(service.servicer, server)
             health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
             reflection.enable_server_reflection(names, server)
@@ -353,7 +375,8 @@ async def serve(
             started.push_async_callback(server.stop, None)
             servers.append(server)
             ports.append(port)
-        running = RunningServers(servers, ports, health_servicer, slots, [s.name for s in services])
+        running = RunningServers(servers, ports, health_servicer, slots, [s.name for s in services],
+                                 user_limiter=user_limiter)
         await running.set_serving(serving_at_start)
         started.pop_all()
     return running

@@ -1,6 +1,7 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
 [--token-cache-s S] [--secrets-public-key-file PEM] [--default-registry URL] [--allowed-registries HOST[:PORT],...]
+[--internal-pool-size N]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -36,6 +37,10 @@ parser.add_argument("--token-cache-s", type=float, default=FrontendConfig.token_
 parser.add_argument("--secrets-public-key-file", type=Path,
                     help="the public key job secrets are sealed with (PEM, X25519; the drivers hold the private "
                          "key). Without it this deployment keeps no secrets")
+parser.add_argument("--internal-pool-size", type=int, default=FrontendConfig.internal_pool_size,
+                    help="database connections kept apart from the users' pool (whose size is pool_size= in "
+                         "--database-url, 10 by default) for the health probe and internal calls "
+                         "(default %(default)s)")
 parser.add_argument("--reflect-also", default="", metavar="SERVICE,...",
                     help="services server reflection lists although another process serves them at the same "
                          "address (behind the gateway: corral.auth.v1.AuthService)")
@@ -51,6 +56,8 @@ try:
     RegistryRules.of(args.default_registry, allowed_registries(args.allowed_registries))
 except ValueError as e:
     parser.error(str(e))
+if args.internal_pool_size < 1:
+    parser.error("--internal-pool-size must be at least 1")
 private_files()
 metrics.serve_for_process(args, "frontend")
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -63,4 +70,5 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                secrets_public_key_file=args.secrets_public_key_file,
                                default_registry=args.default_registry,
                                allowed_registries=allowed_registries(args.allowed_registries),
-                               reflect_also=tuple(s for s in args.reflect_also.split(",") if s))))
+                               reflect_also=tuple(s for s in args.reflect_also.split(",") if s),
+                               internal_pool_size=args.internal_pool_size)))

@@ -1,5 +1,5 @@
-"""Wiring of the frontend: database, spec and log storage, auth client, driver
-notifier, servicers, listeners."""
+"""Wiring of the frontend: database pools (the users' and one apart for the health probe and
+internal calls), spec and log storage, auth client, driver notifier, servicers, listeners."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ from services.frontend.lock_store import LockStore
 from services.frontend.locks import LockServicer
 from services.frontend.logs import StoredLogs, WorkerLogs
 from services.frontend.notify import DriverNotifier
+from services.frontend.quotas import user_quotas
 from services.frontend.secret_store import SecretStore
 from services.frontend.secrets import SecretServicer
 from services.common.specs import SpecStore
@@ -111,6 +112,10 @@ class FrontendConfig:
     reflect_also: tuple[str, ...] = ()
     """Services of the same address this frontend's server reflection lists although others serve them: behind
     the public gateway, which sends reflection here, auth's (`corral.auth.v1.AuthService`)."""
+    internal_pool_size: int = 2
+    """Database connections kept apart from the users' pool (whose size is `pool_size=` in `database_url`,
+    10 by default) for the health probe and the calls of corral's own services on the internal listener:
+    however users fill theirs, health still answers from the database and internal calls still run."""
 
 
 @dataclasses.dataclass
@@ -118,6 +123,9 @@ class FrontendApp:
     """A running frontend."""
 
     db: Database
+    """The users' pool: every call on the public listener."""
+    internal_db: Database
+    """The pool apart: the health probe and the internal listener's calls."""
     auth_channel: grpc.aio.Channel
     servers: RunningServers
     public_port: int
@@ -148,11 +156,13 @@ async def start(config: FrontendConfig) -> FrontendApp:
         tracing = Tracing("corral-frontend", config.trace_exporter)
         stack.callback(tracing.shutdown)
         stack.callback(images.close)
-        db = await Database.connect(DatabaseConfig.from_url(config.database_url))
+        db_config = DatabaseConfig.from_url(config.database_url)
+        db = await Database.connect(db_config)
         stack.push_async_callback(db.close)
-        # Every read a request drives runs under the statement time limit; the
-        # procedures that write (JobStore) are not limited.
-        reads = db.time_limited(limits.max_statement_time_s)
+        # Users can fill their pool (each up to max_concurrent_reads_per_user reads at once, however
+        # many users): the health probe and corral's own services must not wait behind them.
+        internal_db = await Database.connect(dataclasses.replace(db_config, pool_size=config.internal_pool_size))
+        stack.push_async_callback(internal_db.close)
         auth_channel = grpc.aio.secure_channel(config.auth_address, tls.channel_credentials())
         stack.push_async_callback(auth_channel.close)
         authenticate = BearerAuthenticator(RemoteTokenVerifier(auth_channel), cache_s=config.token_cache_s)
@@ -160,42 +170,49 @@ async def start(config: FrontendConfig) -> FrontendApp:
         stack.push_async_callback(worker_logs.close)
         notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
         stack.push_async_callback(notifier.close)
-        jobs, batches, specs = JobStore(db), BatchStore(reads), SpecStore(config.spec_root_url)
-        secrets = SecretStore(reads)
-        services = [
-            Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
-                                                                  limits=limits, secrets=secrets, images=images),
-                    batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
-            Service("corral.batch.v1.JobService",
-                    JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
-                                StoredLogs(config.spec_root_url), worker_logs, limits=limits),
-                    job_service_pb2_grpc.add_JobServiceServicer_to_server),
-            Service("corral.batch.v1.JobGroupService",
-                    JobGroupServicer(jobs, batches, GroupReadStore(reads), notifier),
-                    job_group_service_pb2_grpc.add_JobGroupServiceServicer_to_server),
-            Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(reads)),
-                    billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
-            Service("corral.batch.v1.LockService", LockServicer(LockStore(reads), BillingStore(reads)),
-                    lock_service_pb2_grpc.add_LockServiceServicer_to_server),
-            Service("corral.batch.v1.SecretService", SecretServicer(secrets, sealer, limits),
-                    secret_service_pb2_grpc.add_SecretServiceServicer_to_server),
-        ]
+        specs = SpecStore(config.spec_root_url)
+
+        def services_on(pool: Database) -> list[Service]:
+            """Every service, its stores on `pool`. Every read a request drives runs under the statement
+            time limit; the procedures that write (JobStore) are not limited."""
+            reads = pool.time_limited(limits.max_statement_time_s)
+            jobs, batches, secrets = JobStore(pool), BatchStore(reads), SecretStore(reads)
+            return [
+                Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
+                                                                      limits=limits, secrets=secrets, images=images),
+                        batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
+                Service("corral.batch.v1.JobService",
+                        JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
+                                    StoredLogs(config.spec_root_url), worker_logs, limits=limits),
+                        job_service_pb2_grpc.add_JobServiceServicer_to_server),
+                Service("corral.batch.v1.JobGroupService",
+                        JobGroupServicer(jobs, batches, GroupReadStore(reads), notifier),
+                        job_group_service_pb2_grpc.add_JobGroupServiceServicer_to_server),
+                Service("corral.billing.v1.BillingService", BillingServicer(BillingStore(reads)),
+                        billing_service_pb2_grpc.add_BillingServiceServicer_to_server),
+                Service("corral.batch.v1.LockService", LockServicer(LockStore(reads), BillingStore(reads)),
+                        lock_service_pb2_grpc.add_LockServiceServicer_to_server),
+                Service("corral.batch.v1.SecretService", SecretServicer(secrets, sealer, limits),
+                        secret_service_pb2_grpc.add_SecretServiceServicer_to_server),
+            ]
+
+        services = services_on(db)
         listeners = [Listener(config.public_address, tls, authenticate, internal=False)]
         if config.internal_address:
-            listeners.append(Listener.mutual_tls(config.internal_address, tls))
+            listeners.append(Listener.mutual_tls(config.internal_address, tls, services=services_on(internal_db)))
         call_limits = CallLimits(max_receive_message_bytes=limits.max_request_bytes,
                                  unary_deadline_s=limits.rpc_deadline_s,
                                  max_streams_per_caller=limits.max_streams_per_user,
-                                 field_limits=request_field_limits(limits))
+                                 field_limits=request_field_limits(limits), user_quotas=user_quotas(limits))
         servers = await serve(services, listeners, tracer_provider=tracing.provider, limits=call_limits,
                               also_reflected=config.reflect_also)
         stack.push_async_callback(servers.stop)
         if config.driver_addresses:
             notifier.start()
-        servers.watch_health(database_probe(db))
+        servers.watch_health(database_probe(internal_db))
         if config.ports_file is not None:
             write_ports_file(config.ports_file, {"public": servers.ports[0], "internal": servers.ports[1:]})
-        app = FrontendApp(db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing,
+        app = FrontendApp(db, internal_db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing,
                           stack.pop_all())
     log.info("frontend serving on port %d", app.public_port)
     return app

@@ -48,6 +48,22 @@ class Limits:
     """Largest serialized request gRPC accepts (RESOURCE_EXHAUSTED beyond); AddJobs bunches
     must fit."""
 
+    # -- one user's share of a frontend replica (services.frontend.quotas) ---------
+
+    max_requests_per_user_per_s: float = 50.0
+    """Calls one user may make to one frontend replica a second, sustained (a token bucket; every call
+    counts, stream openings too); past it RESOURCE_EXHAUSTED with a RetryInfo saying when to retry."""
+    max_request_burst_per_user: int = 100
+    """Calls one user may make at once after a quiet time (the bucket's size)."""
+    max_concurrent_reads_per_user: int = 2
+    """Reads (unary calls that change nothing: GetBatch, ListJobs, ...) one user may have running at
+    once on one frontend replica; one more is RESOURCE_EXHAUSTED. Two keep the other tenants' reads
+    fast on two cores when every read is a 32-term query over 100,000 jobs (docs/security.md)."""
+    max_submissions_per_user_per_minute: int = 60
+    """New batches and updates (CreateBatch, SubmitBatch, CreateUpdate, RerunFailedJobs) one user may
+    start on one frontend replica a minute, all of them at once after a quiet minute (a token bucket);
+    past it RESOURCE_EXHAUSTED with a RetryInfo."""
+
     # -- submissions -------------------------------------------------------------
 
     max_jobs_per_bunch: int = 5_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -70,6 +71,18 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
     return (("authorization", f"Bearer {token}"),)
 
 
+QUOTAS_LIFTED = {"max_requests_per_user_per_s": 1e6, "max_request_burst_per_user": 1_000_000,
+                 "max_concurrent_reads_per_user": 1_000, "max_submissions_per_user_per_minute": 1_000_000}
+"""Each user's share of a replica (services/frontend/quotas.py), lifted: a test is one or two users making
+hundreds of calls a second, several at once."""
+
+
+def limits_for_tests(**settings: Any) -> Limits:
+    """The frontend's limits for a test: the defaults, but with each user's quotas lifted unless `settings`
+    names them (tests/service/test_user_quotas.py and test_tenant_abuse.py hold users to them)."""
+    return Limits(**{**QUOTAS_LIFTED, **settings})
+
+
 UserToken = Callable[..., Awaitable[str]]
 """`await user_token(name, roles=("user",))`: a new user and an API token for them."""
 
@@ -92,7 +105,8 @@ async def frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCerti
     """The whole frontend (services.frontend.app) on port 0, verifying tokens with `auth_app`,
     keeping specs and logs under the test's tmp_path, notifying no driver."""
     app = await start_frontend(FrontendConfig(service_url(db_config, "frontend"), certs.directory,
-                                              f"localhost:{auth_app.internal_port}", f"file://{tmp_path / 'blobs'}"))
+                                              f"localhost:{auth_app.internal_port}", f"file://{tmp_path / 'blobs'}",
+                                              limits=limits_for_tests()))
     try:
         yield app
     finally:

@@ -31,7 +31,7 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
 from services.frontend.app import FrontendConfig
 from services.frontend.app import start as start_frontend
-from tests.service.conftest import bearer, person_channel, service_channel
+from tests.service.conftest import bearer, limits_for_tests, person_channel, service_channel
 from tests.service.test_auth import FakeContext
 
 UNAUTHENTICATED, EXHAUSTED = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -189,7 +189,8 @@ async def test_an_expired_token_is_refused_at_once_by_a_frontend_that_caches_tok
         tmp_path: Path) -> None:
     frontend = await start_frontend(FrontendConfig(db_config.to_url(), certs.directory,
                                                    f"localhost:{auth_app.internal_port}",
-                                                   f"file://{tmp_path / 'blobs'}", token_cache_s=60))
+                                                   f"file://{tmp_path / 'blobs'}", token_cache_s=60,
+                                                   limits=limits_for_tests()))
     try:
         tls = certs.issue("someone")
         async with person_channel(tls, auth_app.public_port) as a, person_channel(tls, frontend.public_port) as f:

@@ -49,7 +49,7 @@ from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.logs import LogSink
 from tests.conftest import service_url
-from tests.service.conftest import bearer, person_channel
+from tests.service.conftest import bearer, limits_for_tests, person_channel
 from tests.service.test_driver_app import eventually
 from tests.world import FakeClock, World
 
@@ -93,6 +93,8 @@ def spec(*parents: int, name: str = "", **kwargs) -> job_spec_pb2.JobSpec:
 
 async def start_frontend(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority, blobs: Path,
                          **config) -> FrontendApp:
+    """A frontend on port 0, its users' quotas lifted unless `config` gives limits (tests.service.conftest)."""
+    config.setdefault("limits", limits_for_tests())
     return await start(FrontendConfig(service_url(db_config, "frontend"), certs.directory, f"localhost:{auth_app.internal_port}",
                                       f"file://{blobs}", **config))
 

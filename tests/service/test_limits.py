@@ -28,7 +28,7 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, DatabaseConfig
 from services.frontend.app import FrontendApp
 from services.frontend.limits import Limits
-from tests.service.conftest import person_channel
+from tests.service.conftest import limits_for_tests, person_channel
 from tests.service.test_driver_app import eventually
 from tests.service.test_jobs import Env, make_env, refused, spec, start_frontend, violations
 from tests.world import FakeClock
@@ -49,7 +49,7 @@ async def limited_env(limits: Limits, auth_app: AuthApp, db_config: DatabaseConf
 @pytest.fixture
 def start_env(auth_app: AuthApp, db_config: DatabaseConfig, db: Database, clock: FakeClock,
               certs: DevCertificateAuthority, tmp_path: Path):
-    return lambda **limits: limited_env(Limits(**limits), auth_app, db_config, db, clock, certs, tmp_path)
+    return lambda **limits: limited_env(limits_for_tests(**limits), auth_app, db_config, db, clock, certs, tmp_path)
 
 
 @contextlib.contextmanager

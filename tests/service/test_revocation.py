@@ -41,7 +41,7 @@ from services.db.store import JobStore
 from services.frontend.app import FrontendApp, FrontendConfig
 from services.frontend.app import start as start_frontend
 from tests.conftest import service_url
-from tests.service.conftest import bearer, person_channel
+from tests.service.conftest import bearer, limits_for_tests, person_channel
 from tests.service.test_driver_app import eventually
 from tests.service.test_jobs import spec
 
@@ -65,7 +65,7 @@ async def services(db_config: DatabaseConfig, certs: DevCertificateAuthority,
     try:
         frontend = await start_frontend(FrontendConfig(
             service_url(db_config, "frontend"), certs.directory, f"localhost:{auth.internal_port}",
-            f"file://{tmp_path / 'blobs'}", token_cache_s=FRONTEND_CACHE_S))
+            f"file://{tmp_path / 'blobs'}", token_cache_s=FRONTEND_CACHE_S, limits=limits_for_tests()))
         try:
             yield auth, frontend
         finally:
@@ -168,7 +168,7 @@ async def test_an_unreachable_auth_service_refuses_tokens_as_unavailable(
     auth = await start_auth(AuthConfig(service_url(db_config, "auth"), certs.directory))
     frontend = await start_frontend(FrontendConfig(
         service_url(db_config, "frontend"), certs.directory, f"localhost:{auth.internal_port}",
-        f"file://{tmp_path / 'blobs'}"))
+        f"file://{tmp_path / 'blobs'}", limits=limits_for_tests()))
     try:
         people = AuthStore(auth.db)
         await people.create_user("alice")

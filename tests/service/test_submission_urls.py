@@ -25,7 +25,7 @@ from services.db.store import JobStore
 from services.frontend.app import FrontendApp, FrontendConfig
 from services.frontend.app import start as start_frontend
 from tests.conftest import service_url
-from tests.service.conftest import bearer, person_channel
+from tests.service.conftest import bearer, limits_for_tests, person_channel
 
 Stub = batch_service_pb2_grpc.BatchServiceStub
 
@@ -43,7 +43,7 @@ async def frontend_with(auth_app: AuthApp, db_config: DatabaseConfig, certs: Dev
                         tmp_path: Path, **config: Any) -> FrontendApp:
     return await start_frontend(FrontendConfig(service_url(db_config, "frontend"), certs.directory,
                                                f"localhost:{auth_app.internal_port}", f"file://{tmp_path / 'blobs'}",
-                                               **config))
+                                               **{"limits": limits_for_tests(), **config}))
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ from services.frontend.app import FrontendApp, FrontendConfig
 from services.frontend.app import start as start_frontend
 from services.frontend.limits import Limits
 from tests.conftest import service_url
-from tests.service.conftest import bearer, person_channel
+from tests.service.conftest import bearer, limits_for_tests, person_channel
 
-LIMITS = Limits(max_jobs_per_batch=10, max_open_jobs_per_user=15, max_open_jobs_per_billing_project=100,
+LIMITS = limits_for_tests(max_jobs_per_batch=10, max_open_jobs_per_user=15, max_open_jobs_per_billing_project=100,
                 max_children_per_job=3)
 
 
