@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -16,3 +17,18 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(partial, path)
+
+
+def try_lock(path: Path) -> int | None:
+    """An exclusive flock on `path` (made 0600 if missing, never through a link), held by the returned
+    descriptor until it is closed; None if another process holds it. A process that dies lets it go."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

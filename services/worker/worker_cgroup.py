@@ -24,11 +24,11 @@ dead one left.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 from pathlib import Path
 
+from services.common.files import try_lock
 from services.worker.oci.cgroups import (V1, CgroupError, Hierarchies, read_processes, remove_if_empty,
                                          remove_tree, write_file)
 
@@ -117,7 +117,7 @@ class ProcessRuntimeClaim:
     def claim(self, cgroup_path: str) -> bool:
         """Take the name, writing the path of its cgroup; False if a live runtime holds it."""
         self.state_root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = _lock(self.file)
+        fd = try_lock(self.file)
         if fd is None:
             return False
         os.ftruncate(fd, 0)
@@ -141,7 +141,7 @@ class ProcessRuntimeClaim:
         for entry in sorted(self.state_root.iterdir()):
             if entry == self.file or not entry.is_file():
                 continue
-            fd = _lock(entry)
+            fd = try_lock(entry)
             if fd is None:
                 continue  # a live runtime's
             try:
@@ -158,16 +158,3 @@ class ProcessRuntimeClaim:
                 os.close(fd)
         return left
 
-
-def _lock(path: Path) -> int | None:
-    """An exclusive flock on `path` (made if missing), or None if someone else holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd

@@ -36,7 +36,6 @@ scratch handling owns.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import logging
 import os
@@ -44,6 +43,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from services.common.files import try_lock
 from services.worker.oci.cgroups import Hierarchies, remove_if_empty, remove_tree
 from services.worker.oci import network
 from services.worker.oci.layer import remove_oci_dir
@@ -95,7 +95,7 @@ class Owner:
         """Take the name for this process; raises OwnerBusy if a live runtime has it."""
         self.state_root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.dir.mkdir(mode=0o700, exist_ok=True)
-        fd = _lock(self.dir)
+        fd = try_lock(self.dir / "lock")
         if fd is None:
             raise OwnerBusy(f"another OCI runtime named {self.name!r} runs on this host (it holds "
                             f"{self.dir}/lock): each worker needs a name of its own")
@@ -179,7 +179,7 @@ async def clean_up_dead_owners(state_root: Path, cgroup_root: str, runc_binary: 
     for entry in sorted(state_root.iterdir()):
         if entry.name == alive or not entry.is_dir():
             continue
-        fd = _lock(entry)
+        fd = try_lock(entry / "lock")
         if fd is None:
             continue  # a live runtime's
         try:
@@ -194,17 +194,4 @@ async def clean_up_dead_owners(state_root: Path, cgroup_root: str, runc_binary: 
             os.close(fd)
     return left
 
-
-def _lock(directory: Path) -> int | None:
-    """An exclusive flock on `directory/lock`, or None if someone else holds it."""
-    fd = os.open(directory / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
