@@ -368,7 +368,7 @@ async def start(config: DriverConfig) -> DriverApp:
             log.warning("%s no longer leads; %d worker sessions ended", state.name, ended)
 
         servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session,
-                                  on_deactivated=on_deactivated, on_ended=scheduler.ended)
+                                  on_deactivated=on_deactivated, on_ended=scheduler.ended, placed=scheduler.placed)
         enrollment = Service(ENROLLMENT_SERVICE, EnrollmentServicer(store, _worker_issuer(config), config.enrollment),
                              worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)
         servers = await serve([Service("corral.driver.v1.DriverService", servicer,

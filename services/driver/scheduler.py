@@ -21,6 +21,7 @@ Each cycle, per pool (instance collection):
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import secrets
@@ -121,6 +122,8 @@ class Scheduler(Loop):
         self.scheduled_total = 0
         self.last_plans: dict[str, planner.Plan] = {}
         """The last cycle's plan of each pool (for tests and the curious)."""
+        self._placing: asyncio.Event | None = None
+        """Set when the latest cycle ends (`placed`). Not `_cycle_done`: that is Loop's."""
 
     def new_work(self) -> None:
         """Work came or went outside this scheduler (a batch committed, children released, jobs cancelled):
@@ -169,6 +172,21 @@ class Scheduler(Loop):
             for d in self._demand[pool]]
 
     async def cycle(self) -> None:
+        done = self._placing = asyncio.Event()
+        try:
+            await self._place()
+        finally:
+            done.set()
+
+    async def placed(self) -> None:
+        """Return once the cycle under way, if any, has ended: the Run commands of what it placed are then
+        queued on their workers' sessions. A cycle takes its live instances when it starts, so a worker that
+        says it drains while one runs may still be given jobs by it (the servicer waits here before it
+        acknowledges a Draining)."""
+        if self._placing is not None:
+            await self._placing.wait()
+
+    async def _place(self) -> None:
         epoch = self._epoch()
         if epoch is None:
             return

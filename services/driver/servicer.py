@@ -29,7 +29,7 @@ import dataclasses
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -84,7 +84,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                  leader_address: Callable[[], str], on_change: Callable[[str], None],
                  settings: SessionSettings = SessionSettings(),
                  on_deactivated: Callable[[str], None] = lambda name: None,
-                 on_ended: Callable[[Sequence[dict[str, Any]]], None] = lambda jobs: None):
+                 on_ended: Callable[[Sequence[dict[str, Any]]], None] = lambda jobs: None,
+                 placed: Callable[[], Awaitable[None]] | None = None):
         self._db = db
         self._store = store
         self._sessions = sessions
@@ -95,6 +96,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         self._on_deactivated = on_deactivated
         """Called with an instance's name once its worker deactivated itself (idle, asked, or preempted)."""
         self._events = WorkerEvents(store, on_change, on_ended)
+        self._placed = placed
+        """Returns once the scheduler's cycle under way has ended (`Scheduler.placed`); None: no scheduler."""
 
     def _leader_epoch(self) -> int:
         epoch = self._epoch()
@@ -277,16 +280,23 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
     async def _handle(self, epoch: int, session: Session, messages: list[pb.WorkerSessionRequest]) -> list[int]:
         """Record one pass of a worker's messages; returns the event ids to acknowledge."""
         instance = session.instance
+        draining = False
         for message in messages:
             kind = message.WhichOneof("payload")
             if kind == "draining":
-                session.draining = True
+                session.draining = draining = True
                 log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
             elif kind == "command_ack" and not message.command_ack.accepted:
                 # A refused RunJob's attempt stays open until the worker deactivates (draining) or the
                 # job's spec is reported as an Error (refused spec); see docs/architecture.md.
                 log.warning("%s refused command %d: %s", instance, message.command_ack.command_id,
                             message.command_ack.error_message)
+        if draining and self._placed is not None:
+            # A cycle that began before the Draining may still place jobs here; the worker deactivates
+            # once its Draining is acknowledged and nothing runs. Acknowledged after that cycle, the ack
+            # follows its Run commands on the session's one queue, so the worker sees them first and runs
+            # them (else their attempts were lost with the worker; CI saw it in database-restart).
+            await self._placed()
         recorded = await self._events.record(epoch, instance, messages)
         for ref, reason in recorded.stop:
             self._sessions.cancel(instance, ref["batch_id"], ref["job_id"], ref["attempt_id"], reason)

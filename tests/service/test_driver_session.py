@@ -4,9 +4,11 @@ session stream, Run commands from the scheduler, acknowledged job events."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiomysql
 import grpc
 import pytest
 from google.protobuf import timestamp_pb2
@@ -17,6 +19,7 @@ from corral.driver.v1 import driver_service_pb2_grpc
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
+from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer
@@ -37,14 +40,15 @@ async def driver(world: World, certs: DevCertificateAuthority, tmp_path: Path) -
     specs = SpecStore(f"file://{tmp_path / 'blobs'}")
     registry = SessionRegistry(world.db, specs, world.clock)
     leading = {"epoch": world.epoch}
+    scheduler = Scheduler(world.db, world.store, registry, lambda: leading["epoch"])
     servicer = DriverServicer(world.db, world.store, registry, lambda: leading["epoch"], lambda: "driver-0:1",
-                              lambda kind: None)
+                              lambda kind: None, placed=scheduler.placed)
     servers = await serve([Service("corral.driver.v1.DriverService", servicer,
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
                           [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
     try:
         yield {"port": servers.ports[0], "registry": registry, "specs": specs, "leading": leading,
-               "servicer": servicer}
+               "servicer": servicer, "scheduler": scheduler}
     finally:
         await servers.stop(0)
 
@@ -262,3 +266,44 @@ async def test_an_event_bunch_carries_only_events(world: World, driver: dict, ce
                 pass
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "events.events[1]" in error.value.details()
+
+
+async def test_a_draining_worker_is_acknowledged_after_the_run_commands_of_the_cycle_under_way(
+        world: World, driver: dict, certs: DevCertificateAuthority, db_config: DatabaseConfig) -> None:
+    """A cycle takes its live instances when it starts: one under way when the worker says it drains may
+    still place a job there. The worker deactivates once its Draining is acknowledged and nothing runs, so
+    the ack must come after that cycle's RunJob, or the attempt is lost with the worker (the fault
+    database-restart saw 16 such, with SJ slow on a restarting database). Here the job's row is held so
+    that the cycle waits in SJ while the Draining arrives."""
+    refs = await driver["specs"].write_bunch(1, 1, 1, [job_spec_pb2.JobSpec(
+        image="busybox", argv=job_spec_pb2.Argv(args=["true"]))])
+    batch_id, _, job_id = await world.batch([{"spec_ref": refs[0]}])
+    holder = await aiomysql.connect(**db_config.connect_kwargs())
+    try:
+        async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+            call = await welcomed_session(world, driver, certs, channel)
+            async with holder.cursor() as cursor:
+                await cursor.execute("START TRANSACTION")
+                await cursor.execute("SELECT * FROM jobs WHERE batch_id = %s AND job_id = %s FOR UPDATE",
+                                     (batch_id, job_id))
+                cycle = asyncio.ensure_future(driver["scheduler"].cycle())
+                deadline = time.monotonic() + 15  # within the server's lock wait timeout
+                while not await world.db.fetchall(
+                        "SELECT id FROM information_schema.PROCESSLIST WHERE db = %s AND command = 'Query' "
+                        "AND time_ms > 300 AND info NOT LIKE '%%PROCESSLIST%%'", (db_config.database,)):
+                    assert not cycle.done(), cycle
+                    assert time.monotonic() < deadline, "the cycle never waited for the job's row"
+                    await asyncio.sleep(0.05)
+                await call.write(pb.WorkerSessionRequest(event_id=5, draining=ws.Draining(
+                    reason=ws.DRAIN_REASON_IDLE)))  # as the worker sends it: numbered, but not acknowledged
+                await call.write(pb.WorkerSessionRequest(event_id=6, heartbeat=ws.Heartbeat(free_cores_mcpu=2000)))
+                with pytest.raises(TimeoutError):  # not acknowledged while the cycle may still place here
+                    await asyncio.wait_for(asyncio.shield(reading := asyncio.ensure_future(call.read())), 1)
+                await cursor.execute("ROLLBACK")
+            first = await asyncio.wait_for(reading, 10)
+            assert first.WhichOneof("payload") == "run_job" and first.run_job.attempt.job_id == job_id
+            assert await read_acks(call, 1) == {6}  # the heartbeat sent after the Draining: the worker's sign
+            await asyncio.wait_for(cycle, 10)
+            call.cancel()
+    finally:
+        holder.close()
