@@ -77,9 +77,25 @@ def request_for(method: descriptor.MethodDescriptor) -> Any:
     return request
 
 
+# grpcio's asyncio client reports INTERNAL "Internal error from Core" instead of the server's status when the
+# server ends a stream (a refusal, say) as the client writes its first message (grpc/grpc#36066): a call that
+# ends so says nothing about the server, and is made again.
+CLIENT_WRITE_RACE = "Internal error from Core"
+
+
 async def call(channel: grpc.aio.Channel, service: descriptor.ServiceDescriptor, method: descriptor.MethodDescriptor
                ) -> grpc.aio.AioRpcError | None:
-    """Call `method` once with its simplest request; the error, or None if it succeeded."""
+    """Call `method` with its simplest request; the error, or None if it succeeded."""
+    for _ in range(5):
+        error = await call_once(channel, service, method)
+        if not (error is not None and method.client_streaming and error.code() == grpc.StatusCode.INTERNAL
+                and error.details() == CLIENT_WRITE_RACE):
+            return error
+    return error
+
+
+async def call_once(channel: grpc.aio.Channel, service: descriptor.ServiceDescriptor,
+                    method: descriptor.MethodDescriptor) -> grpc.aio.AioRpcError | None:
     path = f"/{service.full_name}/{method.name}"
     request_class = message_factory.GetMessageClass(method.input_type)
     response_class = message_factory.GetMessageClass(method.output_type)
