@@ -4,10 +4,8 @@ loopback (a GCS emulator and Azurite) for the tests that ask for them."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -15,10 +13,10 @@ import pytest
 
 from services.db.accounts import ACCOUNTS, grant_service_accounts
 from services.db.database import Database, DatabaseConfig
-from services.db.migrations import drop_database, migrate
 from services.db.server import PrivateMariaDB
 from services.db.store import JobStore
 from tests import storage_emulators
+from tests.databases import MigratedDatabases
 from tests.storage_emulators import Emulator
 from tests.world import FakeClock, World
 
@@ -62,15 +60,25 @@ def mariadb_server() -> Iterator[DatabaseConfig]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def migrated_databases(mariadb_server: DatabaseConfig) -> Iterator[MigratedDatabases]:
+    """The session's migrated databases (tests/databases.py), dropped at its end."""
+    databases = MigratedDatabases(mariadb_server)
+    try:
+        yield databases
+    finally:
+        databases.close()
+
+
 @pytest.fixture
-def db_config(mariadb_server: DatabaseConfig) -> Iterator[DatabaseConfig]:
-    """A fresh database with every migration applied, dropped afterwards."""
-    config = dataclasses.replace(mariadb_server, database=f"corral_test_{uuid.uuid4().hex[:12]}", pool_size=40)
-    migrate(config, create_database=True)
+def db_config(migrated_databases: MigratedDatabases) -> Iterator[DatabaseConfig]:
+    """A database of the test's own, exactly as migrating leaves it (emptied after the test for the next
+    one, or dropped if the test changed its schema: tests/databases.py)."""
+    config = migrated_databases.take(pool_size=40)
     try:
         yield config
     finally:
-        drop_database(config)
+        migrated_databases.give_back(config)
 
 
 @pytest.fixture
