@@ -7,4 +7,10 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "test: buf lint"
 .tools/node_modules/.bin/buf lint
-exec .venv/bin/python -m pytest "$@"
+# On every core (pytest-xdist; each worker its own MariaDB), a module's tests together in one worker so that
+# a module's fixtures (a `corral up`, say) start once; `-n 0` runs them in this process alone.
+parallel=(-n auto --dist loadscope)
+for arg in "$@"; do
+    case $arg in -n | -n* | --numprocesses*) parallel=() ;; esac
+done
+exec .venv/bin/python -m pytest "${parallel[@]}" "$@"

@@ -43,7 +43,7 @@ def process_runtime_cgroups() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def mariadb_server() -> Iterator[DatabaseConfig]:
+def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DatabaseConfig]:
     """Connection settings of a server the tests may create databases on.
 
     A private server in a temporary directory, unless CORRAL_TEST_DATABASE_URL
@@ -57,6 +57,10 @@ def mariadb_server() -> Iterator[DatabaseConfig]:
     try:
         yield server.start()
     finally:
+        if not server.alive():  # died under the tests: keep why, for whoever looks into the failures
+            kept = tmp_path_factory.getbasetemp() / "mariadb-died.log"
+            kept.write_text(server.error_log())
+            print(f"\nthe session's MariaDB died before the end; its error log is kept in {kept}")
         server.stop()
 
 
@@ -128,26 +132,39 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
         yield emulator
 
 
-@pytest.fixture(scope="session", autouse=True)
-def host_ip_forwarding_after_the_session() -> Iterator[None]:
-    """The host's IPv4 forwarding as the session found it, whatever a worker that made bridges left (the
-    tests that run such workers restore it themselves too: `host_ip_forwarding`)."""
-    setting = Path("/proc/sys/net/ipv4/ip_forward")
-    before = setting.read_text()
-    try:
-        yield
-    finally:
-        if setting.read_text() != before:
-            setting.write_text(before)
+IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
+
+
+def in_parallel_worker() -> bool:
+    """Whether this process is one of several running the tests at once (pytest-xdist's workers): host-wide
+    settings are then put back by the process that started them, once all are done."""
+    return "PYTEST_XDIST_WORKER" in os.environ
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not in_parallel_worker():
+        session.config.stash[_IP_FORWARD_BEFORE] = IP_FORWARD.read_text()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The host's IPv4 forwarding as the run found it, whatever a worker that made bridges left (it is
+    host-wide and left on: another of the run's tests may still need it, so only the end puts it back)."""
+    before = session.config.stash.get(_IP_FORWARD_BEFORE, None)
+    if before is not None and IP_FORWARD.read_text() != before:
+        IP_FORWARD.write_text(before)
+
+
+_IP_FORWARD_BEFORE = pytest.StashKey[str]()
 
 
 @pytest.fixture
 def host_ip_forwarding() -> Iterator[None]:
     """For tests whose workers run containers with networks: a worker turns the host's IPv4 forwarding on
-    for its bridges and leaves it on (it is host-wide); the test puts it back as it found it."""
-    setting = Path("/proc/sys/net/ipv4/ip_forward")
-    before = setting.read_text()
+    for its bridges and leaves it on (it is host-wide); the test puts it back as it found it, unless other
+    tests run beside it (then the run's end does: pytest_sessionfinish)."""
+    before = IP_FORWARD.read_text()
     try:
         yield
     finally:
-        setting.write_text(before)
+        if not in_parallel_worker():
+            IP_FORWARD.write_text(before)

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
-
+from tests.conftest import in_parallel_worker
 from tests.oci.host import WHY_NOT, BusyboxImages, OciHost, build_busybox_images
 from tests.oci.outside import outside  # noqa: F401  (a fixture of the network tests)
+
+FORWARDING = Path("/proc/sys/net/ipv4/ip_forward")
 
 
 @pytest.fixture(scope="session")
@@ -42,5 +43,6 @@ async def oci_host(tmp_path: Path, busybox_images: Path) -> AsyncIterator[OciHos
         await runtime.close()
     left = host.leftovers()
     await host.clean_up()  # whatever happened: a failing test must not leave its mess on the host
-    FORWARDING.write_text(forwarding)  # a runtime turns IPv4 forwarding on for its bridges and leaves it on
+    if not in_parallel_worker():  # else the run's end puts it back (tests/conftest.py): others may need it
+        FORWARDING.write_text(forwarding)  # a runtime turns IPv4 forwarding on for its bridges and leaves it on
     assert left == []

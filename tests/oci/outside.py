@@ -24,12 +24,15 @@ stands for the internet and the private ranges.)
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import ipaddress
+import os
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -66,12 +69,19 @@ class Outside:
     server: subprocess.Popen
 
 
+LOCK = Path("/run/corral-test-outside.lock")
+"""Held while a stand-in exists: its addresses and host routes (the metadata address's among them) are the
+host's, so tests running at once in other processes (pytest-xdist) take turns."""
+
+
 @pytest.fixture
 async def outside() -> AsyncIterator[Outside]:
     tag = uuid.uuid4().hex[:6]
     netns, veth = f"crlt-out-{tag}", f"crlto-{tag}"
     server = None
+    lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
         sh("ip", "netns", "add", netns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
         sh("ip", "addr", "add", f"{HOST_SIDE}/24", "dev", veth)
@@ -96,6 +106,7 @@ async def outside() -> AsyncIterator[Outside]:
             server.stdout.close()
         subprocess.run(["ip", "netns", "del", netns], capture_output=True)  # the veth pair and routes go too
         subprocess.run(["ip", "link", "del", veth], capture_output=True)
+        os.close(lock)  # and with it the lock
 
 
 def tries(targets: dict[str, tuple[str, int]]) -> str:
