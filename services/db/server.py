@@ -133,11 +133,14 @@ class PrivateMariaDB:
                 check=True, capture_output=True,
             )
         durability = (["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"] if self.fast_unsafe else [])
+        # Its temporary files beside its data, not in the host's /tmp: private like the rest, and apart from
+        # any other server's.
+        (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
         self.process = subprocess.Popen(
             [*self.launcher, _find("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={self.socket}",
              f"--pid-file={self.root / 'mysqld.pid'}", "--skip-networking", f"--log-error={self.root / 'error.log'}",
              "--innodb-buffer-pool-size=512M", "--innodb-log-file-size=256M", *durability, "--skip-log-bin",
-             "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],
+             f"--tmpdir={self.root / 'tmp'}", "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=bool(self.launcher),
         )
         deadline = time.monotonic() + timeout_s
