@@ -1,6 +1,7 @@
 """Fixtures shared by every tier: a private MariaDB for the session and a
 fresh, migrated database for each test that asks for one; object stores on
-loopback (a GCS emulator and Azurite) for the tests that ask for them."""
+loopback (a GCS emulator and Azurite) for the tests that ask for them. The
+tiers themselves, and which run, are in tests/tiers.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from services.db.store import JobStore
 from tests import storage_emulators
 from tests.databases import MigratedDatabases
 from tests.storage_emulators import Emulator
+from tests.tiers import pytest_addoption, pytest_collection_modifyitems, pytest_configure  # noqa: F401  (hooks)
 from tests.world import FakeClock, World
 
 

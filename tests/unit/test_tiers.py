@@ -1,0 +1,15 @@
+"""Every test is in a tier (tests/tiers.py): a new folder of tests must be named there, or `.ci/run` would
+not know of it and `--all` would silently skip it."""
+
+from __future__ import annotations
+
+from tests.tiers import QUICK, TESTS, TIERS
+
+
+def test_every_folder_of_tests_is_a_tier() -> None:
+    folders = {path.relative_to(TESTS).parts[0] for path in TESTS.rglob("test_*.py")}
+    assert folders == set(TIERS)
+
+
+def test_the_quick_tiers_are_tiers() -> None:
+    assert set(QUICK) < set(TIERS)
