@@ -67,10 +67,10 @@ from bench.common import (
 from bench.cpu import GROUPS, CpuSnapshot, CpuUse, cpu_ms_per_job
 from bench.fleet import fleet
 from corral.batch.v1 import job_state_pb2
-from services import up_process
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import drop_database
 from services.db.server import server_pid
+from services.up import process as up_process
 
 NAME = "e2e"
 HELP = "no-op jobs and a dependency chain through corral up with local workers"

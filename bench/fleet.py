@@ -23,7 +23,7 @@ from services.common.processes import PidFiles
 from services.common.tls import WorkerIssuer
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
-from services.up_process import UpProcess
+from services.up.process import UpProcess
 
 ACTIVATION_TIMEOUT_S = 60.0
 

@@ -29,7 +29,7 @@ from bench.common import percentile, progress
 from bench.starter import Starter
 from services.registry.seed import seed
 from services.registry.server import RegistryServer
-from services.up import free_port
+from services.up.ports import free_port
 from services.worker.images import ImageCache
 from services.worker.oci import cgroups, layer, network
 from services.worker.oci import runc as runc_module

@@ -35,7 +35,7 @@ import corral
 from bench.common import BenchContext, positive_int, progress
 from bench.e2e import JOB_CORES, fresh_schema, noop_batch
 from bench.slurm import SlurmCluster
-from services import up_process
+from services.up import process as up_process
 
 NAME = "slurm-compare"
 HELP = "corral and a private Slurm, the same no-op batch and chain, rounds alternating"

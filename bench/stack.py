@@ -1,5 +1,5 @@
 """corral's services as separate processes for a benchmark, the way
-`corral up` (services/up.py) runs them: a development CA in a temporary
+`corral up` (services/up/) runs them: a development CA in a temporary
 directory, `python -m services.auth`, `python -m services.frontend` and, for
 driver-memory, `python -m services.driver`, each bound to port 0 on loopback
 and reporting its ports in a ports file. An administrator with a fresh API

@@ -36,10 +36,10 @@ import pymysql
 
 import corral
 from bench.common import BenchContext, positive_int, progress
-from services import up_process
 from services.common.processes import PidFiles, PidRecord
 from services.db.database import DatabaseConfig
-from services.up_process import UpProcess
+from services.up import process as up_process
+from services.up.process import UpProcess
 
 NAME = "supervise"
 HELP = "failover and restart of a killed driver, and the end of everything with a killed corral up"

@@ -20,9 +20,9 @@ import pymysql
 import pymysql.cursors
 
 import corral
-from services import up_process
 from services.db.database import DatabaseConfig
-from services.up_process import UpProcess
+from services.up import process as up_process
+from services.up.process import UpProcess
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ import bcrypt
 
 from services.registry.seed import cached_busybox, layout_digest, seed
 from services.registry.server import RegistryServer
-from services.up import free_port
+from services.up.ports import free_port
 
 USERNAME = "alice"
 PASSWORD = "correct horse battery staple"

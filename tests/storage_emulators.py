@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from services.common.parent_death import launcher
-from services.up import free_port
+from services.up.ports import free_port
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 AZURITE_BLOB = REPO_DIR / ".tools" / "azurite" / "node_modules" / ".bin" / "azurite-blob"

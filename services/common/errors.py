@@ -4,27 +4,23 @@ Servicers raise; they never build statuses. `RequestInterceptor` catches
 these exceptions and aborts the call with the code below and a
 `google.rpc.Status` carrying BadRequest field violations or a
 PreconditionFailure, so clients (and grpcurl) see what was wrong.
+
+The packages above this one say what their own errors mean to a caller by
+registering a translation into these (`register_translation`): the data
+layer's procedure errors, statement timeouts and lost connections are
+services.db.request_errors'. This package imports none of them: it is the
+lowest layer, and every other depends on it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
-import pymysql
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from services.common.fields import FieldViolation
-from services.db.database import (
-    ConflictError,
-    FailedPreconditionError,
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
-    ProcedureError,
-    ResourceExhaustedError,
-    StaleEpochError,
-    StatementTimeout,
-)
 
 
 class RequestError(Exception):
@@ -111,24 +107,35 @@ class DeadlineExceeded(RequestError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
-_PROCEDURE_CODES: dict[type[ProcedureError], grpc.StatusCode] = {
-    NotFoundError: grpc.StatusCode.NOT_FOUND,
-    FailedPreconditionError: grpc.StatusCode.FAILED_PRECONDITION,
-    InvalidArgumentError: grpc.StatusCode.INVALID_ARGUMENT,
-    # The caller's leader epoch is stale: another driver leads now.
-    StaleEpochError: grpc.StatusCode.UNAVAILABLE,
-    ConflictError: grpc.StatusCode.ABORTED,
-    PermissionDeniedError: grpc.StatusCode.PERMISSION_DENIED,
-    ResourceExhaustedError: grpc.StatusCode.RESOURCE_EXHAUSTED,
-}
+class QuotaExceeded(ResourceExhausted):
+    """The request would pass a quota (open jobs of a user or a billing project); carries a
+    google.rpc.QuotaFailure saying which, in its message."""
 
 
-# MySQL client errors that mean the database cannot be reached now, not that the request was wrong:
-#   2002/2003 CR_CONNECTION_ERROR/CR_CONN_HOST_ERROR - no server on the socket/port;
-#   2006 CR_SERVER_GONE_ERROR, 2013 CR_SERVER_LOST  - the server went away during the call;
-#   1040 ER_CON_COUNT_ERROR                          - no connection slot left;
-#   1927 ER_CONNECTION_KILLED                        - the server killed the connection (e.g. shutting down).
-UNAVAILABLE_DATABASE_ERRORS = frozenset({2002, 2003, 2006, 2013, 1040, 1927})
+class Aborted(RequestError):
+    """The request conflicts with what is stored now (a concurrent change): read again, then retry."""
+
+    code = grpc.StatusCode.ABORTED
+
+
+class Internal(RequestError):
+    """Something the server should not have met (a stored procedure's unknown status); the message is the
+    caller's to see."""
+
+    code = grpc.StatusCode.INTERNAL
+
+
+Translation = Callable[[Exception], RequestError | None]
+"""What an error of another package means to the caller, or None if it is none of that package's."""
+
+_translations: list[Translation] = []
+
+
+def register_translation(translation: Translation) -> None:
+    """Let `to_status` turn another package's errors into statuses (asked in the order registered, after
+    the request errors above); registering the same translation again changes nothing."""
+    if translation not in _translations:
+        _translations.append(translation)
 
 
 def _packed(message: object) -> any_pb2.Any:
@@ -155,30 +162,17 @@ def bad_request(violations: list[FieldViolation]) -> error_details_pb2.BadReques
 
 
 def to_status(error: Exception) -> status_pb2.Status | None:
-    """The google.rpc.Status for a known error, or None for an unexpected one."""
-    if isinstance(error, RequestError):
-        code, message = error.code, error.message
-    elif isinstance(error, StatementTimeout):
-        # RESOURCE_EXHAUSTED, not DEADLINE_EXCEEDED: the same request would be
-        # killed again (it asks for more work than one statement may do), so it
-        # is a limit to stay under, not a transient timeout that clients retry.
-        code = grpc.StatusCode.RESOURCE_EXHAUSTED
-        message = (f"the request's read ran longer than the statement time limit of {error.limit_s:g} s "
-                   "(max_statement_time_s); narrow it, e.g. with a more selective query")
-    elif isinstance(error, ProcedureError):
-        code = next((c for cls, c in _PROCEDURE_CODES.items() if isinstance(error, cls)), grpc.StatusCode.INTERNAL)
-        message = error.message
-    elif (isinstance(error, pymysql.err.OperationalError) and error.args
-          and error.args[0] in UNAVAILABLE_DATABASE_ERRORS):
-        code, message = grpc.StatusCode.UNAVAILABLE, "the database is unreachable now; try again shortly"
-    else:
-        return None
+    """The google.rpc.Status for a known error (a request error, or one a registered translation knows), or
+    None for an unexpected one."""
+    if not isinstance(error, RequestError):
+        translated = next((found for translate in _translations if (found := translate(error)) is not None), None)
+        if translated is None:
+            return None
+        error = translated
+    code, message = error.code, error.message
     status = status_pb2.Status(code=code.value[0], message=message)
     if isinstance(error, InvalidRequest):
         status.details.append(_packed(bad_request(error.violations)))
-    elif isinstance(error, InvalidArgumentError):
-        status.details.append(_packed(error_details_pb2.BadRequest(field_violations=[
-            error_details_pb2.BadRequest.FieldViolation(field="", description=error.message)])))
     elif isinstance(error, RateLimited):
         delay = duration_pb2.Duration()
         delay.FromNanoseconds(max(0, round(error.retry_after_s * 1e9)))
@@ -186,7 +180,7 @@ def to_status(error: Exception) -> status_pb2.Status | None:
         if error.quota:
             status.details.append(_packed(error_details_pb2.QuotaFailure(violations=[
                 error_details_pb2.QuotaFailure.Violation(subject=error.subject, description=error.quota)])))
-    elif isinstance(error, ResourceExhaustedError):
+    elif isinstance(error, QuotaExceeded):
         status.details.append(_packed(error_details_pb2.QuotaFailure(violations=[
             error_details_pb2.QuotaFailure.Violation(description=error.message)])))
     elif code == grpc.StatusCode.FAILED_PRECONDITION:

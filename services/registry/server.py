@@ -12,7 +12,7 @@ stopped by its pid. With an htpasswd file it asks for basic authentication, on e
 included (distribution's htpasswd is all or nothing); `read_only` refuses every write (405: its
 storage's `maintenance.readonly`), so two registries may serve one storage, one to pull from and one
 to push to, each with its own login (services.registry.local). It is a part `corral up` supervises
-(services.up_supervisor.Part): `start` returns once the process runs, `ready` says whether `GET /v2/`
+(services.up.supervisor.Part): `start` returns once the process runs, `ready` says whether `GET /v2/`
 answers, `wait_ready` waits for that.
 """
 

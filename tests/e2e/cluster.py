@@ -19,9 +19,9 @@ import pymysql.cursors
 
 import corral
 import faults.stack
-from services import up_process
 from services.db.database import DatabaseConfig
-from services.up_process import UpProcess
+from services.up import process as up_process
+from services.up.process import UpProcess
 
 REPO_DIR = up_process.REPO_DIR
 T = TypeVar("T")
@@ -139,7 +139,7 @@ class Cluster(UpProcess):
 
 def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
           timeout_s: float = 180) -> Cluster:
-    """`services.up_process.start`, as a Cluster."""
+    """`services.up.process.start`, as a Cluster."""
     up = up_process.start(work_dir, *up_args, command=command, timeout_s=timeout_s)
     return Cluster(**{f.name: getattr(up, f.name) for f in dataclasses.fields(up)})
 

@@ -22,7 +22,7 @@ import pytest
 import corral
 from services.common.processes import PidFiles
 from services.gateway.envoy_process import admin_get
-from services.up import free_port
+from services.up.ports import free_port
 from tests.e2e import cluster as up
 from tests.e2e.cluster import Cluster, eventually, processes
 

@@ -25,7 +25,7 @@ from services.common.tls import WORKER_ISSUER, DevCertificateAuthority
 from services.db.database import DatabaseConfig
 from services.db.server import PrivateMariaDB
 from services.registry.server import RegistryServer
-from services.up import free_port
+from services.up.ports import free_port
 from tests.helm.chart import CHART, REPO, VALUE_SETS, find, manifests
 from tests.helm.test_chart import commands
 

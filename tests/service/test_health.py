@@ -20,7 +20,8 @@ from services.common.tls import DevCertificateAuthority
 from services.db.migrations import migrate
 from services.db.server import PrivateMariaDB
 from services.common.processes import PidFiles
-from services.up_supervisor import DatabaseServer, Supervisor
+from services.up.database import DatabaseServer
+from services.up.supervisor import Supervisor
 from tests.conftest import service_url
 from tests.service.conftest import bearer, person_channel
 

@@ -14,7 +14,7 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
 from services.driver.app import DriverConfig, start
 from services.driver.leader import LeaseSettings
-from services.up import free_port
+from services.up.ports import free_port
 from tests.conftest import service_url
 from tests.service.conftest import service_channel
 from tests.service.test_driver_app import eventually

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from services.common.image_refs import InvalidImageReference
-from services.up import free_port
+from services.up.ports import free_port
 from services.worker.image_tools import Credentials, ImagePullError, PullFailure, SkopeoUmoci, ToolTimeouts
 from services.worker.images import TAG_TTL_S, CacheInUse, ImageCache
 from tests.registry import PASSWORD, USERNAME, SeededRegistry

@@ -20,7 +20,7 @@ import pytest
 
 from corral.batch.v1 import job_spec_pb2 as js
 from services.common.storage_access import StorageAccess
-from services.up import free_port
+from services.up.ports import free_port
 from services.worker.job_files import CopyRefused, allow_all_urls, copy_inputs, copy_outputs
 from services.worker.logs import LogSink
 from services.worker.object_stores import ObjectStores

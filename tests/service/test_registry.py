@@ -14,7 +14,7 @@ import pytest
 from services.registry import seed as seed_module
 from services.registry.seed import build_busybox, registry_digest, seed
 from services.registry.server import RegistryServer
-from services.up import free_port
+from services.up.ports import free_port
 from tests.registry import SeededRegistry
 
 pytestmark = pytest.mark.timeout(60)

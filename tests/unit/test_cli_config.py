@@ -111,7 +111,8 @@ def test_corral_up_keeps_a_flat_file(config: Path) -> None:
 
 
 def test_corral_up_writes_its_admin_profile_where_it_is_told(tmp_path: Path, config: Path) -> None:
-    from services.up import Running, UpConfig, _write_client_config
+    from services.up.app import Running, _write_client_config
+    from services.up.config import UpConfig
 
     two_profiles(config)
     running = Running(supervisor=None, lifeline=None, lock_fd=-1,  # type: ignore[arg-type]

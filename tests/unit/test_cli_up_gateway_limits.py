@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from corral.errors import UsageError
-from services.cli_up import GATEWAY_LIMITS, add_commands, gateway_limits_of
+from services.up.cli import GATEWAY_LIMITS, add_commands, gateway_limits_of
 from services.gateway.deployment import Limits
 from services.gateway.envoy_process import fd_hard_limit
 from services.gateway.hardening import FD_RESERVE

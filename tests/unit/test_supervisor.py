@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from services.common.processes import PidFiles
-from services.up_supervisor import (
+from services.up.supervisor import (
     RestartPolicy,
     ServiceProcess,
     Supervisor,

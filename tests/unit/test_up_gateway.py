@@ -1,4 +1,4 @@
-"""What `corral up --gateway` hands Envoy (services.up_gateway): a deployment on loopback whose every path
+"""What `corral up --gateway` hands Envoy (services.up.gateway): a deployment on loopback whose every path
 is absolute, configs the real Envoy accepts, and a gateway certificate people can verify as `localhost`."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 from cryptography import x509
 
 from services.common.tls import DevCertificateAuthority
-from services.up_gateway import deployment, gateway_processes
+from services.up.gateway import deployment, gateway_processes
 
 
 def test_the_deployment_of_corral_up_validates_and_names_absolute_paths(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
-"""`corral up`: run the whole system on this machine (see services/up.py). A command of the server package,
-registered under the `corral.commands` entry points (corral/cli.py)."""
+"""`corral up`: run the whole system on this machine (services.up.serve). A command of the server package,
+registered under the `corral.commands` entry points (corral/cli.py); it imports the server's code only when
+`corral up` runs, as every `corral` command loads this module."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 
 def _up(args: argparse.Namespace) -> int:
     # Server-side code, imported only for this command.
-    from services.up import UpConfig, serve_forever
-    from services.up_supervisor import RestartPolicy
+    from services.up.config import UpConfig
+    from services.up.serve import serve_forever
+    from services.up.supervisor import RestartPolicy
     from services.worker.oci.runtime import host_refusals as oci_host_refusals
 
     storage_access = StorageAccess.from_args(args)

@@ -36,8 +36,6 @@ from typing import Protocol
 
 from services.common.parent_death import launcher
 from services.common.processes import Child, Ending, PidFiles, Recorded, describe, end_processes
-from services.db.database import DatabaseConfig
-from services.db.server import PrivateMariaDB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +44,7 @@ class RestartPolicy:
 
     first_restart_s: float = 0.0
     """Pause before the first restart of a series, and the shortest pause before any (at once by
-    default; the drivers wait for a standby to take over first, see services.up)."""
+    default; the drivers wait for a standby to take over first, see services.up.app)."""
     first_pause_s: float = 1.0
     """Pause before the second restart in a row; it doubles after each."""
     max_pause_s: float = 30.0
@@ -130,44 +128,6 @@ class ServiceProcess:
 
     def ending(self) -> Ending | None:
         return Child(self.name, self.process) if self.process is not None else None
-
-
-class DatabaseServer:
-    """A private MariaDB. `corral up`'s (`in_data_dir`) is started through `parent_death` too: mariadbd
-    cannot ask to die with us itself. While it is down, the services report NOT_SERVING and answer
-    UNAVAILABLE; they reconnect once it is back."""
-
-    name = "mariadb"
-
-    def __init__(self, server: PrivateMariaDB):
-        self.server = server
-        self.admin: DatabaseConfig | None = None
-        """The administrator's settings, once started."""
-
-    @classmethod
-    def in_data_dir(cls, root: Path) -> DatabaseServer:
-        """The durable server of a data directory, that dies with this process."""
-        return cls(PrivateMariaDB(root, fast_unsafe=False, launcher=launcher()))
-
-    def start(self) -> None:
-        self.admin = self.server.start()
-
-    @property
-    def pid(self) -> int | None:
-        return self.server.process.pid if self.server.process is not None else None
-
-    def exit_status(self) -> int | None:
-        return self.server.process.poll() if self.server.process is not None else None
-
-    def ready(self) -> bool:
-        return True  # start() returns once it answers
-
-    def ending(self) -> Ending | None:
-        return Child(self.name, self.server.process) if self.server.process is not None else None
-
-    def last_words(self) -> str:
-        lines = self.server.error_log().strip().splitlines()
-        return f"the last line of {self.server.root / 'error.log'}: {lines[-1] if lines else '(empty)'}"
 
 
 def exit_description(status: int) -> str:

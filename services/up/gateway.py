@@ -31,7 +31,7 @@ from services.gateway import prepare
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
 from services.gateway.envoy_process import (EnvoyProcess, admin_socket, check_fd_limit, envoy_binary, fitting,
                                             give_fd_limit)
-from services.up_supervisor import Supervisor
+from services.up.supervisor import Supervisor
 
 LOOPBACK = "127.0.0.1"
 GATEWAYS = ("public", "internal")
@@ -71,7 +71,7 @@ def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_po
 
 
 class GatewayProcess:
-    """One Envoy on a generated config: a part (services.up_supervisor.Part). `start` returns once
+    """One Envoy on a generated config: a part (services.up.supervisor.Part). `start` returns once
     the process runs; `ready` asks its admin interface whether it is LIVE (listeners bound, first
     health checks done)."""
 
@@ -139,7 +139,7 @@ def start_gateways(plan: Deployment, supervisor: Supervisor, data: Path, logs: P
                    metrics_dir: Path | None = None) -> None:
     """Generate and validate both configs of `plan`, start each gateway as a supervised part, and wait until
     both serve (`check` raises if a part died meanwhile). With `metrics_dir`, each gateway's statistics port
-    (the plan's) is written there as `gateway-NAME.port`: a scrape target (services.up)."""
+    (the plan's) is written there as `gateway-NAME.port`: a scrape target (services.up.metrics)."""
     gateways = gateway_processes(plan, data, logs)
     for gateway in gateways.values():
         supervisor.start(gateway)
