@@ -25,7 +25,9 @@ HOLD_64_MIB_AND_SPIN = ("(head -c 64m /dev/zero; sleep 3) | tail > /dev/null &\n
                         "timeout 2.5 sh -c 'while :; do :; done'\n"
                         "wait")
 """tail keeps its last line in memory, and /dev/zero has no newline: it holds 64 MiB until its input ends,
-3 s on, while the shell spins a core for 2.5 s (on a shared 2-core machine it gets about 1.5 s of it)."""
+3 s on, while the shell spins a core for 2.5 s (on a shared 2-core machine it gets about 1.5 s of it, and
+0.8 s when other tests run beside it: SPUN_MS is what says it was counted, not how fast the host is)."""
+SPUN_MS = 400
 
 
 async def test_the_stored_series_shows_memory_rising_and_cpu_time(oci_host: OciHost, tmp_path: Path) -> None:
@@ -56,7 +58,7 @@ async def test_the_stored_series_shows_memory_rising_and_cpu_time(oci_host: OciH
     assert [s.at_ms for s in samples] == sorted(s.at_ms for s in samples)
     cpu = [s.reading.cpu_time_ms for s in samples]
     assert None not in cpu and cpu == sorted(cpu)  # type: ignore[type-var]
-    assert final.reading.cpu_time_ms is not None and final.reading.cpu_time_ms >= 1000
+    assert final.reading.cpu_time_ms is not None and final.reading.cpu_time_ms >= SPUN_MS
     memory = [s.reading.memory_bytes for s in periodic]
     assert None not in memory
     assert memory[0] < 64 * MIB <= max(memory)  # type: ignore[operator,type-var]  # it rose while the job ran
