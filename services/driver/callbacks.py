@@ -30,7 +30,7 @@ the next leader sends again after the lease, so receivers get the
 `timeout_s` in total, and the loop runs in its own task: a slow URL holds
 up neither the other callbacks of the cycle nor any other loop.
 
-The body (JSON, documented in docs/architecture.md "Completion callbacks"):
+The body (JSON, documented in docs/driver.md "Completion callbacks"):
 batch_id, user, billing_project, state (success, failure or cancelled),
 counts, cost_usd, completed_at (RFC 3339, UTC), completed_at_ms, attributes.
 """

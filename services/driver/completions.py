@@ -1,4 +1,4 @@
-"""The completion re-check (design §4, docs/architecture.md "Known limits").
+"""The completion re-check (design §4, docs/known-limits.md).
 
 Groups and batches complete in `check_completions`, which runs *after* the
 COMMIT of the call that finished their last jobs (the counters are

@@ -7,7 +7,7 @@ only by the leading driver, calls `publish_batch_events` to move committed
 rows into `batch_events` with each batch's next contiguous ids, a page at a
 time, until a page comes back short; WatchBatch streams from there. Rows of
 transactions still open are skipped by the procedure and moved by a later
-cycle, so nothing is lost (docs/architecture.md, "Events").
+cycle, so nothing is lost (docs/driver.md, "Events").
 
 It wakes on the driver's job changes and otherwise every `period_s`: events
 written by the frontend (commits, cancellations) wait at most that long.

@@ -5,7 +5,7 @@ cancelled once that many of its jobs have failed or errored. MJC does this
 itself for the groups of the failures it records, but it reads the
 tokenized counters inside its own transaction, so two failures committed
 concurrently can each see the count one short of the threshold and neither
-cancels (docs/architecture.md, "Known limits"). This loop closes that gap:
+cancels (docs/known-limits.md). This loop closes that gap:
 each cycle, one set-based procedure cancels up to `per_cycle` running
 groups whose committed failures reached their threshold, and the
 cancellers are told so they start draining at once.

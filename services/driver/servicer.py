@@ -288,7 +288,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
             elif kind == "command_ack" and not message.command_ack.accepted:
                 # A refused RunJob's attempt stays open until the worker deactivates (draining) or the
-                # job's spec is reported as an Error (refused spec); see docs/architecture.md.
+                # job's spec is reported as an Error (refused spec); see docs/known-limits.md.
                 log.warning("%s refused command %d: %s", instance, message.command_ack.command_id,
                             message.command_ack.error_message)
         if draining and self._placed is not None:

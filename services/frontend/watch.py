@@ -1,7 +1,7 @@
 """WatchBatch: a batch's event log as a resumable server stream.
 
 The driver's publisher numbers each batch's events 1, 2, ... without gaps
-(`batch_events`, docs/architecture.md "Events"); this module streams them.
+(`batch_events`, docs/driver.md "Events"); this module streams them.
 A stream checks the request and the caller's right to read the batch (the
 rule of GetBatch, `services.frontend.access`), then, every `poll_period_s`, reads the batch's last
 published id and sends the events after the last one sent, a page at a

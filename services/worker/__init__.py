@@ -1,1 +1,1 @@
-"""The worker: one per machine, runs jobs for the leading driver (see docs/architecture.md, *Workers*)."""
+"""The worker: one per machine, runs jobs for the leading driver (see docs/workers.md)."""
