@@ -19,7 +19,6 @@ from services.db.store import JobStore
 from tests import storage_emulators
 from tests.databases import MigratedDatabases
 from tests.storage_emulators import Emulator
-from tests.tiers import pytest_addoption, pytest_collection_modifyitems, pytest_configure  # noqa: F401  (hooks)
 from tests.world import FakeClock, World
 
 
