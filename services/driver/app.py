@@ -45,16 +45,17 @@ from services.common.tls import TlsFiles, WorkerIssuer
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
+from services.driver.autoscaler import Autoscaler
 from services.driver.billing_limits import BillingLimits
 from services.driver.callbacks import CompletionCallbacks, HttpCallbackSender
 from services.driver.canceller import ReadyCanceller
 from services.driver.completions import CompletionChecker
+from services.driver.dead_workers import DeadWorkerDetector
 from services.driver.enrollment import ENROLL_METHOD, EnrollmentServicer, EnrollmentSettings, enrollee
 from services.driver.enrollment import SERVICE_NAME as ENROLLMENT_SERVICE
 from services.driver.events import EventPublisher
 from services.driver.failures import FailureCanceller
 from services.driver.fleet_gauges import FleetGauges
-from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceProvider, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
@@ -62,6 +63,8 @@ from services.driver.pricing import price_file
 from services.driver.pricing.refresh import PriceRefresh, RefreshSettings
 from services.driver.providers.cloud_setup import (CloudSetup, MachineDeleter, close_provider, open_catalog,
                                                    open_provider)
+from services.driver.providers.interface import InstanceProvider, InstanceRequest
+from services.driver.providers.local import LocalProvider
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import DEMAND_REUSE_S, Scheduler

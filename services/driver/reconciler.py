@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from services.db.database import Database
 from services.db.store import JobStore, wall_clock_ms
-from services.driver.instances import InstanceProvider
+from services.driver.providers.interface import InstanceProvider
 from services.driver.loop import Loop
 from services.driver.metrics import INSTANCES_RECONCILED
 

@@ -14,11 +14,12 @@ from google.auth.credentials import AnonymousCredentials
 
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_workers
-from services.driver.instances import Autoscaler, InstanceRequest
+from services.driver.autoscaler import Autoscaler
 from services.driver.pricing import price_file
 from services.driver.pricing.refresh import sync_price_file
 from services.driver.providers.gcp import GcpProvider
 from services.driver.providers.gcp_shapes import GIB
+from services.driver.providers.interface import InstanceRequest
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
 from services.policy.placement import Backoff, BackoffSettings
 from tests.clouds.gcp_api import GcpApi

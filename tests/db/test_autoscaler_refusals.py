@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from services.db.database import ProcedureError
 from services.db.invariants import check_invariants
-from services.driver.instances import Autoscaler
+from services.driver.autoscaler import Autoscaler
 from services.driver.providers.errors import PermissionDenied, QuotaExceeded, TransientError
 from services.policy.placement import Backoff, BackoffSettings
 from tests.db.cloud_stub import StubCloud

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from services.driver.instances import DeadWorkerDetector, LocalProvider
+from services.driver.dead_workers import DeadWorkerDetector
+from services.driver.providers.local import LocalProvider
 from tests.world import World
 
 MIN_MS = 60_000

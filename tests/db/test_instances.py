@@ -17,13 +17,10 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.driver.app import DriverConfig, local_worker_command
-from services.driver.instances import (
-    Autoscaler,
-    DeadWorkerDetector,
-    InstanceRequest,
-    LocalProvider,
-    instances_to_create,
-)
+from services.driver.autoscaler import Autoscaler, instances_to_create
+from services.driver.dead_workers import DeadWorkerDetector
+from services.driver.providers.interface import InstanceRequest
+from services.driver.providers.local import LocalProvider
 from tests.world import World
 
 

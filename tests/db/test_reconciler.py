@@ -10,7 +10,8 @@ from prometheus_client import REGISTRY
 
 from services.common.processes import PidFiles
 from services.db.invariants import check_invariants
-from services.driver.instances import InstanceRequest, LocalProvider
+from services.driver.providers.interface import InstanceRequest
+from services.driver.providers.local import LocalProvider
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
 from tests.db.cloud_stub import StubCloud
 from tests.world import World

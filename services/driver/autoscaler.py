@@ -1,180 +1,31 @@
-"""Machines: the provider interface, the local provider, the autoscaler and the
-dead-worker detector.
+"""The autoscaler: machines per pool when ready demand exceeds free cores, in the pool's regions.
 
-`InstanceProvider` is the one seam between the driver and a cloud (design
-§6); `LocalProvider` makes a "machine" a worker process on this host with a
-declared number of cores, and the autoscaler drives it exactly as it will
-drive a cloud: it records the instance (pending) with a fresh activation
-token, then asks the provider to create it; the worker activates itself.
+It records each instance (pending) with a fresh activation token, then asks the provider
+(services.driver.providers.interface) to create it; the worker activates itself. Where a machine
+goes and how long a refused pool or region waits is services.policy.placement's.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import math
-import os
 import re
 import secrets
-import signal
-import subprocess
 import time
-from collections.abc import Callable, Collection, Sequence
-from pathlib import Path
-from typing import Protocol
+from collections.abc import Callable, Collection
 
-from services.common import lifeline
-from services.common.processes import PidFiles, Recorded, end_processes
 from services.db.database import Database
-from services.db.store import JobStore, wall_clock_ms
 from services.db.plan_snapshot import read_demand
+from services.db.store import JobStore
 from services.driver.loop import Loop
 from services.driver.metrics import PROVIDER_REFUSALS
-from services.driver.pricing.products import LOCAL, Machine
+from services.driver.pricing.products import Machine
 from services.driver.providers.errors import InvalidRequest, PermissionDenied, ProviderError, TransientError
+from services.driver.providers.interface import InstanceProvider, InstanceRequest
 from services.policy.placement import Backoffs, BackoffSettings, RegionDemand, Refusal, place
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True)
-class InstanceRequest:
-    """What the autoscaler asks a provider for."""
-
-    name: str
-    inst_coll: str
-    cores_mcpu: int
-    memory_bytes: int
-    region: str
-    activation_token: str = dataclasses.field(repr=False)
-    """One-time; never in a log line (hence not in the repr)."""
-    preemptible: bool = False
-    """A spot machine, which the cloud may reclaim."""
-    storage_bytes: int = 0
-    """Its scratch storage (the pool's machine's; 0: not known)."""
-    machine_type: str = ""
-    """A cloud machine type to use as is (a job-private pool's); '': the provider picks one from the
-    pool's cores and memory."""
-    any_region: bool = False
-    """The jobs it is for may run in any region: a provider may place it in another of its regions when
-    `region` has no quota or capacity left."""
-
-
-class InstanceProvider(Protocol):
-    """Creates and deletes machines that run a corral worker."""
-
-    def machine(self, request: InstanceRequest) -> Machine:
-        """What the machine for `request` is, for its price: series or size, spot or not, `request.region`."""
-
-    def machine_kinds(self) -> set[Machine]:
-        """Every machine it may create, for their prices (services.driver.pricing)."""
-
-    async def create(self, request: InstanceRequest) -> str | None:
-        """Start a machine; its worker will call ActivateWorker with the token. The region it is in, where
-        that is not `request.region` (an `any_region` request placed elsewhere); None: the one asked for."""
-
-    async def delete(self, name: str) -> None:
-        """Stop a machine (idempotent)."""
-
-    async def alive(self) -> set[str]:
-        """Names of machines that exist (for cleaning up orphans)."""
-
-
-def _worker_environment(activation_token: str) -> dict[str, str]:
-    """A local worker's environment: the driver's, less its database URL (a worker never talks to the
-    database), plus the worker's one-time activation token."""
-    env = {k: v for k, v in os.environ.items() if k != "CORRAL_DATABASE_URL"}
-    return {**env, "CORRAL_ACTIVATION_TOKEN": activation_token}
-
-
-class LocalProvider:
-    """Worker processes on this host; `command(request)` builds each one's argv. The activation token goes
-    in the worker's environment (CORRAL_ACTIVATION_TOKEN), never on its command line, which every local
-    user (and, without isolation, every job) can read.
-
-    Each worker is recorded in `pid_files` as `worker-NAME`, so that any driver can delete a local
-    machine by its name, as a cloud's API deletes a VM, including one a driver that has since died
-    started (it kept serving: its parent's death is not its own), and so that `corral up` finds every
-    worker when it stops. A worker started under `corral up` is handed its lifeline
-    (services.common.lifeline): it ends with `corral up`, whichever driver started it."""
-
-    def __init__(self, command: Callable[[InstanceRequest], Sequence[str]], log_dir: Path,
-                 forget: Callable[[str], None] = lambda name: None, pid_files: PidFiles | None = None):
-        self._command = command
-        self._log_dir = log_dir
-        self._forget = forget
-        """Called with an instance's name once its process is gone (removes what `command` prepared)."""
-        self._pid_files = pid_files
-        self._processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def machine(self, request: InstanceRequest) -> Machine:
-        return LOCAL
-
-    def machine_kinds(self) -> set[Machine]:
-        return {LOCAL}
-
-    async def create(self, request: InstanceRequest) -> None:
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self._log_dir / f"{request.name}.log", "ab") as log_file:
-            process = subprocess.Popen(
-                list(self._command(request)), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-                env=_worker_environment(request.activation_token), pass_fds=lifeline.pass_on())
-        self._processes[request.name] = process
-        if self._pid_files is not None:
-            self._pid_files.record(f"worker-{request.name}", process.pid)
-
-    async def delete(self, name: str) -> None:
-        process = self._processes.pop(name, None)
-        if process is None:
-            await self._delete_adopted(name)
-            return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                # In a thread: a worker deactivates itself on SIGTERM, through this driver's own loop.
-                await asyncio.to_thread(process.wait, 10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                await asyncio.to_thread(process.wait)
-        self._gone(name)
-
-    async def _delete_adopted(self, name: str) -> None:
-        """A worker another driver started (found from its pid file), stopped as that driver would."""
-        pid_files = self._pid_files
-        record = pid_files.read(f"worker-{name}") if pid_files is not None else None
-        if pid_files is None or record is None or not record.alive():
-            return
-        log.info("stopping %s (pid %d), started by another driver", name, record.pid)
-        await asyncio.to_thread(end_processes, [Recorded(record)], 10.0, log.info)
-        pid_files.forget(f"worker-{name}")
-        self._forget(name)
-
-    def _gone(self, name: str) -> None:
-        if self._pid_files is not None:
-            self._pid_files.forget(f"worker-{name}")
-        self._forget(name)
-
-    async def alive(self) -> set[str]:
-        """The workers this provider started that still run, and, with `pid_files`, those another driver
-        started that it recorded there (after a failover, the new leader's reconciler must not take a worker
-        its predecessor started for a vanished machine)."""
-        for name in [n for n, p in self._processes.items() if p.poll() is not None]:
-            self._processes.pop(name).wait()
-            self._gone(name)
-        adopted = set()
-        if self._pid_files is not None:
-            adopted = {r.name.removeprefix("worker-") for r in self._pid_files.live("worker-")}
-        return set(self._processes) | adopted
-
-    def pid(self, name: str) -> int | None:
-        process = self._processes.get(name)
-        return process.pid if process else None
-
-    async def close(self) -> None:
-        """Stop every worker process this provider started."""
-        for name in list(self._processes):
-            await self.delete(name)
 
 
 _POOLS = """
@@ -385,58 +236,3 @@ class Autoscaler(Loop):
         else:
             log.warning("autoscaler: %s creating %s (pool %s): %s; the pool waits %.0f s", label, request.name,
                         request.inst_coll, error, wait_s)
-
-
-class DeadWorkerDetector(Loop):
-    """Deactivates instances whose heartbeats stopped and whose worker has not been heard from on a
-    session within the deadline (`live`: a session that stays open but silent, as a partitioned worker's
-    does, does not keep it alive); their running jobs go back to Ready and run again as a new attempt.
-
-    A deadline is only fair if the driver could see the worker all along. So
-    it runs from the instance's last heartbeat (or activation, or creation),
-    but never from before `watching_since_ms()`: the moment this driver was
-    elected, or its database came back after an outage. A worker whose
-    heartbeats went unrecorded while there was no leader, or no database, gets
-    a full deadline from then to report in. (Issue 10: a new leader declared
-    two live workers dead 7 s after a 45 s database outage.) Every time here
-    is this driver's clock: `last_heartbeat_ms` is written with the leader's
-    clock, and an older leader's (skewed) one is bounded by this driver's own
-    election moment."""
-
-    name = "dead-workers"
-
-    def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, live: Callable[[], set[str]],
-                 epoch: Callable[[], int | None], heartbeat_timeout_s: float = 30.0,
-                 activation_timeout_s: float = 120.0, clock_ms: Callable[[], int] = wall_clock_ms,
-                 period_s: float = 5.0, watching_since_ms: Callable[[], int] = lambda: 0):
-        super().__init__(period_s)
-        self._db = db
-        self._store = store
-        self._provider = provider
-        self._live = live
-        self._epoch = epoch
-        self._timeout_ms = int(heartbeat_timeout_s * 1000)
-        self._activation_timeout_ms = int(activation_timeout_s * 1000)
-        self._clock_ms = clock_ms
-        self._watching_since_ms = watching_since_ms
-        self.deactivated: list[str] = []
-
-    async def cycle(self) -> None:
-        epoch = self._epoch()
-        if epoch is None:
-            return
-        now = self._clock_ms()
-        rows = await self._db.fetchall(
-            """SELECT name, state, COALESCE(last_heartbeat_ms, time_activated_ms, time_created_ms) AS seen_ms
-               FROM instances WHERE state IN ('pending', 'active')""", name="dead_worker_candidates")
-        since = self._watching_since_ms()
-        live = self._live()
-        for row in rows:
-            limit = self._timeout_ms if row["state"] == "active" else self._activation_timeout_ms
-            if row["name"] in live or now - max(int(row["seen_ms"]), since) < limit:
-                continue
-            reason = "missed heartbeats" if row["state"] == "active" else "never activated"
-            await self._store.deactivate_instance(epoch, row["name"], reason)
-            await self._provider.delete(row["name"])
-            self.deactivated.append(row["name"])
-            log.warning("deactivated %s: %s", row["name"], reason)
