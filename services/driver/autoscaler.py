@@ -15,36 +15,14 @@ import secrets
 import time
 from collections.abc import Callable, Collection
 
-from services.db.database import Database
-from services.db.plan_snapshot import read_demand
-from services.db.store import JobStore
 from services.driver.loop import Loop
 from services.driver.metrics import PROVIDER_REFUSALS
-from services.driver.pricing.products import Machine
 from services.driver.providers.errors import InvalidRequest, PermissionDenied, ProviderError, TransientError
 from services.driver.providers.interface import InstanceProvider, InstanceRequest
+from services.driver.store import DriverStore
 from services.policy.placement import Backoffs, BackoffSettings, RegionDemand, Refusal, place
 
 log = logging.getLogger(__name__)
-
-
-_POOLS = """
-SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.worker_storage_bytes, c.max_instances,
-       c.max_new_instances_per_loop, c.preemptible,
-       (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
-          WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active')) AS free_cores_mcpu,
-       (SELECT COUNT(*) FROM instances i WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active'))
-         AS n_live,
-       -- Jobs that must run on on-demand machines (few: on_demand_jobs lists them), and the room for them.
-       IF(c.preemptible, (SELECT COALESCE(SUM(j.cores_mcpu), 0) FROM on_demand_jobs o
-                          JOIN jobs j ON j.batch_id = o.batch_id AND j.job_id = o.job_id AND j.state = 'Ready'
-                          WHERE o.inst_coll = c.name), 0) AS on_demand_ready_mcpu,
-       (SELECT COALESCE(SUM(i.free_cores_mcpu), 0) FROM instances i
-          WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active') AND NOT i.preemptible)
-         AS on_demand_free_mcpu
-FROM instance_collections c
-WHERE c.is_pool AND c.enabled
-"""
 
 
 def instances_to_create(ready_mcpu: int, free_mcpu: int, worker_cores_mcpu: int, n_live: int, max_instances: int,
@@ -56,11 +34,6 @@ def instances_to_create(ready_mcpu: int, free_mcpu: int, worker_cores_mcpu: int,
     return max(0, min(wanted, max_new, max_instances - n_live))
 
 
-_READY_BY_REGIONS = """
-SELECT regions_bits, SUM(cores_mcpu) AS cores_mcpu
-FROM (SELECT regions_bits, cores_mcpu FROM jobs WHERE state = 'Ready' AND inst_coll = %s LIMIT {limit}) ready
-GROUP BY regions_bits
-"""
 REGION_SAMPLE_JOBS = 10_000
 """How many of a pool's Ready jobs the autoscaler reads to split its demand by region: the split of the
 first this many (by the queue index) is taken as the split of the whole, so a pool with a million Ready
@@ -93,7 +66,7 @@ class Autoscaler(Loop):
 
     name = "autoscaler"
 
-    def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, epoch: Callable[[], int | None],
+    def __init__(self, store: DriverStore, provider: InstanceProvider, epoch: Callable[[], int | None],
                  region: str = "local", period_s: float = 15.0, any_region: bool = False,
                  backoff: BackoffSettings = BackoffSettings(), clock_s: Callable[[], float] = time.monotonic,
                  provider_regions: Collection[str] | None = None):
@@ -103,7 +76,6 @@ class Autoscaler(Loop):
         back-offs' clock; `provider_regions`: the regions the provider makes machines in (a cloud's
         configured ones: a region of the table it does not have, such as `local`, gets none)."""
         super().__init__(period_s)
-        self._db = db
         self._store = store
         self._provider = provider
         self._epoch = epoch
@@ -120,43 +92,38 @@ class Autoscaler(Loop):
             return
         # One read of the fair-share view for every pool: it scans every counter
         # row whatever the pool, so a read per pool paid for the same scan again.
-        demand = await read_demand(self._db)
+        demand = await self._store.read_demand()
         regions: dict[int, str] | None = None
-        for pool in await self._db.fetchall(_POOLS, name="autoscaler_pools"):
-            if not self.backoffs.pool_open(pool["name"], self._clock_s()):
+        for pool in await self._store.pools():
+            if not self.backoffs.pool_open(pool.name, self._clock_s()):
                 continue
-            cores_mcpu = int(pool["worker_cores"]) * 1000
-            ready_mcpu = sum(d.ready_cores_mcpu for d in demand.get(pool["name"], []))
-            n_live, max_new = int(pool["n_live"]), int(pool["max_new_instances_per_loop"])
+            cores_mcpu = pool.worker_cores * 1000
+            ready_mcpu = sum(d.ready_cores_mcpu for d in demand.get(pool.name, []))
+            n_live, max_new = pool.n_live, pool.max_new_instances_per_loop
             # A spot pool's jobs that must run on demand (RetryPolicy.max_preemptions_before_on_demand,
             # ProvisioningModel) get on-demand machines of the pool first.
-            n_on_demand = instances_to_create(int(pool["on_demand_ready_mcpu"]), int(pool["on_demand_free_mcpu"]),
-                                              cores_mcpu, n_live, int(pool["max_instances"]), max_new)
-            n = instances_to_create(ready_mcpu, int(pool["free_cores_mcpu"]), cores_mcpu, n_live + n_on_demand,
-                                    int(pool["max_instances"]), max_new - n_on_demand)
+            n_on_demand = instances_to_create(pool.on_demand_ready_mcpu, pool.on_demand_free_mcpu,
+                                              cores_mcpu, n_live, pool.max_instances, max_new)
+            n = instances_to_create(ready_mcpu, pool.free_cores_mcpu, cores_mcpu, n_live + n_on_demand,
+                                    pool.max_instances, max_new - n_on_demand)
             if n_on_demand + n == 0:
                 continue
             if regions is None:
-                regions = await self._regions()
+                regions = await self._store.regions()
             pool_regions = self._pool_regions(regions)
             placed = place(n_on_demand + n, cores_mcpu, pool_regions,
-                           self.backoffs.open_regions(pool["name"], pool_regions, self._clock_s()),
-                           await self._demand_by_region(pool["name"], ready_mcpu, regions))
+                           self.backoffs.open_regions(pool.name, pool_regions, self._clock_s()),
+                           await self._demand_by_region(pool.name, ready_mcpu, regions))
             for i, placement in enumerate(placed):
-                preemptible = bool(pool["preemptible"]) and i >= n_on_demand
+                preemptible = pool.preemptible and i >= n_on_demand
                 created = await self._create(epoch, InstanceRequest(
-                    f"{pool['name']}-{secrets.token_hex(4)}", pool["name"], cores_mcpu,
-                    int(pool["worker_memory_bytes"] or 0), placement.region, secrets.token_hex(16), preemptible,
-                    int(pool["worker_storage_bytes"] or 0), any_region=self._any_region and placement.anywhere))
+                    f"{pool.name}-{secrets.token_hex(4)}", pool.name, cores_mcpu,
+                    pool.worker_memory_bytes, placement.region, secrets.token_hex(16), preemptible,
+                    pool.worker_storage_bytes, any_region=self._any_region and placement.anywhere))
                 if not created:
                     # Placed again at once, without the region or pool that refused.
                     self.notify()
                     break
-
-    async def _regions(self) -> dict[int, str]:
-        rows = await self._db.fetchall("SELECT region_id, name FROM regions ORDER BY region_id",
-                                       name="autoscaler_regions")
-        return {int(r["region_id"]): r["name"] for r in rows}
 
     def _pool_regions(self, regions: dict[int, str]) -> list[str]:
         """Where the pool's machines may go, in order of preference."""
@@ -168,14 +135,13 @@ class Autoscaler(Loop):
         all of it anywhere, nothing read)."""
         if len(self._pool_regions(regions)) <= 1:
             return [RegionDemand(None, ready_mcpu)]
-        rows = await self._db.fetchall(_READY_BY_REGIONS.format(limit=REGION_SAMPLE_JOBS), (pool,),
-                                       name="autoscaler_ready_regions")
-        sampled_mcpu = sum(int(r["cores_mcpu"]) for r in rows)
+        sample = await self._store.ready_by_regions(pool, REGION_SAMPLE_JOBS)
+        sampled_mcpu = sum(cores_mcpu for _, cores_mcpu in sample)
         if sampled_mcpu <= 0:
             return [RegionDemand(None, ready_mcpu)]
-        return [RegionDemand(None if r["regions_bits"] is None else
-                             frozenset(name for bit, name in regions.items() if (int(r["regions_bits"]) >> bit) & 1),
-                             int(r["cores_mcpu"]) * ready_mcpu // sampled_mcpu) for r in rows]
+        return [RegionDemand(None if bits is None else
+                             frozenset(name for bit, name in regions.items() if (bits >> bit) & 1),
+                             cores_mcpu * ready_mcpu // sampled_mcpu) for bits, cores_mcpu in sample]
 
     async def _create(self, epoch: int, request: InstanceRequest) -> bool:
         """Record the instance, then ask the cloud for it, and record where the cloud put it; False if it
@@ -186,7 +152,7 @@ class Autoscaler(Loop):
                                           memory_bytes=request.memory_bytes, preemptible=request.preemptible,
                                           storage_bytes=request.storage_bytes,
                                           products=(machine.cpu_product, machine.memory_product))
-        if not await self._priced(machine):
+        if not await self._store.priced(machine.cpu_product, machine.memory_product):
             # Its attempts would be billed nothing: an operator must price it (services.driver.pricing).
             await self._refused(epoch, request, InvalidRequest(
                 f"no price for {machine.cpu_product} and {machine.memory_product}: add the machine to the price "
@@ -213,11 +179,6 @@ class Autoscaler(Loop):
         log.info("autoscaler: created %s in %s, region %s%s", request.name, request.inst_coll, region,
                  " (spot)" if request.preemptible else "")
         return True
-
-    async def _priced(self, machine: Machine) -> bool:
-        row = await self._db.fetchone("SELECT COUNT(*) AS n FROM latest_product_versions WHERE product IN (%s, %s)",
-                                      (machine.cpu_product, machine.memory_product), name="autoscaler_priced")
-        return row is not None and int(row["n"]) == 2
 
     async def _refused(self, epoch: int, request: InstanceRequest, error: ProviderError) -> None:
         """End the refused instance (it never ran: no job re-runs; its token is void) and back off."""

@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from services.db.database import Database
-from services.db.store import JobStore, wall_clock_ms
+from services.db.store import wall_clock_ms
 from services.driver.loop import Loop
 from services.driver.providers.interface import InstanceProvider
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +32,11 @@ class DeadWorkerDetector(Loop):
 
     name = "dead-workers"
 
-    def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, live: Callable[[], set[str]],
+    def __init__(self, store: DriverStore, provider: InstanceProvider, live: Callable[[], set[str]],
                  epoch: Callable[[], int | None], heartbeat_timeout_s: float = 30.0,
                  activation_timeout_s: float = 120.0, clock_ms: Callable[[], int] = wall_clock_ms,
                  period_s: float = 5.0, watching_since_ms: Callable[[], int] = lambda: 0):
         super().__init__(period_s)
-        self._db = db
         self._store = store
         self._provider = provider
         self._live = live
@@ -53,17 +52,15 @@ class DeadWorkerDetector(Loop):
         if epoch is None:
             return
         now = self._clock_ms()
-        rows = await self._db.fetchall(
-            """SELECT name, state, COALESCE(last_heartbeat_ms, time_activated_ms, time_created_ms) AS seen_ms
-               FROM instances WHERE state IN ('pending', 'active')""", name="dead_worker_candidates")
+        instances = await self._store.seen_instances()
         since = self._watching_since_ms()
         live = self._live()
-        for row in rows:
-            limit = self._timeout_ms if row["state"] == "active" else self._activation_timeout_ms
-            if row["name"] in live or now - max(int(row["seen_ms"]), since) < limit:
+        for instance in instances:
+            limit = self._timeout_ms if instance.state == "active" else self._activation_timeout_ms
+            if instance.name in live or now - max(instance.seen_ms, since) < limit:
                 continue
-            reason = "missed heartbeats" if row["state"] == "active" else "never activated"
-            await self._store.deactivate_instance(epoch, row["name"], reason)
-            await self._provider.delete(row["name"])
-            self.deactivated.append(row["name"])
-            log.warning("deactivated %s: %s", row["name"], reason)
+            reason = "missed heartbeats" if instance.state == "active" else "never activated"
+            await self._store.deactivate_instance(epoch, instance.name, reason)
+            await self._provider.delete(instance.name)
+            self.deactivated.append(instance.name)
+            log.warning("deactivated %s: %s", instance.name, reason)

@@ -50,13 +50,13 @@ async def test_a_running_job_gets_cancel_job_after_cancel_batch(world: World, fr
                                                                certs: DevCertificateAuthority, tmp_path: Path,
                                                                user_token: UserToken) -> None:
     alice = bearer(await user_token("alice"))
-    registry = SessionRegistry(world.db, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
-    servicer = DriverServicer(world.db, world.store, registry, lambda: world.epoch, lambda: "driver-0:1",
+    registry = SessionRegistry(world.store, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
+    servicer = DriverServicer(world.store, registry, lambda: world.epoch, lambda: "driver-0:1",
                               lambda kind: None)
     driver = await serve([Service("corral.driver.v1.DriverService", servicer,
                                   driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
                          [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
-    canceller = RunningCanceller(world.db, world.store, registry, lambda: world.epoch, period_s=0.1,
+    canceller = RunningCanceller(world.store, registry, lambda: world.epoch, period_s=0.1,
                                  clock_ms=world.clock)
     loop = asyncio.create_task(canceller.run())
     try:
@@ -77,7 +77,7 @@ async def test_a_running_job_gets_cancel_job_after_cancel_batch(world: World, fr
                 await call.write(pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1",
                                                                         instance_token=activated.instance_token)))
                 await read_until(call, "welcome")
-                await Scheduler(world.db, world.store, registry, lambda: world.epoch).cycle()
+                await Scheduler(world.store, registry, lambda: world.epoch).cycle()
                 attempt = (await read_until(call, "run_job")).run_job.attempt
                 start_ms = world.clock()
                 await call.write(pb.WorkerSessionRequest(event_id=1, job_started=ws.JobStarted(
