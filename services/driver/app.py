@@ -45,7 +45,7 @@ from services.common.tls import TlsFiles, WorkerIssuer
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
 from services.driver.autoscaler import Autoscaler
-from services.driver.billing_limits import BillingLimits
+from services.driver.billing_limit_canceller import BillingLimitCanceller
 from services.driver.callbacks import CompletionCallbacks, HttpCallbackSender
 from services.driver.canceller import ReadyCanceller
 from services.driver.completions import CompletionChecker
@@ -53,7 +53,7 @@ from services.driver.dead_workers import DeadWorkerDetector
 from services.driver.enrollment import ENROLL_METHOD, EnrollmentServicer, EnrollmentSettings, enrollee
 from services.driver.enrollment import SERVICE_NAME as ENROLLMENT_SERVICE
 from services.driver.events import EventPublisher
-from services.driver.failures import FailureCanceller
+from services.driver.failure_canceller import FailureCanceller
 from services.driver.fleet_gauges import FleetGauges
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
@@ -334,7 +334,8 @@ async def start(config: DriverConfig) -> DriverApp:
         callbacks = CompletionCallbacks(store, epoch, sender=HttpCallbackSender(rules=callback_rules))
         more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
                                   CompletionChecker(store, epoch), callbacks,
-                                  BillingLimits(store, epoch, on_cancelled=cancelled), reconciler, price_refresh]
+                                  BillingLimitCanceller(store, epoch, on_cancelled=cancelled), reconciler,
+                                  price_refresh]
         publisher = EventPublisher(store, epoch)
         loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher,
                              FleetGauges(store, lambda: state.epoch is not None)]

@@ -21,7 +21,7 @@ from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
 from services.db.invariants import check_invariants
-from services.driver.billing_limits import BillingLimits
+from services.driver.billing_limit_canceller import BillingLimitCanceller
 from services.driver.running_canceller import REASON, RunningCanceller
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer
@@ -127,7 +127,7 @@ async def test_a_batch_over_its_billing_limit_shows_why_it_was_cancelled(world: 
                 job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]))]), metadata=alice)
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "billing project spent has spent $0.000000 of its $0.000000 limit" in (refused.value.details() or "")
-        await BillingLimits(world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
+        await BillingLimitCanceller(world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
         got = await batches.GetBatch(bpb.GetBatchRequest(batch_id=submitted.batch.batch_id), metadata=alice)
     cancellation = got.batch.cancellation
     assert (cancellation.cancelled_by, cancellation.reason, cancellation.cause) == (
