@@ -36,6 +36,7 @@ from bench.stack import frontend_stack, work_dir
 from corral import aio
 from services.db.database import Database
 from services.db.store import JobStore
+from services.driver.store import DriverStore
 from services.driver.canceller import ReadyCanceller
 
 NAME = "cancel"
@@ -111,7 +112,7 @@ async def cancel_latencies(client: aio.Client, db: Database, batch_id: int, samp
 async def drain(db: Database, store: JobStore, n_jobs: int) -> float:
     """Run the driver's ReadyCanceller until it has cancelled `n_jobs`; seconds."""
     epoch = await store.elect_leader("bench-canceller")
-    canceller = ReadyCanceller(db, store, lambda: epoch)
+    canceller = ReadyCanceller(DriverStore(db, store.clock_ms), lambda: epoch)
     started = time.perf_counter()
     task = asyncio.create_task(canceller.run())
     try:

@@ -9,8 +9,8 @@ read. Users differ in job size (250 to 2,000 mcpu), and each pool's free
 cores are half its ready demand, so the water-filling has work to do.
 
 One computation is what the scheduler does per cycle: one read of the
-`user_inst_coll_fair_share` view for every pool (`read_demand`, the
-scheduler's own), then, for each of the three pools, `allocate_cores` and
+`user_inst_coll_fair_share` view for every pool (`DriverStore.read_demand`,
+the scheduler's own), then, for each of the three pools, `allocate_cores` and
 `scheduling_shares` (services/policy/fair_share.py) over its users. It
 is repeated; figures are p50/p99 of the whole (3 pools, query +
 computation) and of each part.
@@ -44,8 +44,8 @@ from bench.common import BenchContext, fresh_database, percentile, positive_int,
 from bench.populate import JobShape, ready_batch
 from services.db.database import Database
 from services.db.store import JobStore
+from services.driver.store import DriverStore  # the scheduler's own reads
 from services.policy.fair_share import UserDemand, allocate_cores, scheduling_shares
-from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of  # the scheduler's own reads
 from services.policy import planner
 
 NAME = "fair-share"
@@ -151,12 +151,12 @@ async def verify(db: Database, n_users: int, n_batches: int) -> None:
             raise RuntimeError(f"{pool}: unexpected live counters: {len(rows)} users, {counts}")
 
 
-async def compute(db: Database, free_mcpu: dict[str, int]) -> tuple[Sample, dict[str, dict[str, int]]]:
+async def compute(store: DriverStore, free_mcpu: dict[str, int]) -> tuple[Sample, dict[str, dict[str, int]]]:
     """One computation, as the scheduler does it each cycle: one read of the
     demand of every pool, then each pool's allocation; returns its timing and
     the shares."""
     started = time.perf_counter()
-    demand = await read_demand(db)
+    demand = await store.read_demand()
     queried = time.perf_counter()
     shares = {}
     for pool in POOLS:
@@ -167,20 +167,21 @@ async def compute(db: Database, free_mcpu: dict[str, int]) -> tuple[Sample, dict
     return Sample((queried - started) * 1000, (computed - queried) * 1000), shares
 
 
-async def cycle(db: Database, demand: dict[str, list[UserDemand]] | None = None) -> tuple[float, int]:
+async def cycle(store: DriverStore, demand: dict[str, list[UserDemand]] | None = None) -> tuple[float, int]:
     """The scheduler's decision for every pool, as `Scheduler.cycle` makes it (all workers live); returns
     its milliseconds and the placements. With `demand`, the cycle reuses that fair-share read, as the
     driver's scheduler does for DEMAND_REUSE_S after a read."""
     started = time.perf_counter()
-    workers = {pool: [w for w in ws if w.free_cores_mcpu > 0] for pool, ws in (await read_workers(db)).items()}
+    workers = {pool: [w for w in ws if w.free_cores_mcpu > 0] for pool, ws in (await store.read_workers()).items()}
     if demand is None:
-        demand = await read_demand(db)
+        demand = await store.read_demand()
     looks = {pool: planner.depths(ws, demand[pool], JOBS_PER_CYCLE) for pool, ws in workers.items()
              if demand.get(pool)}
-    queues = await read_queues(db, looks)
+    queues = await store.read_queues(looks)
     placed = 0
     for pool in sorted(queues):
-        snapshot = await snapshot_of(db, pool, workers[pool], demand[pool], queues[pool], JOBS_PER_CYCLE, time.time())
+        snapshot = await store.snapshot_of(pool, workers[pool], demand[pool], queues[pool], JOBS_PER_CYCLE,
+                                           time.time())
         placed += len(planner.plan(snapshot).placements)
     return (time.perf_counter() - started) * 1000, placed
 
@@ -198,20 +199,21 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
             shapes = tuple(JobShape(pool, job_cores_mcpu(0)) for pool in POOLS)
             await ready_batch(JobStore(db), "user000", "bench", args.deep_queue, shapes)
         progress(f"{NAME}: built in {time.perf_counter() - started:.0f} s; {repetitions} computations")
+        store = DriverStore(db)
         for _ in range(WARM_UP):
-            await compute(db, free_mcpu)
+            await compute(store, free_mcpu)
         samples = []
         for _ in range(repetitions):
-            sample, shares = await compute(db, free_mcpu)
+            sample, shares = await compute(store, free_mcpu)
             samples.append(sample)
         for pool, by_user in shares.items():
             if sum(by_user.values()) != JOBS_PER_CYCLE or len(by_user) != n_users:
                 raise RuntimeError(f"{pool}: shares do not add up: {by_user}")
         cycles, reused = [], []
-        demand = await read_demand(db)
+        demand = await store.read_demand()
         for _ in range(WARM_UP + repetitions):
             for series, given in ((cycles, None), (reused, demand)):
-                ms, placed = await cycle(db, given)
+                ms, placed = await cycle(store, given)
                 series.append(ms)
                 if placed == 0:
                     raise RuntimeError("the planner placed nothing: the benchmark's pools are not what it means")

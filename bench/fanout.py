@@ -47,6 +47,7 @@ from services.db.store import INLINE_CHILDREN, JobStore
 from services.driver.canceller import ReadyCanceller
 from services.driver.loop import Loop
 from services.driver.releaser import ChildReleaser
+from services.driver.store import DriverStore
 
 NAME = "fanout"
 HELP = "complete and cancel a parent of 1M children: release and drain rates, the database's memory"
@@ -211,7 +212,7 @@ class Settings:
     pending_chunk: int
 
 
-async def phase_release(db: Database, store: JobStore, epoch: int, s: Settings) -> dict[str, float]:
+async def phase_release(db: Database, store: DriverStore, epoch: int, s: Settings) -> dict[str, float]:
     batch_id, parent = await fan_out_batch(store, s.n_children)
     attempt = await start_parent(store, epoch, batch_id, parent)
     releaser = ChildReleaser(store, lambda: epoch, per_call=s.release_chunk)
@@ -231,15 +232,15 @@ async def phase_release(db: Database, store: JobStore, epoch: int, s: Settings) 
     return {"mjc_ms": round(mjc_s * 1000, 2), "jobs_per_s": round(s.n_children / elapsed, 1)}
 
 
-def driver_loops(db: Database, store: JobStore, epoch: int, s: Settings) -> tuple[ReadyCanceller, ChildReleaser]:
+def driver_loops(db: Database, store: DriverStore, epoch: int, s: Settings) -> tuple[ReadyCanceller, ChildReleaser]:
     """The canceller and the releaser, each waking the other as services/driver/app.py wires them."""
     releaser = ChildReleaser(store, lambda: epoch, per_call=s.release_chunk, on_released=lambda: canceller.notify())
-    canceller = ReadyCanceller(db, store, lambda: epoch, pending_per_cycle=s.pending_chunk,
+    canceller = ReadyCanceller(store, lambda: epoch, pending_per_cycle=s.pending_chunk,
                                on_cancelled=releaser.notify)
     return canceller, releaser
 
 
-async def phase_cancel(db: Database, store: JobStore, epoch: int, s: Settings) -> dict[str, float]:
+async def phase_cancel(db: Database, store: DriverStore, epoch: int, s: Settings) -> dict[str, float]:
     batch_id, parent = await fan_out_batch(store, s.n_children)
     attempt = await start_parent(store, epoch, batch_id, parent)
     canceller, releaser = driver_loops(db, store, epoch, s)
@@ -266,7 +267,7 @@ async def phase_cancel(db: Database, store: JobStore, epoch: int, s: Settings) -
     return {"jobs_per_s": round(s.n_children / drain_s, 1), "settle_s": round(time.perf_counter() - started, 2)}
 
 
-async def phase_fail(db: Database, store: JobStore, epoch: int, s: Settings) -> dict[str, float]:
+async def phase_fail(db: Database, store: DriverStore, epoch: int, s: Settings) -> dict[str, float]:
     batch_id, parent = await fan_out_batch(store, s.n_children)
     attempt = await start_parent(store, epoch, batch_id, parent)
     canceller, releaser = driver_loops(db, store, epoch, s)
@@ -289,7 +290,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
                         args.release_chunk, args.pending_chunk)
     results: dict[str, dict[str, float]] = {}
     async with fresh_database(ctx.server, pool_size=8) as db:
-        store = JobStore(db)
+        store = DriverStore(db)
         await store.create_billing_project(BILLING_PROJECT, [USER])
         epoch = await store.elect_leader("bench-fanout")
         await store.create_instance(epoch, INSTANCE, "standard", 10_000_000, "bench-token")

@@ -15,7 +15,7 @@ import pytest
 from services.db.accounts import ACCOUNTS, grant_service_accounts
 from services.db.database import Database, DatabaseConfig
 from services.db.server import PrivateMariaDB
-from services.db.store import JobStore
+from services.driver.store import DriverStore
 from tests import storage_emulators
 from tests.databases import MigratedDatabases
 from tests.storage_emulators import Emulator
@@ -105,7 +105,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 async def world(db: Database, clock: FakeClock) -> World:
     """A billing project 'proj' (alice, bob) and an elected leader epoch."""
-    return await World(db, JobStore(db, clock), clock).setup()
+    return await World(db, DriverStore(db, clock), clock).setup()
 
 
 _SERVICE_PASSWORDS = {service: secrets.token_urlsafe(16) for service in ACCOUNTS}

@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 from services.db.database import Database
-from services.db.store import JobStore
+from services.driver.store import DriverStore
 
 
 class FakeClock:
@@ -25,9 +25,9 @@ class FakeClock:
 
 
 class World:
-    """A store plus the usual fixtures of a driver's world."""
+    """A driver's store plus the usual fixtures of a driver's world."""
 
-    def __init__(self, db: Database, store: JobStore, clock: FakeClock):
+    def __init__(self, db: Database, store: DriverStore, clock: FakeClock):
         self.db = db
         self.store = store
         self.clock = clock

@@ -63,11 +63,12 @@ ACCOUNTS: dict[str, Account] = {
                     procedures=()),
     "frontend": Account(
         read_all=True,
-        writes={"billing_projects": ("INSERT", "UPDATE"), "billing_project_members": ("INSERT", "UPDATE", "DELETE"),
-                "secrets": ("INSERT", "UPDATE", "DELETE")},
+        writes={"secrets": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
                     "cancel_job_group", "delete_batch", "discard_batch", "rerun_failed_jobs", "check_job_limits",
-                    "read_ready_heads"),
+                    "read_ready_heads", "create_billing_project", "add_billing_project_member",
+                    "remove_billing_project_member", "set_billing_project_limit", "set_billing_project_open",
+                    "delete_billing_project"),
         # Everything but the sealed contents, which it could not open anyway.
         reads={"secrets": ("billing_project", "name", "file_names", "key_id", "created_by", "time_created_ms")}),
     "driver": Account(

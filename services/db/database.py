@@ -60,12 +60,15 @@ class ProcedureError(Exception):
 
     rc: int = -1
 
-    def __init__(self, message: str, rc: int | None = None, procedure: str = ""):
+    def __init__(self, message: str, rc: int | None = None, procedure: str = "",
+                 status: dict[str, Any] | None = None):
         super().__init__(message)
         self.message = message
         self.procedure = procedure
         if rc is not None:
             self.rc = rc
+        self.status = status or {}
+        """The whole status row: `rc`, `message` and whatever else the procedure says of its refusal."""
 
 
 class NotFoundError(ProcedureError):
@@ -139,7 +142,7 @@ def raise_for_status(procedure: str, row: dict[str, Any]) -> None:
     if rc == 0:
         return
     cls = _ERRORS_BY_RC.get(rc, ProcedureError)
-    raise cls(str(row.get("message") or ""), rc=rc, procedure=procedure)
+    raise cls(str(row.get("message") or ""), rc=rc, procedure=procedure, status=row)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -300,7 +300,7 @@ class JobStore:
         status, _ = await self.db.call("publish_batch_events", epoch, max_events, cost_interval_ms, self.clock_ms())
         return status
 
-    # -- driver loops (services/driver/: failures, completions, callbacks, billing_limits)
+    # -- driver loops (services/driver/: failure_canceller, completions, callbacks, billing_limit_canceller)
 
     def _now(self, now_ms: int | None) -> int:
         return self.clock_ms() if now_ms is None else now_ms

@@ -44,17 +44,17 @@ from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles, WorkerIssuer
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
-from services.db.store import JobStore
-from services.driver.billing_limits import BillingLimits
+from services.driver.autoscaler import Autoscaler
+from services.driver.billing_limit_canceller import BillingLimitCanceller
 from services.driver.callbacks import CompletionCallbacks, HttpCallbackSender
 from services.driver.canceller import ReadyCanceller
 from services.driver.completions import CompletionChecker
+from services.driver.dead_workers import DeadWorkerDetector
 from services.driver.enrollment import ENROLL_METHOD, EnrollmentServicer, EnrollmentSettings, enrollee
 from services.driver.enrollment import SERVICE_NAME as ENROLLMENT_SERVICE
 from services.driver.events import EventPublisher
-from services.driver.failures import FailureCanceller
+from services.driver.failure_canceller import FailureCanceller
 from services.driver.fleet_gauges import FleetGauges
-from services.driver.instances import Autoscaler, DeadWorkerDetector, InstanceProvider, InstanceRequest, LocalProvider
 from services.driver.leader import LeaderElection, LeaseSettings
 from services.driver.loop import Loop
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
@@ -62,12 +62,15 @@ from services.driver.pricing import price_file
 from services.driver.pricing.refresh import PriceRefresh, RefreshSettings
 from services.driver.providers.cloud_setup import (CloudSetup, MachineDeleter, close_provider, open_catalog,
                                                    open_provider)
+from services.driver.providers.interface import InstanceProvider, InstanceRequest
+from services.driver.providers.local import LocalProvider
 from services.driver.releaser import ChildReleaser
 from services.driver.running_canceller import RunningCanceller
 from services.driver.scheduler import DEMAND_REUSE_S, Scheduler
 from services.driver.secret_delivery import SecretDelivery
 from services.driver.servicer import DriverServicer, SessionSettings
 from services.driver.sessions import SessionRegistry
+from services.driver.store import DriverStore
 from services.common.specs import SpecStore
 
 log = logging.getLogger(__name__)
@@ -278,10 +281,10 @@ async def start(config: DriverConfig) -> DriverApp:
         db_config = DatabaseConfig.from_url(config.database_url)
         db = await Database.connect(db_config)
         stack.push_async_callback(db.close)
-        store = JobStore(db)
+        store = DriverStore(db)
         specs = SpecStore(config.spec_root_url)
-        registry = SessionRegistry(db, specs, log_root_url=config.spec_root_url, storage_roots=storage,
-                                   secrets=SecretDelivery(db, opener))
+        registry = SessionRegistry(store, specs, log_root_url=config.spec_root_url, storage_roots=storage,
+                                   secrets=SecretDelivery(store, opener))
         tls = TlsFiles.of(config.certs_dir, "driver")  # every driver is the same service to its peers
         enroll_port: int | None = None
         if config.local_workers_enroll and config.enroll_address is None:
@@ -298,23 +301,23 @@ async def start(config: DriverConfig) -> DriverApp:
         def epoch() -> int | None:
             return state.epoch
 
-        scheduler = Scheduler(db, store, registry, epoch, demand_reuse_s=config.fair_share_reuse_s)
+        scheduler = Scheduler(store, registry, epoch, demand_reuse_s=config.fair_share_reuse_s)
 
         def released() -> None:
             scheduler.new_work()  # children became Ready
             canceller.notify()  # or Ready with a failed dependency
 
         releaser = ChildReleaser(store, epoch, on_released=released)
-        canceller = ReadyCanceller(db, store, epoch, on_cancelled=releaser.notify)
-        autoscaler = Autoscaler(db, store, provider, epoch, period_s=config.autoscaler_period_s,
+        canceller = ReadyCanceller(store, epoch, on_cancelled=releaser.notify)
+        autoscaler = Autoscaler(store, provider, epoch, period_s=config.autoscaler_period_s,
                                 **({"region": config.cloud.region, "any_region": True,
                                     "provider_regions": config.cloud.regions} if config.cloud else {}))
-        dead = DeadWorkerDetector(db, store, provider,
+        dead = DeadWorkerDetector(store, provider,
                                   lambda: registry.heard_from(config.session.heartbeat_timeout_s), epoch,
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
                                   watching_since_ms=lambda: state.watching_since_ms)
-        running = RunningCanceller(db, store, registry, epoch)
-        reconciler = InstanceReconciler(db, store, provider, epoch, config.reconcile)
+        running = RunningCanceller(store, registry, epoch)
+        reconciler = InstanceReconciler(store, provider, epoch, config.reconcile)
         price_refresh = PriceRefresh(store, prices, open_catalog(config.cloud, prices) if config.cloud else None,
                                      provider.machine_kinds(), epoch, config.price_refresh)
         try:  # before the autoscaler runs, so that it finds the file's prices
@@ -328,13 +331,14 @@ async def start(config: DriverConfig) -> DriverApp:
             canceller.notify()
             running.notify()
 
-        callbacks = CompletionCallbacks(db, store, epoch, sender=HttpCallbackSender(rules=callback_rules))
+        callbacks = CompletionCallbacks(store, epoch, sender=HttpCallbackSender(rules=callback_rules))
         more_loops: list[Loop] = [running, FailureCanceller(store, epoch, on_cancelled=cancelled),
                                   CompletionChecker(store, epoch), callbacks,
-                                  BillingLimits(store, epoch, on_cancelled=cancelled), reconciler, price_refresh]
+                                  BillingLimitCanceller(store, epoch, on_cancelled=cancelled), reconciler,
+                                  price_refresh]
         publisher = EventPublisher(store, epoch)
         loops: list[Loop] = [scheduler, canceller, releaser, autoscaler, dead, publisher,
-                             FleetGauges(db, lambda: state.epoch is not None)]
+                             FleetGauges(store, lambda: state.epoch is not None)]
         loops += more_loops
 
         # Who a worker's job events wake, besides the scheduler: each of these runs a cycle of reads, and
@@ -367,7 +371,7 @@ async def start(config: DriverConfig) -> DriverApp:
             ended = servicer.end_sessions("this driver no longer leads")
             log.warning("%s no longer leads; %d worker sessions ended", state.name, ended)
 
-        servicer = DriverServicer(db, store, registry, epoch, lambda: state.leader, on_change, config.session,
+        servicer = DriverServicer(store, registry, epoch, lambda: state.leader, on_change, config.session,
                                   on_deactivated=on_deactivated, on_ended=scheduler.ended, placed=scheduler.placed)
         enrollment = Service(ENROLLMENT_SERVICE, EnrollmentServicer(store, _worker_issuer(config), config.enrollment),
                              worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)
@@ -407,7 +411,7 @@ async def start(config: DriverConfig) -> DriverApp:
     return app
 
 
-async def _add_cloud_regions(store: JobStore, cloud: CloudSetup | None) -> None:
+async def _add_cloud_regions(store: DriverStore, cloud: CloudSetup | None) -> None:
     """Make the cloud's configured regions regions jobs may name (at start, and again when elected in case
     the database was not reachable at start)."""
     if cloud is None:

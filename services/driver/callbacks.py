@@ -50,9 +50,9 @@ import httpx
 
 from services.common.callback_hosts import PinnedTransport, Resolve, SystemResolver, Unresolved
 from services.common.urls import CallbackRules, RefusedUrl, parse_callback_url
-from services.db.database import Database
-from services.db.store import JobStore, wall_clock_ms
+from services.db.store import wall_clock_ms
 from services.driver.loop import Loop
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -161,25 +161,9 @@ def rfc3339_ms(ms: int) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_DETAILS = """
-SELECT b.batch_id, b.user, b.billing_project,
-       EXISTS (SELECT 1 FROM job_groups_cancelled c WHERE c.batch_id = b.batch_id AND c.job_group_id = 0)
-         AS cancelled,
-       (SELECT COALESCE(SUM(a.`usage` * r.rate_usd), 0)
-        FROM aggregated_job_group_resources a JOIN resources r ON r.resource_id = a.resource_id
-        WHERE a.batch_id = b.batch_id AND a.job_group_id = 0) AS cost_usd,
-       COALESCE(SUM(s.n_completed), 0) AS n_completed, COALESCE(SUM(s.n_succeeded), 0) AS n_succeeded,
-       COALESCE(SUM(s.n_failed), 0) AS n_failed, COALESCE(SUM(s.n_errored), 0) AS n_errored,
-       COALESCE(SUM(s.n_cancelled), 0) AS n_cancelled
-FROM batches b
-LEFT JOIN job_groups_n_jobs_in_complete_states s ON s.batch_id = b.batch_id AND s.job_group_id = 0
-WHERE b.batch_id IN ({ids})
-GROUP BY b.batch_id, b.user, b.billing_project
-"""
-
-
 def callback_body(row: dict[str, Any], claimed: dict[str, Any], attributes: dict[str, str]) -> dict[str, Any]:
-    """The JSON body for one completion: `row` from the details query, `claimed` the outbox row."""
+    """The JSON body for one completion: `row` its batch's `DriverStore.callback_details`, `claimed` the
+    outbox row."""
     failures = int(row["n_failed"]) + int(row["n_errored"])
     state = "cancelled" if row["cancelled"] else ("failure" if failures else "success")
     return {
@@ -202,12 +186,11 @@ class CompletionCallbacks(Loop):
 
     name = "completion-callbacks"
 
-    def __init__(self, db: Database, store: JobStore, epoch: Callable[[], int | None],
+    def __init__(self, store: DriverStore, epoch: Callable[[], int | None],
                  sender: CallbackSender | None = None, policy: RetryPolicy = RetryPolicy(),
                  period_s: float = 2.0, per_cycle: int = 50, lease_s: float = 60.0,
                  clock_ms: Callable[[], int] = wall_clock_ms):
         super().__init__(period_s)
-        self._db = db
         self._store = store
         self._epoch = epoch
         self._sender = sender if sender is not None else HttpCallbackSender()
@@ -224,14 +207,8 @@ class CompletionCallbacks(Loop):
 
     async def _bodies(self, claimed: Sequence[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
         ids = sorted({int(c["batch_id"]) for c in claimed})
-        marks = ", ".join(["%s"] * len(ids))
-        rows = {int(r["batch_id"]): r for r in await self._db.fetchall(
-            _DETAILS.format(ids=marks), tuple(ids), name="callback_details")}
-        attributes: dict[int, dict[str, str]] = {i: {} for i in ids}
-        for a in await self._db.fetchall(
-                f"SELECT batch_id, `key`, `value` FROM batch_attributes WHERE batch_id IN ({marks})", tuple(ids),
-                name="callback_attributes"):
-            attributes[int(a["batch_id"])][a["key"]] = a["value"]
+        rows = await self._store.callback_details(ids)
+        attributes = await self._store.batch_attributes(ids)
         return {(int(c["batch_id"]), int(c["n_jobs"])): callback_body(rows[int(c["batch_id"])], c,
                                                                      attributes[int(c["batch_id"])])
                 for c in claimed}

@@ -30,61 +30,11 @@ the loop re-runs at once while it cancels something, and tells
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
-from services.db.database import Database
-from services.db.store import JobStore
 from services.policy.fair_share import cancel_shares
 from services.driver.loop import Loop
 from services.driver.metrics import JOBS_CANCELLED
-
-# Per running batch: Ready jobs that depend on a failed parent, plus the
-# cancellable Ready jobs of groups with a cancelled self or ancestor.
-_DRAINABLE = """
-SELECT r.user, r.batch_id,
-       SUM(r.n_ready_dependency_failed_jobs + IF(gc.batch_id IS NULL, 0, r.n_ready_cancellable_jobs)) AS n
-FROM user_inst_coll_resources_by_job_group r
-JOIN batches b ON b.batch_id = r.batch_id AND b.state = 'running'
-LEFT JOIN (SELECT DISTINCT a.batch_id, a.job_group_id
-           FROM job_group_self_and_ancestors a
-           JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id) gc
-  ON gc.batch_id = r.batch_id AND gc.job_group_id = r.job_group_id
-GROUP BY r.user, r.batch_id
-HAVING n > 0
-ORDER BY r.user, r.batch_id
-"""
-
-# Per running batch: its Pending jobs under cancelled groups, from counts the
-# procedures keep, not from jobs: a cancelled group's committed jobs minus the
-# completed, Ready, Creating and Running ones of its subtree. (Reading Pending
-# jobs instead walked the index entries of those cancelled before, which
-# InnoDB keeps until it purges them: 90 ms a cycle in a million-job drain.)
-# Only the outermost cancelled groups count, so nothing is counted twice;
-# always_run jobs count too, though they wait for their parents. The
-# subqueries are scalar, read per cancelled group: as EXISTS, MariaDB would
-# materialize them over every batch.
-_PENDING_DRAINABLE = """
-SELECT b.user, b.batch_id,
-       SUM(g.n_jobs
-           - (SELECT COALESCE(SUM(s.n_completed), 0) FROM job_groups_n_jobs_in_complete_states s
-              WHERE s.batch_id = g.batch_id AND s.job_group_id = g.job_group_id)
-           - (SELECT COALESCE(SUM(r.n_ready_cancellable_jobs + r.n_ready_always_run_jobs
-                                  + r.n_ready_dependency_failed_jobs + r.n_creating_jobs + r.n_running_jobs), 0)
-              FROM job_group_self_and_ancestors a
-              JOIN user_inst_coll_resources_by_job_group r FORCE INDEX (user_resources_batch)
-                ON r.batch_id = a.batch_id AND r.job_group_id = a.job_group_id
-              WHERE a.batch_id = g.batch_id AND a.ancestor_id = g.job_group_id)) AS n
-FROM batches b FORCE INDEX (batches_state)
-JOIN job_groups_cancelled c ON c.batch_id = b.batch_id
-JOIN job_groups g ON g.batch_id = c.batch_id AND g.job_group_id = c.job_group_id
-WHERE b.state = 'running'
-  AND (SELECT COUNT(*) FROM job_group_self_and_ancestors up
-       JOIN job_groups_cancelled cu ON cu.batch_id = up.batch_id AND cu.job_group_id = up.ancestor_id
-       WHERE up.batch_id = c.batch_id AND up.job_group_id = c.job_group_id AND up.ancestor_id <> c.job_group_id) = 0
-GROUP BY b.user, b.batch_id
-HAVING n > 0
-ORDER BY b.user, b.batch_id
-"""
+from services.driver.store import Drainable, DriverStore
 
 
 def _nothing() -> None:
@@ -96,11 +46,10 @@ class ReadyCanceller(Loop):
 
     name = "cancel-ready"
 
-    def __init__(self, db: Database, store: JobStore, epoch: Callable[[], int | None], period_s: float = 5.0,
+    def __init__(self, store: DriverStore, epoch: Callable[[], int | None], period_s: float = 5.0,
                  per_cycle: int = 5000, minimum_per_user: int = 500, pending_per_cycle: int = 5000,
                  pending_minimum_per_user: int = 500, on_cancelled: Callable[[], None] = _nothing):
         super().__init__(period_s)
-        self._db = db
         self._store = store
         self._epoch = epoch
         self.per_cycle = per_cycle
@@ -115,14 +64,13 @@ class ReadyCanceller(Loop):
         self.cancelled_total = 0
         """Jobs this loop has cancelled since it started."""
 
-    async def drainable(self) -> list[dict[str, Any]]:
-        """(user, batch_id, n) of every running batch with Ready jobs to drain."""
-        return await self._db.fetchall(_DRAINABLE, name="cancel_ready_drainable")
+    async def drainable(self) -> list[Drainable]:
+        """Every running batch with Ready jobs to drain."""
+        return await self._store.ready_drainable()
 
-    async def pending_drainable(self) -> list[dict[str, Any]]:
-        """(user, batch_id, n) of every running batch with Pending jobs of cancelled groups
-        (always_run ones included)."""
-        return await self._db.fetchall(_PENDING_DRAINABLE, name="cancel_pending_drainable")
+    async def pending_drainable(self) -> list[Drainable]:
+        """Every running batch with Pending jobs of cancelled groups (always_run ones included)."""
+        return await self._store.pending_drainable()
 
     async def cycle(self) -> None:
         epoch = self._epoch()
@@ -139,15 +87,15 @@ class ReadyCanceller(Loop):
         rows = await self.drainable()
         by_user: dict[str, int] = {}
         for row in rows:
-            by_user[row["user"]] = by_user.get(row["user"], 0) + int(row["n"])
+            by_user[row.user] = by_user.get(row.user, 0) + row.n
         shares = cancel_shares(by_user, total=self.per_cycle, minimum=self.minimum_per_user)
         cancelled = 0
         for row in rows:
-            left = shares.get(row["user"], 0)
+            left = shares.get(row.user, 0)
             if left <= 0:
                 continue
-            n = await self._store.cancel_ready_jobs(epoch, row["batch_id"], min(left, int(row["n"])))
-            shares[row["user"]] = left - n
+            n = await self._store.cancel_ready_jobs(epoch, row.batch_id, min(left, row.n))
+            shares[row.user] = left - n
             cancelled += n
         return cancelled
 
@@ -155,14 +103,14 @@ class ReadyCanceller(Loop):
         rows = await self.pending_drainable()
         by_user: dict[str, int] = {}
         for row in rows:
-            by_user[row["user"]] = by_user.get(row["user"], 0) + int(row["n"])
+            by_user[row.user] = by_user.get(row.user, 0) + row.n
         shares = cancel_shares(by_user, total=self.pending_per_cycle, minimum=self.pending_minimum_per_user)
         cancelled = 0
         for row in rows:
-            left = shares.get(row["user"], 0)
+            left = shares.get(row.user, 0)
             if left <= 0:
                 continue
-            n = await self._store.cancel_pending_jobs(epoch, row["batch_id"], min(left, int(row["n"])))
-            shares[row["user"]] = left - n
+            n = await self._store.cancel_pending_jobs(epoch, row.batch_id, min(left, row.n))
+            shares[row.user] = left - n
             cancelled += n
         return cancelled

@@ -19,8 +19,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from services.db.store import JobStore, wall_clock_ms
+from services.db.store import wall_clock_ms
 from services.driver.loop import Loop
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class CompletionChecker(Loop):
 
     name = "completion-recheck"
 
-    def __init__(self, store: JobStore, epoch: Callable[[], int | None], period_s: float = 30.0,
+    def __init__(self, store: DriverStore, epoch: Callable[[], int | None], period_s: float = 30.0,
                  per_cycle: int = 1000, clock_ms: Callable[[], int] = wall_clock_ms):
         super().__init__(period_s)
         self._store = store

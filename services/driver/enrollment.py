@@ -36,7 +36,7 @@ from services.common.errors import FieldViolation, InvalidRequest, PermissionDen
 from services.common.identity import Principal, current_principal
 from services.common.tls import MAX_CSR_BYTES, BadRequest, WorkerIssuer, checked_request
 from services.db.database import PermissionDeniedError
-from services.db.store import JobStore
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,8 @@ def _checked_csr(csr_pem: str, field: str = "csr_pem") -> bytes:
 class EnrollmentServicer(worker_enrollment_service_pb2_grpc.WorkerEnrollmentServiceServicer):
     """See the module docstring. Without a worker issuer (a driver not given one) every call is refused."""
 
-    def __init__(self, store: JobStore, issuer: WorkerIssuer | None, settings: EnrollmentSettings = EnrollmentSettings()):
+    def __init__(self, store: DriverStore, issuer: WorkerIssuer | None,
+                 settings: EnrollmentSettings = EnrollmentSettings()):
         self._store = store
         self._issuer = issuer
         self._settings = settings

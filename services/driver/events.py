@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.db.store import JobStore, wall_clock_ms
+from services.db.store import wall_clock_ms
 from services.driver.loop import Loop
+from services.driver.store import DriverStore
 
 
 class EventPublisher(Loop):
@@ -28,7 +29,7 @@ class EventPublisher(Loop):
 
     name = "publish-events"
 
-    def __init__(self, store: JobStore, epoch: Callable[[], int | None], period_s: float = 0.25,
+    def __init__(self, store: DriverStore, epoch: Callable[[], int | None], period_s: float = 0.25,
                  page_size: int = 1000, cost_period_s: float | None = 5.0,
                  clock_ms: Callable[[], int] = wall_clock_ms):
         super().__init__(period_s)

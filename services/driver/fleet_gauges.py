@@ -6,26 +6,9 @@ from collections.abc import Callable
 
 from prometheus_client import Gauge
 
-from services.db.database import Database
 from services.driver.loop import Loop
 from services.driver.metrics import READY_CORES, READY_JOBS, RUNNING_CORES, RUNNING_JOBS, WORKERS
-
-_QUEUES = """
-SELECT user, inst_coll,
-       SUM(n_ready_cancellable_jobs + n_ready_always_run_jobs) AS ready_jobs,
-       SUM(ready_cancellable_cores_mcpu + ready_always_run_cores_mcpu) AS ready_mcpu,
-       SUM(n_creating_jobs + n_running_jobs) AS running_jobs,
-       SUM(running_cores_mcpu) AS running_mcpu
-FROM user_inst_coll_resources_by_job_group
-GROUP BY user, inst_coll
-HAVING ready_jobs > 0 OR running_jobs > 0
-"""
-"""Only users with work queued or running: the series of a user whose jobs all ended go (every user who
-ever ran anything keeps rows in the table)."""
-
-_WORKERS = """
-SELECT inst_coll, state, COUNT(*) AS n FROM instances WHERE state <> 'deleted' GROUP BY inst_coll, state
-"""
+from services.driver.store import DriverStore
 
 GAUGES_PERIOD_S = 5.0
 
@@ -35,9 +18,9 @@ class FleetGauges(Loop):
 
     name = "fleet-gauges"
 
-    def __init__(self, db: Database, leading: Callable[[], bool], period_s: float = GAUGES_PERIOD_S):
+    def __init__(self, store: DriverStore, leading: Callable[[], bool], period_s: float = GAUGES_PERIOD_S):
         super().__init__(period_s)
-        self._db = db
+        self._store = store
         self._leading = leading
 
     async def cycle(self) -> None:
@@ -45,14 +28,14 @@ class FleetGauges(Loop):
             for gauge in (READY_JOBS, READY_CORES, RUNNING_JOBS, RUNNING_CORES, WORKERS):
                 gauge.clear()  # the leader's figures are the ones to read
             return
-        queues = await self._db.fetchall(_QUEUES, name="metrics_queues")
-        workers = await self._db.fetchall(_WORKERS, name="metrics_workers")
+        queues = await self._store.queue_loads()
+        workers = await self._store.worker_counts()
         values = {
-            READY_JOBS: {(r["inst_coll"], r["user"]): int(r["ready_jobs"]) for r in queues},
-            READY_CORES: {(r["inst_coll"], r["user"]): int(r["ready_mcpu"]) / 1000 for r in queues},
-            RUNNING_JOBS: {(r["inst_coll"], r["user"]): int(r["running_jobs"]) for r in queues},
-            RUNNING_CORES: {(r["inst_coll"], r["user"]): int(r["running_mcpu"]) / 1000 for r in queues},
-            WORKERS: {(r["inst_coll"], r["state"]): int(r["n"]) for r in workers},
+            READY_JOBS: {(q.inst_coll, q.user): q.ready_jobs for q in queues},
+            READY_CORES: {(q.inst_coll, q.user): q.ready_mcpu / 1000 for q in queues},
+            RUNNING_JOBS: {(q.inst_coll, q.user): q.running_jobs for q in queues},
+            RUNNING_CORES: {(q.inst_coll, q.user): q.running_mcpu / 1000 for q in queues},
+            WORKERS: {(w.inst_coll, w.state): w.n for w in workers},
         }
         for gauge, by_labels in values.items():
             _set_all(gauge, by_labels)

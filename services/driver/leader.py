@@ -43,8 +43,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from services.db.database import Database, DatabaseConfig, FailedPreconditionError, StaleEpochError
-from services.db.store import JobStore, wall_clock_ms
+from services.db.database import DatabaseConfig, FailedPreconditionError, StaleEpochError
+from services.db.store import wall_clock_ms
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class LeaderElection:
         self._clock_ms = clock_ms
         self._monotonic = monotonic
         self.state = Leadership(name, monotonic)
-        self._store: JobStore | None = None
+        self._store: DriverStore | None = None
         self._database_lost = False
         self._task: asyncio.Task[None] | None = None
         self.step_downs: list[str] = []
@@ -152,15 +153,15 @@ class LeaderElection:
         finally:
             await self._close()
 
-    async def _connected(self) -> JobStore:
+    async def _connected(self) -> DriverStore:
         if self._store is None:
-            self._store = JobStore(await Database.connect(self._config), self._clock_ms)
+            self._store = await DriverStore.connect(self._config, self._clock_ms)
         return self._store
 
     async def _close(self) -> None:
         store, self._store = self._store, None
         if store is not None:
-            await store.db.close()
+            await store.close()
 
     async def _campaign(self, on_elected: Callable[[int], Awaitable[None]]) -> None:
         started = self._monotonic()
@@ -229,14 +230,12 @@ class LeaderElection:
         try:
             async with asyncio.timeout(self.settings.renew_s):
                 store = await self._connected()
-                row = await store.db.fetchone(
-                    "SELECT holder_name FROM leader_lease WHERE expires_at > UTC_TIMESTAMP(6)", name="leader_lease")
+                holder = await store.lease_holder()
         except Exception as e:  # noqa: BLE001 - only a hint for the workers sent away
             log.info("%s: cannot tell who leads now: %r", self.state.name, e)
             await self._close()
             return ""
-        holder = str(row["holder_name"] or "") if row is not None else ""
-        return "" if holder == self.state.name else holder  # our own lapsed lease: nobody leads yet
+        return "" if holder is None or holder == self.state.name else holder  # our own lapsed lease: nobody leads yet
 
     async def resign(self) -> None:
         """Stop campaigning and give the lease up (clean shutdown): a standby takes over at its next look,

@@ -16,8 +16,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from services.db.store import JobStore, wall_clock_ms
+from services.db.store import wall_clock_ms
 from services.driver.metrics import LOOP_FAILURES, LOOP_SECONDS
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class BoundedCanceller(Loop):
     cancelled_what: str = "things"
     """For the log line: 'cancelled N <cancelled_what>'."""
 
-    def __init__(self, store: JobStore, epoch: Callable[[], int | None], period_s: float = 10.0,
+    def __init__(self, store: DriverStore, epoch: Callable[[], int | None], period_s: float = 10.0,
                  per_cycle: int = 1000, clock_ms: Callable[[], int] = wall_clock_ms,
                  on_cancelled: Callable[[], None] = _nothing):
         super().__init__(period_s)

@@ -22,19 +22,13 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from services.db.database import Database
-from services.db.store import JobStore, wall_clock_ms
-from services.driver.instances import InstanceProvider
+from services.db.store import wall_clock_ms
+from services.driver.providers.interface import InstanceProvider
 from services.driver.loop import Loop
 from services.driver.metrics import INSTANCES_RECONCILED
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
-
-_LIVE = """SELECT name, preemptible, time_created_ms FROM instances WHERE state IN ('pending', 'active')"""
-_KNOWN = "SELECT name FROM instances WHERE state IN ('pending', 'active') AND name IN ({marks})"
-_CHUNK = 1000
-"""Names per statement when looking the cloud's machines up."""
-
 
 @dataclasses.dataclass(frozen=True)
 class ReconcileSettings:
@@ -58,10 +52,9 @@ class InstanceReconciler(Loop):
 
     name = "reconciler"
 
-    def __init__(self, db: Database, store: JobStore, provider: InstanceProvider, epoch: Callable[[], int | None],
+    def __init__(self, store: DriverStore, provider: InstanceProvider, epoch: Callable[[], int | None],
                  settings: ReconcileSettings = ReconcileSettings(), clock_ms: Callable[[], int] = wall_clock_ms):
         super().__init__(settings.period_s)
-        self._db = db
         self._store = store
         self._provider = provider
         self._epoch = epoch
@@ -82,9 +75,9 @@ class InstanceReconciler(Loop):
         # The cloud first: an instance recorded after the listing is young, and its grace covers it.
         running = await self._provider.alive()
         now = self._clock_ms()
-        for row in await self._db.fetchall(_LIVE, name="reconciler_live_instances"):
-            if row["name"] not in running and now - int(row["time_created_ms"]) >= self._vanished_grace_ms:
-                await self._vanished(epoch, row["name"], bool(row["preemptible"]))
+        for instance in await self._store.live_instances():
+            if instance.name not in running and now - instance.created_ms >= self._vanished_grace_ms:
+                await self._vanished(epoch, instance.name, instance.preemptible)
         await self._orphans(running, now)
 
     async def _vanished(self, epoch: int, name: str, preemptible: bool) -> None:
@@ -97,14 +90,7 @@ class InstanceReconciler(Loop):
 
     async def _orphans(self, running: set[str], now: int) -> None:
         """Delete the machines that have run without a live instance for the grace period."""
-        names = sorted(running)
-        known: set[str] = set()
-        for i in range(0, len(names), _CHUNK):
-            chunk = names[i:i + _CHUNK]
-            rows = await self._db.fetchall(_KNOWN.format(marks=", ".join(["%s"] * len(chunk))), tuple(chunk),
-                                           name="reconciler_known_instances")
-            known |= {r["name"] for r in rows}
-        orphans = running - known
+        orphans = running - await self._store.live_among(sorted(running))
         for name in list(self._orphans_since_ms):
             if name not in orphans:
                 del self._orphans_since_ms[name]  # gone, or live after all

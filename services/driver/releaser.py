@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from services.db.store import JobStore, wall_clock_ms
+from services.db.store import wall_clock_ms
 from services.driver.loop import Loop
+from services.driver.store import DriverStore
 
 
 def _nothing() -> None:
@@ -33,7 +34,7 @@ class ChildReleaser(Loop):
 
     name = "release-children"
 
-    def __init__(self, store: JobStore, epoch: Callable[[], int | None], period_s: float = 1.0,
+    def __init__(self, store: DriverStore, epoch: Callable[[], int | None], period_s: float = 1.0,
                  per_call: int = 5000, max_parents: int = 100, clock_ms: Callable[[], int] = wall_clock_ms,
                  on_released: Callable[[], None] = _nothing):
         super().__init__(period_s)

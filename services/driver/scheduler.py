@@ -29,11 +29,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from services.db.database import Database, FailedPreconditionError, NotFoundError
-from services.db.plan_snapshot import read_demand, read_queues, read_workers, snapshot_of
-from services.db.store import JobStore, wall_clock_ms
+from services.db.database import FailedPreconditionError, NotFoundError
+from services.db.store import wall_clock_ms
 from services.driver.loop import Loop
 from services.driver.metrics import FAIR_SHARE_SECONDS, JOBS_SCHEDULED
+from services.driver.store import DriverStore
 from services.policy import planner
 from services.policy.planner import depths
 from services.policy.fair_share import UserDemand
@@ -98,7 +98,7 @@ class Scheduler(Loop):
 
     name = "scheduler"
 
-    def __init__(self, db: Database, store: JobStore, dispatcher: Dispatcher, epoch: Callable[[], int | None],
+    def __init__(self, store: DriverStore, dispatcher: Dispatcher, epoch: Callable[[], int | None],
                  period_s: float = 1.0, jobs_per_cycle: int = planner.JOBS_PER_CYCLE,
                  clock_ms: Callable[[], int] = wall_clock_ms, demand_reuse_s: float = 0.0):
         super().__init__(period_s)
@@ -113,7 +113,6 @@ class Scheduler(Loop):
         self._kept: dict[str, _KeptQueues] = {}
         self.queue_reads = 0
         """Calls of read_ready_heads (for tests and the curious)."""
-        self._db = db
         self._store = store
         self._dispatcher = dispatcher
         self._epoch = epoch
@@ -137,7 +136,7 @@ class Scheduler(Loop):
         if self._demand is not None and now - self._demand_read_s < self.demand_reuse_s:
             return self._demand
         changes = self._changes
-        demand = await read_demand(self._db)
+        demand = await self._store.read_demand()
         # Work that came while the read ran may not be in it: this cycle uses it, the next one reads again.
         self._demand = demand if self._changes == changes else None
         self._demand_read_s = now
@@ -192,7 +191,7 @@ class Scheduler(Loop):
             return
         live = self._dispatcher.live_instances()
         workers = {pool: [w for w in ws if w.name in live and w.free_cores_mcpu > 0]
-                   for pool, ws in (await read_workers(self._db)).items()}
+                   for pool, ws in (await self._store.read_workers()).items()}
         workers = {pool: ws for pool, ws in workers.items() if ws}
         demand = await self._read_demand() if workers else {}
         looks = {pool: depths(ws, demand[pool], self.jobs_per_cycle)
@@ -223,7 +222,7 @@ class Scheduler(Loop):
         if unread:
             self.queue_reads += 1
             changes = self._changes
-            for pool, read in (await read_queues(self._db, unread)).items():
+            for pool, read in (await self._store.read_queues(unread)).items():
                 queues[pool] = read
                 self._kept[pool] = _KeptQueues(
                     now, changes, {user: list(queue) for user, queue in read.items()},
@@ -233,8 +232,8 @@ class Scheduler(Loop):
     async def _schedule_pool(self, epoch: int, pool: str, workers: list[planner.Worker],
                              demands: list[UserDemand], queues: dict[str, list[planner.Candidate]]) -> int:
         # Held locks and budgets are read now, after the previous pools' jobs started.
-        snapshot = await snapshot_of(self._db, pool, workers, demands, queues, self.jobs_per_cycle,
-                                     self._clock_ms() / 1000)
+        snapshot = await self._store.snapshot_of(pool, workers, demands, queues, self.jobs_per_cycle,
+                                                 self._clock_ms() / 1000)
         started = time.perf_counter()
         plan = planner.plan(snapshot)
         FAIR_SHARE_SECONDS.labels(pool).observe(time.perf_counter() - started)

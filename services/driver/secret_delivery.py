@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from corral.batch.v1 import job_spec_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.sealing import Opener, SealError, secret_row, unpack_files
-from services.db.database import Database
+from services.driver.store import DriverStore, SealedSecret
 
 
 MAX_BYTES_PER_JOB = 1024 * 1024
@@ -49,8 +49,8 @@ class JobSecrets:
 class SecretDelivery:
     """Opens the secrets of the jobs a driver sends (see the module docstring)."""
 
-    def __init__(self, db: Database, opener: Opener | None, max_bytes_per_job: int = MAX_BYTES_PER_JOB):
-        self._db = db
+    def __init__(self, store: DriverStore, opener: Opener | None, max_bytes_per_job: int = MAX_BYTES_PER_JOB):
+        self._store = store
         self._opener = opener
         """None: this driver was given no key, and delivers no secret."""
         self._max_bytes_per_job = max_bytes_per_job
@@ -61,11 +61,7 @@ class SecretDelivery:
                          for project, secret in [_reference(written, billing_project)] if project == billing_project})
         rows = {}
         if wanted and self._opener is not None:
-            keys = ", ".join(["(%s, %s)"] * len(wanted))
-            found = await self._db.fetchall(
-                f"SELECT billing_project, name, sealed, key_id FROM secrets WHERE (billing_project, name) IN ({keys})",
-                tuple(v for pair in wanted for v in pair), name="secrets_to_deliver")
-            rows = {(r["billing_project"], r["name"]): r for r in found}
+            rows = await self._store.sealed_secrets(wanted)
         return [self._limited(JobSecrets(
                     [self._one(billing_project, mount.name, mount.mount_path, rows) for mount in spec.secrets],
                     self._one(billing_project, spec.image_pull_secret, "", rows) if spec.image_pull_secret else None))
@@ -86,7 +82,8 @@ class SecretDelivery:
         return JobSecrets([refused(s) for s in delivered.mounts],
                           refused(delivered.image_pull) if delivered.image_pull is not None else None)
 
-    def _one(self, billing_project: str, written: str, mount_path: str, rows: dict) -> ws.SecretFiles:
+    def _one(self, billing_project: str, written: str, mount_path: str,
+             rows: dict[tuple[str, str], SealedSecret]) -> ws.SecretFiles:
         delivered = ws.SecretFiles(name=written, mount_path=mount_path)
         project, name = _reference(written, billing_project)
         if project != billing_project:  # the frontend refuses these; never deliver one
@@ -97,12 +94,12 @@ class SecretDelivery:
         elif (row := rows.get((project, name))) is None:
             delivered.error = (f"secret {name!r} of billing project {project!r} no longer exists: it was deleted "
                                "after the job was submitted")
-        elif row["key_id"] != self._opener.key_id:
-            delivered.error = (f"secret {name!r} was sealed with key {row['key_id']}, not this deployment's "
+        elif row.key_id != self._opener.key_id:
+            delivered.error = (f"secret {name!r} was sealed with key {row.key_id}, not this deployment's "
                                f"({self._opener.key_id}): create it again")
         else:
             try:
-                delivered.files.update(unpack_files(self._opener.open(bytes(row["sealed"]),
+                delivered.files.update(unpack_files(self._opener.open(row.sealed,
                                                                       secret_row(project, name))))
             except SealError as e:
                 delivered.error = f"secret {name!r} could not be opened: {e}"

@@ -41,10 +41,9 @@ from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.bunches import bunches
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, PermissionDenied, RequestError
 from services.common.identity import current_principal
-from services.db.database import Database
-from services.db.store import JobStore
 from services.driver.scheduler import Placement
 from services.driver.sessions import Session, SessionRegistry, instance_token
+from services.driver.store import DriverStore
 from services.driver.worker_events import MAX_EVENTS_PER_PASS, WorkerEvents
 
 log = logging.getLogger(__name__)
@@ -80,13 +79,12 @@ class SessionSettings:
 class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
     """See the module docstring."""
 
-    def __init__(self, db: Database, store: JobStore, sessions: SessionRegistry, epoch: Callable[[], int | None],
+    def __init__(self, store: DriverStore, sessions: SessionRegistry, epoch: Callable[[], int | None],
                  leader_address: Callable[[], str], on_change: Callable[[str], None],
                  settings: SessionSettings = SessionSettings(),
                  on_deactivated: Callable[[str], None] = lambda name: None,
                  on_ended: Callable[[Sequence[dict[str, Any]]], None] = lambda jobs: None,
                  placed: Callable[[], Awaitable[None]] | None = None):
-        self._db = db
         self._store = store
         self._sessions = sessions
         self._epoch = epoch
@@ -122,11 +120,10 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     async def _check_token(self, instance: str, token: str) -> str:
         """The instance's state, once its session token is checked."""
-        row = await self._db.fetchone("SELECT activation_token, state FROM instances WHERE name = %s", (instance,),
-                                      name="instance_token")
-        if row is None or not hmac.compare_digest(instance_token(row["activation_token"]), token):
+        credentials = await self._store.worker_credentials(instance)
+        if credentials is None or not hmac.compare_digest(instance_token(credentials.activation_token), token):
             raise PermissionDenied(f"bad session token for instance {instance}")
-        return row["state"]
+        return credentials.state
 
     @staticmethod
     def _require_own_instance(instance_name: str) -> None:
@@ -267,15 +264,11 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
 
     async def _resend_unstarted(self, instance: str) -> None:
         """RunJob again for the instance's open attempts that it never reported started (module docstring)."""
-        rows = await self._db.fetchall(
-            """SELECT a.batch_id, a.job_id, a.attempt_id, j.cores_mcpu FROM attempts a
-               JOIN jobs j ON j.batch_id = a.batch_id AND j.job_id = a.job_id AND j.attempt_id = a.attempt_id
-               WHERE a.instance_name = %s AND a.end_time_ms IS NULL AND a.start_time_ms IS NULL
-                 AND j.state IN ('Creating', 'Running')""", (instance,), name="unstarted_attempts")
-        if rows:
-            log.info("%s: sending RunJob again for %d attempts it has not reported started", instance, len(rows))
-            await self._sessions.run([Placement(r["batch_id"], r["job_id"], r["attempt_id"], instance,
-                                                int(r["cores_mcpu"])) for r in rows])
+        attempts = await self._store.unstarted_attempts(instance)
+        if attempts:
+            log.info("%s: sending RunJob again for %d attempts it has not reported started", instance, len(attempts))
+            await self._sessions.run([Placement(a.batch_id, a.job_id, a.attempt_id, instance, a.cores_mcpu)
+                                      for a in attempts])
 
     async def _handle(self, epoch: int, session: Session, messages: list[pb.WorkerSessionRequest]) -> list[int]:
         """Record one pass of a worker's messages; returns the event ids to acknowledge."""

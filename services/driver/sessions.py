@@ -24,10 +24,10 @@ from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.telemetry import context_from_json
 from services.common.urls import StorageRoots
-from services.db.database import Database
 from services.db.store import wall_clock_ms
 from services.driver.scheduler import Placement
 from services.driver.secret_delivery import JobSecrets, SecretDelivery
+from services.driver.store import DriverStore
 from services.common.specs import SpecStore
 
 RUN_DEADLINE_MS = 60_000
@@ -58,12 +58,12 @@ class Session:
 class SessionRegistry:
     """The sessions of this driver; implements the scheduler's Dispatcher."""
 
-    def __init__(self, db: Database, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms,
+    def __init__(self, store: DriverStore, specs: SpecStore, clock_ms: Callable[[], int] = wall_clock_ms,
                  log_root_url: str = "", storage_roots: StorageRoots = StorageRoots(),
                  secrets: SecretDelivery | None = None):
-        self._db = db
+        self._store = store
         self._specs = specs
-        self._secrets = secrets or SecretDelivery(db, None)
+        self._secrets = secrets or SecretDelivery(store, None)
         self._log_root_url = log_root_url.rstrip("/")
         self._storage_roots = storage_roots
         self._sessions: dict[str, Session] = {}
@@ -160,17 +160,7 @@ class SessionRegistry:
 
     async def _run_details(self, placements: Sequence[Placement]) -> dict[tuple[int, int], Mapping[str, Any]]:
         """What a Run command needs of each job, read (as SJ returns it)."""
-        keys = ", ".join(["(%s, %s)"] * len(placements))
-        rows = await self._db.fetchall(
-            f"""SELECT j.batch_id, j.job_id, j.spec_ref, j.memory_bytes, j.storage_bytes, j.timeout_ms, b.user,
-                       b.billing_project, u.trace_context,
-                       IF(p.limit_usd IS NULL, NULL, p.max_job_duration_ms) AS budget_timeout_ms
-                FROM jobs j JOIN batches b ON b.batch_id = j.batch_id
-                JOIN billing_projects p ON p.name = b.billing_project
-                LEFT JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id
-                WHERE (j.batch_id, j.job_id) IN ({keys})""",
-            tuple(v for p in placements for v in (p.batch_id, p.job_id)), name="run_job_details")
-        return {(r["batch_id"], r["job_id"]): r for r in rows}
+        return await self._store.run_details([(p.batch_id, p.job_id) for p in placements])
 
     def cancel(self, instance: str, batch_id: int, job_id: int, attempt_id: str, reason: str) -> bool:
         """Ask a worker to stop an attempt."""

@@ -38,7 +38,7 @@ from typing import Any
 
 from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
-from services.db.store import JobStore
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def _job_key(row: dict[str, Any]) -> tuple:
 class WorkerEvents:
     """Records passes of one driver's worker events (see the module docstring)."""
 
-    def __init__(self, store: JobStore, on_change: Callable[[str], None],
+    def __init__(self, store: DriverStore, on_change: Callable[[str], None],
                  on_ended: Callable[[Sequence[dict[str, Any]]], None] = lambda jobs: None):
         self._store = store
         self._on_change = on_change

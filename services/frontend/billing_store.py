@@ -18,7 +18,10 @@ States: `open` accepts batches; `closed` refuses new batches (the
 `create_batch` procedure checks) while running ones go on; `deleted` is
 final, only reachable from `closed` with no running batch, hidden from
 lists unless asked for, and read-only. Rows are never removed: the name
-stays taken and the spend records stay.
+stays taken and the spend records stay. Every change is a stored procedure
+(`sql/procedures/*billing_project*.sql`) that locks the project row first
+(the lock order: `create_batch` share-locks the same row) and checks its
+state under that lock.
 
 Money: SQL keeps `limit_usd` as DOUBLE and costs as SUM(usage × rate_usd);
 the API speaks integer micro-dollars. `micro_from_usd(usd_from_micro(m)) ==
@@ -30,17 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any, TypeVar
-
-import aiomysql
-import pymysql
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from services.common.identity import Principal
-from services.db.database import Database
+from services.db.database import ConflictError, Database, FailedPreconditionError, NotFoundError
 from services.db.store import wall_clock_ms
-
-T = TypeVar("T")
 
 MAX_MICRO_USD = 10**15
 """Largest limit accepted (1e9 USD): the DOUBLE round trip stays exact below it."""
@@ -109,19 +107,6 @@ class UnknownUser(Exception):
         self.username = username
 
 
-async def _refuse_unknown(cursor: aiomysql.Cursor, usernames: Iterable[str]) -> None:
-    """UnknownUser for the first of `usernames` that names nobody."""
-    wanted = sorted(set(usernames))
-    if not wanted:
-        return
-    await cursor.execute(f"SELECT username FROM usernames WHERE username IN ({', '.join(['%s'] * len(wanted))})",
-                         tuple(wanted))
-    known = {row["username"] for row in await cursor.fetchall()}
-    for username in wanted:
-        if username not in known:
-            raise UnknownUser(username)
-
-
 class StateRefuses(Exception):
     """The project's state refuses the change (deleted; open when deleting; running batches)."""
 
@@ -141,55 +126,23 @@ class BatchCost:
 
 
 class BillingStore:
-    """The SQL behind BillingService."""
+    """The reads and procedure calls behind BillingService."""
 
     def __init__(self, db: Database, clock_ms: Callable[[], int] = wall_clock_ms):
         self.db = db
         self.clock_ms = clock_ms
 
-    async def _transaction(self, name: str, body: Callable[[aiomysql.Cursor], Awaitable[T]]) -> T:
-        """`body` inside START TRANSACTION … COMMIT, rolled back if it raises, retried on deadlock."""
-
-        async def run(cursor: aiomysql.Cursor) -> T:
-            await cursor.execute("START TRANSACTION")
-            try:
-                result = await body(cursor)
-            except BaseException:
-                await cursor.execute("ROLLBACK")
-                raise
-            await cursor.execute("COMMIT")
-            return result
-
-        return await self.db.retrying(name, run)
-
-    @staticmethod
-    async def _lock(cursor: aiomysql.Cursor, name: str) -> str | None:
-        """Lock the project row (first in the lock order); its state, or None."""
-        await cursor.execute("SELECT state FROM billing_projects WHERE name = %s FOR UPDATE", (name,))
-        row = await cursor.fetchone()
-        return row["state"] if row else None
-
     # -- projects ----------------------------------------------------------
 
     async def create_project(self, name: str, members: Iterable[str], limit_usd: float | None) -> BillingProject:
-        """An open project with its members, in one transaction; ProjectExists if the name is taken,
+        """An open project with its members (`create_billing_project`); ProjectExists if the name is taken,
         UnknownUser if a member is not a user."""
-
-        async def body(cursor: aiomysql.Cursor) -> None:
-            users = sorted(set(members))
-            await _refuse_unknown(cursor, users)
-            await cursor.execute(
-                "INSERT INTO billing_projects (name, limit_usd, time_created_ms) VALUES (%s, %s, %s)",
-                (name, limit_usd, self.clock_ms()))
-            if users:
-                await cursor.executemany(
-                    "INSERT INTO billing_project_members (billing_project, user) VALUES (%s, %s)",
-                    [(name, user) for user in users])
-
         try:
-            await self._transaction("create_billing_project", body)
-        except pymysql.err.IntegrityError as e:
+            await self.db.call("create_billing_project", name, sorted(set(members)), limit_usd, self.clock_ms())
+        except ConflictError as e:
             raise ProjectExists(name) from e
+        except NotFoundError as e:
+            raise UnknownUser(str(e.status["username"])) from None
         project = await self.get_project(name)
         assert project is not None
         return project
@@ -232,76 +185,40 @@ class BillingStore:
                                int(r["max_job_duration_ms"]))
                 for r in rows]
 
-    # -- changes: each locks the project row, then checks its state --------
+    # -- changes: each a procedure that locks the project row, then checks its state
+
+    async def _change(self, procedure: str, name: str, *args: Any) -> None:
+        """Call a procedure that changes project `name`; its refusals as StateRefuses and UnknownUser."""
+        try:
+            await self.db.call(procedure, name, *args)
+        except NotFoundError as e:
+            if "username" in e.status:
+                raise UnknownUser(str(e.status["username"])) from None
+            # The servicer found the project before calling; rows are never removed.
+            raise StateRefuses(f"billing project {name} vanished") from None
+        except FailedPreconditionError as e:
+            raise StateRefuses(e.message) from None
 
     async def add_member(self, name: str, user: str) -> None:
         """Idempotent; refused on a deleted project, and UnknownUser if `user` is not a user."""
-
-        async def body(cursor: aiomysql.Cursor) -> None:
-            _refuse_deleted(name, await self._lock(cursor, name))
-            await _refuse_unknown(cursor, [user])
-            await cursor.execute(
-                """INSERT INTO billing_project_members (billing_project, user) VALUES (%s, %s)
-                   ON DUPLICATE KEY UPDATE user = user""", (name, user))
-
-        await self._transaction("add_billing_project_member", body)
+        await self._change("add_billing_project_member", name, user)
 
     async def remove_member(self, name: str, user: str) -> None:
         """Idempotent; refused on a deleted project. The user's running batches go on."""
-
-        async def body(cursor: aiomysql.Cursor) -> None:
-            _refuse_deleted(name, await self._lock(cursor, name))
-            await cursor.execute(
-                "DELETE FROM billing_project_members WHERE billing_project = %s AND user = %s", (name, user))
-
-        await self._transaction("remove_billing_project_member", body)
+        await self._change("remove_billing_project_member", name, user)
 
     async def set_limit(self, name: str, limit_usd: float | None, max_job_duration_ms: int | None = None) -> None:
         """None removes the limit (a None duration keeps the project's); refused on a deleted project."""
-
-        async def body(cursor: aiomysql.Cursor) -> None:
-            _refuse_deleted(name, await self._lock(cursor, name))
-            await cursor.execute("UPDATE billing_projects SET limit_usd = %s, "
-                                 "max_job_duration_ms = COALESCE(%s, max_job_duration_ms) WHERE name = %s",
-                                 (limit_usd, max_job_duration_ms, name))
-
-        await self._transaction("set_billing_project_limit", body)
+        await self._change("set_billing_project_limit", name, limit_usd, max_job_duration_ms)
 
     async def set_open(self, name: str, is_open: bool) -> None:
         """Close or reopen (idempotent); refused on a deleted project."""
-
-        async def body(cursor: aiomysql.Cursor) -> None:
-            _refuse_deleted(name, await self._lock(cursor, name))
-            await cursor.execute("UPDATE billing_projects SET state = %s WHERE name = %s",
-                                 ("open" if is_open else "closed", name))
-
-        await self._transaction("open_billing_project" if is_open else "close_billing_project", body)
+        await self._change("set_billing_project_open", name, is_open)
 
     async def delete_project(self, name: str) -> None:
-        """closed → deleted when no batch of the project is running; deleting again changes nothing.
-
-        Closed projects get no new batches, so the check cannot be
-        invalidated by `create_batch` (which share-locks the project row we
-        hold exclusively)."""
-
-        async def body(cursor: aiomysql.Cursor) -> None:
-            state = await self._lock(cursor, name)
-            if state == "deleted":
-                return
-            if state != "closed":
-                raise StateRefuses(f"billing project {name} is {state}: close it before deleting it")
-            await cursor.execute(
-                """SELECT batch_id FROM batches WHERE billing_project = %s AND state = 'running'
-                   ORDER BY batch_id LIMIT 5""", (name,))
-            running = [r["batch_id"] for r in await cursor.fetchall()]
-            if running:
-                raise StateRefuses(f"billing project {name} has running batches "
-                                   f"({', '.join(map(str, running))}{', …' if len(running) == 5 else ''})")
-            await cursor.execute("UPDATE billing_projects SET state = 'deleted' WHERE name = %s", (name,))
-            # Its secrets go with it: no job of the project can run any more to need them.
-            await cursor.execute("DELETE FROM secrets WHERE billing_project = %s", (name,))
-
-        await self._transaction("delete_billing_project", body)
+        """closed → deleted when no batch of the project is running, its secrets deleted with it; deleting again
+        changes nothing (`delete_billing_project`)."""
+        await self._change("delete_billing_project", name)
 
     # -- spend -------------------------------------------------------------
 
@@ -382,14 +299,6 @@ class BillingStore:
                 GROUP BY b.batch_id, b.state""",
             tuple(params), name="billing_watch_batch_costs")
         return [BatchCost(int(r["batch_id"]), r["state"], float(r["cost_usd"])) for r in rows]
-
-
-def _refuse_deleted(name: str, state: str | None) -> None:
-    if state is None:
-        # The servicer found the project before calling; rows are never removed.
-        raise StateRefuses(f"billing project {name} vanished")
-    if state == "deleted":
-        raise StateRefuses(f"billing project {name} is deleted")
 
 
 class BatchCostTracker:

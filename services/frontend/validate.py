@@ -90,8 +90,9 @@ class PoolMachine:
         return self.storage_bytes * cores // self.cores_mcpu
 
 
-class Reservation(NamedTuple):
-    """What a job reserves and where: its cores, its pool (instance collection), its memory and scratch storage."""
+class PoolChoice(NamedTuple):
+    """The pool (instance collection) a job runs in, and the cores, memory and scratch storage it takes there.
+    (Not what a job reserves of its project's limit: that is `services.policy.planner.Candidate.reserve_micro_usd`.)"""
 
     cores_mcpu: int
     inst_coll: str
@@ -99,8 +100,8 @@ class Reservation(NamedTuple):
     storage_bytes: int
 
 
-def reservation(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> Reservation:
-    """The job's reservation. Its cores: what it asks for, else 1. Its pool: a machine type gets a job-private
+def choose_pool(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) -> PoolChoice:
+    """The job's pool and size. Its cores: what it asks for, else 1. Its pool: a machine type gets a job-private
     machine, otherwise memory per core picks highcpu, standard or highmem (no memory asked for: standard, the
     protos' promise). Its memory (storage): what it asks for, else its pool's standard amount for its cores, 0
     when the pools (the pool's storage) are not known: a job-private machine's is its machine's."""
@@ -120,7 +121,7 @@ def reservation(spec: spec_pb.JobSpec, pools: Mapping[str, PoolMachine] | None) 
         if machine is not None:
             memory = memory or machine.memory_for(cores)
             storage = storage or machine.storage_for(cores)
-    return Reservation(cores, pool, memory, storage)
+    return PoolChoice(cores, pool, memory, storage)
 
 
 _LISTS = (("parents", "max_parents_per_job"), ("env", "max_env_per_job"), ("attributes", "max_attributes"),
@@ -342,7 +343,7 @@ def retry_policy_json(policy: spec_pb.RetryPolicy) -> str:
 def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
     """A job larger than its pool's machine (cores, memory, scratch storage) could never run: refused with the
     machine's size."""
-    cores, pool, memory, storage = reservation(spec, pools)
+    cores, pool, memory, storage = choose_pool(spec, pools)
     machine = pools.get(pool)
     if machine is None:
         return []
@@ -460,7 +461,7 @@ def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: st
             pools: Mapping[str, PoolMachine] | None = None) -> dict[str, Any]:
     """The insert_jobs JSON object of one valid job. A key whose value is insert_jobs' default is left out:
     the database reads every key of a thousand jobs per bunch, and most jobs set few fields."""
-    cores, pool, memory, storage = reservation(spec, pools)
+    cores, pool, memory, storage = choose_pool(spec, pools)
     row: dict[str, Any] = {"job_id": job_id, "cores_mcpu": cores, "inst_coll": pool, "spec_ref": spec_ref}
     if memory:
         row["memory_bytes"] = memory

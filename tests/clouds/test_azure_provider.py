@@ -23,7 +23,7 @@ from azure.core.exceptions import ServiceRequestError
 from azure.mgmt.compute.aio import ComputeManagementClient
 
 from services.common.tls import DevCertificateAuthority
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.providers.azure import AzureProvider
 from services.driver.providers.azure_config import AzureConfig, ImageReference, WorkerBootSettings, load_config, vm_size
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,

@@ -14,11 +14,12 @@ from google.auth.credentials import AnonymousCredentials
 
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_workers
-from services.driver.instances import Autoscaler, InstanceRequest
+from services.driver.autoscaler import Autoscaler
 from services.driver.pricing import price_file
 from services.driver.pricing.refresh import sync_price_file
 from services.driver.providers.gcp import GcpProvider
 from services.driver.providers.gcp_shapes import GIB
+from services.driver.providers.interface import InstanceRequest
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
 from services.policy.placement import Backoff, BackoffSettings
 from tests.clouds.gcp_api import GcpApi
@@ -52,7 +53,7 @@ async def test_quota_exhausted_in_one_region_moves_the_machine_and_records_where
     world = deployment
     api.set_quota("us-central1", "CPUS", 0)
     anywhere, _, job = await world.batch([{"cores_mcpu": 1000}])
-    scaler = Autoscaler(world.db, world.store, gcp, lambda: world.epoch, region="us-central1", any_region=True,
+    scaler = Autoscaler(world.store, gcp, lambda: world.epoch, region="us-central1", any_region=True,
                         backoff=BACKOFF, clock_s=lambda: 1000.0)
     await scaler.cycle()
     [created] = scaler.created  # asked for in us-central1, put in europe-west4 by the provider in the same call
@@ -96,7 +97,7 @@ async def test_an_orphan_is_deleted_and_a_vanished_machines_job_runs_again(
     await world.run(batch_id, job, instance=request.name, instance_products=True)
     await gcp.delete(request.name)
 
-    reconciler = InstanceReconciler(world.db, world.store, gcp, lambda: world.epoch, GRACE, clock_ms=world.clock)
+    reconciler = InstanceReconciler(world.store, gcp, lambda: world.epoch, GRACE, clock_ms=world.clock)
     world.clock.advance(int(GRACE.vanished_grace_s * 1000))
     await reconciler.cycle()
     assert await world.store.instance_state(request.name) == "inactive"

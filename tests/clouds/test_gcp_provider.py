@@ -20,7 +20,7 @@ import jsonschema
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, QuotaExceeded,
                                               TransientError)
 from services.driver.providers import gcp as gcp_module

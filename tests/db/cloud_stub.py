@@ -5,13 +5,13 @@ REST APIs in tests/clouds."""
 
 from __future__ import annotations
 
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.pricing.products import LOCAL, Machine
 from services.driver.providers.errors import ProviderError
 
 
 class StubCloud:
-    """Implements services.driver.instances.InstanceProvider."""
+    """Implements services.driver.providers.interface.InstanceProvider."""
 
     def __init__(self) -> None:
         self.machines: dict[str, InstanceRequest] = {}

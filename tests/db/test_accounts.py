@@ -74,8 +74,14 @@ def test_each_service_calls_only_its_own_procedures(db_config: DatabaseConfig) -
         for account in (frontend, driver):
             assert refused(account, "CALL complete_jobs_core(1, 0)")  # internal
             assert not refused(account, "SELECT COUNT(*) FROM jobs")
-        assert refused(driver, "INSERT INTO billing_projects (name, time_created_ms) VALUES ('x', 0)")
-        assert not refused(frontend, "INSERT INTO billing_projects (name, time_created_ms) VALUES ('x', 0)")
+        # Billing projects change only through their procedures (each locks the row and checks its state).
+        for account in (frontend, driver):
+            assert refused(account, "INSERT INTO billing_projects (name, time_created_ms) VALUES ('x', 0)")
+            assert refused(account, "UPDATE billing_projects SET state = 'open'")
+            assert refused(account, "DELETE FROM billing_project_members")
+        assert refused(driver, "CALL create_billing_project('x', '[]', NULL, 0)")
+        assert not refused(frontend, "CALL create_billing_project('x', '[]', NULL, 0)")
+        assert not refused(frontend, "CALL set_billing_project_open('x', FALSE)")
     finally:
         for connection in (frontend, driver, auth):
             connection.close()
@@ -103,7 +109,7 @@ def test_granting_again_narrows_what_was_granted(db_config: DatabaseConfig) -> N
 def test_only_the_driver_reads_sealed_secrets_and_only_the_frontend_writes_them(db_config: DatabaseConfig) -> None:
     frontend, driver, auth = (connect(db_config, s) for s in ("frontend", "driver", "auth"))
     try:
-        assert not refused(frontend, "INSERT INTO billing_projects (name, time_created_ms) VALUES ('sealed', 0)")
+        assert not refused(frontend, "CALL create_billing_project('sealed', '[]', NULL, 0)")
         assert not refused(frontend, """INSERT INTO secrets (billing_project, name, file_names, sealed, key_id,
                                         created_by, time_created_ms)
                                         VALUES ('sealed', 's', '[]', 'box', 'k', 'a', 0)""")

@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from services.db.database import ProcedureError
 from services.db.invariants import check_invariants
-from services.driver.instances import Autoscaler
+from services.driver.autoscaler import Autoscaler
 from services.driver.providers.errors import PermissionDenied, QuotaExceeded, TransientError
 from services.policy.placement import Backoff, BackoffSettings
 from tests.db.cloud_stub import StubCloud
@@ -37,7 +37,7 @@ async def two_regions(world: World) -> list[str]:
 
 
 def autoscaler(world: World, cloud: StubCloud, clock: Seconds) -> Autoscaler:
-    return Autoscaler(world.db, world.store, cloud, lambda: world.epoch, region="east", backoff=BACKOFF,
+    return Autoscaler(world.store, cloud, lambda: world.epoch, region="east", backoff=BACKOFF,
                       clock_s=clock)
 
 
@@ -104,7 +104,7 @@ async def test_permission_denied_pauses_the_pool_with_a_growing_backoff(world: W
     await world.batch([{"cores_mcpu": 1000}])
     cloud, clock = StubCloud(), Seconds()
     cloud.refuse_all = PermissionDenied("compute.instances.create denied", region="local")
-    scaler = Autoscaler(world.db, world.store, cloud, lambda: world.epoch, backoff=BACKOFF, clock_s=clock)
+    scaler = Autoscaler(world.store, cloud, lambda: world.epoch, backoff=BACKOFF, clock_s=clock)
     await scaler.cycle()
     assert len(cloud.creates) == 1
     for _ in range(5):  # no retry every cycle
@@ -130,7 +130,7 @@ async def test_a_transient_error_backs_off_briefly(world: World) -> None:
     await world.batch([{"cores_mcpu": 1000}])
     cloud, clock = StubCloud(), Seconds()
     cloud.refuse_all = TransientError("503 backend error")
-    scaler = Autoscaler(world.db, world.store, cloud, lambda: world.epoch, backoff=BACKOFF, clock_s=clock)
+    scaler = Autoscaler(world.store, cloud, lambda: world.epoch, backoff=BACKOFF, clock_s=clock)
     await scaler.cycle()
     clock.now_s += 9
     await scaler.cycle()
@@ -145,7 +145,7 @@ async def test_a_machine_only_for_jobs_that_may_run_anywhere_lets_the_provider_m
         world: World, two_regions: list[str]) -> None:
     await world.batch([{"cores_mcpu": 1000}, {"cores_mcpu": 3000, "regions": ["west"]}])
     cloud = StubCloud()
-    scaler = Autoscaler(world.db, world.store, cloud, lambda: world.epoch, region="east", any_region=True,
+    scaler = Autoscaler(world.store, cloud, lambda: world.epoch, region="east", any_region=True,
                         backoff=BACKOFF, clock_s=Seconds())
     await scaler.cycle()  # two 2-core machines ('standard' makes at most two a cycle): the most demand first
     assert [(c.region, c.any_region) for c in cloud.creates] == [("west", False), ("east", True)]
@@ -198,7 +198,7 @@ async def test_the_clouds_regions_are_added_and_a_region_it_lacks_gets_no_machin
     # Jobs bound to `local`, which the cloud does not have: no machine is asked for there.
     await world.batch([{"cores_mcpu": 1000, "regions": ["local"]}])
     cloud, clock = StubCloud(), Seconds()
-    scaler = Autoscaler(world.db, world.store, cloud, lambda: world.epoch, region="us-central1", backoff=BACKOFF,
+    scaler = Autoscaler(world.store, cloud, lambda: world.epoch, region="us-central1", backoff=BACKOFF,
                         clock_s=clock, provider_regions=["us-central1", "europe-west4"])
     await scaler.cycle()
     assert [c.region for c in cloud.creates] == []

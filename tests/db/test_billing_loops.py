@@ -7,7 +7,7 @@ import pytest
 
 from services.db.database import StaleEpochError
 from services.db.invariants import check_invariants
-from services.driver.billing_limits import BillingLimits
+from services.driver.billing_limit_canceller import BillingLimitCanceller
 from tests.world import World
 
 CORE_HOUR_MS = 3_600_000
@@ -56,7 +56,7 @@ async def test_batches_of_a_project_over_its_limit_are_cancelled(world: World) -
     first = await run_for(world, running, r0, CORE_HOUR_MS // 8)  # $0.005 of $0.01
 
     notified = []
-    loop = BillingLimits(world.store, lambda: world.epoch, per_cycle=1, clock_ms=world.clock,
+    loop = BillingLimitCanceller(world.store, lambda: world.epoch, per_cycle=1, clock_ms=world.clock,
                          on_cancelled=lambda: notified.append(True))
     await loop.cycle()
     assert await cancelled(world) == {}
@@ -89,7 +89,7 @@ async def test_a_zero_limit_allows_no_spending_and_the_call_is_fenced(world: Wor
     with pytest.raises(StaleEpochError):
         await world.store.cancel_batches_over_limit(world.epoch - 1, 10)
     assert await cancelled(world) == {}
-    assert await BillingLimits(world.store, lambda: None).cycle() is None  # a standby does nothing
+    assert await BillingLimitCanceller(world.store, lambda: None).cycle() is None  # a standby does nothing
     assert await cancelled(world) == {}
     assert await world.store.cancel_batches_over_limit(world.epoch, 10) == 1
     assert await cancelled(world) == {batch_id: ("corral", "billing limit reached")}

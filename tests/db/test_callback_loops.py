@@ -34,7 +34,7 @@ def sender(**kwargs: Any) -> HttpCallbackSender:
 def callbacks(world: World, epoch: Callable[[], int | None] | None = None, **kwargs: Any) -> CompletionCallbacks:
     """The loop as a driver runs it, on the world's clock, sending with `sender()` unless told otherwise."""
     kwargs.setdefault("sender", sender())
-    return CompletionCallbacks(world.db, world.store, epoch or (lambda: world.epoch), clock_ms=world.clock, **kwargs)
+    return CompletionCallbacks(world.store, epoch or (lambda: world.epoch), clock_ms=world.clock, **kwargs)
 
 
 @pytest.fixture

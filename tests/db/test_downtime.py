@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from services.driver.instances import DeadWorkerDetector, LocalProvider
+from services.driver.dead_workers import DeadWorkerDetector
+from services.driver.providers.local import LocalProvider
 from tests.world import World
 
 MIN_MS = 60_000
@@ -22,7 +23,7 @@ TIMEOUT_S = 30
 
 def detector(world: World, tmp_path: Path, since: dict[str, int], live: set[str] | None = None) -> DeadWorkerDetector:
     """The detector of a leader elected (or back from a database outage) at since['ms']."""
-    return DeadWorkerDetector(world.db, world.store, LocalProvider(lambda r: ["true"], tmp_path / "logs"),
+    return DeadWorkerDetector(world.store, LocalProvider(lambda r: ["true"], tmp_path / "logs"),
                               lambda: live or set(), lambda: world.epoch, heartbeat_timeout_s=TIMEOUT_S,
                               clock_ms=world.clock, watching_since_ms=lambda: since["ms"])
 

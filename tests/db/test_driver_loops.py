@@ -10,7 +10,7 @@ import pytest
 
 from corral.driver.v1 import driver_service_pb2 as pb
 from services.db.invariants import check_invariants
-from services.db.store import JobStore
+from services.driver.store import DriverStore
 from services.driver.canceller import ReadyCanceller
 from services.driver.loop import Loop
 from services.driver.running_canceller import RunningCanceller
@@ -65,13 +65,13 @@ async def test_canceller_drains_fairly_and_completes_the_batches(world: World) -
         batches.append(created["batch_id"])
 
     # A small share (the default is 5,000), so that one cycle cannot drain everything.
-    canceller = ReadyCanceller(world.db, JobStore(world.db, world.clock), lambda: world.epoch, period_s=60,
+    canceller = ReadyCanceller(DriverStore(world.db, world.clock), lambda: world.epoch, period_s=60,
                                per_cycle=300, minimum_per_user=20)
-    first = {r["user"]: int(r["n"]) for r in await canceller.drainable()}
+    first = {r.user: r.n for r in await canceller.drainable()}
     assert first == {"alice": 697, "carol": 47}
-    assert {r["user"]: int(r["n"]) for r in await canceller.pending_drainable()} == {"alice": 3, "carol": 3}
+    assert {r.user: r.n for r in await canceller.pending_drainable()} == {"alice": 3, "carol": 3}
     await canceller.cycle()
-    after = {r["user"]: int(r["n"]) for r in await canceller.drainable()}
+    after = {r.user: r.n for r in await canceller.drainable()}
     # One cycle: 300 Ready jobs in all, and carol gets at least her minimum
     # of 20 although alice has 15 times more to drain; and both chains' three
     # Pending links, which never wait for their parents in a cancelled batch.
@@ -96,10 +96,10 @@ async def test_canceller_drains_fairly_and_completes_the_batches(world: World) -
 async def test_canceller_does_nothing_without_an_epoch(world: World) -> None:
     batch_id, _, _ = await world.batch([{}, {}])
     await world.store.cancel_job_group(batch_id, 0, "alice", "stop")
-    canceller = ReadyCanceller(world.db, world.store, lambda: None)
+    canceller = ReadyCanceller(world.store, lambda: None)
     await canceller.cycle()
     assert canceller.cancelled_total == 0
-    assert [r["n"] for r in await canceller.drainable()] == [2]
+    assert [r.n for r in await canceller.drainable()] == [2]
 
 
 def cancel_commands(session: Session) -> list[tuple[int, int, str]]:
@@ -116,7 +116,7 @@ def cancel_commands(session: Session) -> list[tuple[int, int, str]]:
 @pytest.fixture
 def registry(world: World, tmp_path: Path) -> SessionRegistry:
     """The driver's real session registry; tests open sessions on it as workers would."""
-    return SessionRegistry(world.db, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
+    return SessionRegistry(world.store, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
 
 
 async def test_running_jobs_get_cancel_job_and_creating_jobs_are_closed(world: World,
@@ -133,8 +133,8 @@ async def test_running_jobs_get_cancel_job_and_creating_jobs_are_closed(world: W
     i1 = registry.open("i1")  # i2's worker has no session with this driver
     await world.store.cancel_job_group(batch_id, 0, "alice", "stop")
 
-    canceller = RunningCanceller(world.db, world.store, registry, lambda: world.epoch, clock_ms=world.clock)
-    assert [(r["user"], int(r["n"])) for r in await canceller.drainable()] == [("alice", 5)]
+    canceller = RunningCanceller(world.store, registry, lambda: world.epoch, clock_ms=world.clock)
+    assert [(r.user, r.n) for r in await canceller.drainable()] == [("alice", 5)]
     await canceller.cycle()
     # Every running cancellable job on a connected worker is asked to stop;
     # the always_run job is not, nor the job whose worker is gone.
@@ -160,7 +160,7 @@ async def test_running_jobs_get_cancel_job_and_creating_jobs_are_closed(world: W
     assert await world.state(batch_id, s + 4) == "Ready"
     assert await world.drain(batch_id) == 2  # s + 4 and the Ready s + 6
     await world.finish(batch_id, s + 3, on_i1[s + 3], "Success")
-    assert [r["n"] for r in await canceller.drainable()] == []
+    assert [r.n for r in await canceller.drainable()] == []
     assert (await world.batch_row(batch_id))["state"] == "complete"
     assert await check_invariants(world.db) == []
 
@@ -184,7 +184,7 @@ async def test_running_canceller_shares_fairly_and_covers_big_batches_over_cycle
         await world.store.cancel_job_group(batch_id, 0, user, "stop")
         batches[user] = batch_id
 
-    canceller = RunningCanceller(world.db, world.store, registry, lambda: world.epoch, per_cycle=12,
+    canceller = RunningCanceller(world.store, registry, lambda: world.epoch, per_cycle=12,
                                  minimum_per_user=5, clock_ms=world.clock)
     await canceller.cycle()
     first = cancel_commands(session)
@@ -209,7 +209,7 @@ async def test_running_canceller_does_nothing_without_an_epoch(world: World, reg
     await world.run(batch_id, s)
     session = registry.open("i1")
     await world.store.cancel_job_group(batch_id, 0, "alice", "stop")
-    canceller = RunningCanceller(world.db, world.store, registry, lambda: None, clock_ms=world.clock)
+    canceller = RunningCanceller(world.store, registry, lambda: None, clock_ms=world.clock)
     await canceller.cycle()
     assert cancel_commands(session) == []
     assert await check_invariants(world.db) == []
@@ -242,8 +242,8 @@ async def test_a_cancelled_100k_job_batch_with_running_jobs_drains_to_complete(
 
     # A large share per cycle keeps the test short; the drain is the same
     # set-based procedure whatever the share.
-    ready = ReadyCanceller(world.db, world.store, lambda: world.epoch, period_s=0.05, per_cycle=10_000)
-    running = RunningCanceller(world.db, world.store, registry, lambda: world.epoch, period_s=0.05,
+    ready = ReadyCanceller(world.store, lambda: world.epoch, period_s=0.05, per_cycle=10_000)
+    running = RunningCanceller(world.store, registry, lambda: world.epoch, period_s=0.05,
                                clock_ms=world.clock)
     tasks = [asyncio.create_task(t) for t in (ready.run(), running.run(), worker())]
     try:

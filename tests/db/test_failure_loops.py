@@ -6,7 +6,7 @@ import pytest
 
 from services.db.database import InvalidArgumentError, StaleEpochError
 from services.db.invariants import check_invariants
-from services.driver.failures import FailureCanceller
+from services.driver.failure_canceller import FailureCanceller
 from tests.world import World
 
 

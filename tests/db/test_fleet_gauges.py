@@ -14,7 +14,7 @@ def series(gauge) -> dict[tuple[str, ...], float]:  # type: ignore[no-untyped-de
 
 async def test_the_gauges_follow_the_queue_and_drop_users_whose_work_ended(world: World) -> None:
     leading = [True]
-    gauges = FleetGauges(world.db, lambda: leading[0])
+    gauges = FleetGauges(world.store, lambda: leading[0])
     await world.instance("i1")
     alice, _, a_start = await world.batch([{}, {}], user="alice")
     bob, _, b_start = await world.batch([{}], user="bob")

@@ -17,13 +17,10 @@ from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
 from services.db.invariants import check_invariants
 from services.driver.app import DriverConfig, local_worker_command
-from services.driver.instances import (
-    Autoscaler,
-    DeadWorkerDetector,
-    InstanceRequest,
-    LocalProvider,
-    instances_to_create,
-)
+from services.driver.autoscaler import Autoscaler, instances_to_create
+from services.driver.dead_workers import DeadWorkerDetector
+from services.driver.providers.interface import InstanceRequest
+from services.driver.providers.local import LocalProvider
 from tests.world import World
 
 
@@ -86,7 +83,7 @@ async def test_the_activation_token_goes_in_the_environment_not_on_the_command_l
 async def test_autoscaler_starts_what_the_demand_needs(world: World, tmp_path: Path) -> None:
     await world.batch([{"cores_mcpu": 1000} for _ in range(5)])  # 5 cores in 'standard' (2-core workers)
     provider = LocalProvider(sleeper, tmp_path / "logs")
-    autoscaler = Autoscaler(world.db, world.store, provider, lambda: world.epoch)
+    autoscaler = Autoscaler(world.store, provider, lambda: world.epoch)
     try:
         await autoscaler.cycle()
         assert len(autoscaler.created) == 2  # max_new_instances_per_loop of 'standard'
@@ -107,7 +104,7 @@ async def test_dead_worker_jobs_run_again_as_a_new_attempt(world: World, tmp_pat
     first = await world.run(batch_id, job_id)
     provider = LocalProvider(sleeper, tmp_path / "logs")
     live = {"i1"}
-    detector = DeadWorkerDetector(world.db, world.store, provider, lambda: live, lambda: world.epoch,
+    detector = DeadWorkerDetector(world.store, provider, lambda: live, lambda: world.epoch,
                                   heartbeat_timeout_s=30, clock_ms=world.clock)
     await detector.cycle()
     assert detector.deactivated == []  # connected

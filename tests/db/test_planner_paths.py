@@ -94,7 +94,7 @@ async def test_explain_and_the_scheduler_decide_alike(world: World) -> None:
     # The scheduler, in its cycle, places exactly what the plan said.
     recorder = Recorder(world.db)
     recorder.live = {"i1", "i2", "i3"}
-    scheduler = Scheduler(world.db, world.store, recorder, lambda: world.epoch, clock_ms=lambda: now_ms)
+    scheduler = Scheduler(world.store, recorder, lambda: world.epoch, clock_ms=lambda: now_ms)
     await scheduler.cycle()
     assert {(p.batch_id, p.job_id, p.instance) for p in recorder.sent} == {
         (p.key[0], p.key[1], p.worker) for p in plan.placements}
@@ -122,7 +122,7 @@ async def test_the_snapshot_reads_free_storage_as_it_reads_free_memory(world: Wo
     await world.db.execute("UPDATE instances SET state = 'inactive' WHERE name = 'i2'")
     recorder = Recorder(world.db)
     recorder.live = {"i1"}
-    await Scheduler(world.db, world.store, recorder, lambda: world.epoch, clock_ms=world.clock).cycle()
+    await Scheduler(world.store, recorder, lambda: world.epoch, clock_ms=world.clock).cycle()
     assert recorder.sent == [] and await world.state(batch_id, job_id) == "Ready"
     scheduling = await ExplainStore(world.db, clock_ms=world.clock).scheduling(
         {**await world.job(batch_id, job_id), "user": "alice", "billing_project": "proj"}, [])

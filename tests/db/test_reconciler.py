@@ -10,7 +10,8 @@ from prometheus_client import REGISTRY
 
 from services.common.processes import PidFiles
 from services.db.invariants import check_invariants
-from services.driver.instances import InstanceRequest, LocalProvider
+from services.driver.providers.interface import InstanceRequest
+from services.driver.providers.local import LocalProvider
 from services.driver.reconciler import InstanceReconciler, ReconcileSettings
 from tests.db.cloud_stub import StubCloud
 from tests.world import World
@@ -33,7 +34,7 @@ async def test_an_orphan_is_deleted_only_after_its_grace_period(world: World) ->
     await world.store.deactivate_instance(world.epoch, "ended", "missed heartbeats")  # its delete failed
     for name in ["known", "ended", "stranger"]:
         cloud.machines[name] = machine(name)
-    reconciler = InstanceReconciler(world.db, world.store, cloud, lambda: world.epoch, GRACE, clock_ms=world.clock)
+    reconciler = InstanceReconciler(world.store, cloud, lambda: world.epoch, GRACE, clock_ms=world.clock)
     before = reconciled("orphan_deleted")
     await reconciler.cycle()
     world.clock.advance(299_000)
@@ -50,7 +51,7 @@ async def test_an_orphans_grace_starts_again_with_a_new_leader(world: World) -> 
     cloud = StubCloud()
     cloud.machines["stranger"] = machine("stranger")
     epoch: list[int | None] = [world.epoch]
-    reconciler = InstanceReconciler(world.db, world.store, cloud, lambda: epoch[0], GRACE, clock_ms=world.clock)
+    reconciler = InstanceReconciler(world.store, cloud, lambda: epoch[0], GRACE, clock_ms=world.clock)
     await reconciler.cycle()
     world.clock.advance(200_000)
     epoch[0] = None  # deposed: a standby does nothing and forgets
@@ -74,7 +75,7 @@ async def test_a_vanished_instance_is_deactivated_and_its_job_runs_again(world: 
     batch_id, _, job_id = await world.batch([{}, {}])
     first = await world.run(batch_id, job_id)
     spot_attempt = await world.run(batch_id, job_id + 1, instance="spot")
-    reconciler = InstanceReconciler(world.db, world.store, cloud, lambda: world.epoch, GRACE, clock_ms=world.clock)
+    reconciler = InstanceReconciler(world.store, cloud, lambda: world.epoch, GRACE, clock_ms=world.clock)
     before = reconciled("vanished_deactivated")
     await reconciler.cycle()
     world.clock.advance(119_000)
@@ -105,7 +106,7 @@ async def test_a_standby_does_nothing(world: World) -> None:
     cloud = StubCloud()
     await world.instance("i1")
     cloud.machines["stranger"] = machine("stranger")
-    reconciler = InstanceReconciler(world.db, world.store, cloud, lambda: None,
+    reconciler = InstanceReconciler(world.store, cloud, lambda: None,
                                     ReconcileSettings(vanished_grace_s=0, orphan_grace_s=0), clock_ms=world.clock)
     world.clock.advance(10**6)
     await reconciler.cycle()

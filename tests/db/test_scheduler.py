@@ -10,11 +10,9 @@ from pathlib import Path
 import pytest
 from google.protobuf import timestamp_pb2
 
-import services.driver.scheduler as scheduler_module
 from corral.batch.v1 import job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.db.database import Database
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_demand
 from services.common.specs import SpecStore
@@ -52,7 +50,7 @@ async def test_two_users_share_the_cores_evenly(world: World) -> None:
     await world.store.commit_update(bob_batch["batch_id"], update["update_id"])
 
     dispatcher = RecordingDispatcher({"i1", "i2"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch)
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch)
     await scheduler.cycle()
     per_batch = {}
     for p in dispatcher.sent:
@@ -71,13 +69,13 @@ async def test_only_live_instances_and_runnable_jobs_are_used(world: World) -> N
     assert group["update_id"] == 2
     await world.store.cancel_job_group(batch_id, 0, "alice", "stop")
     dispatcher = RecordingDispatcher({"i1"})
-    await Scheduler(world.db, world.store, dispatcher, lambda: world.epoch).cycle()
+    await Scheduler(world.store, dispatcher, lambda: world.epoch).cycle()
     # Cancelled batch: only the always_run job runs.
     assert [(p.job_id, p.instance) for p in dispatcher.sent] == [(s + 1, "i1")]
 
     other, _, t = await world.batch([{}, {"priority": 5}, {"cores_mcpu": 9000}])
     dispatcher.sent.clear()
-    await Scheduler(world.db, world.store, dispatcher, lambda: world.epoch).cycle()
+    await Scheduler(world.store, dispatcher, lambda: world.epoch).cycle()
     # Priority first; a job bigger than any live instance waits.
     assert [p.job_id for p in dispatcher.sent] == [t + 1, t]
     assert await world.state(other, t + 2) == "Ready"
@@ -88,7 +86,7 @@ async def test_no_epoch_no_scheduling(world: World) -> None:
     await world.instance("i1")
     await world.batch([{}])
     dispatcher = RecordingDispatcher({"i1"})
-    await Scheduler(world.db, world.store, dispatcher, lambda: None).cycle()
+    await Scheduler(world.store, dispatcher, lambda: None).cycle()
     assert dispatcher.sent == []
 
 
@@ -100,7 +98,7 @@ async def test_a_reused_fair_share_read_counts_the_jobs_it_started_and_new_work_
     await world.instance("i1", cores_mcpu=2000)
     await world.batch([{} for _ in range(6)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, demand_reuse_s=3600)
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, demand_reuse_s=3600)
     await scheduler.cycle()
     assert len(dispatcher.sent) == 2
     (alice,) = (await scheduler._read_demand())["standard"]
@@ -155,7 +153,7 @@ async def test_a_reused_fair_share_read_counts_the_ends_a_worker_reports(world: 
     bob, _, bob_start = await world.batch(
         [{}, {"parents": [{"in_update_offset": -1, "accepted_states": 1}]}], user="bob")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, demand_reuse_s=3600)
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, demand_reuse_s=3600)
     kinds: list[str] = []
     ended: list[dict] = []
 
@@ -198,19 +196,19 @@ async def test_a_fair_share_read_that_new_work_overlapped_is_not_reused(
     reads again."""
     await world.instance("i1", cores_mcpu=2000)
     await world.batch([{} for _ in range(4)], user="alice")
-    scheduler = Scheduler(world.db, world.store, RecordingDispatcher({"i1"}), lambda: world.epoch,
+    scheduler = Scheduler(world.store, RecordingDispatcher({"i1"}), lambda: world.epoch,
                           demand_reuse_s=3600)
-    real = scheduler_module.read_demand
+    real = world.store.read_demand
 
-    async def overlapped(db: Database) -> dict[str, list[UserDemand]]:
-        demand = await real(db)
+    async def overlapped() -> dict[str, list[UserDemand]]:
+        demand = await real()
         scheduler.new_work()  # as if a commit's notice came while the read ran
         return demand
 
-    monkeypatch.setattr(scheduler_module, "read_demand", overlapped)
+    monkeypatch.setattr(world.store, "read_demand", overlapped)
     await scheduler.cycle()
     assert scheduler._demand is None
-    monkeypatch.setattr(scheduler_module, "read_demand", real)
+    monkeypatch.setattr(world.store, "read_demand", real)
     await world.db.execute("UPDATE instances SET cores_mcpu = 4000, free_cores_mcpu = 2000")  # room again
     await scheduler.cycle()
     assert scheduler._demand is not None  # a read nothing overlapped is kept
@@ -235,10 +233,10 @@ async def test_sj_returns_what_a_run_command_needs_as_the_sessions_would_read_it
                                     "spec_ref": "specs/b"}])
     await world.store.commit_update(created["batch_id"], update["update_id"])
     dispatcher = RecordingDispatcher({"i1"})
-    await Scheduler(world.db, world.store, dispatcher, lambda: world.epoch).cycle()
+    await Scheduler(world.store, dispatcher, lambda: world.epoch).cycle()
     assert len(dispatcher.sent) == 2 and all(p.run is not None for p in dispatcher.sent)
 
-    registry = SessionRegistry(world.db, SpecStore(f"file://{tmp_path}"))
+    registry = SessionRegistry(world.store, SpecStore(f"file://{tmp_path}"))
     read = await registry._run_details(dispatcher.sent)
     for p in dispatcher.sent:
         assert p.run is not None
@@ -267,7 +265,7 @@ async def test_one_sj_per_pool_per_cycle_and_a_refused_instance_holds_back_only_
 
     monkeypatch.setattr(world.store, "schedule_jobs", counted)
     dispatcher = RecordingDispatcher({"i1", "i2", "i3"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch)
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch)
     await scheduler.cycle()
     assert calls == [None]
     assert sorted(p.instance for p in dispatcher.sent) == ["i1", "i1", "i2", "i2", "i3", "i3"]
@@ -302,7 +300,7 @@ async def test_kept_queues_serve_later_cycles_until_half_are_gone_or_new_work_co
     await world.instance("i1", cores_mcpu=2000)
     batch_id, _, start = await world.batch([{} for _ in range(20)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
                           demand_reuse_s=3600)
     reads = []
     for _ in range(5):
@@ -326,7 +324,7 @@ async def test_a_queue_read_to_its_end_is_kept_until_nothing_is_left(world: Worl
     await world.instance("i1", cores_mcpu=1000)
     _, _, start = await world.batch([{} for _ in range(3)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
                           demand_reuse_s=3600)
     for _ in range(3):
         sent = len(dispatcher.sent)
@@ -342,7 +340,7 @@ async def test_a_cycle_that_finds_no_free_cores_keeps_the_queues(world: World) -
     await world.instance("i1", cores_mcpu=1000)
     _, _, start = await world.batch([{} for _ in range(6)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
                           demand_reuse_s=3600)
     await scheduler.cycle()
     await scheduler.cycle()  # i1 is full
@@ -358,7 +356,7 @@ async def test_queues_older_than_the_demand_reuse_are_read_again(world: World, d
     await world.instance("i1", cores_mcpu=1000)
     await world.batch([{} for _ in range(6)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
                           demand_reuse_s=demand_reuse_s)
     for n in range(1, 4):
         sent = len(dispatcher.sent)
@@ -375,7 +373,7 @@ async def test_a_kept_candidate_that_sj_refuses_drops_the_kept_queues(world: Wor
     cancelled, _, _ = await world.batch([{"priority": 5} for _ in range(6)], user="alice")
     other, _, _ = await world.batch([{} for _ in range(6)], user="alice")
     dispatcher = RecordingDispatcher({"i1"})
-    scheduler = Scheduler(world.db, world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
+    scheduler = Scheduler(world.store, dispatcher, lambda: world.epoch, jobs_per_cycle=8,
                           demand_reuse_s=3600)
     await scheduler.cycle()
     assert [p.batch_id for p in dispatcher.sent] == [cancelled]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 
@@ -31,7 +32,7 @@ async def buf_curl(*args: str) -> tuple[int, str, str]:
 
 
 async def test_reflection_lists_the_public_services_and_a_json_call_works(
-        frontend: FrontendApp, certs: DevCertificateAuthority, admin_token: str) -> None:
+        frontend: FrontendApp, certs: DevCertificateAuthority, admin_token: str, db: Database) -> None:
     url = f"https://localhost:{frontend.public_port}"
     ca = str(certs.ca_cert_path)
 
@@ -44,7 +45,7 @@ async def test_reflection_lists_the_public_services_and_a_json_call_works(
     assert code == 0, err
     assert "corral.batch.v1.BatchService/SubmitBatch" in out.split()
 
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+    await JobStore(db).create_billing_project("proj", ["root"])
     request = {"billingProject": "proj", "idempotencyToken": "from-buf", "attributes": {"name": "from-buf"},
                "jobs": [{"image": "busybox", "argv": {"args": ["true"]}}]}
     code, out, err = await buf_curl("--cacert", ca, "-H", f"authorization: Bearer {admin_token}",

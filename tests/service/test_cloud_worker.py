@@ -30,7 +30,7 @@ from services.common.tls import DevCertificateAuthority, certificate_request
 from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.driver.app import DriverApp, DriverConfig, local_worker_command, start
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.enrollment import REFUSED
 from services.driver.leader import LeaseSettings
 from services.driver.providers.worker_metadata import METADATA_URL_ENV, WorkerBootstrap

@@ -27,7 +27,7 @@ from services.db.invariants import check_invariants
 from services.db.migrations import migrate
 from services.db.server import PrivateMariaDB
 from services.db.store import JobStore
-from services.driver.instances import DeadWorkerDetector
+from services.driver.dead_workers import DeadWorkerDetector
 from services.driver.leader import LeaseSettings
 from services.driver.servicer import SessionSettings
 from services.common.specs import SpecStore

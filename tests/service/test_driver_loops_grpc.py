@@ -21,7 +21,7 @@ from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
 from services.db.invariants import check_invariants
-from services.driver.billing_limits import BillingLimits
+from services.driver.billing_limit_canceller import BillingLimitCanceller
 from services.driver.running_canceller import REASON, RunningCanceller
 from services.driver.scheduler import Scheduler
 from services.driver.servicer import DriverServicer
@@ -50,13 +50,13 @@ async def test_a_running_job_gets_cancel_job_after_cancel_batch(world: World, fr
                                                                certs: DevCertificateAuthority, tmp_path: Path,
                                                                user_token: UserToken) -> None:
     alice = bearer(await user_token("alice"))
-    registry = SessionRegistry(world.db, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
-    servicer = DriverServicer(world.db, world.store, registry, lambda: world.epoch, lambda: "driver-0:1",
+    registry = SessionRegistry(world.store, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
+    servicer = DriverServicer(world.store, registry, lambda: world.epoch, lambda: "driver-0:1",
                               lambda kind: None)
     driver = await serve([Service("corral.driver.v1.DriverService", servicer,
                                   driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
                          [Listener.mutual_tls("127.0.0.1:0", certs.issue("driver"))])
-    canceller = RunningCanceller(world.db, world.store, registry, lambda: world.epoch, period_s=0.1,
+    canceller = RunningCanceller(world.store, registry, lambda: world.epoch, period_s=0.1,
                                  clock_ms=world.clock)
     loop = asyncio.create_task(canceller.run())
     try:
@@ -77,7 +77,7 @@ async def test_a_running_job_gets_cancel_job_after_cancel_batch(world: World, fr
                 await call.write(pb.WorkerSessionRequest(hello=ws.Hello(instance_name="i1",
                                                                         instance_token=activated.instance_token)))
                 await read_until(call, "welcome")
-                await Scheduler(world.db, world.store, registry, lambda: world.epoch).cycle()
+                await Scheduler(world.store, registry, lambda: world.epoch).cycle()
                 attempt = (await read_until(call, "run_job")).run_job.attempt
                 start_ms = world.clock()
                 await call.write(pb.WorkerSessionRequest(event_id=1, job_started=ws.JobStarted(
@@ -127,7 +127,7 @@ async def test_a_batch_over_its_billing_limit_shows_why_it_was_cancelled(world: 
                 job_spec_pb2.JobSpec(image="busybox", argv=job_spec_pb2.Argv(args=["true"]))]), metadata=alice)
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "billing project spent has spent $0.000000 of its $0.000000 limit" in (refused.value.details() or "")
-        await BillingLimits(world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
+        await BillingLimitCanceller(world.store, lambda: world.epoch, clock_ms=world.clock).cycle()
         got = await batches.GetBatch(bpb.GetBatchRequest(batch_id=submitted.batch.batch_id), metadata=alice)
     cancellation = got.batch.cancellation
     assert (cancellation.cancelled_by, cancellation.reason, cancellation.cause) == (

@@ -38,10 +38,10 @@ def ts(ms: int) -> timestamp_pb2.Timestamp:
 @pytest.fixture
 async def driver(world: World, certs: DevCertificateAuthority, tmp_path: Path) -> AsyncIterator[dict]:
     specs = SpecStore(f"file://{tmp_path / 'blobs'}")
-    registry = SessionRegistry(world.db, specs, world.clock)
+    registry = SessionRegistry(world.store, specs, world.clock)
     leading = {"epoch": world.epoch}
-    scheduler = Scheduler(world.db, world.store, registry, lambda: leading["epoch"])
-    servicer = DriverServicer(world.db, world.store, registry, lambda: leading["epoch"], lambda: "driver-0:1",
+    scheduler = Scheduler(world.store, registry, lambda: leading["epoch"])
+    servicer = DriverServicer(world.store, registry, lambda: leading["epoch"], lambda: "driver-0:1",
                               lambda kind: None, placed=scheduler.placed)
     servers = await serve([Service("corral.driver.v1.DriverService", servicer,
                                    driver_service_pb2_grpc.add_DriverServiceServicer_to_server)],
@@ -76,7 +76,7 @@ async def test_a_job_runs_through_the_session(world: World, driver: dict, certs:
         welcome = await read_until(call, "welcome")
         assert welcome.welcome.epoch == world.epoch
 
-        scheduler = Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch)
+        scheduler = Scheduler(world.store, driver["registry"], lambda: world.epoch)
         await scheduler.cycle()
         run = (await read_until(call, "run_job")).run_job
         assert (run.attempt.batch_id, run.attempt.job_id, run.user, list(run.spec.argv.args)) == (
@@ -214,7 +214,7 @@ async def test_a_worker_that_takes_bunches_gets_commands_and_sends_events_in_bun
     batch_id, _, start = await world.batch([{"spec_ref": ref} for ref in refs])
     async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
         call = await welcomed_session(world, driver, certs, channel, cores_mcpu=8000, takes_command_bunches=True)
-        await Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch).cycle()
+        await Scheduler(world.store, driver["registry"], lambda: world.epoch).cycle()
         bunch = (await read_until(call, "commands")).commands.commands
         assert [c.WhichOneof("payload") for c in bunch] == ["run_job"] * 3
         assert [c.run_job.attempt.job_id for c in bunch] == [start, start + 1, start + 2]
@@ -242,7 +242,7 @@ async def test_a_worker_that_does_not_say_it_takes_bunches_gets_commands_one_at_
     await world.batch([{"spec_ref": ref} for ref in refs])
     async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
         call = await welcomed_session(world, driver, certs, channel, cores_mcpu=8000)
-        await Scheduler(world.db, world.store, driver["registry"], lambda: world.epoch).cycle()
+        await Scheduler(world.store, driver["registry"], lambda: world.epoch).cycle()
         for _ in range(3):
             message = await asyncio.wait_for(call.read(), timeout=10)
             assert message.WhichOneof("payload") == "run_job"

@@ -57,8 +57,8 @@ class Driver:
 
 @pytest.fixture
 async def driver(world: World, certs: DevCertificateAuthority, tmp_path: Path) -> AsyncIterator[Driver]:
-    registry = SessionRegistry(world.db, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
-    servicer = DriverServicer(world.db, world.store, registry, lambda: world.epoch, lambda: "driver-0:1",
+    registry = SessionRegistry(world.store, SpecStore(f"file://{tmp_path / 'blobs'}"), world.clock)
+    servicer = DriverServicer(world.store, registry, lambda: world.epoch, lambda: "driver-0:1",
                               lambda kind: None)
     enrollment = Service(SERVICE_NAME, EnrollmentServicer(world.store, WorkerIssuer(certs.directory), SETTINGS),
                          worker_enrollment_service_pb2_grpc.add_WorkerEnrollmentServiceServicer_to_server)

@@ -27,6 +27,7 @@ from corral.aio import Client
 from corral.builder import BatchBuilder
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.gateway.deployment import Limits
@@ -59,10 +60,10 @@ def rest(certs: DevCertificateAuthority, port: int, token: str) -> httpx.AsyncCl
                              headers={"authorization": f"Bearer {token}"})
 
 
-async def test_grpc_and_rest_through_the_gateway(gateway_port: int, frontend: FrontendApp,
+async def test_grpc_and_rest_through_the_gateway(gateway_port: int, frontend: FrontendApp, db: Database,
                                                  certs: DevCertificateAuthority, admin_token: str,
                                                  tmp_path: Path) -> None:
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+    await JobStore(db).create_billing_project("proj", ["root"])
     address = f"localhost:{gateway_port}"
 
     # gRPC: the Python client, auth and frontend both at the gateway's one address.
@@ -115,9 +116,10 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 async def test_errors_come_back_as_json_status_with_their_http_code(gateway_port: int, frontend: FrontendApp,
+                                                                   db: Database,
                                                                     certs: DevCertificateAuthority,
                                                                     admin_token: str) -> None:
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+    await JobStore(db).create_billing_project("proj", ["root"])
     async with rest(certs, gateway_port, admin_token) as http:
         missing = await http.get("/api/v1/batches/987654")
         assert missing.status_code == 404, missing.text
@@ -167,10 +169,10 @@ async def test_the_openapi_document_is_served(gateway_port: int, certs: DevCerti
         assert (await http.post("/api/v1/openapi.json", headers={"authorization": ""})).status_code == 404
 
 
-async def test_watch_batch_streams_json_lines(gateway_port: int, frontend: FrontendApp,
+async def test_watch_batch_streams_json_lines(gateway_port: int, frontend: FrontendApp, db: Database,
                                               certs: DevCertificateAuthority, admin_token: str,
                                               driving: Driving) -> None:
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+    await JobStore(db).create_billing_project("proj", ["root"])
     async with rest(certs, gateway_port, admin_token) as http:
         submitted = await http.post("/api/v1/batches:submit", json={
             "billingProject": "proj", "idempotencyToken": "watched",

@@ -33,6 +33,7 @@ from corral.batch.v1 import batch_service_pb2 as pb
 from corral.batch.v1 import batch_service_pb2_grpc
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.gateway.deployment import Limits
@@ -212,8 +213,8 @@ QUIET_S = 6.0
 
 async def test_a_quiet_watch_batch_stream_outlives_the_idle_timeouts(
         auth_app: AuthApp, frontend: FrontendApp, certs: DevCertificateAuthority, admin_token: str,
-        driving: Driving, tmp_path: Path) -> None:  # noqa: F811
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+        driving: Driving, tmp_path: Path, db: Database) -> None:  # noqa: F811
+    await JobStore(db).create_billing_project("proj", ["root"])
     auth = [("authorization", f"Bearer {admin_token}")]
     async with gateway(auth_app, frontend, certs, tmp_path / "gateway", SHORT) as (_, port):
         async with channel(certs, port) as grpc_channel:
@@ -268,8 +269,8 @@ MAX_REQUEST_BYTES = 64 * 1024
 
 async def test_a_request_over_the_size_limit_is_resource_exhausted_in_grpc_and_413_in_rest(
         auth_app: AuthApp, frontend: FrontendApp, certs: DevCertificateAuthority, admin_token: str,
-        tmp_path: Path) -> None:
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+        tmp_path: Path, db: Database) -> None:
+    await JobStore(db).create_billing_project("proj", ["root"])
     auth = [("authorization", f"Bearer {admin_token}")]
     limits = Limits(health_check_interval_s=0.2, max_request_bytes=MAX_REQUEST_BYTES)
     huge = {"note": "x" * (MAX_REQUEST_BYTES + 1)}

@@ -18,6 +18,7 @@ from google.protobuf import descriptor_pb2
 
 import corral
 from services.common.tls import DevCertificateAuthority
+from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from tests.service.test_gateway_public import gateway_port  # noqa: F401 - a fixture
@@ -57,8 +58,8 @@ async def fuzz(port: int, token: str, ca_cert: Path, report: Path, examples: int
 
 
 @pytest.fixture
-async def project(frontend: FrontendApp) -> str:
-    await JobStore(frontend.db).create_billing_project("proj", ["root"])
+async def project(frontend: FrontendApp, db: Database) -> str:
+    await JobStore(db).create_billing_project("proj", ["root"])
     return "proj"
 
 

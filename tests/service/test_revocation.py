@@ -36,7 +36,7 @@ from services.auth.app import AuthApp, AuthConfig
 from services.auth.app import start as start_auth
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
-from services.db.database import DatabaseConfig
+from services.db.database import Database, DatabaseConfig
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp, FrontendConfig
 from services.frontend.app import start as start_frontend
@@ -101,12 +101,12 @@ async def stream_ends_within(stream: grpc.aio.UnaryStreamCall, limit_s: float) -
 
 
 async def test_a_revoked_token_is_refused_everywhere_within_the_bound(
-        services: tuple[AuthApp, FrontendApp], certs: DevCertificateAuthority) -> None:
+        services: tuple[AuthApp, FrontendApp], certs: DevCertificateAuthority, db: Database) -> None:
     auth, frontend = services
     people = AuthStore(auth.db)
     await people.create_user("alice")
     token, secret = await people.create_token("alice", "api")
-    await JobStore(frontend.db).create_billing_project("proj", ["alice"])
+    await JobStore(db).create_billing_project("proj", ["alice"])
     alice = bearer(secret)
     tls = certs.issue("someone")
     async with person_channel(tls, auth.public_port) as auth_channel, \
@@ -149,13 +149,13 @@ async def test_a_revoked_token_is_refused_everywhere_within_the_bound(
 
 
 async def test_a_stream_ends_when_its_token_expires(services: tuple[AuthApp, FrontendApp],
-                                                    certs: DevCertificateAuthority) -> None:
+                                                    certs: DevCertificateAuthority, db: Database) -> None:
     """The cached answer ends at the token's expiry; so does a stream opened with it."""
     auth, frontend = services
     people = AuthStore(auth.db)
     await people.create_user("alice")
     _, secret = await people.create_token("alice", "api", ttl_ms=1_500)
-    await JobStore(frontend.db).create_billing_project("proj", ["alice"])
+    await JobStore(db).create_billing_project("proj", ["alice"])
     async with person_channel(certs.issue("someone"), frontend.public_port) as channel:
         billing = billing_service_pb2_grpc.BillingServiceStub(channel)
         spend = billing.WatchSpend(cpb.WatchSpendRequest(billing_project="proj"), metadata=bearer(secret))

@@ -29,6 +29,7 @@ from services.driver.app import DriverApp, DriverConfig
 from services.driver.app import start as start_driver
 from services.driver.secret_delivery import SecretDelivery
 from services.driver.servicer import SessionSettings
+from services.driver.store import DriverStore
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from services.worker.runtime import can_isolate
@@ -164,37 +165,37 @@ async def test_the_driver_delivers_only_what_it_can_open(db: Database, tmp_path:
     job.secrets.add(name="elsewhere/db", mount_path="/other")
     assert deployment.env.secrets_key is not None
     opener = Opener.from_file(deployment.env.secrets_key)
-    [delivered] = await SecretDelivery(db, opener).files([("proj", job)])
+    [delivered] = await SecretDelivery(DriverStore(db), opener).files([("proj", job)])
     db_secret, foreign = delivered.mounts
     assert dict(db_secret.files) == {"password": b"hunter2"} and not db_secret.error
     assert not foreign.files and "not of the job's billing project 'proj'" in foreign.error
-    [delivered] = await SecretDelivery(db, None).files([("proj", job)])
+    [delivered] = await SecretDelivery(DriverStore(db), None).files([("proj", job)])
     keyless, _ = delivered.mounts
     assert not keyless.files and "--secrets-key-file" in keyless.error
     (tmp_path / "other").mkdir()
     other, _ = secrets_key_pair(tmp_path / "other")
-    [delivered] = await SecretDelivery(db, Opener.from_file(other)).files([("proj", job)])
+    [delivered] = await SecretDelivery(DriverStore(db), Opener.from_file(other)).files([("proj", job)])
     wrong, _ = delivered.mounts
     assert not wrong.files and "sealed with key" in wrong.error
     assert os.stat(deployment.env.secrets_key).st_mode & 0o077 == 0
     # More than a job may mount together (a RunJob must fit the session's 4 MiB messages): errors only.
-    [delivered] = await SecretDelivery(db, opener, max_bytes_per_job=6).files([("proj", mounting_twice())])
+    [delivered] = await SecretDelivery(DriverStore(db), opener, max_bytes_per_job=6).files([("proj", mounting_twice())])
     big, small = delivered.mounts
     assert not big.files and not small.files
     assert big.error == small.error == "the job's secrets hold 14 bytes together, more than the 6 one job may mount"
     # The secret a job pulls its image with comes in the same query, apart from its mounts, and counts too.
     pulling = job_spec_pb2.JobSpec(image="private/tool", script="true", image_pull_secret="db")
-    [delivered, none] = await SecretDelivery(db, opener).files([("proj", pulling), ("proj", mounting("true"))])
+    [delivered, none] = await SecretDelivery(DriverStore(db), opener).files([("proj", pulling), ("proj", mounting("true"))])
     assert delivered.mounts == [] and delivered.image_pull is not None and not delivered.image_pull.error
     assert (delivered.image_pull.name, dict(delivered.image_pull.files)) == ("db", {"password": b"hunter2"})
     assert none.image_pull is None
     pulling.image_pull_secret = "elsewhere/db"
-    [foreign_pull] = await SecretDelivery(db, opener).files([("proj", pulling)])
+    [foreign_pull] = await SecretDelivery(DriverStore(db), opener).files([("proj", pulling)])
     assert foreign_pull.image_pull is not None and not foreign_pull.image_pull.files
     assert "not of the job's billing project 'proj'" in foreign_pull.image_pull.error
     pulling.MergeFrom(mounting("true"))
     pulling.image_pull_secret = "db"
-    [both] = await SecretDelivery(db, opener, max_bytes_per_job=10).files([("proj", pulling)])
+    [both] = await SecretDelivery(DriverStore(db), opener, max_bytes_per_job=10).files([("proj", pulling)])
     assert both.image_pull is not None and not both.image_pull.files and not both.mounts[0].files
     assert both.image_pull.error == "the job's secrets hold 14 bytes together, more than the 10 one job may mount"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.providers import cloud_setup
 from services.driver.providers.cloud_setup import WorkerBootArgs, check_flags, cloud_worker_args, load
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from typing import cast
 
-from services.db.database import Database
 from services.driver.sessions import SessionRegistry
+from services.driver.store import DriverStore
 from services.common.specs import SpecStore
 
 
 def test_a_silent_session_is_not_heard_from() -> None:
-    registry = SessionRegistry(cast(Database, None), cast(SpecStore, None))
+    registry = SessionRegistry(cast(DriverStore, None), cast(SpecStore, None))
     talking, silent = registry.open("w1"), registry.open("w2")
     silent.heard_at = time.monotonic() - 25.0
     assert registry.connected_instances() == {"w1", "w2"}

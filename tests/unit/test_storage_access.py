@@ -13,7 +13,7 @@ import pytest
 from services.common.storage_access import StorageAccess, add_arguments, read_secret
 from services.common.tls import DevCertificateAuthority
 from services.driver.app import DriverConfig, local_worker_command
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.worker.object_stores import ObjectStores
 
 

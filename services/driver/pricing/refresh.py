@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol
 
-from services.db.store import JobStore
 from services.driver.loop import Loop
 from services.driver.metrics import PRICE_CHANGES, PRICE_REFRESH_FAILURES
 from services.driver.pricing.catalog_errors import CatalogUnavailable
 from services.driver.pricing.price_file import PriceFile
 from services.driver.pricing.products import Machine, MachinePrice, ProductRate
+from services.driver.store import DriverStore
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def products_of(machines: Collection[Machine]) -> list[str]:
     return sorted({p for m in machines for p in (m.cpu_product, m.memory_product)})
 
 
-async def set_rates(store: JobStore, rates: list[ProductRate], source: str,
+async def set_rates(store: DriverStore, rates: list[ProductRate], source: str,
                     active_products: list[str] | None = None) -> list[dict[str, object]]:
     """set_product_rates in calls of at most MAX_RATES_PER_CALL (the active products with the first);
     every change made, logged and counted."""
@@ -75,7 +75,7 @@ async def set_rates(store: JobStore, rates: list[ProductRate], source: str,
     return changed
 
 
-async def sync_price_file(store: JobStore, prices: PriceFile, machines: Collection[Machine]) -> list[Machine]:
+async def sync_price_file(store: DriverStore, prices: PriceFile, machines: Collection[Machine]) -> list[Machine]:
     """Give the deployment's machines the file's prices where no catalogue has, and make their products
     the active ones; the machines the file does not price (logged: the catalogue may)."""
     priced = {m: p for m in machines if (p := prices.price(m)) is not None}
@@ -94,7 +94,7 @@ class PriceRefresh(Loop):
 
     name = "price-refresh"
 
-    def __init__(self, store: JobStore, prices: PriceFile, catalog: Catalog | None, machines: Collection[Machine],
+    def __init__(self, store: DriverStore, prices: PriceFile, catalog: Catalog | None, machines: Collection[Machine],
                  epoch: Callable[[], int | None], settings: RefreshSettings = RefreshSettings(),
                  clock_s: Callable[[], float] = time.monotonic):
         super().__init__(period_s=min(settings.refresh_s, settings.retry_s))

@@ -34,7 +34,7 @@ from azure.mgmt.compute.aio import ComputeManagementClient
 from azure.mgmt.network import models as network_models
 from azure.mgmt.network.aio import NetworkManagementClient
 
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.pricing.products import Machine
 from services.driver.providers.azure_config import AzureConfig, vm_size, vm_sizes
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, PermissionDenied, ProviderError,

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from services.driver.instances import InstanceProvider, InstanceRequest
+from services.driver.providers.interface import InstanceProvider, InstanceRequest
 from services.driver.pricing.price_file import PriceFile
 from services.driver.pricing.refresh import Catalog
 

@@ -36,7 +36,7 @@ from google.api_core.client_options import ClientOptions
 from google.auth.credentials import Credentials
 from google.cloud import compute_v1
 
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.pricing.products import Machine, gcp_series
 from services.driver.providers.errors import (CapacityExhausted, InvalidRequest, ProviderError, QuotaExceeded,
                                               TransientError)
@@ -58,7 +58,7 @@ MAX_LISTED = 10_000
 
 
 class GcpProvider:
-    """Compute Engine machines behind services.driver.instances.InstanceProvider."""
+    """Compute Engine machines behind services.driver.providers.interface.InstanceProvider."""
 
     def __init__(self, config: GcpConfig, credentials: Credentials | None = None):
         """`credentials`: None reads Application Default Credentials (the driver's service account)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.driver.instances import InstanceRequest
+from services.driver.providers.interface import InstanceRequest
 from services.driver.providers.gcp_shapes import FAMILY, LABEL_VALUE
 
 MAX_FILE_BYTES = 64 * 1024

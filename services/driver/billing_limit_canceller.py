@@ -1,5 +1,5 @@
-"""Billing limits (design §4): cancel the running batches of every billing
-project whose cost reached its limit.
+"""The canceller of batches over their billing limit (design §4): it cancels
+the running batches of every billing project whose cost reached its limit.
 
 The cost of a project is kept current by the billing triggers
 (`aggregated_billing_project_resources`, a few hundred rows per project at
@@ -15,7 +15,7 @@ from __future__ import annotations
 from services.driver.loop import BoundedCanceller
 
 
-class BillingLimits(BoundedCanceller):
+class BillingLimitCanceller(BoundedCanceller):
     """Cancels the running batches of projects over their limit; see the module docstring."""
 
     name = "billing-limits"
