@@ -118,9 +118,9 @@ class DriverConfig:
     driver_addresses: tuple[str, ...] = ()
     """Every driver's internal address, given to local workers so they find the leader."""
     autoscaler_period_s: float = 2.0
+    """How often the autoscaler looks at demand."""
     fair_share_reuse_s: float = DEMAND_REUSE_S
     """How long the scheduler reuses a fair-share read, kept up to date with the jobs it starts."""
-    """How often the autoscaler looks at demand."""
     session: SessionSettings = SessionSettings()
     """Heartbeat and idle settings sent to workers."""
     lease: LeaseSettings = LeaseSettings()
