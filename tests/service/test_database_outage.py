@@ -125,6 +125,12 @@ async def test_no_worker_is_declared_dead_for_a_database_outage(
             return row if row is not None and row["state"] in ("Success", "Failed", "Error", "Cancelled") else None
 
         assert (await eventually(final, 60, "the job final"))["state"] == "Success"
+
+        async def batch_complete() -> bool:  # the batch completes after the job, in its own transaction
+            row = await db.fetchone("SELECT state FROM batches WHERE batch_id = %s", (batch_id,))
+            return row is not None and row["state"] == "complete"
+
+        await eventually(batch_complete, 60, "the batch complete")
         attempts = await db.fetchall("SELECT attempt_id FROM attempts WHERE batch_id = %s", (batch_id,))
         assert [a["attempt_id"] for a in attempts] == [attempt["attempt_id"]]
         assert (await db.fetchone("SELECT state FROM instances WHERE name = 'w1'"))["state"] == "active"
