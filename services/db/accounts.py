@@ -89,6 +89,10 @@ INTERNAL_PROCEDURES = frozenset({
 })
 """Called only by other procedures and triggers (definer's rights): no service executes them."""
 
+INTERNAL_FUNCTIONS = frozenset({"job_reserve_ms", "job_worst_case_micro_usd"})
+"""The stored functions (in sql/procedures/ too), called only inside procedures (definer's rights): no
+service executes them, and EXECUTE is granted on procedures alone."""
+
 ADMIN_PROCEDURES = frozenset({"elect_leader"})
 """Run only under the administrator's account, by tools: `elect_leader` starts an epoch by force, deposing
 whoever leads (benchmarks and tests that call driver procedures without a driver, a forced failover by hand).

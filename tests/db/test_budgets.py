@@ -7,6 +7,8 @@ job as schedule_jobs does."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from services.db.database import FailedPreconditionError
@@ -46,9 +48,11 @@ async def capped_batch(world: World, jobs: list[dict], limit_usd: float = 0.1) -
 
 
 def cost(cores_mcpu: int, memory_bytes: int, ms: int) -> int:
-    """$0.04 per core-hour, $0.005 per GiB-hour (migration 0002), rounded up to the micro-dollar."""
-    return planner.reservation_micro_usd(cores_mcpu, memory_bytes, ms, 0.04 / (1000 * HOUR_MS),
-                                         0.005 / (1024 * HOUR_MS))
+    """$0.04 per core-hour, $0.005 per GiB-hour (migration 0002) for `ms`, memory in whole MiB rounded up,
+    rounded up to the micro-dollar: the test's own reckoning of job_worst_case_micro_usd, in the same
+    operations in the same order, so with the same rounding."""
+    mib = (memory_bytes + 1048575) // 1048576
+    return math.ceil((cores_mcpu * (0.04 / (1000 * HOUR_MS)) + mib * (0.005 / (1024 * HOUR_MS))) * ms * 1000000)
 
 
 async def test_schedule_jobs_reserves_the_worst_case_and_refuses_what_does_not_fit(world: World) -> None:
