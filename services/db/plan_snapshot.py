@@ -95,12 +95,11 @@ ORDER BY i.name
 """
 
 MAY_RUN = """(j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
-         SELECT 1 FROM job_group_self_and_ancestors a
-         JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-         WHERE a.batch_id = j.batch_id AND a.job_group_id = j.job_group_id)))"""
+         SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+         WHERE x.batch_id = j.batch_id AND x.job_group_id = j.job_group_id)))"""
 """A Ready job `j` the scheduler may start: one the cancellers will not cancel (its group and batch are not
 cancelled and no parent failed it), or one that always runs. The read_ready_heads procedure applies the same
-rule to the queues' heads."""
+rule to the queues' heads (tests/unit/test_runnable_rule.py holds every copy to one text)."""
 
 _HELD = """
 SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders

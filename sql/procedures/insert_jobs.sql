@@ -222,9 +222,8 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs t
-    WHERE EXISTS (SELECT 1 FROM job_group_self_and_ancestors a
-                  JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-                  WHERE a.batch_id = in_batch_id AND a.job_group_id = t.job_group_id);
+    WHERE EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                  WHERE x.batch_id = in_batch_id AND x.job_group_id = t.job_group_id);
   IF v_bad > 0 THEN
     ROLLBACK;
     SELECT 2 AS rc, 'a job names a cancelled job group' AS message;

@@ -70,10 +70,9 @@ proc: BEGIN
   -- Every group of a running batch that is cancelled, itself or through an
   -- ancestor (a Ready job's batch is running).
   INSERT IGNORE INTO tmp_cancelled_groups (batch_id, job_group_id)
-    SELECT a.batch_id, a.job_group_id
-    FROM job_groups_cancelled c
-    JOIN batches b ON b.batch_id = c.batch_id AND b.state = 'running'
-    JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id;
+    SELECT x.batch_id, x.job_group_id
+    FROM job_groups_cancelled_self_or_ancestor x
+    JOIN batches b ON b.batch_id = x.batch_id AND b.state = 'running';
   SET v_any_cancelled = EXISTS (SELECT 1 FROM tmp_cancelled_groups);
 
   OPEN looks;

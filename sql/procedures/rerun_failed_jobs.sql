@@ -144,9 +144,8 @@ proc: BEGIN
   END IF;
   SELECT MIN(j.job_group_id) INTO v_group FROM tmp_rerun t
     JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
-    WHERE EXISTS (SELECT 1 FROM job_group_self_and_ancestors a
-                  JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-                  WHERE a.batch_id = in_batch_id AND a.job_group_id = j.job_group_id);
+    WHERE EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                  WHERE x.batch_id = in_batch_id AND x.job_group_id = j.job_group_id);
   IF v_group IS NOT NULL THEN
     ROLLBACK;
     SELECT 2 AS rc, CONCAT('job group ', v_group, ' of batch ', in_batch_id, ' is cancelled') AS message;

@@ -146,10 +146,8 @@ proc: BEGIN
       WHERE t.reserve_ms IS NOT NULL;
   END IF;
   UPDATE tmp_schedule t
-    SET t.group_cancelled = EXISTS (
-      SELECT 1 FROM job_group_self_and_ancestors a
-      JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-      WHERE a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id);
+    SET t.group_cancelled = EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                                    WHERE x.batch_id = t.batch_id AND x.job_group_id = t.job_group_id);
 
   -- The instances, locked in name order (the scratch table's key leads the
   -- join, so only their rows are touched), then read by subqueries, which
@@ -180,7 +178,7 @@ proc: BEGIN
       WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id AND s.state = 'pending' THEN 'already_scheduled'
       WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id THEN 'start_created'
       WHEN t.old_state <> 'Ready' THEN 'not_ready'
-      WHEN NOT t.always_run AND (t.group_cancelled OR t.dependency_failed) THEN 'cancelled'
+      WHEN NOT t.always_run AND (t.dependency_failed OR t.group_cancelled) THEN 'cancelled'
       ELSE 'candidate' END;
 
   -- What each limited project has left: its limit less its spend and what
