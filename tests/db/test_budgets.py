@@ -2,8 +2,8 @@
 0013): schedule_jobs reserves each attempt's worst case and refuses what
 does not fit; the end of an attempt, however it ends, gives the reservation
 back; billing never counts more of an attempt than it reserved; a project
-that has spent its limit takes no new batch or update; the planner prices a
-job as schedule_jobs does."""
+that has spent its limit takes no new batch or update; the planner is handed
+the worst case schedule_jobs reserves (read_ready_heads prices it)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ async def test_schedule_jobs_reserves_the_worst_case_and_refuses_what_does_not_f
     assert await check_invariants(world.db) == []
 
 
-async def test_the_planner_prices_a_job_as_schedule_jobs_does(world: World) -> None:
+async def test_the_planner_is_given_what_schedule_jobs_reserves(world: World) -> None:
     await world.instance(cores_mcpu=64_000)
     shapes = [{"cores_mcpu": c, "memory_bytes": m, "timeout_ms": t} for c, m, t in (
         (250, 0, 1), (1000, 1, 999), (1500, (1 << 30) + 1, HOUR_MS), (4000, 3 << 29, None), (16000, 0, 12345))]
