@@ -30,6 +30,11 @@ lock reads and checks are part of it.
 `--deep-queue N` gives the first user one more running batch of N Ready
 jobs, as a scientist's million-job batch would: the scheduler reads only
 the head of each queue, so a cycle should cost what it costs without it.
+
+`--limit-usd USD` gives the users' billing project a spending limit, so
+every candidate is priced at its worst case (read_ready_heads) and its
+project's budget is read and checked; make it large enough that nothing
+waits for it.
 """
 
 from __future__ import annotations
@@ -85,6 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deep-queue", type=positive_int, metavar="N",
                         help="also give the first user one more running batch of N Ready jobs (over the three pools): "
                              "a cycle should not cost more for it")
+    parser.add_argument("--limit-usd", type=float, metavar="USD",
+                        help="the billing project's spending limit (default none): candidates are then priced and "
+                             "budgets checked")
 
 
 def figure_names() -> list[str]:
@@ -98,11 +106,11 @@ def job_cores_mcpu(user_index: int) -> int:
     return 250 * (1 + user_index % 8)
 
 
-async def build(db: Database, n_users: int, n_batches: int) -> dict[str, int]:
+async def build(db: Database, n_users: int, n_batches: int, limit_usd: float | None = None) -> dict[str, int]:
     """The live counters; returns each pool's free cores (mcpu)."""
     store = JobStore(db)
     users = [f"user{i:03d}" for i in range(n_users)]
-    await store.create_billing_project("bench", users)
+    await store.create_billing_project("bench", users, limit_usd=limit_usd)
     epoch = await store.elect_leader("bench-driver")
     # Each pool's instance fits every Running job plus half the Ready ones.
     per_pool_mcpu = sum(job_cores_mcpu(i) for i in range(n_users)) * n_batches
@@ -193,7 +201,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     async with fresh_database(ctx.server, pool_size=PARALLEL_BATCHES) as db:
         progress(f"{NAME}: building {n_users} users x {n_batches} running batches x {len(POOLS)} pools")
         started = time.perf_counter()
-        free_mcpu = await build(db, n_users, n_batches)
+        free_mcpu = await build(db, n_users, n_batches, args.limit_usd)
         await verify(db, n_users, n_batches)
         if args.deep_queue:
             shapes = tuple(JobShape(pool, job_cores_mcpu(0)) for pool in POOLS)
@@ -235,6 +243,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "free_cores_mcpu": free_mcpu,
         "repetitions": repetitions,
         "deep_queue_jobs": args.deep_queue or 0,
+        "limit_usd": args.limit_usd,
         "jobs_per_cycle": JOBS_PER_CYCLE,
         "target_ms": TARGET_MS,
         "smoke": ctx.smoke,

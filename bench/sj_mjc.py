@@ -20,7 +20,9 @@ deadlock/lock-wait retries, and per job the statements the server ran
 triggers) and the server's own CPU (from /proc; 0 when its pid cannot be
 read), per run; the best rate of each mode, and the most retries of a
 full-mode run on 32 connections. Unlike jobs/s, the statements do not
-move with the machine's load.
+move with the machine's load. With `--limit-usd` the billing project has a
+spending limit, so schedule_jobs reserves each job's worst case (its
+budgeted path).
 """
 
 from __future__ import annotations
@@ -117,6 +119,9 @@ class World:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
                         help=f"jobs per run (default {DEFAULT_JOBS:,}; {SMOKE_JOBS} with --smoke)")
+    parser.add_argument("--limit-usd", type=float, metavar="USD",
+                        help="the billing project's spending limit (default none): schedule_jobs then reserves each "
+                             "job's worst case against it; make it large enough that nothing waits")
 
 
 def matrix(smoke: bool) -> list[Combination]:
@@ -134,10 +139,10 @@ def figure_names(smoke: bool) -> list[str]:
     return names + [f"{NAME}.sj+mjc.best", f"{NAME}.full.best", f"{NAME}.full.32conn.retries"]
 
 
-async def prepare(db: Database, n_jobs: int) -> World:
-    """Billing project, leader epoch, active instances and N committed Ready jobs."""
+async def prepare(db: Database, n_jobs: int, limit_usd: float | None = None) -> World:
+    """Billing project (with `limit_usd`, if given), leader epoch, active instances and N committed Ready jobs."""
     store = JobStore(db)
-    await store.create_billing_project("bench", ["bench"])
+    await store.create_billing_project("bench", ["bench"], limit_usd=limit_usd)
     epoch = await store.elect_leader("bench-driver")
     instances = [f"bench-{i}" for i in range(N_INSTANCES)]
     for name in instances:
@@ -223,10 +228,11 @@ async def verify(world: World, n_jobs: int) -> None:
         raise RuntimeError(f"cores were not all returned: {free}")
 
 
-async def measure(ctx: BenchContext, combination: Combination, n_jobs: int) -> RunResult:
+async def measure(ctx: BenchContext, combination: Combination, n_jobs: int,
+                  limit_usd: float | None = None) -> RunResult:
     """One combination on a fresh schema."""
     async with fresh_database(ctx.server, pool_size=combination.connections) as db:
-        world = await prepare(db, n_jobs)
+        world = await prepare(db, n_jobs, limit_usd)
         await warm_up(world, combination.connections)
         db.retry_stats = RetryStats()
         pid = await asyncio.to_thread(server_pid, ctx.server)
@@ -277,7 +283,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     for combination in matrix(ctx.smoke):
         progress(f"{NAME}: {combination.mode}, {combination.jobs_per_call} jobs/call, "
                  f"{combination.connections} connections, {n_jobs:,} jobs")
-        result = await measure(ctx, combination, n_jobs)
+        result = await measure(ctx, combination, n_jobs, args.limit_usd)
         results.append(result)
         ctx.figures.add(f"{NAME}.{combination.label}", round(result.jobs_per_s, 1), "jobs/s")
         ctx.figures.add(f"{NAME}.{combination.label}.retries", result.retries, "retries")
@@ -302,6 +308,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "instance_cores_mcpu": INSTANCE_CORES_MCPU,
         "job_cores_mcpu": JOB_CORES_MCPU,
         "insert_bunch": INSERT_BUNCH,
+        "limit_usd": args.limit_usd,
         "smoke": ctx.smoke,
         "server": "given by --database-url" if args.database_url else "private MariaDB, durable settings",
         "runs": [

@@ -86,9 +86,13 @@ INTERNAL_PROCEDURES = frozenset({
     "add_attempt_usage", "bill_attempt_usage", "billing_limit_check", "check_completions", "check_epoch",
     "complete_jobs_core", "create_change_tables", "create_completion_tables", "decide_retries",
     "queue_update_groups_for_check", "record_job_changes", "job_limits_check", "release_children_lock",
-    "release_children_apply", "release_children_record",
+    "release_children_apply", "release_children_record", "fan_out_check",
 })
 """Called only by other procedures and triggers (definer's rights): no service executes them."""
+
+INTERNAL_FUNCTIONS = frozenset({"job_reserve_ms", "job_worst_case_micro_usd"})
+"""The stored functions (in sql/procedures/ too), called only inside procedures (definer's rights): no
+service executes them, and EXECUTE is granted on procedures alone."""
 
 ADMIN_PROCEDURES = frozenset({"elect_leader"})
 """Run only under the administrator's account, by tools: `elect_leader` starts an epoch by force, deposing

@@ -30,7 +30,7 @@ from services.db.database import Database
 from services.policy.fair_share import UserDemand
 from services.policy.lock_contention import BIG_LOCK_LEVEL, LockInterest, Locks, locks_from_rows
 from services.policy.planner import (
-    Budget, Candidate, HeldLock, Holder, JobKey, Snapshot, Worker, depths, reservation_micro_usd,
+    Budget, Candidate, HeldLock, Holder, JobKey, Snapshot, Worker, depths,
 )
 
 # What the view user_inst_coll_fair_share (migration 0003) says, read in three cheap statements rather than
@@ -95,12 +95,11 @@ ORDER BY i.name
 """
 
 MAY_RUN = """(j.always_run OR (NOT j.dependency_failed AND NOT EXISTS (
-         SELECT 1 FROM job_group_self_and_ancestors a
-         JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-         WHERE a.batch_id = j.batch_id AND a.job_group_id = j.job_group_id)))"""
+         SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+         WHERE x.batch_id = j.batch_id AND x.job_group_id = j.job_group_id)))"""
 """A Ready job `j` the scheduler may start: one the cancellers will not cancel (its group and batch are not
 cancelled and no parent failed it), or one that always runs. The read_ready_heads procedure applies the same
-rule to the queues' heads."""
+rule to the queues' heads (tests/unit/test_runnable_rule.py holds every copy to one text)."""
 
 _HELD = """
 SELECT billing_project, level, mode, lock_name, SUM(n_holders) AS n_holders
@@ -118,9 +117,6 @@ SELECT p.name, p.state, p.limit_usd,
         WHERE v.billing_project = p.name) AS reserved_micro_usd
 FROM billing_projects p WHERE p.name IN ({projects})
 """
-
-# The rates a reservation is priced at (schedule_jobs reads the same two).
-_RATES = "SELECT cpu_rate_usd, memory_rate_usd FROM reservation_rates"
 
 
 def _marks(n: int) -> str:
@@ -194,29 +190,22 @@ async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], dema
 async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
                       ) -> dict[str, dict[str, list[Candidate]]]:
     """Per pool, each user's queue as deep as the planner looks there (`looks[pool][user]`, from
-    `planner.depths`), with the candidates' locks: one call for every pool (`read_ready_heads`)."""
+    `planner.depths`), with the candidates' locks and worst-case costs (what schedule_jobs would reserve,
+    priced by the database: job_worst_case_micro_usd): one call for every pool (`read_ready_heads`)."""
     queues: dict[str, dict[str, list[Candidate]]] = {
         pool: {user: [] for user in users} for pool, users in looks.items()}
     heads = [[pool, user, depth] for pool in sorted(looks) for user, depth in sorted(looks[pool].items()) if depth > 0]
     if not heads:
         return queues
     _, (rows,) = await db.call("read_ready_heads", heads)
-    cpu_rate, memory_rate = 0.0, 0.0
-    if any(r["reserve_ms"] is not None for r in rows):
-        rates = await db.fetchone(_RATES, name="reservation_rates")
-        if rates is not None:
-            cpu_rate, memory_rate = float(rates["cpu_rate_usd"]), float(rates["memory_rate_usd"])
     for r in rows:
-        reserve = 0
-        if r["reserve_ms"] is not None:
-            reserve = reservation_micro_usd(int(r["cores_mcpu"]), int(r["memory_bytes"] or 0), int(r["reserve_ms"]),
-                                            cpu_rate, memory_rate)
         key = (r["batch_id"], r["job_id"])
         queues[r["inst_coll"]][r["user"]].append(Candidate(
             key, r["user"], r["billing_project"], int(r["cores_mcpu"]),
             int(r["memory_bytes"] or 0), int(r["regions_bits"]) if r["regions_bits"] is not None else None,
             int(r["priority"]), int(r["time_created_ms"]) / 1000,
-            locks_from_rows(json.loads(r["locks"])) if r["locks"] is not None else {}, reserve_micro_usd=reserve,
+            locks_from_rows(json.loads(r["locks"])) if r["locks"] is not None else {},
+            reserve_micro_usd=int(r["reserve_micro_usd"]),
             on_demand=bool(r["on_demand"]), avoid_worker=r["avoid_instance"],
             not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None,
             storage_bytes=int(r["storage_bytes"] or 0)))

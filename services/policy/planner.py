@@ -43,7 +43,6 @@ A cycle, per pool:
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
 from services.policy.fair_share import UserDemand, allocate_cores, fair_share_order, scheduling_shares
@@ -84,7 +83,8 @@ class Candidate:
     """When the job was created (seconds, the clock of `Snapshot.now_s`): its age, for aging."""
     locks: Locks = dataclasses.field(default_factory=dict)
     reserve_micro_usd: int = 0
-    """Its worst-case cost, reserved when it starts (0: its project has no limit)."""
+    """Its worst-case cost, reserved when it starts (0: its project has no limit): given, as the database
+    prices it (job_worst_case_micro_usd, returned by read_ready_heads); the planner prices nothing."""
     on_demand: bool = False
     """It runs only on workers that are not preemptible."""
     avoid_worker: str | None = None
@@ -420,11 +420,3 @@ def plan(snapshot: Snapshot) -> Plan:
                 waits[job.key] = Wait(OVER_FAIR_SHARE, f"user {user} has no ready demand in pool "
                                                        f"{snapshot.pool} by the fair-share counters yet")
     return Plan(tuple(placements), waits, allocation, tuple(never_fit))
-
-
-def reservation_micro_usd(cores_mcpu: int, memory_bytes: int, reserve_ms: int, cpu_rate_usd: float,
-                          memory_rate_usd: float) -> int:
-    """What schedule_jobs reserves for an attempt, computed as it does (the same operations in the same
-    order, so the same rounding): its cores and whole MiB of memory at the rates, for `reserve_ms`."""
-    mib = (memory_bytes + 1048575) // 1048576
-    return math.ceil((cores_mcpu * cpu_rate_usd + mib * memory_rate_usd) * reserve_ms * 1000000)

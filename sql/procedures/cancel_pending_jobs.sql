@@ -51,11 +51,8 @@ proc: BEGIN
     FROM jobs j FORCE INDEX (jobs_group_state)
     JOIN batch_updates u ON u.batch_id = j.batch_id AND u.update_id = j.update_id AND u.committed
     WHERE j.batch_id = in_batch_id AND j.state = 'Pending' AND NOT j.always_run
-      AND j.job_group_id IN (SELECT a.job_group_id
-                             FROM job_group_self_and_ancestors a
-                             JOIN job_groups_cancelled c
-                               ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-                             WHERE a.batch_id = in_batch_id)
+      AND j.job_group_id IN (SELECT x.job_group_id FROM job_groups_cancelled_self_or_ancestor x
+                             WHERE x.batch_id = in_batch_id)
     LIMIT in_limit;
   CALL complete_jobs_core(in_now_ms, in_max_children);
   SELECT COUNT(*) INTO v_n FROM tmp_job_completions WHERE outcome = 'completed';

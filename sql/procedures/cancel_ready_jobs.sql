@@ -46,11 +46,8 @@ proc: BEGIN
     FROM jobs j FORCE INDEX (jobs_scheduling)
     WHERE j.batch_id = in_batch_id AND j.state = 'Ready' AND NOT j.always_run
       AND (j.dependency_failed
-           OR j.job_group_id IN (SELECT a.job_group_id
-                                 FROM job_group_self_and_ancestors a
-                                 JOIN job_groups_cancelled c
-                                   ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-                                 WHERE a.batch_id = in_batch_id))
+           OR j.job_group_id IN (SELECT x.job_group_id FROM job_groups_cancelled_self_or_ancestor x
+                                 WHERE x.batch_id = in_batch_id))
     LIMIT in_limit;
   -- A job a parent failed says which parent, how it ended and what the job
   -- accepts (GetJob's error_message, ExplainJob); a job of a cancelled group

@@ -1,11 +1,12 @@
 -- The scheduler cancels Ready jobs that can never run under their billing
 -- project's limit (migration 0015). in_jobs: [{"batch_id", "job_id"}], the
 -- planner's never_fit. Each is checked again here, with its project's row
--- locked: a Ready job of a project with a limit whose worst-case cost
--- (computed as schedule_jobs reserves it) is more than the limit less the
--- project's spend. Those become Cancelled through complete_jobs_core (their
--- children are released as for any cancelled parent), with jobs.end_reason
--- saying why; the others are left alone (the limit was raised, the job ran).
+-- locked: a Ready job of an open project with a limit whose worst-case
+-- cost (job_worst_case_micro_usd, what schedule_jobs would reserve) is more
+-- than the limit less the project's spend. Those become Cancelled through
+-- complete_jobs_core (their children are released as for any cancelled
+-- parent), with jobs.end_reason saying why; the others are left alone (the
+-- limit was raised, the job ran).
 -- Returns the status row with n_cancelled.
 DROP PROCEDURE IF EXISTS cancel_unaffordable_jobs;
 DELIMITER $$
@@ -16,8 +17,6 @@ proc: BEGIN
   DECLARE v_locked INT;
   DECLARE v_cpu_rate DOUBLE;
   DECLARE v_memory_rate DOUBLE;
-  -- As schedule_jobs: the kill allowance past a job's timeout.
-  DECLARE KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN
     SET @corral_bulk_job_changes = NULL, @corral_bulk_usage = NULL;
     ROLLBACK;
@@ -54,14 +53,15 @@ proc: BEGIN
     FROM tmp_unaffordable t JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id
     FOR UPDATE;
   SELECT cpu_rate_usd, memory_rate_usd INTO v_cpu_rate, v_memory_rate FROM reservation_rates;
-  -- The same worst case as schedule_jobs reserves (and services/policy/planner.py computes).
+  -- The worst case schedule_jobs would reserve (and read_ready_heads gave the planner).
   UPDATE tmp_unaffordable t
     JOIN jobs j ON j.batch_id = t.batch_id AND j.job_id = t.job_id AND j.state = 'Ready'
     JOIN batches b ON b.batch_id = t.batch_id
     JOIN billing_projects p ON p.name = b.billing_project AND p.limit_usd IS NOT NULL AND p.state = 'open'
     SET t.billing_project = p.name,
-        t.reserve_micro_usd = CEIL((j.cores_mcpu * v_cpu_rate + ((j.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
-                                   * (COALESCE(j.timeout_ms, p.max_job_duration_ms) + KILL_ALLOWANCE_MS) * 1000000);
+        t.reserve_micro_usd = job_worst_case_micro_usd(j.cores_mcpu, j.memory_bytes,
+                                                       job_reserve_ms(j.timeout_ms, p.max_job_duration_ms),
+                                                       v_cpu_rate, v_memory_rate);
   SELECT COUNT(*) INTO v_locked FROM billing_projects
     WHERE name IN (SELECT billing_project FROM tmp_unaffordable) FOR UPDATE;
   INSERT INTO tmp_job_completions (batch_id, job_id, new_state)

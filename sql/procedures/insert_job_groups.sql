@@ -116,9 +116,8 @@ proc: BEGIN
       SELECT 3 AS rc, CONCAT('job group ', v_group_id, ': groups nest at most 7 deep') AS message;
       LEAVE proc;
     END IF;
-    IF EXISTS (SELECT 1 FROM job_group_self_and_ancestors a
-               JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-               WHERE a.batch_id = in_batch_id AND a.job_group_id = v_parent_id) THEN
+    IF EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+               WHERE x.batch_id = in_batch_id AND x.job_group_id = v_parent_id) THEN
       ROLLBACK;
       SELECT 2 AS rc, CONCAT('job group ', v_parent_id, ' is cancelled') AS message;
       LEAVE proc;

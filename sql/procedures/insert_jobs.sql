@@ -37,9 +37,8 @@ proc: BEGIN
   DECLARE v_distinct INT;
   DECLARE v_bad INT;
   DECLARE v_locked INT;
-  DECLARE v_parent INT;
   DECLARE v_user VARCHAR(100);
-  DECLARE v_n_children INT;
+  DECLARE v_fan_out VARCHAR(1024);
   DECLARE v_has_regions BOOLEAN;
   DECLARE v_has_parents BOOLEAN;
   DECLARE v_has_attributes BOOLEAN;
@@ -70,9 +69,10 @@ proc: BEGIN
   END IF;
   -- Dropped and made again on every call, unlike the driver's scratch tables
   -- (create_completion_tables): the drop makes the connection parse this
-  -- routine again on its next call, and kept, the fan-out check below failed
-  -- on its second run from the routine cache (MariaDB 10.11: "Unknown column
-  -- 'x.parent_id'" in its nested derived table).
+  -- routine again on its next call, and kept, the fan-out check
+  -- (fan_out_check) failed on its second run from the routine cache
+  -- (MariaDB 10.11: "Unknown column 'x.parent_id'" in its nested derived
+  -- table).
   DROP TEMPORARY TABLE IF EXISTS tmp_new_jobs;
   -- Not unique: a job id given twice is counted below and refused.
   CREATE TEMPORARY TABLE tmp_new_jobs (
@@ -101,6 +101,7 @@ proc: BEGIN
     has_locks BOOLEAN NOT NULL,
     KEY (job_id)
   );
+  -- The bunch's edges (fan_out_check reads them).
   DROP TEMPORARY TABLE IF EXISTS tmp_new_edges;
   CREATE TEMPORARY TABLE tmp_new_edges (
     job_id INT NOT NULL,
@@ -221,9 +222,8 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   SELECT COUNT(*) INTO v_bad FROM tmp_new_jobs t
-    WHERE EXISTS (SELECT 1 FROM job_group_self_and_ancestors a
-                  JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-                  WHERE a.batch_id = in_batch_id AND a.job_group_id = t.job_group_id);
+    WHERE EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                  WHERE x.batch_id = in_batch_id AND x.job_group_id = t.job_group_id);
   IF v_bad > 0 THEN
     ROLLBACK;
     SELECT 2 AS rc, 'a job names a cancelled job group' AS message;
@@ -331,24 +331,11 @@ proc: BEGIN
     END IF;
 
     -- Fan-out: no job may get more than in_max_children_per_job children.
-    IF in_max_children_per_job IS NOT NULL THEN
-      SET v_parent = NULL;
-      SELECT parent_id, n_children INTO v_parent, v_n_children
-        FROM (SELECT x.parent_id,
-                     x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
-                            WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
-              FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_new_edges GROUP BY parent_id) x) y
-        WHERE n_children > in_max_children_per_job
-        ORDER BY parent_id
-        LIMIT 1;
-      SET v_missing = FALSE;
-      IF v_parent IS NOT NULL THEN
-        ROLLBACK;
-        SELECT 3 AS rc, CONCAT('job ', v_parent, ' would have ', FORMAT(v_n_children, 0),
-                               ' children; the limit (max_children_per_job) is ',
-                               FORMAT(in_max_children_per_job, 0)) AS message;
-        LEAVE proc;
-      END IF;
+    CALL fan_out_check(in_batch_id, in_max_children_per_job, v_fan_out);
+    IF v_fan_out IS NOT NULL THEN
+      ROLLBACK;
+      SELECT 3 AS rc, v_fan_out AS message;
+      LEAVE proc;
     END IF;
 
     UPDATE tmp_new_jobs t

@@ -135,10 +135,9 @@ proc: BEGIN
       WHEN j.job_id IS NULL OR a.attempt_id IS NULL THEN 'not_found'
       WHEN a.end_time_ms IS NOT NULL THEN 'ended'
       WHEN j.state IN ('Success', 'Failed', 'Error', 'Cancelled') THEN 'already_complete'
-      WHEN NOT j.always_run AND EXISTS (
-        SELECT 1 FROM job_group_self_and_ancestors g
-        JOIN job_groups_cancelled c ON c.batch_id = g.batch_id AND c.job_group_id = g.ancestor_id
-        WHERE g.batch_id = j.batch_id AND g.job_group_id = j.job_group_id) THEN 'cancelled'
+      WHEN NOT j.always_run AND EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                                        WHERE x.batch_id = j.batch_id AND x.job_group_id = j.job_group_id)
+        THEN 'cancelled'
       WHEN a.start_time_ms IS NOT NULL THEN 'already_started'
       ELSE 'started' END;
 

@@ -13,6 +13,11 @@
 -- and one lookup, and a head is never cut short by jobs the cancellers have
 -- not drained yet.
 --
+-- Each candidate carries reserve_micro_usd: what schedule_jobs would
+-- reserve for it (job_worst_case_micro_usd at the reservation rates read
+-- now), 0 when its billing project has no limit. The planner takes it as
+-- it is and prices nothing itself.
+--
 -- Returns the candidates' rows, then the status row. Reads only, each
 -- statement at READ COMMITTED (the services' sessions): no lock is taken.
 DROP PROCEDURE IF EXISTS read_ready_heads;
@@ -24,6 +29,8 @@ proc: BEGIN
   DECLARE v_user VARCHAR(100);
   DECLARE v_depth INT;
   DECLARE v_any_cancelled BOOLEAN;
+  DECLARE v_cpu_rate DOUBLE;
+  DECLARE v_memory_rate DOUBLE;
   DECLARE looks CURSOR FOR
     SELECT pool, usr, depth
     FROM JSON_TABLE(in_looks, '$[*]' COLUMNS (pool VARCHAR(100) PATH '$[0]', usr VARCHAR(100) PATH '$[1]',
@@ -63,10 +70,9 @@ proc: BEGIN
   -- Every group of a running batch that is cancelled, itself or through an
   -- ancestor (a Ready job's batch is running).
   INSERT IGNORE INTO tmp_cancelled_groups (batch_id, job_group_id)
-    SELECT a.batch_id, a.job_group_id
-    FROM job_groups_cancelled c
-    JOIN batches b ON b.batch_id = c.batch_id AND b.state = 'running'
-    JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id;
+    SELECT x.batch_id, x.job_group_id
+    FROM job_groups_cancelled_self_or_ancestor x
+    JOIN batches b ON b.batch_id = x.batch_id AND b.state = 'running';
   SET v_any_cancelled = EXISTS (SELECT 1 FROM tmp_cancelled_groups);
 
   OPEN looks;
@@ -97,11 +103,13 @@ proc: BEGIN
   END LOOP;
   CLOSE looks;
 
+  SELECT cpu_rate_usd, memory_rate_usd INTO v_cpu_rate, v_memory_rate FROM reservation_rates;
   SELECT j.user, j.inst_coll, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.regions_bits,
          j.priority, j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance, j.not_before_ms,
          j.timeout_ms,
-         -- What schedule_jobs reserves for: the timeout (or the project's longest job) + KILL_ALLOWANCE_MS.
-         IF(p.limit_usd IS NULL, NULL, COALESCE(j.timeout_ms, p.max_job_duration_ms) + 15000) AS reserve_ms,
+         IF(p.limit_usd IS NULL, 0,
+            job_worst_case_micro_usd(j.cores_mcpu, j.memory_bytes, job_reserve_ms(j.timeout_ms, p.max_job_duration_ms),
+                                     v_cpu_rate, v_memory_rate)) AS reserve_micro_usd,
          -- Its locks as [[level, mode, name], ...], NULL if it declares none: read here, by the primary key,
          -- rather than by a second statement naming every candidate.
          (SELECT JSON_ARRAYAGG(JSON_ARRAY(l.level, l.mode, l.lock_name)) FROM job_locks l

@@ -43,8 +43,7 @@ proc: BEGIN
   DECLARE v_user VARCHAR(100);
   DECLARE v_rc INT;
   DECLARE v_message VARCHAR(1024);
-  DECLARE v_parent INT;
-  DECLARE v_n_children INT;
+  DECLARE v_fan_out VARCHAR(1024);
   DECLARE v_missing BOOLEAN DEFAULT FALSE;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_missing = TRUE;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
@@ -68,8 +67,9 @@ proc: BEGIN
   -- one statement, and the edges join a child's and a parent's copies.
   DROP TEMPORARY TABLE IF EXISTS tmp_rerun_parent;
   CREATE TEMPORARY TABLE tmp_rerun_parent (job_id INT NOT NULL PRIMARY KEY, new_job_id INT NOT NULL);
-  DROP TEMPORARY TABLE IF EXISTS tmp_rerun_edges;
-  CREATE TEMPORARY TABLE tmp_rerun_edges (
+  -- The copies' edges, named as insert_jobs names its own: fan_out_check reads them.
+  DROP TEMPORARY TABLE IF EXISTS tmp_new_edges;
+  CREATE TEMPORARY TABLE tmp_new_edges (
     job_id INT NOT NULL,
     parent_id INT NOT NULL,
     accepted_states INT NOT NULL,
@@ -144,9 +144,8 @@ proc: BEGIN
   END IF;
   SELECT MIN(j.job_group_id) INTO v_group FROM tmp_rerun t
     JOIN jobs j ON j.batch_id = in_batch_id AND j.job_id = t.job_id
-    WHERE EXISTS (SELECT 1 FROM job_group_self_and_ancestors a
-                  JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-                  WHERE a.batch_id = in_batch_id AND a.job_group_id = j.job_group_id);
+    WHERE EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                  WHERE x.batch_id = in_batch_id AND x.job_group_id = j.job_group_id);
   IF v_group IS NOT NULL THEN
     ROLLBACK;
     SELECT 2 AS rc, CONCAT('job group ', v_group, ' of batch ', in_batch_id, ' is cancelled') AS message;
@@ -171,48 +170,36 @@ proc: BEGIN
   UPDATE tmp_rerun SET new_job_id = v_start + seq - 1;
   INSERT INTO tmp_rerun_parent (job_id, new_job_id) SELECT job_id, new_job_id FROM tmp_rerun;
 
-  INSERT INTO tmp_rerun_edges (job_id, parent_id, accepted_states)
+  INSERT INTO tmp_new_edges (job_id, parent_id, accepted_states)
     SELECT t.new_job_id, COALESCE(p.new_job_id, e.parent_id), e.accepted_states
     FROM tmp_rerun t
     JOIN job_parents e ON e.batch_id = in_batch_id AND e.job_id = t.job_id
     LEFT JOIN tmp_rerun_parent p ON p.job_id = e.parent_id;
   -- Parents that are not re-run: lock them shared and read their state now.
   SELECT COUNT(*) INTO v_locked
-    FROM tmp_rerun_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
+    FROM tmp_new_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
     WHERE e.parent_id < v_start
     LOCK IN SHARE MODE;
-  UPDATE tmp_rerun_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
+  UPDATE tmp_new_edges e JOIN jobs p ON p.batch_id = in_batch_id AND p.job_id = e.parent_id
     SET e.parent_state = p.state
     WHERE e.parent_id < v_start;
   SELECT COUNT(*) INTO v_locked
-    FROM tmp_rerun_edges e
+    FROM tmp_new_edges e
     JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
     WHERE e.parent_id < v_start
     LOCK IN SHARE MODE;
   IF v_locked > 0 THEN
-    UPDATE tmp_rerun_edges e
+    UPDATE tmp_new_edges e
       JOIN job_child_releases r ON r.batch_id = in_batch_id AND r.parent_id = e.parent_id
       SET e.release_pending = TRUE
       WHERE e.parent_id < v_start AND e.job_id >= r.next_child_id;
   END IF;
-  IF in_max_children_per_job IS NOT NULL THEN
-    SET v_parent = NULL;
-    SELECT parent_id, n_children INTO v_parent, v_n_children
-      FROM (SELECT x.parent_id,
-                   x.n + (SELECT COUNT(*) FROM job_parents p FORCE INDEX (job_parents_parent)
-                          WHERE p.batch_id = in_batch_id AND p.parent_id = x.parent_id) AS n_children
-            FROM (SELECT parent_id, COUNT(*) AS n FROM tmp_rerun_edges GROUP BY parent_id) x) y
-      WHERE n_children > in_max_children_per_job
-      ORDER BY parent_id
-      LIMIT 1;
-    SET v_missing = FALSE;
-    IF v_parent IS NOT NULL THEN
-      ROLLBACK;
-      SELECT 3 AS rc, CONCAT('job ', v_parent, ' would have ', FORMAT(v_n_children, 0),
-                             ' children; the limit (max_children_per_job) is ',
-                             FORMAT(in_max_children_per_job, 0)) AS message;
-      LEAVE proc;
-    END IF;
+  -- Fan-out: no original may get more than in_max_children_per_job children.
+  CALL fan_out_check(in_batch_id, in_max_children_per_job, v_fan_out);
+  IF v_fan_out IS NOT NULL THEN
+    ROLLBACK;
+    SELECT 3 AS rc, v_fan_out AS message;
+    LEAVE proc;
   END IF;
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed, always_run,
@@ -232,10 +219,10 @@ proc: BEGIN
                                    AND (accepted_states & CASE parent_state WHEN 'Success' THEN 1 WHEN 'Failed' THEN 2
                                                                             WHEN 'Error' THEN 4 ELSE 8 END) = 0,
                                    FALSE)) AS n_unaccepted
-               FROM tmp_rerun_edges GROUP BY job_id) x ON x.job_id = t.new_job_id
+               FROM tmp_new_edges GROUP BY job_id) x ON x.job_id = t.new_job_id
     ORDER BY t.new_job_id;
   INSERT INTO job_parents (batch_id, job_id, parent_id, accepted_states)
-    SELECT in_batch_id, job_id, parent_id, accepted_states FROM tmp_rerun_edges ORDER BY job_id, parent_id;
+    SELECT in_batch_id, job_id, parent_id, accepted_states FROM tmp_new_edges ORDER BY job_id, parent_id;
   INSERT INTO job_attributes (batch_id, job_id, `key`, `value`)
     SELECT in_batch_id, t.new_job_id, a.`key`, a.`value`
     FROM tmp_rerun t JOIN job_attributes a ON a.batch_id = in_batch_id AND a.job_id = t.job_id;
@@ -251,7 +238,7 @@ proc: BEGIN
   COMMIT;
   DROP TEMPORARY TABLE IF EXISTS tmp_rerun;
   DROP TEMPORARY TABLE IF EXISTS tmp_rerun_parent;
-  DROP TEMPORARY TABLE IF EXISTS tmp_rerun_edges;
+  DROP TEMPORARY TABLE IF EXISTS tmp_new_edges;
   SELECT 0 AS rc, 'created' AS message, v_update_id AS update_id, v_start AS start_job_id, v_n AS n_jobs;
 END $$
 DELIMITER ;

@@ -16,12 +16,10 @@
 -- budget_timeout_ms: the project's max_job_duration_ms where it has a
 -- limit), NULLs for the others.
 -- Budgets (migration 0013): a job of a billing project with a limit
--- reserves its worst-case cost, CEIL((cores_mcpu x the cpu rate + its
--- memory in whole MiB, rounded up, x the memory rate) x (its timeout, or
--- the project's max_job_duration_ms, + KILL_ALLOWANCE_MS) x 1e6) micro-USD,
--- and is scheduled only while the project's spend + reservations + this
--- one stay within its limit (else over_budget). The planner
--- (services/policy/planner.py) computes the same cost.
+-- reserves its worst-case cost (job_worst_case_micro_usd, for
+-- job_reserve_ms), and is scheduled only while the project's spend +
+-- reservations + this one stay within its limit (else over_budget). The
+-- planner is handed the same cost by read_ready_heads.
 -- A refused instance (unknown, inactive) refuses the whole call (the first
 -- in name order is named); the driver then calls again per instance.
 -- Counters and events of the state changes are written set-based by
@@ -47,8 +45,6 @@ proc: BEGIN
   DECLARE v_cpu_rate DOUBLE;
   DECLARE v_memory_rate DOUBLE;
   DECLARE v_budgeted BOOLEAN DEFAULT FALSE;
-  -- How long a worker may take to kill an attempt past its timeout (its kill grace, 10 s) and report its end.
-  DECLARE KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;
   DECLARE candidates CURSOR FOR
     SELECT batch_id, job_id, instance_name, cores_mcpu, billing_project, reserve_micro_usd FROM tmp_schedule
     WHERE outcome = 'candidate' ORDER BY batch_id, job_id;
@@ -136,7 +132,7 @@ proc: BEGIN
         t.cores_mcpu = j.cores_mcpu, t.memory_bytes = COALESCE(j.memory_bytes, 0), t.storage_bytes = j.storage_bytes,
         -- Read by a subquery, which takes no locks: joined here, the batch rows were share-locked and
         -- deadlocked with the MJCs that update them.
-        t.reserve_ms = (SELECT COALESCE(j.timeout_ms, p.max_job_duration_ms) + KILL_ALLOWANCE_MS
+        t.reserve_ms = (SELECT job_reserve_ms(j.timeout_ms, p.max_job_duration_ms)
                         FROM batches b JOIN billing_projects p ON p.name = b.billing_project
                         WHERE b.batch_id = t.batch_id AND p.limit_usd IS NOT NULL);
   -- Only a call with jobs of a limited project pays for pricing and budgets.
@@ -145,16 +141,13 @@ proc: BEGIN
     SELECT cpu_rate_usd, memory_rate_usd INTO v_cpu_rate, v_memory_rate FROM reservation_rates;
     UPDATE tmp_schedule t
       SET t.billing_project = (SELECT b.billing_project FROM batches b WHERE b.batch_id = t.batch_id),
-          t.reserve_micro_usd = CEIL((t.cores_mcpu * v_cpu_rate
-                                      + ((t.memory_bytes + 1048575) DIV 1048576) * v_memory_rate)
-                                     * t.reserve_ms * 1000000)
+          t.reserve_micro_usd = job_worst_case_micro_usd(t.cores_mcpu, t.memory_bytes, t.reserve_ms,
+                                                         v_cpu_rate, v_memory_rate)
       WHERE t.reserve_ms IS NOT NULL;
   END IF;
   UPDATE tmp_schedule t
-    SET t.group_cancelled = EXISTS (
-      SELECT 1 FROM job_group_self_and_ancestors a
-      JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id
-      WHERE a.batch_id = t.batch_id AND a.job_group_id = t.job_group_id);
+    SET t.group_cancelled = EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
+                                    WHERE x.batch_id = t.batch_id AND x.job_group_id = t.job_group_id);
 
   -- The instances, locked in name order (the scratch table's key leads the
   -- join, so only their rows are touched), then read by subqueries, which
@@ -185,7 +178,7 @@ proc: BEGIN
       WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id AND s.state = 'pending' THEN 'already_scheduled'
       WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id THEN 'start_created'
       WHEN t.old_state <> 'Ready' THEN 'not_ready'
-      WHEN NOT t.always_run AND (t.group_cancelled OR t.dependency_failed) THEN 'cancelled'
+      WHEN NOT t.always_run AND (t.dependency_failed OR t.group_cancelled) THEN 'cancelled'
       ELSE 'candidate' END;
 
   -- What each limited project has left: its limit less its spend and what

@@ -7,7 +7,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from services.db.accounts import ACCOUNTS, ADMIN_PROCEDURES, AUTH_TABLES, INTERNAL_PROCEDURES, grant_service_accounts
+from services.db.accounts import (
+    ACCOUNTS, ADMIN_PROCEDURES, AUTH_TABLES, INTERNAL_FUNCTIONS, INTERNAL_PROCEDURES, grant_service_accounts,
+)
 from services.db.database import DatabaseConfig
 from tests.conftest import service_url
 
@@ -37,8 +39,22 @@ def refused(connection: pymysql.Connection, sql: str) -> bool:
 def test_every_procedure_is_granted_to_a_service_or_internal() -> None:
     files = {p.stem for p in PROCEDURES_DIR.glob("*.sql")}
     granted = {name for account in ACCOUNTS.values() for name in account.procedures}
-    assert granted | INTERNAL_PROCEDURES | ADMIN_PROCEDURES == files
+    assert granted | INTERNAL_PROCEDURES | ADMIN_PROCEDURES | INTERNAL_FUNCTIONS == files
     assert not granted & INTERNAL_PROCEDURES and not granted & ADMIN_PROCEDURES
+    assert not (granted | INTERNAL_PROCEDURES | ADMIN_PROCEDURES) & INTERNAL_FUNCTIONS
+
+
+def test_the_functions_are_functions(db_config: DatabaseConfig) -> None:
+    """What accounts.py calls a function is created as one, and nothing else is (a function listed as a
+    procedure would be granted EXECUTE ON PROCEDURE, which the server refuses)."""
+    connection = pymysql.connect(**db_config.connect_kwargs(with_database=False))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT routine_name FROM information_schema.routines "
+                           "WHERE routine_schema = %s AND routine_type = 'FUNCTION'", (db_config.database,))
+            assert {row[0] for row in cursor.fetchall()} == INTERNAL_FUNCTIONS
+    finally:
+        connection.close()
 
 
 def test_the_services_cannot_read_each_others_secrets_or_change_the_schema(db_config: DatabaseConfig) -> None:

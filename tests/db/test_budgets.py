@@ -2,10 +2,12 @@
 0013): schedule_jobs reserves each attempt's worst case and refuses what
 does not fit; the end of an attempt, however it ends, gives the reservation
 back; billing never counts more of an attempt than it reserved; a project
-that has spent its limit takes no new batch or update; the planner prices a
-job as schedule_jobs does."""
+that has spent its limit takes no new batch or update; the planner is handed
+the worst case schedule_jobs reserves (read_ready_heads prices it)."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -46,9 +48,11 @@ async def capped_batch(world: World, jobs: list[dict], limit_usd: float = 0.1) -
 
 
 def cost(cores_mcpu: int, memory_bytes: int, ms: int) -> int:
-    """$0.04 per core-hour, $0.005 per GiB-hour (migration 0002), rounded up to the micro-dollar."""
-    return planner.reservation_micro_usd(cores_mcpu, memory_bytes, ms, 0.04 / (1000 * HOUR_MS),
-                                         0.005 / (1024 * HOUR_MS))
+    """$0.04 per core-hour, $0.005 per GiB-hour (migration 0002) for `ms`, memory in whole MiB rounded up,
+    rounded up to the micro-dollar: the test's own reckoning of job_worst_case_micro_usd, in the same
+    operations in the same order, so with the same rounding."""
+    mib = (memory_bytes + 1048575) // 1048576
+    return math.ceil((cores_mcpu * (0.04 / (1000 * HOUR_MS)) + mib * (0.005 / (1024 * HOUR_MS))) * ms * 1000000)
 
 
 async def test_schedule_jobs_reserves_the_worst_case_and_refuses_what_does_not_fit(world: World) -> None:
@@ -67,7 +71,7 @@ async def test_schedule_jobs_reserves_the_worst_case_and_refuses_what_does_not_f
     assert await check_invariants(world.db) == []
 
 
-async def test_the_planner_prices_a_job_as_schedule_jobs_does(world: World) -> None:
+async def test_the_planner_is_given_what_schedule_jobs_reserves(world: World) -> None:
     await world.instance(cores_mcpu=64_000)
     shapes = [{"cores_mcpu": c, "memory_bytes": m, "timeout_ms": t} for c, m, t in (
         (250, 0, 1), (1000, 1, 999), (1500, (1 << 30) + 1, HOUR_MS), (4000, 3 << 29, None), (16000, 0, 12345))]

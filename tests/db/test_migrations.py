@@ -177,6 +177,31 @@ def test_changed_procedure_is_reapplied_alone(db_config: DatabaseConfig, sql_cop
     assert migrate(db_config, sql_dir=sql_copy) == MigrationReport()
 
 
+FUNCTION = "job_reserve_ms"
+"""A stored function among the procedures' files (sql/procedures/ holds both kinds of routine)."""
+
+
+def test_a_function_is_applied_and_reapplied_like_a_procedure(db_config: DatabaseConfig, sql_copy: Path) -> None:
+    [(kind,)] = _query(db_config, "SELECT routine_type FROM information_schema.routines "
+                                  "WHERE routine_schema = %s AND routine_name = %s", (db_config.database, FUNCTION))
+    assert kind == "FUNCTION"
+    assert _query(db_config, f"SELECT {FUNCTION}(NULL, 60000)") == [(75_000,)]
+    path = sql_copy / "procedures" / f"{FUNCTION}.sql"
+    text, n = re.subn(r"KILL_ALLOWANCE_MS BIGINT DEFAULT 15000;", "KILL_ALLOWANCE_MS BIGINT DEFAULT 20000;",
+                      path.read_text())
+    assert n == 1, "the function's kill allowance is expected as a DECLARE"
+    path.write_text(text)
+    assert [line.name for line in status(db_config, sql_dir=sql_copy) if line.state != "applied"] == [
+        f"procedures/{FUNCTION}"]
+
+    assert migrate(db_config, sql_dir=sql_copy) == MigrationReport(applied_routines=[f"procedures/{FUNCTION}"])
+    assert _query(db_config, f"SELECT {FUNCTION}(NULL, 60000)") == [(80_000,)]
+    assert migrate(db_config, sql_dir=sql_copy) == MigrationReport()
+    # And back: the checksum decides, not which way the file changed.
+    assert migrate(db_config) == MigrationReport(applied_routines=[f"procedures/{FUNCTION}"])
+    assert _query(db_config, f"SELECT {FUNCTION}(NULL, 60000)") == [(75_000,)]
+
+
 @pytest.mark.parametrize(
     ("name", "message"),
     [

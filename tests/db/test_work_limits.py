@@ -12,10 +12,11 @@ import pytest
 from google.rpc import error_details_pb2
 
 from services.common.errors import to_status
-from services.db.database import InvalidArgumentError, ResourceExhaustedError
+from services.db.database import Database, InvalidArgumentError, ResourceExhaustedError
 from services.db.invariants import check_invariants
+from services.db.store import JobStore
 from tests.db.test_bad_input import snapshot
-from tests.world import World, job_spec
+from tests.world import FakeClock, World, job_spec
 
 
 async def refused(world: World, error: type[Exception], message: str, call: Any) -> None:
@@ -125,6 +126,35 @@ async def test_reruns_are_capped_too(world: World) -> None:
     status = await world.store.rerun_failed_jobs(batch_id, "r", 2, max_jobs_per_batch=5, max_open_jobs_per_user=2,
                                                  max_children_per_job=4)
     assert status["n_jobs"] == 2
+
+
+async def test_bunches_and_reruns_share_one_fan_out_check_on_one_connection(one_connection: Database,
+                                                                            clock: FakeClock) -> None:
+    """insert_jobs and rerun_failed_jobs both ask fan_out_check (over their own tmp_new_edges, which differ in
+    columns), one after the other on one connection, refusing and passing in turn: the check read from the
+    routine cache sees each caller's table as it is."""
+    world = await World(one_connection, JobStore(one_connection, clock), clock).setup()
+    await world.instance()
+    batch_id, _, s = await world.batch([{}, {"parents": [{"in_update_offset": -1}]},
+                                        {"parents": [{"in_update_offset": -2}]}])
+    await world.finish(batch_id, s, await world.run(batch_id, s), "Success")
+    for job_id in (s + 1, s + 2):
+        await world.finish(batch_id, job_id, await world.run(batch_id, job_id), "Failed")
+    update = await world.store.create_update(batch_id, 3)
+    t = int(update["start_job_id"])
+    for _ in range(2):
+        await refused(world, InvalidArgumentError, f"job {s} would have 3 children; the limit "
+                                                   r"\(max_children_per_job\) is 2",
+                      world.store.insert_jobs(batch_id, update["update_id"], [job_spec(t, parents=[{"job_id": s}])],
+                                              max_children_per_job=2))
+        await refused(world, InvalidArgumentError, f"job {s} would have 4 children",
+                      world.store.rerun_failed_jobs(batch_id, "r", 2, max_children_per_job=3))
+    await world.store.insert_jobs(batch_id, update["update_id"], [job_spec(t, parents=[{"job_id": s}])],
+                                  max_children_per_job=3)
+    status = await world.store.rerun_failed_jobs(batch_id, "r", 2, max_children_per_job=5)
+    assert status["n_jobs"] == 2
+    await world.store.insert_jobs(batch_id, update["update_id"], [job_spec(t + 1)], max_children_per_job=1)
+    assert await check_invariants(world.db) == []
 
 
 def test_a_quota_is_resource_exhausted_with_a_quota_failure() -> None:

@@ -11,6 +11,8 @@
 - a job's reason is the first rule that stopped it (each earlier rule can be
   shown not to have applied);
 - fair share: no user is given more cores than their water-filled share;
+- budgets: a job's worst case is the one it is given (the database prices
+  it), never one the planner works out from its size;
 - the same snapshot gives the same plan.
 """
 
@@ -168,6 +170,8 @@ def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
             assert not _budget_stops(snapshot, job, 0), wait
         if wait.code == planner.BILLING_LIMIT_REACHED:  # it did not fit once the cycle placed what it did
             assert _budget_stops(snapshot, job, placed_cost[job.billing_project])
+            if "may cost up to" in wait.detail:  # the worst case it names is the one it was given
+                assert f"may cost up to ${job.reserve_micro_usd / 1000000:.6f} " in wait.detail
             assert (key in result.never_fit) == (
                 snapshot.budgets[job.billing_project].state == "open" and
                 job.reserve_micro_usd > snapshot.budgets[job.billing_project].limit_usd * 1000000
@@ -247,6 +251,47 @@ def test_reservations_fill_a_budget_and_no_further() -> None:
     result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 1000)], {"ann": [too_big]},
                            budgets=budgets, jobs_per_cycle=10))
     assert result.never_fit == ((2, 1),) and "can never run" in result.waits[(2, 1)].detail
+
+
+def _priced(snapshot: Snapshot, reserve_micro_usd: int) -> Snapshot:
+    """`snapshot` with every candidate given this worst case, whatever its cores, memory and storage, and every
+    project open with $4 of its $5 limit left."""
+    return dataclasses.replace(snapshot, budgets={p: Budget("open", 5.0, 1.0, 0) for p in PROJECTS}, queues={
+        user: [dataclasses.replace(c, reserve_micro_usd=reserve_micro_usd) for c in queue]
+        for user, queue in snapshot.queues.items()})
+
+
+@settings(max_examples=500, deadline=None)
+@given(snapshots())
+def test_the_planner_takes_the_worst_case_it_is_given(snapshot: Snapshot) -> None:
+    """The planner prices no job itself (the database does: job_worst_case_micro_usd): given nothing to
+    reserve, no job waits for money, however big it is; given more than the limit, every job the cycle looks
+    at (past its retry back-off) can never run, and says what it was given."""
+    free = plan(_priced(snapshot, 0))
+    assert free.never_fit == ()
+    assert planner.BILLING_LIMIT_REACHED not in {w.code for w in free.waits.values()}
+    dear = plan(_priced(snapshot, 5_000_001))
+    depth = planner.depths(snapshot.workers, snapshot.demands, snapshot.jobs_per_cycle)
+    looked_at = [c for user, queue in snapshot.queues.items() for c in queue[:depth.get(user, 0)]
+                 if c.not_before_s is None or c.not_before_s <= snapshot.now_s]
+    assert set(dear.never_fit) == {c.key for c in looked_at}
+    assert dear.placements == ()
+    for c in looked_at:
+        assert "can never run" in dear.waits[c.key].detail and "may cost up to $5.000001 " in dear.waits[c.key].detail
+
+
+def test_the_given_worst_case_decides_not_the_jobs_size() -> None:
+    """Two jobs alike in cores and memory, priced differently by the database: the one whose given worst
+    case fits starts, the other waits, named by its own price."""
+    cheap = Candidate((1, 1), "ann", "p1", 1000, 2 * GIB, reserve_micro_usd=100_000)
+    dear = Candidate((1, 2), "ann", "p1", 1000, 2 * GIB, reserve_micro_usd=900_000)
+    budgets = {"p1": Budget("open", 1.0, 0.0, 500_000)}  # $0.5 left
+    result = plan(Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 2000)], {"ann": [dear, cheap]},
+                           budgets=budgets, jobs_per_cycle=10))
+    assert [p.key for p in result.placements] == [(1, 1)]
+    assert result.waits[(1, 2)].code == planner.BILLING_LIMIT_REACHED
+    assert "may cost up to $0.900000 " in result.waits[(1, 2)].detail
+    assert result.never_fit == ()
 
 
 def test_a_project_at_its_limit_or_closed_starts_nothing() -> None:

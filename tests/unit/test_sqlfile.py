@@ -208,8 +208,11 @@ _ROUTINE_FILES = [p for p in _SQL_FILES if p.parent.name in ("procedures", "trig
 
 @pytest.mark.parametrize("path", _ROUTINE_FILES, ids=lambda p: str(p.relative_to(SQL_DIR)))
 def test_routine_file_drops_then_creates_the_routine_it_is_named_after(path: Path) -> None:
-    # Re-applying a changed file must be idempotent: DROP ... IF EXISTS, then CREATE.
-    kind = {"procedures": "PROCEDURE", "triggers": "TRIGGER"}[path.parent.name]
+    # Re-applying a changed file must be idempotent: DROP ... IF EXISTS, then CREATE, of the same kind
+    # (sql/procedures/ holds the stored functions too).
+    kinds = {"procedures": ("PROCEDURE", "FUNCTION"), "triggers": ("TRIGGER",)}[path.parent.name]
     drop, create = split_statements(path.read_text())
+    kind = drop.split()[1] if drop.startswith("DROP ") else ""
+    assert kind in kinds, drop[:80]
     assert drop == f"DROP {kind} IF EXISTS {path.stem}"
     assert re.match(rf"CREATE {kind} {path.stem}\b", create), create[:80]
