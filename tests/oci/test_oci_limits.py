@@ -60,10 +60,15 @@ async def test_fork_bombs_fill_only_their_share_and_end_failed_while_a_neighbour
     finally:
         watching = False
         await watcher
+    at_the_limit = "hit its process limit: the kernel refused a fork at its limit of 75 processes and threads " \
+                   "(the cgroup's pids.max); "
     for outcome, log in outcomes:
-        assert (outcome.state, outcome.exit_code) == ("Failed", 137), (outcome, log)
-        assert outcome.error_message == ("hit its process limit: the kernel refused a fork at its limit of 75 "
-                                         "processes and threads (the cgroup's pids.max); its container was killed")
+        # The limit watch kills it, or, on a busy host, its shell gives up first when it cannot fork `sleep`
+        # (busybox sh exits 2): either way it is Failed for its limit.
+        assert outcome.state == "Failed", (outcome, log)
+        assert (outcome.exit_code, outcome.error_message) in (
+            (137, at_the_limit + "its container was killed"), (2, at_the_limit + "the command exited with code 2"),
+        ), (outcome, log)
     assert neighbour_outcome.state == "Success", neighbour_outcome
     assert fields(neighbour_run[1].read().decode()) == {"done": "yes"}
     assert 75 <= peak <= 300, peak  # a bomb filled its share at least, and the worker never held more
