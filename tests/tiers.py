@@ -2,8 +2,8 @@
 
 `scripts/test.sh` with no paths runs the quick tiers (unit, db, service); `scripts/test.sh --all`, which
 `.ci/run` calls, runs every tier; `--tiers e2e,oci` chooses some. Naming files or folders, a `-m`
-expression or `--lf` chooses tests directly, whatever their tier. Tests marked `slow` (soaks, benchmark sizes) run
-only when the `-m` expression names `slow`.
+expression or `--lf` chooses tests directly, whatever their tier. Tests marked `slow` (soaks, benchmark
+sizes) run only when the `-m` expression names `slow`.
 """
 
 from __future__ import annotations

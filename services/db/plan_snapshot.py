@@ -76,9 +76,7 @@ SELECT r.user, r.inst_coll,
 FROM (SELECT b.batch_id, ROW_NUMBER() OVER (PARTITION BY b.user ORDER BY b.batch_id) AS batch_rank
       FROM batches b WHERE b.state = 'running' AND b.user IN ({{users}})) rb
 JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = rb.batch_id
-LEFT JOIN (SELECT DISTINCT a.batch_id, a.job_group_id
-           FROM job_group_self_and_ancestors a
-           JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id) g
+LEFT JOIN (SELECT DISTINCT batch_id, job_group_id FROM job_groups_cancelled_self_or_ancestor) g
   ON g.batch_id = r.batch_id AND g.job_group_id = r.job_group_id
 WHERE rb.batch_rank > {DEMAND_BATCHES}
 GROUP BY r.user, r.inst_coll

@@ -19,9 +19,7 @@ SELECT r.user, r.batch_id,
        SUM(r.n_ready_dependency_failed_jobs + IF(gc.batch_id IS NULL, 0, r.n_ready_cancellable_jobs)) AS n
 FROM user_inst_coll_resources_by_job_group r
 JOIN batches b ON b.batch_id = r.batch_id AND b.state = 'running'
-LEFT JOIN (SELECT DISTINCT a.batch_id, a.job_group_id
-           FROM job_group_self_and_ancestors a
-           JOIN job_groups_cancelled c ON c.batch_id = a.batch_id AND c.job_group_id = a.ancestor_id) gc
+LEFT JOIN (SELECT DISTINCT batch_id, job_group_id FROM job_groups_cancelled_self_or_ancestor) gc
   ON gc.batch_id = r.batch_id AND gc.job_group_id = r.job_group_id
 GROUP BY r.user, r.batch_id
 HAVING n > 0
@@ -79,10 +77,7 @@ SELECT j.batch_id, j.job_id, j.state, j.attempt_id, a.instance_name
 FROM jobs j
 JOIN attempts a ON a.batch_id = j.batch_id AND a.job_id = j.job_id AND a.attempt_id = j.attempt_id
 WHERE j.batch_id = %s AND j.state IN ('Creating', 'Running') AND NOT j.always_run AND j.job_id > %s
-  AND j.job_group_id IN (SELECT s.job_group_id
-                         FROM job_group_self_and_ancestors s
-                         JOIN job_groups_cancelled c ON c.batch_id = s.batch_id AND c.job_group_id = s.ancestor_id
-                         WHERE s.batch_id = %s)
+  AND j.job_group_id IN (SELECT x.job_group_id FROM job_groups_cancelled_self_or_ancestor x WHERE x.batch_id = %s)
 ORDER BY j.job_id
 LIMIT %s
 """
