@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm golang-grpc-gateway
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static mmdebstrap faketime iptables nodejs npm golang-grpc-gateway
           slurm-wlm munge)
 BUF_VERSION=1.75.0
 STAMP=.venv/.corral-pyproject.sha256

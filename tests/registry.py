@@ -64,7 +64,7 @@ def start(work: Path) -> SeededRegistry:
         login_server.start()
         server.wait_ready()
         login_server.wait_ready()
-        [busybox] = seed(server.address, work / "seed")
+        busybox, _ = seed(server.address, work / "seed")  # busybox:latest, docker.io/library/busybox:latest
         return SeededRegistry(server, login_server, busybox.digest, _variants(server.address, work))
     except BaseException:
         login_server.stop()

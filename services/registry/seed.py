@@ -1,4 +1,6 @@
-"""The images corral seeds its registry with, built from Debian packages, offline.
+"""The images corral seeds its registry with, built from Debian packages, offline: busybox (here) and the
+Debian base images (services.registry.base_images), each in `docker.io/library/NAME` of the registry, the
+repository of Docker Hub's official image of that name.
 
 `busybox:latest` is Debian's static busybox (`busybox-static`) in an otherwise empty root
 filesystem: `/bin/busybox`, a symbolic link to it for each applet where busybox itself would install
@@ -7,10 +9,10 @@ and an `/etc/passwd` and `/etc/group` that know root and nobody. It is built wit
 `new`, `insert`, `config`: `Cmd ["/bin/sh"]`, a standard `PATH`) with every timestamp fixed, so the
 same busybox binary always makes the same image digest.
 
-Seeding is cheap when nothing changed, as at each `corral up` after the first: the built layout is
-kept in a cache directory with a stamp (the busybox binary's sha256 and the recipe's version) and
-built again only when either changes, and it is pushed (`skopeo copy`) only when the registry's tag
-does not already name that digest (`skopeo inspect --raw`).
+Seeding is cheap when nothing changed, as at each `corral up` after the first: each built layout is
+kept in a cache directory with a stamp of its inputs (services.registry.seed_cache; for busybox the
+binary's sha256 and the recipe's version) and built again only when one changes, and it is pushed
+(`skopeo copy`) only when the registry's tag does not already name that digest (`skopeo inspect --raw`).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from services.common.registry_logins import Credentials, auth_file
+from services.registry import base_images, seed_cache
 
 BUSYBOX = Path("/bin/busybox")
 RECIPE_VERSION = 1
@@ -37,6 +41,24 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOOL_TIMEOUT_S = 120.0
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
+NAMESPACE = "docker.io/library"
+"""Where the seed images are in the registry: corral's mirror of Docker Hub's official images."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseImage:
+    """An image `corral up` can seed its registry with."""
+
+    name: str
+    """`docker.io/library/NAME` in the registry."""
+    tags: tuple[str, ...]
+    """Its tags there, the first the one it is built under."""
+    summary: str
+    """What it is made of, in a few words."""
+    stamp: Callable[[], dict]
+    """Every input of its build (seed_cache: a change builds it again)."""
+    build: Callable[[Path], str]
+    """Builds it into a new OCI layout; its digest."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +66,7 @@ class Seeded:
     """One image in the registry after seeding."""
 
     reference: str
-    """`host:port/busybox:latest`."""
+    """`host:port/docker.io/library/python:3.11`."""
     digest: str
     """Its manifest digest."""
     pushed: bool
@@ -121,24 +143,32 @@ def build_busybox(layout: Path) -> str:
 
 def cached_busybox(cache_dir: Path) -> tuple[Path, str]:
     """The busybox layout in `cache_dir` (built now if missing or stale) and its digest."""
-    layout, stamp_file = cache_dir / "busybox", cache_dir / "busybox.json"
-    stamp = {"recipe": RECIPE_VERSION, "busybox_sha256": hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()}
-    try:
-        kept = json.loads(stamp_file.read_text())
-        if {k: kept.get(k) for k in stamp} == stamp and layout_digest(layout, "latest") == kept.get("digest"):
-            return layout, kept["digest"]
-    except (OSError, ValueError, RuntimeError):
-        pass
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=".busybox-", dir=cache_dir))
-    try:
-        digest = build_busybox(building / "layout")
-        shutil.rmtree(layout, ignore_errors=True)
-        (building / "layout").rename(layout)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    stamp_file.write_text(json.dumps({**stamp, "digest": digest}))
-    return layout, digest
+    found = seed_cache.cached(cache_dir, "busybox", _busybox_stamp(), lambda layout: build_busybox(layout))
+    return found.layout, found.digest
+
+
+def _busybox_stamp() -> dict:
+    return {"recipe": RECIPE_VERSION, "busybox_sha256": hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()}
+
+
+def _debian_image(recipe: base_images.Recipe) -> BaseImage:
+    def stamp() -> dict:
+        return {"recipe": base_images.RECIPE_VERSION, "image": dataclasses.asdict(recipe),
+                "sources": list(base_images.machine_sources()), "suite": base_images.SUITE,
+                "epoch": base_images.SOURCE_DATE_EPOCH, "machine": os.uname().machine}
+
+    def build(layout: Path) -> str:
+        base_images.build(recipe, layout, base_images.machine_sources())
+        return layout_digest(layout, recipe.tags[0])
+
+    return BaseImage(recipe.name, recipe.tags, f"Debian {base_images.SUITE} + {' '.join(recipe.packages)}",
+                     stamp, build)
+
+
+BASE_IMAGES = {image.name: image for image in (
+    BaseImage("busybox", ("latest",), "busybox-static", _busybox_stamp, lambda layout: build_busybox(layout)),
+    *(_debian_image(recipe) for recipe in base_images.RECIPES.values()))}
+"""Every image `corral up` can seed, by name (`corral up --base-images`)."""
 
 
 def registry_digest(reference: str, plain_http: bool = True, login: Credentials | None = None) -> str | None:
@@ -156,16 +186,41 @@ def registry_digest(reference: str, plain_http: bool = True, login: Credentials 
     return f"sha256:{hashlib.sha256(result.stdout).hexdigest()}"
 
 
-def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None) -> list[Seeded]:
-    """Make `registry` (host:port) serve the seed images, building them in `cache_dir` if needed; pushed (and
-    read) with `login`, given to skopeo in an auth file (never on its command line)."""
-    layout, digest = cached_busybox(cache_dir)
-    reference = f"{registry}/busybox:latest"
-    if registry_digest(reference, plain_http, login) == digest:
-        return [Seeded(reference, digest, pushed=False)]
+def _push(layout: Path, tag: str, reference: str, plain_http: bool, login: Credentials | None) -> None:
     with contextlib.ExitStack() as stack:
         creds = ["--dest-no-creds"] if login is None else [
-            "--dest-authfile", str(stack.enter_context(auth_file(registry, login)))]
+            "--dest-authfile", str(stack.enter_context(auth_file(reference.split("/", 1)[0], login)))]
         _run(["skopeo", "copy", "--quiet", f"--dest-tls-verify={str(not plain_http).lower()}", *creds,
-              f"oci:{layout}:latest", f"docker://{reference}"])
-    return [Seeded(reference, digest, pushed=True)]
+              f"oci:{layout}:{tag}", f"docker://{reference}"])
+
+
+def references(registry: str, image: BaseImage) -> list[tuple[str, str]]:
+    """(tag, `registry/docker.io/library/NAME:TAG`) for each of the image's tags: where Docker Hub's official
+    image of that name would be, in corral's mirror of Docker Hub. busybox is also at `registry/busybox:latest`,
+    where bare names resolved before they were read as Docker Hub's."""
+    found = [(tag, f"{registry}/{NAMESPACE}/{image.name}:{tag}") for tag in image.tags]
+    return [("latest", f"{registry}/busybox:latest"), *found] if image.name == "busybox" else found
+
+
+def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None,
+         images: Sequence[str] = ("busybox",), say: Callable[[str], None] | None = None,
+         prune: bool = True) -> list[Seeded]:
+    """Make `registry` (host:port) serve `images` (names of BASE_IMAGES) under each of their references,
+    building them in `cache_dir` if needed (`prune`: keeping only the newest build of each there); pushed
+    (and read) with `login`, given to skopeo in an auth file (never on its command line). `say` is told of
+    each build, before and after (the first start of `corral up` takes minutes)."""
+    seeded = []
+    for name in images:
+        image = BASE_IMAGES[name]
+        stamp = image.stamp()
+        if say is not None and seed_cache.read_entry(cache_dir / seed_cache.entry_name(name, stamp), stamp) is None:
+            say(f"registry: building the base image {name} ({image.summary}) in {cache_dir}")
+        found = seed_cache.cached(cache_dir, name, stamp, image.build, prune)
+        if say is not None and found.build_s is not None:
+            say(f"registry: built {name} in {found.build_s:.0f} s ({found.digest})")
+        for tag, reference in references(registry, image):
+            pushed = registry_digest(reference, plain_http, login) != found.digest
+            if pushed:
+                _push(found.layout, tag, reference, plain_http, login)
+            seeded.append(Seeded(reference, found.digest, pushed))
+    return seeded

@@ -63,6 +63,8 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, allowed_registries=registries,
+                                  **({} if args.base_images is None else {"base_images": args.base_images}),
+                                  base_image_cache=args.base_image_cache.expanduser().resolve() if args.base_image_cache else None,
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
@@ -111,6 +113,16 @@ def _registry_url(text: str) -> str:
         return Registry.parse(text).url
     except InvalidImageReference as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _base_images(text: str) -> tuple[str, ...]:
+    from services.registry.seed import BASE_IMAGES  # only when the flag is given: it is server code
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if unknown := [name for name in names if name not in BASE_IMAGES]:
+        raise argparse.ArgumentTypeError(f"no base image {', '.join(map(repr, unknown))}: the base images are "
+                                         f"{', '.join(BASE_IMAGES)}")
+    return names
 
 
 def _port(text: str) -> int:
@@ -171,7 +183,16 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--registry", metavar="URL", type=_registry_url,
                     help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
                          "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
-                         "seeded with busybox")
+                         "seeded with the base images (--base-images)")
+    up.add_argument("--base-images", metavar="NAMES", type=_base_images,
+                    help="the base images to build (once, kept in DATA_DIR/registry/seed) and seed the registry "
+                         "with, comma-separated, '' for none; the first start takes minutes for the Debian ones "
+                         "(docs/images.md) (default: busybox,debian,python,openjdk)")
+    up.add_argument("--base-image-cache", metavar="DIR", type=Path,
+                    default=os.environ.get("CORRAL_BASE_IMAGE_CACHE") or None,
+                    help="keep the built base images in DIR instead of DATA_DIR/registry/seed: every deployment "
+                         "naming DIR shares them, so each is built once per machine (default: "
+                         "$CORRAL_BASE_IMAGE_CACHE)")
     add_allowed_registries(up)
     up.add_argument("--provider", choices=("local", "gcp", "azure"), default="local",
                     help="who makes the workers' machines: local worker processes, or a cloud's machines (gcp, "

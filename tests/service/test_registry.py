@@ -78,19 +78,25 @@ def test_the_seed_image_is_busybox_alone_and_reproducible(tmp_path: Path) -> Non
 def test_seeding_pushes_once_and_skips_what_the_registry_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = RegistryServer(tmp_path / "registry", free_port())
     server.start()
+    said: list[str] = []
     try:
         server.wait_ready()
-        [first] = seed(server.address, tmp_path / "seed")
+        first, mirrored = seed(server.address, tmp_path / "seed", say=said.append)
         assert first.pushed and first.reference == f"{server.address}/busybox:latest"
-        assert registry_digest(first.reference) == first.digest
+        assert mirrored.pushed and mirrored.reference == f"{server.address}/docker.io/library/busybox:latest"
+        assert first.digest == mirrored.digest == registry_digest(first.reference) == registry_digest(
+            mirrored.reference)
+        assert said[0] == f"registry: building the base image busybox (busybox-static) in {tmp_path / 'seed'}"
+        assert said[1].startswith("registry: built busybox in ") and said[1].endswith(f" s ({first.digest})")
 
-        # Seeded again (corral up restarted): the cached build is reused and nothing is pushed.
+        # Seeded again (corral up restarted): the cached build is reused, nothing is pushed, nothing said.
         def no_build(layout: Path) -> str:
             raise AssertionError("built again")
 
         monkeypatch.setattr(seed_module, "build_busybox", no_build)
-        [again] = seed(server.address, tmp_path / "seed")
-        assert (again.digest, again.pushed) == (first.digest, False)
+        said.clear()
+        again = seed(server.address, tmp_path / "seed", say=said.append)
+        assert [(s.digest, s.pushed) for s in again] == [(first.digest, False)] * 2 and said == []
 
         # A registry whose storage was lost is pushed to again, from the cached build.
         server.stop()
@@ -98,8 +104,8 @@ def test_seeding_pushes_once_and_skips_what_the_registry_has(tmp_path: Path, mon
         server.start()
         server.wait_ready()
         assert registry_digest(first.reference) is None
-        [pushed] = seed(server.address, tmp_path / "seed")
-        assert (pushed.digest, pushed.pushed) == (first.digest, True)
+        pushed = seed(server.address, tmp_path / "seed")
+        assert [(s.digest, s.pushed) for s in pushed] == [(first.digest, True)] * 2
     finally:
         server.stop()
 
