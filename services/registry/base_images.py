@@ -144,8 +144,8 @@ def mmdebstrap_argv(recipe: Recipe, sources: tuple[str, ...], output: Path, fake
     """The mmdebstrap command that writes the recipe's root filesystem as a tarball at `output`."""
     faketime = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(SOURCE_DATE_EPOCH))
     hooks = [f"--essential-hook={hook}" for hook in recipe.essential_hooks]
-    hooks += [f"--customize-hook={hook.format(libfaketime=shlex.quote(faketime_library), faketime=shlex.quote(faketime))}"
-              for hook in recipe.customize_hooks]
+    fill = {"libfaketime": shlex.quote(faketime_library), "faketime": shlex.quote(faketime)}
+    hooks += [f"--customize-hook={hook.format(**fill)}" for hook in recipe.customize_hooks]
     return ["mmdebstrap", "--quiet", "--mode=root", "--variant=essential", "--format=tar",
             "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
             *(f"--dpkgopt=path-exclude={path}" for path in EXCLUDED_PATHS),

@@ -59,6 +59,8 @@ class BaseImage:
     """Every input of its build (seed_cache: a change builds it again)."""
     build: Callable[[Path], str]
     """Builds it into a new OCI layout; its digest."""
+    needs_root: bool = False
+    """Whether only root can build it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +164,7 @@ def _debian_image(recipe: base_images.Recipe) -> BaseImage:
         return layout_digest(layout, recipe.tags[0])
 
     return BaseImage(recipe.name, recipe.tags, f"Debian {base_images.SUITE} + {' '.join(recipe.packages)}",
-                     stamp, build)
+                     stamp, build, needs_root=True)
 
 
 BASE_IMAGES = {image.name: image for image in (
@@ -208,15 +210,21 @@ def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credent
     """Make `registry` (host:port) serve `images` (names of BASE_IMAGES) under each of their references,
     building them in `cache_dir` if needed (`prune`: keeping only the newest build of each there); pushed
     (and read) with `login`, given to skopeo in an auth file (never on its command line). `say` is told of
-    each build, before and after (the first start of `corral up` takes minutes)."""
+    each build, before and after (the first start of `corral up` takes minutes), and of an image left out
+    because only root could build it (a development `corral up` not run as root)."""
     seeded = []
+    say = say or (lambda line: None)
     for name in images:
         image = BASE_IMAGES[name]
         stamp = image.stamp()
-        if say is not None and seed_cache.read_entry(cache_dir / seed_cache.entry_name(name, stamp), stamp) is None:
+        if seed_cache.read_entry(cache_dir / seed_cache.entry_name(name, stamp), stamp) is None:
+            if image.needs_root and os.geteuid() != 0:
+                say(f"registry: not seeding the base image {name}: building it needs root (mmdebstrap installs "
+                    "packages in a chroot)")
+                continue
             say(f"registry: building the base image {name} ({image.summary}) in {cache_dir}")
         found = seed_cache.cached(cache_dir, name, stamp, image.build, prune)
-        if say is not None and found.build_s is not None:
+        if found.build_s is not None:
             say(f"registry: built {name} in {found.build_s:.0f} s ({found.digest})")
         for tag, reference in references(registry, image):
             pushed = registry_digest(reference, plain_http, login) != found.digest

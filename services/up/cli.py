@@ -64,7 +64,8 @@ def _up(args: argparse.Namespace) -> int:
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, allowed_registries=registries,
                                   **({} if args.base_images is None else {"base_images": args.base_images}),
-                                  base_image_cache=args.base_image_cache.expanduser().resolve() if args.base_image_cache else None,
+                                  base_image_cache=(args.base_image_cache.expanduser().resolve()
+                                                    if args.base_image_cache else None),
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,

@@ -115,3 +115,22 @@ def test_a_login_registry_refuses_anonymous_readers(registry: SeededRegistry) ->
                               f"docker://{registry.login_server.address}/busybox:latest"], capture_output=True, text=True)
     assert refused.returncode != 0 and "authentication required" in refused.stderr
     assert registry_digest(f"{registry.address}/busybox:latest") == registry.busybox_digest
+
+
+def test_an_image_only_root_can_build_is_left_out_with_a_word_when_not_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = RegistryServer(tmp_path / "registry", free_port())
+    server.start()
+    said: list[str] = []
+    try:
+        server.wait_ready()
+        seed(server.address, tmp_path / "seed")  # busybox built (as root or not, it can be)
+        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+        seeded = seed(server.address, tmp_path / "seed", images=("busybox", "python"), say=said.append)
+        assert [s.reference for s in seeded] == [f"{server.address}/busybox:latest",
+                                                 f"{server.address}/docker.io/library/busybox:latest"]
+        assert said == ["registry: not seeding the base image python: building it needs root (mmdebstrap "
+                        "installs packages in a chroot)"]
+        assert registry_digest(f"{server.address}/docker.io/library/python:latest") is None
+    finally:
+        server.stop()
