@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from services.registry import base_images
 from services.registry.base_images import DEFAULT_SOURCES, RECIPES, debian_sources, mmdebstrap_argv
 from services.registry.seed import BASE_IMAGES, references
+from services.up.cli import _base_images
 
 THIS_MACHINE = """Types: deb
 # http://snapshot.debian.org/archive/debian/20250520T000000Z
@@ -100,3 +103,11 @@ def test_the_configuration_is_fixed_and_runs_each_images_program() -> None:
         assert f"--config.env=PATH={base_images.PATH}" in argv and "--config.workingdir" in argv
         commands[recipe.name] = [arg.removeprefix("--config.cmd=") for arg in argv if arg.startswith("--config.cmd=")]
     assert commands == {"debian": ["bash"], "python": ["python3"], "openjdk": ["java", "-version"]}
+
+
+def test_corral_up_takes_a_list_of_known_base_images() -> None:
+    assert _base_images("busybox, python,busybox") == ("busybox", "python")
+    assert _base_images("") == ()
+    with pytest.raises(argparse.ArgumentTypeError, match="no base image 'ubuntu': the base images are busybox, "
+                                                         "debian, python, openjdk"):
+        _base_images("python,ubuntu")
