@@ -49,6 +49,10 @@ NAMESPACE = "docker.io/library"
 """Where the seed images are in the registry: corral's mirror of Docker Hub's official images."""
 
 
+class BaseImageError(RuntimeError):
+    """A base image could not be built (the mirror unreachable, a package missing...)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class BaseImage:
     """An image `corral up` can seed its registry with."""
@@ -232,7 +236,11 @@ def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credent
         image, stamp, missing = chosen_image
         if missing:
             tell(f"registry: building the base image {image.name} ({image.summary}) in {cache_dir}")
-        found = seed_cache.cached(cache_dir, image.name, stamp, image.build, prune)
+        try:
+            found = seed_cache.cached(cache_dir, image.name, stamp, image.build, prune)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            raise BaseImageError(f"could not build the base image {image.name}: {e} (corral up --base-images "
+                                 "without it starts without it)") from e
         if found.build_s is not None:
             tell(f"registry: built {image.name} in {found.build_s:.0f} s ({found.digest})")
         return found

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -134,3 +135,17 @@ def test_an_image_only_root_can_build_is_left_out_with_a_word_when_not_root(
         assert registry_digest(f"{server.address}/docker.io/library/python:latest") is None
     finally:
         server.stop()
+
+
+def test_a_build_that_fails_names_its_image_and_leaves_the_others_seeded_next_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(layout: Path) -> str:
+        raise RuntimeError("mmdebstrap --quiet failed: E: Failed to fetch http://deb.debian.org/debian/dists/bookworm")
+
+    monkeypatch.setitem(seed_module.BASE_IMAGES, "debian",
+                        dataclasses.replace(seed_module.BASE_IMAGES["debian"], build=unreachable))
+    with pytest.raises(seed_module.BaseImageError, match=r"^could not build the base image debian: mmdebstrap "
+                       r"--quiet failed: E: Failed to fetch .* \(corral up --base-images without it starts without it\)$"):
+        seed("127.0.0.1:9", tmp_path / "seed", images=("busybox", "debian"))
+    # busybox, built at the same time, is kept: the next start builds only what failed.
+    assert [p.name.split("-")[0] for p in (tmp_path / "seed").iterdir() if not p.name.startswith(".")] == ["busybox"]
