@@ -11,8 +11,15 @@ registry's address, which users name, is the same after `corral up` restarts on 
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import os
+import ssl
 import subprocess
+import tarfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -130,3 +137,54 @@ def test_a_project_imports_lists_runs_and_removes_its_image_and_no_other_project
         assert "localhost/alpha/tool:oci" in listed.stdout, listed.stderr
     finally:
         assert again.stop() == 0
+
+
+def rest(cluster: Cluster, method: str, path: str, body: object | None = None) -> tuple[int, dict]:
+    """METHOD https://GATEWAY/PATH as the administrator, verifying the gateway with DATA/ca.pem."""
+    context = ssl.create_default_context(cafile=cluster.endpoints["ca_cert"])
+    request = urllib.request.Request(f"https://{cluster.endpoints['gateway']}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {cluster.admin_token}",
+                                              "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=120) as answer:  # noqa: S310 - the test's
+            return answer.status, json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+@pytest.mark.timeout(300)
+def test_the_rest_api_imports_lists_and_deletes_through_the_gateway(tmp_path: Path) -> None:
+    """Through the public gateway's REST transcoding: ImportImage takes a JSON array of its messages (the
+    header, then the archive's chunks in base64), ListImages and DeleteImage are plain routes; and gRPC
+    through the gateway takes an archive larger than the gateway's request limit (4 MiB), which REST cannot."""
+    layout, _ = cached_busybox(tmp_path / "build")
+    docker_tar = archive(layout, tmp_path / "tool.tar", "docker-archive")
+    data = docker_tar.read_bytes()
+    cluster = up.start(tmp_path / "up", "--gateway", "--gateway-port", "0", "--internal-gateway-port", "0")
+    try:
+        chunks = [{"chunk": base64.b64encode(data[i:i + (1 << 20)]).decode()} for i in range(0, len(data), 1 << 20)]
+        status, answer = rest(cluster, "POST", "/api/v1/image-imports",
+                              [{"header": {"billingProject": "default", "name": "rest", "tag": "v1"}}, *chunks])
+        assert status == 200, answer
+        assert answer["image"]["reference"] == "localhost/default/rest:v1"
+        status, listed = rest(cluster, "GET", "/api/v1/billing-projects/default/images")
+        assert status == 200 and [i["reference"] for i in listed["images"]] == ["localhost/default/rest:v1"]
+        assert listed["images"][0]["digest"] == answer["image"]["digest"]
+        status, _ = rest(cluster, "DELETE", "/api/v1/billing-projects/default/images/rest/tags/v1")
+        assert status == 200
+        status, refused = rest(cluster, "DELETE", "/api/v1/billing-projects/default/images/rest/tags/v1")
+        assert status == 404 and "no image localhost/default/rest:v1" in refused["message"]
+
+        # gRPC through the gateway: a 6 MiB archive (busybox and a layer of noise) is not held to its 4 MiB.
+        big = tmp_path / "big.tar"
+        with tarfile.open(big, "w") as tar, tarfile.open(docker_tar) as small:
+            for member in small:
+                tar.addfile(member, small.extractfile(member) if member.isfile() else None)
+            noise = tarfile.TarInfo("noise.bin")
+            noise.size = 6 << 20
+            tar.addfile(noise, io.BytesIO(os.urandom(noise.size)))
+        imported = cluster.cli("images", "import", str(big), "--project", "default", "--name", "big")
+        assert imported.returncode == 0, imported.stderr
+    finally:
+        assert cluster.stop() == 0
