@@ -51,6 +51,8 @@ from services.frontend.secrets import may_change, may_see
 BASE_PREFIX = "docker.io/library/"
 """Where the base images are (the mirror of Docker Hub's official images)."""
 MAX_NAME_CHARS = 128
+MAX_PROJECT_CHARS = 100
+"""billing_projects.name is VARCHAR(100) (services.frontend.field_limits)."""
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 NAME_RULE = ("one component of an image name: lowercase letters and digits, runs joined by '.', '_', '__' or "
@@ -68,6 +70,8 @@ def name_violations(project_field: str, project: str, name: str, tag: str, prefi
     """What is wrong with where an image goes: `localhost/PROJECT/NAME:TAG` must be an image reference
     (services.common.image_refs), NAME one component."""
     violations = [] if project else [FieldViolation(f"{prefix}{project_field}", "required")]
+    if len(project) > MAX_PROJECT_CHARS:
+        violations.append(FieldViolation(f"{prefix}{project_field}", f"at most {MAX_PROJECT_CHARS} characters"))
     if not name or "/" in name or len(name) > MAX_NAME_CHARS:
         violations.append(FieldViolation(f"{prefix}name", NAME_RULE))
     if violations:

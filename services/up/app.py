@@ -31,6 +31,7 @@ The data directory (docs/security.md):
       registry/      0700: the loopback registry's two processes (pull: read-only, push), their ports.json (the
                      same at every start), storage/, logins/
                      (0700: the pull and push logins, only this account's) and seed/ (the seed images' build)
+      imports/       0700: image archives the frontend is importing (`corral images import`), emptied at start
       run/           the ports files, up.lock (one `corral up` per data directory), pids/ (a pid file per process)
       blobs/ logs/ workers/ ...   created by the services, private to them (umask 077)
 """
@@ -208,8 +209,14 @@ def start(config: UpConfig) -> Running:
             registry_login = ["--default-registry-login-file", str(certs["driver"] / REGISTRY_LOGIN)]
             # The frontend imports projects' images (`corral images import`) through the push registry.
             write_atomically(certs["frontend"] / REGISTRY_PUSH_LOGIN, registry.push_login_file.read_bytes(), 0o600)
+            # Archives being imported wait on the data directory's disk (not a tmpfs /tmp); a frontend that was
+            # killed mid-import left its directory there, and none runs now.
+            imports = data / "imports"
+            shutil.rmtree(imports, ignore_errors=True)
+            imports.mkdir(mode=0o700)
             registry_push = ["--own-registry-push", registry.push.url,
-                             "--own-registry-push-login-file", str(certs["frontend"] / REGISTRY_PUSH_LOGIN)]
+                             "--own-registry-push-login-file", str(certs["frontend"] / REGISTRY_PUSH_LOGIN),
+                             "--image-import-dir", str(imports)]
         allowed = ["--allowed-registries", ",".join(config.allowed_registries)]
         env = dict(os.environ)
         env.pop(DATABASE_URL_VARIABLE, None)
