@@ -151,7 +151,7 @@ async def test_a_projects_image_in_the_deployments_registry_runs_only_for_its_me
                                                          jobs=[job("127.0.0.1:5999/proj/tool"), job(image)]),
                                    metadata=alice)
         assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED, image
-        assert error.value.details().startswith(f"jobs[1].image: image ") and \
+        assert error.value.details().startswith("jobs[1].image: image ") and \
             f"is a private image of billing project {project}: only its members run it" in error.value.details()
     assert await rows(db, "jobs") == 0 and await rows(db, "batches") == 0
     # The mirror of Docker Hub in the same registry is everybody's.
