@@ -1,7 +1,7 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
 [--token-cache-s S] [--secrets-public-key-file PEM] [--default-registry URL] [--allowed-registries HOST[:PORT],...]
-[--internal-pool-size N]
+[--own-registry-push URL --own-registry-push-login-file FILE] [--image-import-dir DIR] [--internal-pool-size N]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -48,6 +48,15 @@ add_url_settings(parser, [])
 parser.add_argument("--default-registry", metavar="URL",
                     help="the registry the workers pull bare image names (busybox) from, as they are told "
                          "(http://HOST:PORT or https://HOST): jobs may name it whatever its address")
+parser.add_argument("--own-registry-push", metavar="URL",
+                    help="where this frontend writes into corral's own registry (http://HOST:PORT or https://HOST): "
+                         "`corral images` imports projects' images there; needs --own-registry-push-login-file")
+parser.add_argument("--own-registry-push-login-file", type=Path, metavar="FILE",
+                    help="the push login of corral's own registry: a JSON file {\"username\": ..., \"password\": ...}, "
+                         "readable by its owner only")
+parser.add_argument("--image-import-dir", type=Path, metavar="DIR",
+                    help="where image archives are held while they are imported (default: the system's temporary "
+                         "directory); room for max_concurrent_image_imports archives")
 add_allowed_registries(parser)
 Limits.add_flags(parser)
 metrics.add_arguments(parser)
@@ -56,6 +65,8 @@ try:
     RegistryRules.of(args.default_registry, allowed_registries(args.allowed_registries))
 except ValueError as e:
     parser.error(str(e))
+if bool(args.own_registry_push) != bool(args.own_registry_push_login_file):
+    parser.error("--own-registry-push and --own-registry-push-login-file go together")
 if args.internal_pool_size < 1:
     parser.error("--internal-pool-size must be at least 1")
 private_files()
@@ -69,6 +80,9 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                limits=Limits.from_args(args),
                                secrets_public_key_file=args.secrets_public_key_file,
                                default_registry=args.default_registry,
+                               own_registry_push=args.own_registry_push,
+                               own_registry_push_login_file=args.own_registry_push_login_file,
+                               image_import_dir=args.image_import_dir,
                                allowed_registries=allowed_registries(args.allowed_registries),
                                reflect_also=tuple(s for s in args.reflect_also.split(",") if s),
                                internal_pool_size=args.internal_pool_size)))

@@ -45,6 +45,10 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError(f"--provider-config {args.provider_config}: no such file")
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
+    if args.registry is not None and args.registry_port is not None:
+        raise UsageError("--registry-port is the port of the registry corral up runs; with --registry it runs none")
+    if args.registry_port == 0:
+        raise UsageError("--registry-port 0: the registry keeps one port across starts; name one (1-65535)")
     gateway_limits = gateway_limits_of(args)
     registries = allowed_registries(args.allowed_registries)
     try:
@@ -63,6 +67,7 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, allowed_registries=registries,
+                                  registry_port=args.registry_port,
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
@@ -172,6 +177,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
                          "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
                          "seeded with busybox")
+    up.add_argument("--registry-port", type=_port, metavar="PORT",
+                    help="the port on 127.0.0.1 of the registry corral up runs (not with --registry); kept in "
+                         "DATA_DIR/registry/ports.json, so its address is the same at every start (default: the "
+                         "port chosen at the first start)")
     add_allowed_registries(up)
     up.add_argument("--provider", choices=("local", "gcp", "azure"), default="local",
                     help="who makes the workers' machines: local worker processes, or a cloud's machines (gcp, "

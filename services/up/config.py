@@ -55,6 +55,9 @@ class UpConfig:
     registry_url: str | None = None
     """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
     and seeding one in the data directory."""
+    registry_port: int | None = None
+    """The port of the registry `corral up` runs (its pull address, `127.0.0.1:PORT`, which jobs and the
+    workers' caches name); None: the one kept in DATA/registry/ports.json, chosen at the first start."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) jobs' images may come from although they are not public (the frontend's and
     the drivers' --allowed-registries); the default registry is allowed anyway."""

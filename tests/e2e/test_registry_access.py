@@ -122,8 +122,10 @@ def test_no_other_local_account_can_push_read_or_list_corrals_registry(cluster: 
             for login in ("pull.json", "push.json", "pull.htpasswd", "push.htpasswd"):
                 stolen = as_account(uid, ["cat", str(cluster.data_dir / "registry" / "logins" / login)], home)
                 assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, (who, login)
-            stolen = as_account(uid, ["cat", str(cluster.data_dir / "certs" / "driver" / "registry-login.json")], home)
-            assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, who
+            for copy in ("driver/registry-login.json", "frontend/registry-push-login.json"):  # the services' copies
+                assert (cluster.data_dir / "certs" / copy).is_file(), copy
+                stolen = as_account(uid, ["cat", str(cluster.data_dir / "certs" / copy)], home)
+                assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, (who, copy)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 

@@ -105,7 +105,7 @@ async def test_images_from_internal_registries_are_refused_at_submission(db: Dat
 
 async def test_the_default_allowed_public_and_unresolvable_registries_are_accepted(stub: Stub,
                                                                                  alice: Any) -> None:  # noqa: F811
-    images = ["busybox", "team/tool:1", "127.0.0.1:5999/busybox", "10.0.0.5:5000/lab/tool:2", "93.184.215.14/x",
+    images = ["busybox", "proj/tool:1", "127.0.0.1:5999/busybox", "10.0.0.5:5000/lab/tool:2", "93.184.215.14/x",
               "public.example:443/x", "docker.io/library/ubuntu:24.04",
               # Resolved by nobody now: the worker checks it again right before pulling.
               "nowhere.example/x"]
@@ -137,3 +137,25 @@ async def test_one_request_names_at_most_max_registries_per_request(stub: Stub, 
         idempotency_token=uuid.uuid4().hex, billing_project="proj",
         jobs=[*map(job, images[:16]), job("busybox"), job("other")]), metadata=alice)
     assert response.batch.counts.n_jobs == 18
+
+
+async def test_a_projects_image_in_the_deployments_registry_runs_only_for_its_members(
+        db: Database, stub: Stub, alice: Any) -> None:  # noqa: F811
+    """Issue 35: a billing project's image in corral's own registry (`localhost/PROJECT/...`, its address, or
+    a bare name while it is the default registry) is PERMISSION_DENIED for anyone not a member of PROJECT,
+    naming the job's field, whether or not the project exists; alice's own project's images are hers."""
+    for image, project in (("127.0.0.1:5999/other/tool:1", "other"), ("other/tool", "other"),
+                           ("localhost/nosuchproject/tool", "nosuchproject")):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
+                                                         jobs=[job("127.0.0.1:5999/proj/tool"), job(image)]),
+                                   metadata=alice)
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED, image
+        assert error.value.details().startswith("jobs[1].image: image ") and \
+            f"is a private image of billing project {project}: only its members run it" in error.value.details()
+    assert await rows(db, "jobs") == 0 and await rows(db, "batches") == 0
+    # The mirror of Docker Hub in the same registry is everybody's.
+    response = await stub.SubmitBatch(pb.SubmitBatchRequest(
+        idempotency_token=uuid.uuid4().hex, billing_project="proj",
+        jobs=[job("127.0.0.1:5999/docker.io/library/busybox"), job("127.0.0.1:5999/proj/tool")]), metadata=alice)
+    assert response.batch.counts.n_jobs == 2
