@@ -35,12 +35,13 @@ class _NotALogin(Exception):
     """Why a secret is not a login (naming it and its file, never what they hold)."""
 
 
-def pull_credentials(spec: job_spec_pb2.JobSpec, delivered: ws.SecretFiles | None,
-                     default_registry: str | None = None) -> tuple[Credentials | None, list[str]]:
+def pull_credentials(spec: job_spec_pb2.JobSpec,
+                     delivered: ws.SecretFiles | None) -> tuple[Credentials | None, list[str]]:
     """The login `spec` pulls its image with, from the secret the driver delivered for it (None if none
     came), and why the attempt cannot run with it: a secret not delivered, or in neither form (see the module
-    docstring). `default_registry` is the worker's, where a bare image name (`busybox`) is pulled from: it
-    says which entry of a `.dockerconfigjson` applies. (None, []) when the spec names no such secret."""
+    docstring). The image's registry (a bare name's is docker.io) says which entry of a `.dockerconfigjson`
+    applies. (None, []) when the spec names no such secret. The image cache never uses it for corral's own
+    registry (`localhost/...`), which it asks with the deployment's login."""
     name = spec.image_pull_secret
     if not name:
         return None, []
@@ -53,7 +54,7 @@ def pull_credentials(spec: job_spec_pb2.JobSpec, delivered: ws.SecretFiles | Non
     try:
         if "username" in files or "password" in files or DOCKER_CONFIG not in files:
             return _plain_login(what, files), []
-        return _docker_config_login(what, files[DOCKER_CONFIG], spec.image, default_registry), []
+        return _docker_config_login(what, files[DOCKER_CONFIG], spec.image), []
     except _NotALogin as e:
         return None, [str(e)]
 
@@ -73,7 +74,7 @@ def _plain_login(what: str, files: Any) -> Credentials:
                     f"{what}: its file 'password' is empty")
 
 
-def _docker_config_login(what: str, content: bytes, image: str, default_registry: str | None) -> Credentials:
+def _docker_config_login(what: str, content: bytes, image: str) -> Credentials:
     where = f"{what}: its file {DOCKER_CONFIG!r}"
     try:
         document = json.loads(content)
@@ -83,7 +84,7 @@ def _docker_config_login(what: str, content: bytes, image: str, default_registry
     if not isinstance(auths, dict):
         raise _NotALogin(f"{where} has no \"auths\" object (credential helpers are not used)")
     try:
-        host = parse_reference(image, default_registry).registry
+        host = parse_reference(image).registry
     except InvalidImageReference as e:
         raise _NotALogin(f"{where} cannot be matched to the image's registry: {e}") from None
     entry = next((login for key, login in auths.items() if _auths_host(key) == host), None)
