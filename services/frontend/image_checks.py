@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from corral.batch.v1 import job_spec_pb2 as spec_pb
 from services.common.callback_hosts import Resolve, SystemResolver, Unresolved
 from services.common.errors import FieldViolation
-from services.common.image_refs import DOCKER_HUB, InvalidImageReference, parse_reference
+from services.common.image_refs import DOCKER_HUB, OWN_REGISTRY, InvalidImageReference, parse_reference
 from services.common.registry_rules import RegistryHost, RegistryRules, needs_lookup, refusal
 from services.common.urls import IPAddress
 
@@ -32,8 +32,8 @@ class ImageChecks:
                  resolve: Resolve | None = None):
         self.rules = rules
         self.max_registries = max_registries
-        """Most registries the jobs of one request may name (bare names count as docker.io): each may cost
-        a DNS lookup."""
+        """Most registries the jobs of one request may name (Docker Hub's and the own registry aside): each may
+        cost a DNS lookup."""
         self._own_resolver = SystemResolver() if resolve is None else None
         self._resolve: Resolve = resolve or self._own_resolver  # type: ignore[assignment]
 
@@ -55,14 +55,15 @@ class ImageChecks:
                 violations.append(FieldViolation(f"{field}[{i}].image", str(e)))
                 continue
             by_registry.setdefault(registry, []).append(i)
-        if len(by_registry) > self.max_registries:
+        # Docker Hub (every bare name's) and corral's own (`localhost/...`) are not looked up, nor counted: a
+        # submission of `busybox` should not wait on DNS (nor fail offline), and the worker checks every
+        # registry again before each pull all the same.
+        counted = [registry for registry in by_registry if registry not in (DOCKER_HUB, OWN_REGISTRY)]
+        if len(counted) > self.max_registries:
             return violations + [FieldViolation(
-                field, f"the jobs name {len(by_registry)} registries: at most {self.max_registries} in one request "
+                field, f"the jobs name {len(counted)} registries: at most {self.max_registries} in one request "
                        "(max_registries_per_request)")]
-        # Docker Hub, every bare name's registry, is not looked up: a submission of `busybox` should not wait
-        # on DNS (nor fail offline), and the worker checks it again before each pull all the same.
-        lookups = [registry for registry in by_registry
-                   if registry != DOCKER_HUB and needs_lookup(hosts[registry], self.rules)]
+        lookups = [registry for registry in counted if needs_lookup(hosts[registry], self.rules)]
         resolved = dict(zip(lookups, await asyncio.gather(*(self._addresses(hosts[r]) for r in lookups))))
         for registry, jobs in by_registry.items():
             if (why := refusal(hosts[registry], self.rules, resolved.get(registry, []))) is not None:
