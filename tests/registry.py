@@ -63,8 +63,9 @@ def _variants(registry: str, work: Path) -> dict[str, str]:
         tag = f"v{n}"
         subprocess.run(["umoci", "config", "--image", f"{layout}:latest", "--tag", tag, "--config.label", f"n={n}",
                         "--history.created", "1970-01-01T00:00:00Z"], check=True, capture_output=True)
-        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-no-creds", f"oci:{layout}:{tag}",
-                        f"docker://{registry}/{SEED_NAMESPACE}/variant:{n}"], check=True, capture_output=True)
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-no-creds",
+                        f"oci:{layout}:{tag}", f"docker://{registry}/{SEED_NAMESPACE}/variant:{n}"],
+                       check=True, capture_output=True)
         found[f"variant:{n}"] = layout_digest(layout, tag)
     return found
 

@@ -51,9 +51,9 @@ def allowed_networks(text: str) -> tuple[str, ...]:
     return tuple(a for a in text.split(",") if a)
 
 
-ALLOWED_REGISTRIES_HELP = ("registries (HOST[:PORT], as image references name them) jobs' images may come from although "
-                           "they are not public, e.g. one on the deployment's private network; the own registry and "
-                           "the mirrors are always allowed (docs/images.md)")
+ALLOWED_REGISTRIES_HELP = ("registries (HOST[:PORT], as image references name them; http://HOST:PORT: plain HTTP) "
+                           "jobs' images may come from although they are not public, e.g. one on the deployment's "
+                           "private network; the own registry and the mirrors are always allowed (docs/images.md)")
 
 
 def add_allowed_registries(parser: argparse.ArgumentParser) -> None:
@@ -70,9 +70,9 @@ def allowed_registries(text: str) -> tuple[str, ...]:
 
 OWN_REGISTRY_HELP = ("corral's own registry, what image references name localhost/...: http://HOST:PORT (plain HTTP) "
                      "or https://HOST[:PORT] (docs/images.md)")
-REGISTRY_MIRROR_HELP = ("REGISTRY=URL[/PREFIX]: pulls of REGISTRY's images ask the mirror first (URL/PREFIX/REPOSITORY), "
-                        "then REGISTRY itself, e.g. docker.io=http://127.0.0.1:5000/docker.io; repeatable "
-                        "(docs/images.md)")
+REGISTRY_MIRROR_HELP = ("REGISTRY=URL[/PREFIX]: pulls of REGISTRY's images ask the mirror first "
+                        "(URL/PREFIX/REPOSITORY), then REGISTRY itself, e.g. docker.io=http://127.0.0.1:5000/docker.io; "
+                        "repeatable (docs/images.md)")
 
 
 def registry_mirror(text: str) -> Mirror:

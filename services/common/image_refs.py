@@ -200,7 +200,8 @@ class Mirror:
         (InvalidImageReference) saying what is wrong."""
         registry, equals, url = text.strip().partition("=")
         if not equals or not registry or not url:
-            raise InvalidImageReference(f"mirror {text!r}: not REGISTRY=URL (e.g. docker.io=https://mirror.example.com)")
+            raise InvalidImageReference(f"mirror {text!r}: not REGISTRY=URL "
+                                        "(e.g. docker.io=https://mirror.example.com)")
         if not _HOST.fullmatch(registry):
             raise InvalidImageReference(f"mirror {text!r}: {registry!r} is not a registry host[:port]")
         if registry == OWN_REGISTRY:

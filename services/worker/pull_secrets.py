@@ -24,7 +24,7 @@ from typing import Any
 
 from corral.batch.v1 import job_spec_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.common.image_refs import InvalidImageReference, Registry, parse_reference
+from services.common.image_refs import InvalidImageReference, Registry, names_own_registry, parse_reference
 from services.worker.image_tools import Credentials
 
 DOCKER_CONFIG = ".dockerconfigjson"
@@ -35,15 +35,15 @@ class _NotALogin(Exception):
     """Why a secret is not a login (naming it and its file, never what they hold)."""
 
 
-def pull_credentials(spec: job_spec_pb2.JobSpec,
-                     delivered: ws.SecretFiles | None) -> tuple[Credentials | None, list[str]]:
+def pull_credentials(spec: job_spec_pb2.JobSpec, delivered: ws.SecretFiles | None,
+                     own_registry: str | None = None) -> tuple[Credentials | None, list[str]]:
     """The login `spec` pulls its image with, from the secret the driver delivered for it (None if none
     came), and why the attempt cannot run with it: a secret not delivered, or in neither form (see the module
     docstring). The image's registry (a bare name's is docker.io) says which entry of a `.dockerconfigjson`
-    applies. (None, []) when the spec names no such secret. The image cache never uses it for corral's own
-    registry (`localhost/...`), which it asks with the deployment's login."""
+    applies. (None, []) when the spec names no such secret, or when its image is of corral's own registry
+    (`localhost/...`, or `own_registry`'s address), which is pulled with the deployment's login alone."""
     name = spec.image_pull_secret
-    if not name:
+    if not name or _of_own_registry(spec.image, own_registry):
         return None, []
     what = f"image pull secret {name!r}"
     if delivered is None or delivered.name != name:
@@ -57,6 +57,13 @@ def pull_credentials(spec: job_spec_pb2.JobSpec,
         return _docker_config_login(what, files[DOCKER_CONFIG], spec.image), []
     except _NotALogin as e:
         return None, [str(e)]
+
+
+def _of_own_registry(image: str, own_registry: str | None) -> bool:
+    try:
+        return names_own_registry(parse_reference(image), Registry.parse(own_registry) if own_registry else None)
+    except InvalidImageReference:
+        return False
 
 
 def _plain_login(what: str, files: Any) -> Credentials:

@@ -1,12 +1,13 @@
 """Issue 13, Images, on a real `corral up --worker-runtime oci` that allows a private registry asking for a
 login (the htpasswd registry of tests/registry.py, plain HTTP on loopback: `--allowed-registries http://...`;
-not corral's own registry, which workers pull with the deployment's login, whatever a job brings): a job whose image_pull_secret holds the login (files username
-and password, or Docker's config.json as .dockerconfigjson) runs in a container of the private image; a
-job without one, or with a secret that is not a login, ends in Error saying why (in corral's words: not
-authorised; the secret's name), never Failed; and afterwards the password, as written and in base64 (as an auth file
-holds it), is nowhere: not in any table of the database, not in any file under the working directory of
-`corral up` (the blob store, the services' and workers' logs, the workers' image cache and scratch), not
-in any answer or event of the batch."""
+not corral's own registry, which workers pull with the deployment's login, whatever a job brings): a job
+whose image_pull_secret holds the login (files username and password, or Docker's config.json as
+.dockerconfigjson) runs in a container of the private image; a job without one, or with a secret that is
+not a login, ends in Error saying why (in corral's words: not authorised; the secret's name), never Failed;
+and afterwards the password, as written and in base64 (as an auth file holds it), is nowhere: not in any
+table of the database, not in any file under the working directory of `corral up` (the blob store, the
+services' and workers' logs, the workers' image cache and scratch), not in any answer or event of the
+batch."""
 
 from __future__ import annotations
 

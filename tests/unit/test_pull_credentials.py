@@ -127,6 +127,18 @@ def test_a_docker_config_for_an_image_that_is_not_one_is_refused() -> None:
     assert "cannot be matched to the image's registry" in refusal and "repositories are lowercase" in refusal
 
 
+@pytest.mark.parametrize("image", ["localhost/proj/tool:1", "127.0.0.1:5000/proj/tool:1"])
+def test_a_secret_is_not_used_for_corrals_own_registry(image: str) -> None:
+    """corral's own registry is pulled with the deployment's login alone: a job's secret, whatever it holds, is
+    neither used nor a reason to refuse the job there."""
+    spec = js.JobSpec(image=image, script="true", image_pull_secret="registry")
+    config = docker_config({"registry.example.com": {"auth": basic("alice", PASSWORD)}})
+    assert pull_credentials(spec, delivered(**{".dockerconfigjson": config}), "http://127.0.0.1:5000") == (None, [])
+    assert pull_credentials(spec, delivered(username=b"alice", password=b"x"), "http://127.0.0.1:5000") == (None, [])
+    assert pull_credentials(js.JobSpec(image="127.0.0.1:5001/x", image_pull_secret="registry"),
+                            delivered(username=b"alice", password=b"x"), "http://127.0.0.1:5000")[0] is not None
+
+
 def test_a_bare_name_is_docker_hubs_not_another_registrys() -> None:
     spec = js.JobSpec(image="tool:1", script="true", image_pull_secret="registry")
     config = docker_config({"registry.example.com": {"auth": basic("alice", PASSWORD)}})
