@@ -442,3 +442,17 @@ async def test_a_restarted_worker_finds_its_cache_and_drops_what_a_crash_left(
     finally:
         await restarted.close()
     assert list((root / "tmp").iterdir()) == []
+
+
+async def test_localhost_without_an_own_registry_asks_nobody(tmp_path: Path, runs: Runs) -> None:
+    """`localhost/...` is corral's own registry, never this machine: with none, nothing is contacted."""
+    cache = open_cache(tmp_path / "cache", None, runs)
+    try:
+        with pytest.raises(ImagePullError) as failed:
+            await cache.pull("localhost/lab/tool:1")
+    finally:
+        await cache.close()
+    assert failed.value.failure is PullFailure.NOT_FOUND
+    assert failed.value.user_words == ("no such image: localhost/... names corral's own registry, and this "
+                                       "deployment has none")
+    assert runs.argv == []
