@@ -533,7 +533,7 @@ class Worker:
         def started(attempt: Attempt) -> None:
             self._emit(pb.WorkerSessionRequest(job_started=ws.JobStarted(
                 attempt=attempt.ref, start_time=timestamp(attempt.started_ms or wall_ms()),
-                isolation=self.runtime.isolation(job))))
+                isolation=self.runtime.isolation(job), image_digest=self.runtime.image_digest(job))))
 
         try:
             outcome = await run_attempt(self.runtime, attempt, job, started)
