@@ -1,7 +1,8 @@
 """Issue 33 part 6 over real gRPC: an image whose registry is a loopback, link-local, private or metadata
-address (or a name resolving to one, or localhost) is INVALID_ARGUMENT at submission, naming
-`jobs[i].image` and saying why, unless the deployment names that registry (its default registry,
-`--allowed-registries`); nothing is written. docs/security.md, "What must not happen": "an image
+address (or a name resolving to one, or localhost:PORT) is INVALID_ARGUMENT at submission, naming
+`jobs[i].image` and saying why, unless the deployment names that registry (its own registry, which
+`localhost/...` also names, `--allowed-registries`); nothing is written. Issue 35: a reference the grammar
+refuses (`BusyBox`, `busybox:`, a bad digest) is refused there too, one line each. docs/security.md, "What must not happen": "an image
 reference makes a worker probe the host"; Limits: "Registries named in one request"."""
 
 from __future__ import annotations
