@@ -34,6 +34,7 @@ from services.common.server import (
 )
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
+from services.common.image_refs import Mirror
 from services.common.registry_rules import RegistryRules
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
@@ -104,9 +105,12 @@ class FrontendConfig:
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8."""
     limits: Limits = Limits()
     """What one request or one user may ask for (services.frontend.limits, docs/security.md)."""
-    default_registry: str | None = None
-    """The registry bare image names (`busybox`) are pulled from, as the workers are told
-    (`http://host:port` or `https://host`): allowed whatever its address (services.common.registry_rules)."""
+    own_registry: str | None = None
+    """corral's own registry, what `localhost/...` names, as the workers are told (`http://host:port` or
+    `https://host`): allowed whatever its address (services.common.registry_rules); None: `localhost/...` is
+    refused."""
+    registry_mirrors: tuple[Mirror, ...] = ()
+    """The workers' mirrors: allowed whatever their addresses."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) jobs' images may come from although they are not public, e.g. a registry
     on the deployment's private network; every other registry must be public."""
@@ -161,7 +165,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
     storage = StorageRoots(config.storage_roots)
     storage.check_apart_from(config.spec_root_url)
     urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
-    images = ImageChecks(RegistryRules.of(config.default_registry, config.allowed_registries),
+    images = ImageChecks(RegistryRules.of(config.own_registry, config.allowed_registries, config.registry_mirrors),
                          config.limits.max_registries_per_request)
     limits = config.limits
     tls = TlsFiles.of(config.certs_dir, config.identity)
@@ -169,7 +173,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
     own_registry = None
     if config.own_registry_push and config.own_registry_push_login_file:
         own_registry = OwnRegistry(config.own_registry_push, read_login_file(config.own_registry_push_login_file))
-    own_names = OwnRegistryNames.of(config.default_registry, config.own_registry_push)
+    own_names = OwnRegistryNames.of(config.own_registry, config.own_registry_push)
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-frontend", config.trace_exporter)
         stack.callback(tracing.shutdown)

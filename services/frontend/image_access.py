@@ -64,19 +64,17 @@ class OwnRegistryNames:
 
     keys: frozenset[str] = frozenset({f"{OWN_NAME}:443"})
     """`own_registry_keys` of its addresses."""
-    default_registry: str | None = None
-    """Where bare names go (a URL), as image_checks reads them."""
 
     @classmethod
-    def of(cls, default_registry: str | None, *addresses: str | None) -> OwnRegistryNames:
-        """The default registry (corral's own, with `corral up`) and its other addresses (the push one)."""
-        return cls(own_registry_keys(default_registry, *addresses), default_registry)
+    def of(cls, *addresses: str | None) -> OwnRegistryNames:
+        """corral's own registry by its addresses (URLs: the one the workers pull from, the push one)."""
+        return cls(own_registry_keys(*addresses))
 
     def project_of(self, image: str) -> tuple[ImageReference, str] | None:
         """The job's image, parsed, and the project whose private image it is; None if it is nobody's (or
         not a reference: image_checks refuses it)."""
         try:
-            reference = parse_reference(image, self.default_registry)
+            reference = parse_reference(image)
         except InvalidImageReference:
             return None
         project = image_project(reference, self.keys)

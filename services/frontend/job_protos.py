@@ -11,7 +11,7 @@ from typing import Any
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_spec_pb2, job_state_pb2
-from services.common.image_refs import DOCKER_HUB, InvalidImageReference, parse_reference
+from services.common.image_refs import InvalidImageReference, parse_reference
 from services.frontend.explain import Reason
 
 JOB_STATES = {
@@ -88,7 +88,7 @@ def normalized_image(image: str) -> str:
     """`image` as every container tool reads it (`busybox` is `docker.io/library/busybox:latest`); '' if it
     is not a reference (no image, or one stored before submissions were checked)."""
     try:
-        return str(parse_reference(image, DOCKER_HUB))
+        return str(parse_reference(image))
     except InvalidImageReference:
         return ""
 

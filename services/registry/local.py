@@ -4,11 +4,11 @@ of which any other local account can use.
 distribution's htpasswd authentication is all or nothing (one password file, no read/write split),
 so the roles are split between processes instead:
 
-- **pull** (`registry`, the workers' default registry): read-only (every push and delete is 405),
+- **pull** (`registry`, the workers' own registry): read-only (every push and delete is 405),
   and it asks for the *pull login*. The drivers are given it (a copy in their certificate
   directory), and each hands it to the local workers it starts as it hands them their certificates
   (a file in the worker's own certificate directory): only the image cache reads it, for pulls of
-  bare names from this registry. Never on a command line, never in a job's reach.
+  `localhost/...` and of docker.io's images, which it mirrors. Never on a command line, never in a job's reach.
 - **push** (`registry-push`): writable, and it asks for the *push login*, which only `corral up`
   holds: the seed images go through it (and later `corral images import`).
 

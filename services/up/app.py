@@ -52,6 +52,7 @@ from pathlib import Path
 from corral.cli_config import ADMIN_PROFILE, Profile, write_server_profile
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
+from services.common.image_refs import DOCKER_HUB, Mirror
 from services.common.lifeline import Lifeline
 from services.common.parent_death import launcher
 from services.common.processes import PidFiles, Recorded, end_processes
@@ -164,6 +165,13 @@ def _storage_roots(config: UpConfig, data: Path) -> tuple[str, ...]:
     return (f"file://{storage}/{{project}}/",)
 
 
+def registry_mirrors(config: UpConfig, registry_url: str) -> tuple[Mirror, ...]:
+    """The workers' mirrors: the configured ones, and the own registry as docker.io's unless one is."""
+    if any(mirror.registry == DOCKER_HUB for mirror in config.registry_mirrors):
+        return config.registry_mirrors
+    return (*config.registry_mirrors, Mirror.parse(f"{DOCKER_HUB}={registry_url}/{DOCKER_HUB}"))
+
+
 def start(config: UpConfig) -> Running:
     """Bring everything up; on failure, stop what was started and re-raise."""
     if problems := config.storage_access.problems():
@@ -206,7 +214,7 @@ def start(config: UpConfig) -> Running:
             registry_url = registry.pull.url
             # The drivers hand the pull login to their workers (as they hand them certificates).
             write_atomically(certs["driver"] / REGISTRY_LOGIN, registry.pull_login_file.read_bytes(), 0o600)
-            registry_login = ["--default-registry-login-file", str(certs["driver"] / REGISTRY_LOGIN)]
+            registry_login = ["--own-registry-login-file", str(certs["driver"] / REGISTRY_LOGIN)]
             # The frontend imports projects' images (`corral images import`) through the push registry.
             write_atomically(certs["frontend"] / REGISTRY_PUSH_LOGIN, registry.push_login_file.read_bytes(), 0o600)
             # Archives being imported wait on the data directory's disk (not a tmpfs /tmp); a frontend that was
@@ -218,6 +226,8 @@ def start(config: UpConfig) -> Running:
                              "--own-registry-push-login-file", str(certs["frontend"] / REGISTRY_PUSH_LOGIN),
                              "--image-import-dir", str(imports)]
         allowed = ["--allowed-registries", ",".join(config.allowed_registries)]
+        mirrors = [arg for mirror in registry_mirrors(config, registry_url)
+                   for arg in ("--registry-mirror", str(mirror))]
         env = dict(os.environ)
         env.pop(DATABASE_URL_VARIABLE, None)
         if config.trace:
@@ -255,7 +265,7 @@ def start(config: UpConfig) -> Running:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
-        session += ["--default-registry", registry_url, *registry_login, *allowed,
+        session += ["--own-registry", registry_url, *registry_login, *allowed, *mirrors,
                     "--worker-runtime", config.worker_runtime]
         if running.metrics_dir is not None and config.provider == "local":  # a cloud's workers are not here
             session += ["--worker-metrics-dir", str(running.metrics_dir)]
@@ -304,7 +314,7 @@ def start(config: UpConfig) -> Running:
                  "--driver-addresses", driver_addresses, "--secrets-public-key-file", str(secrets_public_key),
                  # Behind the gateway, people's reflection reaches the frontend alone.
                  *(["--reflect-also", "corral.auth.v1.AuthService"] if config.gateway else []), *urls,
-                 "--default-registry", registry_url, *registry_push, *allowed])
+                 "--own-registry", registry_url, *registry_push, *allowed, *mirrors])
         if registry is not None:
             registry.wait_ready()
             for seeded in seed(registry.push.address, data / "registry" / "seed", login=registry.push_login):

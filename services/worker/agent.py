@@ -484,7 +484,7 @@ class Worker:
         secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
         credentials, pull_refusals = pull_credentials(
             run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None,
-            self.config.default_registry)
+            self.config.own_registry)
         secret_refusals += pull_refusals
         run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
         run.ClearField("image_pull_secret")

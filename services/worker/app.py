@@ -114,15 +114,17 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
 async def _image_cache(config: WorkerConfig, stack: contextlib.AsyncExitStack) -> ImageCache:
     """The image cache, its every pull through the egress proxy (services.worker.egress), both closed by
     `stack`: pulls check where they go with one resolver and one set of rules."""
-    login = read_login_file(config.default_registry_login_file) if config.default_registry_login_file else None
+    login = read_login_file(config.own_registry_login_file) if config.own_registry_login_file else None
     resolver = SystemResolver()
     stack.callback(resolver.close)
-    egress = EgressProxy(RegistryRules.of(config.default_registry, config.allowed_registries), resolver)
+    egress = EgressProxy(RegistryRules.of(config.own_registry, config.allowed_registries, config.registry_mirrors),
+                         resolver)
     await egress.start()
     stack.push_async_callback(egress.close)
-    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
+    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.own_registry,
                         config.image_cache_bytes, tools=SkopeoUmoci(environment=egress.environment()),
-                        default_login=login, allowed_registries=config.allowed_registries, resolve=resolver)
+                        own_login=login, allowed_registries=config.allowed_registries, resolve=resolver,
+                        mirrors=config.registry_mirrors)
     stack.push_async_callback(images.close)
     return images
 

@@ -61,7 +61,7 @@ def test_corral_job_shows_the_normalized_image_and_the_digest_that_ran(tmp_path:
     cluster = up.start(tmp_path, "--worker-runtime", "oci", *GATEWAY)
     try:
         batch_id, shown = run_one(cluster, tmp_path)
-        digest = served_digest(cluster, "busybox", "latest")
+        digest = served_digest(cluster, "docker.io/library/busybox", "latest")  # docker.io's mirror
         assert "  image docker.io/library/busybox:latest (written busybox)  command" in shown, shown
         assert re.findall(r"^    image digest: (\S+)$", shown, re.MULTILINE) == [digest], shown
         job = rest_get(cluster, f"/api/v1/batches/{batch_id}/jobs/1")["job"]

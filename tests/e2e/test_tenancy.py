@@ -59,7 +59,7 @@ try other-environ      sh -c "cat /proc/[0-9]*/environ | tr '\0' '\n' | grep -e 
 try registry-logins    cat "$DATA/registry/logins/push.json"
 try registry-pull-login cat "$DATA/certs/driver/registry-login.json"
 try worker-pull-login  sh -c "cat $DATA/worker-certs/*/registry-login.json"
-try registry-read      skopeo inspect --raw --tls-verify=false "docker://$REGISTRY/busybox:latest"
+try registry-read      skopeo inspect --raw --tls-verify=false "docker://$REGISTRY/docker.io/library/busybox:latest"
 id -u
 """
 

@@ -36,8 +36,8 @@ async def test_an_oci_worker_reports_the_digest_the_registry_serves(
     cluster = await make_cluster()
     name = f"w-oci-{uuid.uuid4().hex[:6]}"  # the worker's name on the host: its runc state, cgroups
     worker = await start_worker(await cluster.instance(
-        name, memory_bytes=1024 * MIB, runtime="oci", default_registry=registry.url,
-        image_cache_dir=tmp_path / "images"))
+        name, memory_bytes=1024 * MIB, runtime="oci", own_registry=registry.url,
+        registry_mirrors=(registry.mirror,), image_cache_dir=tmp_path / "images"))
     cluster.workers.append(worker)
     await eventually(lambda: worker.worker.connected, what="worker connected")
     batch_id, [by_tag, by_digest] = await cluster.submit(busybox(), busybox(f"busybox@{registry.busybox_digest}"),

@@ -27,16 +27,16 @@ def test_public_parts_of_the_own_registry_and_other_registries_are_nobodys() -> 
     for text in ("localhost/docker.io/library/busybox", "127.0.0.1:5000/docker.io/lab/tool", "localhost/busybox",
                  "127.0.0.1:5000/busybox:latest", "127.0.0.1:5002/alpha/tool", "ghcr.io/alpha/tool",
                  "docker.io/alpha/tool", "localhost:5000/alpha/tool"):
-        assert image_project(parse_reference(text, "registry.example.com"), OWN) is None, text
+        assert image_project(parse_reference(text), OWN) is None, text
 
 
-def test_a_bare_name_is_the_default_registrys_as_image_checks_reads_it() -> None:
+def test_a_bare_name_is_docker_hubs_and_nobodys_here() -> None:
     own = OwnRegistryNames.of("http://127.0.0.1:5000")
-    assert own.project_of("alpha/tool") is not None and own.project_of("alpha/tool")[1] == "alpha"
+    assert own.project_of("alpha/tool") is None  # docker.io/alpha/tool
+    assert own.project_of("127.0.0.1:5000/alpha/tool")[1] == "alpha"
     assert own.project_of("busybox") is None
     assert own.project_of("Not A Reference") is None  # image_checks refuses it
-    assert OwnRegistryNames.of("https://registry.example.com").project_of("alpha/tool") is not None
-    assert OwnRegistryNames.of(None).project_of("localhost/alpha/tool") is not None
+    assert OwnRegistryNames.of(None).project_of("localhost/alpha/tool")[1] == "alpha"
 
 
 @given(projects, projects, names, st.sampled_from(["localhost", "127.0.0.1:5000", "127.0.0.1:5001"]))
