@@ -92,6 +92,26 @@ def test_a_private_image_runs_with_its_pull_secret_and_the_password_is_nowhere_e
         shown = cluster.cli("job", str(batch.batch_id), "1")
         assert shown.returncode == 0 and f"of the image {private!r} (sha256:" in shown.stdout, \
             shown.stdout + shown.stderr
+
+        # Another project's jobs, with the image now in the worker's cache: neither without a login nor with a
+        # secret of that project's own that the registry refuses do they get it (acceptance 4 of issue 35).
+        bob = cluster.user("bob")
+        with cluster.client() as admin:
+            admin.create_billing_project("lab-b", ["bob"])
+        (login / "password").write_text("not-the-password\n")
+        created = cluster.cli("secrets", "create", "registry", "--project", "lab-b", "--from-file",
+                              str(login / "username"), "--from-file", str(login / "password"),
+                              env={"CORRAL_TOKEN": bob})
+        assert created.returncode == 0, created.stderr
+        builder = corral.BatchBuilder("lab-b")
+        builder.add_job(job(private))
+        builder.add_job(job(private, image_pull_secret="registry"))
+        with cluster.client(bob) as client:
+            other = client.wait(client.submit(builder).batch_id)
+            refused = [client.get_job(other.batch_id, job_id) for job_id in (1, 2)]
+        assert [j.state for j in refused] == [job_state_pb2.JOB_STATE_ERROR] * 2, refused
+        assert [j.attempts[-1].error_message for j in refused] == [
+            f"image: could not get {private!r}: not authorised"] * 2
         assert not any(needle in every_row(cluster) for needle in needles)
     finally:
         cluster.stop()
