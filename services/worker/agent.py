@@ -420,7 +420,8 @@ class Worker:
 
     def _tell_images(self) -> None:
         """Send the driver what the image cache holds, if it changed since this session's last report (a
-        pull, an eviction, a job naming an image anew): once per heartbeat at most, and when a job starts."""
+        pull, an eviction, a job naming an image anew): looked at with each heartbeat, and when a job names an
+        image anew."""
         if self._images is None or self._queue is None:
             return
         report = self._images.report()
@@ -552,8 +553,9 @@ class Worker:
             self._emit(pb.WorkerSessionRequest(job_started=ws.JobStarted(
                 attempt=attempt.ref, start_time=timestamp(attempt.started_ms or wall_ms()),
                 isolation=self.runtime.isolation(job))))
-            if self._images is not None and job.spec.image:  # it ran here, so its image is in the cache now
-                self._images.ran(job.spec.image)
+            # It ran here, so its image is in the cache now: told at once the first time a job names it so (the
+            # report is not rebuilt at every start: the next heartbeat tells of any other change).
+            if self._images is not None and job.spec.image and self._images.ran(job.spec.image):
                 self._tell_images()
 
         try:

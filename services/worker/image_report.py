@@ -58,18 +58,19 @@ class ImageReporter:
         """A name as a job writes it -> the reference the cache pulls it as."""
         self._written: dict[str, str] = {}
 
-    def ran(self, name: str) -> None:
+    def ran(self, name: str) -> bool:
         """A job that wrote its image as `name` started here: its image is in the cache under `name`'s
-        reference."""
+        reference. Whether `name` is new here (the report may have changed)."""
         if name in self._written:
-            return
+            return False
         try:
             reference = self._normalise(name)
         except ValueError:
-            return
+            return False
         if len(self._written) >= MAX_JOB_NAMES:
             del self._written[next(iter(self._written))]
         self._written[name] = reference
+        return True
 
     def report(self) -> ws.ImageCacheReport:
         """What the cache holds now."""

@@ -12,7 +12,8 @@ from corral.driver.v1 import worker_session_pb2 as ws
 from services.common import prepull
 from services.db.plan_snapshot import image_names
 from services.driver.sessions import MAX_REPORTED_IMAGES, MAX_REPORTED_NAMES, reported_names
-from services.worker.image_report import MAX_IMAGES, MAX_NAMES, MAX_REPORT_BYTES, cache_report
+from services.worker import image_report
+from services.worker.image_report import MAX_IMAGES, MAX_NAMES, MAX_REPORT_BYTES, ImageReporter, cache_report
 from services.worker.images import HeldImage
 
 DIGEST = "sha256:" + "a" * 64
@@ -57,3 +58,34 @@ def test_prepull_lists_per_pool() -> None:
     for bad in ("", ",", "=busybox", "a b", "x" * 256, ",".join(f"i{n}" for n in range(33))):
         with pytest.raises(ValueError):
             prepull.pool_images([bad])
+
+
+class Cache:
+    """What ImageReporter reads of the image cache."""
+
+    def __init__(self, *images: HeldImage) -> None:
+        self.images = list(images)
+
+    def held(self) -> list[HeldImage]:
+        return self.images
+
+
+def test_the_reporter_names_images_as_jobs_wrote_them_while_the_cache_holds_them(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    def normalise(name: str) -> str:
+        if not name:
+            raise ValueError("an image reference is required")
+        return f"registry.example/{name}"
+
+    cache = Cache(held(DIGEST, "registry.example/lab/tool:1"))
+    reporter = ImageReporter(cache, normalise)  # type: ignore[arg-type]
+    assert reporter.ran("lab/tool:1") and not reporter.ran("lab/tool:1")  # new once
+    assert not reporter.ran("")  # not a name (normalising refuses it): nothing to say
+    assert list(reporter.report().images[0].names) == ["registry.example/lab/tool:1", "lab/tool:1"]
+    cache.images = []  # evicted: neither name is reported
+    assert not reporter.report().images
+    monkeypatch.setattr(image_report, "MAX_JOB_NAMES", 2)
+    for name in ("a", "b", "c"):
+        reporter.ran(name)
+    cache.images = [held(DIGEST, *(f"registry.example/{n}" for n in ("a", "b", "c")))]
+    assert "a" not in reporter.report().images[0].names  # the oldest forgotten
