@@ -4,14 +4,19 @@ write its image as (as pulled, normalised; as jobs wrote it), within bounds what
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral.driver.v1 import worker_session_pb2 as ws
+from corral.errors import UsageError
 from services.common import prepull
 from services.db.plan_snapshot import image_names
 from services.driver.sessions import MAX_REPORTED_IMAGES, MAX_REPORTED_NAMES, reported_names
+from services.up.cli import add_commands
 from services.worker import image_report
 from services.worker.image_report import MAX_IMAGES, MAX_NAMES, MAX_REPORT_BYTES, ImageReporter, cache_report
 from services.worker.images import HeldImage
@@ -89,3 +94,12 @@ def test_the_reporter_names_images_as_jobs_wrote_them_while_the_cache_holds_them
         reporter.ran(name)
     cache.images = [held(DIGEST, *(f"registry.example/{n}" for n in ("a", "b", "c")))]
     assert "a" not in reporter.report().images[0].names  # the oldest forgotten
+
+
+def test_corral_up_refuses_a_prepull_it_cannot_read_naming_the_flag(tmp_path: Path) -> None:
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers())
+    args = parser.parse_args(["up", "--data-dir", str(tmp_path), "--prepull", "=busybox"])
+    with pytest.raises(UsageError, match="--prepull: '=busybox': a pool name before '='"):
+        args.run(args)
+    assert not any(tmp_path.iterdir())  # refused before anything started
