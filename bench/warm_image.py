@@ -49,6 +49,8 @@ HELP = "the first and the second job of a new 100 MiB image on a warm worker (OC
 
 DEFAULT_LAYER_MIB, SMOKE_LAYER_MIB = 100, 4
 PHASES = ("first", "second")
+PROJECT = "default"
+"""The billing project of the jobs, whose repositories in corral's registry hold the images."""
 
 
 def figure_names() -> list[str]:
@@ -97,7 +99,7 @@ class JobTimes:
 def run_one(client: corral.Client, image: str, name: str) -> JobTimes:
     """Submit one `true` job of `image` in a batch of its own; seconds from the submission call to its attempt's
     start and end."""
-    batch = corral.BatchBuilder("default", attributes={"name": name})
+    batch = corral.BatchBuilder(PROJECT, attributes={"name": name})
     batch.job(image, ["true"], cores=1)
     submitted = time.time()
     done = client.wait(client.submit(batch).batch_id)
@@ -121,8 +123,9 @@ def measure(ctx: BenchContext, layer_mib: int) -> tuple[dict[str, JobTimes], dic
             layout = build_image(work, layer_mib)
             build_s = time.perf_counter() - started
             nonce = secrets.token_hex(4)
-            busybox = f"{registry.address}/bench/busybox:{nonce}"
-            image = f"{registry.address}/bench/warm-{nonce}:1"
+            # In the billing project the jobs run in: a project's images in corral's registry are its members'.
+            busybox = f"{registry.address}/{PROJECT}/busybox:{nonce}"
+            image = f"{registry.address}/{PROJECT}/warm-{nonce}:1"
             push(layout, "busybox", busybox)
             digest = push(layout, "new", image)
             shutil.rmtree(layout)

@@ -458,7 +458,7 @@ def job_group_rows(specs: Sequence[Any], block: UpdateBlock, first_index: int, f
 
 
 IMAGE_COLUMN_CHARS = 255
-"""jobs.image is VARCHAR(255): the scheduler's hint of the job's image (migration 0025)."""
+"""jobs.image is VARCHAR(255): the scheduler's hint of the job's image (migration 0026)."""
 
 
 def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str,

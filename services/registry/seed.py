@@ -44,7 +44,7 @@ class Seeded:
     """One image in the registry after seeding."""
 
     reference: str
-    """`host:port/busybox:latest`."""
+    """`host:port/docker.io/library/busybox:latest`."""
     digest: str
     """Its manifest digest."""
     pushed: bool
@@ -156,11 +156,17 @@ def registry_digest(reference: str, plain_http: bool = True, login: Credentials 
     return f"sha256:{hashlib.sha256(result.stdout).hexdigest()}"
 
 
-def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None) -> list[Seeded]:
-    """Make `registry` (host:port) serve the seed images, building them in `cache_dir` if needed; pushed (and
-    read) with `login`, given to skopeo in an auth file (never on its command line)."""
+SEED_NAMESPACE = "docker.io/library"
+"""Where the seed images go in the registry: its mirror of Docker Hub's official images, so that `busybox`
+(`docker.io/library/busybox`) is served by the registry as docker.io's mirror (services.worker.pull_sources)."""
+
+
+def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None,
+         namespace: str = SEED_NAMESPACE) -> list[Seeded]:
+    """Make `registry` (host:port) serve the seed images under `namespace`, building them in `cache_dir` if
+    needed; pushed (and read) with `login`, given to skopeo in an auth file (never on its command line)."""
     layout, digest = cached_busybox(cache_dir)
-    reference = f"{registry}/busybox:latest"
+    reference = f"{registry}/{namespace}/busybox:latest"
     if registry_digest(reference, plain_http, login) == digest:
         return [Seeded(reference, digest, pushed=False)]
     with contextlib.ExitStack() as stack:

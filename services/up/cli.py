@@ -10,7 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral.errors import UsageError
-from services.common.entry import add_allowed_registries, add_url_settings, allowed_networks, allowed_registries
+from services.common.entry import (
+    add_allowed_registries,
+    add_registry_mirrors,
+    add_url_settings,
+    allowed_networks,
+    allowed_registries,
+)
 from services.common.image_refs import InvalidImageReference, Registry
 from services.common.prepull import pool_images
 from services.common.registry_rules import RegistryRules
@@ -46,6 +52,10 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError(f"--provider-config {args.provider_config}: no such file")
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
+    if args.registry is not None and args.registry_port is not None:
+        raise UsageError("--registry-port is the port of the registry corral up runs; with --registry it runs none")
+    if args.registry_port == 0:
+        raise UsageError("--registry-port 0: the registry keeps one port across starts; name one (1-65535)")
     gateway_limits = gateway_limits_of(args)
     registries = allowed_registries(args.allowed_registries)
     try:
@@ -53,7 +63,7 @@ def _up(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(f"--prepull: {e}") from None
     try:
-        RegistryRules.of(args.registry, registries)
+        RegistryRules.of(args.registry, registries, args.registry_mirrors)
     except ValueError as e:
         raise UsageError(f"--allowed-registries: {e}") from None
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
@@ -68,6 +78,8 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, allowed_registries=registries,
+                                  registry_port=args.registry_port,
+                                  registry_mirrors=tuple(args.registry_mirrors),
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
@@ -175,9 +187,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "restarts in a row that do not serve (ready, then up 2 s), stop everything and exit 1 "
                          "(default: %(default)s)")
     up.add_argument("--registry", metavar="URL", type=_registry_url,
-                    help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
-                         "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
-                         "seeded with busybox")
+                    help="corral's own registry, what image references name localhost/... (and, unless "
+                         "--registry-mirror says otherwise, the mirror of docker.io under URL/docker.io): "
+                         "http://HOST:PORT (plain HTTP) or https://HOST; default: a registry corral up runs on "
+                         "loopback in DATA_DIR/registry, seeded with docker.io/library/busybox")
+    up.add_argument("--registry-port", type=_port, metavar="PORT",
+                    help="the port on 127.0.0.1 of the registry corral up runs (not with --registry); kept in "
+                         "DATA_DIR/registry/ports.json, so its address is the same at every start (default: the "
+                         "port chosen at the first start)")
+    add_registry_mirrors(up)
     add_allowed_registries(up)
     up.add_argument("--prepull", action="append", default=[], metavar="[POOL=]IMAGE[,IMAGE...]",
                     help="images each worker (of POOL; without POOL=, of every pool) pulls when it starts, while it "

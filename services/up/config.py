@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
+from services.common.image_refs import Mirror
 from services.common.storage_access import StorageAccess
 from services.common.worker_limits import WorkerLimits
 from services.gateway.deployment import Limits
@@ -54,11 +55,17 @@ class UpConfig:
     restart_policy: RestartPolicy = RestartPolicy()
     """When a process that died is started again, and when `corral up` gives up and stops."""
     registry_url: str | None = None
-    """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
-    and seeding one in the data directory."""
+    """corral's own registry, what `localhost/...` names (`http://host:port` for plain HTTP, else HTTPS),
+    instead of running and seeding one in the data directory."""
+    registry_port: int | None = None
+    """The port of the registry `corral up` runs (its pull address, `127.0.0.1:PORT`, which jobs and the
+    workers' caches name); None: the one kept in DATA/registry/ports.json, chosen at the first start."""
+    registry_mirrors: tuple[Mirror, ...] = ()
+    """The workers' mirrors (--registry-mirror); unless one is for docker.io, `corral up` adds
+    `docker.io=<own registry>/docker.io`: the own registry serves the images it holds under `docker.io/`."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) jobs' images may come from although they are not public (the frontend's and
-    the drivers' --allowed-registries); the default registry is allowed anyway."""
+    the drivers' --allowed-registries); the own registry and the mirrors are allowed anyway."""
     worker_runtime: str = "auto"
     """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
     metrics: bool = False

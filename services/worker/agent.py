@@ -503,7 +503,7 @@ class Worker:
         secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
         credentials, pull_refusals = pull_credentials(
             run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None,
-            self.config.default_registry)
+            self.config.own_registry)
         secret_refusals += pull_refusals
         run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
         run.ClearField("image_pull_secret")
@@ -552,7 +552,7 @@ class Worker:
         def started(attempt: Attempt) -> None:
             self._emit(pb.WorkerSessionRequest(job_started=ws.JobStarted(
                 attempt=attempt.ref, start_time=timestamp(attempt.started_ms or wall_ms()),
-                isolation=self.runtime.isolation(job))))
+                isolation=self.runtime.isolation(job), image_digest=self.runtime.image_digest(job))))
             # It ran here, so its image is in the cache now: told at once the first time a job names it so (the
             # report is not rebuilt at every start: the next heartbeat tells of any other change).
             if self._images is not None and job.spec.image and self._images.ran(job.spec.image):

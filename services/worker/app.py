@@ -21,7 +21,6 @@ from typing import Any
 from corral.worker.v1 import worker_service_pb2_grpc
 from services.common import lifeline
 from services.common.callback_hosts import SystemResolver
-from services.common.image_refs import parse_reference
 from services.common.registry_logins import read_login_file
 from services.common.registry_rules import RegistryRules
 from services.common.server import Listener, RunningServers, Service, serve
@@ -97,7 +96,7 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         runtime = runtime or await choose_runtime(config, stores, images)
         stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
         # The driver is told what the cache holds, under the names jobs write too (services.worker.image_report).
-        reporter = ImageReporter(images, lambda name: str(parse_reference(name, images.default_registry)))
+        reporter = ImageReporter(images, images.reference_of)
         worker = Worker(config, runtime, attempts, tls, images=reporter)
         RUNNING_ATTEMPTS.set_function(lambda: len(attempts.running()))
         IMAGE_CACHE_BYTES.set_function(lambda: images.size_bytes)
@@ -122,15 +121,17 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
 async def _image_cache(config: WorkerConfig, stack: contextlib.AsyncExitStack) -> ImageCache:
     """The image cache, its every pull through the egress proxy (services.worker.egress), both closed by
     `stack`: pulls check where they go with one resolver and one set of rules."""
-    login = read_login_file(config.default_registry_login_file) if config.default_registry_login_file else None
+    login = read_login_file(config.own_registry_login_file) if config.own_registry_login_file else None
     resolver = SystemResolver()
     stack.callback(resolver.close)
-    egress = EgressProxy(RegistryRules.of(config.default_registry, config.allowed_registries), resolver)
+    egress = EgressProxy(RegistryRules.of(config.own_registry, config.allowed_registries, config.registry_mirrors),
+                         resolver)
     await egress.start()
     stack.push_async_callback(egress.close)
-    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
+    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.own_registry,
                         config.image_cache_bytes, tools=SkopeoUmoci(environment=egress.environment()),
-                        default_login=login, allowed_registries=config.allowed_registries, resolve=resolver)
+                        own_login=login, allowed_registries=config.allowed_registries, resolve=resolver,
+                        mirrors=config.registry_mirrors)
     stack.push_async_callback(images.close)
     return images
 

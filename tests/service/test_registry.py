@@ -81,7 +81,8 @@ def test_seeding_pushes_once_and_skips_what_the_registry_has(tmp_path: Path, mon
     try:
         server.wait_ready()
         [first] = seed(server.address, tmp_path / "seed")
-        assert first.pushed and first.reference == f"{server.address}/busybox:latest"
+        # Where docker.io's mirror keeps it: `busybox` is docker.io/library/busybox.
+        assert first.pushed and first.reference == f"{server.address}/docker.io/library/busybox:latest"
         assert registry_digest(first.reference) == first.digest
 
         # Seeded again (corral up restarted): the cached build is reused and nothing is pushed.
@@ -106,6 +107,7 @@ def test_seeding_pushes_once_and_skips_what_the_registry_has(tmp_path: Path, mon
 
 def test_a_login_registry_refuses_anonymous_readers(registry: SeededRegistry) -> None:
     refused = subprocess.run(["skopeo", "inspect", "--raw", "--tls-verify=false", "--no-creds",
-                              f"docker://{registry.login_server.address}/busybox:latest"], capture_output=True, text=True)
+                              f"docker://{registry.at('busybox:latest', login=True)}"], capture_output=True,
+                             text=True)
     assert refused.returncode != 0 and "authentication required" in refused.stderr
-    assert registry_digest(f"{registry.address}/busybox:latest") == registry.busybox_digest
+    assert registry_digest(registry.at("busybox:latest")) == registry.busybox_digest

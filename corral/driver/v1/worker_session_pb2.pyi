@@ -86,14 +86,16 @@ class BillingRollup(_message.Message):
     def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., rollup_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[_job_pb2.ResourceUsage, _Mapping]] = ...) -> None: ...
 
 class JobStarted(_message.Message):
-    __slots__ = ("attempt", "start_time", "isolation")
+    __slots__ = ("attempt", "start_time", "isolation", "image_digest")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     start_time: _timestamp_pb2.Timestamp
     isolation: str
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[str] = ...) -> None: ...
+    image_digest: str
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[str] = ..., image_digest: _Optional[str] = ...) -> None: ...
 
 class JobCompleted(_message.Message):
     __slots__ = ("attempt", "state", "end_reason", "exit_code", "error_message", "start_time", "end_time", "resources_used")
