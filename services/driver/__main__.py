@@ -20,6 +20,7 @@ from services.common.entry import (
     allowed_registries,
     private_files,
 )
+from services.common.prepull import pool_images
 from services.common.registry_logins import read_login_file
 from services.common.registry_rules import RegistryRules
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
@@ -72,6 +73,9 @@ parser.add_argument("--own-registry-login-file", type=Path, metavar="FILE",
                          "(default: none, they pull anonymously)")
 add_registry_mirrors(parser)  # for every worker it starts
 add_allowed_registries(parser)
+parser.add_argument("--prepull", action="append", default=[], metavar="[POOL=]IMAGE[,IMAGE...]",
+                    help="images each local worker it starts (of POOL; without POOL=, of every pool) pulls into its "
+                         "cache when it starts, while it takes jobs; repeatable (default: none)")
 parser.add_argument("--worker-metrics-dir", type=Path, metavar="DIR",
                     help="local workers serve Prometheus metrics on a loopback port each, written to "
                          "DIR/worker-NAME.port (default: no worker metrics)")
@@ -131,6 +135,7 @@ try:
                                           args.own_registry, allowed_registries(args.allowed_registries),
                                           worker_limits.to_args(), args.registry_mirrors)))
     RegistryRules.of(args.own_registry, allowed_registries(args.allowed_registries), args.registry_mirrors)
+    prepull = pool_images(args.prepull)
     if args.own_registry_login_file is not None:
         read_login_file(args.own_registry_login_file)  # a wrong or readable file stops the driver here
     price_file.load(args.price_file or price_file.SHIPPED)  # a wrong file stops the driver here, saying where
@@ -160,5 +165,5 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
                              enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,
                              enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity),
-                             price_file=args.price_file,
+                             price_file=args.price_file, prepull=prepull,
                              price_refresh=RefreshSettings(refresh_s=args.price_refresh_interval))))

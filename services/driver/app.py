@@ -21,13 +21,14 @@ import dataclasses
 import logging
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc, worker_enrollment_service_pb2_grpc
 from services.common.call_limits import CallLimits
 from services.common.files import write_atomically
 from services.common.image_refs import Mirror
+from services.common.prepull import for_pool
 from services.common.processes import PidFiles
 from services.common.sealing import Opener
 from services.common.server import (
@@ -178,6 +179,9 @@ class DriverConfig:
     provider's (services.driver.pricing.price_file); None: the file shipped with corral."""
     price_refresh: RefreshSettings = RefreshSettings()
     """How often the leader reads the cloud's price catalogue, and how soon again after a failed read."""
+    prepull: Mapping[str | None, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Images the local workers it starts pull when they start (their --prepull), by pool; None: every pool
+    (services.common.prepull)."""
 
 
 @dataclasses.dataclass
@@ -264,7 +268,8 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
                 *(["--allowed-registries", ",".join(config.allowed_registries)] if config.allowed_registries else []),
                 *(["--metrics-address", "127.0.0.1:0", "--metrics-port-file",
                    str(config.worker_metrics_dir / f"worker-{request.name}.port")]
-                  if config.worker_metrics_dir is not None else [])]
+                  if config.worker_metrics_dir is not None else []),
+                *(["--prepull", ",".join(images)] if (images := for_pool(config.prepull, request.inst_coll)) else [])]
 
     return command
 

@@ -55,6 +55,7 @@ from services.common.files import write_atomically
 from services.common.image_refs import DOCKER_HUB, Mirror
 from services.common.lifeline import Lifeline
 from services.common.parent_death import launcher
+from services.common.prepull import to_args as prepull_args
 from services.common.processes import PidFiles, Recorded, end_processes
 from services.common.worker_limits import WorkerLimits, deployment_of_data_dir
 from services.driver.leader import LeaseSettings
@@ -269,6 +270,7 @@ def start(config: UpConfig) -> Running:
                     "--worker-runtime", config.worker_runtime]
         if running.metrics_dir is not None and config.provider == "local":  # a cloud's workers are not here
             session += ["--worker-metrics-dir", str(running.metrics_dir)]
+        session += prepull_args(config.prepull)
 
         # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()

@@ -18,6 +18,7 @@ from services.common.entry import (
     allowed_registries,
 )
 from services.common.image_refs import InvalidImageReference, Registry
+from services.common.prepull import pool_images
 from services.common.registry_rules import RegistryRules
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits, deployment_of_data_dir
@@ -58,6 +59,10 @@ def _up(args: argparse.Namespace) -> int:
     gateway_limits = gateway_limits_of(args)
     registries = allowed_registries(args.allowed_registries)
     try:
+        prepull = pool_images(args.prepull)
+    except ValueError as e:
+        raise UsageError(f"--prepull: {e}") from None
+    try:
         RegistryRules.of(args.registry, registries, args.registry_mirrors)
     except ValueError as e:
         raise UsageError(f"--allowed-registries: {e}") from None
@@ -78,7 +83,8 @@ def _up(args: argparse.Namespace) -> int:
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
-                                  gateway_limits=gateway_limits, worker_limits=worker_limits, **ports))
+                                  gateway_limits=gateway_limits, worker_limits=worker_limits, prepull=prepull,
+                                  **ports))
 
 
 GATEWAY_LIMITS = {
@@ -191,6 +197,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "port chosen at the first start)")
     add_registry_mirrors(up)
     add_allowed_registries(up)
+    up.add_argument("--prepull", action="append", default=[], metavar="[POOL=]IMAGE[,IMAGE...]",
+                    help="images each worker (of POOL; without POOL=, of every pool) pulls when it starts, while it "
+                         "takes jobs, so the first job of each starts without waiting for its pull; a failed pull "
+                         "is logged, not fatal; repeatable (default: none)")
     up.add_argument("--provider", choices=("local", "gcp", "azure"), default="local",
                     help="who makes the workers' machines: local worker processes, or a cloud's machines (gcp, "
                          "azure), which enroll through the internal gateway (default: %(default)s)")

@@ -4,6 +4,7 @@ means; the CLI (services.up.cli) builds it from the flags, and services.up.app.s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from services.common.image_refs import Mirror
@@ -86,6 +87,8 @@ class UpConfig:
     gateway_limits: Limits = Limits()
     """What the gateways hold clients to (connections, timeouts, sizes); the connection cap is lowered to what
     this process may give Envoy in file descriptors (services.gateway.envoy_process.fitting)."""
+    prepull: Mapping[str | None, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Images each local worker pulls when it starts, by pool (None: every pool); the drivers' --prepull."""
     worker_limits: WorkerLimits | None = None
     """What jobs may take of the workers' hosts (processes, how often storage is checked), handed to the drivers
     for every worker they start; None: the defaults, the deployment named after the data directory

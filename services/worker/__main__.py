@@ -25,6 +25,7 @@ from services.common.entry import (
     allowed_registries,
     private_files,
 )
+from services.common.prepull import MAX_IMAGES as MAX_PREPULL_IMAGES, images_argument as prepull_images
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits
 from services.driver.providers.worker_metadata import WorkerBootstrap
@@ -85,6 +86,9 @@ add_allowed_registries(parser)
 parser.add_argument("--image-cache-dir", type=Path, help="the image cache (default: SCRATCH_DIR/images)")
 parser.add_argument("--image-cache-bytes", type=int, default=WorkerConfig.image_cache_bytes,
                     help="most disk the cached images may take, images in use aside (default: %(default)s)")
+parser.add_argument("--prepull", type=prepull_images, default=(), metavar="IMAGE[,IMAGE...]",
+                    help="images to pull into the cache when the worker starts, while it takes jobs (at most "
+                         f"{MAX_PREPULL_IMAGES}); a failed pull is logged, not fatal (default: none)")
 parser.add_argument("--runtime", choices=("process", "oci", "auto"), default=WorkerConfig.runtime,
                     help="how jobs run: process, oci (runc containers; the worker does not start where it "
                          "cannot) or auto (oci where possible, else process) (default: %(default)s)")
@@ -160,7 +164,7 @@ sys.exit(asyncio.run(run(WorkerConfig(
     driver_silence_s=args.driver_silence, own_registry=args.own_registry,
     own_registry_login_file=args.own_registry_login_file, registry_mirrors=tuple(args.registry_mirrors),
     allowed_registries=allowed_registries(args.allowed_registries),
-    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
+    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes, prepull=args.prepull,
     runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
     usage_interval_s=args.usage_interval_s, cloud=args.cloud, limits=WorkerLimits.from_args(args),
     renew_certificate=args.cloud is not None or bool(args.enroll_address)))))

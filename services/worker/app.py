@@ -33,7 +33,9 @@ from services.worker.cloud import metadata_root
 from services.worker.config import WorkerConfig
 from services.worker.egress import EgressProxy
 from services.worker.image_tools import SkopeoUmoci
+from services.worker.image_report import ImageReporter
 from services.worker.images import ImageCache
+from services.worker.prepull import prepull
 from services.worker.metrics import IMAGE_CACHE_BYTES, RUNNING_ATTEMPTS
 from services.worker.object_stores import ObjectStores
 from services.worker.oci import OciRuntime, OciRuntimeConfig
@@ -93,7 +95,9 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         images = await _image_cache(config, stack)
         runtime = runtime or await choose_runtime(config, stores, images)
         stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
-        worker = Worker(config, runtime, attempts, tls)
+        # The driver is told what the cache holds, under the names jobs write too (services.worker.image_report).
+        reporter = ImageReporter(images, images.reference_of)
+        worker = Worker(config, runtime, attempts, tls, images=reporter)
         RUNNING_ATTEMPTS.set_function(lambda: len(attempts.running()))
         IMAGE_CACHE_BYTES.set_function(lambda: images.size_bytes)
         servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker, images),
@@ -101,7 +105,10 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
                               [Listener.mutual_tls(config.listen_address, tls)],
                               tracer_provider=tracing.provider)
         stack.push_async_callback(servers.stop, 1.0)
-        for watch in await _watchers(config, tls, worker):
+        watches = await _watchers(config, tls, worker)
+        if config.prepull:
+            watches.append(_prepull(images, config.prepull, reporter))
+        for watch in watches:
             task = asyncio.create_task(watch)
             task.add_done_callback(_report)
             stack.push_async_callback(_cancel, task)
@@ -144,6 +151,11 @@ async def _watchers(config: WorkerConfig, tls: TlsFiles, worker: Worker) -> list
         found.append(CertificateRenewer(tls, config.driver_addresses, worker.drop_session,
                                         instance_name=config.instance_name).run())
     return found
+
+
+async def _prepull(images: ImageCache, names: tuple[str, ...], reporter: ImageReporter) -> None:
+    """Pull `names` (`--prepull`); the driver hears of each at the next heartbeat."""
+    await prepull(images, names, reporter.ran)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -88,6 +88,9 @@ class WorkerConfig:
     """The image cache (services.worker.images); None: `<scratch_dir>/images`."""
     image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES
     """Most disk the unpacked images of the cache may take, images in use aside."""
+    prepull: tuple[str, ...] = ()
+    """Images pulled into the cache when the worker starts, while it takes jobs (services.worker.prepull); a
+    failed pull is logged, not fatal."""
     unisolated_dev: bool = False
     """If the worker cannot isolate jobs (it is not root), run them anyway, unisolated, as its own user
     (development only; each attempt's isolation note says so). Otherwise such a worker refuses them."""

@@ -235,6 +235,11 @@ class ImageCache:
         """Disk space of the images in the cache now."""
         return self._bytes
 
+    def reference_of(self, name: str) -> str:
+        """The reference a pull of `name` (as a job writes it) is recorded under in `held()`. Raises
+        InvalidImageReference for a name that is not one."""
+        return str(self._named(parse_reference(name)))
+
     def held(self) -> list[HeldImage]:
         """The images in the cache, most recently used first."""
         return [HeldImage(e.digest, tuple(sorted(e.references)), e.size_bytes, e.pulled_at_ms, e.last_used_ms, e.users)

@@ -51,6 +51,20 @@ class Heartbeat(_message.Message):
     rollups: _containers.RepeatedCompositeFieldContainer[BillingRollup]
     def __init__(self, free_cores_mcpu: _Optional[int] = ..., free_memory_bytes: _Optional[int] = ..., running_attempts: _Optional[_Iterable[_Union[AttemptRef, _Mapping]]] = ..., rollups: _Optional[_Iterable[_Union[BillingRollup, _Mapping]]] = ...) -> None: ...
 
+class ImageCacheReport(_message.Message):
+    __slots__ = ("images",)
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedCompositeFieldContainer[CachedImage]
+    def __init__(self, images: _Optional[_Iterable[_Union[CachedImage, _Mapping]]] = ...) -> None: ...
+
+class CachedImage(_message.Message):
+    __slots__ = ("digest", "names")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, digest: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AttemptRef(_message.Message):
     __slots__ = ("batch_id", "job_id", "attempt_id")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
