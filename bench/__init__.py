@@ -40,6 +40,7 @@ BENCHMARKS = (
     "bench.job_start",
     "bench.failover",
     "bench.fuzz_query",
+    "bench.warm_image",
 )
 
 

@@ -34,6 +34,9 @@ class InstantRuntime:
     def isolation(self, job: JobRun) -> str:
         return "none: a benchmark's simulated worker ran nothing"
 
+    def image_digest(self, job: JobRun) -> str:
+        return ""
+
     async def run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]]) -> JobOutcome:
         started_ms = int(time.time() * 1000)
         await on_started(0)

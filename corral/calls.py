@@ -1,4 +1,4 @@
-"""Jobs, logs, job groups, re-runs, locks, secrets, billing projects and users: the calls of
+"""Jobs, logs, job groups, re-runs, locks, secrets, images, billing projects and users: the calls of
 `corral.aio.Client` beyond batches (which `corral.Client` wraps, blocking).
 
 Jobs, groups and billing go to the frontend; users and tokens to the auth
@@ -12,6 +12,7 @@ without an auth address) is a `corral.errors.UsageError`.
 from __future__ import annotations
 
 import functools
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -22,7 +23,8 @@ from google.protobuf import duration_pb2
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc, token_pb2, user_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
-from corral.batch.v1 import batch_service_pb2_grpc
+from corral.batch.v1 import batch_service_pb2_grpc, image_pb2, image_service_pb2_grpc
+from corral.batch.v1 import image_service_pb2 as ipb
 from corral.batch.v1 import job_explanation_pb2, job_group_pb2, job_group_service_pb2_grpc, job_pb2
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
@@ -38,6 +40,8 @@ from corral.pages import Pages
 T = TypeVar("T")
 LOG_READ_BYTES = 4 * 1024 * 1024
 """The most GetJobLog returns in one call."""
+IMAGE_CHUNK_BYTES = 1024 * 1024
+"""Bytes of an image archive per ImportImage message (the frontend takes up to 4 MiB a message)."""
 _STATES = {"failed": job_state_pb2.JOB_STATE_FAILED, "error": job_state_pb2.JOB_STATE_ERROR,
            "cancelled": job_state_pb2.JOB_STATE_CANCELLED}
 _ROLES = {"user": user_pb2.ROLE_USER, "developer": user_pb2.ROLE_DEVELOPER, "admin": user_pb2.ROLE_ADMIN}
@@ -104,6 +108,7 @@ class AsyncCalls:
     _billing: billing_service_pb2_grpc.BillingServiceStub
     _locks: lock_service_pb2_grpc.LockServiceStub
     _secrets: secret_service_pb2_grpc.SecretServiceStub
+    _images: image_service_pb2_grpc.ImageServiceStub
     _auth: auth_service_pb2_grpc.AuthServiceStub | None
     """None without an auth address."""
 
@@ -114,6 +119,7 @@ class AsyncCalls:
         self._billing = billing_service_pb2_grpc.BillingServiceStub(channel)
         self._locks = lock_service_pb2_grpc.LockServiceStub(channel)
         self._secrets = secret_service_pb2_grpc.SecretServiceStub(channel)
+        self._images = image_service_pb2_grpc.ImageServiceStub(channel)
         self._auth = auth_service_pb2_grpc.AuthServiceStub(auth_channel) if auth_channel is not None else None
 
     def _auth_stub(self) -> auth_service_pb2_grpc.AuthServiceStub:
@@ -220,6 +226,37 @@ class AsyncCalls:
     async def delete_secret(self, project: str, name: str) -> None:
         """Delete a secret of `project`; jobs submitted before that mount it end in Error when they start."""
         await self._call(self._secrets.DeleteSecret, spb.DeleteSecretRequest(billing_project=project, name=name))
+
+    async def import_image(self, project: str, path: str | os.PathLike[str], name: str, tag: str = "latest"
+                           ) -> image_pb2.Image:
+        """Import the image archive at `path` (a `docker save` tarball, or an OCI layout tarball as `skopeo copy
+        ... oci-archive:` writes it) into `project` as `localhost/PROJECT/NAME:TAG`, which the project's jobs
+        name as their image; an existing tag is replaced. Returns the image: its reference and digest."""
+        archive = os.fspath(path)
+        if not os.path.isfile(archive):
+            raise UsageError(f"{archive}: no such file")
+
+        async def messages() -> AsyncIterator[ipb.ImportImageRequest]:
+            yield ipb.ImportImageRequest(header=ipb.ImportImageHeader(billing_project=project, name=name, tag=tag))
+            with open(archive, "rb") as f:
+                while chunk := f.read(IMAGE_CHUNK_BYTES):
+                    yield ipb.ImportImageRequest(chunk=chunk)
+
+        def upload(_: None, metadata: Any) -> Awaitable[ipb.ImportImageResponse]:
+            return self._images.ImportImage(messages(), metadata=metadata)  # a new stream at each try
+
+        return (await self._call(upload, None)).image
+
+    def images(self, project: str, page_size: int = 0) -> AsyncIterator[image_pb2.Image]:
+        """The images `project`'s jobs may run from corral's own registry: its own (`localhost/PROJECT/...`),
+        then the base images (`docker.io/library/...`), each with its tag, digest and size."""
+        return self._pages(self._images.ListImages,
+                           ipb.ListImagesRequest(billing_project=project, page_size=page_size), "images")
+
+    async def delete_image(self, project: str, name: str, tag: str = "latest") -> None:
+        """Delete tag `tag` of `project`'s image `name` (`localhost/PROJECT/NAME:TAG`)."""
+        await self._call(self._images.DeleteImage,
+                         ipb.DeleteImageRequest(billing_project=project, name=name, tag=tag))
 
     def billing_projects(self, member: str = "") -> AsyncIterator[billing_project_pb2.BillingProject]:
         """The billing projects the caller may see, by name."""

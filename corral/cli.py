@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
-from corral import __version__, cli_admin, cli_batches, cli_identity, cli_jobs, cli_locks, cli_secrets
+from corral import __version__, cli_admin, cli_batches, cli_identity, cli_images, cli_jobs, cli_locks, cli_secrets
 from corral.cli_common import EXIT_BROKEN_PIPE, Parser, failure, print_error
 
 COMMANDS_GROUP = "corral.commands"
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_jobs.add_commands(commands)
     cli_locks.add_commands(commands)
     cli_secrets.add_commands(commands)
+    cli_images.add_commands(commands)
     cli_admin.add_commands(commands)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(commands)

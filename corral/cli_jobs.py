@@ -3,7 +3,8 @@
 Human output by default, `--json` for scripts (the API's messages as JSON).
 `corral logs` writes the log's bytes as they are; with `--follow` it keeps
 writing while the attempt runs and returns when it ends. `corral job` shows
-each attempt's cpu time and peak memory; with `--usage`, its usage series.
+the job's image as every container tool reads it, and each attempt's image
+digest (what ran), cpu time and peak memory; with `--usage`, its usage series.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ def used(usage: job_pb2.ResourceUsage) -> str:
     return ", ".join(parts)
 
 
+def image_words(job: job_pb2.Job) -> str:
+    """The job's image as every container tool reads it, with the spec's words where they differ:
+    'docker.io/library/busybox:latest (written busybox)'."""
+    written, normalized = job.spec.image, job.normalized_image
+    if not normalized or normalized == written:
+        return written or "(none)"
+    return f"{normalized} (written {written})"
+
+
 def _optional_size(sample: job_pb2.UsageSample, field: str) -> str:
     return binary_size(getattr(sample, field)) if sample.HasField(field) else "-"
 
@@ -95,7 +105,7 @@ def _job(args: argparse.Namespace) -> int:
         return 0
     print(job_line(job))
     command = list(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else [job.spec.script]
-    print(f"  image {job.spec.image}  command {json.dumps(command)}")
+    print(f"  image {image_words(job)}  command {json.dumps(command)}")
     r = job.resources
     print(f"  reserves {r.cores_mcpu / 1000:g} cores, memory {binary_size(r.memory_bytes)}, scratch storage "
           f"{binary_size(r.storage_bytes)} in pool {r.pool}")
@@ -110,6 +120,8 @@ def _job(args: argparse.Namespace) -> int:
               f"{memory}  cost={usd(a.cost_micro_usd)}" + (f"  error: {a.error_message}" if a.error_message else ""))
         if summary := used(a.resources_used):
             print(f"    used: {summary}" + ("" if a.end_reason else " (last sample)"))
+        if a.image_digest:
+            print(f"    image digest: {a.image_digest}")
         if a.isolation:
             print(f"    ran as: {a.isolation}")
         if a.attempt_id in usages:

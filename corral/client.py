@@ -133,6 +133,10 @@ class Client:
     create_secret = _blocking(aio.Client.create_secret)
     secrets = _blocking(aio.Client.secrets)
     delete_secret = _blocking(aio.Client.delete_secret)
+    # Images of billing projects in corral's own registry.
+    import_image = _blocking(aio.Client.import_image)
+    images = _blocking(aio.Client.images)
+    delete_image = _blocking(aio.Client.delete_image)
     # Billing projects.
     billing_projects = _blocking(aio.Client.billing_projects)
     billing_project = _blocking(aio.Client.billing_project)

@@ -1,6 +1,10 @@
 """A real registry for tests: `docker-registry` on a free loopback port in a temporary directory,
 seeded with corral's busybox (services.registry.seed) and a few variants of it (same layer, each its
-own digest), and a second registry on the same storage that asks for a login. Stopped by pid."""
+own digest), and a second registry on the same storage that asks for a login. Stopped by pid.
+
+As in `corral up`, the images are under `docker.io/library/` (`docker.io/library/busybox:latest`,
+`docker.io/library/variant:N`): with the registry as docker.io's mirror (`SeededRegistry.mirror`), the bare
+names `busybox` and `variant:N` are served by it."""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ from pathlib import Path
 
 import bcrypt
 
-from services.registry.seed import cached_busybox, layout_digest, seed
+from services.common.image_refs import DOCKER_HUB, Mirror
+from services.registry.seed import SEED_NAMESPACE, cached_busybox, layout_digest, seed
 from services.registry.server import RegistryServer
 from services.up.ports import free_port
 
@@ -39,6 +44,17 @@ class SeededRegistry:
     def address(self) -> str:
         return self.server.address
 
+    @property
+    def mirror(self) -> Mirror:
+        """This registry as docker.io's mirror (`docker.io=http://ADDRESS/docker.io`)."""
+        return Mirror.parse(f"{DOCKER_HUB}={self.url}/{DOCKER_HUB}")
+
+    def at(self, name: str, login: bool = False) -> str:
+        """`name` (`busybox`, `variant:0`) as this registry holds it: `ADDRESS/docker.io/library/NAME`
+        (on the login server with `login`)."""
+        address = self.login_server.address if login else self.address
+        return f"{address}/{SEED_NAMESPACE}/{name}"
+
 
 def _variants(registry: str, work: Path) -> dict[str, str]:
     layout, _ = cached_busybox(work / "seed")
@@ -47,8 +63,9 @@ def _variants(registry: str, work: Path) -> dict[str, str]:
         tag = f"v{n}"
         subprocess.run(["umoci", "config", "--image", f"{layout}:latest", "--tag", tag, "--config.label", f"n={n}",
                         "--history.created", "1970-01-01T00:00:00Z"], check=True, capture_output=True)
-        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-no-creds", f"oci:{layout}:{tag}",
-                        f"docker://{registry}/variant:{n}"], check=True, capture_output=True)
+        subprocess.run(["skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-no-creds",
+                        f"oci:{layout}:{tag}", f"docker://{registry}/{SEED_NAMESPACE}/variant:{n}"],
+                       check=True, capture_output=True)
         found[f"variant:{n}"] = layout_digest(layout, tag)
     return found
 
@@ -64,7 +81,7 @@ def start(work: Path) -> SeededRegistry:
         login_server.start()
         server.wait_ready()
         login_server.wait_ready()
-        busybox, _ = seed(server.address, work / "seed")  # busybox:latest, docker.io/library/busybox:latest
+        [busybox] = seed(server.address, work / "seed")
         return SeededRegistry(server, login_server, busybox.digest, _variants(server.address, work))
     except BaseException:
         login_server.stop()

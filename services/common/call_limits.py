@@ -30,7 +30,8 @@ class CallLimits:
     """Largest serialized request; gRPC refuses a larger one with RESOURCE_EXHAUSTED."""
     unary_deadline_s: float | None = None
     """Longest a unary call may run on the server (DEADLINE_EXCEEDED after); None: no limit
-    but the client's own deadline. Server streams are exempt."""
+    but the client's own deadline. Streams are exempt, server streams and client streams (an image's
+    upload, which its servicer bounds) alike."""
     max_streams_per_caller: int | None = None
     """Server streams one principal may hold open at once across the process's listeners
     (RESOURCE_EXHAUSTED for one more); None: no limit."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from services.common.image_refs import InvalidImageReference, Mirror
+
 DATABASE_URL_VARIABLE = "CORRAL_DATABASE_URL"
 
 
@@ -49,9 +51,9 @@ def allowed_networks(text: str) -> tuple[str, ...]:
     return tuple(a for a in text.split(",") if a)
 
 
-ALLOWED_REGISTRIES_HELP = ("registries (HOST[:PORT], as image references name them) jobs' images may come from although "
-                           "they are not public, e.g. one on the deployment's private network; the default registry "
-                           "is always allowed (docs/security.md, Images)")
+ALLOWED_REGISTRIES_HELP = ("registries (HOST[:PORT], as image references name them; http://HOST:PORT: plain HTTP) "
+                           "jobs' images may come from although they are not public, e.g. one on the deployment's "
+                           "private network; the own registry and the mirrors are always allowed (docs/images.md)")
 
 
 def add_allowed_registries(parser: argparse.ArgumentParser) -> None:
@@ -64,3 +66,24 @@ def add_allowed_registries(parser: argparse.ArgumentParser) -> None:
 def allowed_registries(text: str) -> tuple[str, ...]:
     """The registries of an `--allowed-registries` value."""
     return tuple(a.strip() for a in text.split(",") if a.strip())
+
+
+OWN_REGISTRY_HELP = ("corral's own registry, what image references name localhost/...: http://HOST:PORT (plain HTTP) "
+                     "or https://HOST[:PORT] (docs/images.md)")
+REGISTRY_MIRROR_HELP = ("REGISTRY=URL[/PREFIX]: pulls of REGISTRY's images ask the mirror first "
+                        "(URL/PREFIX/REPOSITORY), then REGISTRY itself, e.g. docker.io=http://127.0.0.1:5000/docker.io; "
+                        "repeatable (docs/images.md)")
+
+
+def registry_mirror(text: str) -> Mirror:
+    """argparse's type of `--registry-mirror`."""
+    try:
+        return Mirror.parse(text)
+    except InvalidImageReference as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_registry_mirrors(parser: argparse.ArgumentParser) -> None:
+    """`--registry-mirror REGISTRY=URL` (repeatable): the mirrors workers pull from first."""
+    parser.add_argument("--registry-mirror", dest="registry_mirrors", action="append", type=registry_mirror,
+                        default=[], metavar="REGISTRY=URL", help=REGISTRY_MIRROR_HELP)

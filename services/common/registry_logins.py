@@ -3,7 +3,7 @@ account can read), always in files of the account running corral.
 
 - A **login file** holds one login as JSON, `{"username": ..., "password": ...}`, 0600: `corral up`'s
   own registry's pull and push logins (services.registry.local), and the copy a local worker is
-  given of the pull login (`--default-registry-login-file`). `read_login_file` refuses one that other
+  given of the pull login (`--own-registry-login-file`). `read_login_file` refuses one that other
   accounts could read.
 - An **auth file** is what skopeo reads (`--authfile`): Docker's `config.json`, the login under the
   registry's `host[:port]`. Whoever writes one writes it 0600 into a private directory and removes it

@@ -8,12 +8,14 @@ image may come only from
 - a **public** registry: its host is a name or an address, and every address it has is public (not
   loopback, link-local, private, shared, unspecified, multicast, reserved: the rule callbacks follow,
   `services.common.urls.address_kind`, IPv4 hidden in IPv6 forms included), or
-- a registry the **deployment names** (`RegistryRules.configured`): its default registry (where bare
-  names such as `busybox` go: `corral up`'s own) and the operator's `--allowed-registries`, compared
-  as references write them (`host[:port]`, the host in any case): `10.0.0.5:5000` allows that port
-  of that host and no other.
+- a registry the **deployment names** (`RegistryRules.configured`): its own registry (`--own-registry`,
+  `corral up`'s; references also name it `localhost/...`), its mirrors (`--registry-mirror`) and the
+  operator's `--allowed-registries`, compared as references write them (`host[:port]`, the host in any
+  case): `10.0.0.5:5000` allows that port of that host and no other.
 
-Refused outright, whatever DNS says: `localhost` and names under `.localhost`; the cloud metadata
+`localhost` exactly (no port) is corral's own registry, never this machine: allowed when the deployment
+has one (the worker pulls it from the own registry's address), refused when it has none.
+Refused outright, whatever DNS says: `localhost:PORT` and names under `.localhost`; the cloud metadata
 servers' names (`metadata.google.internal` ...); numeric hosts not written as four decimal numbers
 (`2130706433`, `0x7f.1`, `127.1`: resolvers read them as IPv4 addresses). Resolving a name is the
 callers' I/O (`services.frontend.image_checks`, `services.worker.egress`): they pass its addresses
@@ -27,7 +29,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
-from services.common.image_refs import InvalidImageReference, Registry
+from services.common.image_refs import OWN_REGISTRY, InvalidImageReference, Mirror, Registry
 from services.common.urls import IPAddress, address_kind
 
 METADATA_NAMES = frozenset({"metadata", "metadata.google.internal", "metadata.goog", "instance-data",
@@ -89,21 +91,26 @@ class RegistryRules:
     """The registries a deployment names: allowed whatever their addresses."""
 
     configured: frozenset[str] = frozenset()
-    """`RegistryHost.key` of each: the default registry and the allowed registries."""
+    """`RegistryHost.key` of each: the own registry, the mirrors and the allowed registries."""
+    has_own: bool = False
+    """Whether the deployment has a registry of its own (what `localhost/...` names)."""
 
     @classmethod
-    def of(cls, default_registry: str | None = None, allowed: Iterable[str] = ()) -> RegistryRules:
-        """From a default registry (a URL, as `Registry.parse` reads it) and allowed registries (`host[:port]`
-        or URLs; each item may be a comma-separated list). ValueError naming an entry that is not a registry."""
+    def of(cls, own_registry: str | None = None, allowed: Iterable[str] = (),
+           mirrors: Iterable[Mirror] = ()) -> RegistryRules:
+        """From the own registry (a URL, as `Registry.parse` reads it), allowed registries (`host[:port]` or
+        URLs; each item may be a comma-separated list) and mirrors. ValueError naming an entry that is not a
+        registry."""
         keys = []
-        entries = [default_registry] if default_registry else []
+        entries = [own_registry] if own_registry else []
         entries += [entry.strip() for item in allowed for entry in item.split(",") if entry.strip()]
+        entries += [mirror.endpoint.host for mirror in mirrors]
         for entry in entries:
             try:
                 keys.append(RegistryHost.parse(Registry.parse(entry).host).key)
             except InvalidImageReference as e:
                 raise ValueError(f"allowed registry {entry!r}: {e}") from None
-        return cls(frozenset(keys))
+        return cls(frozenset(keys), own_registry is not None)
 
     def names(self, registry: RegistryHost) -> bool:
         """Whether the deployment names this registry."""
@@ -125,13 +132,17 @@ def _what_name_is(host: str) -> str | None:
 def needs_lookup(registry: RegistryHost, rules: RegistryRules) -> bool:
     """Whether `refusal` needs the addresses of the registry's host: a name the deployment does not name and
     that its name alone does not refuse."""
-    return registry.address is None and not rules.names(registry) and _what_name_is(registry.host) is None
+    return registry.address is None and not rules.names(registry) and _what_name_is(registry.host) is None \
+        and registry.registry != OWN_REGISTRY
 
 
 def refusal(registry: RegistryHost, rules: RegistryRules, addresses: Sequence[IPAddress] = ()) -> str | None:
     """Why a job's image may not come from `registry`, in the user's words; None if it may. `addresses`: what
     its host name resolves to (see `needs_lookup`); each must be public. The answer never says which address
     a name resolves to (that is the deployment's, not the user's, business)."""
+    if registry.registry == OWN_REGISTRY:
+        return None if rules.has_own else (f"{OWN_REGISTRY}/... names corral's own registry, and this deployment "
+                                           "has none")
     if rules.names(registry):
         return None
     if registry.address is not None:

@@ -160,7 +160,8 @@ class RequestInterceptor(grpc.aio.ServerInterceptor):
         def unary_response(behavior: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 token, held = None, []
-                deadline = asyncio.timeout(limits.unary_deadline_s)
+                # A client stream (an image's upload) is a long request: its servicer bounds its time.
+                deadline = asyncio.timeout(None if streaming else limits.unary_deadline_s)
                 try:
                     async with deadline:
                         request = decoded(request)

@@ -26,6 +26,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from services.common.image_refs import parse_reference
 from services.db.database import Database
 from services.policy.fair_share import UserDemand
 from services.policy.lock_contention import BIG_LOCK_LEVEL, LockInterest, Locks, locks_from_rows
@@ -206,8 +207,19 @@ async def read_queues(db: Database, looks: Mapping[str, Mapping[str, int]]
             reserve_micro_usd=int(r["reserve_micro_usd"]),
             on_demand=bool(r["on_demand"]), avoid_worker=r["avoid_instance"],
             not_before_s=int(r["not_before_ms"]) / 1000 if r["not_before_ms"] is not None else None,
-            storage_bytes=int(r["storage_bytes"] or 0)))
+            storage_bytes=int(r["storage_bytes"] or 0), image_names=image_names(r["image"])))
     return queues
+
+
+def image_names(image: str | None) -> frozenset[str]:
+    """The names a job's image may go by in a worker's cache report: as its spec writes it and, when it
+    parses, normalised (`docker.io/library/busybox:latest` for `busybox`)."""
+    if not image:
+        return frozenset()
+    try:
+        return frozenset({image, str(parse_reference(image))})
+    except ValueError:
+        return frozenset({image})
 
 
 async def snapshot_of(db: Database, pool: str, workers: Sequence[Worker], demands: Sequence[UserDemand],

@@ -239,8 +239,8 @@ class JobStore:
 
     async def mark_jobs_started(self, epoch: int, instance_name: str, jobs: list[Row],
                                 instance_products: bool = False) -> Row:
-        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation, cpu_resource?, memory_resource?,
-        instance_name?}] -> the status row (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome}
+        """MJS: [{batch_id, job_id, attempt_id, start_time_ms, isolation, image_digest?, cpu_resource?,
+        memory_resource?, instance_name?}] -> the status row (n_started) with `outcomes`, one {batch_id, job_id, attempt_id, outcome}
         per job. A row's instance_name, where given, is its attempt's instance instead of `instance_name`.
         `instance_products`: a started attempt is billed to the instance's products at their current
         prices, where its row names no resource (what the driver does)."""

@@ -1,7 +1,8 @@
 """python -m services.driver [--database-url URL] --certs-dir DIR --spec-root-url URL --data-dir DIR
 [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...] [--secrets-key-file PEM]
 [--provider gcp|azure --provider-config FILE --workers-enroll-address HOST:PORT] [--price-file FILE]
-[--default-registry URL [--default-registry-login-file FILE]] [--allowed-registries HOST[:PORT],...]"""
+[--own-registry URL [--own-registry-login-file FILE]] [--registry-mirror REGISTRY=URL]...
+[--allowed-registries HOST[:PORT],...]"""
 
 import argparse
 import asyncio
@@ -10,13 +11,16 @@ from pathlib import Path
 
 from services.common import metrics
 from services.common.entry import (
+    OWN_REGISTRY_HELP,
     add_allowed_registries,
+    add_registry_mirrors,
     add_database_url,
     add_url_settings,
     allowed_networks,
     allowed_registries,
     private_files,
 )
+from services.common.prepull import pool_images
 from services.common.registry_logins import read_login_file
 from services.common.registry_rules import RegistryRules
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
@@ -61,13 +65,17 @@ parser.add_argument("--unisolated-dev-workers", action="store_true",
                          "as their own user instead of refusing them; development only)")
 parser.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="process",
                     help="how the local workers it starts run jobs (their --runtime; default: %(default)s)")
-parser.add_argument("--default-registry", metavar="URL",
-                    help="the registry local workers pull bare image names from (http://HOST:PORT: plain HTTP)")
-parser.add_argument("--default-registry-login-file", type=Path, metavar="FILE",
-                    help="the login local workers pull from the default registry with (a JSON file, 0600: "
+parser.add_argument("--own-registry", metavar="URL",
+                    help=f"for the workers it starts: {OWN_REGISTRY_HELP} (default: none)")
+parser.add_argument("--own-registry-login-file", type=Path, metavar="FILE",
+                    help="the login local workers pull from the own registry with (a JSON file, 0600: "
                          "{\"username\": ..., \"password\": ...}); each gets a copy beside its certificate "
                          "(default: none, they pull anonymously)")
+add_registry_mirrors(parser)  # for every worker it starts
 add_allowed_registries(parser)
+parser.add_argument("--prepull", action="append", default=[], metavar="[POOL=]IMAGE[,IMAGE...]",
+                    help="images each local worker it starts (of POOL; without POOL=, of every pool) pulls into its "
+                         "cache when it starts, while it takes jobs; repeatable (default: none)")
 parser.add_argument("--worker-metrics-dir", type=Path, metavar="DIR",
                     help="local workers serve Prometheus metrics on a loopback port each, written to "
                          "DIR/worker-NAME.port (default: no worker metrics)")
@@ -124,11 +132,12 @@ try:
         cloud = cloud_setup.load(args.provider, args.provider_config, cloud_setup.WorkerBootArgs(
             args.workers_enroll_address, driver_addresses, (args.certs_dir / "ca.pem").read_text(),
             cloud_setup.cloud_worker_args(args.spec_root_url, args.worker_runtime, storage_access.to_args(),
-                                          args.default_registry, allowed_registries(args.allowed_registries),
-                                          worker_limits.to_args())))
-    RegistryRules.of(args.default_registry, allowed_registries(args.allowed_registries))
-    if args.default_registry_login_file is not None:
-        read_login_file(args.default_registry_login_file)  # a wrong or readable file stops the driver here
+                                          args.own_registry, allowed_registries(args.allowed_registries),
+                                          worker_limits.to_args(), args.registry_mirrors)))
+    RegistryRules.of(args.own_registry, allowed_registries(args.allowed_registries), args.registry_mirrors)
+    prepull = pool_images(args.prepull)
+    if args.own_registry_login_file is not None:
+        read_login_file(args.own_registry_login_file)  # a wrong or readable file stops the driver here
     price_file.load(args.price_file or price_file.SHIPPED)  # a wrong file stops the driver here, saying where
 except (OSError, ValueError) as e:
     parser.error(str(e))
@@ -143,8 +152,9 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              args.internal_address, advertise_host=args.advertise_host,
                              driver_addresses=driver_addresses,
                              ports_file=args.ports_file, unisolated_dev_workers=args.unisolated_dev_workers,
-                             default_registry=args.default_registry, worker_runtime=args.worker_runtime,
-                             default_registry_login_file=args.default_registry_login_file,
+                             own_registry=args.own_registry, worker_runtime=args.worker_runtime,
+                             own_registry_login_file=args.own_registry_login_file,
+                             registry_mirrors=tuple(args.registry_mirrors),
                              allowed_registries=allowed_registries(args.allowed_registries),
                              session=SessionSettings(args.heartbeat_interval, args.heartbeat_timeout,
                                                      args.idle_timeout),
@@ -155,5 +165,5 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
                              enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,
                              enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity),
-                             price_file=args.price_file,
+                             price_file=args.price_file, prepull=prepull,
                              price_refresh=RefreshSettings(refresh_s=args.price_refresh_interval))))

@@ -21,12 +21,14 @@ import dataclasses
 import logging
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from corral.driver.v1 import driver_service_pb2_grpc, worker_enrollment_service_pb2_grpc
 from services.common.call_limits import CallLimits
 from services.common.files import write_atomically
+from services.common.image_refs import Mirror
+from services.common.prepull import for_pool
 from services.common.processes import PidFiles
 from services.common.sealing import Opener
 from services.common.server import (
@@ -147,13 +149,15 @@ class DriverConfig:
     instead of refusing them (development only)."""
     worker_runtime: str = "process"
     """How local workers run jobs (their --runtime): process, oci or auto."""
-    default_registry: str | None = None
-    """The registry local workers pull bare image names (`busybox`) from (`http://host:port`: plain HTTP);
-    None: they know no default registry."""
-    default_registry_login_file: Path | None = None
-    """The login (a login file, services.common.registry_logins) local workers pull from the default registry
+    own_registry: str | None = None
+    """corral's own registry, what `localhost/...` names, for the workers it starts (`http://host:port`: plain
+    HTTP); None: the deployment has none."""
+    own_registry_login_file: Path | None = None
+    """The login (a login file, services.common.registry_logins) local workers pull from the own registry
     with: each worker gets a copy in its own certificate directory, as it gets its certificate. None: they
     pull from it anonymously."""
+    registry_mirrors: tuple[Mirror, ...] = ()
+    """Mirrors the workers it starts ask first (their --registry-mirror; services.worker.pull_sources)."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) local workers may pull jobs' images from although they are not public (the
     frontend's setting; services.common.registry_rules)."""
@@ -175,6 +179,9 @@ class DriverConfig:
     provider's (services.driver.pricing.price_file); None: the file shipped with corral."""
     price_refresh: RefreshSettings = RefreshSettings()
     """How often the leader reads the cloud's price catalogue, and how soon again after a failed read."""
+    prepull: Mapping[str | None, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Images the local workers it starts pull when they start (their --prepull), by pool; None: every pool
+    (services.common.prepull)."""
 
 
 @dataclasses.dataclass
@@ -213,7 +220,7 @@ def _worker_issuer(config: DriverConfig) -> WorkerIssuer | None:
 
 
 REGISTRY_LOGIN = "registry-login.json"
-"""In a local worker's certificate directory: its copy of the default registry's pull login."""
+"""In a local worker's certificate directory: its copy of the own registry's pull login."""
 
 
 def worker_certs_dir(config: DriverConfig, instance_name: str) -> Path:
@@ -242,9 +249,9 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
         else:
             WorkerIssuer(config.certs_dir).provision_worker(request.name, certs)
         login = []
-        if config.default_registry_login_file is not None:  # as private as the worker's key, beside it
-            write_atomically(certs / REGISTRY_LOGIN, config.default_registry_login_file.read_bytes(), 0o600)
-            login = ["--default-registry-login-file", str(certs / REGISTRY_LOGIN)]
+        if config.own_registry_login_file is not None:  # as private as the worker's key, beside it
+            write_atomically(certs / REGISTRY_LOGIN, config.own_registry_login_file.read_bytes(), 0o600)
+            login = ["--own-registry-login-file", str(certs / REGISTRY_LOGIN)]
         return [sys.executable, "-m", "services.worker", "--instance-name", request.name,
                 *(["--enroll-address", enroll_at] if enroll_at is not None else []),
                 "--cores-mcpu", str(request.cores_mcpu),
@@ -256,11 +263,13 @@ def local_worker_command(config: DriverConfig, own_address: Callable[[], str],
                 "--log-root-url", config.spec_root_url,
                 *(["--unisolated-dev"] if config.unisolated_dev_workers else []),
                 "--runtime", config.worker_runtime,
-                *(["--default-registry", config.default_registry] if config.default_registry else []), *login,
+                *(["--own-registry", config.own_registry] if config.own_registry else []), *login,
+                *(arg for mirror in config.registry_mirrors for arg in ("--registry-mirror", str(mirror))),
                 *(["--allowed-registries", ",".join(config.allowed_registries)] if config.allowed_registries else []),
                 *(["--metrics-address", "127.0.0.1:0", "--metrics-port-file",
                    str(config.worker_metrics_dir / f"worker-{request.name}.port")]
-                  if config.worker_metrics_dir is not None else [])]
+                  if config.worker_metrics_dir is not None else []),
+                *(["--prepull", ",".join(images)] if (images := for_pool(config.prepull, request.inst_coll)) else [])]
 
     return command
 

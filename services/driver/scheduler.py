@@ -61,6 +61,9 @@ class Dispatcher(Protocol):
     def live_instances(self) -> set[str]:
         """Names of instances whose worker holds a session with this driver."""
 
+    def images_held(self) -> Mapping[str, frozenset[str]]:
+        """Per instance, the names of the images its worker's cache holds (none known: absent)."""
+
     async def run(self, placements: Sequence[Placement]) -> None:
         """Send the Run commands (never waits on one slow worker)."""
 
@@ -190,7 +193,9 @@ class Scheduler(Loop):
         if epoch is None:
             return
         live = self._dispatcher.live_instances()
-        workers = {pool: [w for w in ws if w.name in live and w.free_cores_mcpu > 0]
+        held = self._dispatcher.images_held()
+        workers = {pool: [dataclasses.replace(w, images=held.get(w.name, frozenset())) for w in ws
+                          if w.name in live and w.free_cores_mcpu > 0]
                    for pool, ws in (await self._store.read_workers()).items()}
         workers = {pool: ws for pool, ws in workers.items() if ws}
         demand = await self._read_demand() if workers else {}

@@ -42,7 +42,7 @@ from services.common.bunches import bunches
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, PermissionDenied, RequestError
 from services.common.identity import current_principal
 from services.driver.scheduler import Placement
-from services.driver.sessions import Session, SessionRegistry, instance_token
+from services.driver.sessions import Session, SessionRegistry, instance_token, reported_names
 from services.driver.store import DriverStore
 from services.driver.worker_events import MAX_EVENTS_PER_PASS, WorkerEvents
 
@@ -279,6 +279,8 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             if kind == "draining":
                 session.draining = draining = True
                 log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
+            elif kind == "image_cache":
+                session.image_names = reported_names(message.image_cache)
             elif kind == "command_ack" and not message.command_ack.accepted:
                 # A refused RunJob's attempt stays open until the worker deactivates (draining) or the
                 # job's spec is reported as an Error (refused spec); see docs/known-limits.md.

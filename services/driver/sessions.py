@@ -53,6 +53,24 @@ class Session:
     """Why the driver ended the session (it no longer leads), once it did."""
     heard_at: float = dataclasses.field(default_factory=time.monotonic)
     """When the worker last sent anything on it (this process's monotonic clock)."""
+    image_names: frozenset[str] = frozenset()
+    """The names (references, digests) of the images the worker's cache holds, as it last reported."""
+
+
+MAX_REPORTED_IMAGES = 64
+"""Images of a worker's ImageCacheReport kept at most (the worker sends no more)."""
+MAX_REPORTED_NAMES = 16
+"""Names of one reported image kept at most."""
+MAX_IMAGE_NAME_CHARS = 255
+"""A longer reported name is dropped: no job's recorded image is longer (jobs.image)."""
+
+
+def reported_names(report: ws.ImageCacheReport) -> frozenset[str]:
+    """Every name a worker's image cache report gives its images (their digests too), within the bounds."""
+    names: set[str] = set()
+    for image in report.images[:MAX_REPORTED_IMAGES]:
+        names.update(n for n in [image.digest, *image.names[:MAX_REPORTED_NAMES]] if 0 < len(n) <= MAX_IMAGE_NAME_CHARS)
+    return frozenset(names)
 
 
 class SessionRegistry:
@@ -94,6 +112,10 @@ class SessionRegistry:
         """Instances whose worker holds a session and takes jobs (not draining): where the
         scheduler may place jobs."""
         return {name for name, session in self._sessions.items() if not session.draining}
+
+    def images_held(self) -> dict[str, frozenset[str]]:
+        """Per connected instance, the names of the images its worker's cache holds (as it last reported)."""
+        return {name: session.image_names for name, session in self._sessions.items() if session.image_names}
 
     def connected_instances(self) -> set[str]:
         """Instances whose worker holds a session, draining or not: where commands such as

@@ -245,7 +245,7 @@ class WorkerEvents:
         # instance's products in force now.
         rows = _tagged_rows(parts, starts, lambda m: {
             **_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
-            "isolation": m.job_started.isolation})
+            "isolation": m.job_started.isolation, "image_digest": m.job_started.image_digest})
         for call in _rounds(rows, _attempt_key):
             status = await self._store.mark_jobs_started(epoch, parts[call[0][0]].instance, [r for _, r in call],
                                                          instance_products=True)

@@ -1,7 +1,7 @@
 """python -m services.frontend [--database-url URL] --certs-dir DIR --auth-address HOST:PORT --spec-root-url URL
 [--driver-addresses HOST:PORT,...] [--storage-root URL_TEMPLATE]... [--callback-allow-networks CIDR,...]
-[--token-cache-s S] [--secrets-public-key-file PEM] [--default-registry URL] [--allowed-registries HOST[:PORT],...]
-[--internal-pool-size N]
+[--token-cache-s S] [--secrets-public-key-file PEM] [--own-registry URL] [--registry-mirror REGISTRY=URL]... [--allowed-registries HOST[:PORT],...]
+[--own-registry-push URL --own-registry-push-login-file FILE] [--image-import-dir DIR] [--internal-pool-size N]
 [--max-query-bytes N ...: every limit, see docs/security.md]"""
 
 import argparse
@@ -11,7 +11,9 @@ from pathlib import Path
 
 from services.common import metrics
 from services.common.entry import (
+    OWN_REGISTRY_HELP,
     add_allowed_registries,
+    add_registry_mirrors,
     add_database_url,
     add_url_settings,
     allowed_networks,
@@ -45,17 +47,29 @@ parser.add_argument("--reflect-also", default="", metavar="SERVICE,...",
                     help="services server reflection lists although another process serves them at the same "
                          "address (behind the gateway: corral.auth.v1.AuthService)")
 add_url_settings(parser, [])
-parser.add_argument("--default-registry", metavar="URL",
-                    help="the registry the workers pull bare image names (busybox) from, as they are told "
-                         "(http://HOST:PORT or https://HOST): jobs may name it whatever its address")
+parser.add_argument("--own-registry", metavar="URL",
+                    help=f"{OWN_REGISTRY_HELP}, as the workers are told: jobs may name it whatever its address "
+                         "(default: none; localhost/... is refused)")
+add_registry_mirrors(parser)  # the workers' mirrors: jobs may name them too, whatever their addresses
+parser.add_argument("--own-registry-push", metavar="URL",
+                    help="where this frontend writes into corral's own registry (http://HOST:PORT or https://HOST): "
+                         "`corral images` imports projects' images there; needs --own-registry-push-login-file")
+parser.add_argument("--own-registry-push-login-file", type=Path, metavar="FILE",
+                    help="the push login of corral's own registry: a JSON file {\"username\": ..., \"password\": ...}, "
+                         "readable by its owner only")
+parser.add_argument("--image-import-dir", type=Path, metavar="DIR",
+                    help="where image archives are held while they are imported (default: the system's temporary "
+                         "directory); room for max_concurrent_image_imports archives")
 add_allowed_registries(parser)
 Limits.add_flags(parser)
 metrics.add_arguments(parser)
 args = parser.parse_args()
 try:
-    RegistryRules.of(args.default_registry, allowed_registries(args.allowed_registries))
+    RegistryRules.of(args.own_registry, allowed_registries(args.allowed_registries), args.registry_mirrors)
 except ValueError as e:
     parser.error(str(e))
+if bool(args.own_registry_push) != bool(args.own_registry_push_login_file):
+    parser.error("--own-registry-push and --own-registry-push-login-file go together")
 if args.internal_pool_size < 1:
     parser.error("--internal-pool-size must be at least 1")
 private_files()
@@ -68,7 +82,10 @@ asyncio.run(run(FrontendConfig(args.database_url, args.certs_dir, args.auth_addr
                                callback_allow_networks=allowed_networks(args.callback_allow_networks),
                                limits=Limits.from_args(args),
                                secrets_public_key_file=args.secrets_public_key_file,
-                               default_registry=args.default_registry,
+                               own_registry=args.own_registry, registry_mirrors=tuple(args.registry_mirrors),
+                               own_registry_push=args.own_registry_push,
+                               own_registry_push_login_file=args.own_registry_push_login_file,
+                               image_import_dir=args.image_import_dir,
                                allowed_registries=allowed_registries(args.allowed_registries),
                                reflect_also=tuple(s for s in args.reflect_also.split(",") if s),
                                internal_pool_size=args.internal_pool_size)))

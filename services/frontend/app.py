@@ -12,6 +12,7 @@ import grpc
 
 from corral.batch.v1 import (
     batch_service_pb2_grpc,
+    image_service_pb2_grpc,
     job_group_service_pb2_grpc,
     job_service_pb2_grpc,
     lock_service_pb2_grpc,
@@ -33,6 +34,7 @@ from services.common.server import (
 )
 from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles
+from services.common.image_refs import Mirror
 from services.common.registry_rules import RegistryRules
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
@@ -56,7 +58,11 @@ from services.frontend.quotas import user_quotas
 from services.frontend.secret_store import SecretStore
 from services.frontend.secrets import SecretServicer
 from services.common.specs import SpecStore
+from services.common.registry_logins import read_login_file
+from services.frontend.image_access import OwnRegistryNames
 from services.frontend.image_checks import ImageChecks
+from services.frontend.images import ImageServicer
+from services.frontend.own_registry import OwnRegistry
 from services.frontend.url_checks import UrlChecks
 
 log = logging.getLogger(__name__)
@@ -99,9 +105,12 @@ class FrontendConfig:
     """Networks (CIDR) completion callbacks may reach although they are not public, e.g. 10.0.0.0/8."""
     limits: Limits = Limits()
     """What one request or one user may ask for (services.frontend.limits, docs/security.md)."""
-    default_registry: str | None = None
-    """The registry bare image names (`busybox`) are pulled from, as the workers are told
-    (`http://host:port` or `https://host`): allowed whatever its address (services.common.registry_rules)."""
+    own_registry: str | None = None
+    """corral's own registry, what `localhost/...` names, as the workers are told (`http://host:port` or
+    `https://host`): allowed whatever its address (services.common.registry_rules); None: `localhost/...` is
+    refused."""
+    registry_mirrors: tuple[Mirror, ...] = ()
+    """The workers' mirrors: allowed whatever their addresses."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) jobs' images may come from although they are not public, e.g. a registry
     on the deployment's private network; every other registry must be public."""
@@ -109,6 +118,15 @@ class FrontendConfig:
     """The public half of the deployment's key pair for job secrets (PEM; services.common.sealing): new
     secrets are sealed with it, and only the drivers' private half opens them. None: this deployment keeps
     no secrets (CreateSecret is FAILED_PRECONDITION)."""
+    own_registry_push: str | None = None
+    """The address at which this frontend writes into corral's own registry (`http://host:port` or
+    `https://host`): `corral up`'s push registry. With `own_registry_push_login_file`, ImageService imports,
+    lists and deletes projects' images there; without, it refuses (FAILED_PRECONDITION)."""
+    own_registry_push_login_file: Path | None = None
+    """The push login of corral's own registry (a login file, 0600: services.common.registry_logins)."""
+    image_import_dir: Path | None = None
+    """Where archives being imported are held (each in a private directory, removed after); None: the
+    system's temporary directory. It needs room for max_concurrent_image_imports archives."""
     reflect_also: tuple[str, ...] = ()
     """Services of the same address this frontend's server reflection lists although others serve them: behind
     the public gateway, which sends reflection here, auth's (`corral.auth.v1.AuthService`)."""
@@ -147,11 +165,15 @@ async def start(config: FrontendConfig) -> FrontendApp:
     storage = StorageRoots(config.storage_roots)
     storage.check_apart_from(config.spec_root_url)
     urls = UrlChecks(storage, CallbackRules.parse(config.callback_allow_networks))
-    images = ImageChecks(RegistryRules.of(config.default_registry, config.allowed_registries),
+    images = ImageChecks(RegistryRules.of(config.own_registry, config.allowed_registries, config.registry_mirrors),
                          config.limits.max_registries_per_request)
     limits = config.limits
     tls = TlsFiles.of(config.certs_dir, config.identity)
     sealer = Sealer.from_file(config.secrets_public_key_file) if config.secrets_public_key_file else None
+    own_registry = None
+    if config.own_registry_push and config.own_registry_push_login_file:
+        own_registry = OwnRegistry(config.own_registry_push, read_login_file(config.own_registry_push_login_file))
+    own_names = OwnRegistryNames.of(config.own_registry, config.own_registry_push)
     async with contextlib.AsyncExitStack() as stack:
         tracing = Tracing("corral-frontend", config.trace_exporter)
         stack.callback(tracing.shutdown)
@@ -179,7 +201,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
             jobs, batches, secrets = JobStore(pool), BatchStore(reads), SecretStore(reads)
             return [
                 Service("corral.batch.v1.BatchService", BatchServicer(jobs, batches, specs, notifier, urls=urls,
-                                                                      limits=limits, secrets=secrets, images=images),
+                                                                      limits=limits, secrets=secrets, images=images,
+                                                                      own_registry=own_names),
                         batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
                 Service("corral.batch.v1.JobService",
                         JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
@@ -194,6 +217,9 @@ async def start(config: FrontendConfig) -> FrontendApp:
                         lock_service_pb2_grpc.add_LockServiceServicer_to_server),
                 Service("corral.batch.v1.SecretService", SecretServicer(secrets, sealer, limits),
                         secret_service_pb2_grpc.add_SecretServiceServicer_to_server),
+                Service("corral.batch.v1.ImageService",
+                        ImageServicer(secrets, own_registry, limits, config.image_import_dir),
+                        image_service_pb2_grpc.add_ImageServiceServicer_to_server),
             ]
 
         services = services_on(db)

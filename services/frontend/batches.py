@@ -31,6 +31,7 @@ from services.common.errors import (
 )
 from services.common.telemetry import current_context_json
 from services.common.identity import Principal, current_principal
+from services.common.image_refs import ImageReference
 from services.db.database import PermissionDeniedError, ProcedureError
 from services.db.store import JobStore
 from services.frontend import query as query_language
@@ -41,6 +42,7 @@ from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
 from services.frontend.secret_store import SecretStore
 from services.common.specs import SpecStore
+from services.frontend.image_access import OwnRegistryNames, access_refusal
 from services.frontend.image_checks import ImageChecks
 from services.frontend.url_checks import UrlChecks
 from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row, secret_reference
@@ -124,7 +126,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
 
     def __init__(self, jobs: JobStore, batches: BatchStore, specs: SpecStore, notify: Notify = no_notify,
                  watcher: BatchWatcher | None = None, urls: UrlChecks | None = None, limits: Limits = Limits(),
-                 secrets: SecretStore | None = None, images: ImageChecks | None = None):
+                 secrets: SecretStore | None = None, images: ImageChecks | None = None,
+                 own_registry: OwnRegistryNames | None = None):
         self.jobs = jobs
         self.batches = batches
         self.specs = specs
@@ -134,6 +137,8 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         self.urls = urls or UrlChecks()
         self.secrets = secrets or SecretStore(batches.db)
         self.images = images or ImageChecks(max_registries=limits.max_registries_per_request)
+        self.own_registry = own_registry or OwnRegistryNames()
+        """How corral's own registry is named: its projects' images are their members' (image_access)."""
 
     # -- helpers -------------------------------------------------------------
 
@@ -239,7 +244,27 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                                  self.urls.storage_roots(billing_project), billing_project, known_regions, new_batch,
                                  await self.batches.pool_machines())
         violations += await self.images.violations(specs, field)
+        await self._check_image_access(specs, principal, field)
         return violations + await self._secret_violations(specs, billing_project, principal, field)
+
+    async def _check_image_access(self, specs: list[Any], principal: Principal, field: str) -> None:
+        """A job whose image is a billing project's in corral's own registry (`localhost/PROJECT/...`) is
+        PERMISSION_DENIED unless the submitter is a member of PROJECT (services.frontend.image_access),
+        decided on the name alone: a project that does not exist is refused alike."""
+        named: list[tuple[int, ImageReference, str]] = []
+        for i, spec in enumerate(specs):
+            if (found := self.own_registry.project_of(spec.image)) is not None:
+                named.append((i, *found))
+        if not named:
+            return
+        mine = set()
+        for project in {project for _, _, project in named}:
+            access = await self.secrets.project(project)
+            if access is not None and principal.name in access.members:
+                mine.add(project)
+        for i, reference, _ in named:
+            if (why := access_refusal(reference, self.own_registry.keys, mine)) is not None:
+                raise PermissionDenied(f"{field}[{i}].image: {why}")
 
     async def _secret_violations(self, specs: list[Any], billing_project: str, principal: Principal, field: str
                                  ) -> list[FieldViolation]:

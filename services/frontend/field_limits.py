@@ -190,6 +190,15 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}DeleteSecretRequest.name": Text(64, column="secrets.name"),
         f"{BATCH}ListSecretsRequest.page_size": page_size,
         f"{BATCH}ListSecretsRequest.page_token": page_token,
+        # ImageService (ImportImage's stream is checked message by message by the servicer: images.py)
+        f"{BATCH}ImportImageHeader.name": Text(128, by_servicer=True),
+        f"{BATCH}ImportImageHeader.tag": Text(128, by_servicer=True),
+        f"{BATCH}ImportImageRequest.chunk": Text(max_bytes=limits.max_request_bytes, setting="max_request_bytes",
+                                                 by_servicer=True),
+        f"{BATCH}DeleteImageRequest.name": Text(128),
+        f"{BATCH}DeleteImageRequest.tag": Text(128),
+        f"{BATCH}ListImagesRequest.page_size": page_size,
+        f"{BATCH}ListImagesRequest.page_token": Text(PAGE_TOKEN_CHARS * 2),  # a repository and tag, in base64
         # BillingService
         f"{BILLING}CreateBillingProjectRequest.name": Text(64, column="billing_projects.name"),
         f"{BILLING}CreateBillingProjectRequest.limit_micro_usd": Integer(0, MAX_MICRO_USD, by_servicer=True),
@@ -213,4 +222,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         table[f"{BILLING}{request}Request.billing_project"] = project
     for request in ("CreateSecret", "ListSecrets", "DeleteSecret"):
         table[f"{BATCH}{request}Request.billing_project"] = Text(100, column="secrets.billing_project")
+    table[f"{BATCH}ImportImageHeader.billing_project"] = Text(100, column="billing_projects.name", by_servicer=True)
+    for request in ("ListImages", "DeleteImage"):
+        table[f"{BATCH}{request}Request.billing_project"] = project
     return table

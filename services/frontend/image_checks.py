@@ -1,6 +1,8 @@
 """The images of a submission, checked before anything is written: each reference must be one
-(services.common.image_refs), and its registry one a job may pull from (services.common.registry_rules),
-the host names resolved now.
+(services.common.image_refs: `Busybox`, `busybox:` and a malformed digest are refused, one line each), and
+its registry one a job may pull from (services.common.registry_rules), the host names resolved now. A bare
+name is Docker Hub's (`docker.io`); `localhost/...` is corral's own registry, refused when the deployment
+has none.
 
 A name that does not resolve, or not within the resolver's time, is accepted: the worker checks the
 registry again, resolving it itself, right before each pull (services.worker.egress), so a name that
@@ -17,7 +19,7 @@ from collections.abc import Sequence
 from corral.batch.v1 import job_spec_pb2 as spec_pb
 from services.common.callback_hosts import Resolve, SystemResolver, Unresolved
 from services.common.errors import FieldViolation
-from services.common.image_refs import InvalidImageReference, named_registry
+from services.common.image_refs import DOCKER_HUB, OWN_REGISTRY, InvalidImageReference, parse_reference
 from services.common.registry_rules import RegistryHost, RegistryRules, needs_lookup, refusal
 from services.common.urls import IPAddress
 
@@ -30,8 +32,8 @@ class ImageChecks:
                  resolve: Resolve | None = None):
         self.rules = rules
         self.max_registries = max_registries
-        """Most registries the jobs of one request may name (bare names, the default registry's, aside):
-        each may cost a DNS lookup."""
+        """Most registries the jobs of one request may name (Docker Hub's and the own registry aside): each may
+        cost a DNS lookup."""
         self._own_resolver = SystemResolver() if resolve is None else None
         self._resolve: Resolve = resolve or self._own_resolver  # type: ignore[assignment]
 
@@ -46,19 +48,22 @@ class ImageChecks:
             if not spec.image.strip():
                 continue
             try:
-                registry = named_registry(spec.image)
-                if registry is not None and registry not in hosts:
+                registry = parse_reference(spec.image).registry
+                if registry not in hosts:
                     hosts[registry] = RegistryHost.parse(registry)
             except InvalidImageReference as e:
                 violations.append(FieldViolation(f"{field}[{i}].image", str(e)))
                 continue
-            if registry is not None:
-                by_registry.setdefault(registry, []).append(i)
-        if len(by_registry) > self.max_registries:
+            by_registry.setdefault(registry, []).append(i)
+        # Docker Hub (every bare name's) and corral's own (`localhost/...`) are not looked up, nor counted: a
+        # submission of `busybox` should not wait on DNS (nor fail offline), and the worker checks every
+        # registry again before each pull all the same.
+        counted = [registry for registry in by_registry if registry not in (DOCKER_HUB, OWN_REGISTRY)]
+        if len(counted) > self.max_registries:
             return violations + [FieldViolation(
-                field, f"the jobs name {len(by_registry)} registries: at most {self.max_registries} in one request "
+                field, f"the jobs name {len(counted)} registries: at most {self.max_registries} in one request "
                        "(max_registries_per_request)")]
-        lookups = [registry for registry in by_registry if needs_lookup(hosts[registry], self.rules)]
+        lookups = [registry for registry in counted if needs_lookup(hosts[registry], self.rules)]
         resolved = dict(zip(lookups, await asyncio.gather(*(self._addresses(hosts[r]) for r in lookups))))
         for registry, jobs in by_registry.items():
             if (why := refusal(hosts[registry], self.rules, resolved.get(registry, []))) is not None:

@@ -11,6 +11,7 @@ from typing import Any
 from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_spec_pb2, job_state_pb2
+from services.common.image_refs import InvalidImageReference, parse_reference
 from services.frontend.explain import Reason
 
 JOB_STATES = {
@@ -83,6 +84,15 @@ def resolved_spec(spec: job_spec_pb2.JobSpec, job_group_id: int, parents: list[d
     return resolved
 
 
+def normalized_image(image: str) -> str:
+    """`image` as every container tool reads it (`busybox` is `docker.io/library/busybox:latest`); '' if it
+    is not a reference (no image, or one stored before submissions were checked)."""
+    try:
+        return str(parse_reference(image))
+    except InvalidImageReference:
+        return ""
+
+
 def attempt_proto(row: dict[str, Any]) -> job_pb2.Attempt:
     """An attempt row of JobReadStore."""
     ended = row["end_time_ms"] is not None
@@ -99,7 +109,8 @@ def attempt_proto(row: dict[str, Any]) -> job_pb2.Attempt:
         else job_pb2.ATTEMPT_END_REASON_UNSPECIFIED,
         exit_code=row["exit_code"], error_message=row["error_message"] or "", resources_used=usage,
         cost_micro_usd=micro_usd(row["cost_usd"]), isolation=row["isolation"] or "",
-        retry_reason=row["retry_reason"] or "", retry_delay=_duration(row["retry_delay_ms"]))
+        image_digest=row["image_digest"] or "", retry_reason=row["retry_reason"] or "",
+        retry_delay=_duration(row["retry_delay_ms"]))
 
 
 def _duration(ms: int | None) -> duration_pb2.Duration | None:

@@ -38,7 +38,7 @@ LEFT JOIN job_reruns rr ON rr.batch_id = j.batch_id AND rr.job_id = j.job_id
 _ATTEMPT_SELECT = """
 SELECT a.batch_id, a.job_id, a.attempt_id, a.instance_name, a.start_time_ms, a.end_time_ms, a.rollup_time_ms,
        a.reason, a.exit_code, a.error_message, a.isolation, a.cpu_time_ms, a.peak_memory_bytes, i.region,
-       a.retry_reason, a.retry_delay_ms,
+       a.retry_reason, a.retry_delay_ms, a.image_digest,
        i.ip_address, i.state AS instance_state, COALESCE(i.preemptible, c.preemptible, FALSE) AS preemptible,
        jt.cores_mcpu,
        -- What the attempt reserved (an out-of-memory retry grows the job's memory for the next one).

@@ -27,7 +27,13 @@ from services.frontend.access import readable_batch
 from services.frontend.batch_store import BatchStore
 from services.frontend.explain import explain
 from services.frontend.explain_store import ExplainStore
-from services.frontend.job_protos import attempt_proto, explanation_proto, job_proto, resolved_spec
+from services.frontend.job_protos import (
+    attempt_proto,
+    explanation_proto,
+    job_proto,
+    normalized_image,
+    resolved_spec,
+)
 from services.frontend.job_store import JobReadStore
 from services.frontend.limits import Limits
 from services.frontend.logs import (
@@ -120,6 +126,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
                 spec = await self.specs.read(row["spec_ref"])
                 job.spec.CopyFrom(resolved_spec(spec, row["job_group_id"],
                                                 await self.jobs.parents(request.batch_id, request.job_id)))
+                job.normalized_image = normalized_image(spec.image)
             except FileNotFoundError:
                 log.warning("spec of job %d/%d is missing at %s", request.batch_id, request.job_id, row["spec_ref"])
         job.attempts.extend(attempt_proto(a) for a in await self.jobs.attempts(request.batch_id, request.job_id))

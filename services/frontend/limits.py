@@ -106,6 +106,20 @@ class Limits:
     max_secret_bytes: int = 65_536
     """Bytes of one secret's contents, its files together (so also of any one file)."""
 
+    # -- images (ImageService: `corral images import`) -----------------------------
+
+    max_image_import_bytes: int = 4 * 1024**3
+    """Bytes of one imported image archive (ImportImage); one more is RESOURCE_EXHAUSTED. The frontend
+    holds the archive in a temporary file while it copies it into the registry."""
+    max_image_layers: int = 128
+    """Layers of one imported image; more is INVALID_ARGUMENT (squash the image)."""
+    max_image_import_s: float = 1800.0
+    """Longest one import may take, receiving the archive and copying it into the registry
+    (DEADLINE_EXCEEDED)."""
+    max_concurrent_image_imports: int = 2
+    """Imports one frontend replica runs at once, whoever sends them (each holds an archive on its
+    disk); one more is RESOURCE_EXHAUSTED, to be tried again."""
+
     # -- work: how much one batch, user or project may hold ----------------------
 
     max_jobs_per_batch: int = 1_000_000

@@ -15,6 +15,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from corral.batch.v1 import (
     batch_service_pb2,
+    image_service_pb2,
     job_group_service_pb2,
     job_service_pb2,
     lock_service_pb2,
@@ -32,6 +33,7 @@ SERVICES: tuple[ServiceDescriptor, ...] = (
     lock_service_pb2.DESCRIPTOR.services_by_name["LockService"],
     billing_service_pb2.DESCRIPTOR.services_by_name["BillingService"],
     secret_service_pb2.DESCRIPTOR.services_by_name["SecretService"],
+    image_service_pb2.DESCRIPTOR.services_by_name["ImageService"],
 )
 """Every public service the frontend serves."""
 

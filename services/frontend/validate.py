@@ -457,6 +457,10 @@ def job_group_rows(specs: Sequence[Any], block: UpdateBlock, first_index: int, f
     return groups, violations
 
 
+IMAGE_COLUMN_CHARS = 255
+"""jobs.image is VARCHAR(255): the scheduler's hint of the job's image (migration 0026)."""
+
+
 def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: str,
             pools: Mapping[str, PoolMachine] | None = None) -> dict[str, Any]:
     """The insert_jobs JSON object of one valid job. A key whose value is insert_jobs' default is left out:
@@ -474,6 +478,8 @@ def job_row(spec: spec_pb.JobSpec, job_id: int, block: UpdateBlock, spec_ref: st
         row["job_group_id"] = block.start_job_group_id + spec.job_group.in_update_index
     if spec.always_run:
         row["always_run"] = True
+    if 0 < len(spec.image) <= IMAGE_COLUMN_CHARS:  # a longer one is only in the spec: the job goes first-fit
+        row["image"] = spec.image
     if spec.regions:
         row["regions"] = list(spec.regions)
     if spec.priority:

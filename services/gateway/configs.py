@@ -244,12 +244,18 @@ def _routes(services: list[RoutedService], timeout_s: float, auth_token: str | N
         for method in service.streaming_methods:
             # A stream is a long request, not an idle one: no call timeout, and no idle timeout (a quiet
             # WatchBatch sends nothing for hours; a vanished client is found by PINGs and TCP keepalives).
+            unlimited = {"typed_per_filter_config": {BODY_SIZE_LIMIT: {
+                "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}}} \
+                if method in service.client_streaming_methods else {}
             routes.append({"match": {"path": f"/{service.name}/{method}"},
                            "route": {"cluster": service.upstream, "timeout": "0s", "idle_timeout": "0s"},
-                           **headers})
+                           **headers, **unlimited})
         routes.append({"match": {"prefix": f"/{service.name}/"},
                        "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}, **headers})
     return routes
+
+
+BODY_SIZE_LIMIT = "envoy.filters.http.body_size_limit"
 
 
 def _router() -> Config:
@@ -261,7 +267,7 @@ def _body_size_limit(deployment: Deployment) -> Config:
     """Refuse (413) a request whose body, REST or gRPC, is larger than the limit, before any service
     reads it. (The transcoder's own limit only holds what it buffers, and a REST body is streamed.)"""
     return {
-        "name": "envoy.filters.http.body_size_limit",
+        "name": BODY_SIZE_LIMIT,
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.body_size_limit.v3.BodySizeLimit",
             "max_request_bytes": deployment.limits.max_request_bytes,

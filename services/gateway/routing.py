@@ -41,6 +41,9 @@ class RoutedService:
     """'auth', 'frontend' or 'driver'."""
     streaming_methods: tuple[str, ...]
     """Methods that stream (either way): their routes have no timeout."""
+    client_streaming_methods: tuple[str, ...] = ()
+    """Methods whose requests stream (an image's upload): their gRPC routes have no body size limit, as the
+    service bounds what it reads itself (REST bodies keep the limit: they are routed by their REST path)."""
 
 
 def _routed(files: Iterable[descriptor_pb2.FileDescriptorProto], upstream_of: dict[str, str],
@@ -59,7 +62,8 @@ def _routed(files: Iterable[descriptor_pb2.FileDescriptorProto], upstream_of: di
                                      f"add it to services.gateway.routing.PUBLIC_UPSTREAMS")
                 continue
             streaming = tuple(m.name for m in service.method if m.client_streaming or m.server_streaming)
-            found.append(RoutedService(name, upstream, streaming))
+            uploads = tuple(m.name for m in service.method if m.client_streaming and not m.server_streaming)
+            found.append(RoutedService(name, upstream, streaming, uploads))
     return sorted(found, key=lambda s: s.name)
 
 

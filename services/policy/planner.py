@@ -36,6 +36,7 @@ A cycle, per pool:
    - OVER_FAIR_SHARE: its user's fair share of this cycle is used up;
 4. a job placed goes first-fit onto the workers in order, takes their cores,
    memory and storage, and holds its locks for the jobs after it;
+   all else equal, it goes to a worker that already holds its image (`_warm`);
 5. the jobs of a user's queue beyond what the cycle looks at wait with
    QUEUED_BEHIND_OWN_JOBS.
 """
@@ -93,6 +94,9 @@ class Candidate:
     """Its retry back-off: it waits until then (the clock of `Snapshot.now_s`)."""
     storage_bytes: int = 0
     """The scratch storage it reserves."""
+    image_names: frozenset[str] = frozenset()
+    """Names of its image (as its spec writes it, and normalised): a worker whose cache holds an image by one
+    of them starts it sooner. Empty: not known."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +113,8 @@ class Worker:
     free_storage_bytes: int | None = None
     """Its scratch storage less what its open attempts reserved; None: the worker did not say how much it has,
     storage is then not checked there."""
+    images: frozenset[str] = frozenset()
+    """Names of the images its cache holds (references they were pulled as, digests), as it last reported."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -355,6 +361,26 @@ def _order(queue: Sequence[Candidate], running: Mapping[str, HeldLocks], now_s: 
 
 def plan(snapshot: Snapshot) -> Plan:
     """Placements for this cycle and, for every other candidate, the first rule that stopped it."""
+    first_fit = _plan(snapshot, prefer_holders=False)
+    if not _warm(snapshot):
+        return first_fit
+    # A job goes to a worker holding its image only "all else equal": when that changes which worker, never
+    # which jobs start or why the others wait. Going there can leave a worker too full for a later job that
+    # first-fit would have placed; then the cycle is planned first-fit.
+    preferring = _plan(snapshot, prefer_holders=True)
+    return preferring if preferring.waits == first_fit.waits else first_fit
+
+
+def _warm(snapshot: Snapshot) -> bool:
+    """Whether some worker holds some candidate's image (else preferring holders changes nothing)."""
+    held = frozenset().union(*(w.images for w in snapshot.workers))
+    return bool(held) and any(not job.image_names.isdisjoint(held)
+                              for queue in snapshot.queues.values() for job in queue)
+
+
+def _plan(snapshot: Snapshot, prefer_holders: bool) -> Plan:
+    """`plan`, each job going first-fit, or to the first worker with room that holds its image if
+    `prefer_holders` (first-fit where none does)."""
     demands = list(snapshot.demands)
     allocation = _allocation(snapshot.workers, demands)
     looked_at = _depths(allocation, demands, snapshot.jobs_per_cycle)
@@ -390,7 +416,10 @@ def plan(snapshot: Snapshot) -> Plan:
                         and _never_fits(job, budget):
                     never_fit.append(job.key)
                 continue
-            where = next((w for w in _eligible(job, snapshot.workers) if free[w.name].fits(job)), None)
+            eligible = _eligible(job, snapshot.workers)
+            where = next((w for w in eligible if not job.image_names.isdisjoint(w.images) and free[w.name].fits(job)),
+                         None) if prefer_holders and job.image_names else None
+            where = where or next((w for w in eligible if free[w.name].fits(job)), None)
             if where is None:
                 sizes = [f"{_cores(job.cores_mcpu)} cores"]
                 sizes += [f"{job.memory_bytes} bytes of memory"] if job.memory_bytes else []

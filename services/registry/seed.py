@@ -1,6 +1,6 @@
 """The images corral seeds its registry with, built from Debian packages, offline: busybox (here) and the
 Debian base images (services.registry.base_images), each in `docker.io/library/NAME` of the registry, the
-repository of Docker Hub's official image of that name.
+repository of Docker Hub's official image of that name (the registry is docker.io's mirror).
 
 `busybox:latest` is Debian's static busybox (`busybox-static`) in an otherwise empty root
 filesystem: `/bin/busybox`, a symbolic link to it for each applet where busybox itself would install
@@ -45,8 +45,9 @@ GROUP = "root:x:0:\nnogroup:x:65534:\n"
 BUILDS_AT_ONCE = 2
 """Base images built at once at a first start: a Debian build waits on the mirror and on dpkg in turn, so two
 at once took 91 s where one after the other took 103-128 s on a 2-core machine (docs/images.md)."""
-NAMESPACE = "docker.io/library"
-"""Where the seed images are in the registry: corral's mirror of Docker Hub's official images."""
+SEED_NAMESPACE = "docker.io/library"
+"""Where the seed images go in the registry: its mirror of Docker Hub's official images, so that `busybox`
+(`docker.io/library/busybox`) is served by the registry as docker.io's mirror (services.worker.pull_sources)."""
 
 
 class BaseImageError(RuntimeError):
@@ -204,18 +205,16 @@ def _push(layout: Path, tag: str, reference: str, plain_http: bool, login: Crede
               f"oci:{layout}:{tag}", f"docker://{reference}"])
 
 
-def references(registry: str, image: BaseImage) -> list[tuple[str, str]]:
-    """(tag, `registry/docker.io/library/NAME:TAG`) for each of the image's tags: where Docker Hub's official
-    image of that name would be, in corral's mirror of Docker Hub. busybox is also at `registry/busybox:latest`,
-    where bare names resolved before they were read as Docker Hub's."""
-    found = [(tag, f"{registry}/{NAMESPACE}/{image.name}:{tag}") for tag in image.tags]
-    return [("latest", f"{registry}/busybox:latest"), *found] if image.name == "busybox" else found
+def references(registry: str, image: BaseImage, namespace: str = SEED_NAMESPACE) -> list[tuple[str, str]]:
+    """(tag, `registry/NAMESPACE/NAME:TAG`) for each of the image's tags: by default where Docker Hub's
+    official image of that name is in corral's mirror of Docker Hub (`docker.io/library/python:3.11`)."""
+    return [(tag, f"{registry}/{namespace}/{image.name}:{tag}") for tag in image.tags]
 
 
 def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None,
-         images: Sequence[str] = ("busybox",), say: Callable[[str], None] | None = None,
-         prune: bool = True) -> list[Seeded]:
-    """Make `registry` (host:port) serve `images` (names of BASE_IMAGES) under each of their references,
+         namespace: str = SEED_NAMESPACE, images: Sequence[str] = ("busybox",),
+         say: Callable[[str], None] | None = None, prune: bool = True) -> list[Seeded]:
+    """Make `registry` (host:port) serve `images` (names of BASE_IMAGES) under `namespace`, each of their tags,
     building them in `cache_dir` if needed, BUILDS_AT_ONCE at a time (`prune`: keeping only the newest build
     of each there); pushed (and read) with `login`, given to skopeo in an auth file (never on its command
     line). `say` is told of each build, before and after (the first start of `corral up` takes minutes), and
@@ -249,7 +248,7 @@ def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credent
         found = list(builds.map(built, chosen))
     seeded = []
     for (image, _, _), layout in zip(chosen, found):
-        for tag, reference in references(registry, image):
+        for tag, reference in references(registry, image, namespace):
             pushed = registry_digest(reference, plain_http, login) != layout.digest
             if pushed:
                 _push(layout.layout, tag, reference, plain_http, login)

@@ -28,8 +28,10 @@ The data directory (docs/security.md):
       secrets/       0700: the database passwords (admin and one per service) and job-secrets.key, the key
                      pair job secrets are sealed for (made once: without it no stored secret opens)
       mariadb/       0700: the private server, its data and its socket
-      registry/      0700: the loopback registry's two processes (pull: read-only, push), their storage/, logins/
+      registry/      0700: the loopback registry's two processes (pull: read-only, push), their ports.json (the
+                     same at every start), storage/, logins/
                      (0700: the pull and push logins, only this account's) and seed/ (the seed images' build)
+      imports/       0700: image archives the frontend is importing (`corral images import`), emptied at start
       run/           the ports files, up.lock (one `corral up` per data directory), pids/ (a pid file per process)
       blobs/ logs/ workers/ ...   created by the services, private to them (umask 077)
 """
@@ -50,15 +52,18 @@ from pathlib import Path
 from corral.cli_config import ADMIN_PROFILE, Profile, write_server_profile
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
+from services.common.image_refs import DOCKER_HUB, Mirror
 from services.common.lifeline import Lifeline
 from services.common.parent_death import launcher
+from services.common.prepull import to_args as prepull_args
 from services.common.processes import PidFiles, Recorded, end_processes
 from services.common.worker_limits import WorkerLimits, deployment_of_data_dir
 from services.driver.leader import LeaseSettings
 from services.registry.local import LocalRegistry
 from services.registry.seed import seed
 from services.up import database, gateway
-from services.up.certificates import GATEWAY_TOKEN_FILE, REGISTRY_LOGIN, certificates, secrets_keys
+from services.up.certificates import (GATEWAY_TOKEN_FILE, REGISTRY_LOGIN, REGISTRY_PUSH_LOGIN, certificates,
+                                      secrets_keys)
 from services.up.config import UpConfig
 from services.up.metrics import METRICS_IDENTITY, write_metrics_targets
 from services.up.ports import free_port
@@ -161,6 +166,13 @@ def _storage_roots(config: UpConfig, data: Path) -> tuple[str, ...]:
     return (f"file://{storage}/{{project}}/",)
 
 
+def registry_mirrors(config: UpConfig, registry_url: str) -> tuple[Mirror, ...]:
+    """The workers' mirrors: the configured ones, and the own registry as docker.io's unless one is."""
+    if any(mirror.registry == DOCKER_HUB for mirror in config.registry_mirrors):
+        return config.registry_mirrors
+    return (*config.registry_mirrors, Mirror.parse(f"{DOCKER_HUB}={registry_url}/{DOCKER_HUB}"))
+
+
 def start(config: UpConfig) -> Running:
     """Bring everything up; on failure, stop what was started and re-raise."""
     if problems := config.storage_access.problems():
@@ -191,18 +203,32 @@ def start(config: UpConfig) -> Running:
                 "--callback-allow-networks", ",".join(config.callback_allow_networks)]
         asyncio.run(database.configure_pools(database_url, config.worker_cores, config.max_workers))
         registry_login: list[str] = []
+        registry_push: list[str] = []
         if config.registry_url is not None:
             registry, registry_url = None, config.registry_url
         else:
-            # Started now and seeded while the services start: it adds little to the time to ready.
-            registry = LocalRegistry.prepare(data / "registry", free_port, launcher(), logs)
+            # Started now and seeded while the services start: it adds little to the time to ready. Its ports
+            # are the same at every start (DATA/registry/ports.json): users name its address.
+            registry = LocalRegistry.prepare(data / "registry", free_port, launcher(), logs, config.registry_port)
             for server in registry.servers:
                 supervisor.start(server)
             registry_url = registry.pull.url
             # The drivers hand the pull login to their workers (as they hand them certificates).
             write_atomically(certs["driver"] / REGISTRY_LOGIN, registry.pull_login_file.read_bytes(), 0o600)
-            registry_login = ["--default-registry-login-file", str(certs["driver"] / REGISTRY_LOGIN)]
+            registry_login = ["--own-registry-login-file", str(certs["driver"] / REGISTRY_LOGIN)]
+            # The frontend imports projects' images (`corral images import`) through the push registry.
+            write_atomically(certs["frontend"] / REGISTRY_PUSH_LOGIN, registry.push_login_file.read_bytes(), 0o600)
+            # Archives being imported wait on the data directory's disk (not a tmpfs /tmp); a frontend that was
+            # killed mid-import left its directory there, and none runs now.
+            imports = data / "imports"
+            shutil.rmtree(imports, ignore_errors=True)
+            imports.mkdir(mode=0o700)
+            registry_push = ["--own-registry-push", registry.push.url,
+                             "--own-registry-push-login-file", str(certs["frontend"] / REGISTRY_PUSH_LOGIN),
+                             "--image-import-dir", str(imports)]
         allowed = ["--allowed-registries", ",".join(config.allowed_registries)]
+        mirrors = [arg for mirror in registry_mirrors(config, registry_url)
+                   for arg in ("--registry-mirror", str(mirror))]
         env = dict(os.environ)
         env.pop(DATABASE_URL_VARIABLE, None)
         if config.trace:
@@ -240,10 +266,11 @@ def start(config: UpConfig) -> Running:
             session += ["--idle-timeout", str(config.idle_timeout_s)]
         if config.unisolated_dev:
             session += ["--unisolated-dev-workers"]
-        session += ["--default-registry", registry_url, *registry_login, *allowed,
+        session += ["--own-registry", registry_url, *registry_login, *allowed, *mirrors,
                     "--worker-runtime", config.worker_runtime]
         if running.metrics_dir is not None and config.provider == "local":  # a cloud's workers are not here
             session += ["--worker-metrics-dir", str(running.metrics_dir)]
+        session += prepull_args(config.prepull)
 
         # Every part keeps its address across restarts: the others were told it once.
         auth_public, auth_internal = free_port(), free_port()
@@ -289,7 +316,7 @@ def start(config: UpConfig) -> Running:
                  "--driver-addresses", driver_addresses, "--secrets-public-key-file", str(secrets_public_key),
                  # Behind the gateway, people's reflection reaches the frontend alone.
                  *(["--reflect-also", "corral.auth.v1.AuthService"] if config.gateway else []), *urls,
-                 "--default-registry", registry_url, *allowed])
+                 "--own-registry", registry_url, *registry_push, *allowed, *mirrors])
         if registry is not None:
             registry.wait_ready()
             seed_dir = config.base_image_cache or data / "registry" / "seed"

@@ -37,6 +37,9 @@ anew at each start (its config holds it too, in DATA/gateway, 0600)."""
 REGISTRY_LOGIN = "registry-login.json"
 """In the drivers' certificate directory: the pull login of corral up's registry, which the local provider
 copies into each worker's certificate directory (services.registry.local)."""
+REGISTRY_PUSH_LOGIN = "registry-push-login.json"
+"""In the frontend's certificate directory: the push login of corral up's registry, with which it imports
+projects' images (`corral images import`); no other service holds it (services.registry.local)."""
 SECRETS_KEY = "job-secrets.key"
 SECRETS_PUBLIC_KEY = "job-secrets.pub"
 

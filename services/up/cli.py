@@ -10,8 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from corral.errors import UsageError
-from services.common.entry import add_allowed_registries, add_url_settings, allowed_networks, allowed_registries
+from services.common.entry import (
+    add_allowed_registries,
+    add_registry_mirrors,
+    add_url_settings,
+    allowed_networks,
+    allowed_registries,
+)
 from services.common.image_refs import InvalidImageReference, Registry
+from services.common.prepull import pool_images
 from services.common.registry_rules import RegistryRules
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits, deployment_of_data_dir
@@ -45,10 +52,18 @@ def _up(args: argparse.Namespace) -> int:
         raise UsageError(f"--provider-config {args.provider_config}: no such file")
     if args.provider == "local" and args.provider_config is not None:
         raise UsageError("--provider-config is for --provider gcp or azure")
+    if args.registry is not None and args.registry_port is not None:
+        raise UsageError("--registry-port is the port of the registry corral up runs; with --registry it runs none")
+    if args.registry_port == 0:
+        raise UsageError("--registry-port 0: the registry keeps one port across starts; name one (1-65535)")
     gateway_limits = gateway_limits_of(args)
     registries = allowed_registries(args.allowed_registries)
     try:
-        RegistryRules.of(args.registry, registries)
+        prepull = pool_images(args.prepull)
+    except ValueError as e:
+        raise UsageError(f"--prepull: {e}") from None
+    try:
+        RegistryRules.of(args.registry, registries, args.registry_mirrors)
     except ValueError as e:
         raise UsageError(f"--allowed-registries: {e}") from None
     # Unset ports keep UpConfig's defaults (the help names them: this module imports no server code).
@@ -66,10 +81,13 @@ def _up(args: argparse.Namespace) -> int:
                                   **({} if args.base_images is None else {"base_images": args.base_images}),
                                   base_image_cache=(args.base_image_cache.expanduser().resolve()
                                                     if args.base_image_cache else None),
+                                  registry_port=args.registry_port,
+                                  registry_mirrors=tuple(args.registry_mirrors),
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
                                   provider_config=args.provider_config.resolve() if args.provider_config else None,
-                                  gateway_limits=gateway_limits, worker_limits=worker_limits, **ports))
+                                  gateway_limits=gateway_limits, worker_limits=worker_limits, prepull=prepull,
+                                  **ports))
 
 
 GATEWAY_LIMITS = {
@@ -182,9 +200,15 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "restarts in a row that do not serve (ready, then up 2 s), stop everything and exit 1 "
                          "(default: %(default)s)")
     up.add_argument("--registry", metavar="URL", type=_registry_url,
-                    help="the registry jobs' bare image names (busybox) come from: http://HOST:PORT (plain HTTP) "
-                         "or https://HOST; default: a registry corral up runs on loopback in DATA_DIR/registry, "
-                         "seeded with the base images (--base-images)")
+                    help="corral's own registry, what image references name localhost/... (and, unless "
+                         "--registry-mirror says otherwise, the mirror of docker.io under URL/docker.io): "
+                         "http://HOST:PORT (plain HTTP) or https://HOST; default: a registry corral up runs on "
+                         "loopback in DATA_DIR/registry, seeded with the base images (--base-images)")
+    up.add_argument("--registry-port", type=_port, metavar="PORT",
+                    help="the port on 127.0.0.1 of the registry corral up runs (not with --registry); kept in "
+                         "DATA_DIR/registry/ports.json, so its address is the same at every start (default: the "
+                         "port chosen at the first start)")
+    add_registry_mirrors(up)
     up.add_argument("--base-images", metavar="NAMES", type=_base_images,
                     help="the base images to build (once, kept in DATA_DIR/registry/seed) and seed the registry "
                          "with, comma-separated, '' for none; the first start takes minutes for the Debian ones "
@@ -195,6 +219,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                          "naming DIR shares them, so each is built once per machine (default: "
                          "$CORRAL_BASE_IMAGE_CACHE)")
     add_allowed_registries(up)
+    up.add_argument("--prepull", action="append", default=[], metavar="[POOL=]IMAGE[,IMAGE...]",
+                    help="images each worker (of POOL; without POOL=, of every pool) pulls when it starts, while it "
+                         "takes jobs, so the first job of each starts without waiting for its pull; a failed pull "
+                         "is logged, not fatal; repeatable (default: none)")
     up.add_argument("--provider", choices=("local", "gcp", "azure"), default="local",
                     help="who makes the workers' machines: local worker processes, or a cloud's machines (gcp, "
                          "azure), which enroll through the internal gateway (default: %(default)s)")

@@ -4,8 +4,10 @@ means; the CLI (services.up.cli) builds it from the flags, and services.up.app.s
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
+from services.common.image_refs import Mirror
 from services.common.storage_access import StorageAccess
 from services.common.worker_limits import WorkerLimits
 from services.gateway.deployment import Limits
@@ -53,8 +55,14 @@ class UpConfig:
     restart_policy: RestartPolicy = RestartPolicy()
     """When a process that died is started again, and when `corral up` gives up and stops."""
     registry_url: str | None = None
-    """The workers' default registry (`http://host:port` for plain HTTP, else HTTPS), instead of running
-    and seeding one in the data directory."""
+    """corral's own registry, what `localhost/...` names (`http://host:port` for plain HTTP, else HTTPS),
+    instead of running and seeding one in the data directory."""
+    registry_port: int | None = None
+    """The port of the registry `corral up` runs (its pull address, `127.0.0.1:PORT`, which jobs and the
+    workers' caches name); None: the one kept in DATA/registry/ports.json, chosen at the first start."""
+    registry_mirrors: tuple[Mirror, ...] = ()
+    """The workers' mirrors (--registry-mirror); unless one is for docker.io, `corral up` adds
+    `docker.io=<own registry>/docker.io`: the own registry serves the images it holds under `docker.io/`."""
     base_images: tuple[str, ...] = ("busybox", "debian", "python", "openjdk")
     """The base images (services.registry.seed.BASE_IMAGES) `corral up` builds, once, and seeds its registry
     with at each start, in `docker.io/library/NAME` (none with `registry_url`): building all four takes
@@ -65,7 +73,7 @@ class UpConfig:
     test suite's, from $CORRAL_BASE_IMAGE_CACHE)."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) jobs' images may come from although they are not public (the frontend's and
-    the drivers' --allowed-registries); the default registry is allowed anyway."""
+    the drivers' --allowed-registries); the own registry and the mirrors are allowed anyway."""
     worker_runtime: str = "auto"
     """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
     metrics: bool = False
@@ -87,6 +95,8 @@ class UpConfig:
     gateway_limits: Limits = Limits()
     """What the gateways hold clients to (connections, timeouts, sizes); the connection cap is lowered to what
     this process may give Envoy in file descriptors (services.gateway.envoy_process.fitting)."""
+    prepull: Mapping[str | None, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Images each local worker pulls when it starts, by pool (None: every pool); the drivers' --prepull."""
     worker_limits: WorkerLimits | None = None
     """What jobs may take of the workers' hosts (processes, how often storage is checked), handed to the drivers
     for every worker they start; None: the defaults, the deployment named after the data directory

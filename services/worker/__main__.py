@@ -18,7 +18,14 @@ import sys
 from pathlib import Path
 
 from services.common import metrics
-from services.common.entry import add_allowed_registries, allowed_registries, private_files
+from services.common.entry import (
+    OWN_REGISTRY_HELP,
+    add_allowed_registries,
+    add_registry_mirrors,
+    allowed_registries,
+    private_files,
+)
+from services.common.prepull import MAX_IMAGES as MAX_PREPULL_IMAGES, images_argument as prepull_images
 from services.common.storage_access import StorageAccess, add_arguments as add_storage_access
 from services.common.worker_limits import WorkerLimits, add_arguments as add_worker_limits
 from services.driver.providers.worker_metadata import WorkerBootstrap
@@ -70,16 +77,18 @@ parser.add_argument("--driver-silence", type=float, default=WorkerConfig.driver_
 parser.add_argument("--unisolated-dev", action="store_true",
                     help="when not root, run jobs unisolated as this worker's own user instead of refusing them "
                          "(development only: a job can then read everything the worker can)")
-parser.add_argument("--default-registry", metavar="URL",
-                    help="where bare image names (busybox) are pulled from: http://HOST:PORT (plain HTTP) or "
-                         "https://HOST (default: none; jobs name their images' registries)")
-parser.add_argument("--default-registry-login-file", type=Path, metavar="FILE",
-                    help="pull from the default registry with this login when a job brings none: a JSON file, "
-                         "0600, {\"username\": ..., \"password\": ...} (default: anonymously)")
+parser.add_argument("--own-registry", metavar="URL", help=f"{OWN_REGISTRY_HELP} (default: none)")
+parser.add_argument("--own-registry-login-file", type=Path, metavar="FILE",
+                    help="pull from the own registry (as itself or as a mirror) with this login, whatever a job "
+                         "brings: a JSON file, 0600, {\"username\": ..., \"password\": ...} (default: anonymously)")
+add_registry_mirrors(parser)
 add_allowed_registries(parser)
 parser.add_argument("--image-cache-dir", type=Path, help="the image cache (default: SCRATCH_DIR/images)")
 parser.add_argument("--image-cache-bytes", type=int, default=WorkerConfig.image_cache_bytes,
                     help="most disk the cached images may take, images in use aside (default: %(default)s)")
+parser.add_argument("--prepull", type=prepull_images, default=(), metavar="IMAGE[,IMAGE...]",
+                    help="images to pull into the cache when the worker starts, while it takes jobs (at most "
+                         f"{MAX_PREPULL_IMAGES}); a failed pull is logged, not fatal (default: none)")
 parser.add_argument("--runtime", choices=("process", "oci", "auto"), default=WorkerConfig.runtime,
                     help="how jobs run: process, oci (runc containers; the worker does not start where it "
                          "cannot) or auto (oci where possible, else process) (default: %(default)s)")
@@ -152,10 +161,10 @@ sys.exit(asyncio.run(run(WorkerConfig(
     storage_access=StorageAccess.from_args(args),
     memory_bytes=args.memory_bytes, storage_bytes=args.storage_bytes, region=args.region,
     listen_address=args.listen_address, advertise_host=args.advertise_host, unisolated_dev=args.unisolated_dev,
-    driver_silence_s=args.driver_silence, default_registry=args.default_registry,
-    default_registry_login_file=args.default_registry_login_file,
+    driver_silence_s=args.driver_silence, own_registry=args.own_registry,
+    own_registry_login_file=args.own_registry_login_file, registry_mirrors=tuple(args.registry_mirrors),
     allowed_registries=allowed_registries(args.allowed_registries),
-    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes,
+    image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes, prepull=args.prepull,
     runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
     usage_interval_s=args.usage_interval_s, cloud=args.cloud, limits=WorkerLimits.from_args(args),
     renew_certificate=args.cloud is not None or bool(args.enroll_address)))))

@@ -64,6 +64,7 @@ from services.worker.config import WorkerConfig
 from services.policy.sizes import binary_size
 from services.worker.disk import free_bytes, out_of_space, ran_out
 from services.worker.driver_link import REFUSED, DriverLink
+from services.worker.image_report import ImageReporter
 from services.worker.logs import LogSink
 from services.worker.runtime import SYSTEM_ERROR, ContainerRuntime, JobOutcome, JobRun
 from services.worker.pull_secrets import pull_credentials
@@ -109,8 +110,13 @@ class Worker:
     """See the module docstring. `run` drives it; the other public methods are
     what the process's signal handlers, WorkerService and tests use."""
 
-    def __init__(self, config: WorkerConfig, runtime: ContainerRuntime, attempts: AttemptTable, tls: TlsFiles):
+    def __init__(self, config: WorkerConfig, runtime: ContainerRuntime, attempts: AttemptTable, tls: TlsFiles,
+                 images: ImageReporter | None = None):
         self.config = config
+        self._images = images
+        """What the image cache holds, told to the driver (None: no cache, nothing told)."""
+        self._images_told: ws.ImageCacheReport | None = None
+        """The report this session's driver has, if any."""
         self.runtime = runtime
         self.attempts = attempts
         self.storage_bytes = config.storage_bytes or free_bytes(config.scratch_dir)
@@ -409,7 +415,19 @@ class Worker:
     async def _heartbeats(self, queue: asyncio.Queue[pb.WorkerSessionRequest]) -> None:
         while True:
             queue.put_nowait(self._numbered(self._heartbeat()))
+            self._tell_images()
             await asyncio.sleep(self._heartbeat_s)
+
+    def _tell_images(self) -> None:
+        """Send the driver what the image cache holds, if it changed since this session's last report (a
+        pull, an eviction, a job naming an image anew): looked at with each heartbeat, and when a job names an
+        image anew."""
+        if self._images is None or self._queue is None:
+            return
+        report = self._images.report()
+        if report != self._images_told:
+            self._images_told = report
+            self._send(pb.WorkerSessionRequest(image_cache=report))
 
     def _on_command(self, message: pb.WorkerSessionResponse) -> None:
         kind = message.WhichOneof("payload")
@@ -417,6 +435,7 @@ class Worker:
             self._link.saw_epoch(message.welcome.epoch)
             self._apply(message.welcome.config)
             self._event_bunches = message.welcome.takes_event_bunches
+            self._images_told = None  # a new session's driver (perhaps a new leader) has none
             self.connected = True
             self.sessions_opened += 1
             self._pulse()
@@ -484,7 +503,7 @@ class Worker:
         secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
         credentials, pull_refusals = pull_credentials(
             run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None,
-            self.config.default_registry)
+            self.config.own_registry)
         secret_refusals += pull_refusals
         run.ClearField("secrets")  # their files live on in the JobRun alone, while the attempt runs
         run.ClearField("image_pull_secret")
@@ -533,7 +552,11 @@ class Worker:
         def started(attempt: Attempt) -> None:
             self._emit(pb.WorkerSessionRequest(job_started=ws.JobStarted(
                 attempt=attempt.ref, start_time=timestamp(attempt.started_ms or wall_ms()),
-                isolation=self.runtime.isolation(job))))
+                isolation=self.runtime.isolation(job), image_digest=self.runtime.image_digest(job))))
+            # It ran here, so its image is in the cache now: told at once the first time a job names it so (the
+            # report is not rebuilt at every start: the next heartbeat tells of any other change).
+            if self._images is not None and job.spec.image and self._images.ran(job.spec.image):
+                self._tell_images()
 
         try:
             outcome = await run_attempt(self.runtime, attempt, job, started)

@@ -33,7 +33,9 @@ from services.worker.cloud import metadata_root
 from services.worker.config import WorkerConfig
 from services.worker.egress import EgressProxy
 from services.worker.image_tools import SkopeoUmoci
+from services.worker.image_report import ImageReporter
 from services.worker.images import ImageCache
+from services.worker.prepull import prepull
 from services.worker.metrics import IMAGE_CACHE_BYTES, RUNNING_ATTEMPTS
 from services.worker.object_stores import ObjectStores
 from services.worker.oci import OciRuntime, OciRuntimeConfig
@@ -93,7 +95,9 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
         images = await _image_cache(config, stack)
         runtime = runtime or await choose_runtime(config, stores, images)
         stack.push_async_callback(runtime.close)  # the job launcher, the containers' state, once the jobs are gone
-        worker = Worker(config, runtime, attempts, tls)
+        # The driver is told what the cache holds, under the names jobs write too (services.worker.image_report).
+        reporter = ImageReporter(images, images.reference_of)
+        worker = Worker(config, runtime, attempts, tls, images=reporter)
         RUNNING_ATTEMPTS.set_function(lambda: len(attempts.running()))
         IMAGE_CACHE_BYTES.set_function(lambda: images.size_bytes)
         servers = await serve([Service("corral.worker.v1.WorkerService", WorkerServicer(worker, images),
@@ -101,7 +105,10 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
                               [Listener.mutual_tls(config.listen_address, tls)],
                               tracer_provider=tracing.provider)
         stack.push_async_callback(servers.stop, 1.0)
-        for watch in await _watchers(config, tls, worker):
+        watches = await _watchers(config, tls, worker)
+        if config.prepull:
+            watches.append(_prepull(images, config.prepull, reporter))
+        for watch in watches:
             task = asyncio.create_task(watch)
             task.add_done_callback(_report)
             stack.push_async_callback(_cancel, task)
@@ -114,15 +121,17 @@ async def start(config: WorkerConfig, runtime: ContainerRuntime | None = None) -
 async def _image_cache(config: WorkerConfig, stack: contextlib.AsyncExitStack) -> ImageCache:
     """The image cache, its every pull through the egress proxy (services.worker.egress), both closed by
     `stack`: pulls check where they go with one resolver and one set of rules."""
-    login = read_login_file(config.default_registry_login_file) if config.default_registry_login_file else None
+    login = read_login_file(config.own_registry_login_file) if config.own_registry_login_file else None
     resolver = SystemResolver()
     stack.callback(resolver.close)
-    egress = EgressProxy(RegistryRules.of(config.default_registry, config.allowed_registries), resolver)
+    egress = EgressProxy(RegistryRules.of(config.own_registry, config.allowed_registries, config.registry_mirrors),
+                         resolver)
     await egress.start()
     stack.push_async_callback(egress.close)
-    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.default_registry,
+    images = ImageCache(config.image_cache_dir or config.scratch_dir / "images", config.own_registry,
                         config.image_cache_bytes, tools=SkopeoUmoci(environment=egress.environment()),
-                        default_login=login, allowed_registries=config.allowed_registries, resolve=resolver)
+                        own_login=login, allowed_registries=config.allowed_registries, resolve=resolver,
+                        mirrors=config.registry_mirrors)
     stack.push_async_callback(images.close)
     return images
 
@@ -142,6 +151,11 @@ async def _watchers(config: WorkerConfig, tls: TlsFiles, worker: Worker) -> list
         found.append(CertificateRenewer(tls, config.driver_addresses, worker.drop_session,
                                         instance_name=config.instance_name).run())
     return found
+
+
+async def _prepull(images: ImageCache, names: tuple[str, ...], reporter: ImageReporter) -> None:
+    """Pull `names` (`--prepull`); the driver hears of each at the next heartbeat."""
+    await prepull(images, names, reporter.ran)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

@@ -10,6 +10,7 @@ import dataclasses
 import ipaddress
 from pathlib import Path
 
+from services.common.image_refs import Mirror
 from services.common.storage_access import StorageAccess
 from services.common.usage_series import DEFAULT_CAP as DEFAULT_USAGE_SAMPLES_CAP
 from services.common.worker_limits import WorkerLimits
@@ -70,20 +71,26 @@ class WorkerConfig:
     deactivate_timeout_s: float = 15.0
     """How long to keep trying DeactivateWorker before exiting anyway (the dead-worker detector
     then deactivates the instance)."""
-    default_registry: str | None = None
-    """Where bare image names (`busybox`) are pulled from: `http://host:port` (plain HTTP) or `https://host`
-    (services.common.image_refs); None: a job must name its image's registry."""
-    default_registry_login_file: Path | None = None
-    """A login file (0600; services.common.registry_logins) the worker pulls from the default registry with,
-    whatever login a job brings: `corral up`'s registry asks for one. None: as the job says (anonymously, or
-    with its image pull secret)."""
+    own_registry: str | None = None
+    """corral's own registry, what `localhost/...` names: `http://host:port` (plain HTTP) or `https://host`
+    (services.common.image_refs); None: the deployment has none."""
+    own_registry_login_file: Path | None = None
+    """A login file (0600; services.common.registry_logins) the worker pulls from the own registry with (as
+    itself or as a mirror), whatever login a job brings: `corral up`'s registry asks for one. None:
+    anonymously."""
+    registry_mirrors: tuple[Mirror, ...] = ()
+    """Registries that serve other registries' images, asked first (`docker.io` served by the own registry
+    under `docker.io/`: services.worker.pull_sources)."""
     allowed_registries: tuple[str, ...] = ()
-    """Registries (`host[:port]`) jobs' images may come from although they are not public; with the default
-    registry, the only such ones (services.common.registry_rules)."""
+    """Registries (`host[:port]`) jobs' images may come from although they are not public; with the own
+    registry and the mirrors, the only such ones (services.common.registry_rules)."""
     image_cache_dir: Path | None = None
     """The image cache (services.worker.images); None: `<scratch_dir>/images`."""
     image_cache_bytes: int = DEFAULT_IMAGE_CACHE_BYTES
     """Most disk the unpacked images of the cache may take, images in use aside."""
+    prepull: tuple[str, ...] = ()
+    """Images pulled into the cache when the worker starts, while it takes jobs (services.worker.prepull); a
+    failed pull is logged, not fatal."""
     unisolated_dev: bool = False
     """If the worker cannot isolate jobs (it is not root), run them anyway, unisolated, as its own user
     (development only; each attempt's isolation note says so). Otherwise such a worker refuses them."""

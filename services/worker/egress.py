@@ -32,8 +32,8 @@ import logging
 import secrets
 
 from services.common.callback_hosts import Resolve, Unresolved
-from services.common.image_refs import InvalidImageReference
-from services.common.registry_rules import RegistryHost, RegistryRules, needs_lookup, refusal
+from services.common.image_refs import OWN_REGISTRY, InvalidImageReference
+from services.common.registry_rules import ALLOWED_HINT, RegistryHost, RegistryRules, needs_lookup, refusal
 from services.common.urls import IPAddress
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ async def _checked(registry: str, rules: RegistryRules, resolve: Resolve) -> tup
         host = RegistryHost.parse(registry)
     except InvalidImageReference as e:
         return str(e), []
+    if host.registry == OWN_REGISTRY:  # a name in references, never this machine: the cache asks the real address
+        return f"registry {OWN_REGISTRY} is corral's own registry's name, not an address: {ALLOWED_HINT}", []
     if host.address is not None:
         return refusal(host, rules), [host.address]
     addresses: list[IPAddress] = []

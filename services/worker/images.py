@@ -34,12 +34,16 @@ image that is not public, by someone whose credentials have not been checked aga
 pull, first asks the registry for its manifest with the caller's own credentials: a cached private
 image is never handed to someone the registry would refuse.
 
-**Where from.** Before it asks a registry anything, the cache checks that a job's image may come
-from it (services.common.registry_rules, through services.worker.egress: its host resolved now, for DNS
-may have changed since the job was submitted); a refused registry is never contacted. The default
-registry is pulled from with the deployment's login when it has one (`default_login`: `corral up`'s
-registry asks for one), whatever login the job brings (its `image_pull_secret` is for other registries);
-an image so pulled counts as public, since every job may use the default registry.
+**Where from.** A reference is asked for where services.worker.pull_sources says: `localhost/...` at corral's
+own registry (`own_registry`) with the deployment's login (`own_login`), whatever login the job brings (its
+`image_pull_secret` is for other registries); a reference of a mirrored registry (`mirrors`: `docker.io`
+served by `corral up`'s registry) at the mirror first, then at its registry with the job's login. What the
+own registry or an anonymous mirror serves counts as public: every job may use it. When every source
+fails, the user is told the last one's failure in corral's words, "registry unreachable" naming the
+registry their reference names (`registry unreachable: docker.io`). Before it asks a registry anything,
+the cache checks that a job's image may come from it (services.common.registry_rules, through
+services.worker.egress: its host resolved now, for DNS may have changed since the job was submitted); a
+refused registry is never contacted.
 
 **Size.** The cache keeps at most `max_bytes` of unpacked images: after each pull and release it
 evicts the least recently used images nobody holds, until it fits. An image in use is never evicted,
@@ -64,13 +68,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from services.common.files import write_atomically
-from services.common.image_refs import ImageReference, Registry, parse_reference
+from services.common.image_refs import (
+    OWN_REGISTRY,
+    ImageReference,
+    InvalidImageReference,
+    Mirror,
+    Registry,
+    names_own_registry,
+    parse_reference,
+)
 from services.common.callback_hosts import Resolve, SystemResolver
 from services.common.registry_logins import auth_file
 from services.common.registry_rules import RegistryRules
 from services.worker.config import DEFAULT_IMAGE_CACHE_BYTES
 from services.worker.egress import registry_refusal
 from services.worker.metrics import IMAGE_PULLS
+from services.worker.pull_sources import Source, pull_sources
 from services.worker.image_tools import (
     LAYOUT_TAG,
     Credentials,
@@ -150,17 +163,24 @@ class CacheInUse(RuntimeError):
 class ImageCache:
     """See the module docstring. Create it in the worker's event loop; `close` it at the end."""
 
-    def __init__(self, root: Path, default_registry: str | None = None, max_bytes: int = DEFAULT_IMAGE_CACHE_BYTES,
+    def __init__(self, root: Path, own_registry: str | None = None, max_bytes: int = DEFAULT_IMAGE_CACHE_BYTES,
                  tools: ImageTools | None = None, clock_ms: Callable[[], int] = _now_ms,
-                 tag_ttl_s: float = TAG_TTL_S, default_login: Credentials | None = None,
-                 allowed_registries: tuple[str, ...] = (), resolve: Resolve | None = None):
+                 tag_ttl_s: float = TAG_TTL_S, own_login: Credentials | None = None,
+                 allowed_registries: tuple[str, ...] = (), resolve: Resolve | None = None,
+                 mirrors: tuple[Mirror, ...] = ()):
         self.root = root
-        self.default_registry = Registry.parse(default_registry) if default_registry else None
-        """Where bare names (`busybox`) are pulled from; its scheme says whether it is plain HTTP."""
-        self.default_login = default_login
-        """The deployment's login to the default registry, for jobs that bring none of their own."""
-        self.rules = RegistryRules.of(default_registry, allowed_registries)
-        """Where jobs' images may come from: public registries, the default one and `allowed_registries`."""
+        self.own_registry = Registry.parse(own_registry) if own_registry else None
+        """corral's own registry, what `localhost/...` names; its scheme says whether it is plain HTTP."""
+        self.own_login = own_login
+        """The deployment's login to its own registry (asked as itself or as a mirror)."""
+        self.mirrors = mirrors
+        """Registries that serve other registries' images, asked first (services.worker.pull_sources)."""
+        self.rules = RegistryRules.of(own_registry, allowed_registries, mirrors)
+        """Where jobs' images may come from: public registries, the own one, the mirrors and
+        `allowed_registries`."""
+        self.plain_http = frozenset(Registry.parse(entry).host for entry in allowed_registries
+                                    if entry.strip().startswith("http://"))
+        """Allowed registries written `http://`: reached over plain HTTP."""
         self._own_resolver = SystemResolver() if resolve is None else None
         self._lookup: Resolve = resolve or self._own_resolver  # type: ignore[assignment]
         """Resolves registries' host names (the system's resolver unless one is given)."""
@@ -214,6 +234,11 @@ class ImageCache:
     def size_bytes(self) -> int:
         """Disk space of the images in the cache now."""
         return self._bytes
+
+    def reference_of(self, name: str) -> str:
+        """The reference a pull of `name` (as a job writes it) is recorded under in `held()`. Raises
+        InvalidImageReference for a name that is not one."""
+        return str(self._named(parse_reference(name)))
 
     def held(self) -> list[HeldImage]:
         """The images in the cache, most recently used first."""
@@ -270,8 +295,8 @@ class ImageCache:
     # The pull itself.
 
     async def _pull(self, reference: str, credentials: Credentials | None) -> tuple[_Entry, ImageReference]:
-        ref = parse_reference(reference, self.default_registry)
-        if self._deployment_login(ref) is not None:
+        ref = self._named(parse_reference(reference))
+        if all(source.own for source in self._sources(ref)):
             credentials = None  # the deployment's own registry: pulled with its login, every job alike
         checked = False  # whether the registry let this caller's credentials read the image in this pull
         digest = ref.digest
@@ -279,10 +304,10 @@ class ImageCache:
             digest = self._remembered(ref)
             checked = digest is not None
         if digest is None:
-            digest, _ = await self._shared(self._resolving, (str(ref), _credentials_key(credentials)),
-                                           lambda: self._resolve(ref, credentials))
+            (digest, public), _ = await self._shared(self._resolving, (str(ref), _credentials_key(credentials)),
+                                                     lambda: self._resolve(ref, credentials))
             checked = True
-            if credentials is None:
+            if public:
                 self._remember(ref, digest)
         # Wanted from now until the caller has it: not evicted by other pulls meanwhile.
         self._wanted[digest] = self._wanted.get(digest, 0) + 1
@@ -347,35 +372,61 @@ class ImageCache:
             self._tags.clear()
         self._tags[str(ref)] = (digest, self._clock_ms())
 
-    def _plain_http(self, ref: ImageReference) -> bool:
-        return self.default_registry is not None and self.default_registry.plain_http and \
-            ref.registry == self.default_registry.host
+    def _named(self, ref: ImageReference) -> ImageReference:
+        """`ref`, its own registry's real address written `localhost` (one name for one image)."""
+        if ref.registry != OWN_REGISTRY and names_own_registry(ref, self.own_registry):
+            return dataclasses.replace(ref, registry=OWN_REGISTRY)
+        return ref
 
-    def _deployment_login(self, ref: ImageReference) -> Credentials | None:
-        """The deployment's login, if it has one and `ref` is of its default registry."""
-        if self.default_registry is not None and ref.registry == self.default_registry.host:
-            return self.default_login
-        return None
-
-    def _login(self, ref: ImageReference, credentials: Credentials | None) -> Credentials | None:
-        """What a pull of `ref` logs in with: the job's credentials, else the deployment's for its default
-        registry."""
-        return credentials or self._deployment_login(ref)
+    def _sources(self, ref: ImageReference) -> list[Source]:
+        """Where `ref` is asked for, in order. ImagePullError when it names the own registry and there is none."""
+        try:
+            return pull_sources(ref, self.own_registry, self.mirrors, self.plain_http)
+        except InvalidImageReference as e:
+            raise ImagePullError(str(ref), PullFailure.NOT_FOUND, str(e),
+                                 user_words="no such image: localhost/... names corral's own registry, "
+                                            "and this deployment has none") from None
 
     async def _check(self, ref: ImageReference) -> None:
         """Raise ImagePullError (REFUSED) unless a job's image may come from `ref`'s registry."""
         if (why := await registry_refusal(ref.registry, self.rules, self._lookup)) is not None:
             raise ImagePullError(str(ref), PullFailure.REFUSED, why, user_words=why)
 
-    async def _resolve(self, ref: ImageReference, credentials: Credentials | None) -> str:
-        """The digest of the manifest `ref` names, read with `credentials`."""
-        await self._check(ref)
-        with self._auth_file(ref, self._login(ref, credentials)) as auth_file:
-            manifest = await self.tools.manifest(ref, self._plain_http(ref), auth_file)
-        digest = f"sha256:{hashlib.sha256(manifest).hexdigest()}"
-        if ref.digest is not None and digest != ref.digest:
-            raise ImagePullError(str(ref), PullFailure.FAILED, f"the registry served a manifest of digest {digest}")
-        return digest
+    async def _first(self, ref: ImageReference, credentials: Credentials | None,
+                     step: Callable[[Source, Path | None], Awaitable[T]]) -> tuple[T, bool]:
+        """`step` at the first of `ref`'s sources where it succeeds (each checked, then asked with its login),
+        and whether that source served it to anyone (public: the own registry, or asked anonymously). When
+        every source fails, the last one's failure, "registry unreachable" naming `ref`'s registry."""
+        failures: list[ImagePullError] = []
+        for source in self._sources(ref):
+            login = self.own_login if source.own else None if source.mirror else credentials
+            try:
+                await self._check(source.reference)
+                with self._auth_file(source.reference, login) as auth_file:
+                    return await step(source, auth_file), source.own or login is None
+            except ImagePullError as e:
+                if source.mirror:
+                    log.info("image cache: the mirror failed, asking %s itself: %s", ref.registry, e)
+                failures.append(e)
+        last = failures[-1]
+        detail = last.detail if len(failures) == 1 else "; ".join(f"{e.reference}: {e.detail}" for e in failures)
+        user_words = f"{last.failure.value}: {ref.registry}" if last.failure is PullFailure.UNREACHABLE \
+            else last.user_words
+        raise ImagePullError(last.reference, last.failure, detail, user_words)
+
+    async def _resolve(self, ref: ImageReference, credentials: Credentials | None) -> tuple[str, bool]:
+        """The digest of the manifest `ref` names, read with `credentials` (see `_first`), and whether it was
+        read publicly."""
+
+        async def read(source: Source, auth_file: Path | None) -> str:
+            manifest = await self.tools.manifest(source.reference, source.plain_http, auth_file)
+            digest = f"sha256:{hashlib.sha256(manifest).hexdigest()}"
+            if ref.digest is not None and digest != ref.digest:
+                raise ImagePullError(str(source.reference), PullFailure.FAILED,
+                                     f"the registry served a manifest of digest {digest}")
+            return digest
+
+        return await self._first(ref, credentials, read)
 
     async def _fetch(self, ref: ImageReference, credentials: Credentials | None) -> _Entry:
         """Fetch and unpack the image `ref` pins, under tmp/, then move it into images/ whole."""
@@ -384,10 +435,13 @@ class ImageCache:
         work.mkdir()
         try:
             layout, rootfs = work / "layout", work / "rootfs"
+
+            async def fetch(source: Source, auth_file: Path | None) -> None:
+                shutil.rmtree(layout, ignore_errors=True)  # what a source that failed left
+                await self.tools.fetch(source.reference, source.plain_http, auth_file, layout)
+
             try:
-                await self._check(ref)
-                with self._auth_file(ref, self._login(ref, credentials)) as auth_file:
-                    await self.tools.fetch(ref, self._plain_http(ref), auth_file, layout)
+                _, public = await self._first(ref, credentials, fetch)
                 await self.tools.unpack(layout, rootfs)
                 try:
                     config, size_bytes = await asyncio.to_thread(_finish, layout, rootfs)
@@ -400,7 +454,7 @@ class ImageCache:
             IMAGE_PULLS.labels("pulled").inc()
             now = self._clock_ms()
             entry = _Entry(ref.digest, self._images / ref.digest.removeprefix("sha256:"), set(), size_bytes, now, now,
-                           credentials is None, config)
+                           public, config)
             (work / "image-config.json").write_text(json.dumps(config))
             write_atomically(work / "image.json", entry.metadata())
             work.rename(entry.path)

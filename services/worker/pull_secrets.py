@@ -24,7 +24,7 @@ from typing import Any
 
 from corral.batch.v1 import job_spec_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
-from services.common.image_refs import InvalidImageReference, Registry, parse_reference
+from services.common.image_refs import InvalidImageReference, Registry, names_own_registry, parse_reference
 from services.worker.image_tools import Credentials
 
 DOCKER_CONFIG = ".dockerconfigjson"
@@ -36,13 +36,14 @@ class _NotALogin(Exception):
 
 
 def pull_credentials(spec: job_spec_pb2.JobSpec, delivered: ws.SecretFiles | None,
-                     default_registry: str | None = None) -> tuple[Credentials | None, list[str]]:
+                     own_registry: str | None = None) -> tuple[Credentials | None, list[str]]:
     """The login `spec` pulls its image with, from the secret the driver delivered for it (None if none
     came), and why the attempt cannot run with it: a secret not delivered, or in neither form (see the module
-    docstring). `default_registry` is the worker's, where a bare image name (`busybox`) is pulled from: it
-    says which entry of a `.dockerconfigjson` applies. (None, []) when the spec names no such secret."""
+    docstring). The image's registry (a bare name's is docker.io) says which entry of a `.dockerconfigjson`
+    applies. (None, []) when the spec names no such secret, or when its image is of corral's own registry
+    (`localhost/...`, or `own_registry`'s address), which is pulled with the deployment's login alone."""
     name = spec.image_pull_secret
-    if not name:
+    if not name or _of_own_registry(spec.image, own_registry):
         return None, []
     what = f"image pull secret {name!r}"
     if delivered is None or delivered.name != name:
@@ -53,9 +54,16 @@ def pull_credentials(spec: job_spec_pb2.JobSpec, delivered: ws.SecretFiles | Non
     try:
         if "username" in files or "password" in files or DOCKER_CONFIG not in files:
             return _plain_login(what, files), []
-        return _docker_config_login(what, files[DOCKER_CONFIG], spec.image, default_registry), []
+        return _docker_config_login(what, files[DOCKER_CONFIG], spec.image), []
     except _NotALogin as e:
         return None, [str(e)]
+
+
+def _of_own_registry(image: str, own_registry: str | None) -> bool:
+    try:
+        return names_own_registry(parse_reference(image), Registry.parse(own_registry) if own_registry else None)
+    except InvalidImageReference:
+        return False
 
 
 def _plain_login(what: str, files: Any) -> Credentials:
@@ -73,7 +81,7 @@ def _plain_login(what: str, files: Any) -> Credentials:
                     f"{what}: its file 'password' is empty")
 
 
-def _docker_config_login(what: str, content: bytes, image: str, default_registry: str | None) -> Credentials:
+def _docker_config_login(what: str, content: bytes, image: str) -> Credentials:
     where = f"{what}: its file {DOCKER_CONFIG!r}"
     try:
         document = json.loads(content)
@@ -83,7 +91,7 @@ def _docker_config_login(what: str, content: bytes, image: str, default_registry
     if not isinstance(auths, dict):
         raise _NotALogin(f"{where} has no \"auths\" object (credential helpers are not used)")
     try:
-        host = parse_reference(image, default_registry).registry
+        host = parse_reference(image).registry
     except InvalidImageReference as e:
         raise _NotALogin(f"{where} cannot be matched to the image's registry: {e}") from None
     entry = next((login for key, login in auths.items() if _auths_host(key) == host), None)

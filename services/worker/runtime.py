@@ -228,6 +228,10 @@ class ProcessRuntime:
             reasons += url_refusals("output", f.to_url) + path_refusals("output from_path", f.from_path)
         return reasons
 
+    def image_digest(self, job: JobRun) -> str:
+        """See `ContainerRuntime.image_digest`: this runtime pulls no image."""
+        return ""
+
     def isolation(self, job: JobRun) -> str:
         """See `ContainerRuntime.isolation`: what is and is not isolated, plainly."""
         memory = (f"; memory limited only approximately, to {job.memory_bytes} bytes of address space per process"

@@ -130,6 +130,11 @@ class ContainerRuntime(Protocol):
         """How `run` isolates this attempt, in words a user reads in the job's status."""
         ...
 
+    def image_digest(self, job: JobRun) -> str:
+        """The manifest digest (`sha256:...`) of the image this attempt runs in, once `run` has it; '' before,
+        and always from a runtime that pulls no image."""
+        ...
+
     async def run(self, job: JobRun, log: LogSink, on_started: Callable[[int], Awaitable[None]]) -> JobOutcome:
         """Run the attempt to its end: copy inputs, run the command (its output into `log`, which is
         closed when the command ends), copy outputs. `on_started` gets the command's pid (as the job sees it)

@@ -90,6 +90,7 @@ proc: BEGIN
     timeout_ms BIGINT NULL,
     retry_policy TEXT NULL,
     on_demand BOOLEAN NOT NULL DEFAULT FALSE,
+    image VARCHAR(255) NULL,
     n_pending_parents INT NOT NULL DEFAULT 0,
     dependency_failed BOOLEAN NOT NULL DEFAULT FALSE,
     -- Whether the job's regions, parents, attributes, locks (each path as
@@ -131,11 +132,11 @@ proc: BEGIN
 
   -- The one pass over the bunch that every call makes.
   INSERT INTO tmp_new_jobs (job_id, job_group_id, always_run, cores_mcpu, memory_bytes, storage_bytes, inst_coll,
-                            priority, max_attempts, spec_ref, timeout_ms, retry_policy, on_demand,
+                            priority, max_attempts, spec_ref, timeout_ms, retry_policy, on_demand, image,
                             has_regions, has_parents, has_attributes, has_locks)
     SELECT jt.job_id, COALESCE(jt.job_group_id, 0), COALESCE(jt.always_run, FALSE), jt.cores_mcpu,
            COALESCE(jt.memory_bytes, 0), COALESCE(jt.storage_bytes, 0), jt.inst_coll, COALESCE(jt.priority, 0), COALESCE(jt.max_attempts, 3),
-           jt.spec_ref, jt.timeout_ms, jt.retry_policy, COALESCE(jt.on_demand, FALSE),
+           jt.spec_ref, jt.timeout_ms, jt.retry_policy, COALESCE(jt.on_demand, FALSE), jt.image,
            jt.has_regions, jt.has_parents, jt.has_attributes, jt.has_locks
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       job_id INT PATH '$.job_id',
@@ -151,6 +152,7 @@ proc: BEGIN
       timeout_ms BIGINT PATH '$.timeout_ms',
       retry_policy TEXT PATH '$.retry_policy',
       on_demand BOOLEAN PATH '$.on_demand',
+      image VARCHAR(255) PATH '$.image',
       has_regions BOOLEAN EXISTS PATH '$.regions[*]',
       has_parents BOOLEAN EXISTS PATH '$.parents[*]',
       has_attributes BOOLEAN EXISTS PATH '$.attributes[*]',
@@ -352,10 +354,10 @@ proc: BEGIN
 
   INSERT INTO jobs (batch_id, job_id, update_id, job_group_id, user, state, dependency_failed, always_run,
                     n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority,
-                    max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand)
+                    max_attempts, spec_ref, time_created_ms, timeout_ms, retry_policy, on_demand, image)
     SELECT in_batch_id, job_id, in_update_id, job_group_id, v_user, 'Pending', dependency_failed, always_run,
            n_pending_parents, cores_mcpu, memory_bytes, storage_bytes, inst_coll, regions_bits, priority, max_attempts,
-           spec_ref, in_now_ms, timeout_ms, retry_policy, on_demand
+           spec_ref, in_now_ms, timeout_ms, retry_policy, on_demand, image
     FROM tmp_new_jobs ORDER BY job_id;
   INSERT INTO on_demand_jobs (batch_id, job_id, inst_coll)
     SELECT in_batch_id, job_id, inst_coll FROM tmp_new_jobs WHERE on_demand ORDER BY job_id;

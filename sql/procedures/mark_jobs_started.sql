@@ -1,10 +1,13 @@
 -- MJS, bulk: a worker reports that attempts began running at start_time_ms.
 -- in_jobs: [{"batch_id", "job_id", "attempt_id", "start_time_ms", "isolation",
--- "cpu_resource", "memory_resource", "instance_name"}] for attempts on the
--- row's instance_name, or in_instance_name where a row names none (the driver
--- records the starts of all its workers' sessions in one call); an attempt
--- named twice counts once, by its first row. Sets the attempt's start (and
--- the billing rollup origin) and the runtime's words on its isolation, once.
+-- "image_digest", "cpu_resource", "memory_resource", "instance_name"}] for
+-- attempts on the row's instance_name, or in_instance_name where a row names
+-- none (the driver records the starts of all its workers' sessions in one
+-- call); an attempt named twice counts once, by its first row. Sets the attempt's start (and
+-- the billing rollup origin), the runtime's words on its isolation and the
+-- digest of the image it runs (migration 0025), once. A digest that is not
+-- `sha256:` and 64 lowercase hex digits (or none: the process runtime pulls
+-- no image) is recorded as NULL.
 -- The job's state is not touched: SJ already made it Running.
 -- A started or already started attempt is also given what it uses per
 -- millisecond, as add_attempt_resources would, in the same transaction: the
@@ -56,7 +59,7 @@ proc: BEGIN
   -- Made once per connection, emptied by TRUNCATE (see create_completion_tables). Rows go in
   -- sorted, and a scan follows insertion (the hidden row id), so the locking reads below take rows
   -- in key order.
-  IF @@in_transaction = 0 AND @corral_scratch_job_starts <=> '3047a2c978e0' THEN
+  IF @@in_transaction = 0 AND @corral_scratch_job_starts <=> 'dad9b74d1d80' THEN
     TRUNCATE TABLE tmp_job_starts;
   ELSE
     SET @corral_scratch_job_starts = NULL;
@@ -68,22 +71,28 @@ proc: BEGIN
       instance_name VARCHAR(100) NULL,
       start_time_ms BIGINT NULL,
       isolation VARCHAR(512) NULL,
+      image_digest CHAR(71) CHARACTER SET ascii COLLATE ascii_bin NULL,
       cpu_resource VARCHAR(128) NULL,
       memory_resource VARCHAR(128) NULL,
       outcome VARCHAR(32) NULL,
       UNIQUE KEY (batch_id, job_id, attempt_id)
     ) ENGINE=InnoDB;
-    SET @corral_scratch_job_starts = '3047a2c978e0';
+    SET @corral_scratch_job_starts = 'dad9b74d1d80';
   END IF;
   -- A repeat of the same attempt in one call is recorded once.
   INSERT IGNORE INTO tmp_job_starts (batch_id, job_id, attempt_id, instance_name, start_time_ms, isolation,
-                                     cpu_resource, memory_resource)
+                                     image_digest, cpu_resource, memory_resource)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id, COALESCE(jt.instance_name, in_instance_name), jt.start_time_ms,
-           LEFT(jt.isolation, 512), jt.cpu_resource, jt.memory_resource
+           LEFT(jt.isolation, 512),
+           -- (PCRE's $ also matches before a final newline: the length rules that out.)
+           IF(CHAR_LENGTH(jt.image_digest) = 71 AND jt.image_digest REGEXP '(?-i)^sha256:[0-9a-f]{64}$',
+              jt.image_digest, NULL),
+           jt.cpu_resource, jt.memory_resource
     FROM JSON_TABLE(in_jobs, '$[*]' COLUMNS (
       batch_id BIGINT PATH '$.batch_id', job_id INT PATH '$.job_id', attempt_id VARCHAR(40) PATH '$.attempt_id',
       instance_name VARCHAR(100) PATH '$.instance_name',
       start_time_ms BIGINT PATH '$.start_time_ms', isolation TEXT PATH '$.isolation',
+      image_digest TEXT PATH '$.image_digest',
       cpu_resource VARCHAR(128) PATH '$.cpu_resource', memory_resource VARCHAR(128) PATH '$.memory_resource')) jt
     ORDER BY jt.batch_id, jt.job_id, jt.attempt_id;
   IF EXISTS (SELECT 1 FROM tmp_job_starts
@@ -149,7 +158,8 @@ proc: BEGIN
     JOIN tmp_job_starts t ON a.batch_id = t.batch_id AND a.job_id = t.job_id AND a.attempt_id = t.attempt_id
     SET a.rollup_time_ms = COALESCE(a.rollup_time_ms, t.start_time_ms),
         a.start_time_ms = t.start_time_ms,
-        a.isolation = t.isolation
+        a.isolation = t.isolation,
+        a.image_digest = t.image_digest
     WHERE t.outcome = 'started';
   -- Sorted as the locks above: the attempts' rows, then each one's resources by id.
   INSERT INTO attempt_resources (batch_id, job_id, attempt_id, resource_id, quantity)

@@ -18,6 +18,9 @@
 -- now), 0 when its billing project has no limit. The planner takes it as
 -- it is and prices nothing itself.
 --
+-- Each carries its image as its spec names it (NULL: not recorded), so the
+-- planner may prefer a worker whose cache holds it.
+--
 -- Returns the candidates' rows, then the status row. Reads only, each
 -- statement at READ COMMITTED (the services' sessions): no lock is taken.
 DROP PROCEDURE IF EXISTS read_ready_heads;
@@ -106,7 +109,7 @@ proc: BEGIN
   SELECT cpu_rate_usd, memory_rate_usd INTO v_cpu_rate, v_memory_rate FROM reservation_rates;
   SELECT j.user, j.inst_coll, j.batch_id, j.job_id, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.regions_bits,
          j.priority, j.time_created_ms, b.billing_project, j.on_demand, j.avoid_instance, j.not_before_ms,
-         j.timeout_ms,
+         j.timeout_ms, j.image,
          IF(p.limit_usd IS NULL, 0,
             job_worst_case_micro_usd(j.cores_mcpu, j.memory_bytes, job_reserve_ms(j.timeout_ms, p.max_job_duration_ms),
                                      v_cpu_rate, v_memory_rate)) AS reserve_micro_usd,

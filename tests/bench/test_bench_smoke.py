@@ -18,7 +18,7 @@ import pymysql
 import pytest
 
 from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, oci_start,
-                   query_limits, sj_mjc, slurm_compare, submit, supervise)
+                   query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -309,6 +309,25 @@ def test_e2e_oci_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     results = results_of(tmp_path, "e2e", printed)
     assert results["parameters"]["runtime"] == "oci"
     assert is_png(tmp_path / "e2e-oci.png")
+    assert bench_schemas(mariadb_server) == before
+
+
+def test_warm_image_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """A first and a second job of a new image (a small random layer) on one warm worker, in containers."""
+    if why_not := oci_start.why_not():
+        pytest.skip(f"no OCI runtime here: {why_not}")
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "warm-image")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == warm_image.figure_names()
+    assert all(value > 0 for value, _ in printed.values())
+    for phase in warm_image.PHASES:  # each job ends after it starts
+        assert printed[f"warm-image.{phase}.submit_to_end_s"][0] >= printed[f"warm-image.{phase}.submit_to_start_s"][0]
+    results = results_of(tmp_path, "warm-image", printed)
+    assert results["parameters"]["layer_mib"] == warm_image.SMOKE_LAYER_MIB
+    assert results["parameters"]["digest"].startswith("sha256:")
     assert bench_schemas(mariadb_server) == before
 
 

@@ -64,6 +64,12 @@ async def test_the_activation_token_goes_in_the_environment_not_on_the_command_l
     dev = dataclasses.replace(config, unisolated_dev_workers=True)
     assert "--unisolated-dev" in local_worker_command(dev, lambda: "localhost:1")(
         InstanceRequest("w1", "standard", 2000, 0, "local", "t"))
+    assert "--prepull" not in argv
+    # --prepull: every pool's images, then the pool's own.
+    warm = dataclasses.replace(config, prepull={None: ("a.example/x:1",), "highmem": ("a.example/y:2",)})
+    for pool, images in (("standard", "a.example/x:1"), ("highmem", "a.example/x:1,a.example/y:2")):
+        argv = local_worker_command(warm, lambda: "localhost:1")(InstanceRequest("w1", pool, 2000, 0, "local", "t"))
+        assert argv[argv.index("--prepull") + 1] == images
 
     def printer(request: InstanceRequest) -> list[str]:
         return [sys.executable, "-c", "import os; print(os.environ['CORRAL_ACTIVATION_TOKEN'])"]

@@ -28,6 +28,9 @@ class Recorder:
     def live_instances(self) -> set[str]:
         return self.live
 
+    def images_held(self) -> dict[str, frozenset[str]]:
+        return {}
+
     async def run(self, placements: list[Placement]) -> None:
         self.sent += placements
 

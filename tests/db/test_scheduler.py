@@ -26,12 +26,17 @@ from tests.world import World
 class RecordingDispatcher:
     """Workers that are all connected and take every Run command."""
 
-    def __init__(self, live: set[str]):
+    def __init__(self, live: set[str], held: dict[str, frozenset[str]] | None = None):
         self.live = live
+        self.held = held or {}
+        """What each worker's image cache holds, as its reports would say."""
         self.sent: list[Placement] = []
 
     def live_instances(self) -> set[str]:
         return self.live
+
+    def images_held(self) -> dict[str, frozenset[str]]:
+        return self.held
 
     async def run(self, placements: Sequence[Placement]) -> None:
         self.sent += placements
@@ -80,6 +85,23 @@ async def test_only_live_instances_and_runnable_jobs_are_used(world: World) -> N
     assert [p.job_id for p in dispatcher.sent] == [t + 1, t]
     assert await world.state(other, t + 2) == "Ready"
     assert await check_invariants(world.db) == []
+
+
+async def test_a_job_goes_to_a_worker_holding_its_image_as_the_job_names_it_or_normalised(world: World) -> None:
+    await world.instance("i1", cores_mcpu=8000)
+    await world.instance("i2", cores_mcpu=8000)
+    await world.instance("i3", cores_mcpu=8000)
+    python = "127.0.0.1:5000/lab/python:3.11"
+    _, _, s = await world.batch([{"image": python}, {"image": "127.0.0.1:5000/lab/tool"}, {}])
+    dispatcher = RecordingDispatcher({"i1", "i2", "i3"}, {
+        "i2": frozenset({python}),
+        "i3": frozenset({"127.0.0.1:5000/lab/tool:latest", "sha256:" + "a" * 64})})
+    await Scheduler(world.store, dispatcher, lambda: world.epoch).cycle()
+    # The first by the name its spec writes, the second by its normalised name (a tag added); the one without a
+    # recorded image goes first-fit.
+    assert sorted((p.job_id - s, p.instance) for p in dispatcher.sent) == [(0, "i2"), (1, "i3"), (2, "i1")]
+    assert [r["image"] for r in await world.db.fetchall(
+        "SELECT image FROM jobs WHERE job_id >= %s ORDER BY job_id", (s,))] == [python, "127.0.0.1:5000/lab/tool", None]
 
 
 async def test_no_epoch_no_scheduling(world: World) -> None:

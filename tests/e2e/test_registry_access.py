@@ -110,11 +110,11 @@ def test_no_other_local_account_can_push_read_or_list_corrals_registry(cluster: 
         for who, uid in OTHER_ACCOUNTS.items():
             for port in ports:
                 pushed = as_account(uid, ["skopeo", "copy", "--dest-tls-verify=false", f"oci:{attackers_image}:latest",
-                                          f"docker://127.0.0.1:{port}/busybox:latest"], home)
+                                          f"docker://127.0.0.1:{port}/docker.io/library/busybox:latest"], home)
                 assert pushed.returncode != 0, f"{who} pushed to port {port}"
                 assert "authentication required" in pushed.stderr, pushed.stderr
                 read = as_account(uid, ["skopeo", "inspect", "--raw", "--tls-verify=false",
-                                        f"docker://127.0.0.1:{port}/busybox:latest"], home)
+                                        f"docker://127.0.0.1:{port}/docker.io/library/busybox:latest"], home)
                 assert read.returncode != 0 and "authentication required" in read.stderr, read.stderr
                 with pytest.raises(urllib.error.HTTPError) as listing:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/_catalog", timeout=10)
@@ -122,8 +122,10 @@ def test_no_other_local_account_can_push_read_or_list_corrals_registry(cluster: 
             for login in ("pull.json", "push.json", "pull.htpasswd", "push.htpasswd"):
                 stolen = as_account(uid, ["cat", str(cluster.data_dir / "registry" / "logins" / login)], home)
                 assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, (who, login)
-            stolen = as_account(uid, ["cat", str(cluster.data_dir / "certs" / "driver" / "registry-login.json")], home)
-            assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, who
+            for copy in ("driver/registry-login.json", "frontend/registry-push-login.json"):  # the services' copies
+                assert (cluster.data_dir / "certs" / copy).is_file(), copy
+                stolen = as_account(uid, ["cat", str(cluster.data_dir / "certs" / copy)], home)
+                assert stolen.returncode != 0 and "Permission denied" in stolen.stderr, (who, copy)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
@@ -158,12 +160,13 @@ def test_an_image_reference_cannot_make_a_worker_probe_the_host(cluster: Cluster
         assert not [b for b in client.list_batches() if b.attributes.get("test") == "probe"]
 
         builder = corral.BatchBuilder("default", attributes={"test": "missing-tag"})
-        builder.add_job(job_spec_pb2.JobSpec(image="busybox:no-such-tag", script="true",
+        builder.add_job(job_spec_pb2.JobSpec(image="localhost/default/tool:no-such-tag", script="true",
                                              network_mode=job_spec_pb2.NETWORK_MODE_NONE))
         batch = client.submit(builder)
         client.wait(batch.batch_id)
         error = client.get_job(batch.batch_id, 1).attempts[-1].error_message
-    assert error == "image: could not get 'busybox:no-such-tag': no such image", error
+    assert error == "image: could not get 'localhost/default/tool:no-such-tag': no such image", error
     shown = cluster.cli("job", str(batch.batch_id), "1")
-    assert "could not get 'busybox:no-such-tag': no such image" in shown.stdout, shown.stdout + shown.stderr
+    assert "could not get 'localhost/default/tool:no-such-tag': no such image" in shown.stdout, \
+        shown.stdout + shown.stderr
     assert registry not in shown.stdout and "manifest unknown" not in shown.stdout

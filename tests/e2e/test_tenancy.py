@@ -59,7 +59,7 @@ try other-environ      sh -c "cat /proc/[0-9]*/environ | tr '\0' '\n' | grep -e 
 try registry-logins    cat "$DATA/registry/logins/push.json"
 try registry-pull-login cat "$DATA/certs/driver/registry-login.json"
 try worker-pull-login  sh -c "cat $DATA/worker-certs/*/registry-login.json"
-try registry-read      skopeo inspect --raw --tls-verify=false "docker://$REGISTRY/busybox:latest"
+try registry-read      skopeo inspect --raw --tls-verify=false "docker://$REGISTRY/docker.io/library/busybox:latest"
 id -u
 """
 
@@ -128,7 +128,8 @@ def test_services_hold_only_their_own_keys_and_no_secret_is_on_a_command_line(cl
     held = {service.name: sorted(p.name for p in service.iterdir()) for service in certs.iterdir()}
     assert held == {
         "auth": ["auth.key", "auth.pem", "ca.pem"],
-        "frontend": ["ca.pem", "frontend.key", "frontend.pem", "job-secrets.pub"],  # seals secrets, cannot open
+        "frontend": ["ca.pem", "frontend.key", "frontend.pem", "job-secrets.pub",  # seals secrets, cannot open
+                     "registry-push-login.json"],  # imports projects' images (corral images)
         "driver": ["ca.pem", "driver.key", "driver.pem", "job-secrets.key", "registry-login.json",  # for its workers
                    "worker-issuer.key", "worker-issuer.pem"],
         "gateway": ["ca.pem", "gateway.key", "gateway.pem"],  # Envoy's, for the gateways (docs/gateway.md)

@@ -29,9 +29,9 @@ jobs:
 
 async def pull_busybox(cache_dir: Path, registry_url: str, data_dir: Path) -> tuple[str, bytes]:
     login = read_login_file(data_dir / "registry" / "logins" / "pull.json")
-    cache = ImageCache(cache_dir, registry_url, default_login=login)
+    cache = ImageCache(cache_dir, registry_url, own_login=login)
     try:
-        image = await cache.pull("busybox")
+        image = await cache.pull("localhost/docker.io/library/busybox")
         return image.digest, (image.rootfs / "bin" / "busybox").read_bytes()
     finally:
         await cache.close()
@@ -40,7 +40,7 @@ async def pull_busybox(cache_dir: Path, registry_url: str, data_dir: Path) -> tu
 async def pull_busybox_anonymously(cache_dir: Path, registry_url: str) -> None:
     cache = ImageCache(cache_dir, registry_url)
     try:
-        await cache.pull("busybox")
+        await cache.pull("localhost/docker.io/library/busybox")
     finally:
         await cache.close()
 
@@ -56,7 +56,7 @@ def test_corral_up_runs_seeds_and_names_its_registry(tmp_path: Path) -> None:
     try:
         registry_url = cluster.endpoints["registry"]
         assert registry_url.startswith("http://127.0.0.1:")
-        assert cluster.said(f"registry: seeded {registry_url.removeprefix('http://')}/busybox:latest")
+        assert cluster.said(f"registry: seeded {registry_url.removeprefix('http://')}/docker.io/library/busybox:latest")
         with pytest.raises(ImagePullError) as anonymous:  # without the pull login: nothing
             asyncio.run(pull_busybox_anonymously(tmp_path / "anonymous", registry_url))
         assert anonymous.value.failure is PullFailure.UNAUTHORIZED
@@ -71,8 +71,9 @@ def test_corral_up_runs_seeds_and_names_its_registry(tmp_path: Path) -> None:
         assert submitted.returncode == 0, submitted.stderr
         pid = next(iter(up.eventually(cluster.worker_pids, what="a worker").values()))
         argv = up.processes()[pid]
-        assert argv[argv.index("--default-registry") + 1] == registry_url
-        login_file = Path(argv[argv.index("--default-registry-login-file") + 1])
+        assert argv[argv.index("--own-registry") + 1] == registry_url
+        assert argv[argv.index("--registry-mirror") + 1] == f"docker.io={registry_url}/docker.io"
+        login_file = Path(argv[argv.index("--own-registry-login-file") + 1])
         assert login_file.parent == Path(argv[argv.index("--certs-dir") + 1])  # beside its certificate
         assert login_file.stat().st_mode & 0o777 == 0o600
         password = read_login_file(cluster.data_dir / "registry" / "logins" / "pull.json").password

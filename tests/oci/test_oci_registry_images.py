@@ -32,7 +32,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[test_registry
 
 @pytest.fixture
 async def cache(tmp_path: Path, registry: test_registry.SeededRegistry) -> AsyncIterator[ImageCache]:
-    images = ImageCache(tmp_path / "image-cache", registry.url)
+    images = open_cache(tmp_path / "image-cache", registry.url, Runs())  # docker.io's mirror: `busybox` is there
     try:
         yield images
     finally:
@@ -66,12 +66,13 @@ async def test_an_image_the_registry_does_not_have_is_an_error_in_corrals_words(
                                                                                cache: ImageCache) -> None:
     runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
     missing = spec("true")
-    missing.image = "no-such-image:1"
+    missing.image = "localhost/lab/no-such-image:1"
     job = oci_host.job(missing)
     outcome, _ = await run(runtime, job)
     # The registry's own answer: the spec's image, which no other worker would find either; not retried.
     assert (outcome.state, outcome.end_reason) == ("Error", "refused")
-    assert outcome.error_message == "image: could not get 'no-such-image:1': no such image", outcome.error_message
+    assert outcome.error_message == "image: could not get 'localhost/lab/no-such-image:1': no such image", \
+        outcome.error_message
     assert cache.held() == []
 
 
@@ -90,7 +91,8 @@ async def test_a_registry_that_does_not_answer_is_the_systems_error_and_tried_ag
         await cache.close()
     assert (outcome.state, outcome.end_reason) == ("Error", "system_error"), outcome
     # corral's words: not skopeo's "dial tcp 127.0.0.1:9: connect: connection refused".
-    assert outcome.error_message == "image: could not get '127.0.0.1:9/busybox:latest': registry unreachable"
+    assert outcome.error_message == \
+        "image: could not get '127.0.0.1:9/busybox:latest': registry unreachable: 127.0.0.1:9", outcome.error_message
 
 
 async def test_a_registry_on_the_hosts_loopback_is_refused_before_any_connection(oci_host: OciHost,
@@ -144,20 +146,23 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
     job without credentials or with a wrong password (another project's job, say): the registry is asked
     again with theirs. A later job with a good login reuses it, unpacked once."""
     runs = Runs()
-    cache = open_cache(tmp_path / "private-cache", f"http://{registry.login_server.address}", runs)
+    cache = open_cache(tmp_path / "private-cache", None, runs,
+                       allowed_registries=(f"http://{registry.login_server.address}",))
+    private = registry.at("busybox", login=True)
     try:
         runtime = oci_host.runtime(rootfs=CachedRootfs(cache))
         good, wrong = Credentials(USERNAME, PASSWORD), Credentials(USERNAME, "not the password")
 
         async def attempt(attempt_id: str, credentials: Credentials | None) -> JobOutcome:
-            outcome, _ = await run(runtime, oci_host.job(spec("echo ran"), attempt_id=attempt_id,
-                                                         pull_credentials=credentials))
+            job = spec("echo ran")
+            job.image = private
+            outcome, _ = await run(runtime, oci_host.job(job, attempt_id=attempt_id, pull_credentials=credentials))
             return outcome
 
         for attempt_id, credentials in (("wrong", wrong), ("anonymous", None)):
             refused = await attempt(attempt_id, credentials)
             assert (refused.state, refused.end_reason) == ("Error", "refused"), refused
-            assert refused.error_message == "image: could not get 'busybox': not authorised", refused.error_message
+            assert refused.error_message == f"image: could not get {private!r}: not authorised", refused.error_message
             assert PASSWORD not in refused.error_message and "not the password" not in refused.error_message
         assert runs.count()["copy"] == 0 and cache.held() == []
 
@@ -170,7 +175,7 @@ async def test_a_private_image_runs_only_for_jobs_whose_login_the_registry_accep
             runs.clear()
             refused = await attempt(attempt_id, credentials)
             assert (refused.state, refused.end_reason) == ("Error", "refused"), refused
-            assert refused.error_message == "image: could not get 'busybox': not authorised", refused.error_message
+            assert refused.error_message == f"image: could not get {private!r}: not authorised", refused.error_message
             assert runs.count() == {"inspect": 1, "copy": 0, "unpack": 0}  # asked the registry, handed nothing
         assert [(held.digest, held.users) for held in cache.held()] == [(registry.busybox_digest, 0)]
 

@@ -18,7 +18,7 @@ import corral
 from corral import aio
 from corral.batch.v1 import batch_pb2, job_spec_pb2
 from corral.batch_file import parse_batch_file, read_batch_file
-from corral.cli_common import EXIT_USAGE
+from corral.cli_common import EXIT_REFUSED, EXIT_USAGE
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
@@ -150,3 +150,32 @@ async def test_a_large_batch_sends_its_groups_before_its_bunches(
         last = await client.get_job(batch.batch_id, aio.SMALL_BATCH + 5)
     assert (groups[1].attributes["g"], groups[2].parent_job_group_id) == ("outer", 1)
     assert groups[2].counts.n_jobs == aio.SMALL_BATCH + 5 and last.job_group_id == 2
+
+
+async def test_corral_submit_refuses_images_that_are_not_references_one_line_each_and_writes_nothing(
+        storage_frontend: FrontendApp, alice_token: str, auth_app: AuthApp, certs: DevCertificateAuthority,
+        db: Database, tmp_path: Path) -> None:
+    """Issue 35, acceptance 3: `image: Busybox`, `image: busybox:` and a malformed digest are each refused at
+    submission (INVALID_ARGUMENT, exit 4) with one `error:` line naming the job's `image` and what is wrong, and
+    no batch exists afterwards."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"frontend": f"localhost:{storage_frontend.public_port}",
+                                  "auth": f"localhost:{auth_app.public_port}", "ca_cert": str(certs.ca_cert_path),
+                                  "token": alice_token}))
+    env = {**os.environ, "CORRAL_CONFIG": str(config)}
+    for image, words in (
+            ("Busybox", "image 'Busybox': 'Busybox' is not a valid repository component (repositories are lowercase)"),
+            ("'busybox:'", "image 'busybox:': tag '' is not letters, digits, '_', '.' and '-'"),
+            ("busybox@sha256:0123", "image 'busybox@sha256:0123': digest 'sha256:0123' is not sha256: and 64 "
+                                    "lowercase hex digits")):
+        bad = tmp_path / "image.yaml"
+        bad.write_text(f"billing_project: proj\njobs:\n  - image: busybox\n    command: [echo, fine]\n"
+                       f"  - image: {image}\n    command: [echo]\n")
+        refused = await run_cli(env, "submit", str(bad))
+        assert refused.returncode == EXIT_REFUSED, refused.stdout + refused.stderr
+        [line] = refused.stderr.splitlines()
+        assert line.startswith("error: invalid request (jobs[1].image: ") and words in line, line
+    assert await db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 0}
+    assert await db.fetchone("SELECT COUNT(*) AS n FROM jobs") == {"n": 0}
+    async with aio.Client(f"localhost:{storage_frontend.public_port}", alice_token, certs.ca_cert_path) as client:
+        assert [b async for b in client.list_batches()] == []

@@ -163,6 +163,34 @@ async def test_heartbeats_are_acknowledged_once_recorded(world: World, driver: d
         call.cancel()
 
 
+async def test_the_driver_keeps_the_latest_image_cache_report_of_each_session(
+        world: World, driver: dict, certs: DevCertificateAuthority) -> None:
+    """What the scheduler prefers a worker for: each report replaces the one before; gone with the session."""
+    digest = "sha256:" + "b" * 64
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        call = await welcomed_session(world, driver, certs, channel)
+        report = ws.ImageCacheReport(images=[ws.CachedImage(digest=digest, names=["docker.io/library/python:3.11",
+                                                                                  "python:3.11"])])
+        await call.write(pb.WorkerSessionRequest(event_id=1, image_cache=report))
+        await call.write(pb.WorkerSessionRequest(event_id=2, heartbeat=ws.Heartbeat(free_cores_mcpu=2000)))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 2  # recorded, in order
+        assert driver["registry"].images_held() == {
+            "i1": frozenset({digest, "docker.io/library/python:3.11", "python:3.11"})}
+
+        emptied = pb.WorkerSessionRequest(event_id=3, image_cache=ws.ImageCacheReport())  # all evicted
+        await call.write(pb.WorkerSessionRequest(events=pb.EventBunch(events=[
+            emptied, pb.WorkerSessionRequest(event_id=4, heartbeat=ws.Heartbeat(free_cores_mcpu=2000))])))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 4
+        assert driver["registry"].images_held() == {}
+
+        await call.write(pb.WorkerSessionRequest(event_id=5, image_cache=report))
+        await call.write(pb.WorkerSessionRequest(event_id=6, heartbeat=ws.Heartbeat(free_cores_mcpu=2000)))
+        assert (await read_until(call, "ack_job_event")).ack_job_event.event_id == 6
+        call.cancel()
+    await asyncio.sleep(0.1)  # the session closed when the stream ended
+    assert driver["registry"].images_held() == {}
+
+
 async def test_a_driver_that_stops_leading_ends_its_sessions_naming_the_leader(
         world: World, driver: dict, certs: DevCertificateAuthority) -> None:
     async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:

@@ -4,6 +4,7 @@ skopeo and umoci: every run of either is counted (`SkopeoUmoci.on_run`), nothing
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import socket
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.common.image_refs import InvalidImageReference
+from services.common.image_refs import InvalidImageReference, Mirror
 from services.up.ports import free_port
 from services.worker.image_tools import Credentials, ImagePullError, PullFailure, SkopeoUmoci, ToolTimeouts
 from services.worker.images import TAG_TTL_S, CacheInUse, ImageCache
@@ -61,9 +62,13 @@ async def eventually(check: Callable[[], bool], what: str, timeout_s: float = 10
         await asyncio.sleep(0.02)
 
 
-def open_cache(root: Path, registry: str, runs: Runs, clock: Clock | None = None, **options: object) -> ImageCache:
-    return ImageCache(root, registry, tools=SkopeoUmoci(options.pop("timeouts", ToolTimeouts()), on_run=runs),
-                      clock_ms=clock or Clock(), **options)  # type: ignore[arg-type]
+def open_cache(root: Path, own: str | None, runs: Runs, clock: Clock | None = None, **options: object) -> ImageCache:
+    """A cache whose own registry is `own` and, unless `mirrors` says otherwise, docker.io's mirror too (its
+    images under docker.io/, as `corral up` has it)."""
+    mirrors = (Mirror.parse(f"docker.io={own}/docker.io"),) if own else ()
+    return ImageCache(root, own, tools=SkopeoUmoci(options.pop("timeouts", ToolTimeouts()), on_run=runs),
+                      clock_ms=clock or Clock(), mirrors=options.pop("mirrors", mirrors),  # type: ignore[arg-type]
+                      **options)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -83,18 +88,19 @@ async def cache(tmp_path: Path, registry: SeededRegistry, runs: Runs) -> AsyncIt
 async def test_a_pull_by_tag_and_then_by_digest_unpacks_the_image_once(
         cache: ImageCache, registry: SeededRegistry, runs: Runs) -> None:
     image = await cache.pull("busybox")
-    assert (image.digest, image.reference) == (registry.busybox_digest, f"{registry.address}/busybox:latest")
+    assert (image.digest, image.reference) == (registry.busybox_digest, "docker.io/library/busybox:latest")
+    assert runs.argv[0][-1] == f"docker://{registry.at('busybox')}:latest"  # docker.io's mirror
     assert (image.rootfs / "bin" / "busybox").read_bytes() == Path("/bin/busybox").read_bytes()
     assert image.config["config"]["Cmd"] == ["/bin/sh"]
     assert image.size_bytes >= Path("/bin/busybox").stat().st_size
     assert runs.count() == {"inspect": 1, "copy": 1, "unpack": 1}
 
     runs.clear()
-    for reference in (f"busybox@{image.digest}", f"{registry.address}/busybox", f"{registry.address}/busybox:latest"):
+    for reference in (f"busybox@{image.digest}", "docker.io/library/busybox", "index.docker.io/busybox:latest"):
         assert (await cache.pull(reference)).rootfs == image.rootfs
     assert runs.argv == []  # a held digest needs no registry; the tag was resolved a moment ago
     [held] = cache.held()
-    assert held.references == (f"{registry.address}/busybox:latest", f"{registry.address}/busybox@{image.digest}")
+    assert held.references == ("docker.io/library/busybox:latest", f"docker.io/library/busybox@{image.digest}")
     assert (held.digest, held.size_bytes, held.users) == (image.digest, image.size_bytes, 0)
 
 
@@ -149,19 +155,56 @@ async def test_a_tag_is_resolved_again_once_its_resolution_is_a_minute_old(
 
 
 @pytest.mark.parametrize(("reference", "words"), [
-    ("busybox:no-such-tag", "reading manifest no-such-tag in {registry}/busybox: manifest unknown"),
-    ("no-such-image", "reading manifest latest in {registry}/no-such-image: manifest unknown"),
-    ("busybox@sha256:" + "0" * 64, "manifest unknown"),
+    ("localhost/docker.io/library/busybox:no-such-tag",
+     "reading manifest no-such-tag in {registry}/docker.io/library/busybox: manifest unknown"),
+    ("{registry}/no-such-image", "reading manifest latest in {registry}/no-such-image: manifest unknown"),
+    ("localhost/docker.io/library/busybox@sha256:" + "0" * 64, "manifest unknown"),
 ])
 async def test_a_missing_image_fails_with_the_registrys_words(
         cache: ImageCache, registry: SeededRegistry, reference: str, words: str) -> None:
     with pytest.raises(ImagePullError) as failed:
-        await cache.pull(reference)
+        await cache.pull(reference.format(registry=registry.address))
     assert failed.value.failure is PullFailure.NOT_FOUND
+    assert failed.value.user_words == "no such image"
     assert words.format(registry=registry.address) in failed.value.detail
     assert str(failed.value).startswith(f"pulling {registry.address}/")
     assert cache.held() == []
     await eventually(lambda: list((cache.root / "tmp").iterdir()) == [], "the partial pull removed")
+
+
+async def test_an_image_the_mirror_lacks_is_asked_of_its_registry_and_unreachable_names_it(
+        tmp_path: Path, registry: SeededRegistry, runs: Runs) -> None:
+    """`registry.invalid` never resolves (RFC 2606), as docker.io does not offline: the mirror has no such image,
+    the registry cannot be reached, and the user is told so naming the registry their reference names."""
+    cache = open_cache(tmp_path / "cache", registry.url, runs,
+                       mirrors=(Mirror.parse(f"registry.invalid={registry.url}/registry.invalid"),))
+    try:
+        started = time.monotonic()
+        with pytest.raises(ImagePullError) as failed:
+            await cache.pull("registry.invalid/lab/tool:1")
+        print(f"mirror, then an unresolvable registry: failed in {time.monotonic() - started:.3f} s")
+    finally:
+        await cache.close()
+    assert [argv[-1] for argv in runs.argv] == [f"docker://{registry.address}/registry.invalid/lab/tool:1",
+                                               "docker://registry.invalid/lab/tool:1"]
+    assert failed.value.failure is PullFailure.UNREACHABLE
+    assert failed.value.user_words == "registry unreachable: registry.invalid"
+    assert "manifest unknown" in failed.value.detail and "no such host" in failed.value.detail
+
+
+async def test_a_job_with_a_pull_secret_gets_the_mirrors_image_without_sending_its_login_there(
+        tmp_path: Path, registry: SeededRegistry, runs: Runs) -> None:
+    sent: list[str] = []
+    runs.checks.append(lambda argv: sent.extend(Path(argv[argv.index(flag) + 1]).read_text()
+                                                for flag in ("--authfile", "--src-authfile") if flag in argv))
+    cache = open_cache(tmp_path / "cache", registry.url, runs)
+    try:
+        image = await cache.pull("busybox", Credentials("someone", "their docker hub password"))
+        assert image.digest == registry.busybox_digest
+        assert all("--no-creds" in argv or "--src-no-creds" in argv for argv in runs.argv[:2])  # no own login here
+        assert sent == []
+    finally:
+        await cache.close()
 
 
 async def test_a_registry_that_is_down_fails_at_once(tmp_path: Path, runs: Runs) -> None:
@@ -169,9 +212,10 @@ async def test_a_registry_that_is_down_fails_at_once(tmp_path: Path, runs: Runs)
     try:
         started = time.monotonic()
         with pytest.raises(ImagePullError) as failed:
-            await cache.pull("busybox")
+            await cache.pull("localhost/lab/tool")
         assert time.monotonic() - started < 5
         assert failed.value.failure is PullFailure.UNREACHABLE
+        assert failed.value.user_words == "registry unreachable: localhost"
         assert "connection refused" in failed.value.detail
     finally:
         await cache.close()
@@ -186,7 +230,7 @@ async def test_a_registry_that_never_answers_times_out_and_its_skopeo_is_killed(
         try:
             started = time.monotonic()
             with pytest.raises(ImagePullError) as failed:
-                await cache.pull("busybox")
+                await cache.pull("localhost/lab/tool")
             assert time.monotonic() - started < 5
         finally:
             await cache.close()
@@ -221,19 +265,20 @@ async def test_credentials_reach_skopeo_in_a_private_file_never_on_its_command_l
                                    path.read_text()))
 
     runs.checks.append(auth_file_now)
-    cache = open_cache(tmp_path / "cache", login, runs)
+    cache = open_cache(tmp_path / "cache", None, runs, allowed_registries=(login,))
+    private = registry.at("busybox", login=True)
     try:
         with pytest.raises(ImagePullError) as anonymous:
-            await cache.pull("busybox")
+            await cache.pull(private)
         assert anonymous.value.failure is PullFailure.UNAUTHORIZED
         assert "authentication required" in anonymous.value.detail
         assert "--no-creds" in runs.argv[0]  # never the worker's own credentials
 
         with pytest.raises(ImagePullError) as wrong:
-            await cache.pull("busybox", Credentials(USERNAME, "not the password"))
+            await cache.pull(private, Credentials(USERNAME, "not the password"))
         assert wrong.value.failure is PullFailure.UNAUTHORIZED
 
-        image = await cache.pull("busybox", Credentials(USERNAME, PASSWORD))
+        image = await cache.pull(private, Credentials(USERNAME, PASSWORD))
         assert image.digest == registry.busybox_digest
     finally:
         await cache.close()
@@ -247,10 +292,10 @@ async def test_credentials_reach_skopeo_in_a_private_file_never_on_its_command_l
 
 async def test_a_private_image_in_the_cache_is_not_handed_to_someone_the_registry_refuses(
         tmp_path: Path, registry: SeededRegistry, runs: Runs) -> None:
-    cache = open_cache(tmp_path / "cache", f"http://{registry.login_server.address}", runs)
-    pinned = f"busybox@{registry.busybox_digest}"
+    cache = open_cache(tmp_path / "cache", None, runs, allowed_registries=(f"http://{registry.login_server.address}",))
+    pinned = f"{registry.at('busybox', login=True)}@{registry.busybox_digest}"
     try:
-        await cache.pull("busybox", Credentials(USERNAME, PASSWORD))
+        await cache.pull(registry.at("busybox", login=True), Credentials(USERNAME, PASSWORD))
         runs.clear()
         with pytest.raises(ImagePullError) as refused:
             await cache.pull(pinned)
@@ -267,8 +312,8 @@ async def test_a_private_image_in_the_cache_is_not_handed_to_someone_the_registr
 
 async def test_anothers_wrong_password_does_not_fail_my_pull(tmp_path: Path, registry: SeededRegistry,
                                                              runs: Runs) -> None:
-    cache = open_cache(tmp_path / "cache", f"http://{registry.login_server.address}", runs)
-    pinned = f"busybox@{registry.busybox_digest}"
+    cache = open_cache(tmp_path / "cache", None, runs, allowed_registries=(f"http://{registry.login_server.address}",))
+    pinned = f"{registry.at('busybox', login=True)}@{registry.busybox_digest}"
     try:
         wrong, right = await asyncio.gather(cache.pull(pinned, Credentials(USERNAME, "wrong")),
                                             cache.pull(pinned, Credentials(USERNAME, PASSWORD)),
@@ -280,25 +325,33 @@ async def test_anothers_wrong_password_does_not_fail_my_pull(tmp_path: Path, reg
         await cache.close()
 
 
-async def test_the_default_registry_is_pulled_with_the_deployments_login_whatever_the_job_brings(
+async def test_the_own_registry_is_pulled_with_the_deployments_login_whatever_the_job_brings(
         tmp_path: Path, registry: SeededRegistry, runs: Runs) -> None:
-    """`corral up`'s registry asks for its pull login (issue 33 part 5): the cache pulls bare names with it, a
-    job's own login (meant for other registries) notwithstanding, and the password reaches skopeo in an auth
-    file only. An image so pulled is public: every job may use the default registry."""
+    """`corral up`'s registry asks for its pull login (issue 33 part 5): the cache pulls `localhost/...` and,
+    as docker.io's mirror, bare names with it, a job's own login (meant for other registries) notwithstanding,
+    and the password reaches skopeo in an auth file only. An image so pulled is public: every job may use the
+    own registry."""
     deployment = Credentials(USERNAME, PASSWORD)
+    sent: list[str] = []
+    runs.checks.append(lambda argv: sent.extend(Path(argv[argv.index(flag) + 1]).read_text()
+                                                for flag in ("--authfile", "--src-authfile") if flag in argv))
     cache = open_cache(tmp_path / "cache", f"http://{registry.login_server.address}", runs,
-                       default_login=deployment, allowed_registries=(registry.address,))
+                       own_login=deployment, allowed_registries=(registry.address,))
     try:
-        image = await cache.pull("busybox")
+        image = await cache.pull("busybox", Credentials("someone", "their own"))
         assert image.digest == registry.busybox_digest
         assert "--authfile" in runs.argv[0] and "--no-creds" not in runs.argv[0]
+        deployments = base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode()
+        assert sent and all(deployments in text for text in sent)  # never the job's
         runs.clear()
         again = await cache.pull(f"busybox@{registry.busybox_digest}", Credentials("someone", "their own"))
         assert again.digest == image.digest and runs.count() == {"inspect": 0, "copy": 0, "unpack": 0}
-        with pytest.raises(ImagePullError) as other:  # the deployment's login is for the default registry only
+        named = await cache.pull("localhost/docker.io/library/busybox", Credentials("someone", "their own"))
+        assert named.digest == image.digest and "--authfile" in runs.argv[-1]
+        with pytest.raises(ImagePullError) as other:  # the deployment's login is for the own registry only
             await cache.pull(f"{registry.address}/no-such-image:1")
         assert "--no-creds" in runs.argv[-1]
-        assert other.value.failure is PullFailure.UNREACHABLE  # asked over HTTPS: only the default is plain HTTP
+        assert other.value.failure is PullFailure.UNREACHABLE  # asked over HTTPS: allowed, but not written http://
     finally:
         await cache.close()
     assert not any(PASSWORD in arg for argv in runs.argv for arg in argv)
@@ -389,3 +442,17 @@ async def test_a_restarted_worker_finds_its_cache_and_drops_what_a_crash_left(
     finally:
         await restarted.close()
     assert list((root / "tmp").iterdir()) == []
+
+
+async def test_localhost_without_an_own_registry_asks_nobody(tmp_path: Path, runs: Runs) -> None:
+    """`localhost/...` is corral's own registry, never this machine: with none, nothing is contacted."""
+    cache = open_cache(tmp_path / "cache", None, runs)
+    try:
+        with pytest.raises(ImagePullError) as failed:
+            await cache.pull("localhost/lab/tool:1")
+    finally:
+        await cache.close()
+    assert failed.value.failure is PullFailure.NOT_FOUND
+    assert failed.value.user_words == ("no such image: localhost/... names corral's own registry, and this "
+                                       "deployment has none")
+    assert runs.argv == []

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from services.common.callback_hosts import Unresolved
+from services.common.image_refs import Mirror
 from services.common.registry_rules import RegistryRules
 from services.common.tls import DevCertificateAuthority
 from services.common.urls import IPAddress
@@ -238,19 +239,22 @@ async def test_a_name_rebound_between_the_check_and_the_pull_reaches_nothing(tmp
 
 async def test_the_worker_sends_every_pull_through_its_egress_proxy(tmp_path: Path) -> None:
     """services.worker.app wires the cache as the tests above do: skopeo's environment names the worker's own
-    proxy (with its password), which refuses the metadata server; the default registry bypasses it."""
+    proxy (with its password), which refuses the metadata server, and `localhost` (the own registry's name,
+    never an address); the own registry and the mirrors bypass it."""
     config = WorkerConfig("w", "token", 1000, ("localhost:1",), tmp_path / "certs", tmp_path / "scratch",
-                          f"file://{tmp_path}/logs", default_registry="http://127.0.0.1:5999")
+                          f"file://{tmp_path}/logs", own_registry="http://127.0.0.1:5999",
+                          registry_mirrors=(Mirror.parse("ghcr.io=http://10.0.0.9:5000/ghcr"),))
     async with contextlib.AsyncExitStack() as stack:
         images = await _image_cache(config, stack)
         environment = images.tools.environment  # type: ignore[attr-defined]
-        assert environment["NO_PROXY"] == "127.0.0.1:5999"
+        assert environment["NO_PROXY"] == "10.0.0.9:5000,127.0.0.1:5999"
         url = environment["HTTPS_PROXY"]
         assert url == environment["HTTP_PROXY"] and url.startswith("http://corral:")
         port = int(url.rsplit(":", 1)[1])
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
         auth = base64.b64encode(url.removeprefix("http://").split("@")[0].encode()).decode()
-        writer.write(f"CONNECT 169.254.169.254:80 HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
-        await writer.drain()
-        assert (await reader.readline()).decode().strip() == "HTTP/1.1 403 corral refuses this destination"
-        writer.close()
+        for target in ("169.254.169.254:80", "localhost", "localhost:443"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"CONNECT {target} HTTP/1.1\r\nProxy-Authorization: Basic {auth}\r\n\r\n".encode())
+            await writer.drain()
+            assert (await reader.readline()).decode().strip() == "HTTP/1.1 403 corral refuses this destination", target
+            writer.close()

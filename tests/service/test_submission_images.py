@@ -1,7 +1,8 @@
 """Issue 33 part 6 over real gRPC: an image whose registry is a loopback, link-local, private or metadata
-address (or a name resolving to one, or localhost) is INVALID_ARGUMENT at submission, naming
-`jobs[i].image` and saying why, unless the deployment names that registry (its default registry,
-`--allowed-registries`); nothing is written. docs/security.md, "What must not happen": "an image
+address (or a name resolving to one, or localhost:PORT) is INVALID_ARGUMENT at submission, naming
+`jobs[i].image` and saying why, unless the deployment names that registry (its own registry, which
+`localhost/...` also names, `--allowed-registries`); nothing is written. Issue 35: a reference the grammar
+refuses (`BusyBox`, `busybox:`, a bad digest) is refused there too, one line each. docs/security.md, "What must not happen": "an image
 reference makes a worker probe the host"; Limits: "Registries named in one request"."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tests.service.conftest import person_channel
 from tests.service.test_submission_urls import Stub, alice, frontend_with, rows, violations  # noqa: F401
 
 HINT = "a job's image comes from a public registry, or from one this deployment allows (ask its operator)"
-DEFAULT = "http://127.0.0.1:5999"
+OWN = "http://127.0.0.1:5999"
 
 
 @pytest.fixture
@@ -47,8 +48,8 @@ def names_resolve(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def stub(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority,
                tmp_path: Path, names_resolve: None) -> AsyncIterator[Stub]:
-    """BatchService of a frontend whose default registry is DEFAULT and that allows one private registry."""
-    app = await frontend_with(auth_app, db_config, certs, tmp_path, default_registry=DEFAULT,
+    """BatchService of a frontend whose own registry is OWN and that allows one private registry."""
+    app = await frontend_with(auth_app, db_config, certs, tmp_path, own_registry=OWN,
                               allowed_registries=("10.0.0.5:5000",))
     try:
         async with person_channel(certs.issue("someone"), app.public_port) as channel:
@@ -103,9 +104,10 @@ async def test_images_from_internal_registries_are_refused_at_submission(db: Dat
     assert await rows(db, "batches") == 1  # AddJobs' own, empty: SubmitBatch wrote nothing
 
 
-async def test_the_default_allowed_public_and_unresolvable_registries_are_accepted(stub: Stub,
-                                                                                 alice: Any) -> None:  # noqa: F811
-    images = ["busybox", "team/tool:1", "127.0.0.1:5999/busybox", "10.0.0.5:5000/lab/tool:2", "93.184.215.14/x",
+async def test_the_own_allowed_public_and_unresolvable_registries_are_accepted(stub: Stub,
+                                                                             alice: Any) -> None:  # noqa: F811
+    images = ["busybox", "team/tool:1", "localhost/proj/tool:1", "127.0.0.1:5999/busybox", "10.0.0.5:5000/lab/tool:2",
+              "93.184.215.14/x",
               "public.example:443/x", "docker.io/library/ubuntu:24.04",
               # Resolved by nobody now: the worker checks it again right before pulling.
               "nowhere.example/x"]
@@ -122,6 +124,16 @@ async def test_a_reference_that_is_not_one_is_refused_at_submission(stub: Stub, 
     assert violations(error.value) == {
         "jobs[0].image": "image 'BusyBox': 'BusyBox' is not a valid repository component (repositories are lowercase)",
         "jobs[1].image": "image 'https://ghcr.io/x': name the image, not a URL (e.g. registry.example.com/repo:tag)"}
+    with pytest.raises(grpc.aio.AioRpcError) as error:
+        await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
+                                                     jobs=[job("busybox:"), job("busybox@sha256:abc"), job("ok")]),
+                               metadata=alice)
+    found = violations(error.value)
+    assert found == {
+        "jobs[0].image": "image 'busybox:': tag '' is not letters, digits, '_', '.' and '-' (at most 128, not starting "
+                         "with '.' or '-')",
+        "jobs[1].image": "image 'busybox@sha256:abc': digest 'sha256:abc' is not sha256: and 64 lowercase hex digits"}
+    assert not any("\n" in why for why in found.values())
 
 
 async def test_one_request_names_at_most_max_registries_per_request(stub: Stub, alice: Any,  # noqa: F811
@@ -137,3 +149,25 @@ async def test_one_request_names_at_most_max_registries_per_request(stub: Stub, 
         idempotency_token=uuid.uuid4().hex, billing_project="proj",
         jobs=[*map(job, images[:16]), job("busybox"), job("other")]), metadata=alice)
     assert response.batch.counts.n_jobs == 18
+
+
+async def test_a_projects_image_in_the_deployments_registry_runs_only_for_its_members(
+        db: Database, stub: Stub, alice: Any) -> None:  # noqa: F811
+    """Issue 35: a billing project's image in corral's own registry (`localhost/PROJECT/...` or its address)
+    is PERMISSION_DENIED for anyone not a member of PROJECT, naming the job's field, whether or not the project
+    exists; alice's own project's images are hers. (A bare `other/tool` is Docker Hub's: nobody's here.)"""
+    for image, project in (("127.0.0.1:5999/other/tool:1", "other"), ("localhost/other/tool", "other"),
+                           ("localhost/nosuchproject/tool", "nosuchproject")):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
+                                                         jobs=[job("127.0.0.1:5999/proj/tool"), job(image)]),
+                                   metadata=alice)
+        assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED, image
+        assert error.value.details().startswith("jobs[1].image: image ") and \
+            f"is a private image of billing project {project}: only its members run it" in error.value.details()
+    assert await rows(db, "jobs") == 0 and await rows(db, "batches") == 0
+    # The mirror of Docker Hub in the same registry is everybody's.
+    response = await stub.SubmitBatch(pb.SubmitBatchRequest(
+        idempotency_token=uuid.uuid4().hex, billing_project="proj",
+        jobs=[job("127.0.0.1:5999/docker.io/library/busybox"), job("127.0.0.1:5999/proj/tool")]), metadata=alice)
+    assert response.batch.counts.n_jobs == 2

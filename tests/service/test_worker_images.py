@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 async def test_list_images_pages_through_what_the_cache_holds(cluster: Cluster, registry: SeededRegistry,
                                                               tmp_path: Path) -> None:
     images_dir = tmp_path / "images"
-    cache = ImageCache(images_dir, registry.url)
+    cache = ImageCache(images_dir, registry.url, mirrors=(registry.mirror,))
     try:
         busybox = await cache.pull("busybox")
         await cache.pull(f"busybox@{busybox.digest}")
@@ -31,14 +31,15 @@ async def test_list_images_pages_through_what_the_cache_holds(cluster: Cluster, 
     finally:
         await cache.close()
 
-    worker = await cluster.worker("w1", default_registry=registry.url, image_cache_dir=images_dir)
+    worker = await cluster.worker("w1", own_registry=registry.url, registry_mirrors=(registry.mirror,),
+                                  image_cache_dir=images_dir)
     channel, stub = worker_stub(cluster, worker.address)
     async with channel:
         listed = await stub.ListImages(wpb.ListImagesRequest())
         assert [(image.reference, image.digest) for image in listed.images] == [
-            (f"{registry.address}/busybox:latest", busybox.digest),
-            (f"{registry.address}/busybox@{busybox.digest}", busybox.digest),
-            (f"{registry.address}/variant:0", variant.digest)]
+            ("docker.io/library/busybox:latest", busybox.digest),
+            (f"docker.io/library/busybox@{busybox.digest}", busybox.digest),
+            ("docker.io/library/variant:0", variant.digest)]
         assert listed.next_page_token == ""
         first = listed.images[0]
         assert first.size_bytes == busybox.size_bytes

@@ -75,9 +75,9 @@ def test_each_image_is_seeded_where_docker_hubs_official_image_would_be_mirrored
     assert references("127.0.0.1:5000", BASE_IMAGES["python"]) == [
         ("latest", "127.0.0.1:5000/docker.io/library/python:latest"),
         ("3.11", "127.0.0.1:5000/docker.io/library/python:3.11")]
-    # busybox also where bare names resolved before (services.common.image_refs' default registry).
-    assert references("r:1", BASE_IMAGES["busybox"]) == [
-        ("latest", "r:1/busybox:latest"), ("latest", "r:1/docker.io/library/busybox:latest")]
+    assert references("r:1", BASE_IMAGES["busybox"]) == [("latest", "r:1/docker.io/library/busybox:latest")]
+    assert references("r:1", BASE_IMAGES["openjdk"], "mirror/docker.io/library") == [
+        ("latest", "r:1/mirror/docker.io/library/openjdk:latest"), ("17", "r:1/mirror/docker.io/library/openjdk:17")]
 
 
 def test_the_bootstrap_excludes_documentation_and_fills_in_every_hook() -> None:

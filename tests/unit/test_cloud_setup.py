@@ -12,6 +12,7 @@ import pytest
 
 from services.driver.providers.interface import InstanceRequest
 from services.driver.providers import cloud_setup
+from services.common.image_refs import Mirror
 from services.driver.providers.cloud_setup import WorkerBootArgs, check_flags, cloud_worker_args, load
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def test_gcp_machines_are_told_the_deployment_and_their_size_and_region(tmp_path
     assert args[args.index("--log-root-url") + 1] == "gs://corral-logs/"
     assert args[args.index("--runtime") + 1] == "oci"
     assert args[args.index("--scratch-dir") + 1] == cloud_setup.CLOUD_SCRATCH_DIR
-    assert args[args.index("--default-registry") + 1] == "https://registry.internal"
+    assert args[args.index("--own-registry") + 1] == "https://registry.internal"
     assert "--gcs-token-file" in args
     assert not {"--certs-dir", "--driver-addresses", "--instance-name"} & set(args)  # from the boot data itself
 
@@ -103,7 +104,12 @@ def test_the_driver_refuses_a_bad_combination_at_start_up(tmp_path: Path) -> Non
 
 def test_cloud_workers_are_told_which_registries_they_may_pull_from() -> None:
     """Issue 33 part 6: a cloud worker checks its pulls against the same registries as the frontend."""
-    args = cloud_worker_args("gs://logs/", "oci", [], "https://registry.internal", ["10.0.0.5:5000", "reg.corp"])
-    assert args[args.index("--default-registry") + 1] == "https://registry.internal"
+    mirrors = [Mirror.parse("docker.io=https://registry.internal/docker.io"), Mirror.parse("ghcr.io=https://m.corp")]
+    args = cloud_worker_args("gs://logs/", "oci", [], "https://registry.internal", ["10.0.0.5:5000", "reg.corp"],
+                             mirrors=mirrors)
+    assert args[args.index("--own-registry") + 1] == "https://registry.internal"
     assert args[args.index("--allowed-registries") + 1] == "10.0.0.5:5000,reg.corp"
+    assert [args[i + 1] for i, arg in enumerate(args) if arg == "--registry-mirror"] == [
+        "docker.io=https://registry.internal/docker.io", "ghcr.io=https://m.corp"]
     assert "--allowed-registries" not in cloud_worker_args("gs://logs/", "oci")
+    assert "--registry-mirror" not in cloud_worker_args("gs://logs/", "oci")

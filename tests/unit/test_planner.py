@@ -13,7 +13,9 @@
 - fair share: no user is given more cores than their water-filled share;
 - budgets: a job's worst case is the one it is given (the database prices
   it), never one the planner works out from its size;
-- the same snapshot gives the same plan.
+- the same snapshot gives the same plan;
+- images: preferring a worker that holds a job's image changes where jobs go, never which start or why the
+  others wait, and with room everywhere each job whose image an eligible worker holds goes to one.
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ def _clashes(a: dict[str, LockRequest], b: dict[str, LockRequest]) -> bool:
 @settings(max_examples=2000, deadline=None)
 @given(snapshots())
 def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
+    _keeps_every_promise(snapshot)
+
+
+def _keeps_every_promise(snapshot: Snapshot) -> None:
     result = plan(snapshot)
     jobs = {c.key: c for queue in snapshot.queues.values() for c in queue}
     workers = {w.name: w for w in snapshot.workers}
@@ -373,3 +379,66 @@ def test_a_job_goes_only_where_its_storage_is_free_and_its_wait_says_storage() -
         (1, 1): planner.NO_CAPACITY_IN_REGIONS, (1, 3): planner.NO_CAPACITY_IN_REGIONS}
     assert "has 1 cores, 1073741824 bytes of memory and 6 GiB of scratch storage free" in result.waits[(1, 1)].detail
     assert "3 GiB of scratch storage" in result.waits[(1, 3)].detail  # w0's last 1 GiB went to the small job
+
+
+IMAGES = ("docker.io/library/python:3.11", "localhost/lab/tool:1", "sha256:feed")
+
+
+@st.composite
+def warm_snapshots(draw: st.DrawFn, roomy: bool = False) -> Snapshot:
+    """`snapshots()` with images: each worker holds some, each job names one (or none); `roomy`: every worker
+    has room for every job at once (cores, memory and storage never decide)."""
+    snapshot = draw(snapshots())
+    names = st.frozensets(st.sampled_from(IMAGES), max_size=2)
+    workers = [dataclasses.replace(w, images=draw(names)) for w in snapshot.workers]
+    if roomy:
+        workers = [dataclasses.replace(w, free_cores_mcpu=1 << 40, free_memory_bytes=None, free_storage_bytes=None)
+                   for w in workers]
+    queues = {user: [dataclasses.replace(c, image_names=draw(names)) for c in queue]
+              for user, queue in snapshot.queues.items()}
+    return dataclasses.replace(snapshot, workers=workers, queues=queues)
+
+
+def _cold(snapshot: Snapshot) -> Snapshot:
+    """`snapshot` with no worker holding any image."""
+    return dataclasses.replace(snapshot, workers=[dataclasses.replace(w, images=frozenset()) for w in snapshot.workers])
+
+
+@settings(max_examples=1000, deadline=None)
+@given(warm_snapshots())
+def test_preferring_workers_that_hold_the_image_keeps_every_promise(snapshot: Snapshot) -> None:
+    _keeps_every_promise(snapshot)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(warm_snapshots(), warm_snapshots(roomy=True)))
+def test_preferring_holders_changes_where_jobs_go_never_which_start_or_why_others_wait(snapshot: Snapshot) -> None:
+    warm, cold = plan(snapshot), plan(_cold(snapshot))
+    assert warm.waits == cold.waits
+    assert warm.allocation == cold.allocation and warm.never_fit == cold.never_fit
+    assert [(p.key, p.cores_mcpu) for p in warm.placements] == [(p.key, p.cores_mcpu) for p in cold.placements]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(warm_snapshots(roomy=True))
+def test_with_room_everywhere_a_job_goes_to_a_worker_holding_its_image(snapshot: Snapshot) -> None:
+    jobs = {c.key: c for queue in snapshot.queues.values() for c in queue}
+    for p in plan(snapshot).placements:
+        job = jobs[p.key]
+        holders = [w.name for w in planner._eligible(job, snapshot.workers) if job.image_names & w.images]
+        assert p.worker in holders or not holders, (p, holders)
+
+
+def test_a_job_goes_to_the_worker_holding_its_image_unless_that_keeps_another_job_out() -> None:
+    image = frozenset({"docker.io/library/python:3.11"})
+    job = Candidate((1, 1), "ann", "p1", 1000, image_names=image)
+    workers = [Worker("w0", 0, 2000), Worker("w1", 0, 2000, images=image)]
+    result = plan(Snapshot("standard", workers, [UserDemand("ann", 0, 1000)], {"ann": [job]}, jobs_per_cycle=10))
+    assert [(p.key, p.worker) for p in result.placements] == [((1, 1), "w1")]
+
+    # w1 holds the image but only w1 has room for the big job after it: first-fit places both.
+    big = Candidate((1, 2), "ann", "p1", 2000)
+    workers = [Worker("w0", 0, 1000), Worker("w1", 0, 2000, images=image)]
+    result = plan(Snapshot("standard", workers, [UserDemand("ann", 0, 3000)], {"ann": [job, big]},
+                           jobs_per_cycle=10))
+    assert [(p.key, p.worker) for p in result.placements] == [((1, 1), "w0"), ((1, 2), "w1")]

@@ -73,22 +73,23 @@ def basic(username: str, password: str) -> str:
     return base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
-@pytest.mark.parametrize("image, default, key", [
-    ("registry.example.com/lab/tool:1", None, "registry.example.com"),
-    ("registry.example.com/lab/tool:1", None, "https://registry.example.com/v2/"),
-    ("tool:1", "http://127.0.0.1:5000", "http://127.0.0.1:5000"),
-    ("tool:1", "http://127.0.0.1:5000", "127.0.0.1:5000"),
-    ("ubuntu:24.04", "docker.io", "https://index.docker.io/v1/"),
-    ("docker.io/library/ubuntu", None, "docker.io"),
+@pytest.mark.parametrize("image, key", [
+    ("registry.example.com/lab/tool:1", "registry.example.com"),
+    ("registry.example.com/lab/tool:1", "https://registry.example.com/v2/"),
+    ("127.0.0.1:5000/tool:1", "http://127.0.0.1:5000"),
+    ("127.0.0.1:5000/tool:1", "127.0.0.1:5000"),
+    ("ubuntu:24.04", "https://index.docker.io/v1/"),  # a bare name is Docker Hub's
+    ("lab/tool:1", "docker.io"),
+    ("docker.io/library/ubuntu", "docker.io"),
 ])
-def test_a_docker_config_gives_the_login_of_the_images_registry(image: str, default: str | None, key: str) -> None:
+def test_a_docker_config_gives_the_login_of_the_images_registry(image: str, key: str) -> None:
     spec = js.JobSpec(image=image, script="true", image_pull_secret="registry")
     config = docker_config({"other.example.com": {"auth": basic("bob", "not this one")},
                             key: {"auth": basic("alice", PASSWORD)}})
-    assert pull_credentials(spec, delivered(**{".dockerconfigjson": config}), default) == (
+    assert pull_credentials(spec, delivered(**{".dockerconfigjson": config})) == (
         Credentials("alice", PASSWORD), [])
     plain = docker_config({key: {"username": "alice", "password": PASSWORD}})
-    assert pull_credentials(spec, delivered(**{".dockerconfigjson": plain}), default) == (
+    assert pull_credentials(spec, delivered(**{".dockerconfigjson": plain})) == (
         Credentials("alice", PASSWORD), [])
 
 
@@ -119,8 +120,27 @@ def test_a_docker_config_without_a_usable_login_is_refused_naming_the_file(confi
     assert PASSWORD not in refusals[0] and "alice" not in refusals[0]
 
 
-def test_a_docker_config_for_an_image_without_a_registry_is_refused() -> None:
+def test_a_docker_config_for_an_image_that_is_not_one_is_refused() -> None:
+    spec = js.JobSpec(image="Tool:1", script="true", image_pull_secret="registry")
+    config = docker_config({"registry.example.com": {"auth": basic("alice", PASSWORD)}})
+    _, [refusal] = pull_credentials(spec, delivered(**{".dockerconfigjson": config}))
+    assert "cannot be matched to the image's registry" in refusal and "repositories are lowercase" in refusal
+
+
+@pytest.mark.parametrize("image", ["localhost/proj/tool:1", "127.0.0.1:5000/proj/tool:1"])
+def test_a_secret_is_not_used_for_corrals_own_registry(image: str) -> None:
+    """corral's own registry is pulled with the deployment's login alone: a job's secret, whatever it holds, is
+    neither used nor a reason to refuse the job there."""
+    spec = js.JobSpec(image=image, script="true", image_pull_secret="registry")
+    config = docker_config({"registry.example.com": {"auth": basic("alice", PASSWORD)}})
+    assert pull_credentials(spec, delivered(**{".dockerconfigjson": config}), "http://127.0.0.1:5000") == (None, [])
+    assert pull_credentials(spec, delivered(username=b"alice", password=b"x"), "http://127.0.0.1:5000") == (None, [])
+    assert pull_credentials(js.JobSpec(image="127.0.0.1:5001/x", image_pull_secret="registry"),
+                            delivered(username=b"alice", password=b"x"), "http://127.0.0.1:5000")[0] is not None
+
+
+def test_a_bare_name_is_docker_hubs_not_another_registrys() -> None:
     spec = js.JobSpec(image="tool:1", script="true", image_pull_secret="registry")
     config = docker_config({"registry.example.com": {"auth": basic("alice", PASSWORD)}})
-    _, [refusal] = pull_credentials(spec, delivered(**{".dockerconfigjson": config}), None)
-    assert "cannot be matched to the image's registry" in refusal and "no default registry" in refusal
+    _, [refusal] = pull_credentials(spec, delivered(**{".dockerconfigjson": config}))
+    assert "has no login for the image's registry 'docker.io'" in refusal

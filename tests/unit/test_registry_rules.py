@@ -12,7 +12,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from services.common.image_refs import InvalidImageReference, named_registry
+from services.common.image_refs import InvalidImageReference, Mirror, parse_reference
 from services.common.registry_rules import RegistryHost, RegistryRules, needs_lookup, refusal
 from services.common.urls import address_kind
 
@@ -74,7 +74,7 @@ def test_what_needs_a_lookup() -> None:
     assert not needs_lookup(RegistryHost.parse("localhost"), rules)
 
 
-def test_the_default_and_allowed_registries_are_compared_as_references_name_them() -> None:
+def test_the_own_mirror_and_allowed_registries_are_compared_as_references_name_them() -> None:
     rules = RegistryRules.of("http://127.0.0.1:5000/", ["Registry.Corp:5000, [fd00::5]:443", "https://10.0.0.9"])
     for allowed in ("127.0.0.1:5000", "registry.corp:5000", "REGISTRY.CORP:5000", "[fd00::5]", "[fd00::5]:443",
                     "10.0.0.9", "10.0.0.9:443"):
@@ -88,11 +88,29 @@ def test_the_default_and_allowed_registries_are_compared_as_references_name_them
 
 def test_docker_hub_is_one_registry_however_it_is_written() -> None:
     assert RegistryHost.parse("index.docker.io").key == RegistryHost.parse("docker.io").key == "docker.io:443"
-    assert named_registry("index.docker.io/ubuntu") == "docker.io"
-    assert named_registry("busybox") is None and named_registry("team/tool:1") is None
-    assert named_registry("127.0.0.1:22/x") == "127.0.0.1:22"
+    assert parse_reference("index.docker.io/ubuntu").registry == "docker.io"
+    assert parse_reference("busybox").registry == parse_reference("team/tool:1").registry == "docker.io"
+    assert parse_reference("127.0.0.1:22/x").registry == "127.0.0.1:22"
     with pytest.raises(InvalidImageReference):
-        named_registry("BusyBox")
+        parse_reference("BusyBox")
+
+
+def test_localhost_is_corrals_own_registry_never_this_machine() -> None:
+    own = RegistryRules.of("http://127.0.0.1:5000")
+    assert refused("localhost", own) is None  # the worker asks 127.0.0.1:5000, never localhost
+    assert not needs_lookup(RegistryHost.parse("localhost"), own)
+    why = refused("localhost")
+    assert why is not None and "names corral's own registry, and this deployment has none" in why
+    for host in ("localhost:5000", "localhost:443", "registry.localhost"):  # this machine, own registry or not
+        assert "this machine (localhost)" in (refused(host, own) or "")
+
+
+def test_mirrors_are_named_by_the_deployment() -> None:
+    rules = RegistryRules.of(None, (), [Mirror.parse("docker.io=http://10.0.0.7:5000/docker.io"),
+                                        Mirror.parse("ghcr.io=https://mirror.corp")])
+    assert refused("10.0.0.7:5000", rules) is None
+    assert refused("mirror.corp", rules, ("10.0.0.8",)) is None
+    assert refused("10.0.0.7:5001", rules) is not None
 
 
 @pytest.mark.parametrize("registry", ["host:0", "host:65536", "[zz::1]"])

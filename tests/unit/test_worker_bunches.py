@@ -92,3 +92,41 @@ async def test_every_command_of_a_bunch_is_obeyed(tmp_path: Path) -> None:
         pb.WorkerSessionResponse(commands=pb.CommandBunch(commands=[
             pb.WorkerSessionResponse(ack_job_event=ws.AckJobEvent(event_id=2))]))])))
     assert list(w.unacked) == [2]
+
+
+class Reports:
+    """An image cache's reports, as the worker's ImageReporter gives them."""
+
+    def __init__(self) -> None:
+        self.now = ws.ImageCacheReport()
+
+    def report(self) -> ws.ImageCacheReport:
+        return self.now
+
+
+async def test_the_image_cache_is_reported_when_a_session_opens_and_again_only_when_it_changes(tmp_path: Path) -> None:
+    reports = Reports()
+    w = worker(tmp_path)
+    w._images = reports  # type: ignore[assignment]
+    w._queue = asyncio.Queue()
+
+    def told() -> list[ws.ImageCacheReport]:
+        found = []
+        while not w._queue.empty():  # type: ignore[union-attr]
+            message = w._queue.get_nowait()  # type: ignore[union-attr]
+            if message.WhichOneof("payload") == "image_cache":
+                found.append(message.image_cache)
+        return found
+
+    w._on_command(pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=1)))
+    w._tell_images()
+    assert told() == [ws.ImageCacheReport()]  # even empty: the new driver knows nothing yet
+    w._tell_images()
+    assert told() == []
+    reports.now = ws.ImageCacheReport(images=[ws.CachedImage(digest="sha256:ab", names=["python:3.11"])])
+    w._tell_images()
+    w._tell_images()
+    assert told() == [reports.now]
+    w._on_command(pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=2)))  # a new session, perhaps a new leader
+    w._tell_images()
+    assert told() == [reports.now]

@@ -46,7 +46,7 @@ JOB_STEP_MAIN: JobStep
 JOB_STEP_OUTPUT: JobStep
 
 class Job(_message.Message):
-    __slots__ = ("batch_id", "job_id", "update_id", "job_group_id", "user", "billing_project", "state", "spec", "attempts", "attributes", "exit_code", "error_message", "cost_micro_usd", "created_at", "ready_at", "started_at", "completed_at", "rerun_of_job_id", "resources")
+    __slots__ = ("batch_id", "job_id", "update_id", "job_group_id", "user", "billing_project", "state", "spec", "attempts", "attributes", "exit_code", "error_message", "cost_micro_usd", "created_at", "ready_at", "started_at", "completed_at", "rerun_of_job_id", "resources", "normalized_image")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class Job(_message.Message):
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     RERUN_OF_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_IMAGE_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     job_id: int
     update_id: int
@@ -92,7 +93,8 @@ class Job(_message.Message):
     completed_at: _timestamp_pb2.Timestamp
     rerun_of_job_id: int
     resources: JobResources
-    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ..., resources: _Optional[_Union[JobResources, _Mapping]] = ...) -> None: ...
+    normalized_image: str
+    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ..., resources: _Optional[_Union[JobResources, _Mapping]] = ..., normalized_image: _Optional[str] = ...) -> None: ...
 
 class JobResources(_message.Message):
     __slots__ = ("cores_mcpu", "memory_bytes", "storage_bytes", "pool")
@@ -107,7 +109,7 @@ class JobResources(_message.Message):
     def __init__(self, cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class Attempt(_message.Message):
-    __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd", "isolation", "retry_reason", "retry_delay")
+    __slots__ = ("attempt_id", "instance_name", "region", "spot", "cores_mcpu", "memory_bytes", "started_at", "ended_at", "end_reason", "exit_code", "error_message", "resources_used", "cost_micro_usd", "isolation", "retry_reason", "retry_delay", "image_digest")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_NAME_FIELD_NUMBER: _ClassVar[int]
     REGION_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +126,7 @@ class Attempt(_message.Message):
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
     RETRY_REASON_FIELD_NUMBER: _ClassVar[int]
     RETRY_DELAY_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     instance_name: str
     region: str
@@ -140,7 +143,8 @@ class Attempt(_message.Message):
     isolation: str
     retry_reason: str
     retry_delay: _duration_pb2.Duration
-    def __init__(self, attempt_id: _Optional[str] = ..., instance_name: _Optional[str] = ..., region: _Optional[str] = ..., spot: _Optional[bool] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[AttemptEndReason, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resources_used: _Optional[_Union[ResourceUsage, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., isolation: _Optional[str] = ..., retry_reason: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    image_digest: str
+    def __init__(self, attempt_id: _Optional[str] = ..., instance_name: _Optional[str] = ..., region: _Optional[str] = ..., spot: _Optional[bool] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ended_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_reason: _Optional[_Union[AttemptEndReason, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., resources_used: _Optional[_Union[ResourceUsage, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., isolation: _Optional[str] = ..., retry_reason: _Optional[str] = ..., retry_delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., image_digest: _Optional[str] = ...) -> None: ...
 
 class ResourceUsage(_message.Message):
     __slots__ = ("cpu_time", "peak_memory_bytes", "peak_storage_bytes", "network_received_bytes", "network_sent_bytes")

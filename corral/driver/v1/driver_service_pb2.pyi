@@ -73,7 +73,7 @@ class DeactivateWorkerResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerSessionRequest(_message.Message):
-    __slots__ = ("event_id", "sent_at", "hello", "heartbeat", "job_started", "job_completed", "command_ack", "draining", "events")
+    __slots__ = ("event_id", "sent_at", "hello", "heartbeat", "job_started", "job_completed", "command_ack", "draining", "events", "image_cache")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     SENT_AT_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class WorkerSessionRequest(_message.Message):
     COMMAND_ACK_FIELD_NUMBER: _ClassVar[int]
     DRAINING_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_CACHE_FIELD_NUMBER: _ClassVar[int]
     event_id: int
     sent_at: _timestamp_pb2.Timestamp
     hello: _worker_session_pb2.Hello
@@ -92,7 +93,8 @@ class WorkerSessionRequest(_message.Message):
     command_ack: _worker_session_pb2.CommandAck
     draining: _worker_session_pb2.Draining
     events: EventBunch
-    def __init__(self, event_id: _Optional[int] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., hello: _Optional[_Union[_worker_session_pb2.Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[_worker_session_pb2.Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[_worker_session_pb2.JobStarted, _Mapping]] = ..., job_completed: _Optional[_Union[_worker_session_pb2.JobCompleted, _Mapping]] = ..., command_ack: _Optional[_Union[_worker_session_pb2.CommandAck, _Mapping]] = ..., draining: _Optional[_Union[_worker_session_pb2.Draining, _Mapping]] = ..., events: _Optional[_Union[EventBunch, _Mapping]] = ...) -> None: ...
+    image_cache: _worker_session_pb2.ImageCacheReport
+    def __init__(self, event_id: _Optional[int] = ..., sent_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., hello: _Optional[_Union[_worker_session_pb2.Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[_worker_session_pb2.Heartbeat, _Mapping]] = ..., job_started: _Optional[_Union[_worker_session_pb2.JobStarted, _Mapping]] = ..., job_completed: _Optional[_Union[_worker_session_pb2.JobCompleted, _Mapping]] = ..., command_ack: _Optional[_Union[_worker_session_pb2.CommandAck, _Mapping]] = ..., draining: _Optional[_Union[_worker_session_pb2.Draining, _Mapping]] = ..., events: _Optional[_Union[EventBunch, _Mapping]] = ..., image_cache: _Optional[_Union[_worker_session_pb2.ImageCacheReport, _Mapping]] = ...) -> None: ...
 
 class WorkerSessionResponse(_message.Message):
     __slots__ = ("command_id", "welcome", "run_job", "cancel_job", "drain", "shutdown", "ack_job_event", "commands")

@@ -51,6 +51,20 @@ class Heartbeat(_message.Message):
     rollups: _containers.RepeatedCompositeFieldContainer[BillingRollup]
     def __init__(self, free_cores_mcpu: _Optional[int] = ..., free_memory_bytes: _Optional[int] = ..., running_attempts: _Optional[_Iterable[_Union[AttemptRef, _Mapping]]] = ..., rollups: _Optional[_Iterable[_Union[BillingRollup, _Mapping]]] = ...) -> None: ...
 
+class ImageCacheReport(_message.Message):
+    __slots__ = ("images",)
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedCompositeFieldContainer[CachedImage]
+    def __init__(self, images: _Optional[_Iterable[_Union[CachedImage, _Mapping]]] = ...) -> None: ...
+
+class CachedImage(_message.Message):
+    __slots__ = ("digest", "names")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NAMES_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    names: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, digest: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AttemptRef(_message.Message):
     __slots__ = ("batch_id", "job_id", "attempt_id")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
@@ -72,14 +86,16 @@ class BillingRollup(_message.Message):
     def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., rollup_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., usage: _Optional[_Union[_job_pb2.ResourceUsage, _Mapping]] = ...) -> None: ...
 
 class JobStarted(_message.Message):
-    __slots__ = ("attempt", "start_time", "isolation")
+    __slots__ = ("attempt", "start_time", "isolation", "image_digest")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     ISOLATION_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     attempt: AttemptRef
     start_time: _timestamp_pb2.Timestamp
     isolation: str
-    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[str] = ...) -> None: ...
+    image_digest: str
+    def __init__(self, attempt: _Optional[_Union[AttemptRef, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., isolation: _Optional[str] = ..., image_digest: _Optional[str] = ...) -> None: ...
 
 class JobCompleted(_message.Message):
     __slots__ = ("attempt", "state", "end_reason", "exit_code", "error_message", "start_time", "end_time", "resources_used")

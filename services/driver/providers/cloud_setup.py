@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from services.common.image_refs import Mirror
 from services.driver.providers.interface import InstanceProvider, InstanceRequest
 from services.driver.pricing.price_file import PriceFile
 from services.driver.pricing.refresh import Catalog
@@ -52,14 +53,15 @@ class WorkerBootArgs:
 
 
 def cloud_worker_args(log_root_url: str, runtime: str, storage_access_args: Sequence[str] = (),
-                      default_registry: str | None = None, allowed_registries: Sequence[str] = (),
-                      limits_args: Sequence[str] = ()) -> tuple[str, ...]:
+                      own_registry: str | None = None, allowed_registries: Sequence[str] = (),
+                      limits_args: Sequence[str] = (), mirrors: Sequence[Mirror] = ()) -> tuple[str, ...]:
     """The command line shared by every cloud worker: `--scratch-dir`, `--log-root-url`, how it reaches
     gs:// and az:// storage (paths of secret files on the machine's image, never their contents),
-    `--runtime`, the default registry, the registries allowed although not public, and the deployment's
-    limits on jobs (services.common.worker_limits)."""
+    `--runtime`, the own registry, the mirrors, the registries allowed although not public, and the
+    deployment's limits on jobs (services.common.worker_limits)."""
     return ("--scratch-dir", CLOUD_SCRATCH_DIR, "--log-root-url", log_root_url, *storage_access_args, *limits_args,
-            "--runtime", runtime, *(["--default-registry", default_registry] if default_registry else []),
+            "--runtime", runtime, *(["--own-registry", own_registry] if own_registry else []),
+            *(arg for mirror in mirrors for arg in ("--registry-mirror", str(mirror))),
             *(["--allowed-registries", ",".join(allowed_registries)] if allowed_registries else []))
 
 

@@ -127,7 +127,7 @@ class OciRuntime:
         self._cgroups: dict[str, cgroups.AttemptCgroup] = {}
         """Attempt id -> its cgroup, while its container may run (what `sample` reads)."""
         self._digests: dict[str, str] = {}
-        """Attempt id -> the digest of the image it runs, once acquired (for its isolation note)."""
+        """Attempt id -> the digest of the image it runs, once acquired (its isolation note and JobStarted)."""
         self._starting = asyncio.Lock()
         self._started = False
         self._runc: Runc | None = None
@@ -233,6 +233,10 @@ class OciRuntime:
                 f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
                 f"{self.attempt_max_processes(job)} processes and threads (its worker's {self.max_processes} "
                 f"shared out by cores); {self._storage_words(job)}. Shared with the host: the kernel.")
+
+    def image_digest(self, job: JobRun) -> str:
+        """See `ContainerRuntime.image_digest`."""
+        return self._digests.get(job.attempt_id, "")
 
     def _storage_words(self, job: JobRun) -> str:
         if job.storage_bytes <= 0:
