@@ -144,7 +144,8 @@ def test_a_build_that_fails_names_its_image_and_leaves_the_others_seeded_next_ti
     monkeypatch.setitem(seed_module.BASE_IMAGES, "debian",
                         dataclasses.replace(seed_module.BASE_IMAGES["debian"], build=unreachable))
     with pytest.raises(seed_module.BaseImageError, match=r"^could not build the base image debian: mmdebstrap "
-                       r"--quiet failed: E: Failed to fetch .* \(corral up --base-images without it starts without it\)$"):
+                       r"--quiet failed: E: Failed to fetch .* \(corral up --base-images without it starts "
+                       r"without it\)$"):
         seed("127.0.0.1:9", tmp_path / "seed", images=("busybox", "debian"))
     # busybox, built at the same time, is kept: the next start builds only what failed.
     assert [p.name.split("-")[0] for p in (tmp_path / "seed").iterdir() if not p.name.startswith(".")] == ["busybox"]
