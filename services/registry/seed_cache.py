@@ -70,6 +70,14 @@ def read_entry(entry: Path, stamp: dict) -> str | None:
     return digest if isinstance(digest, str) and digest in held else None
 
 
+def _check_owned(cache_dir: Path) -> None:
+    """Refuse a cache another account could write to: whatever it holds is pushed as a base image."""
+    status = cache_dir.stat()
+    if status.st_uid != os.geteuid() or status.st_mode & 0o022:
+        raise RuntimeError(f"{cache_dir} is not this account's alone (owner uid {status.st_uid}, mode "
+                           f"{status.st_mode & 0o777:o}): another account could put an image there")
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -86,6 +94,7 @@ def cached(cache_dir: Path, name: str, stamp: dict, build: Callable[[Path], str]
     recipes or inputs, or the layout of before entries: `NAME/` and `NAME.json`) go."""
     stamp = json.loads(json.dumps(stamp))  # as built.json gives it back: tuples are lists there
     cache_dir.mkdir(parents=True, exist_ok=True)
+    _check_owned(cache_dir)
     entry = cache_dir / entry_name(name, stamp)
     with _locked(cache_dir / f".{entry.name}.lock"):
         digest, build_s = read_entry(entry, stamp), None
@@ -105,6 +114,9 @@ def cached(cache_dir: Path, name: str, stamp: dict, build: Callable[[Path], str]
                 shutil.rmtree(building, ignore_errors=True)
     if prune:
         for other in cache_dir.iterdir():
-            if other != entry and (_is_entry_of(name, other.name) or other.name in (name, f"{name}.json")):
+            lock = other.name.startswith(".") and other.name.endswith(".lock")
+            if other != entry and other.name != f".{entry.name}.lock" and (
+                    _is_entry_of(name, other.name.removeprefix(".").removesuffix(".lock") if lock else other.name)
+                    or other.name in (name, f"{name}.json")):
                 shutil.rmtree(other) if other.is_dir() else other.unlink()
     return Cached(entry / "layout", digest, build_s)

@@ -126,7 +126,9 @@ def test_an_image_only_root_can_build_is_left_out_with_a_word_when_not_root(
     try:
         server.wait_ready()
         seed(server.address, tmp_path / "seed")  # busybox built (as root or not, it can be)
-        monkeypatch.setattr(os, "geteuid", lambda: 1000)
+        account = os.geteuid() or 1000  # as root, pretend to be another account, whose cache this is
+        os.chown(tmp_path / "seed", account, account)
+        monkeypatch.setattr(os, "geteuid", lambda: account)
         seeded = seed(server.address, tmp_path / "seed", images=("busybox", "python"), say=said.append)
         assert [s.reference for s in seeded] == [f"{server.address}/docker.io/library/busybox:latest"]
         assert said == ["registry: not seeding the base image python: building it needs root (mmdebstrap "

@@ -54,8 +54,9 @@ def test_a_changed_input_builds_again_and_only_a_pruning_cache_forgets_the_old(t
     other = cached(tmp_path / "own", "python", STAMP, builds, prune=True)
     newest = cached(tmp_path / "own", "busybox", {**STAMP, "recipe": 2}, builds, prune=True)
     assert not kept.layout.parent.exists() and newest.layout.exists() and other.layout.exists()
-    assert sorted(p.name for p in (tmp_path / "own").iterdir() if not p.name.startswith(".")) == sorted(
-        [newest.layout.parent.name, other.layout.parent.name])
+    assert sorted(p.name for p in (tmp_path / "own").iterdir()) == sorted(
+        [newest.layout.parent.name, other.layout.parent.name, f".{newest.layout.parent.name}.lock",
+         f".{other.layout.parent.name}.lock"])
 
 
 def test_a_failed_build_leaves_nothing_and_the_next_start_builds(tmp_path: Path) -> None:
@@ -86,3 +87,13 @@ def test_an_entrys_name_is_its_images_and_a_hash_of_the_stamp(stamp: dict, name:
     assert len(key) == 16 and set(key) <= set("0123456789abcdef")
     assert entry_name(name, dict(reversed(stamp.items()))) == entry_name(name, stamp)
     assert entry_name(name, {**stamp, "recipe": "another"}) != entry_name(name, {**stamp, "recipe": "other"})
+
+
+def test_a_cache_another_account_could_write_to_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    with pytest.raises(RuntimeError, match="is not this account's alone .* mode 777.*another account could put"):
+        cached(shared, "python", STAMP, Builds())
+    shared.chmod(0o755)
+    assert cached(shared, "python", STAMP, Builds()).build_s is not None
