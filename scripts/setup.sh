@@ -4,8 +4,9 @@
 #   - Debian packages: MariaDB (tests start a private server of their own; the
 #     system service is neither started nor configured here), the OCI tools of
 #     the container runtime (runc, umoci, skopeo), the OCI registry `corral up`
-#     runs on loopback (docker-registry) and the static busybox it seeds it
-#     with (busybox-static), iptables (the partition fault cuts a worker off
+#     runs on loopback (docker-registry), the static busybox it seeds it
+#     with (busybox-static) and what builds its Debian base images (mmdebstrap,
+#     faketime for Java's trust store, Debian's archive keys), iptables (the partition fault cuts a worker off
 #     with it), Node.js for buf, golang-grpc-gateway (protoc-gen-swagger,
 #     with which scripts/gen_protos.py writes corral/openapi.json), and Slurm
 #     with munge (`bench slurm-compare` runs a private one on loopback; the
@@ -17,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static iptables nodejs npm golang-grpc-gateway
+PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static mmdebstrap faketime debian-archive-keyring iptables nodejs npm golang-grpc-gateway
           slurm-wlm munge)
 BUF_VERSION=1.75.0
 STAMP=.venv/.corral-pyproject.sha256

@@ -135,6 +135,13 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 
 IP_FORWARD = Path("/proc/sys/net/ipv4/ip_forward")
 
+BASE_IMAGE_CACHE = Path(os.environ.setdefault(
+    "CORRAL_BASE_IMAGE_CACHE", str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                                   / "corral" / "base-images")))
+"""Where every `corral up` the tests start (they inherit this environment) and every test that builds a
+base image keep the built images (services.registry.seed_cache): each is built once per machine, not once
+per test deployment."""
+
 
 def in_parallel_worker() -> bool:
     """Whether this process is one of several running the tests at once (pytest-xdist's workers): host-wide

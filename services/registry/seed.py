@@ -1,4 +1,6 @@
-"""The images corral seeds its registry with, built from Debian packages, offline.
+"""The images corral seeds its registry with, built from Debian packages, offline: busybox (here) and the
+Debian base images (services.registry.base_images), each in `docker.io/library/NAME` of the registry, the
+repository of Docker Hub's official image of that name (the registry is docker.io's mirror).
 
 `busybox:latest` is Debian's static busybox (`busybox-static`) in an otherwise empty root
 filesystem: `/bin/busybox`, a symbolic link to it for each applet where busybox itself would install
@@ -7,14 +9,15 @@ and an `/etc/passwd` and `/etc/group` that know root and nobody. It is built wit
 `new`, `insert`, `config`: `Cmd ["/bin/sh"]`, a standard `PATH`) with every timestamp fixed, so the
 same busybox binary always makes the same image digest.
 
-Seeding is cheap when nothing changed, as at each `corral up` after the first: the built layout is
-kept in a cache directory with a stamp (the busybox binary's sha256 and the recipe's version) and
-built again only when either changes, and it is pushed (`skopeo copy`) only when the registry's tag
-does not already name that digest (`skopeo inspect --raw`).
+Seeding is cheap when nothing changed, as at each `corral up` after the first: each built layout is
+kept in a cache directory with a stamp of its inputs (services.registry.seed_cache; for busybox the
+binary's sha256 and the recipe's version) and built again only when one changes, and it is pushed
+(`skopeo copy`) only when the registry's tag does not already name that digest (`skopeo inspect --raw`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -24,9 +27,11 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from services.common.registry_logins import Credentials, auth_file
+from services.registry import base_images, seed_cache
 
 BUSYBOX = Path("/bin/busybox")
 RECIPE_VERSION = 1
@@ -37,6 +42,34 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOOL_TIMEOUT_S = 120.0
 PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
 GROUP = "root:x:0:\nnogroup:x:65534:\n"
+BUILDS_AT_ONCE = 2
+"""Base images built at once at a first start: a Debian build waits on the mirror and on dpkg in turn, so two
+at once took 91 s where one after the other took 103-128 s on a 2-core machine (docs/images.md)."""
+SEED_NAMESPACE = "docker.io/library"
+"""Where the seed images go in the registry: its mirror of Docker Hub's official images, so that `busybox`
+(`docker.io/library/busybox`) is served by the registry as docker.io's mirror (services.worker.pull_sources)."""
+
+
+class BaseImageError(RuntimeError):
+    """A base image could not be built (the mirror unreachable, a package missing...)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseImage:
+    """An image `corral up` can seed its registry with."""
+
+    name: str
+    """`docker.io/library/NAME` in the registry."""
+    tags: tuple[str, ...]
+    """Its tags there, the first the one it is built under."""
+    summary: str
+    """What it is made of, in a few words."""
+    stamp: Callable[[], dict]
+    """Every input of its build (seed_cache: a change builds it again)."""
+    build: Callable[[Path], str]
+    """Builds it into a new OCI layout; its digest."""
+    needs_root: bool = False
+    """Whether only root can build it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +77,7 @@ class Seeded:
     """One image in the registry after seeding."""
 
     reference: str
-    """`host:port/docker.io/library/busybox:latest`."""
+    """`host:port/docker.io/library/python:3.11`."""
     digest: str
     """Its manifest digest."""
     pushed: bool
@@ -121,24 +154,32 @@ def build_busybox(layout: Path) -> str:
 
 def cached_busybox(cache_dir: Path) -> tuple[Path, str]:
     """The busybox layout in `cache_dir` (built now if missing or stale) and its digest."""
-    layout, stamp_file = cache_dir / "busybox", cache_dir / "busybox.json"
-    stamp = {"recipe": RECIPE_VERSION, "busybox_sha256": hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()}
-    try:
-        kept = json.loads(stamp_file.read_text())
-        if {k: kept.get(k) for k in stamp} == stamp and layout_digest(layout, "latest") == kept.get("digest"):
-            return layout, kept["digest"]
-    except (OSError, ValueError, RuntimeError):
-        pass
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=".busybox-", dir=cache_dir))
-    try:
-        digest = build_busybox(building / "layout")
-        shutil.rmtree(layout, ignore_errors=True)
-        (building / "layout").rename(layout)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
-    stamp_file.write_text(json.dumps({**stamp, "digest": digest}))
-    return layout, digest
+    found = seed_cache.cached(cache_dir, "busybox", _busybox_stamp(), lambda layout: build_busybox(layout))
+    return found.layout, found.digest
+
+
+def _busybox_stamp() -> dict:
+    return {"recipe": RECIPE_VERSION, "busybox_sha256": hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()}
+
+
+def _debian_image(recipe: base_images.Recipe) -> BaseImage:
+    def stamp() -> dict:
+        return {"recipe": base_images.RECIPE_VERSION, "image": dataclasses.asdict(recipe),
+                "sources": list(base_images.machine_sources()), "suite": base_images.SUITE,
+                "epoch": base_images.SOURCE_DATE_EPOCH, "machine": os.uname().machine}
+
+    def build(layout: Path) -> str:
+        base_images.build(recipe, layout, base_images.machine_sources())
+        return layout_digest(layout, recipe.tags[0])
+
+    return BaseImage(recipe.name, recipe.tags, f"Debian {base_images.SUITE} + {' '.join(recipe.packages)}",
+                     stamp, build, needs_root=True)
+
+
+BASE_IMAGES = {image.name: image for image in (
+    BaseImage("busybox", ("latest",), "busybox-static", _busybox_stamp, lambda layout: build_busybox(layout)),
+    *(_debian_image(recipe) for recipe in base_images.RECIPES.values()))}
+"""Every image `corral up` can seed, by name (`corral up --base-images`)."""
 
 
 def registry_digest(reference: str, plain_http: bool = True, login: Credentials | None = None) -> str | None:
@@ -156,22 +197,60 @@ def registry_digest(reference: str, plain_http: bool = True, login: Credentials 
     return f"sha256:{hashlib.sha256(result.stdout).hexdigest()}"
 
 
-SEED_NAMESPACE = "docker.io/library"
-"""Where the seed images go in the registry: its mirror of Docker Hub's official images, so that `busybox`
-(`docker.io/library/busybox`) is served by the registry as docker.io's mirror (services.worker.pull_sources)."""
+def _push(layout: Path, tag: str, reference: str, plain_http: bool, login: Credentials | None) -> None:
+    with contextlib.ExitStack() as stack:
+        creds = ["--dest-no-creds"] if login is None else [
+            "--dest-authfile", str(stack.enter_context(auth_file(reference.split("/", 1)[0], login)))]
+        _run(["skopeo", "copy", "--quiet", f"--dest-tls-verify={str(not plain_http).lower()}", *creds,
+              f"oci:{layout}:{tag}", f"docker://{reference}"])
+
+
+def references(registry: str, image: BaseImage, namespace: str = SEED_NAMESPACE) -> list[tuple[str, str]]:
+    """(tag, `registry/NAMESPACE/NAME:TAG`) for each of the image's tags: by default where Docker Hub's
+    official image of that name is in corral's mirror of Docker Hub (`docker.io/library/python:3.11`)."""
+    return [(tag, f"{registry}/{namespace}/{image.name}:{tag}") for tag in image.tags]
 
 
 def seed(registry: str, cache_dir: Path, plain_http: bool = True, login: Credentials | None = None,
-         namespace: str = SEED_NAMESPACE) -> list[Seeded]:
-    """Make `registry` (host:port) serve the seed images under `namespace`, building them in `cache_dir` if
-    needed; pushed (and read) with `login`, given to skopeo in an auth file (never on its command line)."""
-    layout, digest = cached_busybox(cache_dir)
-    reference = f"{registry}/{namespace}/busybox:latest"
-    if registry_digest(reference, plain_http, login) == digest:
-        return [Seeded(reference, digest, pushed=False)]
-    with contextlib.ExitStack() as stack:
-        creds = ["--dest-no-creds"] if login is None else [
-            "--dest-authfile", str(stack.enter_context(auth_file(registry, login)))]
-        _run(["skopeo", "copy", "--quiet", f"--dest-tls-verify={str(not plain_http).lower()}", *creds,
-              f"oci:{layout}:latest", f"docker://{reference}"])
-    return [Seeded(reference, digest, pushed=True)]
+         namespace: str = SEED_NAMESPACE, images: Sequence[str] = ("busybox",),
+         say: Callable[[str], None] | None = None, prune: bool = True) -> list[Seeded]:
+    """Make `registry` (host:port) serve `images` (names of BASE_IMAGES) under `namespace`, each of their tags,
+    building them in `cache_dir` if needed, BUILDS_AT_ONCE at a time (`prune`: keeping only the newest build
+    of each there); pushed (and read) with `login`, given to skopeo in an auth file (never on its command
+    line). `say` is told of each build, before and after (the first start of `corral up` takes minutes), and
+    of an image left out because only root could build it (a development `corral up` not run as root)."""
+    tell = say or (lambda line: None)
+    chosen = []
+    for name in images:
+        image = BASE_IMAGES[name]
+        stamp = image.stamp()
+        missing = seed_cache.read_entry(cache_dir / seed_cache.entry_name(name, stamp), stamp) is None
+        if missing and image.needs_root and os.geteuid() != 0:
+            tell(f"registry: not seeding the base image {name}: building it needs root (mmdebstrap installs "
+                 "packages in a chroot)")
+            continue
+        chosen.append((image, stamp, missing))
+
+    def built(chosen_image: tuple[BaseImage, dict, bool]) -> seed_cache.Cached:
+        image, stamp, missing = chosen_image
+        if missing:
+            tell(f"registry: building the base image {image.name} ({image.summary}) in {cache_dir}")
+        try:
+            found = seed_cache.cached(cache_dir, image.name, stamp, image.build, prune)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            raise BaseImageError(f"could not build the base image {image.name}: {e} (corral up --base-images "
+                                 "without it starts without it)") from e
+        if found.build_s is not None:
+            tell(f"registry: built {image.name} in {found.build_s:.0f} s ({found.digest})")
+        return found
+
+    with concurrent.futures.ThreadPoolExecutor(BUILDS_AT_ONCE, thread_name_prefix="seed-build") as builds:
+        found = list(builds.map(built, chosen))
+    seeded = []
+    for (image, _, _), layout in zip(chosen, found):
+        for tag, reference in references(registry, image, namespace):
+            pushed = registry_digest(reference, plain_http, login) != layout.digest
+            if pushed:
+                _push(layout.layout, tag, reference, plain_http, login)
+            seeded.append(Seeded(reference, layout.digest, pushed))
+    return seeded

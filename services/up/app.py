@@ -319,7 +319,9 @@ def start(config: UpConfig) -> Running:
                  "--own-registry", registry_url, *registry_push, *allowed, *mirrors])
         if registry is not None:
             registry.wait_ready()
-            for seeded in seed(registry.push.address, data / "registry" / "seed", login=registry.push_login):
+            seed_dir = config.base_image_cache or data / "registry" / "seed"
+            for seeded in seed(registry.push.address, seed_dir, login=registry.push_login, images=config.base_images,
+                               say=supervisor.say, prune=config.base_image_cache is None):
                 if seeded.pushed:  # pushed through the push registry; workers pull it from the other
                     image = seeded.reference.split("/", 1)[1]
                     supervisor.say(f"registry: seeded {registry.pull.address}/{image} ({seeded.digest})")

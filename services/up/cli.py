@@ -78,6 +78,9 @@ def _up(args: argparse.Namespace) -> int:
                                   storage_access=storage_access,
                                   restart_policy=RestartPolicy(tries=args.restart_tries),
                                   registry_url=args.registry, allowed_registries=registries,
+                                  **({} if args.base_images is None else {"base_images": args.base_images}),
+                                  base_image_cache=(args.base_image_cache.expanduser().resolve()
+                                                    if args.base_image_cache else None),
                                   registry_port=args.registry_port,
                                   registry_mirrors=tuple(args.registry_mirrors),
                                   worker_runtime=args.worker_runtime,
@@ -129,6 +132,16 @@ def _registry_url(text: str) -> str:
         return Registry.parse(text).url
     except InvalidImageReference as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _base_images(text: str) -> tuple[str, ...]:
+    from services.registry.seed import BASE_IMAGES  # only when the flag is given: it is server code
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    if unknown := [name for name in names if name not in BASE_IMAGES]:
+        raise argparse.ArgumentTypeError(f"no base image {', '.join(map(repr, unknown))}: the base images are "
+                                         f"{', '.join(BASE_IMAGES)}")
+    return names
 
 
 def _port(text: str) -> int:
@@ -190,12 +203,21 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     help="corral's own registry, what image references name localhost/... (and, unless "
                          "--registry-mirror says otherwise, the mirror of docker.io under URL/docker.io): "
                          "http://HOST:PORT (plain HTTP) or https://HOST; default: a registry corral up runs on "
-                         "loopback in DATA_DIR/registry, seeded with docker.io/library/busybox")
+                         "loopback in DATA_DIR/registry, seeded with the base images (--base-images)")
     up.add_argument("--registry-port", type=_port, metavar="PORT",
                     help="the port on 127.0.0.1 of the registry corral up runs (not with --registry); kept in "
                          "DATA_DIR/registry/ports.json, so its address is the same at every start (default: the "
                          "port chosen at the first start)")
     add_registry_mirrors(up)
+    up.add_argument("--base-images", metavar="NAMES", type=_base_images,
+                    help="the base images to build (once, kept in DATA_DIR/registry/seed) and seed the registry "
+                         "with, comma-separated, '' for none; the first start takes minutes for the Debian ones "
+                         "(docs/images.md) (default: busybox,debian,python,openjdk)")
+    up.add_argument("--base-image-cache", metavar="DIR", type=Path,
+                    default=os.environ.get("CORRAL_BASE_IMAGE_CACHE") or None,
+                    help="keep the built base images in DIR instead of DATA_DIR/registry/seed: every deployment "
+                         "naming DIR shares them, so each is built once per machine (default: "
+                         "$CORRAL_BASE_IMAGE_CACHE)")
     add_allowed_registries(up)
     up.add_argument("--prepull", action="append", default=[], metavar="[POOL=]IMAGE[,IMAGE...]",
                     help="images each worker (of POOL; without POOL=, of every pool) pulls when it starts, while it "

@@ -63,6 +63,14 @@ class UpConfig:
     registry_mirrors: tuple[Mirror, ...] = ()
     """The workers' mirrors (--registry-mirror); unless one is for docker.io, `corral up` adds
     `docker.io=<own registry>/docker.io`: the own registry serves the images it holds under `docker.io/`."""
+    base_images: tuple[str, ...] = ("busybox", "debian", "python", "openjdk")
+    """The base images (services.registry.seed.BASE_IMAGES) `corral up` builds, once, and seeds its registry
+    with at each start, in `docker.io/library/NAME` (none with `registry_url`): building all four takes
+    minutes at the first start (docs/images.md), busybox alone a second."""
+    base_image_cache: Path | None = None
+    """Where the built base images are kept instead of `<data_dir>/registry/seed`: a directory any number of
+    deployments share (services.registry.seed_cache), so that each image is built once per machine (the
+    test suite's, from $CORRAL_BASE_IMAGE_CACHE)."""
     allowed_registries: tuple[str, ...] = ()
     """Registries (`host[:port]`) jobs' images may come from although they are not public (the frontend's and
     the drivers' --allowed-registries); the own registry and the mirrors are allowed anyway."""

@@ -68,14 +68,18 @@ def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
           timeout_s: float = 180) -> UpProcess:
     """Start `corral up --data-dir WORK_DIR/data UP_ARGS` (or `command` instead of
     `corral up`, e.g. the README's scripts/up.sh) with CORRAL_CONFIG in WORK_DIR,
-    and wait until it says it is up. Its workers use the process runtime, and it runs no gateway,
-    unless UP_ARGS (or `command`) say otherwise."""
+    and wait until it says it is up. Its workers use the process runtime, it runs no gateway and seeds its
+    registry with busybox alone, unless UP_ARGS (or `command`) say otherwise."""
     env = {**os.environ, "CORRAL_CONFIG": str(work_dir / "cli.json")}
     data_dir = work_dir / "data"
     if command is None and "--worker-runtime" not in up_args:
         # Tests, faults and benchmarks run host programs in their jobs (python3, their own files):
         # the process runtime unless they ask for containers.
         up_args = ("--worker-runtime", "process", *up_args)
+    if command is None and "--base-images" not in up_args:
+        # busybox alone: the Debian images take minutes to build and seconds to push, which only the tests
+        # that run them should pay.
+        up_args = ("--base-images", "busybox", *up_args)
     if command is None and not {"--gateway", "--no-gateway"} & set(up_args):
         # Straight to the services unless they ask for the gateways, whose default ports are fixed (two at
         # once would clash) and whose hops the benchmarks' figures do not include.

@@ -181,7 +181,9 @@ def python_runner(blocks_: list[Block]) -> str:
 @pytest.mark.timeout(900)
 @pytest.mark.usefixtures("host_ip_forwarding")  # the README's corral up runs jobs in containers where it can
 def test_the_docs_run_as_written(tmp_path: Path) -> None:
-    cluster = up.start(tmp_path, "--trace", command=run_command())
+    # The README's corral up builds the four base images at its first start on this machine (a minute or two;
+    # then they are in the machine's cache, tests/conftest.py).
+    cluster = up.start(tmp_path, "--trace", command=run_command(), timeout_s=600)
     try:
         work = tmp_path / "checkout"
         home = scratch_checkout(work, cluster.data_dir)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -78,20 +79,24 @@ def test_the_seed_image_is_busybox_alone_and_reproducible(tmp_path: Path) -> Non
 def test_seeding_pushes_once_and_skips_what_the_registry_has(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = RegistryServer(tmp_path / "registry", free_port())
     server.start()
+    said: list[str] = []
     try:
         server.wait_ready()
-        [first] = seed(server.address, tmp_path / "seed")
+        [first] = seed(server.address, tmp_path / "seed", say=said.append)
         # Where docker.io's mirror keeps it: `busybox` is docker.io/library/busybox.
         assert first.pushed and first.reference == f"{server.address}/docker.io/library/busybox:latest"
         assert registry_digest(first.reference) == first.digest
+        assert said[0] == f"registry: building the base image busybox (busybox-static) in {tmp_path / 'seed'}"
+        assert said[1].startswith("registry: built busybox in ") and said[1].endswith(f" s ({first.digest})")
 
-        # Seeded again (corral up restarted): the cached build is reused and nothing is pushed.
+        # Seeded again (corral up restarted): the cached build is reused, nothing is pushed, nothing said.
         def no_build(layout: Path) -> str:
             raise AssertionError("built again")
 
         monkeypatch.setattr(seed_module, "build_busybox", no_build)
-        [again] = seed(server.address, tmp_path / "seed")
-        assert (again.digest, again.pushed) == (first.digest, False)
+        said.clear()
+        again = seed(server.address, tmp_path / "seed", say=said.append)
+        assert [(s.digest, s.pushed) for s in again] == [(first.digest, False)] and said == []
 
         # A registry whose storage was lost is pushed to again, from the cached build.
         server.stop()
@@ -99,8 +104,8 @@ def test_seeding_pushes_once_and_skips_what_the_registry_has(tmp_path: Path, mon
         server.start()
         server.wait_ready()
         assert registry_digest(first.reference) is None
-        [pushed] = seed(server.address, tmp_path / "seed")
-        assert (pushed.digest, pushed.pushed) == (first.digest, True)
+        pushed = seed(server.address, tmp_path / "seed")
+        assert [(s.digest, s.pushed) for s in pushed] == [(first.digest, True)]
     finally:
         server.stop()
 
@@ -111,3 +116,38 @@ def test_a_login_registry_refuses_anonymous_readers(registry: SeededRegistry) ->
                              text=True)
     assert refused.returncode != 0 and "authentication required" in refused.stderr
     assert registry_digest(registry.at("busybox:latest")) == registry.busybox_digest
+
+
+def test_an_image_only_root_can_build_is_left_out_with_a_word_when_not_root(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = RegistryServer(tmp_path / "registry", free_port())
+    server.start()
+    said: list[str] = []
+    try:
+        server.wait_ready()
+        seed(server.address, tmp_path / "seed")  # busybox built (as root or not, it can be)
+        account = os.geteuid() or 1000  # as root, pretend to be another account, whose cache this is
+        os.chown(tmp_path / "seed", account, account)
+        monkeypatch.setattr(os, "geteuid", lambda: account)
+        seeded = seed(server.address, tmp_path / "seed", images=("busybox", "python"), say=said.append)
+        assert [s.reference for s in seeded] == [f"{server.address}/docker.io/library/busybox:latest"]
+        assert said == ["registry: not seeding the base image python: building it needs root (mmdebstrap "
+                        "installs packages in a chroot)"]
+        assert registry_digest(f"{server.address}/docker.io/library/python:latest") is None
+    finally:
+        server.stop()
+
+
+def test_a_build_that_fails_names_its_image_and_leaves_the_others_seeded_next_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def unreachable(layout: Path) -> str:
+        raise RuntimeError("mmdebstrap --quiet failed: E: Failed to fetch http://deb.debian.org/debian/dists/bookworm")
+
+    monkeypatch.setitem(seed_module.BASE_IMAGES, "debian",
+                        dataclasses.replace(seed_module.BASE_IMAGES["debian"], build=unreachable))
+    with pytest.raises(seed_module.BaseImageError, match=r"^could not build the base image debian: mmdebstrap "
+                       r"--quiet failed: E: Failed to fetch .* \(corral up --base-images without it starts "
+                       r"without it\)$"):
+        seed("127.0.0.1:9", tmp_path / "seed", images=("busybox", "debian"))
+    # busybox, built at the same time, is kept: the next start builds only what failed.
+    assert [p.name.split("-")[0] for p in (tmp_path / "seed").iterdir() if not p.name.startswith(".")] == ["busybox"]
