@@ -7,6 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral.batch.v1 import image_pb2
+from corral.cli_images import image_line
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.driver.held_images import MAX_ANSWER_BYTES, MAX_HELD_IMAGES, MAX_INSTANCES, MAX_REFERENCES, held_images
@@ -84,3 +86,17 @@ def test_a_flood_of_images_is_cut_to_the_most_widely_held() -> None:
     images, truncated = held_images({"i1": one, "i2": everyone, "i3": everyone})
     assert truncated and len(images) == MAX_HELD_IMAGES
     assert [i.workers_holding for i in images[:3]] == [3, 3, 3]
+
+
+def test_images_ls_shows_how_many_workers_hold_each_image_or_that_it_is_unknown() -> None:
+    base = image_pb2.Image(reference="docker.io/library/busybox:latest", name="busybox", tag="latest", digest=PUBLIC,
+                           size_bytes=2 << 20, layers=1, workers_holding=1)
+    assert image_line(base) == f"docker.io/library/busybox:latest  {PUBLIC}  2 MiB  layers=1  workers=1"
+    only_held = image_pb2.Image(reference="docker.io/lab/tool:1", digest=PRIVATE, workers_holding=3)
+    assert image_line(only_held) == f"docker.io/lab/tool:1  {PRIVATE}  -  layers=-  workers=3"
+    unknown = image_pb2.Image(reference="localhost/alpha/tool:1", billing_project="alpha", name="tool", tag="1",
+                              digest=PROJECT, size_bytes=1024, layers=2)
+    assert image_line(unknown).endswith("layers=2  workers=?")
+    none = image_pb2.Image(reference="localhost/alpha/tool:1", billing_project="alpha", digest=PROJECT,
+                           workers_holding=0)
+    assert image_line(none).endswith("workers=0")
