@@ -63,6 +63,9 @@ BASE_PREFIX = "docker.io/library/"
 MAX_NAME_CHARS = 128
 MAX_PROJECT_CHARS = 100
 """billing_projects.name is VARCHAR(100) (services.frontend.field_limits)."""
+HELD_IMAGES_TIMEOUT_S = 3.0
+"""How long ListImages waits for the drivers to say what the workers hold (finding the leader included): then
+it lists without it. Each driver call has the notifier's own deadline (1 s)."""
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 NAME_RULE = ("one component of an image name: lowercase letters and digits, runs joined by '.', '_', '__' or "
@@ -261,9 +264,13 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         if self.held is None:
             return WorkersHold(), "this frontend knows no drivers (--driver-addresses), so not what workers hold"
         try:
-            return workers_hold(await self.held()), ""
+            async with asyncio.timeout(HELD_IMAGES_TIMEOUT_S):
+                return workers_hold(await self.held()), ""
         except DriversUnreachable as e:
             return WorkersHold(), f"what workers hold is unknown: {e}"
+        except TimeoutError:
+            return WorkersHold(), (f"what workers hold is unknown: the drivers did not answer within "
+                                   f"{HELD_IMAGES_TIMEOUT_S:g} s")
 
     async def DeleteImage(self, request: pb.DeleteImageRequest, context: grpc.aio.ServicerContext
                           ) -> pb.DeleteImageResponse:
