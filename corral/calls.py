@@ -249,7 +249,9 @@ class AsyncCalls:
 
     def images(self, project: str, page_size: int = 0) -> AsyncIterator[image_pb2.Image]:
         """The images `project`'s jobs may run from corral's own registry: its own (`localhost/PROJECT/...`),
-        then the base images (`docker.io/library/...`), each with its tag, digest and size."""
+        then the base images (`docker.io/library/...`), each with its tag, digest, size and how many live workers
+        hold it (`workers_holding`, unset when the drivers could not be asked); then the public images only
+        workers hold, by the reference they were pulled as."""
         return self._pages(self._images.ListImages,
                            ipb.ListImagesRequest(billing_project=project, page_size=page_size), "images")
 

@@ -3,12 +3,14 @@
 `import FILE --project P --name N [--tag T]` loads a `docker save` archive or an OCI layout tarball into
 the project, as `localhost/P/N:T`, the reference its jobs write; `ls [--project P]` lists the images a
 project's jobs may run from corral's registry (its own, then the base images), of every project you may
-see without `--project`; `rm localhost/P/N:T` deletes a tag.
+see without `--project`, then the public images only workers hold, each with how many live workers hold it;
+`rm localhost/P/N:T` deletes a tag.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from corral.batch.v1 import image_pb2
@@ -21,7 +23,12 @@ OWN = "localhost/"
 
 
 def image_line(image: image_pb2.Image) -> str:
-    return f"{image.reference}  {image.digest}  {binary_size(image.size_bytes)}  layers={image.layers}"
+    """One image: reference, digest, size and layers in corral's registry (`-` for one only workers hold), and
+    how many live workers hold it (`workers=?` when they could not be asked)."""
+    workers = image.workers_holding if image.HasField("workers_holding") else "?"
+    if not image.size_bytes and not image.layers and not image.billing_project:  # only workers hold it
+        return f"{image.reference}  {image.digest}  -  layers=-  workers={workers}"
+    return f"{image.reference}  {image.digest}  {binary_size(image.size_bytes)}  layers={image.layers}  workers={workers}"
 
 
 def project_image(reference: str) -> tuple[str, str, str]:
@@ -65,6 +72,8 @@ def _images(args: argparse.Namespace) -> int:
     else:
         for image in images:
             print(image_line(image))
+        if any(not image.HasField("workers_holding") for image in images):
+            print("workers=?: the drivers could not be asked what the workers hold", file=sys.stderr)
     return 0
 
 
@@ -79,7 +88,8 @@ def add_commands(commands: Any) -> None:
     load.add_argument("--project", required=True, help="the billing project the image goes into")
     load.add_argument("--name", required=True, help="the image's name in the project (e.g. my-tool)")
     load.add_argument("--tag", default="latest", help="its tag (default: %(default)s)")
-    listing = with_json(actions.add_parser("ls", help="the images a project's jobs may run from corral's registry"))
+    listing = with_json(actions.add_parser(
+        "ls", help="the images a project's jobs may run from corral's registry and what the workers hold"))
     listing.add_argument("--project", help="only this billing project's (default: every project you may see)")
     remove = with_json(actions.add_parser("rm", help="delete a tag of a project's image (members)"))
     remove.add_argument("reference", help="localhost/PROJECT/NAME[:TAG]")

@@ -42,7 +42,8 @@ from services.common.bunches import bunches
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, PermissionDenied, RequestError
 from services.common.identity import current_principal
 from services.driver.scheduler import Placement
-from services.driver.sessions import Session, SessionRegistry, instance_token, reported_names
+from services.driver.held_images import held_images
+from services.driver.sessions import Session, SessionRegistry, instance_token, reported_images, reported_names
 from services.driver.store import DriverStore
 from services.driver.worker_events import MAX_EVENTS_PER_PASS, WorkerEvents
 
@@ -173,6 +174,13 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
         address = "" if current_principal().through_gateway else self._leader_address()
         return pb.GetLeaderResponse(epoch=epoch or 0, leader_address=address, is_leader=epoch is not None)
 
+    async def ListHeldImages(self, request: pb.ListHeldImagesRequest, context: grpc.aio.ServicerContext
+                             ) -> pb.ListHeldImagesResponse:
+        self._leader_epoch()  # only the leader holds the workers' sessions
+        reports = self._sessions.image_reports()
+        images, truncated = held_images(reports)
+        return pb.ListHeldImagesResponse(images=images, workers=len(reports), truncated=truncated)
+
     async def WorkerSession(self, request_iterator: AsyncIterator[pb.WorkerSessionRequest],
                             context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WorkerSessionResponse]:
         first = await anext(aiter(request_iterator), None)
@@ -281,6 +289,7 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
                 log.info("%s drains: %s", instance, ws.DrainReason.Name(message.draining.reason))
             elif kind == "image_cache":
                 session.image_names = reported_names(message.image_cache)
+                session.images = reported_images(message.image_cache)
             elif kind == "command_ack" and not message.command_ack.accepted:
                 # A refused RunJob's attempt stays open until the worker deactivates (draining) or the
                 # job's spec is reported as an Error (refused spec); see docs/known-limits.md.

@@ -55,6 +55,8 @@ class Session:
     """When the worker last sent anything on it (this process's monotonic clock)."""
     image_names: frozenset[str] = frozenset()
     """The names (references, digests) of the images the worker's cache holds, as it last reported."""
+    images: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """The same report by digest: each image's references any job may run it by (`reported_images`)."""
 
 
 MAX_REPORTED_IMAGES = 64
@@ -71,6 +73,18 @@ def reported_names(report: ws.ImageCacheReport) -> frozenset[str]:
     for image in report.images[:MAX_REPORTED_IMAGES]:
         names.update(n for n in [image.digest, *image.names[:MAX_REPORTED_NAMES]] if 0 < len(n) <= MAX_IMAGE_NAME_CHARS)
     return frozenset(names)
+
+
+def reported_images(report: ws.ImageCacheReport) -> dict[str, tuple[str, ...]]:
+    """A worker's image cache report by digest: each image's public references (CachedImage.public_references),
+    within the bounds. A reference naming corral's registry (`localhost/...`) is dropped whatever the worker
+    says: it is a project's image, private to its members."""
+    images: dict[str, tuple[str, ...]] = {}
+    for image in report.images[:MAX_REPORTED_IMAGES]:
+        if 0 < len(image.digest) <= MAX_IMAGE_NAME_CHARS:
+            images[image.digest] = tuple(r for r in image.public_references[:MAX_REPORTED_NAMES]
+                                         if 0 < len(r) <= MAX_IMAGE_NAME_CHARS and not r.startswith("localhost/"))
+    return images
 
 
 class SessionRegistry:
@@ -116,6 +130,10 @@ class SessionRegistry:
     def images_held(self) -> dict[str, frozenset[str]]:
         """Per connected instance, the names of the images its worker's cache holds (as it last reported)."""
         return {name: session.image_names for name, session in self._sessions.items() if session.image_names}
+
+    def image_reports(self) -> dict[str, Mapping[str, tuple[str, ...]]]:
+        """Per connected instance, the images its worker's cache holds by digest (`Session.images`)."""
+        return {name: session.images for name, session in self._sessions.items()}
 
     def connected_instances(self) -> set[str]:
         """Instances whose worker holds a session, draining or not: where commands such as

@@ -218,7 +218,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
                 Service("corral.batch.v1.SecretService", SecretServicer(secrets, sealer, limits),
                         secret_service_pb2_grpc.add_SecretServiceServicer_to_server),
                 Service("corral.batch.v1.ImageService",
-                        ImageServicer(secrets, own_registry, limits, config.image_import_dir),
+                        ImageServicer(secrets, own_registry, limits, config.image_import_dir,
+                                      notifier.held_images if config.driver_addresses else None),
                         image_service_pb2_grpc.add_ImageServiceServicer_to_server),
             ]
 

@@ -14,21 +14,30 @@ its contents and the copy (services.frontend.image_import: INVALID_ARGUMENT for 
 image, UNAVAILABLE for a registry that cannot be reached). The archive is written to a private temporary
 directory and removed whatever happens. Without a push login (`--own-registry-push-login-file`) the
 frontend imports, lists and deletes nothing: FAILED_PRECONDITION.
+
+ListImages also says how many live workers hold each image (by digest), and lists after the registry's images
+the public ones only workers hold, asked of the leading driver (DriverService.ListHeldImages, through the
+driver notifier's channels). What a worker pulled with a job's credentials, and any `localhost/...` name (a
+project's image), never reach that part: the worker reports only references any job may run
+(services.worker.image_report), and this module checks again. No driver answering is no error: the registry's
+images are listed alone and `workers_unknown` says why.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import grpc
 
 from corral.batch.v1 import image_pb2, image_service_pb2_grpc
 from corral.batch.v1 import image_service_pb2 as pb
+from corral.driver.v1 import driver_service_pb2
 from services.common.errors import (
     DeadlineExceeded,
     FailedPrecondition,
@@ -40,10 +49,11 @@ from services.common.errors import (
     Unavailable,
 )
 from services.common.identity import Principal, current_principal
-from services.common.image_refs import DEFAULT_TAG, InvalidImageReference, parse_reference
+from services.common.image_refs import DEFAULT_TAG, InvalidImageReference, names_own_registry, parse_reference
 from services.frontend.image_access import OWN_NAME
 from services.frontend.image_import import BadArchive, CopyFailed, copy_to_registry, inspect_archive
 from services.frontend.limits import Limits
+from services.frontend.notify import DriversUnreachable
 from services.frontend.own_registry import OwnRegistry
 from services.frontend.secret_store import ProjectAccess, SecretStore
 from services.frontend.secrets import may_change, may_see
@@ -53,6 +63,9 @@ BASE_PREFIX = "docker.io/library/"
 MAX_NAME_CHARS = 128
 MAX_PROJECT_CHARS = 100
 """billing_projects.name is VARCHAR(100) (services.frontend.field_limits)."""
+HELD_IMAGES_TIMEOUT_S = 3.0
+"""How long ListImages waits for the drivers to say what the workers hold (finding the leader included): then
+it lists without it. Each driver call has the notifier's own deadline (1 s)."""
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 NAME_RULE = ("one component of an image name: lowercase letters and digits, runs joined by '.', '_', '__' or "
@@ -95,7 +108,7 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
     """See the module docstring."""
 
     def __init__(self, projects: SecretStore, registry: OwnRegistry | None, limits: Limits = Limits(),
-                 temp_dir: Path | None = None):
+                 temp_dir: Path | None = None, held: HeldImages | None = None):
         self.projects = projects
         """Who belongs to which project (the store SecretService asks)."""
         self.registry = registry
@@ -104,6 +117,8 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         self.temp_dir = temp_dir
         """Where archives are held while they are imported (the system's temporary directory if None)."""
         self._imports = asyncio.Semaphore(limits.max_concurrent_image_imports)
+        self.held = held
+        """Asks the leading driver what the live workers hold (None: this frontend knows no drivers)."""
 
     def _registry(self) -> OwnRegistry:
         if self.registry is None:
@@ -208,26 +223,54 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         await self._project(request.billing_project, principal, change=False)
         registry = self._registry()
         limit = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        # The project's images first, then the base images: each listed by (order, repository, tag).
+        # The project's images first, then the base images: each listed by (order, repository, tag); then the
+        # public images only workers hold, by ("2", reference, "").
         keys: list[tuple[str, str, str]] = []
         for order, prefix in (("0", f"{request.billing_project}/"), ("1", BASE_PREFIX)):
             for repository in await registry.repositories(prefix):
                 if order == "1" and "/" in repository.removeprefix(BASE_PREFIX):
                     continue
                 keys += [(order, repository, tag) for tag in await registry.tags(repository)]
+        held, unknown = await self._held()
+        in_registry = {f"{repository}:{tag}" for order, repository, tag in keys if order == "1"}
+        only_held = {reference: digest for reference, digest in held.public.items()
+                     if reference not in in_registry and not names_own_registry(parse_reference(reference),
+                                                                                 registry.registry)}
+        keys += [("2", reference, "") for reference in only_held]
         remaining = [key for key in sorted(keys) if "\0".join(key) > after]
         page = remaining[:limit]
         images = []
         for order, repository, tag in page:
+            if order == "2":
+                digest = only_held[repository]
+                images.append(image_pb2.Image(reference=repository, digest=digest,
+                                              workers_holding=held.workers_holding.get(digest, 0)))
+                continue
             manifest = await registry.manifest(repository, tag)
             if manifest is None:
                 continue  # deleted meanwhile
             project, name = ("", repository.removeprefix(BASE_PREFIX)) if order == "1" else \
                 (request.billing_project, repository.removeprefix(f"{request.billing_project}/"))
-            images.append(image_proto(project, name, tag, manifest.digest, manifest.size_bytes, manifest.layers))
+            image = image_proto(project, name, tag, manifest.digest, manifest.size_bytes, manifest.layers)
+            if not unknown:
+                image.workers_holding = held.workers_holding.get(manifest.digest, 0)
+            images.append(image)
         more = len(remaining) > limit
-        return pb.ListImagesResponse(images=images,
+        return pb.ListImagesResponse(images=images, workers_unknown=unknown,
                                      next_page_token=_encode_token("\0".join(page[-1])) if more else "")
+
+    async def _held(self) -> tuple[WorkersHold, str]:
+        """What the live workers hold, and why it is unknown (empty when it is known)."""
+        if self.held is None:
+            return WorkersHold(), "this frontend knows no drivers (--driver-addresses), so not what workers hold"
+        try:
+            async with asyncio.timeout(HELD_IMAGES_TIMEOUT_S):
+                return workers_hold(await self.held()), ""
+        except DriversUnreachable as e:
+            return WorkersHold(), f"what workers hold is unknown: {e}"
+        except TimeoutError:
+            return WorkersHold(), (f"what workers hold is unknown: the drivers did not answer within "
+                                   f"{HELD_IMAGES_TIMEOUT_S:g} s")
 
     async def DeleteImage(self, request: pb.DeleteImageRequest, context: grpc.aio.ServicerContext
                           ) -> pb.DeleteImageResponse:
@@ -241,6 +284,38 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         if not await self._registry().delete_tag(f"{request.billing_project}/{request.name}", tag):
             raise NotFound(f"billing project {request.billing_project} has no image {reference}")
         return pb.DeleteImageResponse()
+
+
+HeldImages = Callable[[], Awaitable[driver_service_pb2.ListHeldImagesResponse]]
+"""Asks the leading driver what the live workers' caches hold (DriverNotifier.held_images); raises
+DriversUnreachable."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersHold:
+    """What the live workers hold, as ListImages shows it."""
+
+    workers_holding: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Digest -> how many live workers hold it."""
+    public: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Reference any job may run -> the digest workers hold under it."""
+
+
+def workers_hold(answer: driver_service_pb2.ListHeldImagesResponse) -> WorkersHold:
+    """The driver's answer as ListImages uses it. A public reference is kept only if it is a normalised image
+    reference of another registry than corral's (`localhost/...` names a project's private image, whatever a
+    worker reported)."""
+    hold = WorkersHold()
+    for image in answer.images:
+        hold.workers_holding[image.digest] = image.workers_holding
+        for reference in image.public_references:
+            try:
+                ref = parse_reference(reference)
+            except InvalidImageReference:
+                continue
+            if str(ref) == reference and ref.registry != OWN_NAME:
+                hold.public.setdefault(reference, image.digest)
+    return hold
 
 
 def _encode_token(key: str) -> str:

@@ -10,6 +10,9 @@ standby names the leader); on any failure the leader is forgotten and found
 again, and the change is retried once. What still fails is dropped: the
 driver's loops also run on their period, so a lost notification only
 delays them.
+
+The same channels ask the leader what the live workers' image caches hold (`held_images`, for ListImages),
+with the same deadline: a user's call waits on that one, and does without it when no driver answers.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ _KINDS = {"jobs_ready": pb.CHANGE_KIND_JOBS_READY, "batch_cancelled": pb.CHANGE_
           "job_group_cancelled": pb.CHANGE_KIND_JOB_GROUP_CANCELLED, "billing_changed": pb.CHANGE_KIND_BILLING_CHANGED}
 Change = tuple[str, int, int, str]
 """(kind, batch_id, job_group_id, billing_project)."""
+
+
+class DriversUnreachable(Exception):
+    """No driver answered a question (the message says how it failed)."""
 
 
 class Notify(Protocol):
@@ -130,6 +137,25 @@ class DriverNotifier:
                 log.info("notifying driver %s failed (%s); finding the leader again", self._leader, e.code().name)
                 self._leader = None
         return False
+
+    async def held_images(self) -> pb.ListHeldImagesResponse:
+        """What the live workers' image caches hold, asked of the leader (ListHeldImages) as a change is sent:
+        the known leader, then whoever leads now. Raises DriversUnreachable when no driver answers."""
+        failure = "no driver is configured"
+        for _ in range(2):
+            if self._leader is None:
+                self._leader = await self._find_leader()
+                if self._leader is None:
+                    raise DriversUnreachable("no driver answered with the leader's address")
+            try:
+                return await self._stub(self._leader).ListHeldImages(pb.ListHeldImagesRequest(),
+                                                                     timeout=self._deadline_s)
+            except grpc.aio.AioRpcError as e:
+                failure = f"the leading driver did not answer ({e.code().name})"
+                log.info("asking driver %s for the held images failed (%s); finding the leader again", self._leader,
+                         e.code().name)
+                self._leader = None
+        raise DriversUnreachable(failure)
 
     async def _run(self) -> None:
         while True:

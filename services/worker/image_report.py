@@ -3,7 +3,8 @@ all else equal, a worker that already holds a job's image.
 
 Each image in the cache is reported by its digest and the names it goes by: the references it was pulled as
 (as the cache normalised them) and the names jobs that ran it wrote (`python:3.11`), which the driver
-matches against the image a job's spec names. The report is bounded (`MAX_IMAGES` images, the most
+matches against the image a job's spec names; and apart, the references any job may run it by (pulled without a
+job's credentials, and not a project's image of corral's registry), which `corral images ls` lists. The report is bounded (`MAX_IMAGES` images, the most
 recently used first, `MAX_NAMES` names each, `MAX_REPORT_BYTES` in all), so a worker holding a thousand
 images sends what the driver can use without growing its session's messages.
 """
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.image_refs import OWN_REGISTRY
 from services.worker.images import HeldImage, ImageCache
 
 log = logging.getLogger(__name__)
@@ -41,12 +43,22 @@ def cache_report(held: Sequence[HeldImage], written: dict[str, str]) -> ws.Image
     for image in held[:MAX_IMAGES]:
         names = [*image.references, *(n for r in image.references for n in sorted(by_reference.get(r, ())))]
         names = [n for n in dict.fromkeys(names) if len(n) <= MAX_NAME_CHARS][:MAX_NAMES]
-        entry = ws.CachedImage(digest=image.digest, names=names)
+        entry = ws.CachedImage(digest=image.digest, names=names, public_references=public_references(image))
         size += entry.ByteSize() + 4  # the entry's tag and length
         if size > MAX_REPORT_BYTES:
             break
         report.images.append(entry)
     return report
+
+
+def public_references(image: HeldImage) -> list[str]:
+    """The references of `image` any job may run it by (what `corral images ls` may show anybody): none for an
+    image pulled with a job's credentials; never a project's image of corral's registry (`localhost/...`, which
+    the cache counts as public because it pulls them with the deployment's login)."""
+    if not image.public:
+        return []
+    return [r for r in image.references
+            if not r.startswith(f"{OWN_REGISTRY}/") and len(r) <= MAX_NAME_CHARS][:MAX_NAMES]
 
 
 class ImageReporter:

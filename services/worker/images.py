@@ -129,6 +129,9 @@ class HeldImage:
     last_used_at_ms: int
     users: int
     """Holders now (attempts running it)."""
+    public: bool = False
+    """Fetched or checked without a job's credentials (from a public registry, an anonymous mirror or corral's
+    own registry): every job whose registry rules allow it may use it."""
 
 
 @dataclasses.dataclass
@@ -242,7 +245,8 @@ class ImageCache:
 
     def held(self) -> list[HeldImage]:
         """The images in the cache, most recently used first."""
-        return [HeldImage(e.digest, tuple(sorted(e.references)), e.size_bytes, e.pulled_at_ms, e.last_used_ms, e.users)
+        return [HeldImage(e.digest, tuple(sorted(e.references)), e.size_bytes, e.pulled_at_ms, e.last_used_ms, e.users,
+                          e.public)
                 for e in sorted(self._entries.values(), key=lambda e: e.last_used_ms, reverse=True)]
 
     async def pull(self, reference: str, credentials: Credentials | None = None) -> Image:

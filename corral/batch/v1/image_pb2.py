@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63orral/batch/v1/image.proto\x12\x0f\x63orral.batch.v1\"\x82\x01\n\x05Image\x12\x11\n\treference\x18\x01 \x01(\t\x12\x17\n\x0f\x62illing_project\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03tag\x18\x04 \x01(\t\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\x12\x12\n\nsize_bytes\x18\x06 \x01(\x03\x12\x0e\n\x06layers\x18\x07 \x01(\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63orral/batch/v1/image.proto\x12\x0f\x63orral.batch.v1\"\xb4\x01\n\x05Image\x12\x11\n\treference\x18\x01 \x01(\t\x12\x17\n\x0f\x62illing_project\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0b\n\x03tag\x18\x04 \x01(\t\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\x12\x12\n\nsize_bytes\x18\x06 \x01(\x03\x12\x0e\n\x06layers\x18\x07 \x01(\x05\x12\x1c\n\x0fworkers_holding\x18\x08 \x01(\x05H\x00\x88\x01\x01\x42\x12\n\x10_workers_holdingb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,5 +32,5 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.batch.v1.image_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_IMAGE']._serialized_start=49
-  _globals['_IMAGE']._serialized_end=179
+  _globals['_IMAGE']._serialized_end=229
 # @@protoc_insertion_point(module_scope)

@@ -5,7 +5,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Image(_message.Message):
-    __slots__ = ("reference", "billing_project", "name", "tag", "digest", "size_bytes", "layers")
+    __slots__ = ("reference", "billing_project", "name", "tag", "digest", "size_bytes", "layers", "workers_holding")
     REFERENCE_FIELD_NUMBER: _ClassVar[int]
     BILLING_PROJECT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -13,6 +13,7 @@ class Image(_message.Message):
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     LAYERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_HOLDING_FIELD_NUMBER: _ClassVar[int]
     reference: str
     billing_project: str
     name: str
@@ -20,4 +21,5 @@ class Image(_message.Message):
     digest: str
     size_bytes: int
     layers: int
-    def __init__(self, reference: _Optional[str] = ..., billing_project: _Optional[str] = ..., name: _Optional[str] = ..., tag: _Optional[str] = ..., digest: _Optional[str] = ..., size_bytes: _Optional[int] = ..., layers: _Optional[int] = ...) -> None: ...
+    workers_holding: int
+    def __init__(self, reference: _Optional[str] = ..., billing_project: _Optional[str] = ..., name: _Optional[str] = ..., tag: _Optional[str] = ..., digest: _Optional[str] = ..., size_bytes: _Optional[int] = ..., layers: _Optional[int] = ..., workers_holding: _Optional[int] = ...) -> None: ...

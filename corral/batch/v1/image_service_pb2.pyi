@@ -43,12 +43,14 @@ class ListImagesRequest(_message.Message):
     def __init__(self, billing_project: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListImagesResponse(_message.Message):
-    __slots__ = ("images", "next_page_token")
+    __slots__ = ("images", "next_page_token", "workers_unknown")
     IMAGES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     images: _containers.RepeatedCompositeFieldContainer[_image_pb2.Image]
     next_page_token: str
-    def __init__(self, images: _Optional[_Iterable[_Union[_image_pb2.Image, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    workers_unknown: str
+    def __init__(self, images: _Optional[_Iterable[_Union[_image_pb2.Image, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., workers_unknown: _Optional[str] = ...) -> None: ...
 
 class DeleteImageRequest(_message.Message):
     __slots__ = ("billing_project", "name", "tag")

@@ -87,7 +87,13 @@ class ImageServiceServicer:
 
     def ListImages(self, request, context):
         """Lists a project's images, then the base images, each with its tag,
-        digest and size. What each worker holds in its cache is not listed.
+        digest, size and how many live workers hold it; then the public images
+        the live workers hold that are not in corral's registry (pulled from
+        Docker Hub or another registry without credentials), by the reference
+        they were pulled as. Never another project's image, nor one a worker
+        pulled with a job's credentials. The workers are asked through the
+        leading driver: when it cannot be reached, the registry's images are
+        listed alone and `workers_unknown` says why.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

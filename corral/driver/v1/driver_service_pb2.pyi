@@ -179,3 +179,29 @@ class ListInstancesResponse(_message.Message):
     instances: _containers.RepeatedCompositeFieldContainer[_instance_pb2.Instance]
     next_page_token: str
     def __init__(self, instances: _Optional[_Iterable[_Union[_instance_pb2.Instance, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListHeldImagesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListHeldImagesResponse(_message.Message):
+    __slots__ = ("images", "workers", "truncated")
+    IMAGES_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    images: _containers.RepeatedCompositeFieldContainer[HeldImage]
+    workers: int
+    truncated: bool
+    def __init__(self, images: _Optional[_Iterable[_Union[HeldImage, _Mapping]]] = ..., workers: _Optional[int] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class HeldImage(_message.Message):
+    __slots__ = ("digest", "workers_holding", "public_references", "instances")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_HOLDING_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    workers_holding: int
+    public_references: _containers.RepeatedScalarFieldContainer[str]
+    instances: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, digest: _Optional[str] = ..., workers_holding: _Optional[int] = ..., public_references: _Optional[_Iterable[str]] = ..., instances: _Optional[_Iterable[str]] = ...) -> None: ...

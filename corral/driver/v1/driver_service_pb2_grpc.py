@@ -62,6 +62,11 @@ class DriverServiceStub:
                 request_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderRequest.SerializeToString,
                 response_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderResponse.FromString,
                 _registered_method=True)
+        self.ListHeldImages = channel.unary_unary(
+                '/corral.driver.v1.DriverService/ListHeldImages',
+                request_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListHeldImagesRequest.SerializeToString,
+                response_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListHeldImagesResponse.FromString,
+                _registered_method=True)
         self.ListInstances = channel.unary_unary(
                 '/corral.driver.v1.DriverService/ListInstances',
                 request_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListInstancesRequest.SerializeToString,
@@ -115,6 +120,16 @@ class DriverServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHeldImages(self, request, context):
+        """What the live workers' image caches hold, by image digest, as their
+        latest ImageCacheReports say (the leader keeps them in memory): for
+        `corral images ls`. The most widely held images first, at most 1000
+        and 1 MiB in all (`truncated` says when more were left out).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListInstances(self, request, context):
         """Lists instances, newest first.
         """
@@ -149,6 +164,11 @@ def add_DriverServiceServicer_to_server(servicer, server):
                     servicer.GetLeader,
                     request_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderRequest.FromString,
                     response_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderResponse.SerializeToString,
+            ),
+            'ListHeldImages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHeldImages,
+                    request_deserializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListHeldImagesRequest.FromString,
+                    response_serializer=corral_dot_driver_dot_v1_dot_driver__service__pb2.ListHeldImagesResponse.SerializeToString,
             ),
             'ListInstances': grpc.unary_unary_rpc_method_handler(
                     servicer.ListInstances,
@@ -294,6 +314,33 @@ class DriverService:
             '/corral.driver.v1.DriverService/GetLeader',
             corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderRequest.SerializeToString,
             corral_dot_driver_dot_v1_dot_driver__service__pb2.GetLeaderResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHeldImages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.driver.v1.DriverService/ListHeldImages',
+            corral_dot_driver_dot_v1_dot_driver__service__pb2.ListHeldImagesRequest.SerializeToString,
+            corral_dot_driver_dot_v1_dot_driver__service__pb2.ListHeldImagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -29,7 +29,7 @@ from corral.driver.v1 import instance_pb2 as corral_dot_driver_dot_v1_dot_instan
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%corral/driver/v1/worker_session.proto\x12\x10\x63orral.driver.v1\x1a\x19\x63orral/batch/v1/job.proto\x1a\x1e\x63orral/batch/v1/job_spec.proto\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1f\x63orral/driver/v1/instance.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"i\n\x05Hello\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x16\n\x0einstance_token\x18\x02 \x01(\t\x12\x12\n\nepoch_seen\x18\x03 \x01(\x03\x12\x1d\n\x15takes_command_bunches\x18\x04 \x01(\x08\"\xa9\x01\n\tHeartbeat\x12\x17\n\x0f\x66ree_cores_mcpu\x18\x01 \x01(\x03\x12\x19\n\x11\x66ree_memory_bytes\x18\x02 \x01(\x03\x12\x36\n\x10running_attempts\x18\x03 \x03(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12\x30\n\x07rollups\x18\x04 \x03(\x0b\x32\x1f.corral.driver.v1.BillingRollup\"A\n\x10ImageCacheReport\x12-\n\x06images\x18\x01 \x03(\x0b\x32\x1d.corral.driver.v1.CachedImage\",\n\x0b\x43\x61\x63hedImage\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\"B\n\nAttemptRef\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\"\x9e\x01\n\rBillingRollup\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12/\n\x0brollup_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x05usage\x18\x03 \x01(\x0b\x32\x1e.corral.batch.v1.ResourceUsage\"\x94\x01\n\nJobStarted\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tisolation\x18\x03 \x01(\t\x12\x14\n\x0cimage_digest\x18\x04 \x01(\t\"\xf1\x02\n\x0cJobCompleted\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12(\n\x05state\x18\x02 \x01(\x0e\x32\x19.corral.batch.v1.JobState\x12\x35\n\nend_reason\x18\x03 \x01(\x0e\x32!.corral.batch.v1.AttemptEndReason\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x0eresources_used\x18\x08 \x01(\x0b\x32\x1e.corral.batch.v1.ResourceUsageB\x0c\n\n_exit_code\"I\n\nCommandAck\x12\x12\n\ncommand_id\x18\x01 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x15\n\rerror_message\x18\x03 \x01(\t\"g\n\x08\x44raining\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.corral.driver.v1.DrainReason\x12,\n\x08\x64\x65\x61\x64line\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"f\n\x07Welcome\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12/\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1f.corral.driver.v1.SessionConfig\x12\x1b\n\x13takes_event_bunches\x18\x03 \x01(\x08\"\x96\x04\n\x06RunJob\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x17\n\x0f\x62illing_project\x18\x03 \x01(\t\x12&\n\x04spec\x18\x04 \x01(\x0b\x32\x18.corral.batch.v1.JobSpec\x12\x12\n\ncores_mcpu\x18\x05 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x07 \x01(\x03\x12\x0f\n\x07log_url\x18\x08 \x01(\t\x12\x15\n\rattempt_token\x18\t \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x41\n\rtrace_context\x18\x0b \x03(\x0b\x32*.corral.driver.v1.RunJob.TraceContextEntry\x12\x15\n\rstorage_roots\x18\x0c \x03(\t\x12.\n\x07secrets\x18\r \x03(\x0b\x32\x1d.corral.driver.v1.SecretFiles\x12\x38\n\x11image_pull_secret\x18\x0e \x01(\x0b\x32\x1d.corral.driver.v1.SecretFiles\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa5\x01\n\x0bSecretFiles\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmount_path\x18\x02 \x01(\t\x12\x37\n\x05\x66iles\x18\x03 \x03(\x0b\x32(.corral.driver.v1.SecretFiles.FilesEntry\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x1a,\n\nFilesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"J\n\tCancelJob\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x17\n\x05\x44rain\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x1a\n\x08Shutdown\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x1f\n\x0b\x41\x63kJobEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03*\x9e\x01\n\x0b\x44rainReason\x12\x1c\n\x18\x44RAIN_REASON_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44RAIN_REASON_IDLE\x10\x01\x12\x1a\n\x16\x44RAIN_REASON_REQUESTED\x10\x02\x12\"\n\x1e\x44RAIN_REASON_PREEMPTION_NOTICE\x10\x03\x12\x1a\n\x16\x44RAIN_REASON_UNHEALTHY\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%corral/driver/v1/worker_session.proto\x12\x10\x63orral.driver.v1\x1a\x19\x63orral/batch/v1/job.proto\x1a\x1e\x63orral/batch/v1/job_spec.proto\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1f\x63orral/driver/v1/instance.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"i\n\x05Hello\x12\x15\n\rinstance_name\x18\x01 \x01(\t\x12\x16\n\x0einstance_token\x18\x02 \x01(\t\x12\x12\n\nepoch_seen\x18\x03 \x01(\x03\x12\x1d\n\x15takes_command_bunches\x18\x04 \x01(\x08\"\xa9\x01\n\tHeartbeat\x12\x17\n\x0f\x66ree_cores_mcpu\x18\x01 \x01(\x03\x12\x19\n\x11\x66ree_memory_bytes\x18\x02 \x01(\x03\x12\x36\n\x10running_attempts\x18\x03 \x03(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12\x30\n\x07rollups\x18\x04 \x03(\x0b\x32\x1f.corral.driver.v1.BillingRollup\"A\n\x10ImageCacheReport\x12-\n\x06images\x18\x01 \x03(\x0b\x32\x1d.corral.driver.v1.CachedImage\"G\n\x0b\x43\x61\x63hedImage\x12\x0e\n\x06\x64igest\x18\x01 \x01(\t\x12\r\n\x05names\x18\x02 \x03(\t\x12\x19\n\x11public_references\x18\x03 \x03(\t\"B\n\nAttemptRef\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\"\x9e\x01\n\rBillingRollup\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12/\n\x0brollup_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x05usage\x18\x03 \x01(\x0b\x32\x1e.corral.batch.v1.ResourceUsage\"\x94\x01\n\nJobStarted\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12.\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tisolation\x18\x03 \x01(\t\x12\x14\n\x0cimage_digest\x18\x04 \x01(\t\"\xf1\x02\n\x0cJobCompleted\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12(\n\x05state\x18\x02 \x01(\x0e\x32\x19.corral.batch.v1.JobState\x12\x35\n\nend_reason\x18\x03 \x01(\x0e\x32!.corral.batch.v1.AttemptEndReason\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rerror_message\x18\x05 \x01(\t\x12.\n\nstart_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x36\n\x0eresources_used\x18\x08 \x01(\x0b\x32\x1e.corral.batch.v1.ResourceUsageB\x0c\n\n_exit_code\"I\n\nCommandAck\x12\x12\n\ncommand_id\x18\x01 \x01(\x03\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x15\n\rerror_message\x18\x03 \x01(\t\"g\n\x08\x44raining\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.corral.driver.v1.DrainReason\x12,\n\x08\x64\x65\x61\x64line\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"f\n\x07Welcome\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12/\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x1f.corral.driver.v1.SessionConfig\x12\x1b\n\x13takes_event_bunches\x18\x03 \x01(\x08\"\x96\x04\n\x06RunJob\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x17\n\x0f\x62illing_project\x18\x03 \x01(\t\x12&\n\x04spec\x18\x04 \x01(\x0b\x32\x18.corral.batch.v1.JobSpec\x12\x12\n\ncores_mcpu\x18\x05 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x06 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x07 \x01(\x03\x12\x0f\n\x07log_url\x18\x08 \x01(\t\x12\x15\n\rattempt_token\x18\t \x01(\t\x12,\n\x08\x64\x65\x61\x64line\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x41\n\rtrace_context\x18\x0b \x03(\x0b\x32*.corral.driver.v1.RunJob.TraceContextEntry\x12\x15\n\rstorage_roots\x18\x0c \x03(\t\x12.\n\x07secrets\x18\r \x03(\x0b\x32\x1d.corral.driver.v1.SecretFiles\x12\x38\n\x11image_pull_secret\x18\x0e \x01(\x0b\x32\x1d.corral.driver.v1.SecretFiles\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa5\x01\n\x0bSecretFiles\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmount_path\x18\x02 \x01(\t\x12\x37\n\x05\x66iles\x18\x03 \x03(\x0b\x32(.corral.driver.v1.SecretFiles.FilesEntry\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x1a,\n\nFilesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c:\x02\x38\x01\"J\n\tCancelJob\x12-\n\x07\x61ttempt\x18\x01 \x01(\x0b\x32\x1c.corral.driver.v1.AttemptRef\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x17\n\x05\x44rain\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x1a\n\x08Shutdown\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x1f\n\x0b\x41\x63kJobEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\x03*\x9e\x01\n\x0b\x44rainReason\x12\x1c\n\x18\x44RAIN_REASON_UNSPECIFIED\x10\x00\x12\x15\n\x11\x44RAIN_REASON_IDLE\x10\x01\x12\x1a\n\x16\x44RAIN_REASON_REQUESTED\x10\x02\x12\"\n\x1e\x44RAIN_REASON_PREEMPTION_NOTICE\x10\x03\x12\x1a\n\x16\x44RAIN_REASON_UNHEALTHY\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,8 +40,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNJOB_TRACECONTEXTENTRY']._serialized_options = b'8\001'
   _globals['_SECRETFILES_FILESENTRY']._loaded_options = None
   _globals['_SECRETFILES_FILESENTRY']._serialized_options = b'8\001'
-  _globals['_DRAINREASON']._serialized_start=2513
-  _globals['_DRAINREASON']._serialized_end=2671
+  _globals['_DRAINREASON']._serialized_start=2540
+  _globals['_DRAINREASON']._serialized_end=2698
   _globals['_HELLO']._serialized_start=217
   _globals['_HELLO']._serialized_end=322
   _globals['_HEARTBEAT']._serialized_start=325
@@ -49,35 +49,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMAGECACHEREPORT']._serialized_start=496
   _globals['_IMAGECACHEREPORT']._serialized_end=561
   _globals['_CACHEDIMAGE']._serialized_start=563
-  _globals['_CACHEDIMAGE']._serialized_end=607
-  _globals['_ATTEMPTREF']._serialized_start=609
-  _globals['_ATTEMPTREF']._serialized_end=675
-  _globals['_BILLINGROLLUP']._serialized_start=678
-  _globals['_BILLINGROLLUP']._serialized_end=836
-  _globals['_JOBSTARTED']._serialized_start=839
-  _globals['_JOBSTARTED']._serialized_end=987
-  _globals['_JOBCOMPLETED']._serialized_start=990
-  _globals['_JOBCOMPLETED']._serialized_end=1359
-  _globals['_COMMANDACK']._serialized_start=1361
-  _globals['_COMMANDACK']._serialized_end=1434
-  _globals['_DRAINING']._serialized_start=1436
-  _globals['_DRAINING']._serialized_end=1539
-  _globals['_WELCOME']._serialized_start=1541
-  _globals['_WELCOME']._serialized_end=1643
-  _globals['_RUNJOB']._serialized_start=1646
-  _globals['_RUNJOB']._serialized_end=2180
-  _globals['_RUNJOB_TRACECONTEXTENTRY']._serialized_start=2129
-  _globals['_RUNJOB_TRACECONTEXTENTRY']._serialized_end=2180
-  _globals['_SECRETFILES']._serialized_start=2183
-  _globals['_SECRETFILES']._serialized_end=2348
-  _globals['_SECRETFILES_FILESENTRY']._serialized_start=2304
-  _globals['_SECRETFILES_FILESENTRY']._serialized_end=2348
-  _globals['_CANCELJOB']._serialized_start=2350
-  _globals['_CANCELJOB']._serialized_end=2424
-  _globals['_DRAIN']._serialized_start=2426
-  _globals['_DRAIN']._serialized_end=2449
-  _globals['_SHUTDOWN']._serialized_start=2451
-  _globals['_SHUTDOWN']._serialized_end=2477
-  _globals['_ACKJOBEVENT']._serialized_start=2479
-  _globals['_ACKJOBEVENT']._serialized_end=2510
+  _globals['_CACHEDIMAGE']._serialized_end=634
+  _globals['_ATTEMPTREF']._serialized_start=636
+  _globals['_ATTEMPTREF']._serialized_end=702
+  _globals['_BILLINGROLLUP']._serialized_start=705
+  _globals['_BILLINGROLLUP']._serialized_end=863
+  _globals['_JOBSTARTED']._serialized_start=866
+  _globals['_JOBSTARTED']._serialized_end=1014
+  _globals['_JOBCOMPLETED']._serialized_start=1017
+  _globals['_JOBCOMPLETED']._serialized_end=1386
+  _globals['_COMMANDACK']._serialized_start=1388
+  _globals['_COMMANDACK']._serialized_end=1461
+  _globals['_DRAINING']._serialized_start=1463
+  _globals['_DRAINING']._serialized_end=1566
+  _globals['_WELCOME']._serialized_start=1568
+  _globals['_WELCOME']._serialized_end=1670
+  _globals['_RUNJOB']._serialized_start=1673
+  _globals['_RUNJOB']._serialized_end=2207
+  _globals['_RUNJOB_TRACECONTEXTENTRY']._serialized_start=2156
+  _globals['_RUNJOB_TRACECONTEXTENTRY']._serialized_end=2207
+  _globals['_SECRETFILES']._serialized_start=2210
+  _globals['_SECRETFILES']._serialized_end=2375
+  _globals['_SECRETFILES_FILESENTRY']._serialized_start=2331
+  _globals['_SECRETFILES_FILESENTRY']._serialized_end=2375
+  _globals['_CANCELJOB']._serialized_start=2377
+  _globals['_CANCELJOB']._serialized_end=2451
+  _globals['_DRAIN']._serialized_start=2453
+  _globals['_DRAIN']._serialized_end=2476
+  _globals['_SHUTDOWN']._serialized_start=2478
+  _globals['_SHUTDOWN']._serialized_end=2504
+  _globals['_ACKJOBEVENT']._serialized_start=2506
+  _globals['_ACKJOBEVENT']._serialized_end=2537
 # @@protoc_insertion_point(module_scope)

@@ -58,12 +58,14 @@ class ImageCacheReport(_message.Message):
     def __init__(self, images: _Optional[_Iterable[_Union[CachedImage, _Mapping]]] = ...) -> None: ...
 
 class CachedImage(_message.Message):
-    __slots__ = ("digest", "names")
+    __slots__ = ("digest", "names", "public_references")
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     NAMES_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_REFERENCES_FIELD_NUMBER: _ClassVar[int]
     digest: str
     names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, digest: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ...) -> None: ...
+    public_references: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, digest: _Optional[str] = ..., names: _Optional[_Iterable[str]] = ..., public_references: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AttemptRef(_message.Message):
     __slots__ = ("batch_id", "job_id", "attempt_id")
