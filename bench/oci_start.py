@@ -27,6 +27,7 @@ from typing import Any
 
 from bench.common import percentile, progress
 from bench.starter import Starter
+from services.common.image_refs import DOCKER_HUB, Mirror
 from services.registry.seed import seed
 from services.registry.server import RegistryServer
 from services.up.ports import free_port
@@ -156,7 +157,9 @@ async def oci_starter(scratch: Path, memory_bytes: int) -> AsyncIterator[OciStar
         registry.wait_ready()
         progress(f"oci: seeding the registry at {registry.url}")
         await asyncio.to_thread(seed, registry.address, scratch / "seed")
-        images = ImageCache(scratch / "images", registry.url)
+        # As corral up's workers: busybox is Docker Hub's, served by the registry as docker.io's mirror.
+        images = ImageCache(scratch / "images", registry.url,
+                            mirrors=(Mirror.parse(f"{DOCKER_HUB}={registry.url}/{DOCKER_HUB}"),))
         try:
             runtime = OciRuntime(OciRuntimeConfig(CachedRootfs(images), owner=f"bench-{os.getpid()}",
                                                   state_root=scratch / "state"))
