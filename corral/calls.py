@@ -34,7 +34,7 @@ from corral.batch.v1 import secret_pb2, secret_service_pb2_grpc
 from corral.batch.v1 import secret_service_pb2 as spb
 from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, spend_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
-from corral.errors import UsageError, from_rpc_error
+from corral.errors import CorralError, UsageError, from_rpc_error
 from corral.pages import Pages
 
 T = TypeVar("T")
@@ -42,6 +42,9 @@ LOG_READ_BYTES = 4 * 1024 * 1024
 """The most GetJobLog returns in one call."""
 IMAGE_CHUNK_BYTES = 1024 * 1024
 """Bytes of an image archive per ImportImage message (the frontend takes up to 4 MiB a message)."""
+CLIENT_WRITE_RACE = "Internal error from Core"
+"""What grpcio's client reports (INTERNAL) instead of the server's status when the server ends a client stream
+while the client still writes to it (grpc/grpc#36066)."""
 _STATES = {"failed": job_state_pb2.JOB_STATE_FAILED, "error": job_state_pb2.JOB_STATE_ERROR,
            "cancelled": job_state_pb2.JOB_STATE_CANCELLED}
 _ROLES = {"user": user_pb2.ROLE_USER, "developer": user_pb2.ROLE_DEVELOPER, "admin": user_pb2.ROLE_ADMIN}
@@ -236,16 +239,35 @@ class AsyncCalls:
         if not os.path.isfile(archive):
             raise UsageError(f"{archive}: no such file")
 
-        async def messages() -> AsyncIterator[ipb.ImportImageRequest]:
-            yield ipb.ImportImageRequest(header=ipb.ImportImageHeader(billing_project=project, name=name, tag=tag))
+        header = ipb.ImportImageRequest(header=ipb.ImportImageHeader(billing_project=project, name=name, tag=tag,
+                                                                     size_bytes=os.path.getsize(archive)))
+
+        async def messages(with_archive: bool) -> AsyncIterator[ipb.ImportImageRequest]:
+            yield header
+            if not with_archive:
+                return
             with open(archive, "rb") as f:
                 while chunk := f.read(IMAGE_CHUNK_BYTES):
                     yield ipb.ImportImageRequest(chunk=chunk)
 
-        def upload(_: None, metadata: Any) -> Awaitable[ipb.ImportImageResponse]:
-            return self._images.ImportImage(messages(), metadata=metadata)  # a new stream at each try
+        def upload(with_archive: bool, metadata: Any) -> Awaitable[ipb.ImportImageResponse]:
+            return self._images.ImportImage(messages(with_archive), metadata=metadata)  # a new stream at each try
 
-        return (await self._call(upload, None)).image
+        try:
+            return (await self._call(upload, True)).image
+        except CorralError as e:
+            if e.code != grpc.StatusCode.INTERNAL or CLIENT_WRITE_RACE not in e.message:
+                raise
+            # grpcio's client may report INTERNAL instead of the server's answer when the server refuses the
+            # header (a bad name, a project not the caller's, an archive too large) while chunks are still being
+            # written (grpc/grpc#36066). The header alone gets that answer; if the header was fine, the first error
+            # stands.
+            try:
+                await self._call(upload, False)
+            except CorralError as refusal:
+                if not any(v.field == "chunk" for v in refusal.field_violations):
+                    raise refusal from None
+            raise
 
     def images(self, project: str, page_size: int = 0) -> AsyncIterator[image_pb2.Image]:
         """The images `project`'s jobs may run from corral's own registry: its own (`localhost/PROJECT/...`),

@@ -160,9 +160,13 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         header = first.header
         tag = header.tag or DEFAULT_TAG
         violations = name_violations("billing_project", header.billing_project, header.name, tag, "header.")
+        if header.size_bytes < 0:
+            violations.append(FieldViolation("header.size_bytes", "must not be negative"))
         if violations:
             raise InvalidRequest(violations)
         await self._project(header.billing_project, principal, change=True)
+        if header.size_bytes > self.limits.max_image_import_bytes:
+            raise self._too_big()
         registry = self._registry()
         if self._imports.locked():
             raise ResourceExhausted(f"this server already runs {self.limits.max_concurrent_image_imports} imports, "
@@ -171,7 +175,7 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
             work = Path(tempfile.mkdtemp(prefix="corral-import-", dir=self.temp_dir))  # 0700
             try:
                 archive = work / "image.tar"
-                await self._receive(iterator, archive)
+                await self._receive(iterator, archive, header.size_bytes)
                 try:
                     kind = await asyncio.to_thread(inspect_archive, archive, self.limits.max_image_layers)
                 except BadArchive as e:
@@ -192,8 +196,13 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         return pb.ImportImageResponse(image=image_proto(header.billing_project, header.name, tag, digest, size,
                                                         layers))
 
-    async def _receive(self, iterator: AsyncIterator[pb.ImportImageRequest], archive: Path) -> None:
-        """Write the chunks to `archive`, refusing (and reading no further) past max_image_import_bytes."""
+    def _too_big(self) -> ResourceExhausted:
+        return ResourceExhausted(f"the archive is larger than {self.limits.max_image_import_bytes:,} bytes, the most "
+                                 "this server imports (max_image_import_bytes)")
+
+    async def _receive(self, iterator: AsyncIterator[pb.ImportImageRequest], archive: Path, declared: int) -> None:
+        """Write the chunks to `archive`, refusing (and reading no further) past max_image_import_bytes, or past
+        the size the header `declared` (0: none)."""
         limit = self.limits.max_image_import_bytes
         received = 0
         with open(archive, "xb") as out:
@@ -202,9 +211,14 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
                     raise InvalidRequest(FieldViolation("header", "only the first message is a header"))
                 received += len(message.chunk)
                 if received > limit:
-                    raise ResourceExhausted(f"the archive is larger than {limit:,} bytes, the most this server "
-                                            "imports (max_image_import_bytes)")
+                    raise self._too_big()
+                if declared and received > declared:
+                    raise InvalidRequest(FieldViolation("chunk", f"the archive is larger than the header's "
+                                                                 f"size_bytes ({declared:,})"))
                 await asyncio.to_thread(out.write, message.chunk)
+        if declared and received != declared:
+            raise InvalidRequest(FieldViolation("chunk", f"{received:,} bytes were sent, not the header's "
+                                                         f"size_bytes ({declared:,})"))
         if received == 0:
             raise InvalidRequest(FieldViolation("chunk", "no archive was sent after the header"))
 

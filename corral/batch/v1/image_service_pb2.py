@@ -26,7 +26,7 @@ from corral.batch.v1 import image_pb2 as corral_dot_batch_dot_v1_dot_image__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#corral/batch/v1/image_service.proto\x12\x0f\x63orral.batch.v1\x1a\x1b\x63orral/batch/v1/image.proto\x1a\x1cgoogle/api/annotations.proto\"G\n\x11ImportImageHeader\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03tag\x18\x03 \x01(\t\"c\n\x12ImportImageRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\".corral.batch.v1.ImportImageHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"<\n\x13ImportImageResponse\x12%\n\x05image\x18\x01 \x01(\x0b\x32\x16.corral.batch.v1.Image\"S\n\x11ListImagesRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"n\n\x12ListImagesResponse\x12&\n\x06images\x18\x01 \x03(\x0b\x32\x16.corral.batch.v1.Image\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fworkers_unknown\x18\x03 \x01(\t\"H\n\x12\x44\x65leteImageRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03tag\x18\x03 \x01(\t\"\x15\n\x13\x44\x65leteImageResponse2\xcd\x03\n\x0cImageService\x12|\n\x0bImportImage\x12#.corral.batch.v1.ImportImageRequest\x1a$.corral.batch.v1.ImportImageResponse\" \x82\xd3\xe4\x93\x02\x1a\"\x15/api/v1/image-imports:\x01*(\x01\x12\x93\x01\n\nListImages\x12\".corral.batch.v1.ListImagesRequest\x1a#.corral.batch.v1.ListImagesResponse\"<\x90\x02\x01\x82\xd3\xe4\x93\x02\x33\x12\x31/api/v1/billing-projects/{billing_project}/images\x12\xa8\x01\n\x0b\x44\x65leteImage\x12#.corral.batch.v1.DeleteImageRequest\x1a$.corral.batch.v1.DeleteImageResponse\"N\x90\x02\x02\x82\xd3\xe4\x93\x02\x45*C/api/v1/billing-projects/{billing_project}/images/{name}/tags/{tag}b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#corral/batch/v1/image_service.proto\x12\x0f\x63orral.batch.v1\x1a\x1b\x63orral/batch/v1/image.proto\x1a\x1cgoogle/api/annotations.proto\"[\n\x11ImportImageHeader\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03tag\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x03\"c\n\x12ImportImageRequest\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32\".corral.batch.v1.ImportImageHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\x06\n\x04part\"<\n\x13ImportImageResponse\x12%\n\x05image\x18\x01 \x01(\x0b\x32\x16.corral.batch.v1.Image\"S\n\x11ListImagesRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"n\n\x12ListImagesResponse\x12&\n\x06images\x18\x01 \x03(\x0b\x32\x16.corral.batch.v1.Image\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fworkers_unknown\x18\x03 \x01(\t\"H\n\x12\x44\x65leteImageRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03tag\x18\x03 \x01(\t\"\x15\n\x13\x44\x65leteImageResponse2\xcd\x03\n\x0cImageService\x12|\n\x0bImportImage\x12#.corral.batch.v1.ImportImageRequest\x1a$.corral.batch.v1.ImportImageResponse\" \x82\xd3\xe4\x93\x02\x1a\"\x15/api/v1/image-imports:\x01*(\x01\x12\x93\x01\n\nListImages\x12\".corral.batch.v1.ListImagesRequest\x1a#.corral.batch.v1.ListImagesResponse\"<\x90\x02\x01\x82\xd3\xe4\x93\x02\x33\x12\x31/api/v1/billing-projects/{billing_project}/images\x12\xa8\x01\n\x0b\x44\x65leteImage\x12#.corral.batch.v1.DeleteImageRequest\x1a$.corral.batch.v1.DeleteImageResponse\"N\x90\x02\x02\x82\xd3\xe4\x93\x02\x45*C/api/v1/billing-projects/{billing_project}/images/{name}/tags/{tag}b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,19 +40,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_IMAGESERVICE'].methods_by_name['DeleteImage']._loaded_options = None
   _globals['_IMAGESERVICE'].methods_by_name['DeleteImage']._serialized_options = b'\220\002\002\202\323\344\223\002E*C/api/v1/billing-projects/{billing_project}/images/{name}/tags/{tag}'
   _globals['_IMPORTIMAGEHEADER']._serialized_start=115
-  _globals['_IMPORTIMAGEHEADER']._serialized_end=186
-  _globals['_IMPORTIMAGEREQUEST']._serialized_start=188
-  _globals['_IMPORTIMAGEREQUEST']._serialized_end=287
-  _globals['_IMPORTIMAGERESPONSE']._serialized_start=289
-  _globals['_IMPORTIMAGERESPONSE']._serialized_end=349
-  _globals['_LISTIMAGESREQUEST']._serialized_start=351
-  _globals['_LISTIMAGESREQUEST']._serialized_end=434
-  _globals['_LISTIMAGESRESPONSE']._serialized_start=436
-  _globals['_LISTIMAGESRESPONSE']._serialized_end=546
-  _globals['_DELETEIMAGEREQUEST']._serialized_start=548
-  _globals['_DELETEIMAGEREQUEST']._serialized_end=620
-  _globals['_DELETEIMAGERESPONSE']._serialized_start=622
-  _globals['_DELETEIMAGERESPONSE']._serialized_end=643
-  _globals['_IMAGESERVICE']._serialized_start=646
-  _globals['_IMAGESERVICE']._serialized_end=1107
+  _globals['_IMPORTIMAGEHEADER']._serialized_end=206
+  _globals['_IMPORTIMAGEREQUEST']._serialized_start=208
+  _globals['_IMPORTIMAGEREQUEST']._serialized_end=307
+  _globals['_IMPORTIMAGERESPONSE']._serialized_start=309
+  _globals['_IMPORTIMAGERESPONSE']._serialized_end=369
+  _globals['_LISTIMAGESREQUEST']._serialized_start=371
+  _globals['_LISTIMAGESREQUEST']._serialized_end=454
+  _globals['_LISTIMAGESRESPONSE']._serialized_start=456
+  _globals['_LISTIMAGESRESPONSE']._serialized_end=566
+  _globals['_DELETEIMAGEREQUEST']._serialized_start=568
+  _globals['_DELETEIMAGEREQUEST']._serialized_end=640
+  _globals['_DELETEIMAGERESPONSE']._serialized_start=642
+  _globals['_DELETEIMAGERESPONSE']._serialized_end=663
+  _globals['_IMAGESERVICE']._serialized_start=666
+  _globals['_IMAGESERVICE']._serialized_end=1127
 # @@protoc_insertion_point(module_scope)

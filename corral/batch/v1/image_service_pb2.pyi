@@ -9,14 +9,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ImportImageHeader(_message.Message):
-    __slots__ = ("billing_project", "name", "tag")
+    __slots__ = ("billing_project", "name", "tag", "size_bytes")
     BILLING_PROJECT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     billing_project: str
     name: str
     tag: str
-    def __init__(self, billing_project: _Optional[str] = ..., name: _Optional[str] = ..., tag: _Optional[str] = ...) -> None: ...
+    size_bytes: int
+    def __init__(self, billing_project: _Optional[str] = ..., name: _Optional[str] = ..., tag: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
 
 class ImportImageRequest(_message.Message):
     __slots__ = ("header", "chunk")
