@@ -14,7 +14,6 @@ project's state (FAILED_PRECONDITION).
 from __future__ import annotations
 
 import asyncio
-import base64
 import datetime
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -33,6 +32,7 @@ from services.common.errors import (
     NotFound,
 )
 from services.common.identity import Principal, current_principal
+from services.frontend import page_tokens
 from services.frontend.billing_store import (
     MAX_MICRO_USD,
     BatchCostTracker,
@@ -136,15 +136,6 @@ def _page_size(page_size: int) -> tuple[int, list[FieldViolation]]:
     return min(page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE), []
 
 
-def _encode_token(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode()
-
-
-def _decode_token(token: str) -> str | None:
-    try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 def _day(text: str, field: str) -> tuple[datetime.date | None, list[FieldViolation]]:
@@ -229,7 +220,7 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
         states = _LIST_STATES.get(request.state)
         if states is None:
             violations.append(FieldViolation("state", "unknown state"))
-        after = _decode_token(request.page_token) if request.page_token else ""
+        after = page_tokens.decode(request.page_token) if request.page_token else ""
         if after is None:
             violations.append(FieldViolation("page_token", "not a token this service returned"))
         _raise_if(violations)
@@ -238,7 +229,7 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
             states, request.member or None, None if sees_every_project(principal) else principal.name, after, limit)
         return pb.ListBillingProjectsResponse(
             billing_projects=[project_proto(p) for p in projects],
-            next_page_token=_encode_token(projects[-1].name) if len(projects) == limit else "")
+            next_page_token=page_tokens.encode(projects[-1].name) if len(projects) == limit else "")
 
     async def AddMember(self, request: pb.AddMemberRequest, context: grpc.aio.ServicerContext
                         ) -> pb.AddMemberResponse:
@@ -331,7 +322,7 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
                 for user, cost in await self.store.spend_lines_by_user(name, first_day, last_day, after or "", limit):
                     lines.append(spend_pb2.SpendLine(username=user, cost_micro_usd=micro_from_usd(cost)))
                     keys.append(user)
-        next_token = _encode_token(f"{breakdown}:{keys[-1]}") if breakdown and len(keys) == limit else ""
+        next_token = page_tokens.encode(f"{breakdown}:{keys[-1]}") if breakdown and len(keys) == limit else ""
         return pb.GetSpendResponse(total_micro_usd=micro_from_usd(total_usd), lines=lines, next_page_token=next_token)
 
     @staticmethod
@@ -339,7 +330,7 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
         """The last key of the previous page; a token of another breakdown is refused."""
         if not token or breakdown is None:
             return None
-        decoded = _decode_token(token) or ""
+        decoded = page_tokens.decode(token) or ""
         kind, _, key = decoded.partition(":")
         valid = kind == breakdown and bool(key) and (
             (kind == "batch" and key.isdigit()) or (kind == "day" and _day(key, "")[0] is not None)

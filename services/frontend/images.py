@@ -26,7 +26,6 @@ images are listed alone and `workers_unknown` says why.
 from __future__ import annotations
 
 import asyncio
-import base64
 import dataclasses
 import shutil
 import tempfile
@@ -50,6 +49,7 @@ from services.common.errors import (
 )
 from services.common.identity import Principal, current_principal
 from services.common.image_refs import DEFAULT_TAG, InvalidImageReference, names_own_registry, parse_reference
+from services.frontend import page_tokens
 from services.frontend.image_access import OWN_NAME
 from services.frontend.image_import import BadArchive, CopyFailed, copy_to_registry, inspect_archive
 from services.frontend.limits import Limits
@@ -228,7 +228,7 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
         violations = [] if request.billing_project else [FieldViolation("billing_project", "required")]
         if request.page_size < 0:
             violations.append(FieldViolation("page_size", "must not be negative"))
-        after = _decode_token(request.page_token) if request.page_token else ""
+        after = page_tokens.decode(request.page_token) if request.page_token else ""
         if after is None:
             violations.append(FieldViolation("page_token", "not a token this service returned"))
         if violations:
@@ -271,7 +271,7 @@ class ImageServicer(image_service_pb2_grpc.ImageServiceServicer):
             images.append(image)
         more = len(remaining) > limit
         return pb.ListImagesResponse(images=images, workers_unknown=unknown,
-                                     next_page_token=_encode_token("\0".join(page[-1])) if more else "")
+                                     next_page_token=page_tokens.encode("\0".join(page[-1])) if more else "")
 
     async def _held(self) -> tuple[WorkersHold, str]:
         """What the live workers hold, and why it is unknown (empty when it is known)."""
@@ -332,13 +332,4 @@ def workers_hold(answer: driver_service_pb2.ListHeldImagesResponse) -> WorkersHo
     return hold
 
 
-def _encode_token(key: str) -> str:
-    return base64.urlsafe_b64encode(key.encode()).decode()
-
-
-def _decode_token(token: str) -> str | None:
-    try:
-        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
 

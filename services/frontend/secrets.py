@@ -22,7 +22,6 @@ no secrets: CreateSecret is FAILED_PRECONDITION, saying so.
 
 from __future__ import annotations
 
-import base64
 
 import grpc
 
@@ -38,6 +37,7 @@ from services.common.errors import (
 )
 from services.common.identity import Principal, current_principal
 from services.common.sealing import Sealer, pack_files, secret_row
+from services.frontend import page_tokens
 from services.frontend.billing_store import sees_every_project
 from services.frontend.job_protos import timestamp
 from services.frontend.limits import Limits
@@ -116,7 +116,7 @@ class SecretServicer(secret_service_pb2_grpc.SecretServiceServicer):
         violations = _required(request.billing_project)
         if request.page_size < 0:
             violations.append(FieldViolation("page_size", "must not be negative"))
-        after = _decode_token(request.page_token) if request.page_token else ""
+        after = page_tokens.decode(request.page_token) if request.page_token else ""
         if after is None:
             violations.append(FieldViolation("page_token", "not a token this service returned"))
         if violations:
@@ -126,7 +126,7 @@ class SecretServicer(secret_service_pb2_grpc.SecretServiceServicer):
         limit = min(request.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)  # more than the cap is the cap
         secrets = await self.store.page(request.billing_project, after, limit)
         return pb.ListSecretsResponse(secrets=[secret_proto(s) for s in secrets],
-                                      next_page_token=_encode_token(secrets[-1].name) if len(secrets) == limit else "")
+                                      next_page_token=page_tokens.encode(secrets[-1].name) if len(secrets) == limit else "")
 
     async def DeleteSecret(self, request: pb.DeleteSecretRequest, context: grpc.aio.ServicerContext
                            ) -> pb.DeleteSecretResponse:
@@ -148,12 +148,3 @@ def _name(name: str) -> list[FieldViolation]:
     return [] if SECRET_NAME.match(name) else [FieldViolation("name", SECRET_NAME_RULE)]
 
 
-def _encode_token(name: str) -> str:
-    return base64.urlsafe_b64encode(name.encode()).decode()
-
-
-def _decode_token(token: str) -> str | None:
-    try:
-        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
-    except (ValueError, UnicodeDecodeError):
-        return None
