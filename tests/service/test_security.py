@@ -83,11 +83,13 @@ SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.serv
 EARLY_ANSWER_S = 2.0
 """How long a client stream waits, after its first message, for the server to refuse it before sending the others
 (`client_stream`)."""
+OPEN_S = 1.0
+"""How long a server stream that says nothing must stay open to have been accepted (`call_method`)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class World:
-    """What the cases refer to: alice's batch, its open update, alice's token id, the project."""
+    """What the cases refer to: alice's batch, its open update, alice's token id, the project, an image."""
 
     batch_id: int
     update_id: int
@@ -258,8 +260,9 @@ async def client_stream(stub_method: Any, requests: Sequence[message.Message], m
 
 
 async def call_method(stub: Any, method: Any, request: Request, metadata: tuple) -> None:
-    """Make the call `method` (a MethodDescriptor) on `stub`; a server stream succeeds if it opens and stays open
-    for `OPEN_S` or ends (cancelled then), a client stream is sent as `client_stream` does. Raises AioRpcError."""
+    """Make the call `method` (a method's descriptor) on `stub`, raising AioRpcError if it fails: a server stream
+    succeeds once it sends something or stays open OPEN_S (then it is cancelled), a client stream is sent as
+    `client_stream` sends it."""
     stub_method = getattr(stub, method.name)
     if method.client_streaming:
         assert isinstance(request, tuple)
@@ -274,10 +277,6 @@ async def call_method(stub: Any, method: Any, request: Request, metadata: tuple)
             stream.cancel()
     else:
         await stub_method(request, metadata=metadata)
-
-
-OPEN_S = 1.0
-"""How long a server stream that says nothing must stay open to have been accepted."""
 
 
 @dataclasses.dataclass
