@@ -193,8 +193,9 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         # ImageService (ImportImage's stream is checked message by message by the servicer: images.py)
         f"{BATCH}ImportImageHeader.name": Text(128, by_servicer=True),
         f"{BATCH}ImportImageHeader.tag": Text(128, by_servicer=True),
-        f"{BATCH}ImportImageRequest.chunk": Text(max_bytes=limits.max_request_bytes, setting="max_request_bytes",
-                                                 by_servicer=True),
+        # A chunk is bounded with its whole message, by gRPC (RESOURCE_EXHAUSTED, not a field's INVALID_ARGUMENT).
+        f"{BATCH}ImportImageRequest.chunk": Unchecked("its message is at most max_request_bytes, the archive at most "
+                                                      "max_image_import_bytes (images.py)"),
         f"{BATCH}DeleteImageRequest.name": Text(128),
         f"{BATCH}DeleteImageRequest.tag": Text(128),
         f"{BATCH}ListImagesRequest.page_size": page_size,

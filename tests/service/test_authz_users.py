@@ -16,14 +16,18 @@ annotations, so a new RPC, or a new public service, fails
 Each column runs on a world of its own (a fresh database) and every call
 targets objects of its own where calls change things (a batch to cancel,
 another to delete, a project to close...), so no call depends on the
-order. Every refused call leaves every table as it was. Internal methods
+order. Every refused call leaves every table as it was. A client
+stream's request is its messages (ImportImage: a header, then a real
+archive), sent as tests.service.test_security.client_stream sends them;
+the frontend keeps images in a real registry behind a push login (one
+per module: each column imports and deletes images of its own names).
+Internal methods
 by service identity: tests/service/test_authz.py; an outsider's answer
 equal to a missing object's: tests/service/test_security.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -32,11 +36,13 @@ from pathlib import Path
 import grpc
 import pytest
 from google.api import annotations_pb2
-from google.protobuf import descriptor_pb2, message
+from google.protobuf import descriptor_pb2
 
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import image_service_pb2 as ipb
+from corral.batch.v1 import image_service_pb2_grpc
 from corral.batch.v1 import job_group_pb2, job_spec_pb2
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import job_service_pb2 as jpb
@@ -49,8 +55,17 @@ from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from tests.service.conftest import person_channel
-from tests.service.test_jobs import Env, env, spec  # noqa: F401 - env is a fixture
-from tests.service.test_security import snapshot
+from tests.service.test_jobs import Env, spec
+from tests.service.test_security import (  # noqa: F401 - archive, env and image_registry are fixtures
+    Request,
+    archive,
+    call_method,
+    client_stream,
+    env,
+    image_registry,
+    import_image,
+    snapshot,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -86,6 +101,11 @@ class World:
     """An open update of `batch_id` per method that uses one (AddJobs, CreateJobGroups, CommitUpdate)."""
     alice_token_id: str
     """A token of alice's to revoke."""
+    image_archive: bytes
+    """busybox, `docker save`d: what ImportImage imports."""
+    image_name: str
+    """A name of this world's own in 'proj' (the registry outlives the world): `NAME:latest` is there to delete,
+    `NAME-new` is where ImportImage imports."""
 
 
 def unauthenticated(rest: grpc.StatusCode, *, member: grpc.StatusCode, owner: grpc.StatusCode,
@@ -97,14 +117,14 @@ def unauthenticated(rest: grpc.StatusCode, *, member: grpc.StatusCode, owner: gr
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    request: Callable[[World], message.Message]
+    request: Callable[[World], Request]
     codes: dict[str, grpc.StatusCode]
 
 
 B, J, G, L, C, A = ("/corral.batch.v1.BatchService/", "/corral.batch.v1.JobService/",
                     "/corral.batch.v1.JobGroupService/", "/corral.batch.v1.LockService/",
                     "/corral.billing.v1.BillingService/", "/corral.auth.v1.AuthService/")
-S = "/corral.batch.v1.SecretService/"
+S, I = "/corral.batch.v1.SecretService/", "/corral.batch.v1.ImageService/"
 
 # Reads of a batch: members read, outsiders get the answer of a missing batch.
 READ = unauthenticated(NF, member=OK, owner=OK, admin=OK)
@@ -116,6 +136,8 @@ PROJECT_CHANGE = unauthenticated(NF, member=PD, owner=PD, admin=OK)
 SUBMIT = unauthenticated(NF, member=OK, owner=OK, admin=PD)
 # A project's secrets: its members and administrators change them (members who own no batch too).
 SECRETS = unauthenticated(NF, member=OK, owner=OK, admin=OK)
+# A project's images: SecretService's rule.
+IMAGES = SECRETS
 # Administration of users: refused before any name is looked up.
 ADMIN_ONLY = unauthenticated(PD, member=PD, owner=PD, admin=OK)
 # About a user (alice): herself, and administrators.
@@ -163,6 +185,9 @@ TABLE: dict[str, Row] = {
                                                             files={"password": b"hunter2"}), SECRETS),
     S + "ListSecrets": Row(lambda w: spb.ListSecretsRequest(billing_project="proj"), READ),
     S + "DeleteSecret": Row(lambda w: spb.DeleteSecretRequest(billing_project="proj", name="doomed"), SECRETS),
+    I + "ImportImage": Row(lambda w: import_image("proj", f"{w.image_name}-new", w.image_archive), IMAGES),
+    I + "ListImages": Row(lambda w: ipb.ListImagesRequest(billing_project="proj"), READ),
+    I + "DeleteImage": Row(lambda w: ipb.DeleteImageRequest(billing_project="proj", name=w.image_name), IMAGES),
     C + "CreateBillingProject": Row(lambda w: cpb.CreateBillingProjectRequest(name="new-lab"), ADMIN_ONLY),
     C + "GetBillingProject": Row(lambda w: cpb.GetBillingProjectRequest(billing_project="proj"), READ),
     C + "ListBillingProjects": Row(lambda w: cpb.ListBillingProjectsRequest(),
@@ -206,37 +231,31 @@ def test_every_public_rpc_is_in_the_table() -> None:
     methods = public_methods()
     assert len(methods) > 40 and {m.split("/")[1] for m in methods} == {
         "corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-        "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.billing.v1.BillingService",
-        "corral.auth.v1.AuthService"}
+        "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.batch.v1.ImageService",
+        "corral.billing.v1.BillingService", "corral.auth.v1.AuthService"}
     assert set(TABLE) == set(methods), (f"no row for {sorted(set(methods) - set(TABLE))}; "
                                         f"rows for no method {sorted(set(TABLE) - set(methods))}")
     assert all(set(row.codes) == set(CALLERS) for row in TABLE.values())
-    assert not any(m.client_streaming for m in methods.values())  # a row would need a request stream
+    world = World(1, 1, 1, {"AddJobs": 1, "CreateJobGroups": 1, "CommitUpdate": 1}, "t", b"", "x")
+    assert all(isinstance(TABLE[m].request(world), tuple) == methods[m].client_streaming
+               for m in TABLE)  # a client stream's request is its messages
 
 
-async def call(stubs: dict[str, object], method: str, streaming: bool, request: message.Message,
-               metadata: tuple) -> tuple[grpc.StatusCode, str]:
-    """The code the call ends with (OK: it succeeded, or a stream opened and stayed open)."""
-    service, name = method.strip("/").split("/")
-    stub_method = getattr(stubs[service], name)
+async def call(stubs: dict[str, object], method: str, descriptor: descriptor_pb2.MethodDescriptorProto,
+               request: Request, metadata: tuple) -> tuple[grpc.StatusCode, str]:
+    """The code the call ends with (OK: it succeeded, or a server stream opened and stayed open)."""
+    service, _ = method.strip("/").split("/")
     try:
-        if streaming:
-            stream = stub_method(request, metadata=metadata)
-            try:
-                await asyncio.wait_for(stream.read(), timeout=1.0)
-            except TimeoutError:
-                pass  # open and waiting for something to say
-            finally:
-                stream.cancel()
-        else:
-            await stub_method(request, metadata=metadata)
+        await call_method(stubs[service], descriptor, request, metadata)
     except grpc.aio.AioRpcError as error:
         return error.code(), error.details() or ""
     return OK, ""
 
 
-async def make_world(env: Env, auth_app: AuthApp) -> World:
-    """alice's batches and updates, the projects the billing rows change, the tokens of every column."""
+async def make_world(env: Env, auth_app: AuthApp, images: image_service_pb2_grpc.ImageServiceStub,
+                     archive: bytes) -> World:
+    """alice's batches and updates, the projects the billing rows change, an image to delete, the tokens of every
+    column."""
     w, alice = env.world, env.as_("alice")
     await w.instance()
     grouped = job_spec_pb2.JobSpec()
@@ -268,7 +287,9 @@ async def make_world(env: Env, auth_app: AuthApp) -> World:
     token, env.tokens["revoked"] = await people.create_token("alice", "api", name="revoked")
     await people.revoke_token(token.token_id)
     spare, _ = await people.create_token("alice", "api", name="spare")
-    return World(batch_id, cancel_batch_id, delete_batch_id, updates, spare.token_id)
+    image_name = f"doomed-{uuid.uuid4().hex[:8]}"
+    await client_stream(images.ImportImage, import_image("proj", image_name, archive), alice)
+    return World(batch_id, cancel_batch_id, delete_batch_id, updates, spare.token_id, archive, image_name)
 
 
 @pytest.fixture
@@ -279,6 +300,7 @@ async def stubs(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> 
                "corral.batch.v1.JobGroupService": env.groups,
                "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
                "corral.batch.v1.SecretService": env.secrets,
+               "corral.batch.v1.ImageService": image_service_pb2_grpc.ImageServiceStub(channel),
                "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
                "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)}
 
@@ -289,16 +311,17 @@ TOKENS = {"expired": "expired", "revoked": "revoked", "non_member": "carol", "me
 
 @pytest.mark.parametrize("caller", CALLERS)
 async def test_every_public_rpc_answers_each_caller_exactly(env: Env, auth_app: AuthApp, stubs: dict[str, object],
-                                                            caller: str) -> None:
-    world = await make_world(env, auth_app)
+                                                            archive: Path, caller: str) -> None:
+    images = stubs["corral.batch.v1.ImageService"]
+    assert isinstance(images, image_service_pb2_grpc.ImageServiceStub)
+    world = await make_world(env, auth_app, images, archive.read_bytes())
     metadata = () if caller == "anonymous" else env.as_(TOKENS[caller])
     methods = public_methods()
     wrong = []
     for method in sorted(TABLE, key=lambda m: (m in LAST, m)):
         expected = TABLE[method].codes[caller]
         before = await snapshot(env.world.db) if expected != OK else None
-        streaming = methods[method].server_streaming
-        code, details = await call(stubs, method, streaming, TABLE[method].request(world), metadata)
+        code, details = await call(stubs, method, methods[method], TABLE[method].request(world), metadata)
         if code != expected:
             wrong.append(f"{method}: {code.name} ({details}), expected {expected.name}")
         elif before is not None and await snapshot(env.world.db) != before:

@@ -12,13 +12,14 @@ services/auth/field_limits.py sends the request with that field
 - one past it (a character, a byte, an entry, one more or one less than
   the range): INVALID_ARGUMENT with a BadRequest naming the field, and
   nothing written.
+A client stream's first message is walked (ImportImage's header), the
+others sent as they are.
 That each limit fits its column is tests/db/test_field_limits_schema.py;
 that values at the limit are stored whole is the last test here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,13 +41,18 @@ from services.common.authz import allowed_callers
 from services.common.fields import Integer, Limit, Map, Repeated, Text
 from services.frontend.field_limits import request_field_limits
 from services.frontend.limits import Limits
-from tests.service.test_jobs import Env, env, refused, spec  # noqa: F401 - env is a fixture
-from tests.service.test_security import (  # noqa: F401 - callers and world are fixtures
+from tests.service.test_jobs import Env, refused, spec
+from tests.service.test_security import (  # noqa: F401 - archive, callers, env, image_registry and world are fixtures
     CASES,
     Callers,
+    Request,
     World,
     all_methods,
+    archive,
+    call_method,
     callers,
+    env,
+    image_registry,
     snapshot,
     world,
 )
@@ -252,9 +258,13 @@ def requests_at(base: message.Message, case: FieldCase) -> Iterator[tuple[str, m
         yield "min-1", made(set_to(scalar.min - 1))
 
 
-def base_requests(world: World) -> dict[str, message.Message]:
-    bases = {method: case.request(world) for method, case in CASES.items()}
-    bases["/corral.auth.v1.AuthService/Login"] = apb.LoginRequest(username="alice", password="not her password")
+def base_requests(world: World) -> dict[str, tuple[message.Message, tuple[message.Message, ...]]]:
+    """Method -> the message to walk and the ones that follow it (a client stream's)."""
+    bases: dict[str, tuple[message.Message, tuple[message.Message, ...]]] = {}
+    for method, case in CASES.items():
+        request = case.request(world)
+        bases[method] = (request[0], request[1:]) if isinstance(request, tuple) else (request, ())
+    bases["/corral.auth.v1.AuthService/Login"] = (apb.LoginRequest(username="alice", password="not her password"), ())
     return bases
 
 
@@ -281,30 +291,23 @@ def violated(error: grpc.aio.AioRpcError) -> dict[str, list[str]]:
     return found
 
 
-async def send(callers: Callers, method: str, request: message.Message, metadata: tuple
-               ) -> grpc.aio.AioRpcError | None:
-    """The call's error, or None when it succeeds (a stream that stays open succeeds)."""
-    service, name = method.strip("/").split("/")
-    stub_method = getattr(callers.stubs[service], name)
+async def send(callers: Callers, method: str, request: message.Message, following: tuple[message.Message, ...],
+               metadata: tuple) -> grpc.aio.AioRpcError | None:
+    """The call's error, or None when it succeeds (a server stream that stays open succeeds); a client stream's
+    messages are `request` then `following`."""
+    service, _ = method.strip("/").split("/")
+    descriptor = all_methods()[method]
+    sent: Request = (request, *following) if descriptor.client_streaming else request
     try:
-        if all_methods()[method].server_streaming:
-            stream = stub_method(request, metadata=metadata)
-            try:
-                await asyncio.wait_for(stream.read(), timeout=1.0)
-            except TimeoutError:
-                pass  # open and waiting for events: accepted
-            finally:
-                stream.cancel()
-        else:
-            await stub_method(request, metadata=metadata)
+        await call_method(callers.stubs[service], descriptor, sent, metadata)
     except grpc.aio.AioRpcError as e:
         return e
     return None
 
 
 SERVICES = ("corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-            "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.billing.v1.BillingService",
-            "corral.auth.v1.AuthService")
+            "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.batch.v1.ImageService",
+            "corral.billing.v1.BillingService", "corral.auth.v1.AuthService")
 
 
 @pytest.mark.parametrize("service", SERVICES)
@@ -314,16 +317,16 @@ async def test_every_field_at_its_limit_passes_and_one_past_it_is_refused_naming
     bases = base_requests(world)
     methods = sorted((m for m in bases if m.startswith(f"/{service}/")),
                      key=lambda m: (m.rsplit("/", 1)[1] in DESTRUCTIVE, m))
-    over: list[tuple[str, FieldCase, str, message.Message]] = []
+    over: list[tuple[str, FieldCase, str, message.Message, tuple[message.Message, ...]]] = []
     checked_at_max = 0
     for method in methods:
-        base = bases[method]
+        base, following = bases[method]
         for case in cases_of(base.DESCRIPTOR):
             for which, request in requests_at(base, case):
                 if which.startswith("max+") or which.startswith("min-"):
-                    over.append((method, case, which, request))
+                    over.append((method, case, which, request, following))
                     continue
-                error = await send(callers, method, request, root)
+                error = await send(callers, method, request, following, root)
                 where = f"{method} {case} at {which}"
                 if error is not None:
                     assert error.code() not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), \
@@ -337,8 +340,8 @@ async def test_every_field_at_its_limit_passes_and_one_past_it_is_refused_naming
                 checked_at_max += 1
     assert checked_at_max > 0
     before = await snapshot(env.world.db)
-    for method, case, which, request in over:
-        error = await send(callers, method, request, root)
+    for method, case, which, request, following in over:
+        error = await send(callers, method, request, following, root)
         where = f"{method} {case} at {which}"
         assert error is not None, f"{where}: accepted"
         assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"{where}: {error.code().name} {error.details()}"

@@ -12,6 +12,7 @@ import refuses, with which status, leaving nothing behind (no tag, no file in th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import uuid
@@ -52,12 +53,13 @@ def archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
-@pytest.fixture
-def registry(tmp_path: Path) -> Iterator[RegistryServer]:
-    htpasswd = tmp_path / "htpasswd"
+@contextlib.contextmanager
+def push_registry(directory: Path) -> Iterator[RegistryServer]:
+    """A real docker-registry keeping its files in `directory`, whose only login is LOGIN."""
+    htpasswd = directory / "htpasswd"
     htpasswd.write_bytes(LOGIN.username.encode() + b":" + bcrypt.hashpw(LOGIN.password.encode(), bcrypt.gensalt(4))
                          + b"\n")
-    server = RegistryServer(tmp_path / "registry", free_port(), htpasswd=htpasswd)
+    server = RegistryServer(directory / "registry", free_port(), htpasswd=htpasswd)
     server.start()
     try:
         server.wait_ready()
@@ -66,12 +68,24 @@ def registry(tmp_path: Path) -> Iterator[RegistryServer]:
         server.stop()
 
 
+def push_login_file(directory: Path) -> Path:
+    """LOGIN as a frontend's --own-registry-push-login-file."""
+    login_file = directory / "push.json"
+    write_atomically(login_file, json.dumps({"username": LOGIN.username, "password": LOGIN.password}).encode(),
+                     0o600)
+    return login_file
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[RegistryServer]:
+    with push_registry(tmp_path) as server:
+        yield server
+
+
 @pytest.fixture
 async def images(auth_app: AuthApp, db_config: DatabaseConfig, certs: DevCertificateAuthority, tmp_path: Path,
                  registry: RegistryServer) -> AsyncIterator[image_service_pb2_grpc.ImageServiceStub]:
-    login_file = tmp_path / "push.json"
-    write_atomically(login_file, json.dumps({"username": LOGIN.username, "password": LOGIN.password}).encode(),
-                     0o600)
+    login_file = push_login_file(tmp_path)
     (tmp_path / "imports").mkdir()
     app = await frontend_with(auth_app, db_config, certs, tmp_path, own_registry_push=registry.url,
                               own_registry_push_login_file=login_file, image_import_dir=tmp_path / "imports",

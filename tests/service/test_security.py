@@ -15,7 +15,10 @@ here fails `test_every_rpc_has_a_case`. Each case is a request a member
       case's `member` code: PERMISSION_DENIED for changes (he may know the
       batch exists), None for what he may do,
 and after each refused call every table's row count and checksum are what
-they were before. Malformed input is INVALID_ARGUMENT with a BadRequest
+they were before. A client stream's request is its messages, in order
+(ImageService.ImportImage: a header, then the archive); the frontend here
+keeps images in a real registry with a push login, as a deployment that
+keeps images does. Malformed input is INVALID_ARGUMENT with a BadRequest
 naming the field, also writing nothing; and the internal (mutual TLS)
 listeners of auth, the driver and a worker refuse a caller without a client
 certificate.
@@ -23,10 +26,11 @@ certificate.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,8 @@ from corral.auth.v1 import auth_service_pb2 as apb
 from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import job_group_service_pb2 as gpb
+from corral.batch.v1 import image_service_pb2 as ipb
+from corral.batch.v1 import image_service_pb2_grpc
 from corral.batch.v1 import job_service_pb2 as jpb
 from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.batch.v1 import lock_service_pb2_grpc
@@ -58,35 +64,55 @@ from services.db.database import Database, DatabaseConfig
 from services.driver.app import DriverConfig
 from services.driver.app import start as start_driver
 from services.frontend.limits import Limits
+from services.registry.server import RegistryServer
 from services.worker.app import start as start_worker
 from services.worker.config import WorkerConfig
 from tests.conftest import service_url
 from tests.service.conftest import person_channel, service_channel
 from tests.service.test_driver_app import eventually
-from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
+from tests.service.test_images_service import archive, push_login_file, push_registry  # noqa: F401 - a fixture
+from tests.service.test_jobs import Env, make_env, refused, secrets_key_pair, spec, start_frontend, violations
+from tests.world import FakeClock
 
 PD, NF = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND
 MISSING_BATCH_ID = 987_654_321
 SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.services_by_name["JobService"],
             gpb.DESCRIPTOR.services_by_name["JobGroupService"], lpb.DESCRIPTOR.services_by_name["LockService"],
-            spb.DESCRIPTOR.services_by_name["SecretService"], cpb.DESCRIPTOR.services_by_name["BillingService"],
-            apb.DESCRIPTOR.services_by_name["AuthService"])
+            spb.DESCRIPTOR.services_by_name["SecretService"], ipb.DESCRIPTOR.services_by_name["ImageService"],
+            cpb.DESCRIPTOR.services_by_name["BillingService"], apb.DESCRIPTOR.services_by_name["AuthService"])
+EARLY_ANSWER_S = 2.0
+"""How long a client stream waits, after its first message, for the server to refuse it before sending the others
+(`client_stream`)."""
+OPEN_S = 1.0
+"""How long a server stream that says nothing must stay open to have been accepted (`call_method`)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class World:
-    """What the cases refer to: alice's batch, its open update, alice's token id, the project."""
+    """What the cases refer to: alice's batch, its open update, alice's token id, the project, an image."""
 
     batch_id: int
     update_id: int
     alice_token_id: str
     alice_token: str
     project: str = "proj"
+    image_archive: bytes = b""
+    """A `docker save` archive of busybox: what ImportImage's chunks carry."""
+
+
+Request = message.Message | tuple[message.Message, ...]
+"""A unary or server-streaming method's request; a client-streaming method's messages, in order."""
+
+
+def import_image(project: str, name: str, archive: bytes, chunk_bytes: int = 1 << 20) -> tuple[message.Message, ...]:
+    """ImportImage's messages: the header, then the archive in chunks."""
+    return (ipb.ImportImageRequest(header=ipb.ImportImageHeader(billing_project=project, name=name)),
+            *(ipb.ImportImageRequest(chunk=archive[i:i + chunk_bytes]) for i in range(0, len(archive), chunk_bytes)))
 
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-    request: Callable[[World], message.Message]
+    request: Callable[[World], Request]
     outsider: grpc.StatusCode | None = NF
     """What carol gets; None: she may make this call (it is not sent as carol)."""
     member: grpc.StatusCode | None = None
@@ -138,6 +164,11 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.SecretService/ListSecrets": Case(lambda w: spb.ListSecretsRequest(billing_project=w.project)),
     "/corral.batch.v1.SecretService/DeleteSecret": Case(lambda w: spb.DeleteSecretRequest(
         billing_project=w.project, name="db")),
+    # A project's images: the same rule as its secrets.
+    "/corral.batch.v1.ImageService/ImportImage": Case(lambda w: import_image(w.project, "tool", w.image_archive)),
+    "/corral.batch.v1.ImageService/ListImages": Case(lambda w: ipb.ListImagesRequest(billing_project=w.project)),
+    "/corral.batch.v1.ImageService/DeleteImage": Case(lambda w: ipb.DeleteImageRequest(
+        billing_project=w.project, name="tool")),
     "/corral.billing.v1.BillingService/CreateBillingProject": Case(lambda w: cpb.CreateBillingProjectRequest(
         name="new-lab"), outsider=PD, member=PD),
     "/corral.billing.v1.BillingService/GetBillingProject": Case(lambda w: cpb.GetBillingProjectRequest(
@@ -191,7 +222,8 @@ def test_every_rpc_has_a_case() -> None:
     internal = {m for m in methods if allowed_callers(m)}
     assert internal == {"/corral.auth.v1.AuthService/VerifyToken"}
     assert set(CASES) == set(methods) - ANONYMOUS_METHODS - internal
-    assert not any(m.client_streaming for m in methods.values())  # a case would need a request stream
+    assert all(isinstance(CASES[m].request(World(1, 1, "t", "t")), tuple) == methods[m].client_streaming
+               for m in CASES)  # a client stream's request is its messages
 
 
 async def snapshot(db: Database) -> dict[str, tuple[int, int]]:
@@ -206,17 +238,58 @@ async def snapshot(db: Database) -> dict[str, tuple[int, int]]:
     return {t: (int(counts[t]), int(checksums[t] or 0)) for t in tables}
 
 
+async def client_stream(stub_method: Any, requests: Sequence[message.Message], metadata: tuple) -> message.Message:
+    """A client-streaming call's response: its first message is sent, then, unless the server has answered within
+    EARLY_ANSWER_S, the others and the end of the stream. corral's servicers refuse on the first message (a header)
+    or read the stream to its end; and grpcio may report INTERNAL "Internal error from Core" instead of the
+    server's answer when the server refuses while the client still writes (grpc/grpc#36066), so the stream stays
+    open, its first message alone sent, until the server has had time to refuse it."""
+    answered = asyncio.Event()
+
+    async def messages() -> AsyncIterator[message.Message]:
+        yield requests[0]
+        try:
+            await asyncio.wait_for(answered.wait(), EARLY_ANSWER_S)
+        except TimeoutError:
+            for request in requests[1:]:
+                yield request
+
+    call = stub_method(messages(), metadata=metadata)
+    call.add_done_callback(lambda _: answered.set())
+    return await call
+
+
+async def call_method(stub: Any, method: Any, request: Request, metadata: tuple) -> None:
+    """Make the call `method` (a method's descriptor) on `stub`, raising AioRpcError if it fails: a server stream
+    succeeds once it sends something or stays open OPEN_S (then it is cancelled), a client stream is sent as
+    `client_stream` sends it."""
+    stub_method = getattr(stub, method.name)
+    if method.client_streaming:
+        assert isinstance(request, tuple)
+        await client_stream(stub_method, request, metadata)
+    elif method.server_streaming:
+        stream = stub_method(request, metadata=metadata)
+        try:
+            await asyncio.wait_for(stream.read(), timeout=OPEN_S)
+        except TimeoutError:
+            pass  # open and waiting for something to say
+        finally:
+            stream.cancel()
+    else:
+        await stub_method(request, metadata=metadata)
+
+
 @dataclasses.dataclass
 class Callers:
     """Stubs by service name, on the frontend's or auth's public listener."""
 
     stubs: dict[str, Any]
 
-    async def call(self, method: str, request: message.Message, metadata: tuple) -> grpc.StatusCode:
+    async def call(self, method: str, request: Request, metadata: tuple) -> grpc.StatusCode:
         """The status the call ends with (OK when it succeeds)."""
         return (await self.answer(method, request, metadata))[0]
 
-    async def answer(self, method: str, request: message.Message, metadata: tuple) -> tuple[grpc.StatusCode, str]:
+    async def answer(self, method: str, request: Request, metadata: tuple) -> tuple[grpc.StatusCode, str]:
         """The status the call ends with and its message."""
         service, name = method.strip("/").split("/")
         descriptor = all_methods()[method]
@@ -227,11 +300,38 @@ class Callers:
                     await stream.read()
                 finally:
                     stream.cancel()
+            elif descriptor.client_streaming:
+                assert isinstance(request, tuple)
+                await client_stream(getattr(self.stubs[service], name), request, metadata)
             else:
                 await getattr(self.stubs[service], name)(request, metadata=metadata)
         except grpc.aio.AioRpcError as e:
             return e.code(), e.details() or ""
         return grpc.StatusCode.OK, ""
+
+
+@pytest.fixture(scope="module")
+def image_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RegistryServer]:
+    """The registry of the module's frontends, behind a push login. Each test has a database of its own, but the
+    registry keeps what a test imports: a test that needs an image (or its absence) names it uniquely."""
+    with push_registry(tmp_path_factory.mktemp("registry")) as server:
+        yield server
+
+
+@pytest.fixture
+async def env(auth_app: AuthApp, db_config: DatabaseConfig, db: Database, clock: FakeClock,
+              certs: DevCertificateAuthority, tmp_path: Path, image_registry: RegistryServer) -> AsyncIterator[Env]:
+    """tests.service.test_jobs's env, its frontend keeping images in `image_registry` (ImageService answers as in
+    a deployment that keeps images, not FAILED_PRECONDITION)."""
+    private, public = secrets_key_pair(tmp_path)
+    frontend = await start_frontend(auth_app, db_config, certs, tmp_path / "blobs", secrets_public_key_file=public,
+                                    own_registry_push=image_registry.url,
+                                    own_registry_push_login_file=push_login_file(tmp_path))
+    try:
+        async for value in make_env(frontend, auth_app, db, clock, certs, tmp_path / "blobs", secrets_key=private):
+            yield value
+    finally:
+        await frontend.stop()
 
 
 @pytest.fixture
@@ -243,12 +343,13 @@ async def callers(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -
             "corral.batch.v1.JobGroupService": env.groups,
             "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
             "corral.batch.v1.SecretService": env.secrets,
+            "corral.batch.v1.ImageService": image_service_pb2_grpc.ImageServiceStub(channel),
             "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
             "corral.auth.v1.AuthService": auth_service_pb2_grpc.AuthServiceStub(auth_channel)})
 
 
 @pytest.fixture
-async def world(env: Env, auth_app: AuthApp) -> World:
+async def world(env: Env, auth_app: AuthApp, archive: Path) -> World:
     """alice's batch (job 1 failed, job 2 cancelled, group 1), an open update, an expired token."""
     w = env.world
     await w.instance()
@@ -272,7 +373,8 @@ async def world(env: Env, auth_app: AuthApp) -> World:
     # A service identity with the user role and no billing project: an outsider like carol.
     await people.create_user("pipeline", kind="service")
     env.tokens["service identity"] = (await people.create_token("pipeline", "api", name="ci"))[1]
-    return World(batch_id, update.update.update_id, alice_token["token_id"], env.tokens["alice"])
+    return World(batch_id, update.update.update_id, alice_token["token_id"], env.tokens["alice"],
+                 image_archive=archive.read_bytes())
 
 
 def expected_code(case: Case, who: str) -> grpc.StatusCode | None:
