@@ -193,6 +193,8 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         # ImageService (ImportImage's stream is checked message by message by the servicer: images.py)
         f"{BATCH}ImportImageHeader.name": Text(128, by_servicer=True),
         f"{BATCH}ImportImageHeader.tag": Text(128, by_servicer=True),
+        # Negative is refused; past max_image_import_bytes the import is RESOURCE_EXHAUSTED before any chunk.
+        f"{BATCH}ImportImageHeader.size_bytes": Integer(0, INT64_MAX, by_servicer=True),
         # A chunk is bounded with its whole message, by gRPC (RESOURCE_EXHAUSTED, not a field's INVALID_ARGUMENT).
         f"{BATCH}ImportImageRequest.chunk": Unchecked("its message is at most max_request_bytes, the archive at most "
                                                       "max_image_import_bytes (images.py)"),

@@ -50,7 +50,8 @@ def test_the_readme_quickstart_runs_in_containers(tmp_path: Path) -> None:
         pytest.skip(WHY_NOT)
     from tests.e2e.test_docs import PAGES, blocks, check_readme_quickstart
     [quickstart] = [b for b in blocks(PAGES[0]) if b.marker.startswith("<!-- quickstart")]
-    cluster = up.start(tmp_path, "--worker-runtime", "oci")
+    # Its last job is in image: python, which the README's corral up seeds (test deployments seed busybox alone).
+    cluster = up.start(tmp_path, "--worker-runtime", "oci", "--base-images", "busybox,python")
     try:
         work = tmp_path / "work"
         work.mkdir()
@@ -61,9 +62,9 @@ def test_the_readme_quickstart_runs_in_containers(tmp_path: Path) -> None:
         assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
         check_readme_quickstart(result.stdout)
         batch_id = re.search(r"batch (\d+) ", result.stdout).group(1)
-        for job_id in range(1, 5):
+        for job_id, image in ((1, "busybox"), (2, "busybox"), (3, "busybox"), (4, "python")):
             shown = cluster.cli("--profile", "alice", "job", batch_id, str(job_id))
-            assert re.search(r"ran as: OCI container \(runc\) of the image 'busybox' \(sha256:[0-9a-f]{64}\)",
+            assert re.search(rf"ran as: OCI container \(runc\) of the image '{image}' \(sha256:[0-9a-f]{{64}}\)",
                              shown.stdout), shown.stdout
     finally:
         cluster.stop()
