@@ -127,11 +127,15 @@ class PrivateMariaDB:
             raise ServerAlreadyRunning(f"a MariaDB server ({what}) already serves {self.root}; corral uses only a "
                                        "server it starts itself: stop that one, or pass --database-url to use it")
         if not (datadir / "mysql").is_dir():
-            subprocess.run(
+            installed = subprocess.run(
                 [_find("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
                  "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
-                check=True, capture_output=True,
+                capture_output=True, text=True, errors="replace",
             )
+            if installed.returncode != 0:  # its own words, which say why (a full disk, a port, a bad datadir)
+                words = (installed.stderr.strip() or installed.stdout.strip()).splitlines()[-8:]
+                raise RuntimeError(f"mariadb-install-db failed (exit {installed.returncode}) in {datadir}: "
+                                   + " | ".join(words))
         durability = (["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"] if self.fast_unsafe else [])
         # Its temporary files beside its data, not in the host's /tmp: private like the rest, and apart from
         # any other server's.
