@@ -81,9 +81,9 @@ SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.serv
             gpb.DESCRIPTOR.services_by_name["JobGroupService"], lpb.DESCRIPTOR.services_by_name["LockService"],
             spb.DESCRIPTOR.services_by_name["SecretService"], ipb.DESCRIPTOR.services_by_name["ImageService"],
             cpb.DESCRIPTOR.services_by_name["BillingService"], apb.DESCRIPTOR.services_by_name["AuthService"])
-EARLY_ANSWER_S = 2.0
+EARLY_ANSWER_S = 0.3
 """How long a client stream waits, after its first message, for the server to refuse it before sending the others
-(`client_stream`)."""
+(`client_stream`); a refusal that comes later is asked for again with the first message alone."""
 OPEN_S = 1.0
 """How long a server stream that says nothing must stay open to have been accepted (`call_method`)."""
 
