@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Mapping
 
+from services.common.image_refs import parse_reference
+
 MAX_IMAGES = 32
 """Images one worker pre-pulls at most."""
 MAX_REFERENCE_CHARS = 255
@@ -23,8 +25,9 @@ def image_list(text: str) -> tuple[str, ...]:
     if len(images) > MAX_IMAGES:
         raise ValueError(f"{len(images)} images: at most {MAX_IMAGES}")
     for image in images:
-        if len(image) > MAX_REFERENCE_CHARS or any(c.isspace() or not c.isprintable() or c == "=" for c in image):
-            raise ValueError(f"{image[:80]!r} is not an image reference")
+        if len(image) > MAX_REFERENCE_CHARS:
+            raise ValueError(f"{image[:80]!r}...: longer than {MAX_REFERENCE_CHARS} characters")
+        parse_reference(image)  # the grammar jobs' images follow (InvalidImageReference is a ValueError)
     return images
 
 

@@ -103,3 +103,10 @@ def test_corral_up_refuses_a_prepull_it_cannot_read_naming_the_flag(tmp_path: Pa
     with pytest.raises(UsageError, match="--prepull: '=busybox': a pool name before '='"):
         args.run(args)
     assert not any(tmp_path.iterdir())  # refused before anything started
+
+
+def test_prepull_refuses_what_the_reference_grammar_refuses() -> None:
+    for text, words in (("Busybox", "repositories are lowercase"), ("busybox:", "tag ''"),
+                        ("lab/x@sha256:abc", "is not sha256:"), ("a" * 256, "longer than 255")):
+        with pytest.raises(ValueError, match=words):
+            prepull.image_list(text)
