@@ -1,0 +1,114 @@
+"""StreamJobLog without an attempt id follows the job over real gRPC: it waits for a job that has not run,
+follows each attempt (a retry too) and ends when the job is final; a job cancelled before it ran ends the
+stream with its state, not an error. Jobs are moved through their states with the driver's procedures
+(`tests.world.World`), their logs put in storage as a worker uploads them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+
+from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import job_service_pb2 as pb
+from services.worker.logs import LogSink
+from tests.service.test_jobs import Env, complete, env, refused, spec  # noqa: F401 - env is a fixture
+
+
+async def upload(env: Env, batch_id: int, job_id: int, attempt: str, text: bytes) -> None:
+    """What the worker does at the end of an attempt: close its log and upload it."""
+    sink = LogSink(env.blobs.parent / "worker" / f"{attempt}.log")
+    sink.write(text)
+    sink.close()
+    await sink.upload(f"file://{env.blobs}/logs/{batch_id}/{job_id}/{attempt}/main.log")
+
+
+class Reader:
+    """Reads a stream's messages with a timeout. A read is never cancelled, which would cancel the call: one
+    that times out is kept for the next."""
+
+    def __init__(self, stream: grpc.aio.UnaryStreamCall):
+        self.stream = stream
+        self._read: asyncio.Future | None = None
+
+    async def within(self, seconds: float) -> pb.StreamJobLogResponse | None:
+        """The next message (EOF at the end), or None if none came within `seconds`."""
+        if self._read is None:
+            self._read = asyncio.ensure_future(self.stream.read())
+        done, _ = await asyncio.wait({self._read}, timeout=seconds)
+        if not done:
+            return None
+        message, self._read = self._read.result(), None
+        return message
+
+    async def next(self) -> pb.StreamJobLogResponse:
+        message = await self.within(10)
+        assert message is not None, "no message within 10 s"
+        return message
+
+
+async def test_a_pending_job_is_waited_for_then_each_attempt_followed_to_the_jobs_end(env: Env) -> None:
+    w = env.world
+    await w.instance()
+    batch_id = await env.submit(spec(max_attempts=2, retry_policy=job_spec_pb2.RetryPolicy(max_failed_retries=1)))
+    alice = env.as_("alice")
+    # A one-shot read of a job that has not run still says so.
+    one_shot = await refused(env.jobs.GetJobLog(pb.GetJobLogRequest(batch_id=batch_id, job_id=1), metadata=alice))
+    assert (one_shot.code(), one_shot.details()) == (
+        grpc.StatusCode.NOT_FOUND, f"job 1 of batch {batch_id} has not run yet: no log")
+
+    stream = Reader(env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1), metadata=alice))
+    assert await stream.next() == pb.StreamJobLogResponse()  # not run yet: the stream waits
+    assert await stream.within(0.5) is None
+
+    first = await w.run(batch_id, 1)
+    header = await stream.next()
+    assert (header.attempt_id, header.attempt_number, header.instance_name, header.data) == (first, 1, "i1", b"")
+    await upload(env, batch_id, 1, first, b"try 1\n")
+    await complete(env, batch_id, 1, first, "Failed", exit_code=1, reason="exited")
+    log = await stream.next()
+    assert (log.attempt_id, log.data, log.start_byte, log.attempt_number) == (first, b"try 1\n", 0, 1)
+    assert await w.state(batch_id, 1) == "Ready"  # retried: the stream waits for the next attempt
+    assert await stream.within(0.5) is None
+
+    w.clock.advance(60_000)  # past the retry's delay
+    second = await w.run(batch_id, 1)
+    header = await stream.next()
+    assert (header.attempt_id, header.attempt_number, header.data) == (second, 2, b"")
+    await upload(env, batch_id, 1, second, b"try 2\n")
+    await complete(env, batch_id, 1, second, "Success", exit_code=0)
+    log = await stream.next()
+    assert (log.attempt_id, log.data, log.attempt_number) == (second, b"try 2\n", 2)
+    last = await stream.next()
+    assert (last.attempt_id, last.data, last.job_state) == (second, b"", job_state_pb2.JOB_STATE_SUCCEEDED)
+    assert await stream.next() == grpc.aio.EOF
+
+    # Following the finished job again: its latest attempt's log, then its state.
+    again = [m async for m in env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1),
+                                                    metadata=alice)]
+    assert [(m.attempt_id, m.data, m.job_state) for m in again] == [
+        (second, b"", 0), (second, b"try 2\n", 0), (second, b"", job_state_pb2.JOB_STATE_SUCCEEDED)]
+
+
+async def test_a_job_cancelled_before_it_ran_ends_the_follow_with_its_state(env: Env) -> None:
+    w = env.world
+    batch_id = await env.submit(spec(), spec())
+    streams = [Reader(env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=job_id),
+                                            metadata=env.as_(who))) for job_id, who in ((1, "alice"), (2, "bob"))]
+    for stream in streams:
+        assert await stream.next() == pb.StreamJobLogResponse()
+    # The waiting streams read nothing of their own: one statement a period serves them all.
+    changes = env.frontend.job_changes
+    reads, started_s = changes.reads, time.monotonic()
+    await asyncio.sleep(1.0)
+    periods = (time.monotonic() - started_s) / changes.period_s
+    assert changes.reads - reads <= periods + 1
+
+    await env.batches.CancelBatch(bpb.CancelBatchRequest(batch_id=batch_id, reason="stop"), metadata=env.as_("alice"))
+    await w.drain(batch_id)
+    for stream in streams:
+        last = await stream.next()
+        assert (last.attempt_id, last.data, last.job_state) == ("", b"", job_state_pb2.JOB_STATE_CANCELLED)
+        assert await stream.next() == grpc.aio.EOF
