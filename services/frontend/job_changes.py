@@ -72,6 +72,11 @@ class JobChanges:
         self.reads = 0
         """Statements run for waiting streams (tests check it is per period, not per stream)."""
 
+    @property
+    def waiting_jobs(self) -> frozenset[Key]:
+        """The jobs some stream waits on now."""
+        return frozenset(self._waiting)
+
     async def _read(self, keys: list[Key]) -> dict[Key, Snapshot]:
         where = " OR ".join(["(j.batch_id = %s AND j.job_id = %s)"] * len(keys))
         rows = await self._db.fetchall(_SELECT.format(keys=where), tuple(v for key in keys for v in key),

@@ -67,7 +67,7 @@ class JobLogFollower:
     async def follow(self, batch_id: int, job_id: int, step: int, start_byte: int, principal: Principal
                      ) -> AsyncIterator[pb.StreamJobLogResponse]:
         """The job's log, attempt after attempt, until the job is final (see the module docstring)."""
-        access = _Access(self, batch_id, principal)
+        access = _Access(self.batches, self.changes, batch_id, principal, self.recheck_access_s, self._clock_s)
         snapshot = await self.changes.now(batch_id, job_id)
         followed: str | None = None
         offset = start_byte
@@ -139,20 +139,24 @@ class JobLogFollower:
 
 
 class _Access:
-    """Waiting on one job for one caller, with the caller's right to the batch checked again now and then."""
+    """Waiting on one batch's job for one caller, whose right to read the batch is checked again every
+    `recheck_s` of it."""
 
-    def __init__(self, follower: JobLogFollower, batch_id: int, principal: Principal):
-        self._follower = follower
+    def __init__(self, batches: BatchStore, changes: JobChanges, batch_id: int, principal: Principal,
+                 recheck_s: float, clock_s: Callable[[], float]):
+        self._batches = batches
+        self._changes = changes
         self._batch_id = batch_id
         self._principal = principal
-        self._checked_s = follower._clock_s()
+        self._recheck_s = recheck_s
+        self._clock_s = clock_s
+        self._checked_s = clock_s()
 
     async def wait(self, job_id: int, seen: Snapshot, timeout_s: float) -> Snapshot:
         """The job once it changed from `seen`, or after `timeout_s` as it was."""
-        f = self._follower
-        snapshot = await f.changes.changed(self._batch_id, job_id, seen, timeout_s)
-        if f._clock_s() - self._checked_s >= f.recheck_access_s:
+        snapshot = await self._changes.changed(self._batch_id, job_id, seen, timeout_s)
+        if self._clock_s() - self._checked_s >= self._recheck_s:
             # A member removed from the billing project stops seeing the batch.
-            await readable_batch(f.batches, self._batch_id, self._principal)
-            self._checked_s = f._clock_s()
+            await readable_batch(self._batches, self._batch_id, self._principal)
+            self._checked_s = self._clock_s()
         return snapshot

@@ -1,19 +1,28 @@
 """StreamJobLog without an attempt id follows the job over real gRPC: it waits for a job that has not run,
 follows each attempt (a retry too) and ends when the job is final; a job cancelled before it ran ends the
-stream with its state, not an error. Jobs are moved through their states with the driver's procedures
+stream with its state, not an error; `corral logs -f` says what it waits for and how it ended, and
+Ctrl-C ends it. Jobs are moved through their states with the driver's procedures
 (`tests.world.World`), their logs put in storage as a worker uploads them."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import sys
 import time
+from pathlib import Path
 
 import grpc
 
 from corral.batch.v1 import job_spec_pb2, job_state_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
 from corral.batch.v1 import job_service_pb2 as pb
+from corral.cli_common import EXIT_INTERRUPTED
+from services.auth.app import AuthApp
+from services.common.tls import DevCertificateAuthority
 from services.worker.logs import LogSink
+from tests.service.test_cli_jobs import logged_in
 from tests.service.test_jobs import Env, complete, env, refused, spec  # noqa: F401 - env is a fixture
 
 
@@ -112,3 +121,42 @@ async def test_a_job_cancelled_before_it_ran_ends_the_follow_with_its_state(env:
         last = await stream.next()
         assert (last.attempt_id, last.data, last.job_state) == ("", b"", job_state_pb2.JOB_STATE_CANCELLED)
         assert await stream.next() == grpc.aio.EOF
+
+
+async def test_corral_logs_follow_waits_says_why_it_ends_and_stops_at_ctrl_c(
+        env: Env, auth_app: AuthApp, certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """`corral logs -f` as a subprocess: on a job cancelled while it waits, it says so and exits 0; on one
+    that keeps waiting, Ctrl-C ends it with 130, and its stream stops waiting on the server."""
+    batch_id = await env.submit(spec(), spec())
+    config = logged_in(env, auth_app, certs, tmp_path, "alice")
+    waiting = f"job {{}} of batch {batch_id} has not run yet: waiting for it to start (Ctrl-C to stop)"
+    followers = [await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "corral.cli", "logs", "-f", str(batch_id), str(job_id),
+        env={**os.environ, "CORRAL_CONFIG": str(config)}, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE) for job_id in (1, 2)]
+    try:
+        for job_id, follower in enumerate(followers, 1):
+            assert follower.stderr is not None
+            line = await asyncio.wait_for(follower.stderr.readline(), 30)
+            assert line.decode().rstrip("\n") == waiting.format(job_id)
+
+        followers[1].send_signal(signal.SIGINT)
+        _, stderr = await asyncio.wait_for(followers[1].communicate(), 30)
+        assert (followers[1].returncode, stderr) == (EXIT_INTERRUPTED, b"")
+        changes = env.frontend.job_changes
+        deadline = time.monotonic() + 10
+        while (batch_id, 2) in changes.waiting_jobs:  # the server's stream went with the command
+            assert time.monotonic() < deadline, "the interrupted follow's stream still waits on the server"
+            await asyncio.sleep(0.05)
+
+        await env.batches.CancelBatch(bpb.CancelBatchRequest(batch_id=batch_id, reason="stop"),
+                                      metadata=env.as_("alice"))
+        await env.world.drain(batch_id)
+        stdout, stderr = await asyncio.wait_for(followers[0].communicate(), 30)
+        assert (followers[0].returncode, stdout, stderr.decode()) == (
+            0, b"", f"job 1 of batch {batch_id} was cancelled before it ran: it has no log\n")
+    finally:
+        for follower in followers:
+            if follower.returncode is None:
+                follower.kill()
+                await follower.wait()
