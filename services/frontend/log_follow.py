@@ -5,10 +5,11 @@ run yet, sends an empty message (neither attempt nor data) and waits for
 its first. Each attempt it follows begins with a message
 without data naming the attempt (its number and worker), then carries the
 attempt's log: from its worker while it runs there, from storage once it
-ended (`services.frontend.logs`). A worker that does not have the attempt
-yet (it is still starting it) or cannot be reached is asked again when the
-job changes or every `retry_s`; an attempt that ended without a stored log
-(its worker was lost) has nothing more to send. Then the stream goes on with
+ended (`services.frontend.logs`; never before, when an upload could be
+under way). A worker that does not have the attempt yet (it is still
+starting it) or cannot be reached is asked again when the job changes or
+every `retry_s`; an attempt that ended without a stored log (its worker
+was lost) has nothing more to send. Then the stream goes on with
 each later attempt (a retry) and, once the job is succeeded, failed, error
 or cancelled, ends with a message carrying that state (without an attempt
 id for a job that never ran).
@@ -114,13 +115,12 @@ class JobLogFollower:
                 except grpc.aio.AioRpcError as e:
                     if e.code() not in TRY_AGAIN:
                         raise LogUnavailable(f"worker {attempt['instance_name']}: {e.details()}") from None
-            stored = False
-            async for chunk in self.stored_logs.chunks(*key, offset):
-                stored = True
-                yield self._message(attempt, number, chunk.data, chunk.start_byte)
-                offset = chunk.start_byte + len(chunk.data)
-            if stored or where["end_time_ms"] is not None or \
-                    await self.stored_logs.read(*key, offset, 0) is not None:
+            if where["end_time_ms"] is not None:
+                # Storage only once the attempt ended: its worker uploads the whole log before it reports the
+                # end (a log read before could be half uploaded); a lost worker's attempt has none.
+                async for chunk in self.stored_logs.chunks(*key, offset):
+                    yield self._message(attempt, number, chunk.data, chunk.start_byte)
+                    offset = chunk.start_byte + len(chunk.data)
                 return
             job = await access.wait(attempt["job_id"], job, self.retry_s)
             where = await self._attempt_now(attempt, job)
