@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -121,6 +122,29 @@ async def test_a_job_cancelled_before_it_ran_ends_the_follow_with_its_state(env:
         last = await stream.next()
         assert (last.attempt_id, last.data, last.job_state) == ("", b"", job_state_pb2.JOB_STATE_CANCELLED)
         assert await stream.next() == grpc.aio.EOF
+
+
+async def test_a_worker_that_never_answers_does_not_hold_the_follow_past_the_attempts_end(env: Env) -> None:
+    """A machine that vanished (preempted) closes no connection: the follow does not wait on its worker's
+    silent stream once the attempt's end is recorded, and reads the rest from storage."""
+    w = env.world
+    await w.instance()
+    with socket.socket() as silent:  # connections are accepted (the kernel's backlog), nothing is ever answered
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        await w.db.execute("UPDATE instances SET ip_address = %s WHERE name = 'i1'",
+                           (f"127.0.0.1:{silent.getsockname()[1]}",))
+        batch_id = await env.submit(spec())
+        attempt = await w.run(batch_id, 1)
+        stream = Reader(env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1),
+                                              metadata=env.as_("alice")))
+        assert (await stream.next()).attempt_id == attempt
+        assert await stream.within(0.5) is None  # following the worker, which says nothing
+        await upload(env, batch_id, 1, attempt, b"all of it\n")
+        await complete(env, batch_id, 1, attempt, "Success", exit_code=0)
+        log = await stream.next()  # within the grace of 5 s, not gRPC's 20 s to give up connecting
+        assert (log.attempt_id, log.data) == (attempt, b"all of it\n")
+        assert (await stream.next()).job_state == job_state_pb2.JOB_STATE_SUCCEEDED
 
 
 async def test_corral_logs_follow_waits_says_why_it_ends_and_stops_at_ctrl_c(
