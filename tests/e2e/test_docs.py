@@ -114,10 +114,15 @@ def check_buf_curl(out: str) -> None:
     assert json.loads(out[out.index("{"):])["batch"]["batchId"] == "1", out
 
 
+def check_batch_file_files(out: str) -> None:
+    assert out.rstrip().endswith("3"), out  # the output file the job wrote into storage: ref.fa's lines
+
+
 CHECKS: dict[tuple[str, str], Callable[[str], None]] = {
     # (page, the start of the block's first line): what its output must show
     ("README.md", "# corral up made the CLI its administrator"): check_readme_quickstart,
     ("README.md", 'eval "$(corral profile env)"'): check_readme_rest_quickstart,
+    ("docs/batch-file.md", 'storage="$(realpath'): check_batch_file_files,
     ("docs/client.md", "import corral"): check_client_first_example,
     ("docs/client.md", "import sys"): check_client_events,
     ("docs/client.md", "batch_id = batch.batch_id"): check_client_calls,
