@@ -93,6 +93,15 @@ def parse_mcpu(value: str | int | float) -> int:
     cores is rounded to the nearest thousandth (half to even, as Python's round)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise QuantityError(f"{_q(value)}: expected cores (0.25, 2) or milli-cores (250m)")
+    if isinstance(value, float) and 0.001 <= value <= MAX_MCPU / 1000:
+        # The fast path (a million-job builder calls this a million times): far from a half, the float
+        # product rounds as the exact decimal does; the exact way below settles the rest.
+        scaled = value * 1000
+        nearest = round(scaled)
+        if abs(scaled - nearest) < 0.49:
+            return nearest
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_MCPU // 1000:
+        return value * 1000
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"{_q(value)}: expected a finite number of cores")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import string
+from fractions import Fraction
 
 import pytest
 from hypothesis import assume, given
@@ -159,3 +160,10 @@ def test_what_is_no_quantity_at_all_is_refused(value: object) -> None:
     for parse in (q.parse_bytes, q.parse_mcpu, q.parse_duration_ns):
         with pytest.raises(QuantityError):
             parse(value)  # type: ignore[arg-type]
+
+
+@given(st.floats(min_value=0.001, max_value=1e12) | st.integers(1, 10**6).map(lambda m: m / 1000 + 0.0005))
+def test_a_float_of_cores_is_read_as_its_exact_decimal(cores: float) -> None:
+    """The fast path for floats (a million-job builder) agrees with the exact decimal the float prints as,
+    halves included."""
+    assert q.parse_mcpu(cores) == round(Fraction(repr(cores)) * 1000)
