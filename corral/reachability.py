@@ -2,8 +2,8 @@
 
 gRPC reports the last address it tried: `localhost` is [::1] and 127.0.0.1,
 and corral's services listen on 127.0.0.1 alone, so a certificate the profile
-does not trust often comes back as "[::1]: connection refused". When gRPC says
-"refused", the CLI connects to each address itself, and on one that accepts
+does not trust often comes back as "[::1]: connection refused", and a handshake
+may fail without its reason. Then the CLI connects to each address itself, and on one that accepts
 tries the TLS handshake gRPC would make (the profile's CA, the host's name,
 HTTP/2): a certificate it does not trust, or a handshake that fails, is then
 the cause the user reads. Only ever run after a call has failed.

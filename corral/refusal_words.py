@@ -136,15 +136,15 @@ def unreachable_words(address: str, code: grpc.StatusCode, details: str,
                       probe: Callable[[str], str | None] | None = None) -> str | None:
     """A sentence for a call that never reached corral at `address` (UNAVAILABLE from the channel itself,
     DEADLINE_EXCEEDED), or None for an answer of the server's (its own UNAVAILABLE says why in its words).
-    `probe(address)` may find a better cause where gRPC says the connection was refused
-    (corral.reachability: gRPC names only the last address it tried)."""
+    `probe(address)` may find a better cause where gRPC says the connection was refused or the handshake
+    failed (corral.reachability: gRPC names only the last address it tried, and not always why)."""
     lowered = details.lower()
     if code == grpc.StatusCode.DEADLINE_EXCEEDED and lowered == "deadline exceeded":  # gRPC's, not a server's
         return f"cannot reach corral at {address}: no answer in time (deadline exceeded); {UP_HINT}"
     if code != grpc.StatusCode.UNAVAILABLE or not lowered.startswith(_CONNECTING):
         return None
     cause = next((words for found, words in _CAUSES if found in lowered), "the connection failed")
-    if cause == REFUSED and probe is not None:
+    if cause in (REFUSED, TLS_FAILED) and probe is not None:  # gRPC's words for the last address it tried
         cause = probe(address) or cause
     hint = "" if "TLS" in cause else f"; {UP_HINT}"
     return f"cannot reach corral at {address}: {cause}{hint}"

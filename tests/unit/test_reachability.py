@@ -30,20 +30,28 @@ def tls_port(tmp_path: Path) -> Iterator[int]:
     context.load_cert_chain(files.cert, files.key)
     context.set_alpn_protocols(["h2"])
     listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)  # so that the loop sees `stop`
     stop = threading.Event()
 
+    def handshake(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(5)
+            try:
+                with context.wrap_socket(conn, server_side=True):
+                    pass
+            except (ssl.SSLError, OSError):
+                pass
+
     def serve() -> None:
+        # A thread per connection: gRPC's channel and the probe connect at once, and neither waits on the other.
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
-            with conn:
-                try:
-                    with context.wrap_socket(conn, server_side=True):
-                        pass
-                except (ssl.SSLError, OSError):
-                    pass
+            threading.Thread(target=handshake, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -51,8 +59,8 @@ def tls_port(tmp_path: Path) -> Iterator[int]:
         yield listener.getsockname()[1]
     finally:
         stop.set()
-        listener.close()
         thread.join(timeout=5)
+        listener.close()
 
 
 def test_a_certificate_of_another_ca_is_said_to_be_untrusted(tls_port: int, tmp_path: Path) -> None:
