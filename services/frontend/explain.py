@@ -25,6 +25,14 @@ FINAL_STATES = ("Success", "Failed", "Error", "Cancelled")
 _STATE_BITS = {"Success": 1, "Failed": 2, "Error": 4, "Cancelled": 8}
 JobKey = tuple[int, int]
 """(batch_id, job_id)."""
+STATE_WORDS = {"Pending": "pending", "Ready": "ready", "Creating": "creating", "Running": "running",
+               "Success": "succeeded", "Failed": "failed", "Error": "error", "Cancelled": "cancelled"}
+"""A jobs.state value as the CLI and the API's JobState name it (JOB_STATE_SUCCEEDED is `succeeded`): a reason
+says a state in the words shown beside it, never the column's own ("the job ended Success")."""
+
+
+def state_word(state: str) -> str:
+    return STATE_WORDS.get(state, state.lower())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +135,7 @@ def _parents(facts: JobFacts) -> list[Reason]:
     reasons = []
     failed = [p for p in facts.parents if p.final and not p.accepted]
     if failed and not facts.always_run:
-        shown = ", ".join(f"{p.job_id} ({p.state})" for p in failed[:10])
+        shown = ", ".join(f"{p.job_id} ({state_word(p.state)})" for p in failed[:10])
         reasons.append(Reason("PARENT_FAILED", f"parents ended in states their edge does not accept: {shown}",
                               tuple((facts.batch_id, p.job_id) for p in failed)))
     elif facts.dependency_failed and not facts.always_run:
@@ -164,7 +172,7 @@ def explain(facts: JobFacts) -> list[Reason]:
     if facts.state in FINAL_STATES:
         code = f" with exit code {facts.exit_code}" if facts.exit_code is not None else ""
         why = f": {facts.end_reason}" if facts.end_reason else ""
-        return [Reason("FINISHED", f"the job ended {facts.state}{code}{why}")]
+        return [Reason("FINISHED", f"the job ended {state_word(facts.state)}{code}{why}")]
     if facts.state == "Running":
         return [Reason("RUNNING", f"running on {facts.instance}" if facts.instance else "running")]
     if facts.state == "Creating":

@@ -42,7 +42,7 @@ def test_a_job_asking_10_pb_of_storage_is_refused_and_one_asking_1_gib_runs(clus
         done = client.wait(batch_id)
         job = client.get_job(batch_id, 1)
     assert [(v.field, v.description) for v in refused.value.field_violations] == [
-        ("jobs[1].resources.storage_bytes", "8.88178 PiB is more than the largest standard machine has (16 GiB)")]
+        ("jobs[1].resources.storage_bytes", "8.9 PiB is more than the largest standard machine has (16 GiB)")]
     assert done.counts.n_succeeded == 1
     assert (job.resources.storage_bytes, job.resources.pool) == (GIB, "standard")
     [ran_on] = cluster.query("SELECT i.storage_bytes FROM attempts a JOIN instances i ON i.name = a.instance_name "

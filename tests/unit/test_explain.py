@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -72,3 +73,13 @@ def test_a_running_or_finished_job_has_exactly_one_reason(state: str, cancelled:
                                 cancelled=Cancelled(0, "bob", "") if cancelled else None)
     expected = {"Running": "RUNNING", "Creating": "STARTING"}.get(state, "FINISHED")
     assert codes(facts) == [expected]
+
+
+@pytest.mark.parametrize(("state", "word"), [("Success", "succeeded"), ("Failed", "failed"), ("Error", "error"),
+                                              ("Cancelled", "cancelled")])
+def test_a_reason_says_a_state_as_the_cli_shows_it(state: str, word: str) -> None:
+    """`why: the job ended Success` stood beside the state `succeeded` (issue 36): one vocabulary."""
+    [reason] = explain(dataclasses.replace(READY, state=state, exit_code=0))
+    assert reason.detail == f"the job ended {word} with exit code 0"
+    [failed] = explain(dataclasses.replace(READY, state="Pending", parents=(Parent(1, state, 0),)))
+    assert failed.detail.endswith(f"1 ({word})")
