@@ -333,7 +333,10 @@ async def start(config: DriverConfig) -> DriverApp:
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
                                   watching_since_ms=lambda: state.watching_since_ms)
         running = RunningCanceller(store, registry, epoch)
-        reconciler = InstanceReconciler(store, provider, epoch, config.reconcile)
+        # The instances it ends had jobs that are Ready again: as when a worker deactivates.
+        reconciler = InstanceReconciler(store, provider, epoch, config.reconcile,
+                                        on_deactivated=lambda: on_change("instance_inactive"),
+                                        watching_since_ms=lambda: state.watching_since_ms)
         price_refresh = PriceRefresh(store, prices, open_catalog(config.cloud, prices) if config.cloud else None,
                                      provider.machine_kinds(), epoch, config.price_refresh)
         try:  # before the autoscaler runs, so that it finds the file's prices
@@ -379,6 +382,9 @@ async def start(config: DriverConfig) -> DriverApp:
         async def on_elected(new_epoch: int) -> None:
             servers.recheck_health()
             price_refresh.notify()  # the file's prices again, then the catalogue, now rather than in a period
+            # The instances the last leader left whose machines are gone (every worker of a `corral up` that was
+            # stopped or killed) end now, and their jobs run again, rather than after heartbeat deadlines.
+            reconciler.notify()
             await _add_cloud_regions(store, config.cloud)
             on_change("elected")
 
