@@ -72,9 +72,9 @@ class InstanceReconciler(Loop):
         self._orphan_grace_ms = int(settings.orphan_grace_s * 1000)
         self._clock_ms = clock_ms
         self._on_deactivated = on_deactivated
+        """Called after a cycle that deactivated instances (their jobs may be Ready again)."""
         self._watching_since_ms = watching_since_ms
         """When this driver began to lead (services.driver.leader): no vanished grace runs from before then."""
-        """Called after a cycle that deactivated instances (their jobs may be Ready again)."""
         self._orphans_since_ms: dict[str, int] = {}
         """Machines seen running without a live instance, and when first seen so (by this leader)."""
         self.deactivated: list[str] = []
