@@ -96,11 +96,22 @@ class Running:
     """The CLI's current profile once the `admin` profile is written (the user's own, if they had one)."""
     gateway: str | None = None
     """The public gateway's address (`localhost:PORT`) with --gateway: corral's one address for people."""
+    stopping_file: Path | None = None
+    """Created first thing by `stop`: the drivers start no machine from then on (their --stopping-file)."""
 
     def stop(self) -> None:
         """Stop everything, each step saying what it waits for; then let go of the data directory."""
         supervisor, pid_files = self.supervisor, self.supervisor.pid_files
         names = [part.name for part in supervisor.parts]
+        # No machine starts from now on: the workers stop before the drivers, and their jobs go back to Ready
+        # while the drivers still lead, whose autoscaler would start a machine for them that the stop ends at
+        # once, and whose instance a restart would wait for (issue 36). The drivers look before each start.
+        if self.stopping_file is not None:
+            try:
+                self.stopping_file.touch()
+            except OSError as e:
+                supervisor.say(f"could not create {self.stopping_file} ({e}): a driver may start a machine as "
+                               "everything stops")
         # The public gateway and the frontend first: no new work comes in.
         supervisor.end(["gateway-public", "frontend"], SERVICE_GRACE_S)
         # Every worker, while the drivers still serve, so that each deactivates itself cleanly: found
@@ -124,6 +135,8 @@ class Running:
         os.close(self.lock_fd)
 
 
+STOPPING_FILE = "stopping"
+"""In DATA/run: created when `corral up` begins to stop; its drivers start no machine while it exists."""
 SERVICE_GRACE_S = 20.0
 """How long a service may take to stop on SIGTERM before it is killed."""
 WORKER_GRACE_S = 20.0
@@ -188,9 +201,11 @@ def start(config: UpConfig) -> Running:
     lock_fd = lock_data_dir(run_dir)
     pid_files = PidFiles(run_dir / "pids")
     supervisor = Supervisor(pid_files, config.restart_policy)
-    running = Running(supervisor, Lifeline(), lock_fd)
+    stopping_file = run_dir / STOPPING_FILE
+    running = Running(supervisor, Lifeline(), lock_fd, stopping_file=stopping_file)
     try:
         end_leftovers(pid_files, supervisor.say)
+        stopping_file.unlink(missing_ok=True)  # an earlier run's, which the drivers would obey
         # No worker runs now: the keys of those of an earlier run (that did not exit cleanly) go too.
         shutil.rmtree(data / "worker-certs", ignore_errors=True)
         database_url, service_urls = database.prepare(config.database_url or None, data, supervisor)
@@ -306,7 +321,8 @@ def start(config: UpConfig) -> Running:
             service(f"driver-{i}", "services.driver", "driver",
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
                      "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", workers_driver_addresses,
-                     "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args(),
+                     "--secrets-key-file", str(secrets_key), "--stopping-file", str(stopping_file),
+                     *session, *urls, *config.storage_access.to_args(),
                      *worker_limits.to_args(), *cloud],
                     lifeline=True, policy=driver_policy)
         frontend = free_port()
