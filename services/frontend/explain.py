@@ -149,7 +149,7 @@ def _scheduling(facts: JobFacts) -> list[Reason]:
     if scheduling is None:
         return []
     if scheduling.never is not None:
-        return [Reason("CANNOT_RUN", f"can never run: {scheduling.never}")]
+        return [Reason("CANNOT_RUN", scheduling.never)]  # `corral job`: "why: cannot run: ..."
     wait = scheduling.wait
     if wait is None:
         return []

@@ -87,16 +87,16 @@ async def test_a_job_accepted_before_the_deployment_changed_is_told_it_can_never
     await env.world.db.execute("UPDATE instance_collections SET enabled = FALSE WHERE name = 'highmem'")
     await env.world.db.execute("UPDATE instance_collections SET worker_cores = 1 WHERE name = 'standard'")
     assert await explain(env, batch_id, 1) == [
-        (codes.WAIT_REASON_CODE_CANNOT_RUN, "can never run: its pool, highmem (chosen by its memory per core), is "
+        (codes.WAIT_REASON_CODE_CANNOT_RUN, "its pool, highmem (chosen by its memory per core), is "
                                             "disabled in this deployment (pools: highcpu, standard on local)")]
     assert await explain(env, batch_id, 2) == [
-        (codes.WAIT_REASON_CODE_CANNOT_RUN, "can never run: 2 cores is more than the largest standard machine has "
+        (codes.WAIT_REASON_CODE_CANNOT_RUN, "2 cores is more than the largest standard machine has "
                                             "(1)")]
 
     # A job-private job from before the frontend refused them: its machine is made by no one.
     private, _, _ = await env.world.batch([{"inst_coll": "job-private"}])
     assert await explain(env, private, 1) == [
-        (codes.WAIT_REASON_CODE_CANNOT_RUN, "can never run: a machine of its own (machine_type): no pool of this "
+        (codes.WAIT_REASON_CODE_CANNOT_RUN, "a machine of its own (machine_type): no pool of this "
                                             "deployment offers it (pools: highcpu, standard on local); ask for "
                                             "cores and memory instead")]
 
