@@ -21,7 +21,7 @@ from corral.batch.v1 import job_state_pb2
 from services.common.fields import FieldViolation
 from services.frontend.limits import Limits
 from services.frontend.url_checks import file_url_violations
-from services.policy.runnable import Collection, Deployment, Needs, never_runs, oversize
+from services.policy.runnable import Deployment, InstanceCollection, Needs, never_runs, oversize
 
 DEFAULT_CORES_MCPU = 1_000
 GIB = 1024**3
@@ -356,8 +356,8 @@ def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMac
         return []
     asked = {"cores_mcpu": True, "memory_bytes": bool(spec.resources.memory_bytes),
              "storage_bytes": bool(spec.resources.storage_bytes)}
-    found = oversize(Needs(pool, cores, memory, storage), Collection(pool, True, "", machine.cores_mcpu,
-                                                                    machine.memory_bytes, machine.storage_bytes))
+    found = oversize(Needs(pool, cores, memory, storage), InstanceCollection(
+        pool, True, "", machine.cores_mcpu, machine.memory_bytes, machine.storage_bytes))
     too_wide = any(resource == "cores_mcpu" for resource, _ in found)
     # A default (0) that grew past the machine with the job's cores is the cores' fault, said above.
     return [FieldViolation(f"{at}.resources.{resource}", text) for resource, text in found

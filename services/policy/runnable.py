@@ -34,7 +34,7 @@ here and such jobs are accepted where the job-private collection is on GCP."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Collection:
+class InstanceCollection:
     """A row of `instance_collections`: a pool, or the job-private collection."""
 
     name: str
@@ -57,12 +57,12 @@ class Collection:
 class Deployment:
     """The instance collections of a deployment."""
 
-    collections: tuple[Collection, ...]
+    collections: tuple[InstanceCollection, ...]
 
-    def get(self, name: str) -> Collection | None:
+    def get(self, name: str) -> InstanceCollection | None:
         return next((c for c in self.collections if c.name == name), None)
 
-    def pools(self) -> list[Collection]:
+    def pools(self) -> list[InstanceCollection]:
         """The enabled pools, in the order of their rows."""
         return [c for c in self.collections if c.is_pool and c.enabled]
 
@@ -89,7 +89,7 @@ class Needs:
     """The machine type it names (a job-private job's; '' when not known)."""
 
 
-def oversize(job: Needs, machine: Collection) -> list[tuple[str, str]]:
+def oversize(job: Needs, machine: InstanceCollection) -> list[tuple[str, str]]:
     """Each of cores, memory and scratch storage the job asks more of than `machine` has, as (resource,
     'N is more than the largest POOL machine has (M)'); a size the machine does not know (0) is not
     checked."""

@@ -9,16 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.policy.runnable import (
-    JOB_PRIVATE, Collection, Deployment, Needs, PoolMachines, machine_outlook, never_runs, oversize,
+    JOB_PRIVATE, Deployment, InstanceCollection, Needs, PoolMachines, machine_outlook, never_runs, oversize,
 )
 
 GIB = 2**30
 # The local pools of migration 0002 (storage: 0017), and the job-private collection on the local provider.
 LOCAL = Deployment((
-    Collection("highcpu", True, "local", 2000, 2 * GIB, 16 * GIB, 2),
-    Collection("highmem", True, "local", 2000, 16 * GIB, 16 * GIB, 2),
-    Collection(JOB_PRIVATE, False, "local", max_instances=4),
-    Collection("standard", True, "local", 2000, 8 * GIB, 16 * GIB, 4),
+    InstanceCollection("highcpu", True, "local", 2000, 2 * GIB, 16 * GIB, 2),
+    InstanceCollection("highmem", True, "local", 2000, 16 * GIB, 16 * GIB, 2),
+    InstanceCollection(JOB_PRIVATE, False, "local", max_instances=4),
+    InstanceCollection("standard", True, "local", 2000, 8 * GIB, 16 * GIB, 4),
 ))
 
 
@@ -32,7 +32,8 @@ def test_a_machine_type_on_the_local_provider_never_runs_and_says_which_pools_th
 
 
 def test_a_job_private_collection_runs_jobs_only_on_a_provider_that_makes_them_and_when_enabled() -> None:
-    cloud = Deployment((Collection("standard", True, "gcp", 8000, 32 * GIB), Collection(JOB_PRIVATE, False, "gcp")))
+    cloud = Deployment((InstanceCollection("standard", True, "gcp", 8000, 32 * GIB),
+                        InstanceCollection(JOB_PRIVATE, False, "gcp")))
     job = Needs(JOB_PRIVATE, 1000, machine_type="n2-highmem-8")
     assert never_runs(job, cloud) is not None  # no provider makes them yet (JOB_PRIVATE_PROVIDERS)
     assert never_runs(job, cloud, job_private_providers={"gcp"}) is None
@@ -63,7 +64,7 @@ def test_a_job_larger_than_its_pools_machine_never_runs_and_one_that_fits_may() 
         "machine has (16 GiB)")
 
 
-POOL = st.builds(Collection, st.sampled_from(["standard", "highmem"]), st.just(True), st.just("local"),
+POOL = st.builds(InstanceCollection, st.sampled_from(["standard", "highmem"]), st.just(True), st.just("local"),
                  st.integers(0, 64_000), st.integers(0, 2**40), st.integers(0, 2**40), st.integers(0, 10),
                  st.booleans())
 NEEDS = st.builds(Needs, st.sampled_from(["standard", "highmem", JOB_PRIVATE]), st.integers(1, 64_000),
@@ -71,7 +72,7 @@ NEEDS = st.builds(Needs, st.sampled_from(["standard", "highmem", JOB_PRIVATE]), 
 
 
 @given(NEEDS, POOL)
-def test_a_job_runs_ever_exactly_when_its_pool_is_enabled_and_holds_it(job: Needs, pool: Collection) -> None:
+def test_a_job_runs_ever_exactly_when_its_pool_is_enabled_and_holds_it(job: Needs, pool: InstanceCollection) -> None:
     deployment = Deployment((pool,))
     fits = (not pool.cores_mcpu or job.cores_mcpu <= pool.cores_mcpu) \
         and (not pool.memory_bytes or job.memory_bytes <= pool.memory_bytes) \
@@ -82,7 +83,7 @@ def test_a_job_runs_ever_exactly_when_its_pool_is_enabled_and_holds_it(job: Need
 
 
 @given(NEEDS, POOL, st.integers(1, 64_000))
-def test_a_smaller_job_of_a_pool_that_runs_a_job_runs_too(job: Needs, pool: Collection, less: int) -> None:
+def test_a_smaller_job_of_a_pool_that_runs_a_job_runs_too(job: Needs, pool: InstanceCollection, less: int) -> None:
     """Monotone: taking cores, memory or storage away never makes a runnable job unrunnable."""
     deployment = Deployment((pool,))
     smaller = dataclasses.replace(job, cores_mcpu=max(1, job.cores_mcpu - less),
