@@ -13,6 +13,9 @@ store reads the job's pool as the scheduler does and asks `plan` the same
 question the scheduler asks, so ExplainJob says why the scheduler would not
 start the job now (billing limit, a lock and its holders, no room, fair
 share, the user's own queue), or nothing when the next cycle starts it.
+Before the planner, the store asks `services.policy.runnable.never_runs`
+whether any machine of the deployment can ever run the job (a job accepted
+before the deployment changed): then the reason is CANNOT_RUN, saying why.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ class Scheduling:
     """Why the scheduler's next cycle would not start it; None: it would."""
     lock: LockConflict | None = None
     """BLOCKED_BY_LOCK: the job's own lock at the clashing level, and its holders."""
-    job_private: bool = False
-    """Its instance collection makes one machine per job: the autoscaler creates it (the planner is not asked)."""
+    never: str | None = None
+    """Why no collection of the deployment can ever run it as it stands (`services.policy.runnable.never_runs`:
+    the deployment changed since it was accepted); the planner is not asked then."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,10 +156,8 @@ def _scheduling(facts: JobFacts) -> list[Reason]:
     scheduling = facts.scheduling
     if scheduling is None:
         return []
-    if scheduling.job_private:
-        where = ", ".join(facts.regions) if facts.regions else "any region"
-        return [Reason("NO_CAPACITY_IN_REGIONS", f"the job runs on a machine of its own in {where}; the "
-                                                 "autoscaler creates it", regions=facts.regions)]
+    if scheduling.never is not None:
+        return [Reason("CANNOT_RUN", scheduling.never)]  # `corral job`: "why: cannot run: ..."
     wait = scheduling.wait
     if wait is None:
         return []

@@ -58,13 +58,22 @@ def test_pending_jobs_wait_on_parents_and_know_about_failed_ones() -> None:
     assert codes(accepting) == []
 
 
-def test_a_lock_names_its_holders_and_a_job_private_pool_its_machine() -> None:
+def test_a_lock_names_its_holders() -> None:
     conflict = LockConflict("db", "exclusive", ("x",), ((1, 2), (3, 4)))
     wait = planner.Wait(planner.BLOCKED_BY_LOCK, "needs exclusive lock", ((1, 2), (3, 4)), "db")
     [reason] = explain(dataclasses.replace(READY, scheduling=Scheduling(wait, conflict)))
     assert (reason.code, reason.jobs, reason.lock) == ("BLOCKED_BY_LOCK", ((1, 2), (3, 4)), conflict)
-    [reason] = explain(dataclasses.replace(READY, regions=("us",), scheduling=Scheduling(job_private=True)))
-    assert (reason.code, reason.regions) == ("NO_CAPACITY_IN_REGIONS", ("us",))
+
+
+def test_a_job_no_machine_can_run_says_it_never_runs_and_why() -> None:
+    """A job accepted before the deployment changed (or naming a machine type, before the frontend refused
+    them) is not told the autoscaler makes its machine: it is told it can never run, and why."""
+    why = "a machine of its own (machine_type): no pool of this deployment offers it (pools: standard on local)"
+    [reason] = explain(dataclasses.replace(READY, regions=("us",), scheduling=Scheduling(never=why)))
+    assert (reason.code, reason.detail) == ("CANNOT_RUN", why)
+    # Decisive reasons still come first, and hide it.
+    cancelled = dataclasses.replace(READY, cancelled=Cancelled(0, "bob", ""), scheduling=Scheduling(never=why))
+    assert codes(cancelled) == ["BATCH_CANCELLED"]
 
 
 @given(st.sampled_from(sorted(FINAL_STATES) + ["Running", "Creating"]), st.booleans(), st.booleans())
