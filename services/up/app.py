@@ -8,11 +8,12 @@ auth, the frontend, a leading driver and a standby on loopback, an OCI
 registry on loopback seeded with the images the quickstart and tests use
 (services.registry; unless `--registry` names another), makes sure an
 administrator and a `default` billing project exist and writes the CLI's
-`admin` profile. services.up.serve then prints the endpoints and an admin
-token and supervises (services.up.supervisor: a part that dies is started
-again with back-off) until Ctrl-C or SIGTERM, or until a part cannot be kept
-running; `Running.stop` stops every process it started, by pid, saying what
-it waits for. Nothing it started outlives it, however it ends: each part dies
+`admin` profile, with a new admin token. services.up.serve then prints the
+endpoints and where that token is (never the token) and supervises
+(services.up.supervisor: a part that dies is started again with back-off)
+until Ctrl-C or SIGTERM, or until a part cannot be kept running;
+`Running.stop` stops every process it started, by pid, saying what it waits
+for. Nothing it started outlives it, however it ends: each part dies
 with it (PR_SET_PDEATHSIG), each worker when its lifeline closes
 (services.common.lifeline), and a restarted `corral up` ends what a killed
 one left, from the pid files in DATA/run/pids. State lives in the data
@@ -49,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-from corral.cli_config import ADMIN_PROFILE, Profile, write_server_profile
+from corral.cli_config import ADMIN_PROFILE, Config, Profile, write_server_profile
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
 from services.common.image_refs import DOCKER_HUB, Mirror
@@ -92,8 +93,11 @@ class Running:
     """Where every process writes its metrics port (`NAME.port`) and `targets.json` lists them; None: no
     metrics."""
     admin_token: str = ""
+    """The administrator's token, made at each start; kept in the CLI's `admin` profile, never printed."""
     cli_profile: str = ""
     """The CLI's current profile once the `admin` profile is written (the user's own, if they had one)."""
+    cli_config_path: Path | None = None
+    """The CLI's configuration file, which holds the `admin` profile (and so the admin token) once written."""
     gateway: str | None = None
     """The public gateway's address (`localhost:PORT`) with --gateway: corral's one address for people."""
     stopping_file: Path | None = None
@@ -377,6 +381,7 @@ def start(config: UpConfig) -> Running:
 def _write_client_config(config: UpConfig, running: Running) -> None:
     """The CLI's `admin` profile; the user's own profiles of this server follow its new ports, and the
     current profile stays current (corral.cli_config)."""
+    running.cli_config_path = (config.client_config or Config.path()).absolute()
     running.cli_profile = write_server_profile(
         Profile(frontend=running.endpoints["frontend"], auth=running.endpoints["auth"],
                 ca_cert=running.endpoints["ca_cert"], token=running.admin_token, user=database.ADMIN),
