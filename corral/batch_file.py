@@ -40,6 +40,7 @@ from corral.batch_file_fields import (
     message_fields,
     suggestion,
 )
+from corral.batch_file_words import FileSource, Written
 from corral.builder import BatchBuilder, JobGroupHandle, JobHandle, Parent
 
 __all__ = ["SCHEMA_PATH", "BatchFileError", "parse_batch_file", "read_batch_file"]
@@ -137,6 +138,11 @@ class _Entry:
     """Parents (of a job), the parent (of a group)."""
     group: _Ref | None = None
     accept: tuple[str, ...] | None = None
+    keys: dict[str, tuple[yaml.Node, yaml.Node]] = dataclasses.field(default_factory=dict)
+    """Each key the file gives it: (key node, value node), for refusals in the file's words."""
+
+    def written(self) -> Written:
+        return Written(self.node, self.what, self.name, self.keys)
 
 
 def read_batch_file(path: str | Path) -> BatchBuilder:
@@ -177,6 +183,7 @@ class _Parser:
                                  f"{self.r.filename}:1:1")
         pairs = self.r.entries(root, "batch file", _TOP_ALLOWED)
         given = {key: value for key, _, value in pairs}
+        self._top = Written(root, "", None, {key: (key_node, value) for key, key_node, value in pairs})
         if "billing_project" not in given:
             raise self.r.error(root, "batch file: billing_project is required")
         batch = batch_service_pb2.SubmitBatchRequest()
@@ -196,7 +203,10 @@ class _Parser:
             raise (self.r.error(given["jobs"], "jobs: an empty list: a batch needs at least one job")
                    if "jobs" in given else self.r.error(root, "batch file: jobs is required: a batch needs at "
                                                               "least one job"))
-        return self._build(batch, defaults, groups, jobs)
+        builder = self._build(batch, defaults, groups, jobs)
+        builder.source = FileSource(self.r.filename, self._top, defaults.written() if defaults else None,
+                                    [group.written() for group in groups], [job.written() for job in jobs])
+        return builder
 
     def _build(self, batch: batch_service_pb2.SubmitBatchRequest, defaults: _Entry | None, groups: list[_Entry],
                jobs: list[_Entry]) -> BatchBuilder:
@@ -244,6 +254,7 @@ class _Parser:
                 raise self.r.error(given[key], f"{what}.{key}: each job has its own {key}, not a default one")
         proto = [p for p in pairs if p[0] not in JOB_KEYS and p[0] not in SHORTHANDS]
         entry = _Entry(node, what, self.r.message(proto, JOB_SPEC, f"{what}."))
+        entry.keys = {key: (key_node, value) for key, key_node, value in pairs}
         for key, key_node, value in pairs:
             at = f"{what}.{key}"
             if key == "name":
@@ -283,6 +294,7 @@ class _Parser:
         pairs = self.r.entries(node, what, _GROUP_ALLOWED)
         entry = _Entry(node, what, self.r.message([p for p in pairs if p[0] not in GROUP_KEYS], GROUP_SPEC,
                                                   f"{what}."))
+        entry.keys = {key: (key_node, value) for key, key_node, value in pairs}
         for key, _, value in pairs:
             if key == "name":
                 entry.name, entry.name_node = self._name(value, f"{what}.name"), value

@@ -81,6 +81,9 @@ class BatchBuilder:
         """Each job's spec, serialized: a million no-op jobs hold some 100 MB here, where the messages
         themselves took 1.6 GB."""
         self._groups: list[job_group_pb2.JobGroupSpec] = []
+        self.source: object | None = None
+        """Where a batch file wrote these jobs (a `corral.batch_file_words.FileSource`; None: built in code), so
+        that `corral submit` can say a refusal in the file's words."""
 
     def __len__(self) -> int:
         return len(self._specs)

@@ -45,7 +45,9 @@ from services.common.specs import SpecStore
 from services.frontend.image_access import OwnRegistryNames, access_refusal
 from services.frontend.image_checks import ImageChecks
 from services.frontend.url_checks import UrlChecks
-from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row, secret_reference
+from services.frontend.validate import (
+    UpdateBlock, check_bunch, job_group_rows, job_row, pool_machines, secret_reference,
+)
 from services.frontend.watch import BatchWatcher
 
 log = logging.getLogger(__name__)
@@ -244,7 +246,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         known_regions = await self.batches.region_names() if any(spec.regions for spec in specs) else None
         violations = check_bunch(specs, first_job_id, block, field, self.limits,
                                  self.urls.storage_roots(billing_project), billing_project, known_regions, new_batch,
-                                 await self.batches.pool_machines())
+                                 await self.batches.deployment())
         violations += await self.images.violations(specs, field)
         await self._check_image_access(specs, principal, field)
         return violations + await self._secret_violations(specs, billing_project, principal, field)
@@ -317,7 +319,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             if violations:
                 raise InvalidRequest(violations)
         stored = await self.specs.store_bunch(batch_id, update["update_id"], first_job_id, specs)
-        pools = await self.batches.pool_machines()
+        pools = pool_machines(await self.batches.deployment())
         rows = [job_row(spec, first_job_id + i, block, stored.refs[i], pools) for i, spec in enumerate(specs)]
         try:
             status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows,
