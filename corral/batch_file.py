@@ -54,7 +54,9 @@ SUBMIT = batch_service_pb2.SubmitBatchRequest.DESCRIPTOR
 BATCH_FIELDS = ("billing_project", "attributes", "callback_url", "cancel_after_n_failures", "idempotency_token")
 """The SubmitBatchRequest fields the top level sets (its `jobs` and `job_groups` are lists of the file's
 own form). tests/unit/test_batch_file.py checks this is every other field of the request."""
-REQUIRED = ("billing_project",)
+REQUIRED = ("billing_project", "jobs")
+"""Keys a file must have (the schema's `required`); `jobs` is checked after the groups, whose mistakes come
+first in the file."""
 FILE_DESCRIPTIONS = {
     f"{SUBMIT.full_name}.idempotency_token": "Optional in a file (corral submit makes a new one each time): "
                                              "submitting the file again with the same token returns the same batch.",
@@ -81,8 +83,8 @@ TOP_KEYS = {
     "defaults": FileKey({"$ref": "#/$defs/defaults"}, "Keys every job starts from; a job's own keys win."),
     "job_groups": FileKey({"type": "array", "items": {"$ref": "#/$defs/job_group"}},
                           "Job groups (a tree under the batch), each with a name jobs and groups refer to."),
-    "jobs": FileKey({"type": "array", "items": {"$ref": "#/$defs/job"}},
-                    "The jobs, in the order of their ids (1, 2, ...): a job comes after its parents."),
+    "jobs": FileKey({"type": "array", "items": {"$ref": "#/$defs/job"}, "minItems": 1},
+                    "The jobs, at least one, in the order of their ids (1, 2, ...): a job comes after its parents."),
 }
 JOB_KEYS = {
     "name": FileKey(_NAME, "The job's name: other jobs' parents name it, and it is stored as the job's attribute "
@@ -182,9 +184,8 @@ class _Parser:
         pairs = self.r.entries(root, "batch file", _TOP_ALLOWED)
         given = {key: value for key, _, value in pairs}
         self._top = Written(root, "", None, {key: (key_node, value) for key, key_node, value in pairs})
-        for key in REQUIRED:
-            if key not in given:
-                raise self.r.error(root, f"batch file: {key} is required")
+        if "billing_project" not in given:
+            raise self.r.error(root, "batch file: billing_project is required")
         batch = batch_service_pb2.SubmitBatchRequest()
         json_format.ParseDict(self.r.message([p for p in pairs if p[0] in BATCH_FIELDS], SUBMIT, ""), batch)
         defaults = self._job(given["defaults"], "defaults", in_defaults=True) if "defaults" in given else None
@@ -198,6 +199,10 @@ class _Parser:
         for job in jobs:
             if job.group is not None:
                 self._lookup(job.group, group_index, "job group")
+        if not jobs:  # a batch of no jobs completes at once, doing nothing: surely not what was meant
+            raise (self.r.error(given["jobs"], "jobs: an empty list: a batch needs at least one job")
+                   if "jobs" in given else self.r.error(root, "batch file: jobs is required: a batch needs at "
+                                                              "least one job"))
         builder = self._build(batch, defaults, groups, jobs)
         builder.source = FileSource(self.r.filename, self._top, defaults.written() if defaults else None,
                                     [group.written() for group in groups], [job.written() for job in jobs])

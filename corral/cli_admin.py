@@ -15,7 +15,7 @@ from typing import Any
 
 from corral.auth.v1 import user_pb2
 from corral.billing.v1 import billing_project_pb2
-from corral.cli_common import open_client, print_json, usd, with_json
+from corral.cli_common import open_client, print_json, seconds_option, usd, with_json
 from corral.errors import UsageError
 from corral.refusal_words import USD, Option, option_words
 
@@ -144,9 +144,10 @@ def add_commands(commands: Any) -> None:
     limit = with_json(actions.add_parser("limit", help="set the spending limit (admin)"))
     limit.add_argument("name")
     limit.add_argument("usd", help="amount in USD, or 'none'")
-    limit.add_argument("--max-job-duration", type=float, metavar="SECONDS",
+    limit.add_argument("--max-job-duration", type=seconds_option, metavar="DURATION",
                        help="timeout of the project's jobs that set none, while it has a limit: their worst-case "
-                            "cost is reserved for it (default: kept; 3600 at first)")
+                            "cost is reserved for it; seconds, or with a unit: 90s, 30m, 2h, 1h30m (default: kept; "
+                            "1h at first)")
     spend = with_json(actions.add_parser("spend", help="what the project spent"))
     spend.add_argument("name")
     spend.add_argument("--by", choices=("day", "batch", "user"), help="split the total into lines")

@@ -15,6 +15,7 @@ import grpc
 import yaml
 from google.protobuf import json_format, message
 
+from corral import quantities
 from corral.client import Client
 from corral.errors import CorralError, UsageError, from_rpc_error
 from corral.refusal_words import unreachable_words
@@ -141,6 +142,23 @@ def open_client(args: argparse.Namespace) -> Client:
     """A client as the command's profile (`--profile`, else the current one) and token (`$CORRAL_TOKEN`,
     else the profile's)."""
     return Client.from_profile(args.profile)
+
+
+def seconds_option(text: str) -> float:
+    """An option's duration: seconds ("3600") or with its unit ("1h", "30m", "90s", "1h30m"), for argparse's
+    `type=` (its refusal: `error: argument --max-job-duration: "1 hour": ...`)."""
+    try:
+        return quantities.parse_duration_s(text)
+    except quantities.QuantityError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def bytes_option(text: str) -> int:
+    """An option's size: bytes ("65536") or with its unit ("64Ki", "1Mi", "10M"), for argparse's `type=`."""
+    try:
+        return quantities.parse_bytes(text)
+    except quantities.QuantityError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

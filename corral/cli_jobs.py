@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
-from corral.cli_common import open_client, print_json, usd, with_json
+from corral.cli_common import bytes_option, open_client, print_json, usd, with_json
 from corral.refusal_words import Option, option_words
 from corral.sizes import binary_size
 
@@ -205,7 +205,8 @@ def add_commands(commands: Any) -> None:
     logs.add_argument("job_id", type=int)
     logs.add_argument("--attempt", help="an attempt id (default: the latest)")
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the attempt runs")
-    logs.add_argument("--tail", type=int, metavar="BYTES", help="only the last BYTES bytes")
+    logs.add_argument("--tail", type=bytes_option, metavar="SIZE",
+                      help="only the last SIZE bytes (bytes, or with a unit: 64Ki, 1Mi, 10k)")
     logs.set_defaults(run=_logs, words=option_words({"attempt_id": Option("--attempt")}))
     rerun = with_json(commands.add_parser("rerun", help="re-run a batch's failed jobs and their dependents"))
     rerun.add_argument("batch_id", type=int)

@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 1000
 REQUIRED_TOKEN = "required: a client-generated unique string (e.g. a UUID), so that a retried call does not repeat it"
+EMPTY_SUBMISSION = ("a batch needs at least one job (one of none would complete at once, having done nothing); to "
+                    "open a batch and add its jobs later, use CreateBatch and CreateUpdate")
 MAX_RESERVED_IDS = 2**31 - 1
 """Job (and job group) ids are INT columns: a batch reserves at most this many."""
 # RerunFailedJobs' states as the bits of rerun_failed_jobs.
@@ -407,6 +409,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def SubmitBatch(self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.SubmitBatchResponse:
         principal = current_principal()
+        if not request.jobs:
+            # A batch of no jobs completes at once having done nothing: a mistake (a file's `jobs: []`).
+            # A batch that jobs are added to later is CreateBatch's, which says so by reserving none yet.
+            raise InvalidRequest(FieldViolation("jobs", EMPTY_SUBMISSION))
         if len(request.jobs) > self.limits.max_jobs_per_bunch:
             raise InvalidRequest(FieldViolation(
                 "jobs", f"SubmitBatch takes at most {self.limits.max_jobs_per_bunch} jobs (max_jobs_per_bunch); "
