@@ -180,7 +180,7 @@ async def test_corral_submit_refuses_images_that_are_not_references_one_line_eac
         refused = await run_cli(env, "submit", str(bad))
         assert refused.returncode == EXIT_REFUSED, refused.stdout + refused.stderr
         [line] = refused.stderr.splitlines()
-        assert line.startswith("error: invalid request (jobs[1].image: ") and words in line, line
+        assert line.startswith(f"error: {bad}:5:12: jobs[1]: image: ") and words in line, line
     assert await db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 0}
     assert await db.fetchone("SELECT COUNT(*) AS n FROM jobs") == {"n": 0}
     async with aio.Client(f"localhost:{storage_frontend.public_port}", alice_token, certs.ca_cert_path) as client:
