@@ -364,18 +364,20 @@ def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMac
             if resource == "cores_mcpu" or not too_wide or asked[resource]]
 
 
-def _never_runs_violations(spec: spec_pb.JobSpec, job_id: int, at: str, deployment: Deployment,
+def _never_runs_violations(spec: spec_pb.JobSpec, at: str, deployment: Deployment,
                            pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
     """A job no collection of the deployment can ever run (a machine type nobody makes, a pool that is
-    disabled or missing): one line naming the job (its `name` attribute, else its id). A job too large for
-    its pool's machine is `_size_violations`'s, field by field."""
+    disabled or missing): one line on the field at fault. A job too large for its pool's machine is
+    `_size_violations`'s, field by field."""
     cores, pool, memory, storage = choose_pool(spec, pools)
     why = never_runs(Needs(pool, cores, memory, storage, spec.machine_type), deployment)
     if why is None or pool in pools:
         return []
-    name = spec.attributes.get("name") or str(job_id)
-    field = f"{at}.machine_type" if spec.WhichOneof("size") == "machine_type" else f"{at}.resources"
-    return [FieldViolation(field, f"job {name}: {why}")]
+    if spec.WhichOneof("size") == "machine_type":
+        # The field names the key; the text starts at its value: `jobs[2].machine_type: n2-highmem-8: no pool ...`
+        # (the CLI says `FILE:L:C: jobs[2] (name: big): machine_type: n2-highmem-8: ...`).
+        return [FieldViolation(f"{at}.machine_type", why.removeprefix("machine_type "))]
+    return [FieldViolation(f"{at}.resources", why)]
 
 
 def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, known_regions: Collection[str] | None,
@@ -425,8 +427,7 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
             found += _placement_violations(spec, block, at, known_regions, new_batch)
         if deployment is not None and pools is not None and not any(
                 v.field.startswith((f"{at}.resources", f"{at}.machine_type")) for v in found):
-            found += _size_violations(spec, at, pools) or _never_runs_violations(spec, first_job_id + i, at,
-                                                                                 deployment, pools)
+            found += _size_violations(spec, at, pools) or _never_runs_violations(spec, at, deployment, pools)
         violations += found
     return violations
 

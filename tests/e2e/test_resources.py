@@ -73,7 +73,7 @@ def test_the_defaults_example_runs_as_written_and_a_machine_type_is_refused_nami
     refused = cluster.cli("submit", str(old))
     assert refused.returncode == 4, refused.stderr  # EXIT_REFUSED: INVALID_ARGUMENT
     [line] = refused.stderr.splitlines()
-    assert "job big: machine_type n2-highmem-8: no pool of this deployment offers it (pools: highcpu, highmem, " \
+    assert "jobs[2] (name: big): machine_type: n2-highmem-8: no pool of this deployment offers it (pools: highcpu, highmem, " \
            "standard on local); ask for cores and memory instead" in line, line
     assert cluster.query("SELECT COUNT(*) AS n FROM batches") == before  # nothing written
 

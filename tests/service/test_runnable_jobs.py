@@ -44,9 +44,9 @@ async def test_a_machine_type_is_refused_on_the_local_provider_naming_the_job(en
     error = await refused(env.submit(spec(name="small"), spec(name="big", machine_type="n2-highmem-8"),
                                      spec(machine_type="e2-small")))
     assert refusals(error) == [
-        ("jobs[1].machine_type", f"job big: machine_type n2-highmem-8: no pool of this deployment offers it "
+        ("jobs[1].machine_type", f"n2-highmem-8: no pool of this deployment offers it "
                                  f"({POOLS}); ask for cores and memory instead"),
-        ("jobs[2].machine_type", f"job 3: machine_type e2-small: no pool of this deployment offers it ({POOLS}); "
+        ("jobs[2].machine_type", f"e2-small: no pool of this deployment offers it ({POOLS}); "
                                  "ask for cores and memory instead")]
     await nothing_written(env)
 
@@ -57,7 +57,7 @@ async def test_a_machine_type_is_refused_on_the_local_provider_naming_the_job(en
     error = await refused(env.batches.AddJobs(bpb.AddJobsRequest(
         batch_id=batch_id, update_id=created.update.update_id, jobs=[spec(name="big", machine_type="n2-highmem-8")]),
         metadata=env.as_("alice")))
-    assert refusals(error) == [("jobs[0].machine_type", f"job big: machine_type n2-highmem-8: no pool of this "
+    assert refusals(error) == [("jobs[0].machine_type", f"n2-highmem-8: no pool of this "
                                                         f"deployment offers it ({POOLS}); ask for cores and memory "
                                                         "instead")]
     assert await env.world.db.fetchone("SELECT COUNT(*) AS n FROM jobs") == {"n": 1}
@@ -72,7 +72,7 @@ async def test_a_job_whose_pool_is_disabled_is_refused_and_one_a_pool_holds_is_a
     await env.world.db.execute("UPDATE instance_collections SET enabled = FALSE WHERE name = 'highmem'")
     error = await refused(env.submit(sized(1000, 8 * GIB, name="wide"), sized(1000)))
     assert refusals(error) == [
-        ("jobs[0].resources", "job wide: its pool, highmem (chosen by its memory per core), is disabled in this "
+        ("jobs[0].resources", "its pool, highmem (chosen by its memory per core), is disabled in this "
                               "deployment (pools: highcpu, standard on local)")]
 
 
