@@ -1,6 +1,6 @@
 """A private single-node Slurm on loopback, for comparing corral with it (bench/slurm_compare.py).
 
-Debian's slurm-wlm and munge (scripts/setup.sh installs them; the system services are not used): a
+Debian's slurm-wlm and munge (scripts/setup.sh --for test installs them; the system services are not used): a
 munged with its own key and socket, a slurmctld and a slurmd in the foreground, on ports other than
 Slurm's defaults and bound to 127.0.0.1 only, with every file under one directory. Each daemon is
 stopped by its pid on the way out.
@@ -89,7 +89,7 @@ class SlurmCluster:
     @contextlib.contextmanager
     def start(cls, root: Path, cpus: int) -> Iterator[SlurmCluster]:
         if shutil.which("slurmctld") is None or shutil.which("munged") is None:
-            raise RuntimeError("Slurm is not installed: scripts/setup.sh installs slurm-wlm and munge")
+            raise RuntimeError("Slurm is not installed: scripts/setup.sh --for test installs slurm-wlm and munge")
         for part in ("munge", "state", "spool", "log"):
             (root / part).mkdir(mode=0o700, parents=True, exist_ok=True)
         # munged wants its socket's directory, and every one above it, searchable by everyone: a directory

@@ -208,13 +208,21 @@ class Client(AsyncCalls):
                                             first_index=first_index)
                 request.MergeFromString(_repeated_field(_ADD_JOBS_JOBS, builder.serialized_specs(first_index,
                                                                                                  end_index)))
-                await self._call(self._batches.AddJobs, request)
+                try:
+                    await self._call(self._batches.AddJobs, request)
+                except CorralError as e:
+                    e.offsets["jobs"] = first_index  # its jobs[i] is the builder's job first_index + i
+                    raise
 
         try:
             for first in range(0, len(groups), bunch_size):
-                await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
-                    batch_id=batch_id, update_id=update_id, first_index=first,
-                    job_groups=groups[first:first + bunch_size]))
+                try:
+                    await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                        batch_id=batch_id, update_id=update_id, first_index=first,
+                        job_groups=groups[first:first + bunch_size]))
+                except CorralError as e:
+                    e.offsets["job_groups"] = first
+                    raise
             sends = [asyncio.ensure_future(send(n, first, end))
                      for n, (first, end) in enumerate(builder.bunches(bunch_size))]
             try:

@@ -40,6 +40,7 @@ from corral.batch_file_fields import (
     message_fields,
     suggestion,
 )
+from corral.batch_file_words import FileSource, Written
 from corral.builder import BatchBuilder, JobGroupHandle, JobHandle, Parent
 
 __all__ = ["SCHEMA_PATH", "BatchFileError", "parse_batch_file", "read_batch_file"]
@@ -53,7 +54,9 @@ SUBMIT = batch_service_pb2.SubmitBatchRequest.DESCRIPTOR
 BATCH_FIELDS = ("billing_project", "attributes", "callback_url", "cancel_after_n_failures", "idempotency_token")
 """The SubmitBatchRequest fields the top level sets (its `jobs` and `job_groups` are lists of the file's
 own form). tests/unit/test_batch_file.py checks this is every other field of the request."""
-REQUIRED = ("billing_project",)
+REQUIRED = ("billing_project", "jobs")
+"""Keys a file must have (the schema's `required`); `jobs` is checked after the groups, whose mistakes come
+first in the file."""
 FILE_DESCRIPTIONS = {
     f"{SUBMIT.full_name}.idempotency_token": "Optional in a file (corral submit makes a new one each time): "
                                              "submitting the file again with the same token returns the same batch.",
@@ -80,8 +83,8 @@ TOP_KEYS = {
     "defaults": FileKey({"$ref": "#/$defs/defaults"}, "Keys every job starts from; a job's own keys win."),
     "job_groups": FileKey({"type": "array", "items": {"$ref": "#/$defs/job_group"}},
                           "Job groups (a tree under the batch), each with a name jobs and groups refer to."),
-    "jobs": FileKey({"type": "array", "items": {"$ref": "#/$defs/job"}},
-                    "The jobs, in the order of their ids (1, 2, ...): a job comes after its parents."),
+    "jobs": FileKey({"type": "array", "items": {"$ref": "#/$defs/job"}, "minItems": 1},
+                    "The jobs, at least one, in the order of their ids (1, 2, ...): a job comes after its parents."),
 }
 JOB_KEYS = {
     "name": FileKey(_NAME, "The job's name: other jobs' parents name it, and it is stored as the job's attribute "
@@ -135,6 +138,11 @@ class _Entry:
     """Parents (of a job), the parent (of a group)."""
     group: _Ref | None = None
     accept: tuple[str, ...] | None = None
+    keys: dict[str, tuple[yaml.Node, yaml.Node]] = dataclasses.field(default_factory=dict)
+    """Each key the file gives it: (key node, value node), for refusals in the file's words."""
+
+    def written(self) -> Written:
+        return Written(self.node, self.what, self.name, self.keys)
 
 
 def read_batch_file(path: str | Path) -> BatchBuilder:
@@ -175,9 +183,9 @@ class _Parser:
                                  f"{self.r.filename}:1:1")
         pairs = self.r.entries(root, "batch file", _TOP_ALLOWED)
         given = {key: value for key, _, value in pairs}
-        for key in REQUIRED:
-            if key not in given:
-                raise self.r.error(root, f"batch file: {key} is required")
+        self._top = Written(root, "", None, {key: (key_node, value) for key, key_node, value in pairs})
+        if "billing_project" not in given:
+            raise self.r.error(root, "batch file: billing_project is required")
         batch = batch_service_pb2.SubmitBatchRequest()
         json_format.ParseDict(self.r.message([p for p in pairs if p[0] in BATCH_FIELDS], SUBMIT, ""), batch)
         defaults = self._job(given["defaults"], "defaults", in_defaults=True) if "defaults" in given else None
@@ -191,7 +199,14 @@ class _Parser:
         for job in jobs:
             if job.group is not None:
                 self._lookup(job.group, group_index, "job group")
-        return self._build(batch, defaults, groups, jobs)
+        if not jobs:  # a batch of no jobs completes at once, doing nothing: surely not what was meant
+            raise (self.r.error(given["jobs"], "jobs: an empty list: a batch needs at least one job")
+                   if "jobs" in given else self.r.error(root, "batch file: jobs is required: a batch needs at "
+                                                              "least one job"))
+        builder = self._build(batch, defaults, groups, jobs)
+        builder.source = FileSource(self.r.filename, self._top, defaults.written() if defaults else None,
+                                    [group.written() for group in groups], [job.written() for job in jobs])
+        return builder
 
     def _build(self, batch: batch_service_pb2.SubmitBatchRequest, defaults: _Entry | None, groups: list[_Entry],
                jobs: list[_Entry]) -> BatchBuilder:
@@ -239,6 +254,7 @@ class _Parser:
                 raise self.r.error(given[key], f"{what}.{key}: each job has its own {key}, not a default one")
         proto = [p for p in pairs if p[0] not in JOB_KEYS and p[0] not in SHORTHANDS]
         entry = _Entry(node, what, self.r.message(proto, JOB_SPEC, f"{what}."))
+        entry.keys = {key: (key_node, value) for key, key_node, value in pairs}
         for key, key_node, value in pairs:
             at = f"{what}.{key}"
             if key == "name":
@@ -278,6 +294,7 @@ class _Parser:
         pairs = self.r.entries(node, what, _GROUP_ALLOWED)
         entry = _Entry(node, what, self.r.message([p for p in pairs if p[0] not in GROUP_KEYS], GROUP_SPEC,
                                                   f"{what}."))
+        entry.keys = {key: (key_node, value) for key, key_node, value in pairs}
         for key, _, value in pairs:
             if key == "name":
                 entry.name, entry.name_node = self._name(value, f"{what}.name"), value

@@ -25,6 +25,7 @@ import yaml
 from google.protobuf import descriptor, duration_pb2
 from yaml.constructor import SafeConstructor
 
+from corral import quantities
 from corral.errors import UsageError
 
 F = descriptor.FieldDescriptor
@@ -34,14 +35,16 @@ INT_RANGES = {F.TYPE_INT32: (-(2**31), 2**31 - 1), F.TYPE_SINT32: (-(2**31), 2**
               F.TYPE_SFIXED64: (-(2**63), 2**63 - 1), F.TYPE_UINT64: (0, 2**64 - 1), F.TYPE_FIXED64: (0, 2**64 - 1)}
 FLOAT_TYPES = {F.TYPE_DOUBLE, F.TYPE_FLOAT}
 DURATION = duration_pb2.Duration.DESCRIPTOR.full_name
-DURATION_PATTERN = r"^-?[0-9]{1,11}(\.[0-9]{1,9})?s$"
-"""A duration as protobuf's JSON writes it: seconds with up to 9 decimals and an "s" ("90s", "1.5s"); 11 digits
-keep it inside the 10,000 years a Duration may hold."""
+DURATION_PATTERN = quantities.DURATION_PATTERN
+"""A duration as people write it ("90s", "1.5s", "30m", "2h", "1h30m"): corral.quantities reads it; the range
+(at most 99,999,999,999 s) is the parser's to check, not the schema's."""
+DURATION_DESCRIPTION = ("In a batch file: a number with its unit, ms, s, m (minutes), h or d, or several in a row "
+                        "(\"90s\", \"1.5s\", \"30m\", \"2h\", \"1h30m\").")
 MAX_DOUBLE = sys.float_info.max
 """Bounds of a number: the schema's way of refusing infinity, as the parser does."""
-MAX_CORES = 1e12
-MAX_SECONDS = 99_999_999_999
-_DURATION = re.compile(DURATION_PATTERN)
+MAX_CORES = quantities.MAX_MCPU // 1000
+MIN_CORES = 0.001
+MAX_SECONDS = quantities.MAX_DURATION_NS // 10**9
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -82,7 +85,7 @@ class Shorthand:
     convert: Callable[[Any], dict[str, Any]]
     """Its value to the JobSpec fields it sets, as ParseDict takes them."""
     replaces: tuple[str, ...] = ()
-    """JobSpec fields it is an alternative to: a job gives one or the other."""
+    """JobSpec fields (or other shorthands) it is an alternative to: a job gives one or the other."""
     into: tuple[str, str] | None = None
     """(message field, its field) it sets: a job may give the message too, without that field."""
 
@@ -98,15 +101,31 @@ def _command(r: NodeReader, node: yaml.Node, what: str) -> list[str] | str:
                         f"got {r.kind(node)}")
 
 
-def _cores(r: NodeReader, node: yaml.Node, what: str) -> float:
-    cores = r.number(node, what)
-    if not 0 < cores <= MAX_CORES:
-        raise r.error(node, f"{what}: must be more than 0 and at most {MAX_CORES:g}, e.g. 0.5 or 2")
-    return cores
+def _cores(r: NodeReader, node: yaml.Node, what: str) -> int:
+    """Milli-cores, from cores (0.5, "2") or milli-cores ("250m")."""
+    value = r.scalar(node, what)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise r.error(node, f"{what}: expected cores (0.5, 2) or milli-cores (250m), got {r.kind(node)}")
+    return r.quantity(node, what, quantities.parse_mcpu, node.value if isinstance(value, str) else value)
 
 
 def _bytes(r: NodeReader, node: yaml.Node, what: str) -> int:
+    value = r.scalar(node, what)
+    if isinstance(value, str) and re.fullmatch(quantities.BYTES_PATTERN, value):
+        short = what.rsplit(".", 1)[-1].removesuffix("_bytes")
+        raise r.error(node, f"{what}: expected a whole number of bytes, got {r.kind(node)} (with a unit, write "
+                            f"{short}: {value})")
     return r.integer(node, what, 0, INT_RANGES[F.TYPE_INT64][1])
+
+
+def _size(r: NodeReader, node: yaml.Node, what: str) -> int:
+    """Bytes, from a whole number or a size with its unit ("4Gi", "512Mi", "10G")."""
+    value = r.scalar(node, what)
+    if isinstance(value, str):
+        return r.quantity(node, what, quantities.parse_bytes, node.value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return r.integer(node, what, 0, INT_RANGES[F.TYPE_INT64][1])
+    raise r.error(node, f"{what}: expected bytes or a size such as 4Gi or 512Mi, got {r.kind(node)}")
 
 
 def _seconds(r: NodeReader, node: yaml.Node, what: str) -> float:
@@ -123,6 +142,9 @@ def _timeout(seconds: float) -> dict[str, Any]:
 
 
 _BYTES_SCHEMA = {"type": "integer", "minimum": 0, "maximum": INT_RANGES[F.TYPE_INT64][1]}
+_SIZE_SCHEMA = {"anyOf": [_BYTES_SCHEMA, {"type": "string", "pattern": quantities.BYTES_PATTERN}]}
+UNITS_DESCRIPTION = ("Sizes are bytes, or a number with a unit: Ki, Mi, Gi, Ti (powers of 1024) or k, M, G, T "
+                     "(powers of 1000), as in Kubernetes; a fraction is rounded up to a whole byte.")
 TEXT_SCHEMA: dict[str, Any] = {"type": ["string", "number", "boolean"]}
 """Where the protos want a string: a number or boolean is taken as written (NodeReader.string)."""
 SHORTHANDS = {
@@ -132,12 +154,24 @@ SHORTHANDS = {
         _command, lambda v: {"argv": {"args": v}} if isinstance(v, list) else {"script": v},
         replaces=("argv", "script")),
     "cores": Shorthand(
-        {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_CORES},
-        "Cores reserved for the job, e.g. 0.5 or 2 (resources.cores_mcpu = cores x 1000).",
-        _cores, lambda v: {"resources": {"cores_mcpu": round(v * 1000)}}, into=("resources", "cores_mcpu")),
+        {"anyOf": [{"type": "number", "minimum": MIN_CORES, "maximum": MAX_CORES},
+                   {"type": "string", "pattern": quantities.MCPU_PATTERN}]},
+        "Cores reserved for the job: cores (0.5, 2, rounded to thousandths) or milli-cores (\"250m\"), at "
+        "least 0.001 (resources.cores_mcpu = cores x 1000).",
+        _cores, lambda v: {"resources": {"cores_mcpu": v}}, into=("resources", "cores_mcpu")),
+    "memory": Shorthand(
+        _SIZE_SCHEMA, "Memory reserved for the job: bytes, or a size such as 4Gi, 512Mi or 4G "
+                      "(resources.memory_bytes). " + UNITS_DESCRIPTION,
+        _size, lambda v: {"resources": {"memory_bytes": v}}, replaces=("memory_bytes",),
+        into=("resources", "memory_bytes")),
     "memory_bytes": Shorthand(
         _BYTES_SCHEMA, "Memory reserved for the job, in bytes (resources.memory_bytes).",
         _bytes, lambda v: {"resources": {"memory_bytes": v}}, into=("resources", "memory_bytes")),
+    "storage": Shorthand(
+        _SIZE_SCHEMA, "Scratch storage reserved for the job: bytes, or a size such as 10Gi "
+                      "(resources.storage_bytes). " + UNITS_DESCRIPTION,
+        _size, lambda v: {"resources": {"storage_bytes": v}}, replaces=("storage_bytes",),
+        into=("resources", "storage_bytes")),
     "storage_bytes": Shorthand(
         _BYTES_SCHEMA, "Scratch storage reserved for the job, in bytes (resources.storage_bytes).",
         _bytes, lambda v: {"resources": {"storage_bytes": v}}, into=("resources", "storage_bytes")),
@@ -241,6 +275,25 @@ class NodeReader:
             raise self.error(node, f"{what}: expected a number, got {self.kind(node)}")
         return value
 
+    def quantity(self, node: yaml.Node, what: str, parse: Callable[[Any], int], value: Any) -> int:
+        """`parse(value)` (corral.quantities), its refusal at the node."""
+        try:
+            return parse(value)
+        except quantities.QuantityError as e:
+            raise self.error(node, f"{what}: {e}") from None
+
+    def duration(self, node: yaml.Node, what: str) -> str:
+        """A duration with its unit ("90s", "30m", "2h", "1h30m") as protobuf's JSON writes it ("5400s"); a
+        number alone is refused: seconds or minutes, the file does not say."""
+        value = self.scalar(node, what)
+        if not isinstance(value, str):
+            raise self.error(node, f"{what}: expected a duration with its unit, such as \"90s\", \"30m\" or "
+                                   f"\"2h\", got {self.kind(node)}")
+        duration = duration_pb2.Duration()
+        duration.FromNanoseconds(self.quantity(node, what, lambda v: quantities.parse_duration_ns(v, None),
+                                               node.value))
+        return duration.ToJsonString()
+
     def boolean(self, node: yaml.Node, what: str) -> bool:
         value = self.scalar(node, what)
         if not isinstance(value, bool):
@@ -285,11 +338,7 @@ class NodeReader:
         """One value of `field`'s type (an element, for a repeated field)."""
         if field.message_type is not None:
             if field.message_type.full_name == DURATION:
-                text = self.scalar(node, what)
-                if not isinstance(text, str) or not _DURATION.match(text):
-                    raise self.error(node, f"{what}: expected a duration in seconds such as \"90s\" or \"1.5s\", "
-                                           f"got {self.kind(node)}")
-                return text
+                return self.duration(node, what)
             names = message_fields(field.message_type)
             return self.message(self.entries(node, what, names), field.message_type, f"{what}.")
         if field.enum_type is not None:
@@ -319,8 +368,7 @@ class _AnyKey(Collection[str]):
 ANY = _AnyKey()
 
 
-SYNONYMS = {"cpus": "cores", "cpu": "cores", "memory": "memory_bytes", "mem": "memory_bytes",
-            "storage": "storage_bytes", "disk": "storage_bytes", "depends_on": "parents", "dependencies": "parents",
+SYNONYMS = {"cpus": "cores", "cpu": "cores", "mem": "memory", "ram": "memory", "disk": "storage", "depends_on": "parents", "dependencies": "parents",
             "needs": "parents", "after": "parents", "group": "job_group", "cmd": "command", "args": "command",
             "run": "command", "timeout_seconds": "timeout_s", "retries": "max_attempts", "labels": "attributes",
             "environment": "env", "region": "regions", "project": "billing_project"}

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
+from corral import quantities
 from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.errors import UsageError
 
@@ -79,6 +81,9 @@ class BatchBuilder:
         """Each job's spec, serialized: a million no-op jobs hold some 100 MB here, where the messages
         themselves took 1.6 GB."""
         self._groups: list[job_group_pb2.JobGroupSpec] = []
+        self.source: object | None = None
+        """Where a batch file wrote these jobs (a `corral.batch_file_words.FileSource`; None: built in code), so
+        that `corral submit` can say a refusal in the file's words."""
 
     def __len__(self) -> int:
         return len(self._specs)
@@ -91,13 +96,13 @@ class BatchBuilder:
         parents: Iterable[JobHandle | int] = (),
         accept: Iterable[str] = ("succeeded",),
         always_run: bool = False,
-        cores: float = 1.0,
-        memory_bytes: int = 0,
-        storage_bytes: int = 0,
+        cores: float | str = 1.0,
+        memory_bytes: int | str = 0,
+        storage_bytes: int | str = 0,
         env: Mapping[str, str] | None = None,
         attributes: Mapping[str, str] | None = None,
         regions: Sequence[str] = (),
-        timeout_s: float | None = None,
+        timeout_s: float | str | None = None,
         max_attempts: int = 0,
         priority: int = 0,
         locks: Iterable[job_spec_pb2.JobLock] = (),
@@ -108,7 +113,11 @@ class BatchBuilder:
         image_pull_secret: str = "",
     ) -> JobHandle:
         """Add a job (to `job_group`, a handle from `job_group()`, else to the batch's root group); `command`
-        is an argv list or a shell script string. `locks` are the resource locks it
+        is an argv list or a shell script string. `cores` is a number of cores (0.5) or text in cores or
+        milli-cores ("0.5", "250m"); `memory_bytes` and `storage_bytes` are bytes (an int) or a size with its unit
+        ("4Gi", "512Mi", "10G": Ki, Mi, Gi, Ti are powers of 1024, k, M, G, T powers of 1000); `timeout_s` is
+        seconds or a duration with its unit ("90s", "30m", "2h", "1h30m"). Others are refused with a UsageError
+        naming the accepted units (corral.quantities). `locks` are the resource locks it
         holds while it runs (`job_spec_pb2.JobLock(level=..., mode=..., names=[...])`): the scheduler never
         starts it while a running job of the billing project holds a clashing one. `retry_policy` says which
         failed attempts are tried again (out of memory with more memory, listed exit codes after a back-off,
@@ -120,12 +129,15 @@ class BatchBuilder:
         (`{"db": "/secrets/db"}`, read-only). `image_pull_secret` names the secret of the batch's billing
         project holding the login to a private image's registry (files `username` and `password`, or Docker's
         config.json as `.dockerconfigjson`); the job never sees it."""
+        cores_mcpu = _quantity("cores", quantities.parse_mcpu, cores)
+        memory = _quantity("memory_bytes", quantities.parse_bytes, memory_bytes)
+        storage = _quantity("storage_bytes", quantities.parse_bytes, storage_bytes)
         spec = job_spec_pb2.JobSpec(
             image=image, image_pull_secret=image_pull_secret, env=dict(env or {}), regions=list(regions),
             always_run=always_run, max_attempts=max_attempts, attributes=dict(attributes or {}), priority=priority,
             locks=list(locks),
-            resources=job_spec_pb2.ResourceRequest(cores_mcpu=round(cores * 1000), memory_bytes=memory_bytes,
-                                                   storage_bytes=storage_bytes),
+            resources=job_spec_pb2.ResourceRequest(cores_mcpu=cores_mcpu, memory_bytes=memory,
+                                                   storage_bytes=storage),
         )
         if isinstance(command, str):
             spec.script = command
@@ -136,7 +148,7 @@ class BatchBuilder:
         if on_demand:
             spec.provisioning_model = job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND
         if timeout_s is not None:
-            spec.timeout.FromNanoseconds(round(timeout_s * 1e9))  # a negative one stays negative: refused
+            spec.timeout.FromNanoseconds(_quantity("timeout_s", quantities.parse_duration_ns, timeout_s))
         for name, mount_path in (secrets or {}).items():
             spec.secrets.add(name=name, mount_path=mount_path)
         return self._add(spec, parents, accept, job_group)
@@ -220,6 +232,14 @@ class BatchBuilder:
     def bunches(self, size: int) -> list[tuple[int, int]]:
         """(first_index, end_index) of each bunch of at most `size` jobs, for parallel AddJobs calls."""
         return [(i, min(i + size, len(self._specs))) for i in range(0, len(self._specs), size)]
+
+
+def _quantity(name: str, parse: Callable[[Any], int], value: Any) -> int:
+    """`parse(value)`, its refusal a UsageError naming the argument."""
+    try:
+        return parse(value)
+    except quantities.QuantityError as e:
+        raise UsageError(f"{name}: {e}") from None
 
 
 def _accepted(accept: Iterable[str]) -> list[int]:

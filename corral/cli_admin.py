@@ -15,8 +15,24 @@ from typing import Any
 
 from corral.auth.v1 import user_pb2
 from corral.billing.v1 import billing_project_pb2
-from corral.cli_common import open_client, print_json, usd, with_json
+from corral.cli_common import open_client, print_json, seconds_option, usd, with_json
 from corral.errors import UsageError
+from corral.refusal_words import USD, Option, option_words
+
+
+BILLING_OPTIONS = {
+    "name": Option("NAME"), "username": Option("USERNAME"), "members": Option("--member"),
+    # `billing limit NAME USD` and `billing create --limit USD`: the API's micro-USD, said in USD.
+    "limit_micro_usd": Option("the limit (USD)", USD), "max_job_duration": Option("--max-job-duration"),
+    "first_day": Option("--from"), "last_day": Option("--to"), "breakdown": Option("--by"),
+}
+"""The request fields `corral billing ...` sets, as its options and arguments say them."""
+USERS_OPTIONS = {
+    "username": Option("USERNAME"), "roles": Option("--role"), "password": Option("the password"),
+    "display_name": Option("--display-name"), "email": Option("--email"), "name": Option("--name"),
+    "ttl": Option("--ttl-days"),
+}
+"""The request fields `corral users ...` sets, as its options and arguments say them."""
 
 
 def project_line(p: billing_project_pb2.BillingProject) -> str:
@@ -85,8 +101,9 @@ def user_line(u: user_pb2.User) -> str:
 def _users(args: argparse.Namespace) -> int:
     with open_client(args) as client:
         if args.action == "token":
+            # 0 is sent as 0, for the server to refuse: it once meant "the default", 30 days, silently.
             token, secret = client.create_token(args.name, args.username,
-                                                args.ttl_days * 86400 if args.ttl_days else None)
+                                                args.ttl_days * 86400 if args.ttl_days is not None else None)
             if args.json:
                 print_json([token])
             print(secret)  # shown once: the service keeps only its hash
@@ -127,15 +144,16 @@ def add_commands(commands: Any) -> None:
     limit = with_json(actions.add_parser("limit", help="set the spending limit (admin)"))
     limit.add_argument("name")
     limit.add_argument("usd", help="amount in USD, or 'none'")
-    limit.add_argument("--max-job-duration", type=float, metavar="SECONDS",
+    limit.add_argument("--max-job-duration", type=seconds_option, metavar="DURATION",
                        help="timeout of the project's jobs that set none, while it has a limit: their worst-case "
-                            "cost is reserved for it (default: kept; 3600 at first)")
+                            "cost is reserved for it; seconds, or with a unit: 90s, 30m, 2h, 1h30m (default: kept; "
+                            "1h at first)")
     spend = with_json(actions.add_parser("spend", help="what the project spent"))
     spend.add_argument("name")
     spend.add_argument("--by", choices=("day", "batch", "user"), help="split the total into lines")
     spend.add_argument("--from", dest="first_day", metavar="YYYY-MM-DD")
     spend.add_argument("--to", dest="last_day", metavar="YYYY-MM-DD")
-    billing.set_defaults(run=_billing)
+    billing.set_defaults(run=_billing, words=option_words(BILLING_OPTIONS))
 
     users = commands.add_parser("users", help="people, service identities and their tokens (admin)")
     actions = users.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
@@ -152,7 +170,8 @@ def add_commands(commands: Any) -> None:
     token = with_json(actions.add_parser("token", help="a new API token for a user; prints its secret"))
     token.add_argument("username")
     token.add_argument("--name", default="cli", help="the token's name")
-    token.add_argument("--ttl-days", type=float, help="validity in days (default: 30)")
+    token.add_argument("--ttl-days", type=float,
+                       help="validity in days, more than 0 and at most 366 (default: 30; a token never lasts for good)")
     deactivate = with_json(actions.add_parser("deactivate", help="deactivate a user and revoke their tokens"))
     deactivate.add_argument("username")
-    users.set_defaults(run=_users)
+    users.set_defaults(run=_users, words=option_words(USERS_OPTIONS))

@@ -12,7 +12,9 @@ from google.protobuf import json_format
 
 from corral.batch.v1 import batch_pb2
 from corral.batch_file import read_batch_file
+from corral.batch_file_words import FileSource, file_refusal
 from corral.cli_common import EXIT_NOT_ALL_SUCCEEDED, open_client, with_json
+from corral.refusal_words import Option, option_words
 
 
 def _print_batch(batch: batch_pb2.Batch) -> None:
@@ -36,6 +38,9 @@ def _emit(args: argparse.Namespace, batches: list[batch_pb2.Batch]) -> None:
 
 def _submit(args: argparse.Namespace) -> int:
     builder = read_batch_file(args.file)
+    source = builder.source
+    if isinstance(source, FileSource):  # a refusal names the file's keys, lines and units
+        args.words = lambda error: file_refusal(source, error)
     with open_client(args) as client:
         batch = client.submit(builder)
     if args.quiet:
@@ -87,14 +92,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     ls = with_json(commands.add_parser("ls", help="list batches matching a query (newest first)"))
     ls.add_argument("query", nargs="*", help="e.g. state=running name=~align")
     ls.add_argument("--limit", type=int, default=50)
-    ls.set_defaults(run=_ls)
+    ls.set_defaults(run=_ls, words=option_words({"query": Option("the query")}))
     status = with_json(commands.add_parser("status", help="show one batch"))
     status.add_argument("batch_id", type=int)
     status.set_defaults(run=_status)
     cancel = with_json(commands.add_parser("cancel", help="cancel a batch"))
     cancel.add_argument("batch_id", type=int)
     cancel.add_argument("--reason", default="cancelled from the command line")
-    cancel.set_defaults(run=_cancel)
+    cancel.set_defaults(run=_cancel, words=option_words({"reason": Option("--reason")}))
     wait = with_json(commands.add_parser(
         "wait", help="wait until a batch completes, showing progress; exit 0 if every job succeeded, "
                      f"{EXIT_NOT_ALL_SUCCEEDED} if not"))

@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import NoReturn
 
 import grpc
 import yaml
 from google.protobuf import json_format, message
 
+from corral import quantities
 from corral.client import Client
 from corral.errors import CorralError, UsageError, from_rpc_error
+from corral.refusal_words import unreachable_words
+
+Words = Callable[[CorralError], "str | None"]
+"""A command's way of saying a refusal in the words its user typed (corral.refusal_words), set as `args.words`
+(None: the server's line as it is)."""
 
 EXIT_FAILED = 1
 """The server failed (INTERNAL, UNKNOWN, ...), or the CLI met an error it does not know."""
@@ -64,9 +71,12 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"error: {message} (see `{self.prog} --help`)\n")
 
 
-def failure(error: BaseException) -> tuple[str | None, int]:
+def failure(error: BaseException, words: Words | None = None, addresses: Sequence[str] = (),
+            probe: Callable[[str], str | None] | None = None) -> tuple[str | None, int]:
     """The one line to print for a command that raised `error` (None: print nothing) and the exit code,
-    or raise `error` again if it is not a failure the CLI knows how to report."""
+    or raise `error` again if it is not a failure the CLI knows how to report. `words` says a refusal in the
+    user's words; `addresses` are the servers the command talks to (the frontend first), for a call that
+    never reached one, and `probe` finds why (corral.reachability)."""
     if isinstance(error, BrokenPipeError):
         return None, EXIT_BROKEN_PIPE
     if isinstance(error, KeyboardInterrupt):
@@ -74,7 +84,12 @@ def failure(error: BaseException) -> tuple[str | None, int]:
     if isinstance(error, grpc.RpcError) and hasattr(error, "code"):  # a stream's error no call turned typed
         error = from_rpc_error(error)
     if isinstance(error, CorralError):
-        return str(error), _EXIT_BY_STATUS.get(error.code, EXIT_FAILED)
+        code = _EXIT_BY_STATUS.get(error.code, EXIT_FAILED)
+        if addresses and (unreachable := unreachable_words(_address(addresses, error.message), error.code,
+                                                            error.message, probe)) is not None:
+            return unreachable, code
+        said = words(error) if words is not None else None
+        return said or str(error), code
     if isinstance(error, UsageError):
         return str(error), EXIT_USAGE
     if isinstance(error, yaml.YAMLError):
@@ -84,6 +99,24 @@ def failure(error: BaseException) -> tuple[str | None, int]:
     if isinstance(error, Exception):
         return f"{type(error).__name__}: {error} (`corral --debug ...` shows where)", EXIT_FAILED
     raise error
+
+
+def _address(addresses: Sequence[str], details: str) -> str:
+    """The one of `addresses` gRPC's `details` are about ("ipv4:127.0.0.1:8443: ..." is localhost:8443's):
+    the first whose port they name, else the first."""
+    return next((a for a in addresses if re.search(rf":{re.escape(a.rpartition(':')[2])}\b", details)),
+                addresses[0])
+
+
+def debug_line(error: BaseException) -> str | None:
+    """What `--debug` adds for a failed call: the status and the server's own field paths, as API users see
+    them (the `error:` line says them in the user's words)."""
+    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
+        error = from_rpc_error(error)
+    if not isinstance(error, CorralError):
+        return None
+    said = [f"{v.field}: {v.description}" if v.field else v.description for v in error.field_violations]
+    return f"status {error.code.name}: {error.message}" + "".join(f"\n  field {v}" for v in said)
 
 
 def yaml_error(error: yaml.YAMLError) -> str:
@@ -109,6 +142,23 @@ def open_client(args: argparse.Namespace) -> Client:
     """A client as the command's profile (`--profile`, else the current one) and token (`$CORRAL_TOKEN`,
     else the profile's)."""
     return Client.from_profile(args.profile)
+
+
+def seconds_option(text: str) -> float:
+    """An option's duration: seconds ("3600") or with its unit ("1h", "30m", "90s", "1h30m"), for argparse's
+    `type=` (its refusal: `error: argument --max-job-duration: "1 hour": ...`)."""
+    try:
+        return quantities.parse_duration_s(text)
+    except quantities.QuantityError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def bytes_option(text: str) -> int:
+    """An option's size: bytes ("65536") or with its unit ("64Ki", "1Mi", "10M"), for argparse's `type=`."""
+    try:
+        return quantities.parse_bytes(text)
+    except quantities.QuantityError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -40,9 +40,39 @@ def _ask_auth(profile: Profile, method: str, request: Any, token: str | None = N
             raise from_rpc_error(e) from None
 
 
+NO_TERMINAL = ("no terminal to ask for a password: pipe it with --password-stdin or set "
+               f"{PASSWORD_VARIABLE}")
+
+
+def _password(args: argparse.Namespace) -> str:
+    """The password: from stdin (`--password-stdin`), `$CORRAL_PASSWORD`, or a prompt on the terminal. Without a
+    terminal getpass would read stdin after a warning, and fail at its end with EOFError."""
+    if args.password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise UsageError("--password-stdin: stdin held no password")
+        return password
+    if password := os.environ.get(PASSWORD_VARIABLE):
+        return password
+    if not _has_terminal():
+        raise UsageError(NO_TERMINAL)
+    return getpass.getpass(f"password for {args.username}: ")
+
+
+def _has_terminal() -> bool:
+    """Whether getpass can prompt: it asks on the controlling terminal (/dev/tty), whatever stdin is."""
+    try:
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except OSError:
+        return False
+    return True
+
+
 def _login(args: argparse.Namespace) -> int:
     if (args.username is None) == (args.token is None):
         raise UsageError("give either a username (to log in with a password) or --token TOKEN")
+    if args.password_stdin and args.token is not None:
+        raise UsageError("--password-stdin is for a username's password; --token - reads a token from stdin")
     config = Config.load()
     name = args.profile or args.username
     # A new profile is of the server of the current one, unless the options say otherwise.
@@ -57,7 +87,7 @@ def _login(args: argparse.Namespace) -> int:
             raise UsageError("the token is empty")
         user = _ask_auth(profile, "WhoAmI", auth_service_pb2.WhoAmIRequest(), token).user
     else:
-        password = os.environ.get(PASSWORD_VARIABLE) or getpass.getpass(f"password for {args.username}: ")
+        password = _password(args)
         response = _ask_auth(profile, "Login", auth_service_pb2.LoginRequest(username=args.username,
                                                                              password=password))
         token, user = response.token, response.user
@@ -109,8 +139,10 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
         "login", help="log in (with a password, or a token you have) and save it as a profile",
         description="Check the credentials with the auth service and save them as a profile named after the "
                     "user (or `corral --profile NAME login ...`), which becomes current.")
-    login.add_argument("username", nargs="?", help="log in with this user's password (from $CORRAL_PASSWORD "
-                                                   "or a prompt)")
+    login.add_argument("username", nargs="?", help="log in with this user's password (from --password-stdin, "
+                                                   "$CORRAL_PASSWORD or a prompt on the terminal)")
+    login.add_argument("--password-stdin", action="store_true",
+                       help="read the password from stdin's first line (for scripts: no terminal needed)")
     login.add_argument("--token", help="log in with this token instead ('-': read it from stdin)")
     login.add_argument("--frontend", help="host:port of the frontend (default: the current profile's)")
     login.add_argument("--auth", help="host:port of the auth service (default: the current profile's)")

@@ -16,6 +16,7 @@ from typing import Any
 from corral.batch.v1 import image_pb2
 from corral.cli_common import open_client, print_json, with_json
 from corral.errors import UsageError
+from corral.refusal_words import Option, option_words
 from corral.sizes import binary_size
 
 OWN = "localhost/"
@@ -93,4 +94,6 @@ def add_commands(commands: Any) -> None:
     listing.add_argument("--project", help="only this billing project's (default: every project you may see)")
     remove = with_json(actions.add_parser("rm", help="delete a tag of a project's image (members)"))
     remove.add_argument("reference", help="localhost/PROJECT/NAME[:TAG]")
-    images.set_defaults(run=_images)
+    images.set_defaults(run=_images, words=option_words({
+        "header.billing_project": Option("--project"), "header.name": Option("--name"), "header.tag": Option("--tag"),
+        "billing_project": Option("--project"), "name": Option("the image's name"), "tag": Option("the tag")}))

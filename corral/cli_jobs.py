@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 from corral.batch.v1 import job_explanation_pb2, job_pb2, job_state_pb2
-from corral.cli_common import open_client, print_json, usd, with_json
+from corral.cli_common import bytes_option, open_client, print_json, usd, with_json
+from corral.refusal_words import Option, option_words
 from corral.sizes import binary_size
 
 
@@ -224,7 +225,7 @@ def add_commands(commands: Any) -> None:
     jobs.add_argument("batch_id", type=int)
     jobs.add_argument("query", nargs="*", help="e.g. state=failed name=~align (see docs/query-language.md)")
     jobs.add_argument("--limit", type=int, default=1000, help="most jobs to show")
-    jobs.set_defaults(run=_jobs)
+    jobs.set_defaults(run=_jobs, words=option_words({"query": Option("the query")}))
     job = with_json(commands.add_parser("job", help="show one job, its attempts and why it is not running"))
     job.add_argument("batch_id", type=int)
     job.add_argument("job_id", type=int)
@@ -238,19 +239,21 @@ def add_commands(commands: Any) -> None:
     logs.add_argument("--follow", "-f", action="store_true",
                       help="keep printing while the job runs: wait for it to start, go on with each retry, "
                            "return when it is final (with --attempt: while that attempt runs)")
-    logs.add_argument("--tail", type=int, metavar="BYTES", help="only the last BYTES bytes")
-    logs.set_defaults(run=_logs)
+    logs.add_argument("--tail", type=bytes_option, metavar="SIZE",
+                      help="only the last SIZE bytes (bytes, or with a unit: 64Ki, 1Mi, 10k)")
+    logs.set_defaults(run=_logs, words=option_words({"attempt_id": Option("--attempt")}))
     rerun = with_json(commands.add_parser("rerun", help="re-run a batch's failed jobs and their dependents"))
     rerun.add_argument("batch_id", type=int)
     rerun.add_argument("--state", action="append", choices=("failed", "error", "cancelled"),
                        help="states to re-run (repeatable; default: failed and error)")
     rerun.add_argument("--token", help="idempotency token: the same token re-runs once (default: a new one)")
-    rerun.set_defaults(run=_rerun)
+    rerun.set_defaults(run=_rerun, words=option_words({"idempotency_token": Option("--token"),
+                                                        "states": Option("--state")}))
     cancel_group = with_json(commands.add_parser("cancel-group", help="cancel a job group and its subtree"))
     cancel_group.add_argument("batch_id", type=int)
     cancel_group.add_argument("job_group_id", type=int)
     cancel_group.add_argument("--reason", default="cancelled from the command line")
-    cancel_group.set_defaults(run=_cancel_group)
+    cancel_group.set_defaults(run=_cancel_group, words=option_words({"reason": Option("--reason")}))
     delete = commands.add_parser("delete", help="delete a batch (cancelling it if it runs)")
     delete.add_argument("batch_id", type=int)
     delete.set_defaults(run=_delete)

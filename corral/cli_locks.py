@@ -15,6 +15,7 @@ from typing import Any
 
 from corral.batch.v1 import job_spec_pb2, lock_pb2
 from corral.cli_common import open_client, print_json, with_json
+from corral.refusal_words import Option, option_words
 
 HEADER = ("PROJECT", "LOCK", "MODE", "HOLDERS", "WAITERS")
 
@@ -71,4 +72,5 @@ def add_commands(commands: Any) -> None:
     locks.add_argument("--project", help="only this billing project's locks (default: every project you see)")
     locks.add_argument("--level", help="only locks at this level")
     locks.add_argument("--name", help="only the lock of this name (with --level)")
-    locks.set_defaults(run=_locks)
+    locks.set_defaults(run=_locks, words=option_words({
+        "billing_project": Option("--project"), "level": Option("--level"), "name": Option("--name")}))

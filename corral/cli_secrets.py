@@ -17,6 +17,7 @@ from typing import Any
 from corral.batch.v1 import secret_pb2
 from corral.cli_common import open_client, print_json, with_json
 from corral.errors import UsageError
+from corral.refusal_words import Option, option_words
 
 
 def read_files(specs: list[str]) -> dict[str, bytes]:
@@ -76,4 +77,6 @@ def add_commands(commands: Any) -> None:
     delete.add_argument("name")
     for action in (create, actions.choices["list"], delete):
         action.add_argument("--project", required=True, help="the billing project")
-    secrets.set_defaults(run=_secrets)
+    secrets.set_defaults(run=_secrets, words=option_words({
+        "name": Option("NAME"), "files": Option("--from-file"), "replace": Option("--replace", flag=True),
+        "billing_project": Option("--project")}))

@@ -42,6 +42,11 @@ class CorralError(Exception):
         if code is not None:
             self.code = code
         self.field_violations = field_violations
+        """The server's own field paths (`jobs[0].resources.cores_mcpu`), kept for API users and `--debug`
+        whatever words the CLI says them in."""
+        self.offsets: dict[str, int] = {}
+        """Where the request's lists start in what the caller sent as a whole: a bunch of a large submission
+        (AddJobs) sets {"jobs": its first job's index in the builder}, so its `jobs[i]` is that job + i."""
 
     def __str__(self) -> str:
         if not self.field_violations:

@@ -12,9 +12,10 @@ _UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 
 def binary_size(n_bytes: int) -> str:
-    """`n_bytes` as '16 GiB' ('%g' of the unit: '8.88178 PiB'); under 1 KiB, '100 bytes'."""
+    """`n_bytes` as '16 GiB', to one decimal as people read sizes ('2.7 MiB', not '2.66406 MiB'; a whole
+    number without one); under 1 KiB, '100 bytes'."""
     for power in range(len(_UNITS), 0, -1):
         unit = 1 << (10 * power)
         if n_bytes >= unit:
-            return f"{n_bytes / unit:g} {_UNITS[power - 1]}"
+            return f"{n_bytes / unit:.1f}".removesuffix(".0") + f" {_UNITS[power - 1]}"
     return f"{n_bytes} bytes"

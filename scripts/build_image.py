@@ -13,7 +13,7 @@ PATH as `envoy`). It is built in two layers:
    minutes, so it is kept in `--cache` under a key made of this script and pyproject.toml, and reused while
    neither changes.
 2. **corral**: corral itself, installed into that venv as a wheel without dependencies, and the gateway's
-   descriptor set and OpenAPI document in /opt/corral/gateway (what `envoy --mode validate` and the
+   descriptor set, OpenAPI document and REST body-key check in /opt/corral/gateway (what `envoy --mode validate` and the
    transcoder read; helm/corral/files/ configs name that path), and sql/ in /opt/corral/sql (the wheel has
    no sql/; the migrations Job names it). `umoci unpack` of the base, `pip install`,
    `umoci repack`: the layer holds only what changed. Seconds.
@@ -42,7 +42,7 @@ DEBIAN_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 """What the base holds beyond minbase: Python 3.11 (the version corral's wheels are fetched for) and CAs."""
 VENV = "/opt/corral/venv"
 GATEWAY_FILES = "/opt/corral/gateway"
-"""The descriptor set and OpenAPI document the public gateway reads (helm/corral/gateway/kubernetes.yaml)."""
+"""The descriptor set, OpenAPI document and REST body-key check (Lua) the public gateway reads (helm/corral/gateway/kubernetes.yaml)."""
 SQL_FILES = "/opt/corral/sql"
 """The migrations, procedures and triggers (`corral db migrate --sql-dir`, helm/corral's migrations Job)."""
 USER_ID = 10001

@@ -28,6 +28,7 @@ from google.protobuf import descriptor, descriptor_pb2
 from corral import batch_file
 from corral.batch_file_fields import (
     DURATION,
+    DURATION_DESCRIPTION,
     DURATION_PATTERN,
     FLOAT_TYPES,
     INT_RANGES,
@@ -93,6 +94,8 @@ class SchemaWriter:
         else:
             schema = self.value(field)
         description = batch_file.FILE_DESCRIPTIONS.get(field.full_name) or self.comments.get(field.full_name, "")
+        if field.message_type is not None and field.message_type.full_name == DURATION:
+            description += f" {DURATION_DESCRIPTION}"
         if field.enum_type is not None:
             package = field.enum_type.full_name.rsplit(".", 1)[0]
             description += " Values: " + ", ".join(

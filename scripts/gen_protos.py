@@ -140,7 +140,8 @@ _STATUS_DEFINITIONS = {
 def write_openapi(out: Path) -> None:
     """corral/openapi.json: one Swagger 2.0 document of every public package's REST routes."""
     if not SWAGGER_PLUGIN.exists():
-        raise SystemExit(f"{SWAGGER_PLUGIN} is missing: install Debian's golang-grpc-gateway (scripts/setup.sh does)")
+        raise SystemExit(f"{SWAGGER_PLUGIN} is missing: install Debian's golang-grpc-gateway "
+                         "(scripts/setup.sh --for test does)")
     merged: dict = {"paths": {}, "definitions": {}}
     with tempfile.TemporaryDirectory(prefix="corral-openapi-") as work:
         protos, swagger = Path(work) / "protos", Path(work) / "swagger"

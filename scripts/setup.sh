@@ -1,27 +1,61 @@
 #!/usr/bin/env bash
-# Install what corral's tests need on a Debian/Ubuntu machine. Idempotent:
-# each step runs only when its result is missing or out of date.
-#   - Debian packages: MariaDB (tests start a private server of their own; the
-#     system service is neither started nor configured here), the OCI tools of
-#     the container runtime (runc, umoci, skopeo), the OCI registry `corral up`
-#     runs on loopback (docker-registry), the static busybox it seeds it
-#     with (busybox-static) and what builds its Debian base images (mmdebstrap,
-#     faketime for Java's trust store, Debian's archive keys), iptables (the partition fault cuts a worker off
-#     with it), Node.js for buf, golang-grpc-gateway (protoc-gen-swagger,
-#     with which scripts/gen_protos.py writes corral/openapi.json), and Slurm
-#     with munge (`bench slurm-compare` runs a private one on loopback; the
-#     system services are not used);
-#   - .venv with corral installed editable, re-installed when pyproject.toml
-#     changes;
+# Install what corral needs on a Debian/Ubuntu machine, at one of two levels:
+#
+#   scripts/setup.sh --for run    what `corral up` runs (scripts/up.sh calls this)
+#   scripts/setup.sh [--for test] that, and what the tests, benchmarks and protos'
+#                                 generator use (scripts/test.sh calls this)
+#
+# Idempotent: each step runs only when its result is missing or out of date.
+#
+# run:
+#   - Debian packages: MariaDB (`corral up` starts a private server of its own;
+#     the system service is neither started nor configured here), the OCI tools
+#     of the container runtime (runc, umoci, skopeo) and iptables (containers'
+#     networks, services/worker/oci/network.py), the OCI registry `corral up`
+#     runs on loopback (docker-registry), the static busybox it seeds it with
+#     (busybox-static) and what builds its Debian base images (mmdebstrap,
+#     faketime for Java's trust store, Debian's archive keys);
+#   - .venv with corral installed editable (`pip install -e .`: pyproject's
+#     dependencies, no extras), re-installed when pyproject.toml changes.
+# test adds:
+#   - Debian packages: Node.js for buf and Azurite, golang-grpc-gateway
+#     (protoc-gen-swagger, with which scripts/gen_protos.py writes
+#     corral/openapi.json), and Slurm with munge (`bench slurm-compare` runs a
+#     private one on loopback; the system services are not used);
+#   - the dev and bench extras in .venv (`pip install -e '.[dev,bench]'`);
 #   - the buf CLI in .tools/;
 #   - Azurite (the Azure Blob Storage emulator) in .tools/azurite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(mariadb-server mariadb-client runc umoci skopeo docker-registry busybox-static mmdebstrap faketime debian-archive-keyring iptables nodejs npm golang-grpc-gateway
-          slurm-wlm munge)
+usage() { echo "usage: scripts/setup.sh [--for run|test]   (default: test, everything)"; }
+
+LEVEL=test
+while (($#)); do
+    case $1 in
+        --for) LEVEL=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+        --for=*) LEVEL=${1#--for=}; shift ;;
+        -h | --help) usage; exit 0 ;;
+        *) echo "setup: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+    esac
+done
+if [[ $LEVEL != run && $LEVEL != test ]]; then
+    echo "setup: --for takes run or test, not '$LEVEL'" >&2
+    exit 2
+fi
+
+RUN_PACKAGES=(mariadb-server mariadb-client runc umoci skopeo iptables docker-registry busybox-static
+              mmdebstrap faketime debian-archive-keyring)
+TEST_PACKAGES=(nodejs npm golang-grpc-gateway slurm-wlm munge)
 BUF_VERSION=1.75.0
-STAMP=.venv/.corral-pyproject.sha256
+# Azurite runs in a prefix of its own: npm prunes packages it was not asked for, so sharing buf's would
+# remove one or the other. 3.35.0 is the newest that runs on Node.js 20 (3.36 wants 21, 3.37 wants 22).
+AZURITE_VERSION=3.35.0
+# One stamp per level, each holding pyproject.toml's digest when that level was installed: a .venv made
+# by scripts/up.sh (run) gets the extras at the first scripts/test.sh, and a test install counts as run.
+RUN_STAMP=.venv/.corral-run.sha256
+TEST_STAMP=.venv/.corral-test.sha256
+OLD_TEST_STAMP=.venv/.corral-pyproject.sha256 # before the levels: written by an install with the extras
 
 say() { echo "setup: $*"; }
 
@@ -43,8 +77,18 @@ is_installed() {
     [[ $1 == npm ]] && command -v npm >/dev/null
 }
 
+stamped() { # stamped FILE...: whether one of the stamps holds pyproject.toml's digest
+    local stamp
+    for stamp in "$@"; do
+        [[ -f $stamp && $(cat "$stamp") == "$pyproject_sha256" ]] && return 0
+    done
+    return 1
+}
+
+packages=("${RUN_PACKAGES[@]}")
+[[ $LEVEL == test ]] && packages+=("${TEST_PACKAGES[@]}")
 missing=()
-for package in "${PACKAGES[@]}"; do
+for package in "${packages[@]}"; do
     is_installed "$package" || missing+=("$package")
 done
 if ((${#missing[@]})); then
@@ -64,7 +108,7 @@ if ((${#missing[@]})); then
         as_root systemctl disable --now slurmctld.service slurmd.service munge.service || true
     fi
 else
-    say "Debian packages present"
+    say "Debian packages present ($LEVEL)"
 fi
 
 if [[ ! -x .venv/bin/python ]]; then
@@ -77,12 +121,24 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 
 pyproject_sha256=$(sha256sum pyproject.toml | cut -d' ' -f1)
-if [[ ! -f $STAMP || $(cat "$STAMP") != "$pyproject_sha256" ]]; then
-    say "installing corral into .venv (pip install -e '.[dev,bench]')"
-    .venv/bin/pip install -q -e '.[dev,bench]'
-    echo "$pyproject_sha256" >"$STAMP"
+if [[ $LEVEL == run ]]; then
+    if stamped "$RUN_STAMP" "$TEST_STAMP" "$OLD_TEST_STAMP"; then
+        say ".venv up to date with pyproject.toml"
+    else
+        say "installing corral into .venv (pip install -e .)"
+        .venv/bin/pip install -q -e .
+        echo "$pyproject_sha256" >"$RUN_STAMP"
+    fi
+    exit 0
+fi
+if stamped "$TEST_STAMP" "$OLD_TEST_STAMP"; then
+    say ".venv up to date with pyproject.toml, with the test extras"
 else
-    say ".venv up to date with pyproject.toml"
+    say "installing corral into .venv with the test extras (pip install -e '.[dev,bench]')"
+    .venv/bin/pip install -q -e '.[dev,bench]'
+    echo "$pyproject_sha256" >"$TEST_STAMP"
+    echo "$pyproject_sha256" >"$RUN_STAMP"
+    rm -f "$OLD_TEST_STAMP"
 fi
 
 if [[ ! -x .tools/node_modules/.bin/buf ]]; then
@@ -92,11 +148,6 @@ else
     say "buf present"
 fi
 
-# Azurite, the Azure Blob Storage emulator the object-storage tests run on
-# loopback, in a prefix of its own: npm prunes packages it was not asked for,
-# so sharing buf's would remove one or the other. 3.35.0 is the newest that
-# runs on Node.js 20 (3.36 wants 21, 3.37 wants 22).
-AZURITE_VERSION=3.35.0
 if [[ $(cat .tools/azurite/node_modules/azurite/package.json 2>/dev/null) != *"\"version\": \"$AZURITE_VERSION\""* ]]; then
     say "installing azurite $AZURITE_VERSION into .tools/azurite"
     npm install --no-save --no-audit --no-fund --loglevel=error --prefix .tools/azurite "azurite@$AZURITE_VERSION" >/dev/null

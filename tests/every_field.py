@@ -100,8 +100,10 @@ def message_dict(message: descriptor.Descriptor, oneof_choice: int, root: str,
     return fields
 
 
-def every_field_file(root: str) -> dict[str, Any]:
-    """The batch file, as the dict yaml.safe_dump writes out; `root` is a storage root the files are under."""
+def every_field_file(root: str, runnable: bool = False) -> dict[str, Any]:
+    """The batch file, as the dict yaml.safe_dump writes out; `root` is a storage root the files are under.
+    `runnable`: without `machine_type`, which no deployment accepts yet (services.policy.runnable), so that
+    a frontend takes the file."""
     group = message_dict(job_group_pb2.JobGroupSpec.DESCRIPTOR, 0, root, leave_out=("parent",))
     spec = job_spec_pb2.JobSpec.DESCRIPTOR
     n_choices = max(len(o.fields) for o in spec.oneofs)
@@ -109,6 +111,9 @@ def every_field_file(root: str) -> dict[str, Any]:
             for i in range(n_choices)]
     jobs[0]["job_group"] = "outer"
     jobs[1].update(job_group="inner", parents=["job-0"], accept=["succeeded", "failed"])
+    if runnable:
+        for job in jobs:
+            job.pop("machine_type", None)
     jobs.append({"name": "shorthands", "image": "busybox", "command": ["echo", "short"], "cores": 0.25,
                  "memory_bytes": GIB, "storage_bytes": GIB // 2, "timeout_s": 90.5, "always_run": True,
                  "parents": ["job-0", {"job": "job-1", "accept": ["error", "cancelled"]}]})
@@ -122,8 +127,8 @@ def every_field_file(root: str) -> dict[str, Any]:
     }
 
 
-def every_field_yaml(root: str) -> str:
-    return yaml.safe_dump(every_field_file(root), sort_keys=False)
+def every_field_yaml(root: str, runnable: bool = False) -> str:
+    return yaml.safe_dump(every_field_file(root, runnable), sort_keys=False)
 
 
 def proto_json(fields: dict[str, Any], message: descriptor.Descriptor) -> dict[str, Any]:
@@ -142,9 +147,10 @@ def proto_json(fields: dict[str, Any], message: descriptor.Descriptor) -> dict[s
     return converted
 
 
-def expected_specs(root: str) -> tuple[list[job_group_pb2.JobGroupSpec], list[job_spec_pb2.JobSpec]]:
+def expected_specs(root: str, runnable: bool = False
+                   ) -> tuple[list[job_group_pb2.JobGroupSpec], list[job_spec_pb2.JobSpec]]:
     """The groups and jobs the file must read as: relative references, as a BatchBuilder makes them."""
-    document = every_field_file(root)
+    document = every_field_file(root, runnable)
     groups = []
     for i, group in enumerate(document["job_groups"]):
         fields = {k: v for k, v in group.items() if k not in ("name", "parent")}

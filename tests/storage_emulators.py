@@ -1,5 +1,5 @@
 """Object stores on loopback for tests: `gcp-storage-emulator` (GCS's JSON
-API, from PyPI) and Azurite (Azure Blob Storage, from npm; scripts/setup.sh
+API, from PyPI) and Azurite (Azure Blob Storage, from npm; scripts/setup.sh --for test
 installs it in .tools/azurite). Each runs in a temporary directory of its own,
 on a free port of 127.0.0.1, dies with the test process (PR_SET_PDEATHSIG, by
 services.common.parent_death) and is stopped by its pid."""
@@ -95,7 +95,7 @@ def start_gcs(work: Path) -> Emulator:
 def start_azurite(work: Path) -> Emulator:
     """Azurite's blob service on port 0 (it prints the port it took), without telemetry."""
     if not AZURITE_BLOB.exists():
-        raise RuntimeError(f"{AZURITE_BLOB} is missing: run scripts/setup.sh")
+        raise RuntimeError(f"{AZURITE_BLOB} is missing: run scripts/setup.sh --for test")
     work.mkdir(parents=True, exist_ok=True)
     (work / "data").mkdir(exist_ok=True)
     listening = "successfully listens on "

@@ -33,6 +33,7 @@ from services.policy.lock_contention import BIG_LOCK_LEVEL, LockInterest, Locks,
 from services.policy.planner import (
     Budget, Candidate, HeldLock, Holder, JobKey, Snapshot, Worker, depths,
 )
+from services.policy.runnable import Deployment, InstanceCollection, PoolMachines
 
 # What the view user_inst_coll_fair_share (migration 0003) says, read in three cheap statements rather than
 # its one: the view ranks every running batch (a window) and joins every counter row to the ranks and to the
@@ -177,6 +178,29 @@ def _free(total: Any, used: Any) -> int | None:
     """What is left of `total` bytes once `used` are reserved; None if `total` is not known (0)."""
     total = int(total or 0)
     return max(0, total - int(used)) if total > 0 else None
+
+
+async def read_deployment(db: Database) -> Deployment:
+    """The deployment's instance collections (pools and the job-private one), as operators configured them:
+    which collections can ever run a job, and which pool's machine holds it (`services.policy.runnable`).
+    The frontend reads it at every submission and ExplainJob; a tiny table."""
+    rows = await db.fetchall(
+        "SELECT name, is_pool, provider, worker_cores, worker_memory_bytes, worker_storage_bytes, max_instances, "
+        "enabled FROM instance_collections ORDER BY name", name="deployment_collections")
+    return Deployment(tuple(InstanceCollection(
+        r["name"], bool(r["is_pool"]), r["provider"], int(r["worker_cores"] or 0) * 1000,
+        int(r["worker_memory_bytes"] or 0), int(r["worker_storage_bytes"] or 0), int(r["max_instances"]),
+        bool(r["enabled"])) for r in rows))
+
+
+async def read_pool_machines(db: Database, collection: InstanceCollection) -> PoolMachines:
+    """The pool's machines now: how many are starting and active (what a job finding no room waits for)."""
+    row = await db.fetchone(
+        "SELECT COALESCE(SUM(state = 'pending'), 0) AS n_starting, COALESCE(SUM(state = 'active'), 0) AS n_active "
+        "FROM instances WHERE inst_coll = %s AND state IN ('pending', 'active')", (collection.name,),
+        name="explain_pool_machines")
+    return PoolMachines(int(row["n_starting"]) if row else 0, int(row["n_active"]) if row else 0,
+                        collection.max_instances if collection.enabled else 0)
 
 
 async def read_snapshot(db: Database, pool: str, workers: Sequence[Worker], demands: Sequence[UserDemand],

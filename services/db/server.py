@@ -44,7 +44,7 @@ def _find(program: str) -> str:
         (str(Path(d) / program) for d in _SBIN if (Path(d) / program).exists()), None
     )
     if found is None:
-        raise RuntimeError(f"{program} not found: run scripts/setup.sh (it installs mariadb-server)")
+        raise RuntimeError(f"{program} not found: run scripts/setup.sh --for run (it installs mariadb-server)")
     return found
 
 

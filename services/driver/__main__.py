@@ -108,6 +108,9 @@ parser.add_argument("--price-file", type=Path, metavar="FILE",
                          "the local provider's (default: the file shipped with corral; docs/operations.md)")
 parser.add_argument("--price-refresh-interval", type=float, default=RefreshSettings.refresh_s, metavar="SECONDS",
                     help="how often the leader reads the cloud's price catalogue (default: %(default)s)")
+parser.add_argument("--stopping-file", type=Path, metavar="FILE",
+                    help="while FILE exists this driver starts no machine (corral up creates it when it begins to "
+                         "stop, before it stops the workers; default: none)")
 metrics.add_arguments(parser)
 args = parser.parse_args()
 if not 60 <= args.price_refresh_interval <= 7 * 86400:
@@ -165,5 +168,5 @@ asyncio.run(run(DriverConfig(args.database_url, args.certs_dir, args.spec_root_u
                              secrets_key_file=args.secrets_key_file, worker_metrics_dir=args.worker_metrics_dir,
                              enroll_address=args.enroll_address, local_workers_enroll=args.local_workers_enroll,
                              enrollment=EnrollmentSettings(args.enroll_token_ttl, args.worker_cert_validity),
-                             price_file=args.price_file, prepull=prepull,
+                             price_file=args.price_file, prepull=prepull, stopping_file=args.stopping_file,
                              price_refresh=RefreshSettings(refresh_s=args.price_refresh_interval))))

@@ -46,7 +46,7 @@ from services.common.telemetry import Tracing
 from services.common.tls import TlsFiles, WorkerIssuer
 from services.common.urls import CallbackRules, StorageRoots
 from services.db.database import Database, DatabaseConfig
-from services.driver.autoscaler import Autoscaler
+from services.driver.autoscaler import Autoscaler, Stopping
 from services.driver.billing_limit_canceller import BillingLimitCanceller
 from services.driver.callbacks import CompletionCallbacks, HttpCallbackSender
 from services.driver.canceller import ReadyCanceller
@@ -182,6 +182,9 @@ class DriverConfig:
     prepull: Mapping[str | None, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     """Images the local workers it starts pull when they start (their --prepull), by pool; None: every pool
     (services.common.prepull)."""
+    stopping_file: Path | None = None
+    """While this file exists the driver starts no machine: `corral up` creates it when it begins to stop, before
+    it stops the workers (services.up.app); None: only its own stop stops its autoscaler."""
 
 
 @dataclasses.dataclass
@@ -202,10 +205,13 @@ class DriverApp:
     tracing: Tracing | None = None
     enroll_port: int | None = None
     """The port of the enrollment listener (`DriverConfig.enroll_address`), if there is one."""
+    stopping: Stopping = dataclasses.field(default_factory=Stopping)
+    """Set first thing by `stop`: the autoscaler starts no machine from then on."""
 
     async def stop(self) -> None:
-        """Stop the loops, give the lease up (a standby takes over at its next look), send the workers
-        to it, stop serving, stop the workers started here, close the pool, flush spans."""
+        """Start no machine any more, stop the loops, give the lease up (a standby takes over at its next look),
+        send the workers to it, stop serving, stop the workers started here, close the pool, flush spans."""
+        self.stopping.begin()
         await self.closing.aclose()
 
 
@@ -318,7 +324,8 @@ async def start(config: DriverConfig) -> DriverApp:
 
         releaser = ChildReleaser(store, epoch, on_released=released)
         canceller = ReadyCanceller(store, epoch, on_cancelled=releaser.notify)
-        autoscaler = Autoscaler(store, provider, epoch, period_s=config.autoscaler_period_s,
+        stopping = Stopping(config.stopping_file)
+        autoscaler = Autoscaler(store, provider, epoch, period_s=config.autoscaler_period_s, stopping=stopping,
                                 **({"region": config.cloud.region, "any_region": True,
                                     "provider_regions": config.cloud.regions} if config.cloud else {}))
         dead = DeadWorkerDetector(store, provider,
@@ -326,7 +333,10 @@ async def start(config: DriverConfig) -> DriverApp:
                                   heartbeat_timeout_s=config.session.heartbeat_timeout_s,
                                   watching_since_ms=lambda: state.watching_since_ms)
         running = RunningCanceller(store, registry, epoch)
-        reconciler = InstanceReconciler(store, provider, epoch, config.reconcile)
+        # The instances it ends had jobs that are Ready again: as when a worker deactivates.
+        reconciler = InstanceReconciler(store, provider, epoch, config.reconcile,
+                                        on_deactivated=lambda: on_change("instance_inactive"),
+                                        watching_since_ms=lambda: state.watching_since_ms)
         price_refresh = PriceRefresh(store, prices, open_catalog(config.cloud, prices) if config.cloud else None,
                                      provider.machine_kinds(), epoch, config.price_refresh)
         try:  # before the autoscaler runs, so that it finds the file's prices
@@ -372,6 +382,9 @@ async def start(config: DriverConfig) -> DriverApp:
         async def on_elected(new_epoch: int) -> None:
             servers.recheck_health()
             price_refresh.notify()  # the file's prices again, then the catalogue, now rather than in a period
+            # The instances the last leader left whose machines are gone (every worker of a `corral up` that was
+            # stopped or killed) end now, and their jobs run again, rather than after heartbeat deadlines.
+            reconciler.notify()
             await _add_cloud_regions(store, config.cloud)
             on_change("elected")
 
@@ -415,7 +428,7 @@ async def start(config: DriverConfig) -> DriverApp:
             write_ports_file(config.ports_file, {"internal": servers.ports[0],
                                                  **({"enroll": enroll_port} if enroll_port is not None else {})})
         app = DriverApp(db, servers, election, provider, loops, tasks, servers.ports[0], stack.pop_all(),
-                        sessions=registry, tracing=tracing, enroll_port=enroll_port)
+                        sessions=registry, tracing=tracing, enroll_port=enroll_port, stopping=stopping)
     log.info("driver %s serving on port %d", config.name, app.port)
     return app
 

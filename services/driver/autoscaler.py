@@ -14,6 +14,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 from services.driver.loop import Loop
 from services.driver.metrics import PROVIDER_REFUSALS
@@ -56,6 +57,30 @@ def _kind_label(error: ProviderError) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", type(error).__name__).lower()
 
 
+class Stopping:
+    """Whether the deployment is stopping, so that no machine may be started (issue 36: a machine started while
+    `corral up` stopped outlived it as a pending instance, which held its pool's cores for two minutes after the
+    restart). Either this driver stops (`begin`, on SIGTERM), or `corral up` said the deployment stops by
+    creating `flag_file`: it stops the workers before the drivers (each worker deactivates through them), and
+    their jobs go back to Ready while the drivers still lead."""
+
+    def __init__(self, flag_file: Path | None = None) -> None:
+        self._flag_file = flag_file
+        self._driver_stops = False
+
+    def begin(self) -> None:
+        """This driver stops: it starts no machine from now on."""
+        self._driver_stops = True
+
+    def why(self) -> str | None:
+        """Why no machine may be started now; None: one may."""
+        if self._driver_stops:
+            return "this driver is stopping"
+        if self._flag_file is not None and self._flag_file.exists():
+            return f"the deployment is stopping ({self._flag_file} exists)"
+        return None
+
+
 class Autoscaler(Loop):
     """Starts machines per pool when ready demand exceeds free cores, in the pool's regions.
 
@@ -69,12 +94,13 @@ class Autoscaler(Loop):
     def __init__(self, store: DriverStore, provider: InstanceProvider, epoch: Callable[[], int | None],
                  region: str = "local", period_s: float = 15.0, any_region: bool = False,
                  backoff: BackoffSettings = BackoffSettings(), clock_s: Callable[[], float] = time.monotonic,
-                 provider_regions: Collection[str] | None = None):
+                 provider_regions: Collection[str] | None = None, stopping: Stopping | None = None):
         """`region`: the pool's preferred region; `any_region`: a machine for jobs that may all run anywhere
         is asked for with `InstanceRequest.any_region`, so that the provider itself may try its other
         regions in the same call; `backoff`: how long a refused pool or region waits; `clock_s`: the
         back-offs' clock; `provider_regions`: the regions the provider makes machines in (a cloud's
-        configured ones: a region of the table it does not have, such as `local`, gets none)."""
+        configured ones: a region of the table it does not have, such as `local`, gets none); `stopping`: when
+        no machine may be started, whatever the demand."""
         super().__init__(period_s)
         self._store = store
         self._provider = provider
@@ -84,11 +110,13 @@ class Autoscaler(Loop):
         self._provider_regions = None if provider_regions is None else frozenset(provider_regions)
         self._clock_s = clock_s
         self.backoffs = Backoffs(backoff)
+        self._stopping = stopping or Stopping()
+        self._said_stopping: str | None = None
         self.created: list[str] = []
 
     async def cycle(self) -> None:
         epoch = self._epoch()
-        if epoch is None:
+        if epoch is None or self._stopped():
             return
         # One read of the fair-share view for every pool: it scans every counter
         # row whatever the pool, so a read per pool paid for the same scan again.
@@ -115,6 +143,8 @@ class Autoscaler(Loop):
                            self.backoffs.open_regions(pool.name, pool_regions, self._clock_s()),
                            await self._demand_by_region(pool.name, ready_mcpu, regions))
             for i, placement in enumerate(placed):
+                if self._stopped():  # asked again right before each: the demand read above may be the stop's own
+                    return
                 preemptible = pool.preemptible and i >= n_on_demand
                 created = await self._create(epoch, InstanceRequest(
                     f"{pool.name}-{secrets.token_hex(4)}", pool.name, cores_mcpu,
@@ -124,6 +154,14 @@ class Autoscaler(Loop):
                     # Placed again at once, without the region or pool that refused.
                     self.notify()
                     break
+
+    def _stopped(self) -> bool:
+        """Whether no machine may be started now (said once per reason)."""
+        why = self._stopping.why()
+        if why is not None and why != self._said_stopping:
+            log.info("autoscaler: starting no machine: %s", why)
+        self._said_stopping = why
+        return why is not None
 
     def _pool_regions(self, regions: dict[int, str]) -> list[str]:
         """Where the pool's machines may go, in order of preference."""

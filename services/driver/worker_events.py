@@ -53,6 +53,8 @@ STOP_AT_START = {"cancelled": "its job group or batch was cancelled",
 """MJS outcomes after which the attempt must not run, and what CancelJob tells the worker."""
 
 MAX_ERROR_MESSAGE_CHARS = 8000
+MAX_ISOLATION_CHARS = 512
+"""attempts.isolation is a VARCHAR(512) (migration 0006), which mark_jobs_started fills with LEFT(..., 512)."""
 MAX_EVENTS_PER_PASS = 500
 """Events one session's pass takes at most."""
 MAX_EVENTS_PER_CALL = 2000
@@ -72,6 +74,18 @@ class Recorded:
     """(attempt ref, reason) of starts refused by MJS: the driver sends CancelJob."""
     started: int = 0
     completed: int = 0
+
+
+def cut_at_word(text: str, max_chars: int) -> str:
+    """`text` in at most `max_chars` characters: whole, or cut after its last whole word that fits, with " ..."
+    saying so. The runtime's isolation note is longer than its column, and the database's own cut ended it
+    mid-word ("ran as: ... and the rest of the host's fi")."""
+    if len(text) <= max_chars:
+        return text
+    kept = text[:max_chars - 4]
+    if not text[max_chars - 4].isspace() and " " in kept:
+        kept = kept[:kept.rindex(" ")]
+    return kept.rstrip(" ,;:") + " ..."
 
 
 def _ref(attempt: Any) -> dict[str, Any]:
@@ -245,7 +259,7 @@ class WorkerEvents:
         # instance's products in force now.
         rows = _tagged_rows(parts, starts, lambda m: {
             **_ref(m.job_started.attempt), "start_time_ms": m.job_started.start_time.ToMilliseconds(),
-            "isolation": m.job_started.isolation, "image_digest": m.job_started.image_digest})
+            "isolation": cut_at_word(m.job_started.isolation, MAX_ISOLATION_CHARS), "image_digest": m.job_started.image_digest})
         for call in _rounds(rows, _attempt_key):
             status = await self._store.mark_jobs_started(epoch, parts[call[0][0]].instance, [r for _, r in call],
                                                          instance_products=True)

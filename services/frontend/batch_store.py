@@ -15,7 +15,8 @@ from typing import Any
 
 from services.common.identity import Principal
 from services.db.database import Database
-from services.frontend.validate import PoolMachine
+from services.db.plan_snapshot import read_deployment
+from services.policy.runnable import Deployment
 
 _BATCH_SELECT = """
 SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms,
@@ -119,13 +120,10 @@ class BatchStore:
                                            int(d["c"]))
         return counts
 
-    async def pool_machines(self) -> dict[str, PoolMachine]:
-        """Each pool's machine: the largest job it takes, and its memory and storage per core."""
-        rows = await self.db.fetchall(
-            "SELECT name, worker_cores, worker_memory_bytes, worker_storage_bytes FROM instance_collections "
-            "WHERE is_pool AND worker_cores > 0 AND worker_memory_bytes > 0", name="pool_machines")
-        return {r["name"]: PoolMachine(int(r["worker_cores"]) * 1000, int(r["worker_memory_bytes"]),
-                                       int(r["worker_storage_bytes"] or 0)) for r in rows}
+    async def deployment(self) -> Deployment:
+        """The deployment's instance collections (pools and the job-private one), as operators configured
+        them: what a job may ask for, and which pool's machine it is held to."""
+        return await read_deployment(self.db)
 
     async def region_names(self) -> frozenset[str]:
         """The regions jobs may name."""

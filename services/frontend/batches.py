@@ -45,13 +45,17 @@ from services.common.specs import SpecStore
 from services.frontend.image_access import OwnRegistryNames, access_refusal
 from services.frontend.image_checks import ImageChecks
 from services.frontend.url_checks import UrlChecks
-from services.frontend.validate import UpdateBlock, check_bunch, job_group_rows, job_row, secret_reference
+from services.frontend.validate import (
+    UpdateBlock, check_bunch, job_group_rows, job_row, pool_machines, secret_reference,
+)
 from services.frontend.watch import BatchWatcher
 
 log = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 1000
 REQUIRED_TOKEN = "required: a client-generated unique string (e.g. a UUID), so that a retried call does not repeat it"
+EMPTY_SUBMISSION = ("a batch needs at least one job (one of none would complete at once, having done nothing); to "
+                    "open a batch and add its jobs later, use CreateBatch and CreateUpdate")
 MAX_RESERVED_IDS = 2**31 - 1
 """Job (and job group) ids are INT columns: a batch reserves at most this many."""
 # RerunFailedJobs' states as the bits of rerun_failed_jobs.
@@ -242,7 +246,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         known_regions = await self.batches.region_names() if any(spec.regions for spec in specs) else None
         violations = check_bunch(specs, first_job_id, block, field, self.limits,
                                  self.urls.storage_roots(billing_project), billing_project, known_regions, new_batch,
-                                 await self.batches.pool_machines())
+                                 await self.batches.deployment())
         violations += await self.images.violations(specs, field)
         await self._check_image_access(specs, principal, field)
         return violations + await self._secret_violations(specs, billing_project, principal, field)
@@ -315,7 +319,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             if violations:
                 raise InvalidRequest(violations)
         stored = await self.specs.store_bunch(batch_id, update["update_id"], first_job_id, specs)
-        pools = await self.batches.pool_machines()
+        pools = pool_machines(await self.batches.deployment())
         rows = [job_row(spec, first_job_id + i, block, stored.refs[i], pools) for i, spec in enumerate(specs)]
         try:
             status = await self.jobs.insert_jobs(batch_id, update["update_id"], rows,
@@ -405,6 +409,10 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def SubmitBatch(self, request: pb.SubmitBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.SubmitBatchResponse:
         principal = current_principal()
+        if not request.jobs:
+            # A batch of no jobs completes at once having done nothing: a mistake (a file's `jobs: []`).
+            # A batch that jobs are added to later is CreateBatch's, which says so by reserving none yet.
+            raise InvalidRequest(FieldViolation("jobs", EMPTY_SUBMISSION))
         if len(request.jobs) > self.limits.max_jobs_per_bunch:
             raise InvalidRequest(FieldViolation(
                 "jobs", f"SubmitBatch takes at most {self.limits.max_jobs_per_bunch} jobs (max_jobs_per_bunch); "

@@ -13,6 +13,9 @@ store reads the job's pool as the scheduler does and asks `plan` the same
 question the scheduler asks, so ExplainJob says why the scheduler would not
 start the job now (billing limit, a lock and its holders, no room, fair
 share, the user's own queue), or nothing when the next cycle starts it.
+Before the planner, the store asks `services.policy.runnable.never_runs`
+whether any machine of the deployment can ever run the job (a job accepted
+before the deployment changed): then the reason is CANNOT_RUN, saying why.
 """
 
 from __future__ import annotations
@@ -25,6 +28,14 @@ FINAL_STATES = ("Success", "Failed", "Error", "Cancelled")
 _STATE_BITS = {"Success": 1, "Failed": 2, "Error": 4, "Cancelled": 8}
 JobKey = tuple[int, int]
 """(batch_id, job_id)."""
+STATE_WORDS = {"Pending": "pending", "Ready": "ready", "Creating": "creating", "Running": "running",
+               "Success": "succeeded", "Failed": "failed", "Error": "error", "Cancelled": "cancelled"}
+"""A jobs.state value as the CLI and the API's JobState name it (JOB_STATE_SUCCEEDED is `succeeded`): a reason
+says a state in the words shown beside it, never the column's own ("the job ended Success")."""
+
+
+def state_word(state: str) -> str:
+    return STATE_WORDS.get(state, state.lower())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +84,9 @@ class Scheduling:
     """Why the scheduler's next cycle would not start it; None: it would."""
     lock: LockConflict | None = None
     """BLOCKED_BY_LOCK: the job's own lock at the clashing level, and its holders."""
-    job_private: bool = False
-    """Its instance collection makes one machine per job: the autoscaler creates it (the planner is not asked)."""
+    never: str | None = None
+    """Why no collection of the deployment can ever run it as it stands (`services.policy.runnable.never_runs`:
+    the deployment changed since it was accepted); the planner is not asked then."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +139,7 @@ def _parents(facts: JobFacts) -> list[Reason]:
     reasons = []
     failed = [p for p in facts.parents if p.final and not p.accepted]
     if failed and not facts.always_run:
-        shown = ", ".join(f"{p.job_id} ({p.state})" for p in failed[:10])
+        shown = ", ".join(f"{p.job_id} ({state_word(p.state)})" for p in failed[:10])
         reasons.append(Reason("PARENT_FAILED", f"parents ended in states their edge does not accept: {shown}",
                               tuple((facts.batch_id, p.job_id) for p in failed)))
     elif facts.dependency_failed and not facts.always_run:
@@ -144,10 +156,8 @@ def _scheduling(facts: JobFacts) -> list[Reason]:
     scheduling = facts.scheduling
     if scheduling is None:
         return []
-    if scheduling.job_private:
-        where = ", ".join(facts.regions) if facts.regions else "any region"
-        return [Reason("NO_CAPACITY_IN_REGIONS", f"the job runs on a machine of its own in {where}; the "
-                                                 "autoscaler creates it", regions=facts.regions)]
+    if scheduling.never is not None:
+        return [Reason("CANNOT_RUN", scheduling.never)]  # `corral job`: "why: cannot run: ..."
     wait = scheduling.wait
     if wait is None:
         return []
@@ -164,7 +174,7 @@ def explain(facts: JobFacts) -> list[Reason]:
     if facts.state in FINAL_STATES:
         code = f" with exit code {facts.exit_code}" if facts.exit_code is not None else ""
         why = f": {facts.end_reason}" if facts.end_reason else ""
-        return [Reason("FINISHED", f"the job ended {facts.state}{code}{why}")]
+        return [Reason("FINISHED", f"the job ended {state_word(facts.state)}{code}{why}")]
     if facts.state == "Running":
         return [Reason("RUNNING", f"running on {facts.instance}" if facts.instance else "running")]
     if facts.state == "Creating":

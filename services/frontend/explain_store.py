@@ -9,9 +9,12 @@ user's own jobs; how many come first is counted up to MAX_JOBS_AHEAD. Only
 the reads a job's state calls for are made: a final or running job needs
 none of them.
 
-The one difference from the scheduler: the frontend cannot tell which
+The differences from the scheduler: the frontend cannot tell which
 workers hold a session with the leader, so every active worker of the pool
-counts as live.
+counts as live; it first asks whether the deployment can ever run the job
+(`services.policy.runnable.never_runs`: a job accepted before a pool was
+disabled or made smaller, or one naming a machine type), and it reads the
+pool's machines so that a job without room is told what it waits for.
 """
 
 from __future__ import annotations
@@ -22,10 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from services.db.database import Database
-from services.db.plan_snapshot import read_demand, read_snapshot, read_workers
+from services.db.plan_snapshot import (
+    read_demand, read_deployment, read_pool_machines, read_snapshot, read_workers,
+)
 from services.frontend.explain import Cancelled, JobFacts, LockConflict, Parent, Scheduling
 from services.policy import planner
 from services.policy.lock_contention import locks_from_rows
+from services.policy.runnable import Needs, never_runs
 
 MAX_JOBS_AHEAD = 1_000
 MAX_HOLDERS_NAMED = 10
@@ -121,14 +127,17 @@ class ExplainStore:
     async def scheduling(self, job: dict[str, Any], locks: list[dict[str, Any]]) -> Scheduling:
         """What the planner decides for the Ready job now (module docstring)."""
         pool = job["inst_coll"]
-        collection = await self.db.fetchone("SELECT is_pool FROM instance_collections WHERE name = %s", (pool,),
-                                            name="explain_collection")
-        if collection is not None and not collection["is_pool"]:
-            return Scheduling(job_private=True)
+        deployment = await read_deployment(self.db)
+        never = never_runs(Needs(pool, int(job["cores_mcpu"]), int(job.get("memory_bytes") or 0),
+                                 int(job.get("storage_bytes") or 0)), deployment)
+        collection = deployment.get(pool)
+        if never is not None or collection is None:
+            return Scheduling(never=never)
         workers = [w for w in (await read_workers(self.db, pool)).get(pool, []) if w.free_cores_mcpu > 0]
         demands = (await read_demand(self.db)).get(pool, [])
-        snapshot = await read_snapshot(self.db, pool, workers, demands, planner.JOBS_PER_CYCLE,
-                                       self._clock() / 1000)
+        snapshot = dataclasses.replace(
+            await read_snapshot(self.db, pool, workers, demands, planner.JOBS_PER_CYCLE, self._clock() / 1000),
+            machines=await read_pool_machines(self.db, collection))
         key = (job["batch_id"], job["job_id"])
         result = planner.plan(snapshot)
         if any(p.key == key for p in result.placements):

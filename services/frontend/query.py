@@ -7,9 +7,9 @@ A query is terms separated by whitespace, all of which must hold:
     word                      some attribute's key or value contains word
     state=S  state!=S         batches: open, running, complete, cancelled,
                               success (complete, every job succeeded),
-                              failure (some job failed or errored);
+                              failure or failed (some job failed or errored);
                               jobs: pending, ready, creating, running, success,
-                              failed, error, cancelled, done (final), live
+                              failed (or failure), error, cancelled, done (final), live
                               (ready, creating or running)
     user=U  billing_project=P (and !=)
     batch_id OP N   job_id OP N (jobs)   exit_code OP N (jobs)
@@ -25,7 +25,9 @@ with spaces, quotes, parentheses or operator characters is written in double
 quotes, with backslash escaping the next character (`"a \\"b\\" = c"`).
 Parentheses do not group (every term must hold), so an unquoted one is an
 error rather than a part of a word. Keywords are lower case; a quoted key
-(`"state"=x`) is always an attribute. Text compares as the columns'
+(`"state"=x`) is always an attribute, and an unquoted key that is a slip of
+a keyword (`stat`, `states`, `State`: `near_keyword`) is refused where it
+is, naming the keyword. Text compares as the columns'
 collation does (utf8mb4_bin here: exact, case-sensitive); state names are
 case-insensitive.
 
@@ -205,13 +207,19 @@ _JOB_STATE_SETS = {
     "done": ("Success", "Failed", "Error", "Cancelled"), "live": ("Ready", "Creating", "Running"),
 }
 _STATE_ALIASES = {"canceled": "cancelled", "succeeded": "success", "completed": "complete"}
+_KIND_ALIASES: dict[Kind, dict[str, str]] = {
+    # Batches say `failure` and jobs `failed` for the same thing: each takes the other's word too.
+    "batches": {"failed": "failure", "error": "failure", "errored": "failure"},
+    "jobs": {"failure": "failed", "errored": "error"},
+}
 
 
 def _state_parser(kind: Kind) -> Callable[[str], str]:
     known = _BATCH_STATES if kind == "batches" else tuple(_JOB_STATE_SETS)
+    aliases = {**_STATE_ALIASES, **_KIND_ALIASES[kind]}
 
     def parse(text: str) -> str:
-        state = _STATE_ALIASES.get(text.lower(), text.lower())
+        state = aliases.get(text.lower(), text.lower())
         if state not in known:
             raise ValueError(f"unknown {'batch' if kind == 'batches' else 'job'} state {text!r}; "
                              f"one of {', '.join(known)}")
@@ -387,11 +395,36 @@ def _term(kind: Kind, key: _Token, op: _Token, value: _Token) -> Term:
             return KeywordTerm(key.text, op.text, parse_value(value.text))
         except ValueError as e:
             raise QuerySyntaxError(str(e), value.start) from None
+    if not key.quoted and (near := near_keyword(key.text, kind)) is not None:
+        raise QuerySyntaxError(f"unknown key {key.text!r}; did you mean {near}? (an attribute of that name is "
+                               f"written quoted: \"{key.text}\"{op.text}...)", key.start)
     if op.text not in ATTRIBUTE_OPS:
         raise QuerySyntaxError(f"unknown keyword {key.text!r}; attributes take =, !=, =~ or !~", key.start)
     if not key.text:
         raise QuerySyntaxError("empty attribute key", key.start)
     return AttributeTerm(key.text, op.text, value.text)
+
+
+_SLIPS = {"status": "state", "project": "billing_project", "exit": "exit_code", "exitcode": "exit_code",
+          "group": "job_group"}
+"""Words people write for a keyword (other batch systems' or its plain name), beyond the slips below."""
+
+
+def near_keyword(key: str, kind: Kind) -> str | None:
+    """The keyword of `kind` an unquoted key that is none stands for, or None. Such a key would be an
+    attribute that no batch has, and the query would silently match nothing (`stat=running`): it is
+    refused, and an attribute of that name is written quoted. A slip is the keyword in other case (`State`),
+    a beginning of it (`stat`, `dur`), it with a letter or two more (`states`, `users`) or a word of _SLIPS;
+    a key merely near a keyword (`stage`, `host`) is a fine attribute name."""
+    keywords = [k for k in KEYWORDS if k == "state" or kind in _KEYWORDS[k].sql]
+    lowered = key.lower()
+    if _SLIPS.get(lowered) in keywords:
+        return _SLIPS[lowered]
+    for keyword in sorted(keywords):
+        if lowered == keyword or (len(lowered) >= 3 and keyword.startswith(lowered)) or (
+                lowered.startswith(keyword) and len(lowered) - len(keyword) <= 2):
+            return keyword
+    return None
 
 
 # ---------------------------------------------------------------- formatting
@@ -412,7 +445,8 @@ def format_query(query: Query) -> str:
         if isinstance(term, WordTerm):
             parts.append(_quote(term.word))
         elif isinstance(term, AttributeTerm):
-            parts.append(f"{_quote(term.key, force=term.key in KEYWORDS)}{term.op}{_quote(term.value)}")
+            force = term.key in KEYWORDS or near_keyword(term.key, query.kind) is not None
+            parts.append(f"{_quote(term.key, force=force)}{term.op}{_quote(term.value)}")
         else:
             keyword = _KEYWORDS.get(term.keyword)
             text = keyword.format(term.value) if keyword else str(term.value)

@@ -106,8 +106,9 @@ class SecretServicer(secret_service_pb2_grpc.SecretServiceServicer):
             info = await self.store.create(request.billing_project, request.name, list(request.files), sealed,
                                            self.sealer.key_id, principal.name, request.replace)
         except SecretExists:
+            # API-neutral words (the request's field); the CLI says its option, --replace.
             raise AlreadyExists(f"billing project {request.billing_project} has a secret {request.name} "
-                                "(set replace to replace it)") from None
+                                "(replace: true replaces it)") from None
         return pb.CreateSecretResponse(secret=secret_proto(info))
 
     async def ListSecrets(self, request: pb.ListSecretsRequest, context: grpc.aio.ServicerContext

@@ -21,7 +21,7 @@ from corral.batch.v1 import job_state_pb2
 from services.common.fields import FieldViolation
 from services.frontend.limits import Limits
 from services.frontend.url_checks import file_url_violations
-from services.policy.sizes import binary_size
+from services.policy.runnable import Deployment, InstanceCollection, Needs, never_runs, oversize
 
 DEFAULT_CORES_MCPU = 1_000
 GIB = 1024**3
@@ -340,6 +340,13 @@ def retry_policy_json(policy: spec_pb.RetryPolicy) -> str:
     }, separators=(",", ":"))
 
 
+def pool_machines(deployment: Deployment) -> dict[str, PoolMachine]:
+    """Each enabled pool's machine whose size is known: the largest job it takes, its memory and storage per
+    core (what `choose_pool` gives a job that asks for none)."""
+    return {c.name: PoolMachine(c.cores_mcpu, c.memory_bytes, c.storage_bytes) for c in deployment.pools()
+            if c.cores_mcpu > 0 and c.memory_bytes > 0}
+
+
 def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
     """A job larger than its pool's machine (cores, memory, scratch storage) could never run: refused with the
     machine's size."""
@@ -347,19 +354,30 @@ def _size_violations(spec: spec_pb.JobSpec, at: str, pools: Mapping[str, PoolMac
     machine = pools.get(pool)
     if machine is None:
         return []
-    v = []
-    if cores > machine.cores_mcpu:
-        v.append(FieldViolation(f"{at}.resources.cores_mcpu", f"{cores / 1000:g} cores is more than the largest "
-                                                              f"{pool} machine has ({machine.cores_mcpu / 1000:g})"))
-    too_wide = bool(v)
-    sizes = (("memory_bytes", memory, machine.memory_bytes, spec.resources.memory_bytes),
-             ("storage_bytes", storage, machine.storage_bytes, spec.resources.storage_bytes))
-    for field, size, most, asked in sizes:
-        # A default (0) that grew past the machine with the job's cores is the cores' fault, said above.
-        if most and size > most and not (too_wide and not asked):
-            v.append(FieldViolation(f"{at}.resources.{field}", f"{binary_size(size)} is more than the largest "
-                                                                f"{pool} machine has ({binary_size(most)})"))
-    return v
+    asked = {"cores_mcpu": True, "memory_bytes": bool(spec.resources.memory_bytes),
+             "storage_bytes": bool(spec.resources.storage_bytes)}
+    found = oversize(Needs(pool, cores, memory, storage), InstanceCollection(
+        pool, True, "", machine.cores_mcpu, machine.memory_bytes, machine.storage_bytes))
+    too_wide = any(resource == "cores_mcpu" for resource, _ in found)
+    # A default (0) that grew past the machine with the job's cores is the cores' fault, said above.
+    return [FieldViolation(f"{at}.resources.{resource}", text) for resource, text in found
+            if resource == "cores_mcpu" or not too_wide or asked[resource]]
+
+
+def _never_runs_violations(spec: spec_pb.JobSpec, at: str, deployment: Deployment,
+                           pools: Mapping[str, PoolMachine]) -> list[FieldViolation]:
+    """A job no collection of the deployment can ever run (a machine type nobody makes, a pool that is
+    disabled or missing): one line on the field at fault. A job too large for its pool's machine is
+    `_size_violations`'s, field by field."""
+    cores, pool, memory, storage = choose_pool(spec, pools)
+    why = never_runs(Needs(pool, cores, memory, storage, spec.machine_type), deployment)
+    if why is None or pool in pools:
+        return []
+    if spec.WhichOneof("size") == "machine_type":
+        # The field names the key; the text starts at its value: `jobs[2].machine_type: n2-highmem-8: no pool ...`
+        # (the CLI says `FILE:L:C: jobs[2] (name: big): machine_type: n2-highmem-8: ...`).
+        return [FieldViolation(f"{at}.machine_type", why.removeprefix("machine_type "))]
+    return [FieldViolation(f"{at}.resources", why)]
 
 
 def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, known_regions: Collection[str] | None,
@@ -382,11 +400,12 @@ def _placement_violations(spec: spec_pb.JobSpec, block: UpdateBlock, at: str, kn
 def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBlock,
                 field: str = "jobs", limits: Limits = Limits(), storage_roots: Sequence[str] = (),
                 project: str = "", known_regions: Collection[str] | None = None,
-                new_batch: bool = False, pools: Mapping[str, PoolMachine] | None = None) -> list[FieldViolation]:
+                new_batch: bool = False, deployment: Deployment | None = None) -> list[FieldViolation]:
     """Every violation in a bunch whose first job gets id `first_job_id`; its files' URLs must lie
     under `storage_roots`, those of the batch's billing project `project`; its regions among
-    `known_regions` (None: the database checks them); its size within its pool's machine (`pools`, None:
-    not checked). With `new_batch` the update is the batch's
+    `known_regions` (None: the database checks them); a collection of `deployment` able to run it ever
+    (its pool enabled and its machine large enough, a machine type someone makes; None: not checked).
+    With `new_batch` the update is the batch's
     first (SubmitBatch), so the groups that exist are known: the root and the update's."""
     if not specs:
         return [FieldViolation(field, "a bunch holds at least one job")]
@@ -397,6 +416,7 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
     if first_job_id < block.start_job_id or last >= block.start_job_id + block.n_jobs:
         return [FieldViolation("first_index", f"the update reserved {block.n_jobs} jobs")]
     violations: list[FieldViolation] = []
+    pools = pool_machines(deployment) if deployment is not None else None
     for i, spec in enumerate(specs):
         at = f"{field}[{i}]"
         present = {descriptor.name for descriptor, _ in spec.ListFields()}
@@ -405,8 +425,9 @@ def check_bunch(specs: list[spec_pb.JobSpec], first_job_id: int, block: UpdateBl
             found += file_url_violations(spec, storage_roots, project, at)
         if "regions" in present or "job_group" in present:
             found += _placement_violations(spec, block, at, known_regions, new_batch)
-        if pools is not None and not any(v.field.startswith(f"{at}.resources") for v in found):
-            found += _size_violations(spec, at, pools)
+        if deployment is not None and pools is not None and not any(
+                v.field.startswith((f"{at}.resources", f"{at}.machine_type")) for v in found):
+            found += _size_violations(spec, at, pools) or _never_runs_violations(spec, at, deployment, pools)
         violations += found
     return violations
 

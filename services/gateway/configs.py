@@ -36,6 +36,7 @@ from services.gateway import hardening
 from services.gateway.deployment import Address, Deployment, GatewayTls, Limits
 from services.gateway.descriptors import OPENAPI_ROUTE, openapi_path
 from services.gateway.local_replies import local_replies
+from services.gateway.rest_body_keys import lua_path
 from services.gateway.routing import REFLECTION_SERVICES, RoutedService, internal_services, public_services
 
 Config = dict[str, Any]
@@ -241,21 +242,26 @@ def _routes(services: list[RoutedService], timeout_s: float, auth_token: str | N
                                                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]}
         elif auth_token is not None:
             headers = {"request_headers_to_remove": [GATEWAY_TOKEN_HEADER]}
+        # gRPC is not buffered (its streams, uploads among them, flow as they come): only REST bodies are,
+        # whose paths no gRPC route matches, for the unknown-key check to read whole (_rest_body_keys).
+        unbuffered = {BUFFER: {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}}
         for method in service.streaming_methods:
             # A stream is a long request, not an idle one: no call timeout, and no idle timeout (a quiet
             # WatchBatch sends nothing for hours; a vanished client is found by PINGs and TCP keepalives).
-            unlimited = {"typed_per_filter_config": {BODY_SIZE_LIMIT: {
-                "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}}} \
+            unlimited = {BODY_SIZE_LIMIT: {
+                "@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}} \
                 if method in service.client_streaming_methods else {}
             routes.append({"match": {"path": f"/{service.name}/{method}"},
                            "route": {"cluster": service.upstream, "timeout": "0s", "idle_timeout": "0s"},
-                           **headers, **unlimited})
+                           **headers, "typed_per_filter_config": {**unbuffered, **unlimited}})
         routes.append({"match": {"prefix": f"/{service.name}/"},
-                       "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}, **headers})
+                       "route": {"cluster": service.upstream, "timeout": _seconds(timeout_s)}, **headers,
+                       "typed_per_filter_config": unbuffered})
     return routes
 
 
 BODY_SIZE_LIMIT = "envoy.filters.http.body_size_limit"
+BUFFER = "envoy.filters.http.buffer"
 
 
 def _router() -> Config:
@@ -273,6 +279,22 @@ def _body_size_limit(deployment: Deployment) -> Config:
             "max_request_bytes": deployment.limits.max_request_bytes,
         },
     }
+
+
+def _rest_buffer(deployment: Deployment) -> Config:
+    """A REST request's body whole before the unknown-key check reads it, up to the request limit (Lua's
+    body() alone would be held to the 32 KiB connection buffer). gRPC routes turn it off (_routes)."""
+    return {"name": BUFFER, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer",
+        "max_request_bytes": deployment.limits.max_request_bytes}}
+
+
+def _rest_body_keys(deployment: Deployment) -> Config:
+    """Refuse a REST body key that no field of the request has, naming it (services.gateway.rest_body_keys:
+    the transcoder would drop it without a word)."""
+    return {"name": "envoy.filters.http.lua", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
+        "default_source_code": {"filename": str(lua_path(deployment.descriptor_set))}}}
 
 
 def _transcoder(deployment: Deployment, services: list[RoutedService]) -> Config:
@@ -339,7 +361,8 @@ def public_config(deployment: Deployment) -> Config:
         "common_http_protocol_options": {"headers_with_underscores_action": "REJECT_REQUEST"},
         "access_log": access_log(deployment, "public"),
         "local_reply_config": local_replies(limits),
-        "http_filters": [_body_size_limit(deployment), _transcoder(deployment, services), _router()],
+        "http_filters": [_body_size_limit(deployment), _rest_buffer(deployment), _rest_body_keys(deployment),
+                         _transcoder(deployment, services), _router()],
         "route_config": {
             "name": "public",
             # The OpenAPI document, served whole from its file (some 150 KB; Envoy's default is 4 KiB).

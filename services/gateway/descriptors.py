@@ -5,7 +5,8 @@ writes it: every corral proto and its imports). The transcoder also needs
 `google.rpc.Status` and the detail types corral's errors carry, to print a
 failed call's status as JSON; the protos import neither, so they are added
 here. The package's `corral/openapi.json` is written beside the descriptor
-set (`openapi_path`): the public gateway serves it at OPENAPI_ROUTE.
+set (`openapi_path`): the public gateway serves it at OPENAPI_ROUTE; and the
+Lua filter that refuses unknown REST body keys (services.gateway.rest_body_keys).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 
 from google.protobuf import any_pb2, descriptor, descriptor_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2
+
+from services.gateway.rest_body_keys import lua_path, lua_source
 
 
 def package_descriptor_set() -> descriptor_pb2.FileDescriptorSet:
@@ -51,10 +54,12 @@ def openapi_path(descriptor_set: Path) -> Path:
 
 
 def write_descriptor_set(path: Path) -> Path:
-    """Write `gateway_descriptor_set()` to `path` (the deployment's `descriptor_set`), and the package's
-    OpenAPI document beside it (`openapi_path`), each if it differs."""
+    """Write `gateway_descriptor_set()` to `path` (the deployment's `descriptor_set`), and beside it the
+    package's OpenAPI document (`openapi_path`) and the Lua filter that refuses unknown REST body keys
+    (`rest_body_keys.lua_path`), each if it differs."""
     openapi = importlib.resources.files("corral").joinpath("openapi.json").read_bytes()
-    for target, data in ((path, gateway_descriptor_set()), (openapi_path(path), openapi)):
+    lua = lua_source(package_descriptor_set()).encode()
+    for target, data in ((path, gateway_descriptor_set()), (openapi_path(path), openapi), (lua_path(path), lua)):
         if not target.exists() or target.read_bytes() != data:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(data)

@@ -32,7 +32,10 @@ A cycle, per pool:
    - NO_CAPACITY_IN_REGIONS: no worker in its regions has room for its cores,
      memory and scratch storage (for a job that must run on demand: no
      on-demand worker; a job retried after a system error skips the worker
-     where it happened, unless the pool has no other);
+     where it happened, unless the pool has no other); the reason says what
+     it waits for when the snapshot has the pool's machines
+     (`runnable.machine_outlook`: one being created, one to come, or room on
+     a pool at its max_instances);
    - OVER_FAIR_SHARE: its user's fair share of this cycle is used up;
 4. a job placed goes first-fit onto the workers in order, takes their cores,
    memory and storage, and holds its locks for the jobs after it;
@@ -50,6 +53,7 @@ from services.policy.fair_share import UserDemand, allocate_cores, fair_share_or
 from services.policy.lock_contention import (
     HeldLocks, Locks, LockRequest, aged_weight, static_weight,
 )
+from services.policy.runnable import PoolMachines, machine_outlook
 from services.policy.sizes import binary_size
 
 JobKey = tuple[int, int]
@@ -154,6 +158,10 @@ class Snapshot:
     """Per billing project of a candidate; a project not here is open and unlimited."""
     jobs_per_cycle: int = JOBS_PER_CYCLE
     now_s: float = 0.0
+    machines: PoolMachines | None = None
+    """The pool's machines (starting, active, its max_instances), so that a job finding no room is told what
+    it waits for and whether it comes (`runnable.machine_outlook`); None: not read (the scheduler, which
+    shows no reasons)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,13 +430,13 @@ def _plan(snapshot: Snapshot, prefer_holders: bool) -> Plan:
             where = where or next((w for w in eligible if free[w.name].fits(job)), None)
             if where is None:
                 sizes = [f"{_cores(job.cores_mcpu)} cores"]
-                sizes += [f"{job.memory_bytes} bytes of memory"] if job.memory_bytes else []
+                sizes += [f"{binary_size(job.memory_bytes)} of memory"] if job.memory_bytes else []
                 sizes += [f"{binary_size(job.storage_bytes)} of scratch storage"] if job.storage_bytes else []
                 kind = " on-demand" if job.on_demand else ""
                 avoid = f" (other than {job.avoid_worker}, where its last attempt failed)" if job.avoid_worker else ""
                 waits[job.key] = Wait(NO_CAPACITY_IN_REGIONS,
                                       f"no live{kind} {snapshot.pool} worker{avoid} in the job's regions has "
-                                      f"{_and(sizes)} free; the autoscaler adds machines while the pool has room")
+                                      f"{_and(sizes)} free; {machine_outlook(snapshot.pool, snapshot.machines)}")
                 continue
             if used + job.cores_mcpu > share:
                 waits[job.key] = Wait(OVER_FAIR_SHARE,

@@ -133,10 +133,10 @@ def machine_sources() -> tuple[str, ...]:
 
 
 def libfaketime() -> str:
-    """The host's libfaketime (the `faketime` package, scripts/setup.sh)."""
+    """The host's libfaketime (the `faketime` package, scripts/setup.sh --for run)."""
     found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
     if not found:
-        raise RuntimeError("libfaketime is missing: install faketime (scripts/setup.sh does)")
+        raise RuntimeError("libfaketime is missing: install faketime (scripts/setup.sh --for run does)")
     return found[0]
 
 

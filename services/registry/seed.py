@@ -106,7 +106,8 @@ def _is_static(binary: Path) -> bool:
 
 def _busybox_rootfs(rootfs: Path) -> None:
     if not BUSYBOX.exists() or not _is_static(BUSYBOX):
-        raise RuntimeError(f"{BUSYBOX} is missing or not static: install busybox-static (scripts/setup.sh does)")
+        raise RuntimeError(f"{BUSYBOX} is missing or not static: install busybox-static "
+                           "(scripts/setup.sh --for run does)")
     for directory in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "root", "tmp"):
         (rootfs / directory).mkdir(parents=True, exist_ok=True)
     shutil.copyfile(BUSYBOX, rootfs / "bin/busybox")

@@ -91,7 +91,8 @@ class RegistryServer:
         """Write the configuration and start the registry (see `wait_ready`)."""
         program = shutil.which(PROGRAM)
         if program is None:
-            raise RuntimeError(f"{PROGRAM} not found: run scripts/setup.sh (it installs Debian's docker-registry)")
+            raise RuntimeError(f"{PROGRAM} not found: run scripts/setup.sh --for run "
+                               "(it installs Debian's docker-registry)")
         self.root.mkdir(parents=True, exist_ok=True)
         self.root.chmod(0o700)
         self.storage.mkdir(parents=True, exist_ok=True)

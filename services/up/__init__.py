@@ -5,7 +5,7 @@ Each module owns one concern:
 - `cli`: the `corral up` command and its flags (a `corral.commands` entry point; it imports the rest only
   when `corral up` runs).
 - `config`: `UpConfig`, what `corral up` runs (a frozen dataclass, each field with its default).
-- `serve`: the foreground: start, print the endpoints and the admin token, supervise until asked to stop or a
+- `serve`: the foreground: start, print the endpoints and where the admin token is, supervise until asked to stop or a
   part cannot be kept running, stop; the exit codes.
 - `app`: the wiring: the data directory and its lock, each service's arguments and environment, the order
   in which everything starts, and the order in which `Running.stop` ends it.

@@ -8,11 +8,12 @@ auth, the frontend, a leading driver and a standby on loopback, an OCI
 registry on loopback seeded with the images the quickstart and tests use
 (services.registry; unless `--registry` names another), makes sure an
 administrator and a `default` billing project exist and writes the CLI's
-`admin` profile. services.up.serve then prints the endpoints and an admin
-token and supervises (services.up.supervisor: a part that dies is started
-again with back-off) until Ctrl-C or SIGTERM, or until a part cannot be kept
-running; `Running.stop` stops every process it started, by pid, saying what
-it waits for. Nothing it started outlives it, however it ends: each part dies
+`admin` profile, with a new admin token. services.up.serve then prints the
+endpoints and where that token is (never the token) and supervises
+(services.up.supervisor: a part that dies is started again with back-off)
+until Ctrl-C or SIGTERM, or until a part cannot be kept running;
+`Running.stop` stops every process it started, by pid, saying what it waits
+for. Nothing it started outlives it, however it ends: each part dies
 with it (PR_SET_PDEATHSIG), each worker when its lifeline closes
 (services.common.lifeline), and a restarted `corral up` ends what a killed
 one left, from the pid files in DATA/run/pids. State lives in the data
@@ -49,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-from corral.cli_config import ADMIN_PROFILE, Profile, write_server_profile
+from corral.cli_config import ADMIN_PROFILE, Config, Profile, write_server_profile
 from services.common.entry import DATABASE_URL_VARIABLE
 from services.common.files import write_atomically
 from services.common.image_refs import DOCKER_HUB, Mirror
@@ -92,15 +93,29 @@ class Running:
     """Where every process writes its metrics port (`NAME.port`) and `targets.json` lists them; None: no
     metrics."""
     admin_token: str = ""
+    """The administrator's token, made at each start; kept in the CLI's `admin` profile, never printed."""
     cli_profile: str = ""
     """The CLI's current profile once the `admin` profile is written (the user's own, if they had one)."""
+    cli_config_path: Path | None = None
+    """The CLI's configuration file, which holds the `admin` profile (and so the admin token) once written."""
     gateway: str | None = None
     """The public gateway's address (`localhost:PORT`) with --gateway: corral's one address for people."""
+    stopping_file: Path | None = None
+    """Created first thing by `stop`: the drivers start no machine from then on (their --stopping-file)."""
 
     def stop(self) -> None:
         """Stop everything, each step saying what it waits for; then let go of the data directory."""
         supervisor, pid_files = self.supervisor, self.supervisor.pid_files
         names = [part.name for part in supervisor.parts]
+        # No machine starts from now on: the workers stop before the drivers, and their jobs go back to Ready
+        # while the drivers still lead, whose autoscaler would start a machine for them that the stop ends at
+        # once, and whose instance a restart would wait for (issue 36). The drivers look before each start.
+        if self.stopping_file is not None:
+            try:
+                self.stopping_file.touch()
+            except OSError as e:
+                supervisor.say(f"could not create {self.stopping_file} ({e}): a driver may start a machine as "
+                               "everything stops")
         # The public gateway and the frontend first: no new work comes in.
         supervisor.end(["gateway-public", "frontend"], SERVICE_GRACE_S)
         # Every worker, while the drivers still serve, so that each deactivates itself cleanly: found
@@ -124,6 +139,8 @@ class Running:
         os.close(self.lock_fd)
 
 
+STOPPING_FILE = "stopping"
+"""In DATA/run: created when `corral up` begins to stop; its drivers start no machine while it exists."""
 SERVICE_GRACE_S = 20.0
 """How long a service may take to stop on SIGTERM before it is killed."""
 WORKER_GRACE_S = 20.0
@@ -188,9 +205,11 @@ def start(config: UpConfig) -> Running:
     lock_fd = lock_data_dir(run_dir)
     pid_files = PidFiles(run_dir / "pids")
     supervisor = Supervisor(pid_files, config.restart_policy)
-    running = Running(supervisor, Lifeline(), lock_fd)
+    stopping_file = run_dir / STOPPING_FILE
+    running = Running(supervisor, Lifeline(), lock_fd, stopping_file=stopping_file)
     try:
         end_leftovers(pid_files, supervisor.say)
+        stopping_file.unlink(missing_ok=True)  # an earlier run's, which the drivers would obey
         # No worker runs now: the keys of those of an earlier run (that did not exit cleanly) go too.
         shutil.rmtree(data / "worker-certs", ignore_errors=True)
         database_url, service_urls = database.prepare(config.database_url or None, data, supervisor)
@@ -306,7 +325,8 @@ def start(config: UpConfig) -> Running:
             service(f"driver-{i}", "services.driver", "driver",
                     ["--certs-dir", str(certs["driver"]), "--spec-root-url", blobs, "--data-dir", str(data),
                      "--internal-address", f"127.0.0.1:{port}", "--driver-addresses", workers_driver_addresses,
-                     "--secrets-key-file", str(secrets_key), *session, *urls, *config.storage_access.to_args(),
+                     "--secrets-key-file", str(secrets_key), "--stopping-file", str(stopping_file),
+                     *session, *urls, *config.storage_access.to_args(),
                      *worker_limits.to_args(), *cloud],
                     lifeline=True, policy=driver_policy)
         frontend = free_port()
@@ -361,6 +381,7 @@ def start(config: UpConfig) -> Running:
 def _write_client_config(config: UpConfig, running: Running) -> None:
     """The CLI's `admin` profile; the user's own profiles of this server follow its new ports, and the
     current profile stays current (corral.cli_config)."""
+    running.cli_config_path = (config.client_config or Config.path()).absolute()
     running.cli_profile = write_server_profile(
         Profile(frontend=running.endpoints["frontend"], auth=running.endpoints["auth"],
                 ca_cert=running.endpoints["ca_cert"], token=running.admin_token, user=database.ADMIN),

@@ -1,7 +1,8 @@
 """`corral up` as a child process, for end-to-end tests and benchmarks: start
-it, wait until it says it is up, read the endpoints and admin token it
-printed, keep reading what it says afterwards (its supervision's lines), and
-stop it (and so everything it started) by its pid."""
+it, wait until it says it is up, read the endpoints it printed and the admin
+token from the CLI profile it wrote (it never prints the token), keep reading
+what it says afterwards (its supervision's lines), and stop it (and so
+everything it started) by its pid."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from corral.cli_config import ADMIN_PROFILE, CONFIG_VARIABLE, Config
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 
@@ -32,6 +35,7 @@ class UpProcess:
     endpoints: dict[str, str]
     """What it printed: frontend, auth, drivers, database, ca_cert, logs."""
     admin_token: str
+    """The administrator's token, from the `admin` profile it wrote in CORRAL_CONFIG."""
     output: list[str]
     """The lines it printed: up to 'The CLI is configured ...' once started, and every line since
     as it comes (read in the background, so that it never blocks on a full pipe)."""
@@ -70,7 +74,7 @@ def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
     `corral up`, e.g. the README's scripts/up.sh) with CORRAL_CONFIG in WORK_DIR,
     and wait until it says it is up. Its workers use the process runtime, it runs no gateway and seeds its
     registry with busybox alone, unless UP_ARGS (or `command`) say otherwise."""
-    env = {**os.environ, "CORRAL_CONFIG": str(work_dir / "cli.json")}
+    env = {**os.environ, CONFIG_VARIABLE: str(work_dir / "cli.json")}
     data_dir = work_dir / "data"
     if command is None and "--worker-runtime" not in up_args:
         # Tests, faults and benchmarks run host programs in their jobs (python3, their own files):
@@ -100,6 +104,9 @@ def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError("corral up did not come up:\n" + "".join(lines))
+        token = Config.load(Path(env[CONFIG_VARIABLE])).profile(ADMIN_PROFILE).token
+        if not token:
+            raise RuntimeError(f"corral up wrote no admin token in {env[CONFIG_VARIABLE]}:\n" + "".join(lines))
     except BaseException:
         process.kill()
         process.wait()
@@ -109,9 +116,8 @@ def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
     endpoints = {}
     for line in lines:
         match = re.match(r"^  (\w+)\s+(\S.*)$", line.rstrip("\n"))
-        if match:
+        if match and not line.startswith("  admin token:"):  # where the token is, not an endpoint
             endpoints[match.group(1)] = match.group(2)
-    token = next(line.split(":", 1)[1].strip() for line in lines if line.strip().startswith("admin token:"))
     reader = threading.Thread(target=_read_rest, args=(process, lines), name="corral-up-output", daemon=True)
     reader.start()
     return UpProcess(process, data_dir, env, endpoints, token, lines, reader)

@@ -1,6 +1,6 @@
-"""`corral up` in the foreground: start everything (services.up.app), print where corral is and how the
-CLI was set up, supervise until asked to stop (Ctrl-C, SIGTERM, SIGHUP) or until a part cannot be kept
-running, then stop everything; the exit code says which."""
+"""`corral up` in the foreground: start everything (services.up.app), print where corral is, how the
+CLI was set up and where the admin token is (never the token), supervise until asked to stop (Ctrl-C,
+SIGTERM, SIGHUP) or until a part cannot be kept running, then stop everything; the exit code says which."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+from pathlib import Path
 
 from corral.cli_config import ADMIN_PROFILE
 from services.up.app import STOP_SIGNALS, defer_stop_signals, start
@@ -33,6 +34,15 @@ def jobs_runtime_line(worker_runtime: str) -> str:
             "(Docker Hub's from corral's registry first, its mirror).")
 
 
+def admin_token_line(cli_config_path: Path) -> str:
+    """Where the administrator's token is, in one line of `corral up`'s output. Never the token itself, on a
+    terminal or not: whatever keeps the output (a log file, the journal, nohup.out, a terminal's scrollback or
+    recording) would keep a credential that needs no password, while the CLI already reads it from the
+    profile, and `corral profile env` prints it for other tools."""
+    return (f"  admin token: in {cli_config_path}, profile '{ADMIN_PROFILE}' (the CLI uses it; "
+            f"`corral profile env {ADMIN_PROFILE}` prints it)")
+
+
 def serve_forever(config: UpConfig) -> int:
     """Start, print the endpoints, supervise until asked to stop or a part cannot be kept running, stop
     everything; the exit code says which (EXIT_*)."""
@@ -56,7 +66,8 @@ def serve_forever(config: UpConfig) -> int:
     print(jobs_runtime_line(config.worker_runtime))
     for name, value in running.endpoints.items():
         print(f"  {name:<9} {value}")
-    print(f"  admin token: {running.admin_token}")
+    assert running.cli_config_path is not None  # written by `start`
+    print(admin_token_line(running.cli_config_path))
     if running.cli_profile == ADMIN_PROFILE:
         print(f"The CLI is configured as the administrator (profile '{ADMIN_PROFILE}', billing project 'default'); "
               "Ctrl-C stops everything.", flush=True)

@@ -134,7 +134,7 @@ def classify(detail: str) -> PullFailure:
 
 
 class SkopeoUmoci:
-    """`ImageTools` with Debian's skopeo and umoci (scripts/setup.sh installs both)."""
+    """`ImageTools` with Debian's skopeo and umoci (scripts/setup.sh --for run installs both)."""
 
     def __init__(self, timeouts: ToolTimeouts = ToolTimeouts(), on_run: Callable[[list[str]], None] | None = None,
                  environment: Mapping[str, str] | None = None):
@@ -166,7 +166,8 @@ class SkopeoUmoci:
 
     async def _run(self, argv: list[str], what: str, timeout_s: float, unpacking: bool = False) -> bytes:
         if shutil.which(argv[0]) is None:
-            raise ImagePullError(what, PullFailure.FAILED, f"{argv[0]} is not installed (scripts/setup.sh installs it)")
+            raise ImagePullError(what, PullFailure.FAILED,
+                                 f"{argv[0]} is not installed (scripts/setup.sh --for run installs it)")
         if self.on_run is not None:
             self.on_run(list(argv))
         process = await asyncio.create_subprocess_exec(

@@ -5,6 +5,8 @@ REST APIs in tests/clouds."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from services.driver.providers.interface import InstanceRequest
 from services.driver.pricing.products import LOCAL, Machine
 from services.driver.providers.errors import ProviderError
@@ -23,6 +25,8 @@ class StubCloud:
         self.refuse_all: ProviderError | None = None
         self.place_in: dict[str, str] = {}
         """Region asked for -> the region the "cloud" puts the machine in instead."""
+        self.ended: set[str] = set()
+        """Machines it knows are gone for good (`gone`), as the local provider knows its ended workers."""
         self.gcp_prices = False
         """Price its machines as GCP's n2 in their regions (else as the local provider's)."""
 
@@ -46,3 +50,6 @@ class StubCloud:
 
     async def alive(self) -> set[str]:
         return set(self.machines)
+
+    async def gone(self, names: Collection[str]) -> set[str]:
+        return self.ended & set(names)

@@ -41,6 +41,10 @@ def lock(mode: str, name: str = "", level: str = "db") -> dict[str, str]:
 
 async def test_explain_and_the_scheduler_decide_alike(world: World) -> None:
     rng = random.Random(11)
+    # The pool's machine holds the largest job here, so a job without room waits rather than never runs
+    # (services.policy.runnable, which ExplainJob asks first): the instances below are smaller.
+    await world.db.execute("UPDATE instance_collections SET worker_cores = 8, worker_memory_bytes = %s, "
+                           "worker_storage_bytes = %s WHERE name = 'standard'", (64 << 30, 64 << 30))
     for name, cores in (("i1", 4000), ("i2", 2000), ("i3", 1000)):
         await world.instance(name, cores_mcpu=cores)
     await world.db.execute("UPDATE instances SET memory_bytes = %s WHERE name = 'i2'", (2 << 30,))

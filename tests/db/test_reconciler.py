@@ -102,6 +102,28 @@ async def test_a_vanished_instance_is_deactivated_and_its_job_runs_again(world: 
     assert await check_invariants(world.db) == []
 
 
+async def test_a_vanished_instances_grace_starts_again_with_a_new_leader(world: World) -> None:
+    """A new leader cannot tell how long ago its predecessor began creating a machine the cloud does not list
+    yet: it gives a whole grace from when it began to lead, as it does an orphan; a machine it knows ended
+    does not wait."""
+    cloud = StubCloud()
+    await world.instance("unlisted")
+    await world.instance("ended")
+    cloud.ended.add("ended")
+    world.clock.advance(10**6)  # both far older than the grace
+    elected_ms = world.clock()
+    reconciler = InstanceReconciler(world.store, cloud, lambda: world.epoch, GRACE, clock_ms=world.clock,
+                                    watching_since_ms=lambda: elected_ms)
+    await reconciler.cycle()
+    assert reconciler.deactivated == ["ended"]
+    world.clock.advance(119_000)
+    await reconciler.cycle()
+    assert reconciler.deactivated == ["ended"]
+    world.clock.advance(1_000)
+    await reconciler.cycle()
+    assert reconciler.deactivated == ["ended", "unlisted"]
+
+
 async def test_a_standby_does_nothing(world: World) -> None:
     cloud = StubCloud()
     await world.instance("i1")
@@ -127,3 +149,50 @@ async def test_the_local_provider_lists_workers_another_driver_started(tmp_path:
         assert await new.alive() == set() and await old.alive() == set()
     finally:
         await old.close()
+
+
+async def test_an_instance_whose_machine_has_ended_is_deactivated_at_once(world: World) -> None:
+    """Issue 36: a restarted `corral up` waited for its predecessor's instances to miss their heartbeats or
+    never activate. An instance whose machine the provider knows has ended (a local worker process that is
+    gone) ends at once, young or not; one merely not listed yet (being created) still waits for its grace."""
+    cloud = StubCloud()
+    await world.instance("ended", cores_mcpu=4000)
+    await world.store.create_instance(world.epoch, "booting", "standard", 4000, "tok-booting")
+    cloud.ended.add("ended")
+    batch_id, _, job_id = await world.batch([{}])
+    first = await world.run(batch_id, job_id, instance="ended")
+    woken: list[str] = []
+    reconciler = InstanceReconciler(world.store, cloud, lambda: world.epoch, GRACE, clock_ms=world.clock,
+                                    on_deactivated=lambda: woken.append("scheduler and autoscaler"))
+    await reconciler.cycle()
+    assert reconciler.deactivated == ["ended"] and woken == ["scheduler and autoscaler"]
+    row = await world.db.fetchone("SELECT state, deactivation_reason FROM instances WHERE name = 'ended'")
+    assert row == {"state": "inactive", "deactivation_reason": "its machine has ended"}
+    assert await world.store.instance_state("booting") == "pending"
+    job = await world.job(batch_id, job_id)
+    assert (job["state"], job["attempt_id"]) == ("Ready", first)
+    attempt = await world.db.fetchone("SELECT reason FROM attempts WHERE batch_id = %s AND job_id = %s AND "
+                                      "attempt_id = %s", (batch_id, job_id, first))
+    assert attempt is not None and attempt["reason"] == "worker_lost"
+    await reconciler.cycle()
+    assert woken == ["scheduler and autoscaler"]  # nothing more ended: nobody woken
+    assert await check_invariants(world.db) == []
+
+
+async def test_the_local_provider_knows_which_of_its_workers_have_ended(tmp_path: Path) -> None:
+    """The workers of an earlier `corral up` (ended with it) are gone; a running worker, and one this data
+    directory's drivers never started (being created, or another data directory's), are not known gone."""
+    pids = PidFiles(tmp_path / "pids")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    earlier = LocalProvider(lambda request: sleeper, tmp_path / "logs", pid_files=pids)
+    await earlier.create(machine("w1"))
+    await earlier.close()  # as `corral up` stops, or its next start ends what a killed one left
+    restarted = LocalProvider(lambda request: sleeper, tmp_path / "logs", pid_files=pids)
+    try:
+        await restarted.create(machine("w2"))
+        assert await restarted.alive() == {"w2"}
+        assert await restarted.gone(["w1", "w2", "stranger"]) == {"w1"}
+        standby = LocalProvider(lambda request: sleeper, tmp_path / "logs", pid_files=pids)
+        assert await standby.gone(["w1", "w2"]) == {"w1"}  # w2 runs: its pid file says so
+    finally:
+        await restarted.close()

@@ -114,10 +114,24 @@ def check_buf_curl(out: str) -> None:
     assert json.loads(out[out.index("{"):])["batch"]["batchId"] == "1", out
 
 
+def check_batch_file_files(out: str) -> None:
+    assert out.rstrip().endswith("3"), out  # the output file the job wrote into storage: ref.fa's lines
+
+
+def check_cli_access(out: str) -> None:
+    """What docs/cli.md says a non-member and a member who is not the owner are told, as they are told."""
+    lines = out.splitlines()
+    for said in ("error: no batch 1", "exit 5", "error: batch 1 belongs to alice", "exit 7"):
+        assert said in lines, out
+    assert lines.index("exit 5") < lines.index("error: batch 1 belongs to alice"), out
+
+
 CHECKS: dict[tuple[str, str], Callable[[str], None]] = {
     # (page, the start of the block's first line): what its output must show
     ("README.md", "# corral up made the CLI its administrator"): check_readme_quickstart,
     ("README.md", 'eval "$(corral profile env)"'): check_readme_rest_quickstart,
+    ("docs/batch-file.md", 'storage="$(realpath'): check_batch_file_files,
+    ("docs/cli.md", "# bob, a user in no project yet"): check_cli_access,
     ("docs/client.md", "import corral"): check_client_first_example,
     ("docs/client.md", "import sys"): check_client_events,
     ("docs/client.md", "batch_id = batch.batch_id"): check_client_calls,

@@ -1,8 +1,9 @@
 """`corral up` supervises instead of collapsing, and nothing it started outlives it: the leading driver
 killed with SIGKILL is survived (the standby leads, the killed one comes back as a standby, the batch
 completes); a SIGKILL of `corral up` itself takes every process it started with it (services, MariaDB,
-workers and their jobs), and the next `corral up` ends what a pid file says was left; a part that
-cannot be restarted stops everything with exit code 1; a clean stop leaves nothing either."""
+workers and their jobs), and the next `corral up` ends what a pid file says was left and runs the jobs that
+ran again within seconds; a part that cannot be restarted stops everything with exit code 1; a clean stop
+leaves nothing either."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 
 import grpc
@@ -145,13 +147,24 @@ def test_nothing_outlives_a_killed_corral_up_and_the_next_one_ends_what_was_left
     bystander = os.getpid()
     (pid_files.directory / "driver-0.pid").write_text(
         json.dumps({"pid": bystander, "start_ticks": PidRecord.of("me", bystander).start_ticks + 1}))  # type: ignore[union-attr]
+    restarted_ms = time.time() * 1000
     again = up.start(tmp_path)
+    ready_s = time.monotonic()
     try:
         assert again.said(f"ending what an earlier corral up left running: worker-decoy (pid {decoy})")
         assert os.waitpid(decoy, os.WNOHANG)[0] == decoy  # ended (our child: reaped here)
         assert not again.said(f"(pid {bystander})")
         with again.client() as client:
             assert client.get_batch(batch_id).state  # the database came back with its data
+        # The killed run's workers could not deactivate: the new leader ends their instances as soon as it
+        # leads (their processes are gone), and both jobs run again within seconds, not after deadlines.
+        eventually(lambda: len(again.query("SELECT 1 FROM attempts WHERE batch_id = %s AND start_time_ms >= %s",
+                                           (batch_id, restarted_ms))) == 2,
+                   timeout_s=max(1.0, ready_s + 10 - time.monotonic()), what="both jobs running again within 10 s")
+        ended = again.query("SELECT DISTINCT i.deactivation_reason FROM attempts a JOIN instances i "
+                            "ON i.name = a.instance_name WHERE a.batch_id = %s AND a.start_time_ms < %s",
+                            (batch_id, restarted_ms))
+        assert ended == [{"deactivation_reason": "its machine has ended"}], ended
     finally:
         assert again.stop() == 0
 

@@ -1,8 +1,9 @@
 """`corral up` as a real process: it starts every service, the CLI it configures
-works, and SIGTERM stops every process it started."""
+works, its output never holds the admin token, and SIGTERM stops every process it started."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,7 +51,15 @@ def test_corral_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
             if line.startswith("The CLI is configured"):
                 break
         output = "".join(lines)
-        assert "corral is up." in output and "admin token:" in output
+        assert "corral is up." in output
+        # Its output goes to a pipe here, as to a log or the journal: it says where the admin token is, and
+        # never prints the token (a credential a log would keep).
+        token = json.loads((tmp_path / "cli.json").read_text())["profiles"]["admin"]["token"]
+        assert token and token not in output and token.split(".")[-1] not in output
+        assert (f"  admin token: in {tmp_path / 'cli.json'}, profile 'admin' (the CLI uses it; "
+                "`corral profile env admin` prints it)\n") in lines, output
+        shown = corral(env, "profile", "env", "admin")
+        assert f"export CORRAL_TOKEN={token}" in shown.stdout.splitlines(), shown
         started = children(up.pid)
         assert len(started) >= 5  # mariadbd, auth, two drivers, frontend
 

@@ -11,7 +11,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_spec_pb2, job_state_pb2
+from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.batch.v1 import batch_service_pb2 as pb
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
@@ -313,3 +313,31 @@ async def test_a_page_of_batches_costs_the_same_few_statements_however_long(stub
         single = (await stub.GetBatch(pb.GetBatchRequest(batch_id=batch.batch_id), metadata=alice)).batch
         assert single.counts == batch.counts and single.attributes == batch.attributes
     assert all_of_them[-1].counts.n_cancelled + all_of_them[-1].counts.n_ready == 1
+
+
+async def test_a_submission_of_no_jobs_is_refused_and_an_empty_batch_to_fill_later_is_create_batch(
+        stub, tokens, frontend) -> None:
+    """SubmitBatch of no jobs (a file's `jobs: []`) would make a batch that completes at once, having done
+    nothing: refused, nothing written. CreateBatch without jobs stays the way to open one and add jobs later."""
+    alice = bearer(tokens["alice"])
+    for groups in ([], [job_group_pb2.JobGroupSpec()]):
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await stub.SubmitBatch(pb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex, billing_project="proj",
+                                                         job_groups=groups), metadata=alice)
+        assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = error_details_pb2.BadRequest()
+        assert rpc_status.from_call(error.value).details[0].Unpack(details)
+        assert [(v.field, v.description) for v in details.field_violations] == [(
+            "jobs", "a batch needs at least one job (one of none would complete at once, having done nothing); to "
+                    "open a batch and add its jobs later, use CreateBatch and CreateUpdate")]
+    assert await count(frontend, "batches") == 0
+
+    created = await stub.CreateBatch(pb.CreateBatchRequest(idempotency_token=uuid.uuid4().hex,
+                                                           billing_project="proj"), metadata=alice)
+    update = await stub.CreateUpdate(pb.CreateUpdateRequest(batch_id=created.batch.batch_id, n_jobs=1,
+                                                            idempotency_token=uuid.uuid4().hex), metadata=alice)
+    await stub.AddJobs(pb.AddJobsRequest(batch_id=created.batch.batch_id, update_id=update.update.update_id,
+                                         jobs=[job()]), metadata=alice)
+    committed = await stub.CommitUpdate(pb.CommitUpdateRequest(batch_id=created.batch.batch_id,
+                                                               update_id=update.update.update_id), metadata=alice)
+    assert committed.batch.counts.n_jobs == 1

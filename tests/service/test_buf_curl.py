@@ -1,5 +1,5 @@
 """grpcurl-style access with a real third-party client: the buf CLI's `buf curl`
-(installed by scripts/setup.sh into .tools/) discovers corral's services by
+(installed by scripts/setup.sh --for test into .tools/) discovers corral's services by
 server reflection and calls them with JSON, over TLS with a bearer token on
 the public listener and with a client certificate on the internal one."""
 
@@ -22,7 +22,7 @@ BUF = REPO_DIR / ".tools" / "node_modules" / ".bin" / "buf"
 
 async def buf_curl(*args: str) -> tuple[int, str, str]:
     """Run `buf curl` over gRPC; returns (exit code, stdout, stderr)."""
-    assert BUF.exists(), "scripts/setup.sh installs the buf CLI into .tools/"
+    assert BUF.exists(), "scripts/setup.sh --for test installs the buf CLI into .tools/"
     process = await asyncio.create_subprocess_exec(
         str(BUF), "curl", "--protocol", "grpc", *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -68,7 +68,7 @@ async def test_jobs_job_logs_rerun_cancel_group_delete(env: Env, auth_app: AuthA
         "job 1  failed  exit=3  group=0  cost=$0.000000  name=fetch  error: boom",
         "job 2  ready  group=0  cost=$0.000000  name=align"]
     assert [(j["jobId"], j["exitCode"]) for j in json.loads(out(failed))] == [("1", 3)]
-    assert "why: parent failed: parents ended in states their edge does not accept: 1 (Failed)" in out(job)
+    assert "why: parent failed: parents ended in states their edge does not accept: 1 (failed)" in out(job)
     assert (log.stdout, tail.stdout, follow.stdout) == (b"hello\nworld\n", b"world\n", b"hello\nworld\n")
     assert follow.stderr.decode().splitlines() == [f"--- attempt 1 ({attempt}) on i1 ---", "--- job 1 failed ---"]
 

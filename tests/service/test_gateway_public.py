@@ -235,3 +235,42 @@ async def test_buf_curl_and_curl_through_the_gateway(gateway_port: int, certs: D
         body, _, status = out_bytes.decode().rpartition("\n")
         assert status in ("200 1.1", "200 2"), (version, status, err_bytes)
         assert json.loads(body)["user"]["username"] == "root", body
+
+
+async def test_unknown_keys_are_refused_naming_the_key(gateway_port: int, frontend: FrontendApp, db: Database,
+                                                       certs: DevCertificateAuthority, admin_token: str) -> None:
+    """A body key no field of the request has (`imag` for `image`), which the transcoder alone drops without a
+    word, is refused INVALID_ARGUMENT with its path and the nearest field, nothing submitted; so is an unknown
+    query parameter, by the transcoder itself, naming it. Keys written either way (json or proto names), maps'
+    own keys and a body past the connection buffer pass; gRPC is not touched."""
+    await JobStore(db).create_billing_project("proj", ["root"])
+    job = {"image": "busybox", "argv": {"args": ["true"]}, "env": {"ANY_KEY": "x"},
+           "resources": {"memory_bytes": "1024"}}
+    async with rest(certs, gateway_port, admin_token) as http:
+        for body, message in (
+                ({"billingProject": "proj", "idempotencyToken": "t1", "jobs": [job, {**job, "imag": "busybox"}]},
+                 'jobs[1].imag: no such field in corral.batch.v1.JobSpec; did you mean "image"?'),
+                ({"billingProject": "proj", "idempotencyToken": "t2", "attributs": {"a": "b"}, "jobs": [job]},
+                 'attributs: no such field in corral.batch.v1.SubmitBatchRequest; did you mean "attributes"?'),
+                ({"billingProject": "proj", "idempotencyToken": "t3",
+                  "jobs": [{**job, "retryPolicy": {"maxFailedRetries": 1, "delay": "1s"}}]},
+                 "jobs[0].retryPolicy.delay: no such field in corral.batch.v1.RetryPolicy"),
+                ({"billingProject": "proj", "idempotencyToken": "t4", "jobs": [{**job, "\u00e9": 1}]},
+                 "jobs[0].\u00e9: no such field in corral.batch.v1.JobSpec")):
+            refused = await http.post("/api/v1/batches:submit", json=body)
+            assert refused.status_code == 400, refused.text
+            assert refused.json() == {"code": grpc.StatusCode.INVALID_ARGUMENT.value[0], "message": message}
+        query = await http.get("/api/v1/batches?stat=running")
+        assert query.status_code == 400 and '"stat"' in query.json()["message"], query.text
+        assert (await http.get("/api/v1/batches")).json().get("batches") is None  # nothing was submitted
+
+        many = [{**job, "attributes": {"note": "x" * 200}} for _ in range(180)]  # some 50 KB: past the 32 KiB
+        accepted = await http.post("/api/v1/batches:submit", json={  # connection buffer
+            "billingProject": "proj", "idempotency_token": "ok", "jobs": [*many, {**job, "image_pull_secret": ""}]})
+        assert accepted.status_code == 200, accepted.text[:500]
+
+    async with Client(f"localhost:{gateway_port}", admin_token, certs.ca_cert_path,
+                      auth_address=f"localhost:{gateway_port}") as client:
+        builder = BatchBuilder("proj")
+        builder.job("busybox", ["true"])
+        assert (await client.submit(builder)).batch_id

@@ -50,7 +50,7 @@ MISTAKES = {
     "parent twice": (HEAD + A + "  - {image: x, command: [t], parents: [a, a]}\n",
                      "4:43: jobs[1].parents[1]: 'a' is listed twice"),
     "cores: lots": (HEAD + "  - image: x\n    command: [t]\n    cores: lots\n",
-                    "5:12: jobs[0].cores: expected a number, got 'lots'"),
+                    "5:12: jobs[0].cores: \"lots\": not a number; write cores (0.25, 2) or milli-cores with m (250m)"),
     "accept: [done]": (HEAD + A + "  - {image: x, command: [t], parents: [a], accept: [done]}\n",
                        "4:53: jobs[1].accept[0]: unknown value 'done' (expected one of succeeded, failed, error, "
                        "cancelled)"),
@@ -85,7 +85,7 @@ MISTAKES = {
     "bool for int": (HEAD + "  - {image: x, command: [t], max_attempts: true}\n",
                      "3:44: jobs[0].max_attempts: expected a whole number, got True"),
     "duration": (HEAD + "  - {image: x, command: [t], timeout: 90}\n",
-                 "3:39: jobs[0].timeout: expected a duration in seconds such as \"90s\" or \"1.5s\", got 90"),
+                 "3:39: jobs[0].timeout: expected a duration with its unit, such as \"90s\", \"30m\" or \"2h\", got 90"),
     "nested typo": (HEAD + "  - {image: x, command: [t], retry_policy: {max_failed_retry: 3}}\n",
                     "3:45: jobs[0].retry_policy: unknown key 'max_failed_retry'; did you mean 'max_failed_retries'?"),
     "nested type": (HEAD + "  - {image: x, command: [t], resources: {cores_mcpu: 1.5}}\n",
@@ -103,7 +103,7 @@ MISTAKES = {
                     "3:30: jobs[0].cores: cores and resources.cores_mcpu both set resources.cores_mcpu: give one of "
                     "them"),
     "cores 0": (HEAD + "  - {image: x, command: [a], cores: 0}\n",
-                "3:37: jobs[0].cores: must be more than 0 and at most 1e+12, e.g. 0.5 or 2"),
+                "3:37: jobs[0].cores: 0: at least 0.001 cores (1m)"),
     "a whole number as 2.0": (HEAD + "  - {image: x, command: [a], priority: 2.5}\n",
                               "3:40: jobs[0].priority: expected a whole number, got 2.5"),
     "empty command": (HEAD + "  - {image: x, command: []}\n", "3:25: jobs[0].command: an empty list: give at least "
@@ -125,6 +125,37 @@ MISTAKES = {
                       "2:12: defaults: unknown key 'imag'; did you mean 'image'?"),
     "nested too deeply": ("billing_project: p\njobs: " + "[" * 5000 + "]" * 5000 + "\n",
                           "1:1: nested too deeply"),
+    # Units (corral.quantities): each wrong one named with those accepted.
+    "memory: 4GB": (HEAD + "  - image: x\n    command: [t]\n    memory: 4GB\n",
+                    "5:13: jobs[0].memory: \"4GB\": unknown unit \"GB\"; use Ki, Mi, Gi, Ti (powers of 1024) or k, "
+                    "M, G, T (powers of 1000), e.g. 512Mi or 4G"),
+    "storage: 10GiB": (HEAD + "  - {image: x, command: [t], storage: 10GiB}\n",
+                       "3:39: jobs[0].storage: \"10GiB\": unknown unit \"GiB\"; use Ki, Mi, Gi, Ti (powers of 1024) "
+                       "or k, M, G, T (powers of 1000), e.g. 512Mi or 4G; did you mean \"Gi\"?"),
+    "memory: 1.5": (HEAD + "  - {image: x, command: [t], memory: 1.5}\n",
+                    "3:38: jobs[0].memory: expected a whole number, got 1.5"),
+    "memory_bytes with a unit": (HEAD + "  - {image: x, command: [t], memory_bytes: 4Gi}\n",
+                                 "3:44: jobs[0].memory_bytes: expected a whole number of bytes, got '4Gi' (with a "
+                                 "unit, write memory: 4Gi)"),
+    "memory and memory_bytes": (HEAD + "  - {image: x, command: [t], memory_bytes: 5, memory: 4Gi}\n",
+                                "3:47: jobs[0].memory: memory and memory_bytes say the same thing: give one of them"),
+    "cores: 250M": (HEAD + "  - {image: x, command: [t], cores: 250M}\n",
+                    "3:37: jobs[0].cores: \"250M\": unknown unit \"M\"; write cores (0.25, 2) or milli-cores with m "
+                    "(250m)"),
+    "cores: 0.0001": (HEAD + "  - {image: x, command: [t], cores: 0.0001}\n",
+                      "3:37: jobs[0].cores: 0.0001: at least 0.001 cores (1m)"),
+    "timeout: 2hours": (HEAD + "  - {image: x, command: [t], timeout: 2hours}\n",
+                        "3:39: jobs[0].timeout: \"2hours\": unknown unit \"hours\"; use ms, s, m (minutes), h or d, "
+                        "e.g. 90s, 30m, 2h or 1h30m; did you mean \"h\"?"),
+    "timeout: -2s": (HEAD + "  - {image: x, command: [t], timeout: -2s}\n",
+                     "3:39: jobs[0].timeout: \"-2s\": a duration cannot be negative"),
+    "retry_delay: 5": (HEAD + "  - {image: x, command: [t], retry_policy: {retry_delay: \"5\"}}\n",
+                       "3:58: jobs[0].retry_policy.retry_delay: \"5\": a duration needs a unit; use ms, s, m "
+                       "(minutes), h or d, e.g. 90s, 30m, 2h or 1h30m"),
+    # A batch of no jobs completes at once, having done nothing.
+    "jobs: []": ("billing_project: p\njobs: []\n", "2:7: jobs: an empty list: a batch needs at least one job"),
+    "no jobs": ("billing_project: p\njob_groups: [{name: g}]\n",
+                "1:1: batch file: jobs is required: a batch needs at least one job"),
     "unknown YAML tag": (HEAD + "  - {image: !!python/name:os.system x, command: [a]}\n",
                          "3:13: jobs[0].image: cannot read this value: could not determine a constructor for the tag "
                          "'tag:yaml.org,2002:python/name:os.system'"),
@@ -235,6 +266,23 @@ jobs:
     assert big.retry_policy == job_spec_pb2.RetryPolicy(max_failed_retries=2, retry_exit_codes=[75])
     assert list(big.regions) == ["local"]
     assert [(p.in_update_offset, list(p.accepted_states)) for p in big.parents] == [(-2, [5]), (-1, [7])]
+
+
+def test_sizes_cores_and_durations_as_people_write_them() -> None:
+    """Kubernetes' units (docs/batch-file.md, *Sizes, cores and durations*); the forms of before unchanged."""
+    new, old = parse_batch_file(HEAD + "  - {image: x, command: [t], memory: 4Gi, storage: 10G, cores: 250m, "
+                                "timeout: 1h30m, retry_policy: {retry_delay: 500ms, max_retry_delay: 2m}}\n"
+                                "  - {image: x, command: [t], memory_bytes: 4294967296, storage_bytes: 10000000000, "
+                                "cores: 0.25, timeout: \"5400s\", retry_policy: {retry_delay: \"0.5s\", "
+                                "max_retry_delay: \"120s\"}}\n").specs()
+    assert new == old
+    assert new.resources == job_spec_pb2.ResourceRequest(cores_mcpu=250, memory_bytes=4 * 2**30,
+                                                         storage_bytes=10**10)
+    assert new.timeout.ToSeconds() == 5400 and new.retry_policy.retry_delay.ToMilliseconds() == 500
+    quoted, = parse_batch_file(HEAD + "  - {image: x, command: [t], cores: \"2\", memory: 512Mi, timeout: 1d}\n"
+                               ).specs()
+    assert (quoted.resources.cores_mcpu, quoted.resources.memory_bytes, quoted.timeout.ToSeconds()) == \
+        (2000, 512 * 2**20, 86400)
 
 
 def test_enum_values_may_be_written_short_or_by_their_proto_name() -> None:

@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from corral import quantities
 from corral.batch_file import SCHEMA_PATH, BatchFileError, parse_batch_file
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -22,7 +23,8 @@ ODD_KEYS = ["cpus", "parent", "always_runn", "Image", "timeout_ms"]
 
 scalars = st.one_of(
     st.sampled_from(["", "x", "busybox", "none", "NETWORK_MODE_NONE", "on_demand", "succeeded", "done", "90s",
-                     "1.5s", "soon", "exclusive", "shared", "lots"]),
+                     "1.5s", "soon", "exclusive", "shared", "lots", "4Gi", "4GB", "250m", "2h", "2 h", "-2s", "1.5",
+                     "90"]),
     st.integers(min_value=-(2**64), max_value=2**64), st.sampled_from([0, 1, -1, 2**31, 2**31 - 1, 2**63]),
     st.floats(allow_nan=False, width=32), st.booleans(), st.none())
 values = st.recursive(scalars, lambda inner: st.one_of(
@@ -32,20 +34,28 @@ values = st.recursive(scalars, lambda inner: st.one_of(
                     max_size=3)), max_leaves=6)
 
 
+PATTERN_EXAMPLES = {
+    quantities.DURATION_PATTERN: ["90s", "1.5s", "0s", "0.000000001s", "30m", "2h", "1h30m", "250ms", "1d", ".5s"],
+    quantities.BYTES_PATTERN: ["4Gi", "512Mi", "4G", "1.5Gi", "0", "1000", "2Ti", "1k", ".5M"],
+    quantities.MCPU_PATTERN: ["250m", "1m", "0.25", "2", "64000m", ".5"],
+}
+
+
 def valid(schema: dict[str, Any], depth: int = 0) -> st.SearchStrategy[Any]:
     """Values a schema fragment accepts (most of them: a duration's pattern, an object's exclusions aside)."""
     if "$ref" in schema:
         return valid(SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]], depth)
-    if "oneOf" in schema:
-        return st.one_of([valid(s, depth) for s in schema["oneOf"]])
+    for either in ("oneOf", "anyOf"):
+        if either in schema:
+            return st.one_of([valid(s, depth) for s in schema[either]])
     if "enum" in schema:
         return st.sampled_from(schema["enum"])
     kind = schema.get("type")
     if isinstance(kind, list):  # text: a string, or a number or boolean taken as written
         return st.one_of([valid({**schema, "type": k}, depth) for k in kind])
     if kind == "string":
-        if "pattern" in schema:
-            return st.sampled_from(["90s", "1.5s", "0s", "-2s", "0.000000001s"])
+        if "pattern" in schema:  # the forms of corral.quantities, in range (which a pattern cannot see)
+            return st.sampled_from(PATTERN_EXAMPLES[schema["pattern"]])
         return st.text(min_size=schema.get("minLength", 0), max_size=5)
     if kind == "integer":
         return st.integers(schema.get("minimum"), schema.get("maximum"))

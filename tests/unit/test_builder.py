@@ -113,11 +113,40 @@ def test_a_parent_that_is_neither_handle_nor_job_id_is_refused(parent: object) -
         b.job("busybox", ["true"], parents=[parent])  # type: ignore[list-item]
 
 
-def test_a_negative_timeout_stays_negative_for_the_server_to_refuse() -> None:
+def test_a_negative_timeout_is_refused_before_any_call() -> None:
     b = BatchBuilder("p")
-    b.job("busybox", "true", timeout_s=-0.5)
+    with pytest.raises(UsageError, match=r"^timeout_s: -0.5: must be between 0s and 99999999999s$"):
+        b.job("busybox", "true", timeout_s=-0.5)
     b.job("busybox", "true", timeout_s=90.25)
-    assert [s.timeout.ToNanoseconds() for s in b.specs()] == [-500_000_000, 90_250_000_000]
+    assert [s.timeout.ToNanoseconds() for s in b.specs()] == [90_250_000_000]
+
+
+def test_sizes_cores_and_timeouts_as_people_write_them() -> None:
+    """Text with Kubernetes' units (corral.quantities) beside the numbers of before, which read as they did."""
+    b = BatchBuilder("p")
+    b.job("busybox", "true", cores="250m", memory_bytes="4Gi", storage_bytes="10G", timeout_s="1h30m")
+    b.job("busybox", "true", cores=0.25, memory_bytes=4 * 2**30, storage_bytes=10**10, timeout_s=5400)
+    b.job("busybox", "true", cores=0.1)
+    text, numbers, tenth = b.specs()
+    assert text == numbers
+    assert (text.resources.cores_mcpu, text.resources.memory_bytes, text.resources.storage_bytes,
+            text.timeout.ToSeconds()) == (250, 4 * 2**30, 10**10, 5400)
+    assert tenth.resources.cores_mcpu == 100
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"memory_bytes": "4GB"}, 'memory_bytes: "4GB": unknown unit "GB"; use Ki, Mi, Gi, Ti (powers of 1024) or k, M, '
+                              'G, T (powers of 1000), e.g. 512Mi or 4G'),
+    ({"cores": "2 cores"}, 'cores: "2 cores": unknown unit " cores"; write cores (0.25, 2) or milli-cores with m '
+                           '(250m)'),
+    ({"cores": 0}, "cores: 0: at least 0.001 cores (1m)"),
+    ({"timeout_s": "2 hours"}, 'timeout_s: "2 hours": unknown unit " hours"; use ms, s, m (minutes), h or d, e.g. '
+                               '90s, 30m, 2h or 1h30m; did you mean "h"?'),
+])
+def test_a_wrong_unit_is_refused_naming_the_argument(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError) as refused:
+        BatchBuilder("p").job("busybox", "true", **kwargs)  # type: ignore[arg-type]
+    assert str(refused.value) == message
 
 
 def test_a_job_names_the_secrets_it_mounts() -> None:

@@ -126,6 +126,32 @@ def test_an_unreachable_server(capsys: pytest.CaptureFixture[str], config: Path)
     assert code == EXIT_UNAVAILABLE
 
 
+def test_a_server_that_is_down_is_a_sentence_naming_its_address(config: Path) -> None:
+    """gRPC's "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:8443" was the line
+    (issue 36): the CLI says which address, as configured, and why, as a real process does."""
+    port = closed_port()
+    config.write_text(json.dumps({"frontend": f"localhost:{port}", "auth": "localhost:1", "token": "secret"}))
+    done = subprocess.run([sys.executable, "-m", "corral.cli", "ls"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "CORRAL_CONFIG": str(config)})
+    assert (done.returncode, done.stderr) == (
+        EXIT_UNAVAILABLE, f"error: cannot reach corral at localhost:{port}: connection refused; is corral up running?\n")
+    debug = subprocess.run([sys.executable, "-m", "corral.cli", "--debug", "ls"], capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "CORRAL_CONFIG": str(config)})
+    assert "debug: status UNAVAILABLE: failed to connect" in debug.stderr  # gRPC's own words, for --debug
+
+
+def test_login_without_a_terminal_says_how_to_give_the_password(config: Path, tmp_path: Path) -> None:
+    """No terminal, no --password-stdin, no $CORRAL_PASSWORD: a GetPassWarning and `error: EOFError` were the
+    answer (issue 36). A session of its own has no controlling terminal, as under cron or CI."""
+    environment = {k: v for k, v in os.environ.items() if k not in ("CORRAL_PASSWORD", "CORRAL_TOKEN")}
+    done = subprocess.run([sys.executable, "-m", "corral.cli", "login", "alice", "--frontend", "localhost:1",
+                           "--auth", "localhost:2"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, start_new_session=True,
+                          env={**environment, "CORRAL_CONFIG": str(config)})
+    assert (done.returncode, done.stderr) == (EXIT_USAGE, "error: no terminal to ask for a password: pipe it with "
+                                                          "--password-stdin or set CORRAL_PASSWORD\n")
+
+
 @pytest.mark.parametrize(("error", "code"), [
     (errors.InvalidArgument, EXIT_REFUSED),
     (errors.FailedPrecondition, EXIT_REFUSED),

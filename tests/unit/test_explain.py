@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,13 +58,22 @@ def test_pending_jobs_wait_on_parents_and_know_about_failed_ones() -> None:
     assert codes(accepting) == []
 
 
-def test_a_lock_names_its_holders_and_a_job_private_pool_its_machine() -> None:
+def test_a_lock_names_its_holders() -> None:
     conflict = LockConflict("db", "exclusive", ("x",), ((1, 2), (3, 4)))
     wait = planner.Wait(planner.BLOCKED_BY_LOCK, "needs exclusive lock", ((1, 2), (3, 4)), "db")
     [reason] = explain(dataclasses.replace(READY, scheduling=Scheduling(wait, conflict)))
     assert (reason.code, reason.jobs, reason.lock) == ("BLOCKED_BY_LOCK", ((1, 2), (3, 4)), conflict)
-    [reason] = explain(dataclasses.replace(READY, regions=("us",), scheduling=Scheduling(job_private=True)))
-    assert (reason.code, reason.regions) == ("NO_CAPACITY_IN_REGIONS", ("us",))
+
+
+def test_a_job_no_machine_can_run_says_it_never_runs_and_why() -> None:
+    """A job accepted before the deployment changed (or naming a machine type, before the frontend refused
+    them) is not told the autoscaler makes its machine: it is told it can never run, and why."""
+    why = "a machine of its own (machine_type): no pool of this deployment offers it (pools: standard on local)"
+    [reason] = explain(dataclasses.replace(READY, regions=("us",), scheduling=Scheduling(never=why)))
+    assert (reason.code, reason.detail) == ("CANNOT_RUN", why)
+    # Decisive reasons still come first, and hide it.
+    cancelled = dataclasses.replace(READY, cancelled=Cancelled(0, "bob", ""), scheduling=Scheduling(never=why))
+    assert codes(cancelled) == ["BATCH_CANCELLED"]
 
 
 @given(st.sampled_from(sorted(FINAL_STATES) + ["Running", "Creating"]), st.booleans(), st.booleans())
@@ -72,3 +82,13 @@ def test_a_running_or_finished_job_has_exactly_one_reason(state: str, cancelled:
                                 cancelled=Cancelled(0, "bob", "") if cancelled else None)
     expected = {"Running": "RUNNING", "Creating": "STARTING"}.get(state, "FINISHED")
     assert codes(facts) == [expected]
+
+
+@pytest.mark.parametrize(("state", "word"), [("Success", "succeeded"), ("Failed", "failed"), ("Error", "error"),
+                                              ("Cancelled", "cancelled")])
+def test_a_reason_says_a_state_as_the_cli_shows_it(state: str, word: str) -> None:
+    """`why: the job ended Success` stood beside the state `succeeded` (issue 36): one vocabulary."""
+    [reason] = explain(dataclasses.replace(READY, state=state, exit_code=0))
+    assert reason.detail == f"the job ended {word} with exit code 0"
+    [failed] = explain(dataclasses.replace(READY, state="Pending", parents=(Parent(1, state, 0),)))
+    assert failed.detail.endswith(f"1 ({word})")

@@ -377,7 +377,7 @@ def test_a_job_goes_only_where_its_storage_is_free_and_its_wait_says_storage() -
     assert [(p.key, p.worker) for p in result.placements] == [((1, 2), "w0")]
     assert {key: w.code for key, w in result.waits.items()} == {
         (1, 1): planner.NO_CAPACITY_IN_REGIONS, (1, 3): planner.NO_CAPACITY_IN_REGIONS}
-    assert "has 1 cores, 1073741824 bytes of memory and 6 GiB of scratch storage free" in result.waits[(1, 1)].detail
+    assert "has 1 cores, 1 GiB of memory and 6 GiB of scratch storage free" in result.waits[(1, 1)].detail
     assert "3 GiB of scratch storage" in result.waits[(1, 3)].detail  # w0's last 1 GiB went to the small job
 
 

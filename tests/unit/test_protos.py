@@ -241,6 +241,6 @@ def test_every_element_has_a_leading_comment(tmp_path: Path) -> None:
 
 def test_buf_lint_passes() -> None:
     if not BUF.exists():
-        pytest.fail(f"buf is not installed at {BUF.relative_to(REPO)}: run scripts/setup.sh")
+        pytest.fail(f"buf is not installed at {BUF.relative_to(REPO)}: run scripts/setup.sh --for test")
     result = subprocess.run([str(BUF), "lint"], cwd=REPO, capture_output=True, text=True, check=False)
     assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr

@@ -106,6 +106,37 @@ def test_state_groups_and_aliases() -> None:
     assert parse("state!=success", "batches").terms == (KeywordTerm("state", "!=", "success"),)
 
 
+def test_batches_and_jobs_take_each_others_word_for_failed() -> None:
+    """Batch queries said `failure` where job queries say `failed` (issue 36): each takes both."""
+    assert parse("state=failed", "batches").terms == (KeywordTerm("state", "=", "failure"),)
+    assert parse("state=failure", "jobs").terms == (KeywordTerm("state", "=", "failed"),)
+    assert parse("state=succeeded", "jobs").terms == (KeywordTerm("state", "=", "success"),)
+
+
+@pytest.mark.parametrize(("text", "kind", "near"), [
+    ("stat=running", "batches", "state"), ("states=running", "jobs", "state"), ("State=running", "jobs", "state"),
+    ("status=running", "batches", "state"), ("users=alice", "batches", "user"), ("project=lab", "jobs",
+                                                                                   "billing_project"),
+    ("name=x dur>5", "jobs", "duration"),
+])
+def test_a_key_that_is_a_slip_of_a_keyword_is_refused_where_it_is(text: str, kind: str, near: str) -> None:
+    """`corral ls stat=running` printed nothing: `stat` was an attribute no batch has (issue 36)."""
+    with pytest.raises(QuerySyntaxError) as e:
+        parse(text, kind)  # type: ignore[arg-type]
+    key = text.split()[-1].split("=")[0].split(">")[0]
+    assert e.value.position == text.index(key)
+    assert e.value.message.startswith(f"unknown key {key!r}; did you mean {near}?")
+    # Quoted, it is the attribute it says.
+    if f"{key}=" in text:
+        quoted = text.replace(key, f'"{key}"')
+        assert any(isinstance(t, AttributeTerm) and t.key == key for t in parse(quoted, kind).terms)  # type: ignore
+
+
+@pytest.mark.parametrize("key", ["name", "stage", "host", "sample", "username", "step"])
+def test_an_attribute_merely_near_a_keyword_is_an_attribute(key: str) -> None:
+    assert parse(f"{key}=x", "jobs").terms == (AttributeTerm(key, "=", "x"),)
+
+
 def test_a_quoted_key_is_an_attribute_even_if_it_is_a_keyword() -> None:
     assert parse('"state"=odd', "batches").terms == (AttributeTerm("state", "=", "odd"),)
 

@@ -21,7 +21,7 @@ import base64
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Collection
 from types import TracebackType
 from typing import Any
 
@@ -193,6 +193,9 @@ class AzureProvider:
         except AzureError as error:
             raise provider_error(error, "") from error
         return names
+
+    async def gone(self, names: Collection[str]) -> set[str]:
+        return set()  # a machine being created may not be listed yet: the reconciler's grace decides
 
     # -- steps ---------------------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ import math
 import shlex
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -217,6 +217,9 @@ class GcpProvider:
         found = await self._list(f'labels.{DEPLOYMENT_LABEL} = "{self._config.deployment}"')
         self._zones = {**{n: z for n, z in self._zones.items() if n in found}, **found}
         return set(found)
+
+    async def gone(self, names: Collection[str]) -> set[str]:
+        return set()  # a machine being created may not be listed yet: the reconciler's grace decides
 
     async def _list(self, filter_: str) -> dict[str, str]:
         """Name → zone of the deployment's machines that `filter_` selects, across every zone."""

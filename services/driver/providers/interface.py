@@ -10,6 +10,7 @@ worker activates itself.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 from typing import Protocol
 
 from services.driver.pricing.products import Machine
@@ -56,3 +57,9 @@ class InstanceProvider(Protocol):
 
     async def alive(self) -> set[str]:
         """Names of machines that exist (for cleaning up orphans)."""
+
+    async def gone(self, names: Collection[str]) -> set[str]:
+        """Those of `names` (instances `alive` did not list) whose machines it knows to be gone for good, not
+        merely not listed yet: the reconciler ends them at once instead of after its grace period. A cloud's
+        listing may lag its creates, so a cloud knows none; the local provider knows the worker processes its
+        data directory's drivers started, and which of them ended."""

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from services.common import lifeline
@@ -104,6 +104,21 @@ class LocalProvider:
         if self._pid_files is not None:
             adopted = {r.name.removeprefix("worker-") for r in self._pid_files.live("worker-")}
         return set(self._processes) | adopted
+
+    async def gone(self, names: Collection[str]) -> set[str]:
+        """Those of `names` this data directory's drivers started (each has its log here, opened before its
+        process starts) whose process no longer runs: ended, or ended with an earlier `corral up` (its
+        workers end with it, and a restarted one ends what is left). A name with no log here was never a
+        worker process of these drivers (one being created, or another data directory's): not known."""
+        return {name for name in names if (self._log_dir / f"{name}.log").exists() and not self._runs(name)}
+
+    def _runs(self, name: str) -> bool:
+        """Whether the worker process of `name` runs now: started here, or recorded by another driver."""
+        process = self._processes.get(name)
+        if process is not None and process.poll() is None:
+            return True
+        record = self._pid_files.read(f"worker-{name}") if self._pid_files is not None else None
+        return record is not None and record.alive()
 
     def pid(self, name: str) -> int | None:
         process = self._processes.get(name)
