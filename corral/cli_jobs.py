@@ -1,12 +1,12 @@
 """`corral jobs`, `job`, `logs`, `rerun`, `cancel-group`, `delete`: a batch's jobs.
 
 Human output by default, `--json` for scripts (the API's messages as JSON).
-`corral logs` writes the log's bytes as they are; with `--follow` it keeps
-writing while the attempt runs and returns when it ends, and without
-`--attempt` it follows the job: it waits for it to start, goes on with each
-retry, and returns when the job is final, saying so on stderr. `corral job` shows
-the job's image as every container tool reads it, and each attempt's image
-digest (what ran), cpu time and peak memory; with `--usage`, its usage series.
+`corral logs` writes the log's bytes as they are; `--follow` follows the
+job (waits for it to start, goes on with each retry, returns when the job
+is final, saying where it is on stderr), or with `--attempt` that attempt
+until it ends. `corral job` shows the job's image as every container tool
+reads it, and each attempt's image digest (what ran), cpu time and peak
+memory; with `--usage`, its usage series.
 """
 
 from __future__ import annotations

@@ -33,12 +33,12 @@ MAX_JOBS_PER_READ = 500
 Key = tuple[int, int]
 """(batch_id, job_id)."""
 Snapshot = dict[str, Any]
-"""A job as a follower sees it: state, attempt_id, and that attempt's start_time_ms, end_time_ms, instance_name,
-instance_state and ip_address (None without an attempt), the columns `live_address` reads."""
+"""A job as a follower sees it: state, attempt_id, and that attempt's start_time_ms, end_time_ms,
+instance_name, instance_state and ip_address (None without an attempt), the columns `live_address` reads."""
 
 _SELECT = """
-SELECT j.batch_id, j.job_id, j.state, j.attempt_id, a.start_time_ms, a.end_time_ms, a.instance_name, i.state AS instance_state,
-       i.ip_address
+SELECT j.batch_id, j.job_id, j.state, j.attempt_id, a.start_time_ms, a.end_time_ms, a.instance_name,
+       i.state AS instance_state, i.ip_address
 FROM jobs j
 LEFT JOIN attempts a ON a.batch_id = j.batch_id AND a.job_id = j.job_id AND a.attempt_id = j.attempt_id
 LEFT JOIN instances i ON i.name = a.instance_name
@@ -54,9 +54,13 @@ def live_address(attempt: dict[str, Any]) -> str | None:
     return None
 
 
+_SNAPSHOT_COLUMNS = ("state", "attempt_id", "start_time_ms", "end_time_ms", "instance_name", "instance_state",
+                     "ip_address")
+
+
 def snapshot_of(row: dict[str, Any]) -> Snapshot:
-    return {k: row[k] for k in ("state", "attempt_id", "start_time_ms", "end_time_ms", "instance_name", "instance_state",
-                                "ip_address")}
+    """A row of `_SELECT` as a Snapshot."""
+    return {k: row[k] for k in _SNAPSHOT_COLUMNS}
 
 
 class JobChanges:

@@ -4,9 +4,10 @@ Every RPC first resolves the batch through `services.frontend.access`
 (NOT_FOUND for no such batch and for one outside the caller's billing
 projects alike), then the job (NOT_FOUND unless committed). Logs come
 from the worker while the attempt runs and from storage once it ended
-(`services.frontend.logs`); StreamJobLog without an attempt id follows
-the job, from before it starts to its end (`services.frontend.log_follow`); an attempt's usage series from storage once it
-ended, from the worker while it runs (`services.frontend.usage`).
+(`services.frontend.logs`), and StreamJobLog without an attempt id follows
+the job from before it starts to its end (`services.frontend.log_follow`);
+an attempt's usage series from storage once it ended, from the worker while
+it runs (`services.frontend.usage`).
 """
 
 from __future__ import annotations
