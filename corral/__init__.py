@@ -16,6 +16,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from corral.builder import BatchBuilder, JobHandle  # noqa: E402 - after GRPC_VERBOSITY
 from corral.client import Client  # noqa: E402
 from corral.errors import (  # noqa: E402
+    AlreadyExists,
     CorralError,
     FailedPrecondition,
     FieldViolation,
@@ -31,6 +32,6 @@ from corral.errors import (  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "BatchBuilder", "Client", "CorralError", "FailedPrecondition", "FieldViolation", "InvalidArgument",
+    "AlreadyExists", "BatchBuilder", "Client", "CorralError", "FailedPrecondition", "FieldViolation", "InvalidArgument",
     "JobHandle", "NotFound", "PermissionDenied", "ResourceExhausted", "Unauthenticated", "Unavailable", "UsageError",
 ]

@@ -59,7 +59,8 @@ REQUIRED = ("billing_project", "jobs")
 first in the file."""
 FILE_DESCRIPTIONS = {
     f"{SUBMIT.full_name}.idempotency_token": "Optional in a file (corral submit makes a new one each time): "
-                                             "submitting the file again with the same token returns the same batch.",
+                                             "submitting the file again with the same token returns the same batch; "
+                                             "a changed file under a token already used is refused.",
 }
 """What a proto field means in a file where its comment in the protos says otherwise (for the schema)."""
 

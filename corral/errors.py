@@ -76,6 +76,13 @@ class FailedPrecondition(CorralError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class AlreadyExists(CorralError):
+    """The name is taken: a secret's, or an idempotency token used before for a different request (the
+    message names the batch or update it made; use a new token for the changed request)."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
 class Unavailable(CorralError):
     code = grpc.StatusCode.UNAVAILABLE
 
@@ -99,7 +106,7 @@ class ResourceExhausted(CorralError):
 
 
 _BY_CODE = {cls.code: cls for cls in (InvalidArgument, NotFound, PermissionDenied, Unauthenticated,
-                                      FailedPrecondition, Unavailable)}
+                                      FailedPrecondition, AlreadyExists, Unavailable)}
 
 
 def retry_after_s(error: grpc.RpcError) -> float | None:

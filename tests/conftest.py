@@ -165,14 +165,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 _IP_FORWARD_BEFORE = pytest.StashKey[str]()
 
 
-@pytest.fixture
-def host_ip_forwarding() -> Iterator[None]:
-    """For tests whose workers run containers with networks: a worker turns the host's IPv4 forwarding on
-    for its bridges and leaves it on (it is host-wide); the test puts it back as it found it, unless other
-    tests run beside it (then the run's end does: pytest_sessionfinish)."""
+def _ip_forwarding_put_back() -> Iterator[None]:
     before = IP_FORWARD.read_text()
     try:
         yield
     finally:
         if not in_parallel_worker():
             IP_FORWARD.write_text(before)
+
+
+@pytest.fixture
+def host_ip_forwarding() -> Iterator[None]:
+    """For tests whose workers run containers with networks: a worker turns the host's IPv4 forwarding on
+    for its bridges and leaves it on (it is host-wide); the test puts it back as it found it, unless other
+    tests run beside it (then the run's end does: pytest_sessionfinish)."""
+    yield from _ip_forwarding_put_back()
+
+
+@pytest.fixture(scope="module")
+def module_host_ip_forwarding() -> Iterator[None]:
+    """`host_ip_forwarding` for a module whose tests share one `corral up`: put back after its last test."""
+    yield from _ip_forwarding_put_back()

@@ -90,7 +90,7 @@ INTERNAL_PROCEDURES = frozenset({
 })
 """Called only by other procedures and triggers (definer's rights): no service executes them."""
 
-INTERNAL_FUNCTIONS = frozenset({"job_reserve_ms", "job_worst_case_micro_usd"})
+INTERNAL_FUNCTIONS = frozenset({"billing_limit_reached", "job_reserve_ms", "job_worst_case_micro_usd"})
 """The stored functions (in sql/procedures/ too), called only inside procedures (definer's rights): no
 service executes them, and EXECUTE is granted on procedures alone."""
 

@@ -60,11 +60,14 @@ class JobStore:
         callback_url: str | None = None,
         cancel_after_n_failures: int | None = None,
         attributes: dict[str, str] | None = None,
+        request_digest: str | None = None,
     ) -> Row:
-        """Create a batch (and its root group 0); returns batch_id, created."""
+        """Create a batch (and its root group 0); returns batch_id, created. `request_digest` (64 hex
+        digits) is what the call asked for: the token reused with another is a ConflictError whose
+        status has the batch_id (None: the token alone decides, as before migration 0027)."""
         attrs = [{"key": k, "value": v} for k, v in (attributes or {}).items()]
         status, _ = await self.db.call(
-            "create_batch", user, billing_project, idempotency_token, callback_url,
+            "create_batch", user, billing_project, idempotency_token, request_digest, callback_url,
             cancel_after_n_failures, attrs, self.clock_ms(),
         )
         return status
@@ -83,14 +86,16 @@ class JobStore:
         self, batch_id: int, n_jobs: int, n_job_groups: int = 0, idempotency_token: str | None = None,
         trace_context: str | None = None, max_jobs_per_batch: int | None = None,
         max_open_jobs_per_user: int | None = None, max_open_jobs_per_billing_project: int | None = None,
+        request_digest: str | None = None,
     ) -> Row:
         """Reserve ids for an update; returns update_id, start_job_id, start_job_group_id.
         `trace_context` is the creating call's W3C trace context (JSON), handed to workers.
         Refused past the batch's size (InvalidArgumentError) or the open jobs of its owner or
-        billing project (ResourceExhaustedError); None: no limit."""
+        billing project (ResourceExhaustedError); None: no limit. The token reused with another
+        `request_digest` is a ConflictError whose status has the update_id (as create_batch)."""
         status, _ = await self.db.call(
-            "create_update", batch_id, idempotency_token, n_jobs, n_job_groups, self.clock_ms(), trace_context,
-            max_jobs_per_batch, max_open_jobs_per_user, max_open_jobs_per_billing_project,
+            "create_update", batch_id, idempotency_token, request_digest, n_jobs, n_job_groups, self.clock_ms(),
+            trace_context, max_jobs_per_batch, max_open_jobs_per_user, max_open_jobs_per_billing_project,
         )
         return status
 
@@ -131,14 +136,14 @@ class JobStore:
     async def rerun_failed_jobs(
         self, batch_id: int, idempotency_token: str, states_bits: int, max_jobs_per_batch: int | None = None,
         max_open_jobs_per_user: int | None = None, max_open_jobs_per_billing_project: int | None = None,
-        max_children_per_job: int | None = None,
+        max_children_per_job: int | None = None, request_digest: str | None = None,
     ) -> Row:
         """An uncommitted update of copies of the jobs in `states_bits` (2 Failed, 4 Error,
         8 Cancelled) and their dependents; returns update_id (None: nothing to re-run),
         start_job_id, n_jobs. Commit it with commit_update. The limits as for create_update
-        and insert_jobs."""
-        status, _ = await self.db.call("rerun_failed_jobs", batch_id, idempotency_token, states_bits,
-                                       self.clock_ms(), max_jobs_per_batch, max_open_jobs_per_user,
+        and insert_jobs; the token reused with another `request_digest` as create_update."""
+        status, _ = await self.db.call("rerun_failed_jobs", batch_id, idempotency_token, request_digest,
+                                       states_bits, self.clock_ms(), max_jobs_per_batch, max_open_jobs_per_user,
                                        max_open_jobs_per_billing_project, max_children_per_job)
         return status
 

@@ -32,7 +32,7 @@ from services.common.errors import (
 from services.common.telemetry import current_context_json
 from services.common.identity import Principal, current_principal
 from services.common.image_refs import ImageReference
-from services.db.database import PermissionDeniedError, ProcedureError
+from services.db.database import ConflictError, PermissionDeniedError, ProcedureError
 from services.db.store import JobStore
 from services.frontend import query as query_language
 from services.frontend.access import owned_batch, readable_batch
@@ -40,6 +40,12 @@ from services.frontend.batch_store import BatchCounts, BatchStore, sees_everythi
 from services.frontend.field_limits import FIRST_UPDATE_SUFFIX, RERUN_PREFIX, SUBMIT_SUFFIX
 from services.frontend.limits import Limits
 from services.frontend.notify import Notify, no_notify
+from services.frontend.request_digest import (
+    batch_token_conflict,
+    request_digest,
+    rerun_token_conflict,
+    update_token_conflict,
+)
 from services.frontend.secret_store import SecretStore
 from services.common.specs import SpecStore
 from services.frontend.image_access import OwnRegistryNames, access_refusal
@@ -186,10 +192,11 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             violations.append(FieldViolation(n_jobs_field, message))
         return violations, message
 
-    async def _create_batch(self, principal: Principal, request: Any, n_jobs: int = 0,
+    async def _create_batch(self, principal: Principal, request: Any, digest: str, n_jobs: int = 0,
                             n_jobs_field: str = "n_jobs") -> tuple[int, bool]:
         """Create the batch; with `n_jobs`, first check that its update would be accepted, so
-        that a refusal writes nothing. Its id, and whether this call created it (not a retry's)."""
+        that a refusal writes nothing. Its id, and whether this call created it (not a retry's).
+        `digest` is the request's (request_digest): its token used for another request is ALREADY_EXISTS."""
         violations, message = self._batch_violations(request, n_jobs, n_jobs_field)
         if violations:
             raise InvalidRequest(violations, message)
@@ -203,7 +210,9 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                 principal.name, request.billing_project, request.idempotency_token,
                 request.callback_url or None,
                 request.cancel_after_n_failures if request.HasField("cancel_after_n_failures") else None,
-                dict(request.attributes))
+                dict(request.attributes), digest)
+        except ConflictError as e:
+            raise batch_token_conflict(request.idempotency_token, int(e.status["batch_id"])) from None
         except PermissionDeniedError:
             if sees_everything(principal):
                 raise
@@ -227,13 +236,14 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                     log.exception("could not discard batch %s after its submission was refused", batch_id)
             raise
 
-    async def _create_update(self, batch_id: int, n_jobs: int, n_job_groups: int, token: str | None
-                             ) -> dict[str, Any]:
+    async def _create_update(self, batch_id: int, n_jobs: int, n_job_groups: int, token: str | None,
+                             digest: str) -> dict[str, Any]:
+        """Reserve the update's ids; `digest` is the request's (request_digest), stored with `token`."""
         if n_jobs < 0 or n_job_groups < 0:
             raise InvalidRequest(FieldViolation("n_jobs", "n_jobs and n_job_groups must not be negative"))
         # The trace of this call follows the update's jobs to their workers.
         status = await self.jobs.create_update(batch_id, n_jobs, n_job_groups, token, current_context_json(),
-                                               **self._job_caps())
+                                               request_digest=digest, **self._job_caps())
         row = await self.batches.get_update(batch_id, int(status["update_id"]))
         assert row is not None
         return row
@@ -354,13 +364,15 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     async def CreateBatch(self, request: pb.CreateBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CreateBatchResponse:
         principal = current_principal()
-        batch_id, created = await self._create_batch(principal, request, request.n_jobs)
+        # The first update's token is the batch's: it is checked with the batch's digest, and keeps it.
+        digest = request_digest(request)
+        batch_id, created = await self._create_batch(principal, request, digest, request.n_jobs)
         update = None
         if request.n_jobs or request.n_job_groups:
             token = request.idempotency_token + FIRST_UPDATE_SUFFIX
             async with self._discarded_if_refused(batch_id, created, principal):
                 update = update_proto(await self._create_update(batch_id, request.n_jobs, request.n_job_groups,
-                                                                token))
+                                                                token, digest))
         batch = await self.batch_proto(await self._batch_row(batch_id, principal))
         return pb.CreateBatchResponse(batch=batch, update=update)
 
@@ -376,8 +388,12 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                 raise InvalidRequest(FieldViolation(
                     field, f"batch {request.batch_id} has reserved {reserved}; with {more} more it would pass "
                            f"{MAX_RESERVED_IDS}, the most ids a batch has"))
-        row = await self._create_update(request.batch_id, request.n_jobs, request.n_job_groups,
-                                        request.idempotency_token)
+        try:
+            row = await self._create_update(request.batch_id, request.n_jobs, request.n_job_groups,
+                                            request.idempotency_token, request_digest(request))
+        except ConflictError as e:
+            raise update_token_conflict(request.idempotency_token, request.batch_id,
+                                        int(e.status["update_id"])) from None
         return pb.CreateUpdateResponse(update=update_proto(row))
 
     async def CreateJobGroups(self, request: pb.CreateJobGroupsRequest, context: grpc.aio.ServicerContext
@@ -433,10 +449,11 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
                                                      principal, new_batch=True)
         if violations:
             raise InvalidRequest(violations, message)
-        batch_id, created = await self._create_batch(principal, request, len(request.jobs), "jobs")
+        digest = request_digest(request)
+        batch_id, created = await self._create_batch(principal, request, digest, len(request.jobs), "jobs")
         token = request.idempotency_token + SUBMIT_SUFFIX
         async with self._discarded_if_refused(batch_id, created, principal):
-            update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token)
+            update = await self._create_update(batch_id, len(request.jobs), len(request.job_groups), token, digest)
             if not update["committed"]:
                 await self._create_job_groups(batch_id, update, 0, request.job_groups)
                 if request.jobs:
@@ -518,10 +535,17 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             raise InvalidRequest(violations)
         bits = sum(_RERUN_STATE_BITS[s] for s in set(request.states)) or (2 | 4)
         row = await self._own_batch(request.batch_id, principal)
-        status = await self.jobs.rerun_failed_jobs(request.batch_id,
-                                                   RERUN_PREFIX + request.idempotency_token, bits,
-                                                   max_children_per_job=self.limits.max_children_per_job,
-                                                   **self._job_caps())
+        # The digest of what is re-run, not of how it was said: [FAILED, ERROR], [ERROR, FAILED] and [] are one.
+        meant = pb.RerunFailedJobsRequest(batch_id=request.batch_id,
+                                          states=sorted(s for s, bit in _RERUN_STATE_BITS.items() if bits & bit))
+        try:
+            status = await self.jobs.rerun_failed_jobs(request.batch_id,
+                                                       RERUN_PREFIX + request.idempotency_token, bits,
+                                                       max_children_per_job=self.limits.max_children_per_job,
+                                                       request_digest=request_digest(meant), **self._job_caps())
+        except ConflictError as e:
+            raise rerun_token_conflict(request.idempotency_token, request.batch_id,
+                                       int(e.status["update_id"])) from None
         if status["update_id"] is None:
             return pb.RerunFailedJobsResponse()
         update_id = int(status["update_id"])

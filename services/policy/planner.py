@@ -245,6 +245,14 @@ def _depths(allocation: Mapping[str, int], demands: Sequence[UserDemand], jobs_p
     return {d.user: max(1, shares.get(d.user, 0)) for d in demands if d.ready_cores_mcpu > 0}
 
 
+def limit_reached(spend_usd: float, limit_usd: float | None) -> bool:
+    """Whether a project that spent `spend_usd` has reached `limit_usd` (None: no limit): in whole
+    micro-dollars rounded to the nearest, as the API shows both, so a spend that reads as the limit is at it.
+    The SQL function billing_limit_reached is the rule the procedures apply; this is its copy, checked
+    against it by tests/db/test_budgets.py."""
+    return limit_usd is not None and round(spend_usd * 1000000) >= round(limit_usd * 1000000)
+
+
 def _money(micro_usd: float) -> str:
     return f"${micro_usd / 1000000:.6f}"
 
@@ -259,7 +267,7 @@ def _budget_stop(job: Candidate, budget: Budget | None, placed_micro_usd: int) -
     if budget.limit_usd is None:
         return None
     left = budget.left_micro_usd() - placed_micro_usd
-    if budget.spend_usd >= budget.limit_usd:
+    if limit_reached(budget.spend_usd, budget.limit_usd):
         return Wait(BILLING_LIMIT_REACHED, f"billing project {project} spent ${budget.spend_usd:.6f} of its "
                                            f"${budget.limit_usd:.6f} limit")
     if _never_fits(job, budget):

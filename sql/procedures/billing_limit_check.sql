@@ -1,6 +1,7 @@
 -- Internal: whether a billing project still takes new work (migration 0013).
 -- out_message is NULL if it does, else why not: its spend reached its limit
--- (a limit of 0 takes none). Used by create_batch, create_update and
+-- (billing_limit_reached: at the limit is refused, as above it; a limit of
+-- 0 takes none). Used by create_batch, create_update and
 -- rerun_failed_jobs, which refuse with rc 2 and this message.
 DROP PROCEDURE IF EXISTS billing_limit_check;
 DELIMITER $$
@@ -13,7 +14,7 @@ BEGIN
          (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_billing_project_resources x
           JOIN resources r ON r.resource_id = x.resource_id WHERE x.billing_project = p.name)
     INTO v_limit_usd, v_spend_usd FROM billing_projects p WHERE p.name = in_billing_project;
-  IF v_limit_usd IS NOT NULL AND v_spend_usd >= v_limit_usd THEN
+  IF billing_limit_reached(v_spend_usd, v_limit_usd) THEN
     SET out_message = CONCAT('billing project ', in_billing_project, ' has spent $', FORMAT(v_spend_usd, 6),
                              ' of its $', FORMAT(v_limit_usd, 6), ' limit');
   END IF;

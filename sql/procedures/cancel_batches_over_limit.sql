@@ -1,9 +1,10 @@
 -- Billing limits: every running batch of a billing project whose cost
 -- (aggregated_billing_project_resources x resources.rate_usd) reached its
--- limit_usd is cancelled, one job_groups_cancelled row for group 0 each,
--- cancelled_by 'corral', reason 'billing limit reached'; up to in_limit
--- batches per call, the oldest first. A limit of 0 allows no spending. The
--- cost is a scan of (resources x 64 tokens) rows per limited project.
+-- limit_usd (billing_limit_reached: at it, as above it) is cancelled, one
+-- job_groups_cancelled row for group 0 each, cancelled_by 'corral', reason
+-- 'billing limit reached'; up to in_limit batches per call, the oldest
+-- first. A limit of 0 allows no spending. The cost is a scan of (resources
+-- x 64 tokens) rows per limited project.
 -- Idempotent: a cancelled batch is not taken again and keeps the first who
 -- and why. Returns the status row with n_cancelled.
 DROP PROCEDURE IF EXISTS cancel_batches_over_limit;
@@ -35,7 +36,7 @@ proc: BEGIN
           LEFT JOIN resources r ON r.resource_id = a.resource_id
           WHERE p.limit_usd IS NOT NULL
           GROUP BY p.name, p.limit_usd
-          HAVING COALESCE(SUM(a.`usage` * r.rate_usd), 0) >= p.limit_usd) over_limit
+          HAVING billing_limit_reached(COALESCE(SUM(a.`usage` * r.rate_usd), 0), p.limit_usd)) over_limit
     JOIN batches b ON b.billing_project = over_limit.name AND b.state = 'running'
     WHERE NOT EXISTS (SELECT 1 FROM job_groups_cancelled c WHERE c.batch_id = b.batch_id AND c.job_group_id = 0)
     ORDER BY b.batch_id

@@ -1,6 +1,9 @@
 -- Reserves a contiguous block of job ids and job group ids for a new update
 -- of a batch, so several clients can then insert its jobs in parallel
--- without touching the batch row. Idempotent under (batch, token). Refused
+-- without touching the batch row. Idempotent under (batch, token), and a
+-- token reused with a different in_request_digest is refused (rc 5 with the
+-- update's id; migration 0027: a row or call without a digest is matched on
+-- the token alone, as before). Refused
 -- for a cancelled or deleted batch, or one whose billing project is not open,
 -- and when the update would take the batch past in_max_jobs_per_batch (rc 3)
 -- or its owner or project past their open jobs (rc 7; see
@@ -12,11 +15,13 @@
 DROP PROCEDURE IF EXISTS create_update;
 DELIMITER $$
 CREATE PROCEDURE create_update(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
+                               IN in_request_digest CHAR(64),
                                IN in_n_jobs INT, IN in_n_job_groups INT, IN in_now_ms BIGINT,
                                IN in_trace_context VARCHAR(1024), IN in_max_jobs_per_batch INT,
                                IN in_max_open_jobs_per_user BIGINT, IN in_max_open_jobs_per_project BIGINT)
 proc: BEGIN
   DECLARE v_update_id INT;
+  DECLARE v_digest CHAR(64);
   DECLARE v_over_limit VARCHAR(512);
   DECLARE v_start_job_id INT;
   DECLARE v_start_job_group_id INT;
@@ -50,8 +55,17 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   IF in_idempotency_token IS NOT NULL THEN
-    SELECT update_id, start_job_id, start_job_group_id INTO v_update_id, v_start_job_id, v_start_job_group_id
+    SELECT update_id, start_job_id, start_job_group_id, request_digest
+      INTO v_update_id, v_start_job_id, v_start_job_group_id, v_digest
       FROM batch_updates WHERE batch_id = in_batch_id AND idempotency_token = in_idempotency_token;
+    -- (<> is NULL, not true, when either digest is NULL: matched on the token alone.)
+    IF NOT v_missing AND v_digest <> in_request_digest THEN
+      ROLLBACK;
+      SELECT 5 AS rc, CONCAT('idempotency token "', in_idempotency_token, '" was used for update ', v_update_id,
+                             ' of batch ', in_batch_id, ' with a different request') AS message,
+             v_update_id AS update_id;
+      LEAVE proc;
+    END IF;
     IF NOT v_missing THEN
       COMMIT;
       SELECT 0 AS rc, 'exists' AS message, v_update_id AS update_id, v_start_job_id AS start_job_id,
@@ -92,9 +106,9 @@ proc: BEGIN
         n_reserved_jobs = n_reserved_jobs + in_n_jobs,
         n_reserved_job_groups = n_reserved_job_groups + in_n_job_groups
     WHERE batch_id = in_batch_id;
-  INSERT INTO batch_updates (batch_id, update_id, idempotency_token, start_job_id, n_jobs,
+  INSERT INTO batch_updates (batch_id, update_id, idempotency_token, request_digest, start_job_id, n_jobs,
                              start_job_group_id, n_job_groups, time_created_ms, trace_context)
-    VALUES (in_batch_id, v_update_id, in_idempotency_token, v_start_job_id, in_n_jobs,
+    VALUES (in_batch_id, v_update_id, in_idempotency_token, in_request_digest, v_start_job_id, in_n_jobs,
             v_start_job_group_id, in_n_job_groups, in_now_ms, in_trace_context);
   COMMIT;
   SELECT 0 AS rc, 'created' AS message, v_update_id AS update_id, v_start_job_id AS start_job_id,

@@ -16,7 +16,9 @@
 -- One transaction reserves the update and inserts every copy, so a copy
 -- set is all there or absent; the caller then runs commit_update.
 -- Idempotent under (batch, token): a repeat returns the same update,
--- committed or not. Refused (rc 2) for a cancelled batch, a project that
+-- committed or not; a repeat with a different in_request_digest (other
+-- states) is refused, rc 5 with the update's id (as create_update; a row or
+-- call without a digest is matched on the token alone). Refused (rc 2) for a cancelled batch, a project that
 -- is not open, or copies that would land in a cancelled group; refused as
 -- create_update and insert_jobs refuse (rc 3 or 7) when the copies would
 -- pass in_max_jobs_per_batch, the open jobs of the owner or project, or
@@ -26,11 +28,13 @@
 DROP PROCEDURE IF EXISTS rerun_failed_jobs;
 DELIMITER $$
 CREATE PROCEDURE rerun_failed_jobs(IN in_batch_id BIGINT, IN in_idempotency_token VARCHAR(100),
+                                   IN in_request_digest CHAR(64),
                                    IN in_states_bits INT, IN in_now_ms BIGINT, IN in_max_jobs_per_batch INT,
                                    IN in_max_open_jobs_per_user BIGINT, IN in_max_open_jobs_per_project BIGINT,
                                    IN in_max_children_per_job INT)
 proc: BEGIN
   DECLARE v_update_id INT;
+  DECLARE v_digest CHAR(64);
   DECLARE v_over_limit VARCHAR(512);
   DECLARE v_start INT;
   DECLARE v_start_group INT;
@@ -94,8 +98,15 @@ proc: BEGIN
     SELECT 1 AS rc, CONCAT('no batch ', in_batch_id) AS message;
     LEAVE proc;
   END IF;
-  SELECT update_id, start_job_id, n_jobs INTO v_update_id, v_start, v_n
+  SELECT update_id, start_job_id, n_jobs, request_digest INTO v_update_id, v_start, v_n, v_digest
     FROM batch_updates WHERE batch_id = in_batch_id AND idempotency_token = in_idempotency_token;
+  IF NOT v_missing AND v_digest <> in_request_digest THEN
+    ROLLBACK;
+    SELECT 5 AS rc, CONCAT('idempotency token "', in_idempotency_token, '" was used for update ', v_update_id,
+                           ' of batch ', in_batch_id, ' with a different request') AS message,
+           v_update_id AS update_id;
+    LEAVE proc;
+  END IF;
   IF NOT v_missing THEN
     COMMIT;
     SELECT 0 AS rc, 'exists' AS message, v_update_id AS update_id, v_start AS start_job_id, v_n AS n_jobs;
@@ -164,9 +175,10 @@ proc: BEGIN
   SELECT n_updates + 1, n_reserved_jobs + 1 INTO v_update_id, v_start FROM batches WHERE batch_id = in_batch_id;
   UPDATE batches SET n_updates = n_updates + 1, n_reserved_jobs = n_reserved_jobs + v_n
     WHERE batch_id = in_batch_id;
-  INSERT INTO batch_updates (batch_id, update_id, idempotency_token, start_job_id, n_jobs,
+  INSERT INTO batch_updates (batch_id, update_id, idempotency_token, request_digest, start_job_id, n_jobs,
                              start_job_group_id, n_job_groups, time_created_ms)
-    VALUES (in_batch_id, v_update_id, in_idempotency_token, v_start, v_n, v_start_group, 0, in_now_ms);
+    VALUES (in_batch_id, v_update_id, in_idempotency_token, in_request_digest, v_start, v_n, v_start_group, 0,
+            in_now_ms);
   UPDATE tmp_rerun SET new_job_id = v_start + seq - 1;
   INSERT INTO tmp_rerun_parent (job_id, new_job_id) SELECT job_id, new_job_id FROM tmp_rerun;
 

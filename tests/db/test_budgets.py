@@ -167,3 +167,42 @@ async def test_a_job_that_can_never_fit_is_cancelled_saying_why(world: World) ->
     await world.db.execute("UPDATE billing_projects SET limit_usd = 1 WHERE name = 'capped'")
     assert await world.store.cancel_unaffordable_jobs(world.epoch, [{"batch_id": batch_id, "job_id": start}]) == 0
     assert await check_invariants(world.db) == []
+
+
+async def test_a_project_whose_spend_equals_its_limit_takes_no_new_work(world: World) -> None:
+    """Issue 36: one core for 450 ms costs 5 micro-dollars at the local rate (migration 0002), though its DOUBLE
+    product is a hair below 5e-6; with the limit set to the spend it reads (5 micro-dollars), the project is at
+    its limit: no new batch, update or re-run (the same refusal as above it), and the billing loop cancels its
+    running batch."""
+    await world.instance()
+    batch_id, start = await capped_batch(world, [{"timeout_ms": HOUR_MS}, {}], limit_usd=1.0)
+    attempt = await world.run(batch_id, start)
+    ref = {"batch_id": batch_id, "job_id": start, "attempt_id": attempt}
+    await world.store.add_attempt_resources(world.epoch, [{**ref, "resource": "cpu/local/1", "quantity": 1000}])
+    await world.store.heartbeat_rollup(world.epoch, "i1", [{**ref, "rollup_time_ms": world.clock() + 450}])
+    spend = await spend_usd(world)
+    assert round(spend * 1000000) == 5 and spend < 5e-6  # reads as 5 micro-dollars; a hair below as a DOUBLE
+    await world.db.execute("UPDATE billing_projects SET limit_usd = %s WHERE name = 'capped'", (5 / 1e6,))
+    at_limit = r"billing project capped has spent \$0\.000005 of its \$0\.000005 limit"
+    with pytest.raises(FailedPreconditionError, match=at_limit):
+        await world.store.create_batch("alice", "capped")
+    with pytest.raises(FailedPreconditionError, match=at_limit):
+        await world.store.create_update(batch_id, 1)
+    await world.finish(batch_id, start, attempt, "Failed")
+    with pytest.raises(FailedPreconditionError, match=at_limit):
+        await world.store.rerun_failed_jobs(batch_id, "r", 2)
+    assert (await world.db.fetchone("SELECT COUNT(*) n FROM batches"))["n"] == 1
+    assert await world.store.cancel_batches_over_limit(world.epoch, 10) == 1
+    # One micro-dollar more of limit and the project takes work again.
+    await world.db.execute("UPDATE billing_projects SET limit_usd = %s WHERE name = 'capped'", (6 / 1e6,))
+    assert (await world.store.create_batch("alice", "capped"))["created"] == 1
+    assert await check_invariants(world.db) == []
+
+
+@pytest.mark.parametrize(("spend_usd", "limit_usd"), [
+    (450000 * (0.04 / (1000 * HOUR_MS)), 5e-6), (4.9e-6, 5e-6), (4.4e-6, 5e-6), (5.1e-6, 5e-6), (0.0, 0.0),
+    (0.0, 1e-6), (0.1 + 0.2, 0.3), (12.04, 500.0), (500.0, 500.0), (499.9999996, 500.0), (1.0, None)])
+async def test_the_planner_and_the_procedures_agree_on_the_limit(world: World, spend_usd: float,
+                                                                 limit_usd: float | None) -> None:
+    row = await world.db.fetchone("SELECT billing_limit_reached(%s, %s) AS reached", (spend_usd, limit_usd))
+    assert bool(row["reached"]) is planner.limit_reached(spend_usd, limit_usd)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import aiomysql
+import pytest
 
+from services.db.database import FailedPreconditionError
 from services.db.invariants import check_invariants
 from tests.world import World, job_spec
 
@@ -145,4 +147,76 @@ async def test_drain_is_set_based_and_completes_the_batch(world: World) -> None:
         """SELECT SUM(n_cancelled) c, SUM(n_succeeded) s FROM job_groups_n_jobs_in_complete_states
            WHERE batch_id = %s AND job_group_id = 0""", (batch_id,))
     assert (int(counts["c"]), int(counts["s"])) == (2_000 - N_ALWAYS_RUN, N_ALWAYS_RUN)
+    assert await check_invariants(world.db) == []
+
+
+async def cancelled_groups(world: World, batch_id: int) -> set[int]:
+    """Every group the cancellation of itself or an ancestor reaches (the one statement the procedures ask)."""
+    return {r["job_group_id"] for r in await world.db.fetchall(
+        "SELECT DISTINCT job_group_id FROM job_groups_cancelled_self_or_ancestor WHERE batch_id = %s", (batch_id,))}
+
+
+async def test_cancelling_empty_nested_groups_records_it_at_once_and_refuses_their_later_jobs(world: World) -> None:
+    """Issue 36: groups 1 > 2 > 3 with no jobs (complete at their commit) and a job in the root. Cancelling
+    group 1 is recorded and reaches 2 and 3; later jobs and groups for them are refused (rc 2), as they are
+    for a group with jobs; the root still takes jobs."""
+    batch_id, _, _ = await world.batch([{}], groups=[{"job_group_id": 1, "parent_id": 0},
+                                                     {"job_group_id": 2, "parent_id": 1},
+                                                     {"job_group_id": 3, "parent_id": 2}])
+    states = {r["job_group_id"]: (r["state"], r["n_jobs"]) for r in await world.db.fetchall(
+        "SELECT job_group_id, state, n_jobs FROM job_groups WHERE batch_id = %s", (batch_id,))}
+    assert states == {0: ("running", 1), 1: ("complete", 0), 2: ("complete", 0), 3: ("complete", 0)}
+
+    assert (await world.store.cancel_job_group(batch_id, 1, "alice", "wrong input"))["message"] == "cancelled"
+    assert await cancelled_groups(world, batch_id) == {1, 2, 3}
+    assert (await world.store.cancel_job_group(batch_id, 1, "bob", "again"))["message"] == "already cancelled"
+    row = await world.db.fetchone("SELECT cancelled_by, reason FROM job_groups_cancelled WHERE batch_id = %s "
+                                  "AND job_group_id = 1", (batch_id,))
+    assert (row["cancelled_by"], row["reason"]) == ("alice", "wrong input")
+    # A group below a cancelled one is cancelled already; cancelling it too records its own row, as before.
+    assert (await world.store.cancel_job_group(batch_id, 3, "alice", "leaf"))["message"] == "cancelled"
+
+    update = await world.store.create_update(batch_id, 2, n_job_groups=1)
+    u, s, g = update["update_id"], update["start_job_id"], update["start_job_group_id"]
+    for group in (1, 2, 3):
+        with pytest.raises(FailedPreconditionError, match="a job names a cancelled job group"):
+            await world.store.insert_jobs(batch_id, u, [job_spec(s, job_group_id=group)])
+    with pytest.raises(FailedPreconditionError, match="job group 2 is cancelled"):
+        await world.store.insert_job_groups(batch_id, u, [{"job_group_id": g, "parent_id": 2}])
+    # The root is not cancelled: its jobs and new groups are taken, and the update commits.
+    await world.store.insert_job_groups(batch_id, u, [{"job_group_id": g, "parent_id": 0}])
+    await world.store.insert_jobs(batch_id, u, [job_spec(s, job_group_id=0), job_spec(s + 1, job_group_id=g)])
+    await world.store.commit_update(batch_id, u)
+    assert await cancelled_groups(world, batch_id) == {1, 2, 3}
+    assert await check_invariants(world.db) == []
+
+
+async def test_an_empty_batch_is_cancelled_and_takes_no_later_update(world: World) -> None:
+    """An empty group 0 is not a finished batch: its cancellation is recorded and refuses later updates."""
+    batch_id, _, _ = await world.batch([], groups=[{"job_group_id": 1, "parent_id": 0}])
+    assert (await world.batch_row(batch_id))["state"] == "complete"
+    assert (await world.store.cancel_job_group(batch_id, 0, "alice", "never mind"))["message"] == "cancelled"
+    assert await cancelled_groups(world, batch_id) == {0, 1}
+    with pytest.raises(FailedPreconditionError, match=f"batch {batch_id} is cancelled"):
+        await world.store.create_update(batch_id, 1)
+    assert await check_invariants(world.db) == []
+
+
+async def test_a_finished_group_is_left_as_it_is_and_an_empty_one_beside_it_is_cancelled(world: World) -> None:
+    """Issue 12's rule stands for a group whose jobs have all finished ('complete', nothing recorded); a group
+    with no jobs yet, complete at its commit too, has not finished: its cancellation is recorded. An open
+    update makes the finished one unfinished again, and then its cancellation counts."""
+    await world.instance()
+    batch_id, _, s = await world.batch([{"job_group_id": 1}, {}], groups=[{"job_group_id": 1, "parent_id": 0},
+                                                                          {"job_group_id": 2, "parent_id": 0}])
+    await world.finish(batch_id, s, await world.run(batch_id, s), "Success")
+    states = {r["job_group_id"]: (r["state"], r["n_jobs"]) for r in await world.db.fetchall(
+        "SELECT job_group_id, state, n_jobs FROM job_groups WHERE batch_id = %s AND job_group_id > 0", (batch_id,))}
+    assert states == {1: ("complete", 1), 2: ("complete", 0)}
+    assert (await world.store.cancel_job_group(batch_id, 1, "alice", "late"))["message"] == "complete"
+    assert (await world.store.cancel_job_group(batch_id, 2, "alice", "late"))["message"] == "cancelled"
+    assert await cancelled_groups(world, batch_id) == {2}
+    await world.store.create_update(batch_id, 1)
+    assert (await world.store.cancel_job_group(batch_id, 1, "alice", "now"))["message"] == "cancelled"
+    assert await cancelled_groups(world, batch_id) == {1, 2}
     assert await check_invariants(world.db) == []

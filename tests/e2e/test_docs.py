@@ -19,14 +19,16 @@ import dataclasses
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import cluster as up
+from tests.e2e import new_user
 
 PAGES = [up.REPO_DIR / "README.md", *sorted((up.REPO_DIR / "docs").glob("*.md"))]
 RUNNABLE = {"sh", "python"}
@@ -192,35 +194,121 @@ def python_runner(blocks_: list[Block]) -> str:
             f"    print({BLOCK_SEPARATOR!r}, end='', flush=True)\n")
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.usefixtures("host_ip_forwarding")  # the README's corral up runs jobs in containers where it can
-def test_the_docs_run_as_written(tmp_path: Path) -> None:
-    # The README's corral up builds the four base images at its first start on this machine (a minute or two;
-    # then they are in the machine's cache, tests/conftest.py).
+@dataclasses.dataclass
+class System:
+    """The README's `corral up`, and where the docs' blocks run: `work` as the checkout's top folder, `env`
+    with `~` a scratch home whose `.local/share/corral` is the system's data directory."""
+
+    cluster: up.Cluster
+    work: Path
+    env: dict[str, str]
+    pages_run: set[Path] = dataclasses.field(default_factory=set)
+
+    def run_page(self, page: Path) -> None:
+        """Every block of `page` that runs, its shell blocks then its Python ones, checking what they print."""
+        runnable = to_run(blocks(page))
+        for block in (b for b in runnable if b.language == "sh"):
+            result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=self.work, env=self.env,
+                                    capture_output=True, text=True, timeout=300)
+            assert result.returncode == 0, f"{block.where}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+            if check := check_of(block):
+                check(result.stdout)
+        python = [b for b in runnable if b.language == "python"]
+        if python:
+            result = subprocess.run([sys.executable, "-c", python_runner(python)], cwd=self.work, env=self.env,
+                                    capture_output=True, text=True, timeout=300)
+            outputs = result.stdout.split(BLOCK_SEPARATOR)
+            assert result.returncode == 0, (f"{python[len(outputs) - 1].where}\nstdout:\n{result.stdout}\n"
+                                            f"stderr:\n{result.stderr}")
+            for block, out in zip(python, outputs):
+                if check := check_of(block):
+                    check(out)
+        self.pages_run.add(page)
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory, module_host_ip_forwarding: None) -> Iterator[System]:
+    """The README's run command (its corral up runs jobs in containers where it can), once for the module.
+    It builds the four base images at its first start on this machine (a minute or two; then they are in
+    the machine's cache, tests/conftest.py)."""
+    tmp_path = tmp_path_factory.mktemp("docs")
     cluster = up.start(tmp_path, "--trace", command=run_command(), timeout_s=600)
     try:
         work = tmp_path / "checkout"
         home = scratch_checkout(work, cluster.data_dir)
         env = {**cluster.env, "HOME": str(home), "CORRAL_PASSWORD": "choose-a-password",
                "PATH": f"{up.REPO_DIR / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
-        for page in PAGES:
-            runnable = to_run(blocks(page))
-            for block in (b for b in runnable if b.language == "sh"):
-                result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], cwd=work, env=env,
-                                        capture_output=True, text=True, timeout=300)
-                assert result.returncode == 0, f"{block.where}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
-                if check := check_of(block):
-                    check(result.stdout)
-            python = [b for b in runnable if b.language == "python"]
-            if python:
-                result = subprocess.run([sys.executable, "-c", python_runner(python)], cwd=work, env=env,
-                                        capture_output=True, text=True, timeout=300)
-                outputs = result.stdout.split(BLOCK_SEPARATOR)
-                assert result.returncode == 0, (f"{python[len(outputs) - 1].where}\nstdout:\n{result.stdout}\n"
-                                                f"stderr:\n{result.stderr}")
-                for block, out in zip(python, outputs):
-                    if check := check_of(block):
-                        check(out)
+        yield System(cluster, work, env)
     finally:
         cluster.stop()
     assert cluster.process.returncode == 0
+
+
+@pytest.mark.timeout(900)
+def test_the_docs_run_as_written(system: System) -> None:
+    for page in PAGES:
+        system.run_page(page)
+
+
+@pytest.mark.timeout(300)
+def test_a_new_user_after_the_readme_is_told_each_mistake_in_one_line_of_their_words(system: System) -> None:
+    """Issue 36, acceptance 3: after the README (run above, or here if this test runs alone), a new member
+    of `default` makes the mistakes of `tests/e2e/new_user.py` through the CLI. Each is one `error:` line
+    holding the words expected, with the exit code docs/cli.md gives for its kind; and a log followed
+    before its job starts waits for it."""
+    if PAGES[0] not in system.pages_run:
+        system.run_page(PAGES[0])
+    documented = new_user.documented_exit_codes()
+    cluster, work = system.cluster, system.work / "carol"
+    work.mkdir()
+    env = {k: v for k, v in system.env.items() if k not in ("CORRAL_PASSWORD", "CORRAL_TOKEN")}
+
+    def corral(*argv: str, stdin: str | None = None, config: Path = work / "config.json",
+               ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["corral", *argv], cwd=work, env={**env, "CORRAL_CONFIG": str(config)},
+                              input=stdin, capture_output=True, text=True, timeout=120)
+
+    admin = {"config": Path(cluster.env["CORRAL_CONFIG"])}
+    for argv, stdin in ((("--profile", "admin", "users", "create", "carol", "--password-stdin"), "carols-secret\n"),
+                        (("--profile", "admin", "billing", "add-member", "default", "carol"), None)):
+        done = corral(*argv, stdin=stdin, **admin)
+        assert done.returncode == 0, done.stderr
+    where = ("--frontend", cluster.endpoints["frontend"], "--auth", cluster.endpoints["auth"],
+             "--ca-cert", cluster.endpoints["ca_cert"])
+    down_config = work / "down.json"  # carol's profile, as it is once corral up has stopped
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        down_port = closed.getsockname()[1]
+
+    first_batch = ""
+    for mistake in new_user.MISTAKES:
+        if mistake.argv[:1] == ("login",):
+            said = corral(*mistake.argv, *where, stdin=mistake.stdin)
+        else:
+            if mistake.batch_file:
+                (work / "batch.yaml").write_text(mistake.batch_file)
+            said = corral(*mistake.argv, config=down_config if mistake.down else work / "config.json")
+        expected = mistake.said.format(batch=first_batch, port=down_port)
+        assert said.returncode == mistake.exit_code and mistake.exit_code in documented, (mistake.what, said)
+        assert said.stderr.splitlines() == [said.stderr.strip()] and said.stderr.startswith("error: "), \
+            (mistake.what, said.stderr)
+        assert expected in said.stderr, (mistake.what, expected, said.stderr)
+        if mistake.argv[:1] == ("login",):  # then the way the line says
+            logged_in = corral("login", "carol", "--password-stdin", *where, stdin="carols-secret\n")
+            assert logged_in.returncode == 0, logged_in.stderr
+            profile = json.loads((work / "config.json").read_text())["profiles"]["carol"]
+            down_config.write_text(json.dumps({"current": "carol", "profiles": {"carol": {
+                **profile, "frontend": f"localhost:{down_port}", "auth": f"localhost:{down_port}"}}}))
+            (work / "batch.yaml").write_text(new_user.FIRST_TOKEN_FILE)
+            first = corral("submit", "-q", "batch.yaml")
+            assert first.returncode == 0, first.stderr
+            first_batch = first.stdout.strip()
+            again = corral("submit", "-q", "batch.yaml")  # the same file, the same token: the same batch
+            assert (again.returncode, again.stdout.strip()) == (0, first_batch), again
+
+    (work / "batch.yaml").write_text(new_user.PENDING_LOG_FILE)
+    submitted = corral("submit", "-q", "batch.yaml")
+    assert submitted.returncode == 0, submitted.stderr
+    followed = corral("logs", "-f", submitted.stdout.strip(), "2")
+    assert followed.returncode == 0, followed
+    assert "after the slow one" in followed.stdout, followed

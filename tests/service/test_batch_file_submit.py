@@ -185,3 +185,39 @@ async def test_corral_submit_refuses_images_that_are_not_references_one_line_eac
     assert await db.fetchone("SELECT COUNT(*) AS n FROM jobs") == {"n": 0}
     async with aio.Client(f"localhost:{storage_frontend.public_port}", alice_token, certs.ca_cert_path) as client:
         assert [b async for b in client.list_batches()] == []
+
+
+async def test_a_token_reused_for_a_changed_file_is_refused_in_one_line(
+        storage_frontend: FrontendApp, alice_token: str, auth_app: AuthApp, certs: DevCertificateAuthority,
+        db: Database, tmp_path: Path) -> None:
+    """Issue 36, item 4: `corral submit` of a file with an `idempotency_token` gives the same batch for the
+    same file, and for a changed one refuses in one line (ALREADY_EXISTS, exit 4) naming the token and the
+    batch; the client raises AlreadyExists, and its retries of one builder keep the same batch."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"frontend": f"localhost:{storage_frontend.public_port}",
+                                  "auth": f"localhost:{auth_app.public_port}", "ca_cert": str(certs.ca_cert_path),
+                                  "token": alice_token}))
+    env = {**os.environ, "CORRAL_CONFIG": str(config)}
+    batch_file = tmp_path / "nightly.yaml"
+    batch_file.write_text("billing_project: proj\nidempotency_token: nightly-3\n"
+                          "jobs:\n  - image: busybox\n    command: [echo, one]\n")
+    first = await run_cli(env, "submit", str(batch_file), "--json")
+    assert first.returncode == 0, first.stderr
+    batch_id = int(json.loads(first.stdout)[0]["batchId"])
+    again = await run_cli(env, "submit", str(batch_file), "--json")
+    assert again.returncode == 0 and int(json.loads(again.stdout)[0]["batchId"]) == batch_id
+    batch_file.write_text(batch_file.read_text().replace("one", "two"))
+    changed = await run_cli(env, "submit", str(batch_file))
+    assert (changed.returncode, changed.stderr) == (
+        EXIT_REFUSED, f'error: idempotency token "nightly-3" was used for batch {batch_id} with a different '
+                      "request; use a new token to submit a changed batch\n")
+
+    async with aio.Client(f"localhost:{storage_frontend.public_port}", alice_token, certs.ca_cert_path) as client:
+        builder = read_batch_file(batch_file)
+        builder.idempotency_token = "client-1"
+        made = await client.submit(builder)
+        assert (await client.submit(builder)).batch_id == made.batch_id  # a retry of the same builder
+        builder.job("busybox", ["echo", "three"])
+        with pytest.raises(corral.AlreadyExists, match=f'"client-1" was used for batch {made.batch_id} '):
+            await client.submit(builder)
+    assert await db.fetchone("SELECT COUNT(*) AS n FROM batches") == {"n": 2}

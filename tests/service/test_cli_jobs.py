@@ -16,7 +16,7 @@ import pytest
 
 from corral import aio
 from corral.auth.v1 import user_pb2
-from corral.batch.v1 import job_explanation_pb2
+from corral.batch.v1 import job_explanation_pb2, job_group_pb2
 from corral.cli_common import EXIT_NOT_FOUND, EXIT_PERMISSION_DENIED, EXIT_REFUSED
 from corral.errors import NotFound, PermissionDenied, UsageError
 from services.auth.app import AuthApp
@@ -100,6 +100,17 @@ async def test_cancel_and_cancel_group_of_a_finished_batch_say_so(env: Env, auth
     batch = out(await corral(alice, "cancel", b)).splitlines()
     assert batch[0] == f"batch {b} is already complete: nothing to cancel"
     assert f"batch {b}  complete  user=alice" in batch[1] and "cancelled by" not in batch[1]
+
+
+async def test_cancel_group_of_an_empty_group_cancels_it(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
+                                                        tmp_path: Path) -> None:
+    """Issue 36: a group with no jobs yet is not finished: `corral cancel-group` cancels it (before, it said
+    `already complete: nothing to cancel` and recorded nothing)."""
+    batch_id = await env.submit(spec(), groups=(job_group_pb2.JobGroupSpec(),))
+    alice = logged_in(env, auth_app, certs, tmp_path, "alice")
+    cancelled = await corral(alice, "cancel-group", str(batch_id), "1", "--reason", "wrong input")
+    assert out(cancelled) == f"job group 1 of batch {batch_id}: cancelled by alice: wrong input\n"
+
 
 async def test_billing_and_users(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
                                  tmp_path: Path) -> None:

@@ -160,3 +160,64 @@ async def test_cancelling_what_has_finished_changes_nothing_and_says_so(env: Env
     assert (refused_commit.code(), refused_commit.details()) == (grpc.StatusCode.FAILED_PRECONDITION,
                                                                  f"batch {batch_id} is cancelled")
     assert await check_invariants(w.db) == []
+
+
+async def test_cancelling_empty_nested_groups_shows_at_once_and_refuses_their_later_jobs(env: Env) -> None:
+    """Issue 36: groups 1 > 2 > 3 with no jobs yet (a job in the root keeps the batch running). Cancelling
+    group 1 shows on all three at once, as it does with a job in them; a later update's job or group for any
+    of them is FAILED_PRECONDITION, as it is for a group with a job."""
+    w = env.world
+    alice = env.as_("alice")
+    batch_id = await env.submit(spec(), groups=(child_of(), child_of(0), child_of(1)))
+    cancelled = (await env.groups.CancelJobGroup(pb.CancelJobGroupRequest(batch_id=batch_id, job_group_id=1,
+                                                                          reason="wrong input"), metadata=alice)
+                 ).job_group
+    assert (cancelled.cancellation.cancelled_by, cancelled.cancellation.reason) == ("alice", "wrong input")
+    for group_id in (2, 3):
+        below = (await env.groups.GetJobGroup(pb.GetJobGroupRequest(batch_id=batch_id, job_group_id=group_id),
+                                              metadata=alice)).job_group
+        assert below.cancellation.reason == "wrong input"
+    listed = (await env.groups.ListJobGroups(pb.ListJobGroupsRequest(batch_id=batch_id), metadata=alice)).job_groups
+    assert [(g.job_group_id, g.HasField("cancellation")) for g in listed] == [(0, False), (1, True), (2, True),
+                                                                              (3, True)]
+
+    update = (await env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1, n_job_groups=1,
+                                                                     idempotency_token="later"), metadata=alice)
+              ).update
+    for group_id in (1, 2, 3):
+        job = spec()
+        job.job_group.job_group_id = group_id
+        error = await refused(env.batches.AddJobs(bpb.AddJobsRequest(batch_id=batch_id, update_id=update.update_id,
+                                                                     jobs=[job]), metadata=alice))
+        assert (error.code(), error.details()) == (grpc.StatusCode.FAILED_PRECONDITION,
+                                                   "a job names a cancelled job group")
+    group = job_group_pb2.JobGroupSpec()
+    group.parent.job_group_id = 3
+    error = await refused(env.batches.CreateJobGroups(bpb.CreateJobGroupsRequest(
+        batch_id=batch_id, update_id=update.update_id, job_groups=[group]), metadata=alice))
+    assert (error.code(), error.details()) == (grpc.StatusCode.FAILED_PRECONDITION, "job group 3 is cancelled")
+    assert await w.db.fetchone("SELECT COUNT(*) AS n FROM jobs WHERE batch_id = %s", (batch_id,)) == {"n": 1}
+    assert await check_invariants(w.db) == []
+
+
+async def test_cancelling_the_top_of_empty_groups_of_an_empty_batch(env: Env) -> None:
+    """A batch of groups only (complete at once): cancelling it is recorded, shows on every group, and
+    refuses a later update."""
+    alice = env.as_("alice")
+    created = await env.batches.CreateBatch(bpb.CreateBatchRequest(billing_project="proj", idempotency_token="empty",
+                                                                   n_job_groups=2), metadata=alice)
+    batch_id, update_id = created.batch.batch_id, created.update.update_id
+    await env.batches.CreateJobGroups(bpb.CreateJobGroupsRequest(batch_id=batch_id, update_id=update_id,
+                                                                 job_groups=[child_of(), child_of(0)]), metadata=alice)
+    committed = await env.batches.CommitUpdate(bpb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id),
+                                               metadata=alice)
+    assert committed.batch.state == batch_pb2.BATCH_STATE_COMPLETE
+    batch = (await env.batches.CancelBatch(bpb.CancelBatchRequest(batch_id=batch_id, reason="stop"),
+                                           metadata=alice)).batch
+    assert batch.cancellation.reason == "stop"
+    listed = (await env.groups.ListJobGroups(pb.ListJobGroupsRequest(batch_id=batch_id), metadata=alice)).job_groups
+    assert [g.cancellation.reason for g in listed] == ["stop"] * 3
+    error = await refused(env.batches.CreateUpdate(bpb.CreateUpdateRequest(batch_id=batch_id, n_jobs=1,
+                                                                           idempotency_token="later"),
+                                                   metadata=alice))
+    assert (error.code(), error.details()) == (grpc.StatusCode.FAILED_PRECONDITION, f"batch {batch_id} is cancelled")

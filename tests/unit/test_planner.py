@@ -90,7 +90,8 @@ def _budget_stops(snapshot: Snapshot, job: Candidate, placed_micro_usd: int) -> 
     """Whether the billing rule stops `job` with `placed_micro_usd` already reserved by the cycle."""
     budget = snapshot.budgets.get(job.billing_project)
     return budget is not None and (budget.state != "open" or (budget.limit_usd is not None and (
-        budget.spend_usd >= budget.limit_usd or job.reserve_micro_usd > budget.left_micro_usd() - placed_micro_usd)))
+        planner.limit_reached(budget.spend_usd, budget.limit_usd)
+        or job.reserve_micro_usd > budget.left_micro_usd() - placed_micro_usd)))
 
 
 def _clashes(a: dict[str, LockRequest], b: dict[str, LockRequest]) -> bool:
@@ -442,3 +443,17 @@ def test_a_job_goes_to_the_worker_holding_its_image_unless_that_keeps_another_jo
     result = plan(Snapshot("standard", workers, [UserDemand("ann", 0, 3000)], {"ann": [job, big]},
                            jobs_per_cycle=10))
     assert [(p.key, p.worker) for p in result.placements] == [((1, 1), "w0"), ((1, 2), "w1")]
+
+
+def test_a_spend_that_reads_as_the_limit_has_reached_it() -> None:
+    """Issue 36: one core for 450 ms is 5 micro-dollars at the local rate, 4.9999999999999996e-06 as a DOUBLE;
+    with a limit of 5 micro-dollars the project is at its limit, and waits as above it."""
+    spend_usd = 450_000 * (0.04 / (1000 * 3_600_000))
+    assert spend_usd < 5e-6 and planner.limit_reached(spend_usd, 5e-6)
+    assert not planner.limit_reached(spend_usd, 6e-6) and not planner.limit_reached(1e9, None)
+    job = Candidate(key=(1, 1), user="ann", billing_project="p", cores_mcpu=250, reserve_micro_usd=1)
+    snapshot = Snapshot("standard", [Worker("w0", 0, 1000)], [UserDemand("ann", 0, 250)], {"ann": [job]},
+                        budgets={"p": Budget(limit_usd=5e-6, spend_usd=spend_usd)})
+    [wait] = plan(snapshot).waits.values()
+    assert (wait.code, wait.detail) == (planner.BILLING_LIMIT_REACHED,
+                                        "billing project p spent $0.000005 of its $0.000005 limit")
