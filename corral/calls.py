@@ -172,13 +172,25 @@ class AsyncCalls:
 
     async def follow_log(self, batch_id: int, job_id: int, attempt: str | None = None, start_byte: int = 0
                          ) -> AsyncIterator[bytes]:
-        """The log from `start_byte`, then what the running attempt writes, until it ends."""
+        """The log's bytes from `start_byte`, then what the attempt writes, until it ends. Without `attempt`,
+        the job's: it waits for the job to start if it has not, goes on with each later attempt (a retry)
+        and ends when the job is final; `follow_log_messages` tells the attempts apart."""
+        async for message in self.follow_log_messages(batch_id, job_id, attempt, start_byte):
+            if message.data:
+                yield message.data
+
+    async def follow_log_messages(self, batch_id: int, job_id: int, attempt: str | None = None,
+                                  start_byte: int = 0) -> AsyncIterator[jpb.StreamJobLogResponse]:
+        """`follow_log` as the server sends it (`StreamJobLogResponse`): without `attempt`, an empty message
+        first if the job has not run yet, then for each attempt a message without data naming it
+        (`attempt_id`, `attempt_number`, `instance_name`) followed by its log's `data`, and last a message
+        whose `job_state` is the state the job ended in."""
         call = self._jobs.StreamJobLog(jpb.StreamJobLogRequest(
             batch_id=batch_id, job_id=job_id, attempt_id=attempt or "", start_byte=start_byte),
             metadata=self._metadata)
         try:
-            async for chunk in call:
-                yield chunk.data
+            async for message in call:
+                yield message
         except grpc.aio.AioRpcError as e:
             raise from_rpc_error(e) from None
         finally:

@@ -1,10 +1,12 @@
 """`corral jobs`, `job`, `logs`, `rerun`, `cancel-group`, `delete`: a batch's jobs.
 
 Human output by default, `--json` for scripts (the API's messages as JSON).
-`corral logs` writes the log's bytes as they are; with `--follow` it keeps
-writing while the attempt runs and returns when it ends. `corral job` shows
-the job's image as every container tool reads it, and each attempt's image
-digest (what ran), cpu time and peak memory; with `--usage`, its usage series.
+`corral logs` writes the log's bytes as they are; `--follow` follows the
+job (waits for it to start, goes on with each retry, returns when the job
+is final, saying where it is on stderr), or with `--attempt` that attempt
+until it ends. `corral job` shows the job's image as every container tool
+reads it, and each attempt's image digest (what ran), cpu time and peak
+memory; with `--usage`, its usage series.
 """
 
 from __future__ import annotations
@@ -139,14 +141,44 @@ def _job(args: argparse.Namespace) -> int:
     return 0
 
 
+_NEVER_RAN = {"cancelled": "was cancelled before it ran", "error": "ended in error before it ran",
+              "failed": "failed before it ran", "succeeded": "succeeded without running"}
+
+
+def _follow(client: Any, args: argparse.Namespace, start_byte: int) -> None:
+    """Write the log's bytes to stdout as they come; where the job is at goes to stderr, on lines of its own,
+    so that stdout stays the job's bytes."""
+    out, last_byte = sys.stdout.buffer, b"\n"
+
+    def say(line: str) -> None:
+        out.flush()
+        # A line the job left unfinished on the terminal is ended first.
+        print(("" if last_byte == b"\n" else "\n") + line, file=sys.stderr, flush=True)
+
+    for message in client.follow_log_messages(args.batch_id, args.job_id, args.attempt, start_byte):
+        if message.data:
+            out.write(message.data)
+            out.flush()
+            last_byte = message.data[-1:]
+        elif message.job_state:
+            state = state_name(message.job_state)
+            if message.attempt_id:
+                say(f"--- job {args.job_id} {state} ---")
+            else:
+                say(f"job {args.job_id} of batch {args.batch_id} {_NEVER_RAN[state]}: it has no log")
+        elif message.attempt_id:
+            say(f"--- attempt {message.attempt_number} ({message.attempt_id}) on {message.instance_name} ---")
+        else:
+            say(f"job {args.job_id} of batch {args.batch_id} has not run yet: waiting for it to start "
+                "(Ctrl-C to stop)")
+
+
 def _logs(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     start = -args.tail if args.tail else 0
     with open_client(args) as client:
         if args.follow:
-            for data in client.follow_log(args.batch_id, args.job_id, args.attempt, start):
-                out.write(data)
-                out.flush()
+            _follow(client, args, start)
         else:
             out.write(client.job_log(args.batch_id, args.job_id, args.attempt, start))
     out.flush()
@@ -204,7 +236,9 @@ def add_commands(commands: Any) -> None:
     logs.add_argument("batch_id", type=int)
     logs.add_argument("job_id", type=int)
     logs.add_argument("--attempt", help="an attempt id (default: the latest)")
-    logs.add_argument("--follow", "-f", action="store_true", help="keep printing while the attempt runs")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing while the job runs: wait for it to start, go on with each retry, "
+                           "return when it is final (with --attempt: while that attempt runs)")
     logs.add_argument("--tail", type=bytes_option, metavar="SIZE",
                       help="only the last SIZE bytes (bytes, or with a unit: 64Ki, 1Mi, 10k)")
     logs.set_defaults(run=_logs, words=option_words({"attempt_id": Option("--attempt")}))

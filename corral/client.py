@@ -124,6 +124,7 @@ class Client:
     job_log = _blocking(aio.Client.job_log)
     attempt_usage = _blocking(aio.Client.attempt_usage)
     follow_log = _blocking(aio.Client.follow_log)
+    follow_log_messages = _blocking(aio.Client.follow_log_messages)
     job_groups = _blocking(aio.Client.job_groups)
     cancel_job_group = _blocking(aio.Client.cancel_job_group)
     delete_batch = _blocking(aio.Client.delete_batch)

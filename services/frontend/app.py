@@ -48,6 +48,7 @@ from services.frontend.field_limits import request_field_limits
 from services.frontend.group_store import GroupReadStore
 from services.frontend.job_groups import JobGroupServicer
 from services.frontend.job_store import JobReadStore
+from services.frontend.job_changes import JobChanges
 from services.frontend.jobs import JobServicer
 from services.frontend.limits import Limits
 from services.frontend.lock_store import LockStore
@@ -152,6 +153,8 @@ class FrontendApp:
     tracing: Tracing
     closing: contextlib.AsyncExitStack
     """What `start` opened, closed in reverse order by `stop`."""
+    job_changes: JobChanges
+    """What every stream waiting on a job (a log followed before it starts) waits on."""
 
     async def stop(self) -> None:
         """Stop serving (letting calls finish), then stop notifying the driver, close the
@@ -193,6 +196,9 @@ async def start(config: FrontendConfig) -> FrontendApp:
         notifier = DriverNotifier(tls, config.driver_addresses, deadline_s=config.notify_deadline_s)
         stack.push_async_callback(notifier.close)
         specs = SpecStore(config.spec_root_url)
+        # Every stream that waits on a job (a log followed before it starts) is served by one read a period.
+        job_changes = JobChanges(db.time_limited(limits.max_statement_time_s))
+        stack.push_async_callback(job_changes.close)
 
         def services_on(pool: Database) -> list[Service]:
             """Every service, its stores on `pool`. Every read a request drives runs under the statement
@@ -206,7 +212,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
                         batch_service_pb2_grpc.add_BatchServiceServicer_to_server),
                 Service("corral.batch.v1.JobService",
                         JobServicer(batches, JobReadStore(reads), ExplainStore(reads), specs,
-                                    StoredLogs(config.spec_root_url), worker_logs, limits=limits),
+                                    StoredLogs(config.spec_root_url), worker_logs, limits=limits,
+                                    changes=job_changes),
                         job_service_pb2_grpc.add_JobServiceServicer_to_server),
                 Service("corral.batch.v1.JobGroupService",
                         JobGroupServicer(jobs, batches, GroupReadStore(reads), notifier),
@@ -240,7 +247,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
         if config.ports_file is not None:
             write_ports_file(config.ports_file, {"public": servers.ports[0], "internal": servers.ports[1:]})
         app = FrontendApp(db, internal_db, auth_channel, servers, servers.ports[0], notifier, worker_logs, tracing,
-                          stack.pop_all())
+                          stack.pop_all(), job_changes)
     log.info("frontend serving on port %d", app.public_port)
     return app
 

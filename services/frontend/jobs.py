@@ -4,8 +4,10 @@ Every RPC first resolves the batch through `services.frontend.access`
 (NOT_FOUND for no such batch and for one outside the caller's billing
 projects alike), then the job (NOT_FOUND unless committed). Logs come
 from the worker while the attempt runs and from storage once it ended
-(`services.frontend.logs`); an attempt's usage series from storage once it
-ended, from the worker while it runs (`services.frontend.usage`).
+(`services.frontend.logs`), and StreamJobLog without an attempt id follows
+the job from before it starts to its end (`services.frontend.log_follow`);
+an attempt's usage series from storage once it ended, from the worker while
+it runs (`services.frontend.usage`).
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ from services.frontend.job_protos import (
     normalized_image,
     resolved_spec,
 )
+from services.frontend.job_changes import JobChanges, live_address
 from services.frontend.job_store import JobReadStore
 from services.frontend.limits import Limits
+from services.frontend.log_follow import JobLogFollower
 from services.frontend.logs import (
     DEFAULT_MAX_BYTES,
     MAX_MAX_BYTES,
@@ -83,7 +87,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
 
     def __init__(self, batches: BatchStore, jobs: JobReadStore, explanations: ExplainStore, specs: SpecStore,
                  stored_logs: StoredLogs, worker_logs: WorkerLogs, clock_ms: Callable[[], int] = wall_clock_ms,
-                 limits: Limits = Limits(), stored_usage: StoredUsage | None = None):
+                 limits: Limits = Limits(), stored_usage: StoredUsage | None = None,
+                 changes: JobChanges | None = None):
         self.batches = batches
         self.limits = limits
         self.jobs = jobs
@@ -93,6 +98,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         self.stored_usage = stored_usage or StoredUsage(stored_logs.root_url)
         self.worker_logs = worker_logs
         self.clock_ms = clock_ms
+        # One JobChanges per frontend (the app's) serves every stream that waits on a job.
+        self.follower = JobLogFollower(batches, jobs, stored_logs, worker_logs, changes or JobChanges(jobs.db))
 
     async def _job(self, batch_id: int, job_id: int) -> dict[str, Any]:
         await readable_batch(self.batches, batch_id, current_principal())
@@ -113,9 +120,7 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
     @staticmethod
     def _live_address(attempt: dict[str, Any]) -> str | None:
         """The worker to ask while the attempt runs on an active instance."""
-        if attempt["end_time_ms"] is None and attempt["instance_state"] == "active" and attempt["ip_address"]:
-            return str(attempt["ip_address"])
-        return None
+        return live_address(attempt)
 
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.GetJobResponse:
         row = await self._job(request.batch_id, request.job_id)
@@ -194,15 +199,23 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
                            ) -> AsyncIterator[pb.StreamJobLogResponse]:
         self._check_log_request(request.step)
         job = await self._job(request.batch_id, request.job_id)
+        if not request.attempt_id:  # the job's log, waiting for it to start, through every attempt to its end
+            async for message in self.follower.follow(request.batch_id, request.job_id, request.step,
+                                                      request.start_byte, current_principal()):
+                yield message
+            return
         attempt = await self._attempt(job, request.attempt_id)
         attempt_id = attempt["attempt_id"]
+        ids = [a["attempt_id"] for a in await self.jobs.attempts(request.batch_id, request.job_id)]
+        which = {"attempt_number": ids.index(attempt_id) + 1, "instance_name": attempt["instance_name"] or ""}
         key = (request.batch_id, request.job_id, attempt_id, request.step)
         offset, sent, unreachable = request.start_byte, False, False
         address = self._live_address(attempt)
         if address is not None:
             try:
                 async for chunk in self.worker_logs.follow(address, *key, offset):
-                    yield pb.StreamJobLogResponse(attempt_id=attempt_id, data=chunk.data, start_byte=chunk.start_byte)
+                    yield pb.StreamJobLogResponse(attempt_id=attempt_id, data=chunk.data, start_byte=chunk.start_byte,
+                                                  **which)
                     offset, sent = chunk.start_byte + len(chunk.data), True
                 return
             except grpc.aio.AioRpcError as e:
@@ -213,7 +226,8 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
         found = False
         async for chunk in self.stored_logs.chunks(*key, offset):
             found = True
-            yield pb.StreamJobLogResponse(attempt_id=attempt_id, data=chunk.data, start_byte=chunk.start_byte)
+            yield pb.StreamJobLogResponse(attempt_id=attempt_id, data=chunk.data, start_byte=chunk.start_byte,
+                                          **which)
         if not (found or sent or await self.stored_logs.read(*key, offset, 0) is not None):
             self._no_log(attempt, request.step, unreachable)
 

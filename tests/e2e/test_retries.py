@@ -4,7 +4,8 @@ succeeds; a job whose exit code its policy lists is retried after growing,
 jittered delays, recorded on its attempts; a worker SIGKILLed under a job
 makes a new attempt on another worker that is not counted as a failure;
 after two preemptions (SIGUSR1, a local worker's preemption notice) a job
-of a spot pool runs on an on-demand machine."""
+of a spot pool runs on an on-demand machine; `corral logs -f` on a job that
+has not started waits for it and follows each of its attempts."""
 
 from __future__ import annotations
 
@@ -125,3 +126,25 @@ def test_after_two_preemptions_a_job_runs_on_demand(cluster: Cluster) -> None:
     assert [bool(t["preemptible"]) for t in tries] == [True, True, False]
     assert tries[1]["retry_reason"] == "preempted (2 so far): not a failure; on-demand machines from now on"
     assert [a.spot for a in job.attempts] == [True, True, False]
+
+
+@pytest.mark.timeout(180)
+def test_logs_follow_waits_for_a_pending_job_and_follows_each_attempt(cluster: Cluster) -> None:
+    """`corral logs -f` on a job whose parent still runs waits for it, prints each attempt's log under a
+    line naming the attempt, and returns when the job has ended."""
+    builder = corral.BatchBuilder("default", attributes={"test": "follow"})
+    parent = builder.job("busybox", "sleep 6")
+    builder.job("busybox", 'echo "try $CORRAL_ATTEMPT_ID"; exit 3', parents=[parent], max_attempts=2,
+                retry_policy=job_spec_pb2.RetryPolicy(max_failed_retries=1, retry_exit_codes=[3],
+                                                      retry_delay=duration_pb2.Duration(seconds=1)))
+    with cluster.client() as client:
+        batch_id = client.submit(builder).batch_id
+    followed = cluster.cli("logs", "-f", str(batch_id), "2", timeout_s=120)
+    assert followed.returncode == 0, followed.stderr
+    tries = attempts(cluster, batch_id, 2)
+    assert len(tries) == 2
+    assert followed.stdout == "".join(f"try {t['attempt_id']}\n" for t in tries)
+    assert followed.stderr.splitlines() == [
+        f"job 2 of batch {batch_id} has not run yet: waiting for it to start (Ctrl-C to stop)",
+        *(f"--- attempt {n} ({t['attempt_id']}) on {t['instance_name']} ---" for n, t in enumerate(tries, 1)),
+        "--- job 2 failed ---"]

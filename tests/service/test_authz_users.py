@@ -171,8 +171,8 @@ TABLE: dict[str, Row] = {
     # Job 1 ran on no real worker: its log is not there, for those who may read it.
     J + "GetJobLog": Row(lambda w: jpb.GetJobLogRequest(batch_id=w.batch_id, job_id=1),
                          unauthenticated(NF, member=NF, owner=NF, admin=NF)),
-    J + "StreamJobLog": Row(lambda w: jpb.StreamJobLogRequest(batch_id=w.batch_id, job_id=1),
-                            unauthenticated(NF, member=NF, owner=NF, admin=NF)),
+    # Following job 1 (it ended without a stored log) tells its attempt and state, for those who may read it.
+    J + "StreamJobLog": Row(lambda w: jpb.StreamJobLogRequest(batch_id=w.batch_id, job_id=1), READ),
     # Job 1 ended on no real worker: no series is stored, and the answer says so to those who may read it.
     J + "GetAttemptUsage": Row(lambda w: jpb.GetAttemptUsageRequest(batch_id=w.batch_id, job_id=1), READ),
     J + "ExplainJob": Row(lambda w: jpb.ExplainJobRequest(batch_id=w.batch_id, job_id=1), READ),

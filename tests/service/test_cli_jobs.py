@@ -70,6 +70,7 @@ async def test_jobs_job_logs_rerun_cancel_group_delete(env: Env, auth_app: AuthA
     assert [(j["jobId"], j["exitCode"]) for j in json.loads(out(failed))] == [("1", 3)]
     assert "why: parent failed: parents ended in states their edge does not accept: 1 (failed)" in out(job)
     assert (log.stdout, tail.stdout, follow.stdout) == (b"hello\nworld\n", b"world\n", b"hello\nworld\n")
+    assert follow.stderr.decode().splitlines() == [f"--- attempt 1 ({attempt}) on i1 ---", "--- job 1 failed ---"]
 
     rerun = await corral(alice, "rerun", b, "--token", "cli")
     assert out(rerun) == f"batch {b}: update 2 re-runs 2 job(s) as jobs 3-4\n"

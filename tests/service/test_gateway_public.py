@@ -5,7 +5,8 @@ frontend (TLS from the test CA), and people's clients pointed at the gateway onl
 - REST/JSON with `Authorization: Bearer`: list batches, submit one, read it;
 - errors: a gRPC error comes back with the HTTP status of its code and the
   google.rpc.Status (with its details) as the JSON body;
-- a server stream (WatchBatch) arrives as JSON, one message per line, while it runs;
+- a server stream (WatchBatch) arrives as JSON, one message per line, while it runs; so does a job's log
+  followed (StreamJobLog) from before the job starts to its end;
 - server reflection lists the services through the gateway;
 - each request leaves a JSON access-log line carrying its x-request-id and traceparent."""
 
@@ -169,27 +170,34 @@ async def test_the_openapi_document_is_served(gateway_port: int, certs: DevCerti
         assert (await http.post("/api/v1/openapi.json", headers={"authorization": ""})).status_code == 404
 
 
-async def test_watch_batch_streams_json_lines(gateway_port: int, frontend: FrontendApp, db: Database,
-                                              certs: DevCertificateAuthority, admin_token: str,
-                                              driving: Driving) -> None:
+async def test_watch_batch_and_a_followed_log_stream_json_lines(
+        gateway_port: int, frontend: FrontendApp, db: Database, certs: DevCertificateAuthority, admin_token: str,
+        driving: Driving) -> None:
     await JobStore(db).create_billing_project("proj", ["root"])
     async with rest(certs, gateway_port, admin_token) as http:
         submitted = await http.post("/api/v1/batches:submit", json={
             "billingProject": "proj", "idempotencyToken": "watched",
             "jobs": [{"image": "busybox", "argv": {"args": ["true"]}}]})
         batch_id = int(submitted.json()["batch"]["batchId"])
-        async with http.stream("GET", f"/api/v1/batches/{batch_id}/events") as events:
-            assert events.status_code == 200
+        async with http.stream("GET", f"/api/v1/batches/{batch_id}/events") as events, \
+                http.stream("GET", f"/api/v1/batches/{batch_id}/jobs/1/log:stream") as followed:
+            assert (events.status_code, followed.status_code) == (200, 200)
             lines = events.aiter_lines()
             first = json.loads(await anext(lines))  # arrives while the stream is open and the batch runs
+            log_lines = (json.loads(line) async for line in followed.aiter_lines() if line.strip())
+            assert await anext(log_lines) == {}  # the job has not run: the log's stream waits for it
             # The job runs and the batch completes: more lines on the same open stream (which stays open
             # until the client, having seen BatchCompleted, closes it).
-            await driving.run(batch_id, 1, "Success")
+            attempt = await driving.run(batch_id, 1, "Success")
             seen = [first]
             while "batchCompleted" not in seen[-1]["event"]:
                 line = await anext(lines)
                 if line.strip():
                     seen.append(json.loads(line))
+            followed_lines = [line async for line in log_lines]  # the log's stream ends with the job
+    # The attempt (it wrote no log here), then the state the job ended in.
+    assert followed_lines == [{"attemptId": attempt, "attemptNumber": 1, "instanceName": "i1"},
+                              {"attemptId": attempt, "jobState": "JOB_STATE_SUCCEEDED"}]
     kinds = [kind for line in seen for kind in line["event"] if kind not in ("batchId", "eventId", "at")]
     print(f"WatchBatch through the gateway: {len(seen)} JSON lines: {kinds}")
     assert kinds[0] == "updateCommitted" and "jobStateChanged" in kinds and kinds[-1] == "batchCompleted"

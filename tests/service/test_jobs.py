@@ -283,8 +283,12 @@ async def test_logs_of_finished_attempts_come_from_storage(env: Env) -> None:
                                       metadata=alice)
     assert (middle.data, middle.start_byte) == (text[10:15], 10)
 
-    chunks = [c async for c in env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1,
-                                                                              start_byte=100), metadata=alice)]
+    messages = [c async for c in env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1,
+                                                                                start_byte=100), metadata=alice)]
+    # Following the job: a message naming its attempt, the log, one with the state the job ended in.
+    assert (messages[0].attempt_id, messages[0].attempt_number, messages[0].data) == (attempt, 1, b"")
+    assert (messages[-1].job_state, messages[-1].data) == (job_state_pb2.JOB_STATE_SUCCEEDED, b"")
+    chunks = messages[1:-1]
     assert b"".join(c.data for c in chunks) == text[100:]
     assert len(chunks) > 1 and all(len(c.data) <= 64 * 1024 for c in chunks)
     assert [c.start_byte for c in chunks][:2] == [100, 100 + len(chunks[0].data)]
@@ -306,9 +310,10 @@ async def test_an_unreachable_worker_is_unavailable_not_missing(env: Env) -> Non
         address = f"127.0.0.1:{closed.getsockname()[1]}"
     await w.db.execute("UPDATE instances SET ip_address = %s WHERE name = 'i1'", (address,))
     batch_id = await env.submit(spec())
-    await w.run(batch_id, 1)
+    attempt = await w.run(batch_id, 1)
+    # (Following the job instead of one attempt waits for the worker, or for the attempt to end.)
     for call in (env.jobs.GetJobLog(pb.GetJobLogRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice")),
-                 env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1),
+                 env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1, attempt_id=attempt),
                                        metadata=env.as_("alice")).read()):
         assert (await refused(call)).code() == grpc.StatusCode.UNAVAILABLE
 
@@ -461,14 +466,17 @@ async def test_a_running_jobs_log_is_read_from_its_worker_then_from_storage(
             assert (live.complete, live.total_bytes) == (False, 6)
             stream = env.jobs.StreamJobLog(pb.StreamJobLogRequest(batch_id=batch_id, job_id=1),
                                            metadata=env.as_("alice"))
+            header = await asyncio.wait_for(stream.read(), 10)
+            assert (header.data, header.attempt_id, header.instance_name) == (b"", live.attempt_id, "w-log")
             first = await asyncio.wait_for(stream.read(), 10)
             assert (first.data, first.start_byte, first.attempt_id) == (b"first\n", 0, live.attempt_id)
             # The job waits for a file in its own working directory (all it sees of the host's scratch).
             (tmp_path / "scratch" / f"{batch_id}-1-{live.attempt_id}" / "work" / "go").touch()
-            rest = b""
+            rest, last = b"", None
             while (chunk := await asyncio.wait_for(stream.read(), 20)) != grpc.aio.EOF:
-                rest += chunk.data
-            assert rest == b"second\n"  # and the stream ended with the attempt's log
+                rest, last = rest + chunk.data, chunk
+            assert rest == b"second\n"  # and the stream ended with the job
+            assert last is not None and last.job_state == job_state_pb2.JOB_STATE_SUCCEEDED
             deadline = asyncio.get_running_loop().time() + 30
             while await env.world.state(batch_id, 1) != "Success":
                 assert asyncio.get_running_loop().time() < deadline, "the job did not succeed"

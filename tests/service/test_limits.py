@@ -193,12 +193,19 @@ async def test_streams_per_user_are_limited_and_released_however_they_end(start_
             assert (await refused(env.batches.WatchBatch(bad, metadata=bob).read())).code() \
                 == grpc.StatusCode.INVALID_ARGUMENT
         assert open_streams(env.frontend, "carol") == 0 and open_streams(env.frontend, "bob") == 1
-        # Every kind of server stream counts: StreamJobLog of a job that never ran ends at once.
+        # Every kind of server stream counts: StreamJobLog following a job that never ran (it waits for it), and
+        # one refused (no such attempt) holds no slot.
         for stream in (second, other, third):
             stream.cancel()
         await eventually(lambda: open_streams(env.frontend, "alice") == open_streams(env.frontend, "bob") == 0)
         log = env.jobs.StreamJobLog(jpb.StreamJobLogRequest(batch_id=batch_id, job_id=1), metadata=alice)
-        assert (await refused(log.read())).code() == grpc.StatusCode.NOT_FOUND
+        assert await log.read() == jpb.StreamJobLogResponse()  # not run yet: waiting
+        assert open_streams(env.frontend, "alice") == 1
+        log.cancel()
+        await eventually(lambda: open_streams(env.frontend, "alice") == 0)
+        missing = env.jobs.StreamJobLog(jpb.StreamJobLogRequest(batch_id=batch_id, job_id=1, attempt_id="nope"),
+                                        metadata=alice)
+        assert (await refused(missing.read())).code() == grpc.StatusCode.NOT_FOUND
         assert open_streams(env.frontend, "alice") == 0
 
 

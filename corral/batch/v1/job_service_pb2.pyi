@@ -2,6 +2,7 @@ import datetime
 
 from corral.batch.v1 import job_pb2 as _job_pb2
 from corral.batch.v1 import job_explanation_pb2 as _job_explanation_pb2
+from corral.batch.v1 import job_state_pb2 as _job_state_pb2
 from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf.internal import containers as _containers
@@ -105,14 +106,20 @@ class StreamJobLogRequest(_message.Message):
     def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., attempt_id: _Optional[str] = ..., step: _Optional[_Union[_job_pb2.JobStep, str]] = ..., start_byte: _Optional[int] = ...) -> None: ...
 
 class StreamJobLogResponse(_message.Message):
-    __slots__ = ("attempt_id", "data", "start_byte")
+    __slots__ = ("attempt_id", "data", "start_byte", "attempt_number", "instance_name", "job_state")
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     START_BYTE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_STATE_FIELD_NUMBER: _ClassVar[int]
     attempt_id: str
     data: bytes
     start_byte: int
-    def __init__(self, attempt_id: _Optional[str] = ..., data: _Optional[bytes] = ..., start_byte: _Optional[int] = ...) -> None: ...
+    attempt_number: int
+    instance_name: str
+    job_state: _job_state_pb2.JobState
+    def __init__(self, attempt_id: _Optional[str] = ..., data: _Optional[bytes] = ..., start_byte: _Optional[int] = ..., attempt_number: _Optional[int] = ..., instance_name: _Optional[str] = ..., job_state: _Optional[_Union[_job_state_pb2.JobState, str]] = ...) -> None: ...
 
 class GetAttemptUsageRequest(_message.Message):
     __slots__ = ("batch_id", "job_id", "attempt_id")

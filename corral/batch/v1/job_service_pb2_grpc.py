@@ -109,6 +109,9 @@ class JobServiceServicer:
     def StreamJobLog(self, request, context):
         """Streams one step's log of an attempt from a byte offset, then follows
         it while the attempt runs; the stream ends when the log is complete.
+        Without an attempt id it follows the job: it waits for the job's first
+        attempt if it has not run yet, follows its latest attempt and then
+        each later one (a retry), and ends when the job is final.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
