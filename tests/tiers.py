@@ -23,6 +23,10 @@ TIERS = {
     "oci": "containers under real runc",
     "clouds": "the cloud providers through their SDKs, against loopback servers",
 }
+LONGEST_FIRST = ("e2e", "faults", "oci", "bench", "clouds", "helm", "service", "db", "unit")
+"""The order the tiers run in: modules that each start a whole system first, many short tests last, so that
+the two processes of `scripts/test.sh` end together rather than one waiting on the other's last `corral up`
+(pytest-xdist hands out modules in this order as each process becomes free)."""
 QUICK = ("unit", "db", "service")
 """What `scripts/test.sh` runs when it is not told what to run."""
 
@@ -75,4 +79,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (kept if chosen and (with_slow or item.get_closest_marker("slow") is None) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = kept
+    kept.sort(key=_run_order)  # stable: a module's tests stay together and in order
+    items[:] = kept
+
+
+def _run_order(item: pytest.Item) -> int:
+    tier = tier_of(item)
+    return LONGEST_FIRST.index(tier) if tier in LONGEST_FIRST else len(LONGEST_FIRST)

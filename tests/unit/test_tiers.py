@@ -3,7 +3,7 @@ not know of it and `--all` would silently skip it."""
 
 from __future__ import annotations
 
-from tests.tiers import QUICK, TESTS, TIERS
+from tests.tiers import LONGEST_FIRST, QUICK, TESTS, TIERS
 
 
 def test_every_folder_of_tests_is_a_tier() -> None:
@@ -13,3 +13,7 @@ def test_every_folder_of_tests_is_a_tier() -> None:
 
 def test_the_quick_tiers_are_tiers() -> None:
     assert set(QUICK) < set(TIERS)
+
+
+def test_every_tier_has_its_place_in_the_run_order() -> None:
+    assert sorted(LONGEST_FIRST) == sorted(TIERS)
