@@ -8,9 +8,12 @@ sizes) run only when the `-m` expression names `slow`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from tests.examples import THOROUGH_VARIABLE
 
 TIERS = {
     "unit": "pure code, no processes",
@@ -42,6 +45,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for tier, what in TIERS.items():
         config.addinivalue_line("markers", f"{tier}: the {tier} tier, {what} (a test's folder under tests/)")
+    if "slow" in (config.option.markexpr or ""):  # the costliest properties' full search (tests/examples.py)
+        os.environ[THOROUGH_VARIABLE] = "1"
 
 
 def chosen_tiers(config: pytest.Config) -> set[str] | None:

@@ -30,6 +30,7 @@ from services.policy import planner
 from services.policy.fair_share import UserDemand
 from services.policy.lock_contention import LockInterest, LockMode, LockRequest, conflicts, locks_from_rows
 from services.policy.planner import Budget, Candidate, Snapshot, Worker, plan
+from tests.examples import examples
 
 USERS = ("ann", "bob", "cat")
 PROJECTS = ("p1", "p2")
@@ -98,7 +99,7 @@ def _clashes(a: dict[str, LockRequest], b: dict[str, LockRequest]) -> bool:
     return conflicts(a, {level: [r] for level, r in b.items()})
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(snapshots())
 def test_the_plan_keeps_every_promise(snapshot: Snapshot) -> None:
     _keeps_every_promise(snapshot)
@@ -268,7 +269,7 @@ def _priced(snapshot: Snapshot, reserve_micro_usd: int) -> Snapshot:
         for user, queue in snapshot.queues.items()})
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(snapshots())
 def test_the_planner_takes_the_worst_case_it_is_given(snapshot: Snapshot) -> None:
     """The planner prices no job itself (the database does: job_worst_case_micro_usd): given nothing to
@@ -326,7 +327,7 @@ def _summarised(held: dict[str, dict[object, dict[str, LockRequest]]], interest:
             for project, by_lock in counted.items()}
 
 
-@settings(max_examples=400)
+@settings(max_examples=examples(400))
 @given(snapshots(), st.lists(lock_requests(), max_size=4), st.lists(st.sampled_from(PROJECTS), max_size=4))
 def test_the_counted_held_locks_the_candidates_can_meet_decide_as_every_holder(
         snapshot: Snapshot, more_held: list[dict[str, LockRequest]], more_projects: list[str]) -> None:
@@ -405,13 +406,13 @@ def _cold(snapshot: Snapshot) -> Snapshot:
     return dataclasses.replace(snapshot, workers=[dataclasses.replace(w, images=frozenset()) for w in snapshot.workers])
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(warm_snapshots())
 def test_preferring_workers_that_hold_the_image_keeps_every_promise(snapshot: Snapshot) -> None:
     _keeps_every_promise(snapshot)
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=examples(2000), deadline=None)
 @given(st.one_of(warm_snapshots(), warm_snapshots(roomy=True)))
 def test_preferring_holders_changes_where_jobs_go_never_which_start_or_why_others_wait(snapshot: Snapshot) -> None:
     warm, cold = plan(snapshot), plan(_cold(snapshot))
@@ -420,7 +421,7 @@ def test_preferring_holders_changes_where_jobs_go_never_which_start_or_why_other
     assert [(p.key, p.cores_mcpu) for p in warm.placements] == [(p.key, p.cores_mcpu) for p in cold.placements]
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(warm_snapshots(roomy=True))
 def test_with_room_everywhere_a_job_goes_to_a_worker_holding_its_image(snapshot: Snapshot) -> None:
     jobs = {c.key: c for queue in snapshot.queues.values() for c in queue}
