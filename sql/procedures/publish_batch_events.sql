@@ -39,7 +39,7 @@ proc: BEGIN
     SELECT 3 AS rc, 'cost_interval_ms must not be negative' AS message;
     LEAVE proc;
   END IF;
-  IF @@in_transaction = 0 AND @corral_scratch_publish <=> '03bd96fac820' THEN
+  IF @@in_transaction = 0 AND @corral_scratch_publish <=> '02768854ce81' THEN
     TRUNCATE TABLE tmp_publish;
     TRUNCATE TABLE tmp_costs;
   ELSE
@@ -47,7 +47,27 @@ proc: BEGIN
     DROP TEMPORARY TABLE IF EXISTS tmp_publish;
     CREATE TEMPORARY TABLE tmp_publish (
       seq BIGINT NOT NULL PRIMARY KEY,
-      batch_id BIGINT NOT NULL
+      batch_id BIGINT NOT NULL,
+      kind ENUM('job_state_changed', 'update_committed', 'cancelled', 'batch_completed', 'cost_accrued') NOT NULL,
+      job_id INT NULL,
+      job_group_id INT NULL,
+      attempt_id VARCHAR(40) NULL,
+      old_state ENUM('Pending', 'Ready', 'Creating', 'Running', 'Success', 'Failed', 'Error', 'Cancelled') NULL,
+      new_state ENUM('Pending', 'Ready', 'Creating', 'Running', 'Success', 'Failed', 'Error', 'Cancelled') NULL,
+      exit_code INT NULL,
+      update_id INT NULL,
+      start_job_id INT NULL,
+      n_jobs INT NULL,
+      n_succeeded INT NULL,
+      n_failed INT NULL,
+      n_errored INT NULL,
+      n_cancelled INT NULL,
+      cancelled BOOLEAN NULL,
+      cancelled_by VARCHAR(100) NULL,
+      reason VARCHAR(1024) NULL,
+      cost_micro_usd BIGINT NULL,
+      delta_micro_usd BIGINT NULL,
+      time_ms BIGINT NOT NULL
     );
     DROP TEMPORARY TABLE IF EXISTS tmp_costs;
     CREATE TEMPORARY TABLE tmp_costs (
@@ -55,7 +75,7 @@ proc: BEGIN
       cost_micro_usd BIGINT NOT NULL,
       delta_micro_usd BIGINT NOT NULL
     );
-    SET @corral_scratch_publish = '03bd96fac820';
+    SET @corral_scratch_publish = '02768854ce81';
   END IF;
 
   START TRANSACTION;
@@ -67,13 +87,19 @@ proc: BEGIN
   END IF;
   SELECT singleton INTO v_locked FROM batch_event_publisher WHERE singleton = 1 FOR UPDATE;
 
-  INSERT INTO tmp_publish (seq, batch_id)
-    SELECT seq, batch_id FROM batch_event_outbox ORDER BY seq LIMIT in_max_events FOR UPDATE SKIP LOCKED;
-  -- Numbered and moved below by consistent reads: a row the locking read
-  -- took that such a read cannot see yet (its producer's commit not yet
-  -- visible) would be numbered, not inserted, and deleted: a gap and a lost
-  -- event (seen once under load). It is left to a later call instead.
-  DELETE t FROM tmp_publish t LEFT JOIN batch_event_outbox o ON o.seq = t.seq WHERE o.seq IS NULL;
+  -- The locking read copies each row it takes: the numbering and the move
+  -- below read only that copy. A consistent read of the outbox could miss a
+  -- row the locking read took (its producer's commit not yet visible to the
+  -- read view), and the row would be numbered, not moved, and deleted: a
+  -- gap and a lost event (seen under load, twice, with two earlier shapes of
+  -- this procedure).
+  INSERT INTO tmp_publish (seq, batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, update_id,
+         start_job_id, n_jobs, n_succeeded, n_failed, n_errored, n_cancelled, cancelled, cancelled_by, reason,
+         cost_micro_usd, delta_micro_usd, time_ms)
+    SELECT seq, batch_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, update_id,
+         start_job_id, n_jobs, n_succeeded, n_failed, n_errored, n_cancelled, cancelled, cancelled_by, reason,
+         cost_micro_usd, delta_micro_usd, time_ms
+    FROM batch_event_outbox ORDER BY seq LIMIT in_max_events FOR UPDATE SKIP LOCKED;
   SELECT COUNT(*) INTO v_n FROM tmp_publish;
   IF v_n > 0 THEN
     INSERT INTO batch_event_sequences (batch_id)
@@ -83,13 +109,12 @@ proc: BEGIN
         (batch_id, event_id, kind, job_id, job_group_id, attempt_id, old_state, new_state, exit_code, update_id,
          start_job_id, n_jobs, n_succeeded, n_failed, n_errored, n_cancelled, cancelled, cancelled_by, reason,
          cost_micro_usd, delta_micro_usd, time_ms)
-      SELECT o.batch_id, s.last_event_id + ROW_NUMBER() OVER (PARTITION BY o.batch_id ORDER BY o.seq),
-             o.kind, o.job_id, o.job_group_id, o.attempt_id, o.old_state, o.new_state, o.exit_code, o.update_id,
-             o.start_job_id, o.n_jobs, o.n_succeeded, o.n_failed, o.n_errored, o.n_cancelled, o.cancelled,
-             o.cancelled_by, o.reason, o.cost_micro_usd, o.delta_micro_usd, o.time_ms
+      SELECT t.batch_id, s.last_event_id + ROW_NUMBER() OVER (PARTITION BY t.batch_id ORDER BY t.seq),
+             t.kind, t.job_id, t.job_group_id, t.attempt_id, t.old_state, t.new_state, t.exit_code, t.update_id,
+             t.start_job_id, t.n_jobs, t.n_succeeded, t.n_failed, t.n_errored, t.n_cancelled, t.cancelled,
+             t.cancelled_by, t.reason, t.cost_micro_usd, t.delta_micro_usd, t.time_ms
       FROM tmp_publish t
-      JOIN batch_event_outbox o ON o.seq = t.seq
-      JOIN batch_event_sequences s ON s.batch_id = o.batch_id;
+      JOIN batch_event_sequences s ON s.batch_id = t.batch_id;
     UPDATE batch_event_sequences s
       JOIN (SELECT batch_id, COUNT(*) AS n FROM tmp_publish GROUP BY batch_id) x ON x.batch_id = s.batch_id
       SET s.last_event_id = s.last_event_id + x.n;
