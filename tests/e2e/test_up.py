@@ -79,9 +79,13 @@ def test_corral_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert refused.returncode != 0 and "127.0.0.1 is a loopback address" in refused.stderr, refused.stderr
     finally:
         up.send_signal(signal.SIGTERM)
-        assert up.wait(timeout=60) == 0
-        if up.stdout:
-            up.stdout.close()
+        try:
+            rest, _ = up.communicate(timeout=60)
+        finally:
+            up.kill()
+    # What it said while stopping is the diagnosis when it did not stop cleanly.
+    assert up.returncode == 0, rest
+    assert "corral stopped." in rest, rest
     for pid in started:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
