@@ -33,6 +33,10 @@ T = TypeVar("T")
 SMALL_BATCH = 1_000
 """Up to this many jobs go in one SubmitBatch call; more go up in bunches."""
 BUNCH_SIZE = 1_000
+BUNCH_BYTES = 2 * 1024 * 1024
+"""At most this many bytes of specs go in one request (SubmitBatch or a bunch of AddJobs), whatever their count:
+half the 4 MiB a service receives by default (services/common/call_limits.py), the rest for the request's
+other fields and headroom. Larger specs (a job's may be 256 KiB) make a small batch go up in bunches too."""
 PARALLEL_BUNCHES = 4
 
 REFUSED_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
@@ -193,7 +197,7 @@ class Client(AsyncCalls):
         builder a new token)."""
         settings = builder.batch_fields()
         groups = builder.job_group_specs()
-        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
+        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH and builder.spec_bytes() <= BUNCH_BYTES:
             response = await self._call(self._batches.SubmitBatch,
                                         pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings))
             return response.batch
@@ -224,7 +228,7 @@ class Client(AsyncCalls):
                     e.offsets["job_groups"] = first
                     raise
             sends = [asyncio.ensure_future(send(n, first, end))
-                     for n, (first, end) in enumerate(builder.bunches(bunch_size))]
+                     for n, (first, end) in enumerate(builder.bunches(bunch_size, BUNCH_BYTES))]
             try:
                 await asyncio.gather(*sends)
             finally:  # no bunch still in flight once this fails (nor when the batch is deleted)

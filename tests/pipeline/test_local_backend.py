@@ -453,3 +453,25 @@ def test_failed_jobs_dont_stop_always_run_jobs(batch: Batch) -> None:
         with pytest.raises(Exception):
             b.run()
         assert contents(output_file.name) == "1"
+
+
+def test_a_missing_output_fails_the_job_naming_the_file(batch: Batch, tmp_path: Path) -> None:
+    """Not in the original: issue 37's acceptance 4 on this backend."""
+    j = batch.new_job(name="quiet")
+    j.command(f"echo nothing written to {j.ofile}")
+    batch.write_output(j.ofile, str(tmp_path / "never.txt"))
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        batch.run()
+    assert "its output 'ofile' was not written" in failed.value.output.decode()
+
+
+def test_jobs_run_at_once_up_to_the_parallelism(tmp_path: Path) -> None:
+    """Not in the original (which runs one job at a time): independent jobs overlap. Each job waits until both
+    have started, so the batch finishes only if they run together."""
+    with LocalBackend(tmp_dir=str(tmp_path), parallelism=2) as backend:
+        b = Batch(backend=backend)
+        for name in ("a", "b"):
+            j = b.new_job(name=name).timeout(30)
+            other = "b" if name == "a" else "a"
+            j.command(f"touch {tmp_path}/{name}; while [ ! -e {tmp_path}/{other} ]; do sleep 0.01; done")
+        b.run()

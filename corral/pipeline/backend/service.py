@@ -45,6 +45,9 @@ DEFAULT_PYTHON_IMAGE_VERSION = (3, 11)
 CONTAINER_ROOT = "/io"
 """Where a job's files are in its container (the OCI runtime's job directory, the job's own)."""
 RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
+INLINE_SCRIPT_BYTES = 10 * 1024
+"""A bash job's commands up to this size go in its spec; larger ones (a spec may hold 256 KiB, and a request
+4 MiB) go to a file under the scratch directory that the job reads (hailtop.batch's threshold)."""
 ALL_STATES = ("succeeded", "failed", "error", "cancelled")
 _SET_TMPDIR = ('if [ -d /io ] && [ -w /io ]; then BATCH_TMPDIR=/io; else BATCH_TMPDIR="$PWD/io"; fi; '
                "export BATCH_TMPDIR")
@@ -120,12 +123,12 @@ class ServiceBackend(Backend):
         if unknown:
             raise ValueError(f"ServiceBackend.run does not support any of these keywords: {unknown}")
         scratch = f"{self.remote_tmpdir}/{token or uuid.uuid4().hex[:12]}"
-        builder, call_files = compile_batch(batch, self._billing_project, scratch, callback)
+        builder, uploads = compile_batch(batch, self._billing_project, scratch, callback)
         if dry_run:
             for spec in builder.specs():
                 print(spec)
             return None
-        for url, data in call_files.items():
+        for url, data in uploads.items():
             files.write_bytes(url, data)
         for file in batch._input_resources:  # inputs written straight to an output: no job to do it
             for dest in file._output_paths:
@@ -151,23 +154,24 @@ class ServiceBackend(Backend):
 
 def compile_batch(batch: Batch, billing_project: str, scratch: str,
                   callback: str | None = None) -> tuple[BatchBuilder, dict[str, bytes]]:
-    """The batch as a corral builder, and the Python jobs' call files to write first (URL to bytes). Pure but
+    """The batch as a corral builder, and the files to write before submitting it (URL to bytes): Python jobs' calls,
+    long scripts. Pure but
     for pickling: no I/O, so the specs can be checked without a server."""
     attributes = dict(batch.attributes)
     if batch.name is not None:
         attributes["name"] = batch.name
     builder = BatchBuilder(billing_project, attributes=attributes, callback_url=callback,
                            cancel_after_n_failures=batch._cancel_after_n_failures)
-    call_files: dict[str, bytes] = {}
+    uploads: dict[str, bytes] = {}
     handles: dict[Job, JobHandle] = {}
     for job in batch._jobs:
-        spec = _spec(job, scratch, call_files)
+        spec = _spec(job, scratch, uploads)
         handles[job] = builder.add_job(spec, parents=[handles[p] for p in job._dependencies],
                                        accept=ALL_STATES if job._always_run else ("succeeded",))
-    return builder, call_files
+    return builder, uploads
 
 
-def _spec(job: Job, scratch: str, call_files: dict[str, bytes]) -> job_spec_pb2.JobSpec:
+def _spec(job: Job, scratch: str, uploads: dict[str, bytes]) -> job_spec_pb2.JobSpec:
     inputs: dict[str, str] = {}  # container path to URL
     if isinstance(job, PythonJob):
         image = job._image or DEFAULT_PYTHON_IMAGE
@@ -183,7 +187,7 @@ def _spec(job: Job, scratch: str, call_files: dict[str, bytes]) -> job_spec_pb2.
         calls = []
         for index, (result, function, args, kwargs) in enumerate(job._calls):
             call = pickling.call_path(job, index)
-            call_files[f"{scratch}/{call}"] = pickling.call_bytes(result, function, args, kwargs)
+            uploads[f"{scratch}/{call}"] = pickling.call_bytes(result, function, args, kwargs)
             inputs[f"{CONTAINER_ROOT}/{call}"] = f"{scratch}/{call}"
             calls.append(f"python3 \"$BATCH_TMPDIR\"/{shlex.quote(runner)} {shlex.quote(call)}")
         script, shell = "\n".join([*lines, " && ".join(calls)]), "/bin/sh"
@@ -191,6 +195,11 @@ def _spec(job: Job, scratch: str, call_files: dict[str, bytes]) -> job_spec_pb2.
         assert isinstance(job, BashJob)
         image = job._image or DEFAULT_IMAGE
         script, shell = job._script(), job._shell or DEFAULT_SHELL
+        if len(script.encode()) > INLINE_SCRIPT_BYTES:
+            code = f"{job._dirname}/code.sh"
+            uploads[f"{scratch}/{code}"] = script.encode()
+            inputs[f"{CONTAINER_ROOT}/{code}"] = f"{scratch}/{code}"
+            script = f". \"$BATCH_TMPDIR\"/{shlex.quote(code)}"
     for resource in job._inputs:
         if isinstance(resource, InputResourceFile):
             inputs[f"{CONTAINER_ROOT}/{resource._relative_path()}"] = files.url_of(resource._input_path)
@@ -311,8 +320,14 @@ def _batch_status(batch: batch_pb2.Batch) -> dict[str, Any]:
 
 def _job_status(job: Any) -> dict[str, Any]:
     attempt = job.attempts[-1] if job.attempts else None
+    resources = job.spec.resources
     return {"batch_id": job.batch_id, "job_id": job.job_id, "name": job.spec.attributes.get("name"),
             "state": _JOB_STATES.get(job.state, "Pending"),
             "exit_code": attempt.exit_code if attempt is not None and attempt.HasField("exit_code") else None,
             "error": attempt.error_message if attempt is not None else "",
-            "attributes": dict(job.spec.attributes)}
+            "attributes": dict(job.spec.attributes),
+            "spec": {"image": job.spec.image, "resources": {
+                "cores_mcpu": resources.cores_mcpu, "memory_bytes": resources.memory_bytes,
+                "storage_bytes": resources.storage_bytes,
+                "preemptible": job.spec.provisioning_model != job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND}},
+            "status": {"region": attempt.region if attempt is not None else None}}
