@@ -10,6 +10,7 @@ from corral.pipeline.backend.service import ServiceBackend
 from corral.pipeline.batch import Batch
 from corral.pipeline.exceptions import BatchException
 from corral.pipeline.job import BashJob, Job, PythonJob
+from corral.pipeline.pool_executor import BatchPoolExecutor, BatchPoolFuture
 from corral.pipeline.resource import (
     InputResourceFile,
     JobResourceFile,
@@ -21,6 +22,6 @@ from corral.pipeline.resource import (
 from corral.pipeline.utils import concatenate
 
 __all__ = [
-    "BashJob", "Batch", "BatchException", "InputResourceFile", "Job", "JobResourceFile", "LocalBackend",
+    "BashJob", "Batch", "BatchException", "BatchPoolExecutor", "BatchPoolFuture", "InputResourceFile", "Job", "JobResourceFile", "LocalBackend",
     "PythonJob", "PythonResult", "Resource", "ResourceFile", "ResourceGroup", "ServiceBackend", "concatenate",
 ]

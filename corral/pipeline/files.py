@@ -60,3 +60,10 @@ def remove_tree(url: str) -> None:
 def url_of(path: str) -> str:
     """`path` as a URL: a URL as it is, a local path as file:///ABSOLUTE/PATH."""
     return path if is_url(path) else "file://" + os.path.abspath(os.path.expanduser(path))
+
+
+def read_bytes(url: str) -> bytes:
+    """The contents of the file `url` (a path or a URL)."""
+    fs, path = fsspec.core.url_to_fs(url)
+    with fs.open(path, "rb") as f:
+        return f.read()

@@ -15,8 +15,8 @@ import cloudpickle
 from corral.pipeline.job import PythonJob, prepared
 from corral.pipeline.resource import PythonResult
 
-_INSTALLED = {Path(p).resolve() for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"],
-                                          sysconfig.get_paths()["platlib"]}}
+_INSTALLED = {Path(sysconfig.get_paths()[kind]).resolve() for kind in ("stdlib", "platstdlib", "purelib", "platlib")}
+"""Where the standard library and installed packages are: modules elsewhere are the user's."""
 
 
 def call_path(job: PythonJob, index: int) -> str:
@@ -35,26 +35,43 @@ def call_bytes(result: PythonResult, function: Callable[..., Any], args: tuple[A
             outputs[kind] = converted._relative_path()
     out = io.BytesIO()
     pickle.dump(tuple(sys.version_info[:2]), out)
-    module = _by_value(function)
-    if module is not None:
-        cloudpickle.register_pickle_by_value(module)
+    modules = []
+    for module in _users_modules():
+        try:
+            cloudpickle.register_pickle_by_value(module)
+            modules.append(module)
+        except ValueError:  # imported under another name than its own: cloudpickle cannot find it by name
+            pass
     try:
         cloudpickle.dump((function, [prepared(a) for a in args], {k: prepared(v) for k, v in kwargs.items()},
                           outputs), out)
     finally:
-        if module is not None:
+        for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
     return out.getvalue()
 
 
-def _by_value(function: Callable[..., Any]) -> Any:
-    """The function's module when it is the user's own code (not the standard library or an installed package):
-    cloudpickle would pickle its functions by name, and the job's image cannot import it."""
-    name = getattr(function, "__module__", None)
-    module = sys.modules.get(name or "")
-    if module is None or name == "__main__" or not getattr(module, "__file__", None):
-        return None
-    where = Path(module.__file__).resolve()
-    if any(root in where.parents for root in _INSTALLED):
-        return None
-    return module
+_kinds: dict[str, bool] = {}
+"""Module name: whether it is the user's own code (cached: a module's file does not move)."""
+
+
+def _users_modules() -> list[Any]:
+    """The imported modules that are the user's own code, not the standard library or an installed package:
+    cloudpickle would pickle their functions and classes by name, and the job's image cannot import them (a
+    function of the script's module, or one that a submitted function or partial refers to). Pickled by value,
+    they need nothing but cloudpickle there."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name not in _kinds:
+            _kinds[name] = _is_users(module)
+        if _kinds[name]:
+            found.append(module)
+    return found
+
+
+def _is_users(module: Any) -> bool:
+    where = getattr(module, "__file__", None)
+    if not where or getattr(module, "__name__", "__main__") == "__main__":
+        return False  # built in, a namespace package, or __main__ (which cloudpickle sends by value anyway)
+    resolved = Path(where).resolve()
+    return not any(root == resolved or root in resolved.parents for root in _INSTALLED)

@@ -112,6 +112,10 @@ def check_pipeline_service(out: str) -> None:
     assert "2.0\n" in out and "alice 5\nbob 3\ncarol 5" in out, out     # the gather job's log; its output file
 
 
+def check_pipeline_pool(out: str) -> None:
+    assert out.rstrip().endswith("[0, 1, 4]"), out
+
+
 def check_traces(out: str) -> None:
     counts = [int(line.split()[0]) for line in out.splitlines()]
     assert counts and all(n >= 1 for n in counts), out  # each batch's job.run spans share a trace
@@ -149,6 +153,7 @@ CHECKS: dict[tuple[str, str], Callable[[str], None]] = {
     ("docs/operations.md", "cat ~/.local/share/corral/traces/"): check_traces,
     ("docs/pipeline.md", "import os\nimport tempfile"): check_pipeline_scatter,
     ("docs/pipeline.md", "import shutil"): check_pipeline_service,
+    ("docs/pipeline.md", "with hb.BatchPoolExecutor"): check_pipeline_pool,
     ("docs/operations.md", 'eval "$(corral profile env)"'): check_buf_curl,
 }
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import corral.pipeline as hb
-from corral.pipeline import Batch, ResourceGroup, ServiceBackend
+from corral.pipeline import Batch, BatchPoolExecutor, ResourceGroup, ServiceBackend
 from tests.e2e import cluster as up
 from tests.oci.host import WHY_NOT
 
@@ -565,3 +566,114 @@ def test_the_same_script_gives_the_same_outputs_on_both_backends(service_backend
         assert Path(on_service, name).read_text() == (tmp_path / "out" / name).read_text()
     assert (tmp_path / "out" / "merged.txt").read_text() == "a\na\nb\na\nb\nc\n"
     assert (tmp_path / "out" / "total.txt").read_text() == "6\n"
+
+
+# hailtop's test_batch_pool_executor.py, on the same corral up.
+
+def sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+@pytest.fixture
+def pool_backend(storage: Path) -> ServiceBackend:
+    """A backend of the executor's own: leaving an executor closes nothing the other tests use."""
+    return ServiceBackend(billing_project="default", remote_tmpdir=f"file://{storage}/tmp")
+
+
+def test_simple_map(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        actual = list(bpe.map(lambda x: x * 3, range(4)))
+        directory = local(bpe.directory)
+        assert directory.is_dir()
+    assert [0, 3, 6, 9] == actual
+    assert not directory.exists()  # cleanup_bucket: its files are gone once every future is done
+
+
+def test_empty_map(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        actual = list(bpe.map(lambda x: x * 3, []))
+    assert [] == actual
+
+
+def test_simple_submit_result(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        future_twenty_one = bpe.submit(lambda: 7 * 3)
+    assert 21 == future_twenty_one.result()
+    assert future_twenty_one.exception() is None
+
+
+def test_cancel_future(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        future = bpe.submit(sleep_forever)
+        was_cancelled = future.cancel()
+    assert was_cancelled
+    assert future.cancelled()
+    assert future.batch.status()["state"] == "cancelled"
+
+
+def test_cancel_future_after_shutdown_no_wait(pool_backend: ServiceBackend) -> None:
+    bpe = BatchPoolExecutor(backend=pool_backend)
+    future = bpe.submit(sleep_forever)
+    bpe.shutdown(wait=False)
+    was_cancelled = future.cancel()
+    assert was_cancelled
+    assert future.cancelled()
+
+
+def test_cancel_future_after_exit_no_wait_on_exit(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend, wait_on_exit=False) as bpe:
+        future = bpe.submit(sleep_forever)
+    was_cancelled = future.cancel()
+    assert was_cancelled
+    assert future.cancelled()
+
+
+def test_map_error_without_wait_no_error(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend, wait_on_exit=False) as bpe:
+        bpe.map(lambda _: time.sleep(1), range(2), timeout=2)
+
+
+def test_result_with_timeout(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        future = bpe.submit(sleep_forever)
+        try:
+            with pytest.raises(TimeoutError):
+                future.result(timeout=2)
+        finally:
+            future.cancel()
+
+
+def test_map_chunksize(pool_backend: ServiceBackend) -> None:
+    row_args = [x for row in range(5) for x in [row, row, row, row, row]]
+    col_args = [x for _ in range(5) for x in list(range(5))]
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        multiplication_table = list(bpe.map(lambda x, y: x * y, row_args, col_args, chunksize=5))
+        assert len(bpe.futures) == 5
+    assert multiplication_table == [0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 0, 2, 4, 6, 8, 0, 3, 6, 9, 12, 0, 4, 8, 12, 16]
+
+
+def test_map_timeout(pool_backend: ServiceBackend) -> None:
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        with pytest.raises(TimeoutError):
+            list(bpe.map(lambda _: sleep_forever(), range(2), timeout=2))
+        assert all(f.cancelled() for f in bpe.futures)
+
+
+def test_exception_in_map_result_and_exception(pool_backend: ServiceBackend) -> None:
+    """The original's test_exception_in_map, _in_result, _in_exception and _when_exiting_context. Where it
+    expects exception() to raise, corral's returns the error, as concurrent.futures does (issue 37)."""
+    def raise_value_error() -> None:
+        raise ValueError("dead")
+
+    with BatchPoolExecutor(backend=pool_backend) as bpe:
+        gen = bpe.map(lambda _: raise_value_error(), range(1))
+        with pytest.raises(ValueError, match="ValueError: dead"):
+            next(gen)
+        future = bpe.submit(raise_value_error)
+        with pytest.raises(ValueError, match="ValueError: dead"):
+            future.result()
+        exiting = bpe.submit(raise_value_error)
+    error = future.exception()
+    assert isinstance(error, ValueError) and "ValueError: dead" in error.args[0]
+    assert "ValueError: dead" in exiting.exception().args[0]  # type: ignore[union-attr]

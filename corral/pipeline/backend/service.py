@@ -250,7 +250,8 @@ class ServiceBatch:
         self.id = batch_id
 
     def status(self) -> dict[str, Any]:
-        """The batch: 'state' is 'running', then 'success', 'failure' or 'cancelled'; and its job counts."""
+        """The batch: 'state' is 'running', then 'success' or 'failure', or 'cancelled' from when it was cancelled
+        ('complete' says whether its jobs have all ended); and its job counts."""
         return _batch_status(self._client.get_batch(self.id))
 
     def wait(self, disable_progress_bar: bool = False) -> dict[str, Any]:
@@ -304,10 +305,10 @@ class ServiceJob:
 def _batch_status(batch: batch_pb2.Batch) -> dict[str, Any]:
     counts = batch.counts
     complete = batch.state == batch_pb2.BATCH_STATE_COMPLETE
-    if not complete:
-        state = "running"
-    elif batch.HasField("cancellation"):
+    if batch.HasField("cancellation"):  # at once, as hailtop.batch says it, while its jobs still drain
         state = "cancelled"
+    elif not complete:
+        state = "running"
     elif counts.n_succeeded == counts.n_jobs:
         state = "success"
     else:
