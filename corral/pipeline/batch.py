@@ -89,11 +89,21 @@ class Batch:
         self._resource_map: dict[str, Resource] = {}
         self._input_resources: list[InputResourceFile] = []
         self._job_tokens: set[str] = set()
+        self._service_batch: Any = None
+        """The ServiceBackend's batch once submitted (or named by from_batch_id): a later run() updates it."""
+        self._scratch_token: str | None = None
+        """The ServiceBackend's scratch directory of this batch, the same for each run()."""
 
     @staticmethod
     def from_batch_id(batch_id: int, *args: Any, **kwargs: Any) -> Batch:
-        """Add jobs to an existing batch: not built yet in corral.pipeline (docs/pipeline.md)."""
-        raise NotImplementedError("Batch.from_batch_id is not built yet in corral.pipeline: submit a new batch")
+        """A Batch whose `run()` adds its jobs to the existing batch `batch_id` (an update), with the
+        ServiceBackend given in `kwargs` (or the default one); the other arguments are Batch's."""
+        from corral.pipeline.backend.service import ServiceBackend
+        batch = Batch(*args, **kwargs)
+        if not isinstance(batch._backend, ServiceBackend):
+            raise BatchException("Batch.from_batch_id needs a ServiceBackend: a LocalBackend's batches are not kept")
+        batch._service_batch = batch._backend._existing(batch_id)
+        return batch
 
     def __str__(self) -> str:
         return self._uid
@@ -205,9 +215,24 @@ class Batch:
 
     def run(self, dry_run: bool = False, verbose: bool = False, delete_scratch_on_exit: bool = True,
             **backend_kwargs: Any) -> Any:
-        """Run the batch with its backend (see each backend's `_run` for its keyword arguments)."""
+        """Run the jobs not run yet with the batch's backend (see each backend's `_run` for its keyword
+        arguments): run again after adding jobs, and only the new ones run (on the service, as an update of the
+        same batch). A new job may depend on one that ran before, not read its files: they are not kept."""
         self._jobs = self._ordered()
+        for job in self._jobs:
+            if job._submitted:
+                continue
+            for resource in job._inputs:
+                source = resource.source()
+                if source is not None and source._submitted:
+                    raise BatchException(
+                        f"job {job.name or job._uid} reads a file of job {source.name or source._job_id}, which an "
+                        "earlier run() ran: files are not kept between runs; add both jobs before running")
         return self._backend._run(self, dry_run, verbose, delete_scratch_on_exit, **backend_kwargs)
+
+    def _unsubmitted_jobs(self) -> list[Job]:
+        """The jobs a run() has still to run, in order."""
+        return [job for job in self._jobs if not job._submitted]
 
     def _ordered(self) -> list[Job]:
         """The jobs, each after the jobs it depends on, otherwise in the order they were made; numbered from 1."""
@@ -229,5 +254,6 @@ class Batch:
                 raise BatchException(f"job {job.name or job._uid} depends on a job of another batch")
             if any(index[parent] >= index[job] for parent in job._dependencies):
                 raise BatchException("cycle detected in dependency graph")
-            job._job_id = index[job]
+            if not job._submitted:  # a submitted job keeps the id the service gave it
+                job._job_id = index[job]
         return order

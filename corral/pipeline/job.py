@@ -55,6 +55,8 @@ class Job:
         self._uid = f"__JOB__{next(_job_uids)}"
         self._job_id: int | None = None
         """Its number in the batch once run (1-based, in the order the backend runs or submits them)."""
+        self._submitted = False
+        """Whether a run() of its batch ran or submitted it already (a later run() leaves it be)."""
         self._image: str | None = None
         self._cpu: str | int | float | None = None
         self._memory: str | int | None = None

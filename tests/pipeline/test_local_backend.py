@@ -475,3 +475,19 @@ def test_jobs_run_at_once_up_to_the_parallelism(tmp_path: Path) -> None:
             other = "b" if name == "a" else "a"
             j.command(f"touch {tmp_path}/{name}; while [ ! -e {tmp_path}/{other} ]; do sleep 0.01; done")
         b.run()
+
+
+def test_a_second_run_runs_only_the_new_jobs_and_refuses_earlier_files(batch: Batch, tmp_path: Path) -> None:
+    """Not in the original: as on the service, a run after adding jobs runs only those."""
+    first = batch.new_job()
+    first.command(f"echo once >> {tmp_path}/runs; echo x > {first.ofile}")
+    batch.run()
+    second = batch.new_job()
+    second.command(f"echo again >> {tmp_path}/runs")
+    second.depends_on(first)
+    batch.run()
+    assert contents(str(tmp_path / "runs")) == "once\nagain\n"
+    reader = batch.new_job()
+    reader.command(f"cat {first.ofile}")
+    with pytest.raises(hb.BatchException, match="files are not kept between runs"):
+        batch.run()

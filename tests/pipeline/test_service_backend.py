@@ -24,7 +24,6 @@ NOT_GOOGLE = "needs a Google Cloud Storage bucket or project (corral's storage h
 NO_CLOUDFUSE = "needs cloudfuse: corral does not mount buckets"
 NO_REQUESTER_PAYS = "needs requester-pays buckets, which corral has not"
 NO_QUERY = "needs Hail Query, which corral does not run"
-NO_UPDATES = "adds jobs to a submitted batch (an update): not built yet in corral.pipeline (docs/pipeline.md)"
 NO_REGIONS = "asks the service for its regions (supported_regions): not built yet in corral.pipeline"
 
 
@@ -440,20 +439,57 @@ def test_no_copy_output_on_failure(service_backend: ServiceBackend, output_tmpdi
     assert res.status()["state"] == "failure", str(res.debug_info())
 
 
-@pytest.mark.skip(reason=NO_UPDATES)
-def test_update_batch() -> None: ...
+def test_update_batch(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    j = b.new_job()
+    j.command("true")
+    res = b.run()
+    succeeded(res)
+    j2 = b.new_job()
+    j2.command("true")
+    res = b.run()
+    succeeded(res)
+    assert res.status()["n_jobs"] == 2
 
 
-@pytest.mark.skip(reason=NO_UPDATES)
-def test_update_batch_with_dependencies() -> None: ...
+def test_update_batch_with_dependencies(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    j1 = b.new_job()
+    j1.command("true")
+    j2 = b.new_job()
+    j2.command("false")
+    res = b.run()
+    assert res.status()["state"] == "failure", str(res.debug_info())
+    j3 = b.new_job()
+    j3.command("true")
+    j3.depends_on(j1)
+    j4 = b.new_job()
+    j4.command("true")
+    j4.depends_on(j2)
+    res = b.run()
+    assert res.status()["state"] == "failure", str(res.debug_info())
+    assert res.get_job(3).status()["state"] == "Success", str(res.debug_info())
+    assert res.get_job(4).status()["state"] == "Cancelled", str(res.debug_info())
 
 
-@pytest.mark.skip(reason=NO_UPDATES)
-def test_update_batch_from_batch_id() -> None: ...
+def test_update_batch_from_batch_id(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    j = b.new_job()
+    j.command("true")
+    res = b.run()
+    succeeded(res)
+    b2 = Batch.from_batch_id(res.id, backend=b._backend)
+    j2 = b2.new_job()
+    j2.command("true")
+    res = b2.run()
+    succeeded(res)
+    assert res.status()["n_jobs"] == 2
 
 
-@pytest.mark.skip(reason=NO_UPDATES)
-def test_wait_on_empty_batch_update() -> None: ...
+def test_wait_on_empty_batch_update(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    b.run(wait=True)
+    b.run(wait=True)
 
 
 def test_non_spot_job_and_batch(service_backend: ServiceBackend) -> None:

@@ -85,12 +85,13 @@ class _Run:
 
     def run(self) -> None:
         self._stage_inputs()
-        jobs = self.batch._jobs
+        jobs = self.batch._unsubmitted_jobs()
         children: dict[Job, list[Job]] = {job: [] for job in jobs}
         for job in jobs:
             for parent in job._dependencies:
-                children[parent].append(job)
-        waiting = {job: len(job._dependencies) for job in jobs}
+                if not parent._submitted:  # one an earlier run() ran is over
+                    children[parent].append(job)
+        waiting = {job: sum(not parent._submitted for parent in job._dependencies) for job in jobs}
         failed_parents: dict[Job, bool] = {job: False for job in jobs}
         ready = [job for job in jobs if waiting[job] == 0]
         running: dict[concurrent.futures.Future[bool], Job] = {}
@@ -101,6 +102,7 @@ class _Run:
                     if failed_parents[job] and not job._always_run:
                         self._say(f"Job {job._job_id} ({job.name or job._uid}) was cancelled: a job it depends on "
                                   "failed or was cancelled. Not running")
+                        job._submitted = True
                         self._finished(job, False, children, waiting, failed_parents, ready)
                         continue
                     running[pool.submit(self._run_job, job)] = job
@@ -109,6 +111,7 @@ class _Run:
                 done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
                 for future in done:
                     job = running.pop(future)
+                    job._submitted = True
                     self._finished(job, future.result(), children, waiting, failed_parents, ready)
         if self.first_error is not None:
             raise self.first_error

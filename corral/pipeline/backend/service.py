@@ -113,6 +113,12 @@ class ServiceBackend(Backend):
     def _output_path(self, path: str) -> str:
         return files.url_of(path)
 
+    def _existing(self, batch_id: int) -> ServiceBatch:
+        """A handle of the batch `batch_id`, which must exist (Batch.from_batch_id)."""
+        client = self._connected()
+        client.get_batch(batch_id)
+        return ServiceBatch(client, batch_id)
+
     def _run(self, batch: Batch, dry_run: bool, verbose: bool, delete_scratch_on_exit: bool, *,
              wait: bool = True, open: bool = False, disable_progress_bar: bool = False,
              callback: str | None = None, token: str | None = None, **unknown: Any) -> ServiceBatch | None:
@@ -122,7 +128,8 @@ class ServiceBackend(Backend):
         has no web page for a batch. Returns the batch's handle (None for a dry run, which prints the specs)."""
         if unknown:
             raise ValueError(f"ServiceBackend.run does not support any of these keywords: {unknown}")
-        scratch = f"{self.remote_tmpdir}/{token or uuid.uuid4().hex[:12]}"
+        batch._scratch_token = batch._scratch_token or token or uuid.uuid4().hex[:12]
+        scratch = f"{self.remote_tmpdir}/{batch._scratch_token}"
         builder, uploads = compile_batch(batch, self._billing_project, scratch, callback)
         if dry_run:
             for spec in builder.specs():
@@ -133,14 +140,27 @@ class ServiceBackend(Backend):
         for file in batch._input_resources:  # inputs written straight to an output: no job to do it
             for dest in file._output_paths:
                 files.copy(files.url_of(file._input_path), dest)
+        jobs = batch._unsubmitted_jobs()
+        if not jobs:
+            print("nothing to submit: the batch has no job that has not run", flush=True)
+            if wait and batch._service_batch is not None:
+                batch._service_batch.wait(disable_progress_bar=disable_progress_bar)
+            return batch._service_batch
         client = self._connected()
-        submitted = client.submit(builder)
-        handle = ServiceBatch(client, submitted.batch_id)
-        print(f"Submitted batch {submitted.batch_id} ({len(builder)} jobs) to billing project "
-              f"{self._billing_project}", flush=True)
+        if batch._service_batch is None:
+            batch_id, first_job_id = client.submit(builder).batch_id, 1
+            batch._service_batch = ServiceBatch(client, batch_id)
+            print(f"Submitted batch {batch_id} ({len(builder)} jobs) to billing project {self._billing_project}",
+                  flush=True)
+        else:
+            batch_id = batch._service_batch.id
+            first_job_id = client.update(batch_id, builder).update.start_job_id
+            print(f"Added {len(builder)} jobs to batch {batch_id}", flush=True)
+        for offset, job in enumerate(jobs):  # the service numbers a submission's jobs in order
+            job._job_id, job._submitted = first_job_id + offset, True
+        handle = batch._service_batch
         if open:
-            print("open=True: corral has no web page for a batch; `corral batch "
-                  f"{submitted.batch_id}` shows it", flush=True)
+            print(f"open=True: corral has no web page for a batch; `corral batch {batch_id}` shows it", flush=True)
         if wait:
             status = handle.wait(disable_progress_bar=disable_progress_bar)
             print(f"batch {handle.id} complete: {status['state']}", flush=True)
@@ -163,8 +183,8 @@ def compile_batch(batch: Batch, billing_project: str, scratch: str,
     builder = BatchBuilder(billing_project, attributes=attributes, callback_url=callback,
                            cancel_after_n_failures=batch._cancel_after_n_failures)
     uploads: dict[str, bytes] = {}
-    handles: dict[Job, JobHandle] = {}
-    for job in batch._jobs:
+    handles: dict[Job, JobHandle | int] = {job: job._job_id for job in batch._jobs if job._submitted}
+    for job in batch._unsubmitted_jobs():
         spec = _spec(job, scratch, uploads)
         handles[job] = builder.add_job(spec, parents=[handles[p] for p in job._dependencies],
                                        accept=ALL_STATES if job._always_run else ("succeeded",))
@@ -320,9 +340,10 @@ def _batch_status(batch: batch_pb2.Batch) -> dict[str, Any]:
 
 
 def _job_status(job: Any) -> dict[str, Any]:
+    """A job's status; `spec` only from GetJob (a listed job has none)."""
     attempt = job.attempts[-1] if job.attempts else None
     resources = job.spec.resources
-    return {"batch_id": job.batch_id, "job_id": job.job_id, "name": job.spec.attributes.get("name"),
+    status = {"batch_id": job.batch_id, "job_id": job.job_id, "name": job.spec.attributes.get("name"),
             "state": _JOB_STATES.get(job.state, "Pending"),
             "exit_code": attempt.exit_code if attempt is not None and attempt.HasField("exit_code") else None,
             "error": attempt.error_message if attempt is not None else "",
@@ -332,3 +353,6 @@ def _job_status(job: Any) -> dict[str, Any]:
                 "storage_bytes": resources.storage_bytes,
                 "preemptible": job.spec.provisioning_model != job_spec_pb2.PROVISIONING_MODEL_ON_DEMAND}},
             "status": {"region": attempt.region if attempt is not None else None}}
+    if not job.HasField("spec"):
+        del status["spec"]
+    return status
