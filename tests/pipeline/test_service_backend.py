@@ -24,7 +24,10 @@ NOT_GOOGLE = "needs a Google Cloud Storage bucket or project (corral's storage h
 NO_CLOUDFUSE = "needs cloudfuse: corral does not mount buckets"
 NO_REQUESTER_PAYS = "needs requester-pays buckets, which corral has not"
 NO_QUERY = "needs Hail Query, which corral does not run"
-NO_REGIONS = "asks the service for its regions (supported_regions): not built yet in corral.pipeline"
+NO_REGIONS = ("asks the service for its regions (supported_regions, default_region): corral's API has no call "
+              "listing them yet")
+LOCAL_REGION = "local"
+"""The region of corral up's workers."""
 
 
 @pytest.fixture(scope="module")
@@ -410,12 +413,27 @@ def test_specify_job_region() -> None: ...
 def test_use_default_region_when_not_specifying_any_regions() -> None: ...
 
 
-@pytest.mark.skip(reason=NO_REGIONS)
-def test_job_regions_controls_job_execution_region() -> None: ...
+def test_job_regions_controls_job_execution_region(service_backend: ServiceBackend) -> None:
+    """The original takes supported_regions()[0]; corral up's workers are in the region 'local'."""
+    the_region = LOCAL_REGION
+    b = batch(service_backend)
+    j = b.new_job()
+    j.regions([the_region])
+    j.command("true")
+    res = b.run()
+    job_status = res.get_job(1).status()
+    assert job_status["status"]["region"] == the_region, str((job_status, res.debug_info()))
 
 
-@pytest.mark.skip(reason=NO_REGIONS)
-def test_job_regions_overrides_batch_regions() -> None: ...
+def test_job_regions_overrides_batch_regions(service_backend: ServiceBackend) -> None:
+    the_region = LOCAL_REGION
+    b = batch(service_backend, default_regions=["some-other-region"])
+    j = b.new_job()
+    j.regions([the_region])
+    j.command("true")
+    res = b.run()
+    job_status = res.get_job(1).status()
+    assert job_status["status"]["region"] == the_region, str((job_status, res.debug_info()))
 
 
 @pytest.mark.skip(reason="corral copies a job's outputs only when it succeeds: always_copy_output is accepted "
