@@ -1,4 +1,4 @@
-"""pipeline_scatter: a scatter written with the pipeline library (corral.pipeline) through corral up.
+"""pipeline-scatter: a scatter written with the pipeline library (corral.pipeline) through corral up.
 
 N jobs, each reading one input file of its own and writing one output file, described with
 `corral.pipeline` as a hailtop.batch script would be and submitted with its ServiceBackend to a `corral up`
@@ -26,7 +26,7 @@ from bench.common import BenchContext, positive_int, progress
 from bench.e2e import fresh_schema
 from services.up import process as up_process
 
-NAME = "pipeline_scatter"
+NAME = "pipeline-scatter"
 HELP = "a scatter of N jobs with one input and one output file each, written with corral.pipeline, on corral up"
 
 DEFAULT_JOBS, SMOKE_JOBS = 10_000, 20

@@ -456,9 +456,9 @@ def test_fuzz_query_of_a_million_inputs(mariadb_server: DatabaseConfig, tmp_path
 
 def test_pipeline_scatter_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
     """Issue 37's scatter at the smallest size: every output checked by the benchmark itself."""
-    result = run_bench(mariadb_server, tmp_path, "pipeline_scatter")
+    result = run_bench(mariadb_server, tmp_path, "pipeline-scatter")
     assert result.returncode == 0, result.stderr
     printed = summary(result.stdout)
     assert list(printed) == pipeline_scatter.figure_names(pipeline_scatter.SMOKE_JOBS)
     assert all(value >= 0 for value, _ in printed.values())
-    assert results_of(tmp_path, "pipeline_scatter", printed)["parameters"]["n_jobs"] == pipeline_scatter.SMOKE_JOBS
+    assert results_of(tmp_path, "pipeline-scatter", printed)["parameters"]["n_jobs"] == pipeline_scatter.SMOKE_JOBS
