@@ -22,6 +22,6 @@ from corral.pipeline.resource import (
 from corral.pipeline.utils import concatenate
 
 __all__ = [
-    "BashJob", "Batch", "BatchException", "BatchPoolExecutor", "BatchPoolFuture", "InputResourceFile", "Job", "JobResourceFile", "LocalBackend",
-    "PythonJob", "PythonResult", "Resource", "ResourceFile", "ResourceGroup", "ServiceBackend", "concatenate",
+    "BashJob", "Batch", "BatchException", "BatchPoolExecutor", "BatchPoolFuture", "InputResourceFile", "Job",
+    "JobResourceFile", "LocalBackend", "PythonJob", "PythonResult", "Resource", "ResourceFile", "ResourceGroup", "ServiceBackend", "concatenate",
 ]

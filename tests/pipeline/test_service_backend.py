@@ -1,15 +1,19 @@
-"""hailtop.batch's test_batch_service_backend.py (and its Python job tests), carried over to corral.pipeline's
-ServiceBackend against one `corral up` for the module: jobs in runc containers of the `debian` and `python`
-base images, files staged by the workers from and to `corral up`'s local storage (file://). Each test asserts
-what the original does; those that need what corral does not have say why they are skipped."""
+"""hailtop.batch's test_batch_service_backend.py, test_python_job_in_service.py and test_batch_pool_executor.py,
+carried over to corral.pipeline's ServiceBackend against one `corral up` for the module: jobs in runc containers
+of the `debian` and `python` base images, files staged by the workers from and to `corral up`'s local storage
+(file://). Each test asserts what the original does; those that need what corral does not have say why they are
+skipped."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -731,3 +735,210 @@ def test_exception_in_map_result_and_exception(pool_backend: ServiceBackend) -> 
     error = future.exception()
     assert isinstance(error, ValueError) and "ValueError: dead" in error.args[0]
     assert "ValueError: dead" in exiting.exception().args[0]  # type: ignore[union-attr]
+
+
+# hailtop's test_python_job_in_service.py, on the same corral up (its image: corral's `python`).
+
+def read_int(path):  # type: ignore[no-untyped-def]
+    with open(path) as f:
+        return int(f.read())
+
+
+def multiply(x, y):  # type: ignore[no-untyped-def]
+    return x * y
+
+
+def reformat(x, y):  # type: ignore[no-untyped-def]
+    return {"x": x, "y": y}
+
+
+def test_python_job(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    head = b.new_job()
+    head.command(f'echo "5" > {head.r5}')
+    head.command(f'echo "3" > {head.r3}')
+    middle = b.new_python_job()
+    r3 = middle.call(read_int, head.r3)
+    r5 = middle.call(read_int, head.r5)
+    r_mult = middle.call(multiply, r3, r5)
+    middle2 = b.new_python_job()
+    r_mult = middle2.call(multiply, r_mult, 2)
+    r_dict = middle2.call(reformat, r3, r5)
+    tail = b.new_job()
+    tail.command(f"cat {r3.as_str()} {r5.as_repr()} {r_mult.as_str()} {r_dict.as_json()}")
+    res = b.run()
+    succeeded(res)
+    assert res.get_job_log(4)["main"] == '3\n5\n30\n{"x": 3, "y": 5}\n', str(res.debug_info())
+
+
+def test_python_job_w_resource_group_unpack_individually(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    head = b.new_job()
+    head.declare_resource_group(count={"r5": "{root}.r5", "r3": "{root}.r3"})
+    assert isinstance(head.count, ResourceGroup)
+    head.command(f'echo "5" > {head.count.r5}')
+    head.command(f'echo "3" > {head.count.r3}')
+    middle = b.new_python_job()
+    r3 = middle.call(read_int, head.count.r3)
+    r5 = middle.call(read_int, head.count.r5)
+    r_mult = middle.call(multiply, r3, r5)
+    middle2 = b.new_python_job()
+    r_mult = middle2.call(multiply, r_mult, 2)
+    r_dict = middle2.call(reformat, r3, r5)
+    tail = b.new_job()
+    tail.command(f"cat {r3.as_str()} {r5.as_repr()} {r_mult.as_str()} {r_dict.as_json()}")
+    res = b.run()
+    succeeded(res)
+    assert res.get_job_log(4)["main"] == '3\n5\n30\n{"x": 3, "y": 5}\n', str(res.debug_info())
+
+
+def test_python_job_can_write_to_resource_path(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+
+    def write(path):  # type: ignore[no-untyped-def]
+        with open(path, "w") as f:
+            f.write("foo")
+
+    head = b.new_python_job()
+    head.call(write, head.ofile)
+    tail = b.new_bash_job()
+    tail.command(f"cat {head.ofile}")
+    res = b.run()
+    assert tail._job_id
+    succeeded(res)
+    assert res.get_job_log(tail._job_id)["main"] == "foo", str(res.debug_info())
+
+
+def test_python_job_w_resource_group_unpack_jointly(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    head = b.new_job()
+    head.declare_resource_group(count={"r5": "{root}.r5", "r3": "{root}.r3"})
+    head.command(f'echo "5" > {head.count.r5}')
+    head.command(f'echo "3" > {head.count.r3}')
+
+    def read_rg(root):  # type: ignore[no-untyped-def]
+        with open(root["r3"]) as f:
+            r3 = int(f.read())
+        with open(root["r5"]) as f:
+            r5 = int(f.read())
+        return (r3, r5)
+
+    middle = b.new_python_job()
+    r = middle.call(read_rg, head.count)
+    r_mult = middle.call(lambda r: r[0] * r[1], r)
+    tail = b.new_job()
+    tail.command(f"cat {r_mult.as_str()}")
+    res = b.run()
+    succeeded(res)
+    assert res.get_job_log(3)["main"] == "15\n", str(res.debug_info())
+
+
+def test_python_job_w_non_zero_ec(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+
+    def error():  # type: ignore[no-untyped-def]
+        raise Exception("this should fail")
+
+    b.new_python_job().call(error)
+    res = b.run()
+    assert res.status()["state"] == "failure", str(res.debug_info())
+
+
+def test_python_job_incorrect_signature(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+
+    def foo(pos_arg1, pos_arg2, *, kwarg1, kwarg2=1):  # type: ignore[no-untyped-def]
+        print(pos_arg1, pos_arg2, kwarg1, kwarg2)
+
+    j = b.new_python_job()
+    for args, kwargs in (((), {}), ((1,), {}), ((1, 2), {}), ((1,), {"kwarg1": 2}), ((1, 2, 3), {}),
+                         ((1, 2), {"kwarg1": 3, "kwarg2": 4, "kwarg3": 5})):
+        with pytest.raises(hb.BatchException):
+            j.call(foo, *args, **kwargs)
+    j.call(foo, 1, 2, kwarg1=3)
+    j.call(foo, 1, 2, kwarg1=3, kwarg2=4)
+    j.call(print, 5)  # print has no signature to check; abs has one
+    j.call(abs, -1)
+    with pytest.raises(hb.BatchException):
+        j.call(abs, -1, 5)
+
+
+@pytest.mark.skip(reason=NO_QUERY)
+def test_query_on_batch_in_batch() -> None: ...
+
+
+def test_basic_async_fun(service_backend: ServiceBackend) -> None:
+    b = Batch(backend=service_backend)
+    b.new_python_job().call(asyncio.sleep, 1)
+    succeeded(b.run())
+
+
+def test_async_fun_returns_value(service_backend: ServiceBackend) -> None:
+    b = Batch(backend=service_backend)
+
+    async def foo(i, j):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(1)
+        return i * j
+
+    result = b.new_python_job().call(foo, 2, 3)
+    b.new_job().command(f"cat {result.as_str()}")
+    res = b.run()
+    succeeded(res)
+    assert res.get_job_log(2)["main"] == "6\n", str(res.debug_info())
+
+
+def test_update_batch_with_python_job_dependencies(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+
+    async def foo(i, j):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(1)
+        return i * j
+
+    b.new_python_job().call(foo, 2, 3)
+    succeeded(b.run())
+    j2 = b.new_python_job()
+    j2.call(foo, 2, 3)
+    succeeded(b.run())
+    j3 = b.new_python_job()
+    j3.depends_on(j2)
+    j3.call(foo, 2, 3)
+    res = b.run()
+    succeeded(res)
+    assert res.status()["n_jobs"] == 3
+
+
+def test_python_job_with_kwarg(service_backend: ServiceBackend, output_tmpdir: str) -> None:
+    def foo(*, kwarg):  # type: ignore[no-untyped-def]
+        return kwarg
+
+    b = batch(service_backend)
+    r = b.new_python_job().call(foo, kwarg="hello world")
+    output_path = os.path.join(output_tmpdir, "test_python_job_with_kwarg")
+    b.write_output(r.as_json(), output_path)
+    res = b.run()
+    succeeded(res)
+    assert json.loads(local(output_path).read_text()) == "hello world"
+
+
+@pytest.mark.parametrize(("container", "expected"), [
+    (lambda a, b: (a, b), "01"), (lambda a, b: [a, b], "01"), (lambda a, b: {"a": a, "b": b}, "ab")])
+def test_recursive_resource_extraction_in_python_jobs(service_backend: ServiceBackend, container: Any,
+                                                      expected: str) -> None:
+    """The original's tuple, list and dict tests, in one: files inside an argument are found and passed."""
+    b = batch(service_backend)
+
+    def write(paths):  # type: ignore[no-untyped-def]
+        items = paths.items() if isinstance(paths, dict) else enumerate(paths)
+        for key, path in items:
+            with open(path, "w") as f:
+                f.write(f"{key}")
+
+    head = b.new_python_job()
+    head.call(write, container(head.ofile1, head.ofile2))
+    tail = b.new_bash_job()
+    tail.command(f"cat {head.ofile1}")
+    tail.command(f"cat {head.ofile2}")
+    res = b.run()
+    assert tail._job_id
+    succeeded(res)
+    assert res.get_job_log(tail._job_id)["main"] == expected, str(res.debug_info())
