@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 from corral.pipeline import values
 from corral.pipeline.exceptions import BatchException
 from corral.pipeline.resource import (
-    InputResourceFile,
-    JobResourceFile,
     PythonResult,
     Resource,
     ResourceFile,
@@ -348,5 +346,3 @@ def prepared(value: Any) -> Any:
         return ("dict", {k: prepared(v) for k, v in value.items()})
     return ("value", value)
 
-
-__all__ = ["BashJob", "DEFAULT_SHELL", "InputResourceFile", "Job", "JobResourceFile", "PythonJob", "prepared"]

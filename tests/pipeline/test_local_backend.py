@@ -4,7 +4,6 @@ that named an image keeps it (it is not used)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tempfile
 from collections.abc import Iterator

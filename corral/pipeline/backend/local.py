@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from corral.pipeline import files, pickling
 from corral.pipeline.backend.base import Backend
 from corral.pipeline.job import DEFAULT_SHELL, BashJob, Job, PythonJob
-from corral.pipeline.resource import InputResourceFile, Resource
+from corral.pipeline.resource import Resource
 
 if TYPE_CHECKING:
     from corral.pipeline.batch import Batch
@@ -202,5 +202,3 @@ class _Run:
 def _name(job: Job, resource: Resource) -> str:
     return repr(job._resources_inverse.get(resource, resource._relative_path()))
 
-
-__all__ = ["InputResourceFile", "LocalBackend", "SAYS_HOW"]
