@@ -490,3 +490,23 @@ def test_a_second_run_runs_only_the_new_jobs_and_refuses_earlier_files(batch: Ba
     reader.command(f"cat {first.ofile}")
     with pytest.raises(hb.BatchException, match="files are not kept between runs"):
         batch.run()
+
+
+def test_file_urls_and_a_dry_run(batch: Batch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Not in the original: file:// URLs name local files too, as on the service; a dry run prints each job's
+    script and runs nothing."""
+    (tmp_path / "in.txt").write_text("abc")
+    input = batch.read_input(f"file://{tmp_path}/in.txt")
+    j = batch.new_job(name="copy")
+    j.command(f"cat {input} > {j.ofile}")
+    batch.write_output(j.ofile, f"file://{tmp_path}/out.txt")
+    batch.run(dry_run=True)
+    assert "# job 1 (copy)" in capsys.readouterr().out
+    assert not (tmp_path / "out.txt").exists()
+    again = Batch(backend=batch._backend)
+    input = again.read_input(f"file://{tmp_path}/in.txt")
+    k = again.new_job()
+    k.command(f"cat {input} > {k.ofile}")
+    again.write_output(k.ofile, f"file://{tmp_path}/out.txt")
+    again.run()
+    assert contents(str(tmp_path / "out.txt")) == "abc"
