@@ -34,6 +34,7 @@ BENCHMARKS = (
     "bench.fair_share",
     "bench.driver_memory",
     "bench.e2e",
+    "bench.pipeline_scatter",
     "bench.slurm_compare",
     "bench.query_limits",
     "bench.supervise",

@@ -33,6 +33,10 @@ T = TypeVar("T")
 SMALL_BATCH = 1_000
 """Up to this many jobs go in one SubmitBatch call; more go up in bunches."""
 BUNCH_SIZE = 1_000
+BUNCH_BYTES = 2 * 1024 * 1024
+"""At most this many bytes of specs go in one request (SubmitBatch or a bunch of AddJobs), whatever their count:
+half the 4 MiB a service receives by default (services/common/call_limits.py), the rest for the request's
+other fields and headroom. Larger specs (a job's may be 256 KiB) make a small batch go up in bunches too."""
 PARALLEL_BUNCHES = 4
 
 REFUSED_CODES = frozenset({grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
@@ -193,13 +197,41 @@ class Client(AsyncCalls):
         builder a new token)."""
         settings = builder.batch_fields()
         groups = builder.job_group_specs()
-        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH:
+        if len(builder) <= SMALL_BATCH and len(groups) <= SMALL_BATCH and builder.spec_bytes() <= BUNCH_BYTES:
             response = await self._call(self._batches.SubmitBatch,
                                         pb.SubmitBatchRequest(jobs=builder.specs(), job_groups=groups, **settings))
             return response.batch
         created = await self._call(self._batches.CreateBatch, pb.CreateBatchRequest(
             n_jobs=len(builder), n_job_groups=len(groups), **settings))
         batch_id, update_id = created.batch.batch_id, created.update.update_id
+        try:
+            committed = await self._send_update(batch_id, update_id, builder, bunch_size, parallelism)
+        except CorralError as e:
+            if refused_submission(e, created.batch):
+                try:
+                    await self._call(self._batches.DeleteBatch, pb.DeleteBatchRequest(batch_id=batch_id))
+                except CorralError as delete_error:
+                    e.add_note(f"batch {batch_id} was left open: deleting it failed ({delete_error})")
+                else:  # submitting the builder again starts afresh, not at the deleted batch
+                    builder.idempotency_token = uuid.uuid4().hex
+            raise
+        return committed.batch
+
+    async def update(self, batch_id: int, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
+                     parallelism: int = PARALLEL_BUNCHES) -> pb.CommitUpdateResponse:
+        """Add the builder's jobs and job groups to the existing batch `batch_id` (an update: CreateUpdate,
+        bunches, CommitUpdate); the builder's batch settings are not used. Its `int` parents are ids of the
+        batch's jobs; the new jobs' ids start at the answer's `update.start_job_id`. Safe to retry with the same
+        builder (its idempotency token names the update)."""
+        created = await self._call(self._batches.CreateUpdate, pb.CreateUpdateRequest(
+            batch_id=batch_id, n_jobs=len(builder), n_job_groups=len(builder.job_group_specs()),
+            idempotency_token=builder.idempotency_token))
+        return await self._send_update(batch_id, created.update.update_id, builder, bunch_size, parallelism)
+
+    async def _send_update(self, batch_id: int, update_id: int, builder: BatchBuilder, bunch_size: int,
+                           parallelism: int) -> pb.CommitUpdateResponse:
+        """Send an open update's job groups, then its jobs in parallel bunches, and commit it."""
+        groups = builder.job_group_specs()
         limit = asyncio.Semaphore(parallelism)
 
         async def send(number: int, first_index: int, end_index: int) -> None:
@@ -214,35 +246,24 @@ class Client(AsyncCalls):
                     e.offsets["jobs"] = first_index  # its jobs[i] is the builder's job first_index + i
                     raise
 
-        try:
-            for first in range(0, len(groups), bunch_size):
-                try:
-                    await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
-                        batch_id=batch_id, update_id=update_id, first_index=first,
-                        job_groups=groups[first:first + bunch_size]))
-                except CorralError as e:
-                    e.offsets["job_groups"] = first
-                    raise
-            sends = [asyncio.ensure_future(send(n, first, end))
-                     for n, (first, end) in enumerate(builder.bunches(bunch_size))]
+        for first in range(0, len(groups), bunch_size):
             try:
-                await asyncio.gather(*sends)
-            finally:  # no bunch still in flight once this fails (nor when the batch is deleted)
-                for task in sends:
-                    task.cancel()
-                await asyncio.gather(*sends, return_exceptions=True)
-            committed = await self._call(self._batches.CommitUpdate,
-                                         pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id))
-        except CorralError as e:
-            if refused_submission(e, created.batch):
-                try:
-                    await self._call(self._batches.DeleteBatch, pb.DeleteBatchRequest(batch_id=batch_id))
-                except CorralError as delete_error:
-                    e.add_note(f"batch {batch_id} was left open: deleting it failed ({delete_error})")
-                else:  # submitting the builder again starts afresh, not at the deleted batch
-                    builder.idempotency_token = uuid.uuid4().hex
-            raise
-        return committed.batch
+                await self._call(self._batches.CreateJobGroups, pb.CreateJobGroupsRequest(
+                    batch_id=batch_id, update_id=update_id, first_index=first,
+                    job_groups=groups[first:first + bunch_size]))
+            except CorralError as e:
+                e.offsets["job_groups"] = first
+                raise
+        sends = [asyncio.ensure_future(send(n, first, end))
+                 for n, (first, end) in enumerate(builder.bunches(bunch_size, BUNCH_BYTES))]
+        try:
+            await asyncio.gather(*sends)
+        finally:  # no bunch still in flight once this fails (nor when the batch is deleted)
+            for task in sends:
+                task.cancel()
+            await asyncio.gather(*sends, return_exceptions=True)
+        return await self._call(self._batches.CommitUpdate,
+                                pb.CommitUpdateRequest(batch_id=batch_id, update_id=update_id))
 
     async def get_batch(self, batch_id: int) -> batch_pb2.Batch:
         """One batch, with its state and job counts."""

@@ -229,9 +229,25 @@ class BatchBuilder:
         """The job groups in order (parents already resolved to in-update indexes)."""
         return list(self._groups)
 
-    def bunches(self, size: int) -> list[tuple[int, int]]:
-        """(first_index, end_index) of each bunch of at most `size` jobs, for parallel AddJobs calls."""
-        return [(i, min(i + size, len(self._specs))) for i in range(0, len(self._specs), size)]
+    def spec_bytes(self) -> int:
+        """The size of every spec, serialized: what one request carrying them all would hold."""
+        return sum(map(len, self._specs))
+
+    def bunches(self, size: int, max_bytes: int | None = None) -> list[tuple[int, int]]:
+        """(first_index, end_index) of each bunch of at most `size` jobs, for parallel AddJobs calls; with
+        `max_bytes`, each also of at most that many bytes of specs (but never empty: a spec larger than it goes
+        alone, for the server to judge)."""
+        if max_bytes is None:
+            return [(i, min(i + size, len(self._specs))) for i in range(0, len(self._specs), size)]
+        found, first, held = [], 0, 0
+        for index, spec in enumerate(self._specs):
+            if index > first and (index - first >= size or held + len(spec) > max_bytes):
+                found.append((first, index))
+                first, held = index, 0
+            held += len(spec)
+        if first < len(self._specs):
+            found.append((first, len(self._specs)))
+        return found
 
 
 def _quantity(name: str, parse: Callable[[Any], int], value: Any) -> int:

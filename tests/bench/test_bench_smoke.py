@@ -18,7 +18,7 @@ import pymysql
 import pytest
 
 from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, oci_start,
-                   query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image)
+                   pipeline_scatter, query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -452,3 +452,13 @@ def test_fuzz_query_of_a_million_inputs(mariadb_server: DatabaseConfig, tmp_path
     assert value["inputs"] == 1_000_000 and value["grpc.calls"] == 2_000
     failures = ("internal_errors", "property_failures", "grpc.internal_errors", "grpc.wrong_answers")
     assert [value[name] for name in failures] == [0] * 4, result.stderr
+
+
+def test_pipeline_scatter_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """Issue 37's scatter at the smallest size: every output checked by the benchmark itself."""
+    result = run_bench(mariadb_server, tmp_path, "pipeline-scatter")
+    assert result.returncode == 0, result.stderr
+    printed = summary(result.stdout)
+    assert list(printed) == pipeline_scatter.figure_names(pipeline_scatter.SMOKE_JOBS)
+    assert all(value >= 0 for value, _ in printed.values())
+    assert results_of(tmp_path, "pipeline-scatter", printed)["parameters"]["n_jobs"] == pipeline_scatter.SMOKE_JOBS

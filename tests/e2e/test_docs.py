@@ -103,6 +103,19 @@ def check_client_calls(out: str) -> None:
     assert "fetching" in out and "index" in out, out                      # the two logs
 
 
+def check_pipeline_scatter(out: str) -> None:
+    assert "alice 5\nbob 3\ncarol 5\n" in out, out  # the gathered counts, sorted
+
+
+def check_pipeline_service(out: str) -> None:
+    assert re.search(r"^\d+ success$", out, re.M), out                 # the batch's handle
+    assert "2.0\n" in out and "alice 5\nbob 3\ncarol 5" in out, out     # the gather job's log; its output file
+
+
+def check_pipeline_pool(out: str) -> None:
+    assert out.rstrip().endswith("[0, 1, 4]"), out
+
+
 def check_traces(out: str) -> None:
     counts = [int(line.split()[0]) for line in out.splitlines()]
     assert counts and all(n >= 1 for n in counts), out  # each batch's job.run spans share a trace
@@ -138,6 +151,9 @@ CHECKS: dict[tuple[str, str], Callable[[str], None]] = {
     ("docs/client.md", "import sys"): check_client_events,
     ("docs/client.md", "batch_id = batch.batch_id"): check_client_calls,
     ("docs/operations.md", "cat ~/.local/share/corral/traces/"): check_traces,
+    ("docs/pipeline.md", "import os\nimport tempfile"): check_pipeline_scatter,
+    ("docs/pipeline.md", "import shutil"): check_pipeline_service,
+    ("docs/pipeline.md", "with hb.BatchPoolExecutor"): check_pipeline_pool,
     ("docs/operations.md", 'eval "$(corral profile env)"'): check_buf_curl,
 }
 

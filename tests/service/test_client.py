@@ -104,3 +104,27 @@ async def test_a_refused_bunch_leaves_no_batch(frontend: FrontendApp, tokens,  #
             assert [b.batch_id for b in client.list_batches()] == [kept.batch_id]
 
     await asyncio.to_thread(sync_client)
+
+
+async def test_update_adds_jobs_to_a_batch_and_big_specs_go_in_bunches(frontend: FrontendApp, tokens,  # noqa: F811
+                                                                       certs: DevCertificateAuthority) -> None:
+    """Issue 37: `update` adds a builder's jobs to an existing batch, its int parents the batch's job ids; and
+    specs larger than one request (here 22 x 200 KiB of script, more than the 4 MiB a frontend receives; a spec holds at
+    most 256 KiB) go up in bunches, small as the batch is."""
+    async with aio.Client(f"localhost:{frontend.public_port}", tokens["alice"], certs.ca_cert_path) as client:
+        first = await client.submit(dag(1))
+        more = corral.BatchBuilder("proj")
+        child = more.job("busybox", ["echo", "after"], parents=[3])
+        more.job("busybox", ["echo", "last"], parents=[child])
+        committed = await client.update(first.batch_id, more)
+        assert committed.update.start_job_id == 4 and committed.batch.counts.n_jobs == 5
+        parents = await frontend.db.fetchall(
+            "SELECT job_id, parent_id FROM job_parents WHERE batch_id = %s AND job_id > 3 ORDER BY job_id",
+            (first.batch_id,))
+        assert [(p["job_id"], p["parent_id"]) for p in parents] == [(4, 3), (5, 4)]
+        big = corral.BatchBuilder("proj")
+        for i in range(22):
+            big.job("busybox", f"echo {i} {'x' * 200 * 1024}")
+        assert big.spec_bytes() > 4 * 2**20 and len(big.bunches(aio.BUNCH_SIZE, aio.BUNCH_BYTES)) == 3
+        submitted = await client.submit(big)
+        assert submitted.counts.n_jobs == 22

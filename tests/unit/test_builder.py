@@ -178,3 +178,20 @@ def test_a_bunch_sent_from_serialized_specs_is_the_bunch_of_messages(jobs: list[
                               jobs=b.specs()[first:end])
         assert merged == made
     assert [e - f for f, e in b.bunches(7)] == [min(7, len(jobs) - i) for i in range(0, len(jobs), 7)]
+
+
+@given(st.lists(st.integers(min_value=0, max_value=3000), max_size=40), st.integers(min_value=1, max_value=9),
+       st.integers(min_value=200, max_value=5000))
+def test_bunches_bounded_by_bytes_cover_every_job_once_within_both_limits(script_sizes: list[int], size: int,
+                                                                         max_bytes: int) -> None:
+    """Issue 37: a batch whose specs are larger than one request goes up in bunches. The bunches tile the jobs
+    in order; each holds at most `size` jobs and `max_bytes` of specs, unless one spec alone is larger."""
+    b = BatchBuilder("p")
+    for n in script_sizes:
+        b.job("debian", "x" * n)
+    bunches = b.bunches(size, max_bytes)
+    assert [i for first, end in bunches for i in range(first, end)] == list(range(len(script_sizes)))
+    for first, end in bunches:
+        held = sum(len(s) for s in b.serialized_specs(first, end))
+        assert end - first <= size and (held <= max_bytes or end - first == 1)
+    assert b.spec_bytes() == sum(len(s) for s in b.serialized_specs(0, len(b)))

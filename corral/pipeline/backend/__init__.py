@@ -1,0 +1,1 @@
+"""Where a pipeline batch runs: on this machine (`LocalBackend`) or on corral (`ServiceBackend`)."""

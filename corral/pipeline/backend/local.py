@@ -1,0 +1,204 @@
+"""`LocalBackend`: runs a batch on this machine, with no server, as processes.
+
+Jobs run in dependency order, as many at once as the machine has cores, each as a process of this machine
+(bash jobs with their shell, Python jobs with this interpreter): not in containers, so a job's image is not
+used, and its cpu and memory are not enforced. Every job shares one scratch directory ($BATCH_TMPDIR), so a
+file passes from one job to the next where it lies; inputs are linked (local paths) or copied (URLs) in before
+the first job, and `write_output` copies once its job has succeeded. A failed job's dependents are not run
+(except `always_run` ones); the others go on, and `run()` then raises the first failure's
+`subprocess.CalledProcessError`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from corral.pipeline import files, pickling
+from corral.pipeline.backend.base import Backend
+from corral.pipeline.job import DEFAULT_SHELL, BashJob, Job, PythonJob
+from corral.pipeline.resource import Resource
+
+if TYPE_CHECKING:
+    from corral.pipeline.batch import Batch
+
+RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
+SAYS_HOW = ("LocalBackend: jobs run as processes of this machine, not in containers (their images are not used, "
+            "cpu and memory are not enforced)")
+
+
+class LocalBackend(Backend):
+    """Runs batches on this machine; `tmp_dir` holds each run's scratch directory (`TMP_DIR/batch/XXXXXX`).
+    `gsa_key_file` and `extra_docker_run_flags` are accepted for hailtop.batch's scripts and not used: jobs run
+    as processes, not with Docker."""
+
+    def __init__(self, tmp_dir: str = "/tmp/", gsa_key_file: str | None = None,
+                 extra_docker_run_flags: str | None = None, parallelism: int | None = None):
+        self._tmp_dir = os.path.abspath(os.path.expanduser(tmp_dir)).rstrip("/") or "/"
+        self._parallelism = parallelism or os.cpu_count() or 1
+        """How many jobs run at once (default: the machine's cores)."""
+
+    def _output_path(self, path: str) -> str:
+        return path if files.is_url(path) else os.path.abspath(os.path.expanduser(path))
+
+    def _run(self, batch: Batch, dry_run: bool, verbose: bool, delete_scratch_on_exit: bool,
+             **backend_kwargs: Any) -> None:
+        if backend_kwargs:
+            raise ValueError(f"LocalBackend does not support any of these keywords: {backend_kwargs}")
+        print(SAYS_HOW, flush=True)
+        scratch = self._scratch_dir()
+        try:
+            return _Run(batch, scratch, self._parallelism, dry_run, verbose).run()
+        finally:
+            if delete_scratch_on_exit:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    def _scratch_dir(self) -> str:
+        while True:
+            path = f"{self._tmp_dir}/batch/{uuid.uuid4().hex[:6]}"
+            try:
+                os.makedirs(path)
+                return path
+            except FileExistsError:
+                continue
+
+
+class _Run:
+    """One run of a batch: its jobs' states and the threads that run them."""
+
+    def __init__(self, batch: Batch, scratch: str, parallelism: int, dry_run: bool, verbose: bool):
+        self.batch = batch
+        self.scratch = scratch
+        self.parallelism = parallelism
+        self.dry_run = dry_run
+        self.verbose = verbose
+        self.print_lock = threading.Lock()
+        self.first_error: BaseException | None = None
+
+    def run(self) -> None:
+        self._stage_inputs()
+        jobs = self.batch._unsubmitted_jobs()
+        children: dict[Job, list[Job]] = {job: [] for job in jobs}
+        for job in jobs:
+            for parent in job._dependencies:
+                if not parent._submitted:  # one an earlier run() ran is over
+                    children[parent].append(job)
+        waiting = {job: sum(not parent._submitted for parent in job._dependencies) for job in jobs}
+        failed_parents: dict[Job, bool] = {job: False for job in jobs}
+        ready = [job for job in jobs if waiting[job] == 0]
+        running: dict[concurrent.futures.Future[bool], Job] = {}
+        with concurrent.futures.ThreadPoolExecutor(self.parallelism, thread_name_prefix="pipeline-job") as pool:
+            while ready or running:
+                while ready and len(running) < self.parallelism:
+                    job = ready.pop(0)
+                    if failed_parents[job] and not job._always_run:
+                        self._say(f"Job {job._job_id} ({job.name or job._uid}) was cancelled: a job it depends on "
+                                  "failed or was cancelled. Not running")
+                        job._submitted = True
+                        self._finished(job, False, children, waiting, failed_parents, ready)
+                        continue
+                    running[pool.submit(self._run_job, job)] = job
+                if not running:
+                    continue
+                done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    job = running.pop(future)
+                    job._submitted = True
+                    self._finished(job, future.result(), children, waiting, failed_parents, ready)
+        if self.first_error is not None:
+            raise self.first_error
+        print("Batch completed successfully!", flush=True)
+
+    @staticmethod
+    def _finished(job: Job, succeeded: bool, children: dict[Job, list[Job]], waiting: dict[Job, int],
+                  failed_parents: dict[Job, bool], ready: list[Job]) -> None:
+        for child in children[job]:
+            failed_parents[child] = failed_parents[child] or not succeeded
+            waiting[child] -= 1
+            if waiting[child] == 0:
+                ready.append(child)
+
+    def _stage_inputs(self) -> None:
+        """Every input in the scratch directory: linked when local, copied when a URL; inputs written straight
+        to an output are copied there."""
+        for file in self.batch._input_resources:
+            path = os.path.join(self.scratch, file._relative_path())
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            local = files.local_path(file._input_path)
+            if self.dry_run:
+                continue
+            if local is not None:
+                os.symlink(local, path)
+            else:
+                files.copy(file._input_path, path)
+            for dest in file._output_paths:
+                files.copy(local or path, dest)
+
+    def _run_job(self, job: Job) -> bool:
+        """Run `job` and copy its outputs; whether it succeeded (a failure is kept as `first_error`)."""
+        os.makedirs(os.path.join(self.scratch, job._dirname), exist_ok=True)
+        if isinstance(job, PythonJob):
+            lines = []
+            for index, (result, function, args, kwargs) in enumerate(job._calls):
+                call = pickling.call_path(job, index)
+                Path(self.scratch, call).write_bytes(pickling.call_bytes(result, function, args, kwargs))
+                lines.append(f"{shlex.quote(sys.executable)} {shlex.quote(str(RUNNER))} {shlex.quote(call)}")
+            script, shell = " && ".join(lines), DEFAULT_SHELL
+        else:
+            assert isinstance(job, BashJob)
+            script, shell = job._script(), job._shell or DEFAULT_SHELL
+        name = f"job {job._job_id}" + (f" ({job.name})" if job.name else "")
+        if self.dry_run or self.verbose:
+            self._say(f"# {name}\n{script}")
+        if self.dry_run or not script:
+            return True
+        env = {**os.environ, **job._env, "BATCH_TMPDIR": self.scratch}
+        argv = [shell, "-c", script]
+        try:
+            done = subprocess.run(argv, env=env, cwd=self.scratch, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=job._timeout_s())
+            output, code = done.stdout, done.returncode
+        except subprocess.TimeoutExpired as e:
+            output, code = (e.output or b"") + f"\n{name} timed out after {e.timeout:g} s\n".encode(), -9
+        except OSError as e:  # the shell cannot be run
+            output, code = f"{name}: cannot run {shell!r}: {e}\n".encode(), 127
+        if output:
+            self._say(f"--- {name} ---\n{output.decode(errors='replace').rstrip()}")
+        if code == 0:
+            try:
+                self._copy_outputs(job)
+            except (OSError, NotImplementedError) as e:
+                output, code = output + f"\n{name}: {e}\n".encode(), 1
+                self._say(f"{name}: {e}")
+        if code != 0:
+            self._say(f"{name} failed (exit code {code})")
+            error = subprocess.CalledProcessError(code, argv, output=output)
+            with self.print_lock:
+                self.first_error = self.first_error or error
+            return False
+        return True
+
+    def _copy_outputs(self, job: Job) -> None:
+        for resource in sorted(job._external_outputs, key=str):
+            source = os.path.join(self.scratch, resource._relative_path())
+            if not os.path.lexists(source):
+                raise FileNotFoundError(f"its output {_name(job, resource)} was not written (no file {source})")
+            for dest in getattr(resource, "_output_paths", []):
+                files.copy(source, dest)
+
+    def _say(self, text: str) -> None:
+        with self.print_lock:
+            print(text, flush=True)
+
+
+def _name(job: Job, resource: Resource) -> str:
+    return repr(job._resources_inverse.get(resource, resource._relative_path()))
+
