@@ -66,7 +66,13 @@ class BatchProgress:
         elif kind == "update_committed":
             # Its jobs join without events of their own (pending or ready);
             # the line shows them as waiting: neither done nor running.
-            self.n_jobs += event.update_committed.n_jobs
+            # The Batch read may already count them (it reads the jobs, and
+            # the event is published after): job ids are given out in
+            # order, so an update whose last job is within those counted
+            # was in the read. (One committed after a later one, which
+            # concurrent updates allow, is missed until completion.)
+            update = event.update_committed
+            self.n_jobs = max(self.n_jobs, update.start_job_id + update.n_jobs - 1)
             self.complete = False
         elif kind == "batch_completed":
             c = event.batch_completed.counts
