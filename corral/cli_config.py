@@ -51,6 +51,14 @@ class Profile:
     """The bearer token (None: not logged in)."""
     user: str | None = None
     """Whose token it is, as the server said when it was saved (for `corral profile list`)."""
+    billing_project: str | None = None
+    """The pipeline library's billing project when ServiceBackend() names none (`corral profile set`)."""
+    remote_tmpdir: str | None = None
+    """The pipeline library's scratch URL when ServiceBackend() names none (`corral profile set`)."""
+
+
+SETTINGS = ("billing_project", "remote_tmpdir")
+"""The profile's fields `corral profile set` writes: the pipeline library's defaults (corral.pipeline)."""
 
 
 @dataclasses.dataclass
@@ -114,6 +122,9 @@ def write_server_profile(profile: Profile, name: str = ADMIN_PROFILE, path: Path
     trusting the same CA is of the same server and moves to its new addresses, keeping its token. The
     current profile stays current; `name` becomes current only when none is. Returns the current profile."""
     config = Config.load(path)
+    if (earlier := config.profiles.get(name)) is not None:  # what the user set stays theirs
+        for setting in SETTINGS:
+            setattr(profile, setting, getattr(earlier, setting) or getattr(profile, setting))
     if profile.ca_cert is not None:
         for other in config.profiles.values():
             if other.ca_cert == profile.ca_cert:

@@ -23,7 +23,7 @@ import grpc
 
 from corral.aio import channel_credentials
 from corral.auth.v1 import auth_service_pb2, auth_service_pb2_grpc, user_pb2
-from corral.cli_config import TOKEN_VARIABLE, Config, Profile, connection
+from corral.cli_config import SETTINGS, TOKEN_VARIABLE, Config, Profile, connection
 from corral.errors import UsageError, from_rpc_error
 from corral.retries import channel_options
 
@@ -118,6 +118,16 @@ def _profile(args: argparse.Namespace) -> int:
                                 ("CORRAL_CA_CERT", profile.ca_cert or ""), (TOKEN_VARIABLE, profile.token)):
             print(f"export {variable}={shlex.quote(value or '')}")
         return 0
+    if args.action in ("set", "unset"):
+        name = args.profile or config.current
+        if name is None:
+            raise UsageError("no profile yet: `corral login` makes one")
+        profile = config.profile(name)  # refuses an unknown name
+        value = args.value if args.action == "set" else None
+        setattr(profile, args.setting, value)
+        config.save()
+        print(f"profile {name!r}: {args.setting} " + (f"is {value}" if value is not None else "is unset"))
+        return 0
     if args.action == "use":
         config.profile(args.name)  # refuses an unknown name
         config.current = args.name
@@ -129,7 +139,8 @@ def _profile(args: argparse.Namespace) -> int:
     for name, p in sorted(config.profiles.items()):
         mark = "*" if name == config.current else " "
         print(f"{mark} {name}  user={p.user or '?'}  frontend={p.frontend}  auth={p.auth}"
-              + ("" if p.token else "  (no token)"))
+              + ("" if p.token else "  (no token)")
+              + "".join(f"  {setting}={getattr(p, setting)}" for setting in SETTINGS if getattr(p, setting)))
     return 0
 
 
@@ -150,7 +161,7 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     login.set_defaults(run=_login)
     whoami = commands.add_parser("whoami", help="who the CLI is: the user of the token it would use")
     whoami.set_defaults(run=_whoami)
-    profile = commands.add_parser("profile", help="the saved profiles: list them, or pick the current one")
+    profile = commands.add_parser("profile", help="the saved profiles: list them, pick the current one, or set the pipeline library's defaults")
     actions = profile.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", help="every profile; * marks the current one")
     actions.add_parser("use", help="make a profile current").add_argument("name")
@@ -160,4 +171,13 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
                     "the profile NAME (default: --profile, else the current one), with $CORRAL_TOKEN in place "
                     "of its token if set.")
     env.add_argument("name", nargs="?")
+    setting = actions.add_parser(
+        "set", help="save a default of the pipeline library in the profile (billing_project, remote_tmpdir)",
+        description="Save SETTING in the profile --profile names, else the current one: the billing project and "
+                    "the scratch URL (under one of the project's storage roots) that corral.pipeline's "
+                    "ServiceBackend() uses when it is given none.")
+    setting.add_argument("setting", choices=SETTINGS)
+    setting.add_argument("value")
+    unset = actions.add_parser("unset", help="remove a setting from the profile")
+    unset.add_argument("setting", choices=SETTINGS)
     profile.set_defaults(run=_profile)

@@ -370,7 +370,7 @@ def start(config: UpConfig) -> Running:
         if running.metrics_dir is not None:
             running.endpoints["metrics"] = str(write_metrics_targets(running.metrics_dir))
             running.endpoints["metrics_certs"] = str(metrics_certs)
-        _write_client_config(config, running)
+        _write_client_config(config, running, _storage_roots(config, data))
         return running
     except BaseException:
         defer_stop_signals()
@@ -378,13 +378,17 @@ def start(config: UpConfig) -> Running:
         raise
 
 
-def _write_client_config(config: UpConfig, running: Running) -> None:
+def _write_client_config(config: UpConfig, running: Running, storage_roots: tuple[str, ...]) -> None:
     """The CLI's `admin` profile; the user's own profiles of this server follow its new ports, and the
-    current profile stays current (corral.cli_config)."""
+    current profile stays current (corral.cli_config). The profile's pipeline defaults are the `default`
+    project and a scratch directory under its storage root, unless the user set others."""
     running.cli_config_path = (config.client_config or Config.path()).absolute()
+    roots = [root.replace("{project}", database.DEFAULT_PROJECT) for root in storage_roots]
     running.cli_profile = write_server_profile(
         Profile(frontend=running.endpoints["frontend"], auth=running.endpoints["auth"],
-                ca_cert=running.endpoints["ca_cert"], token=running.admin_token, user=database.ADMIN),
+                ca_cert=running.endpoints["ca_cert"], token=running.admin_token, user=database.ADMIN,
+                billing_project=database.DEFAULT_PROJECT,
+                remote_tmpdir=f"{roots[0].rstrip('/')}/tmp" if roots else None),
         ADMIN_PROFILE, config.client_config)
 
 

@@ -19,6 +19,8 @@ from services.up.supervisor import Supervisor
 
 ADMIN = "admin"
 """The administrator `corral up` makes sure of, and the CLI profile it writes for them."""
+DEFAULT_PROJECT = "default"
+"""The billing project `corral up` makes for the administrator."""
 
 
 class DatabaseServer:
@@ -83,7 +85,7 @@ async def bootstrap(database_url: str) -> str:
     try:
         _, token = await AuthStore(db).ensure_admin(ADMIN)
         if await db.fetchone("SELECT 1 AS x FROM billing_projects WHERE name = 'default'") is None:
-            await JobStore(db).create_billing_project("default", [ADMIN])
+            await JobStore(db).create_billing_project(DEFAULT_PROJECT, [ADMIN])
         return token
     finally:
         await db.close()

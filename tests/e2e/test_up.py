@@ -54,7 +54,12 @@ def test_corral_up_runs_everything_and_stops_cleanly(tmp_path: Path) -> None:
         assert "corral is up." in output
         # Its output goes to a pipe here, as to a log or the journal: it says where the admin token is, and
         # never prints the token (a credential a log would keep).
-        token = json.loads((tmp_path / "cli.json").read_text())["profiles"]["admin"]["token"]
+        admin = json.loads((tmp_path / "cli.json").read_text())["profiles"]["admin"]
+        token = admin["token"]
+        # The pipeline library's defaults (ServiceBackend() with no arguments): the admin's project, and a
+        # scratch directory under its storage.
+        assert (admin["billing_project"], admin["remote_tmpdir"]) == (
+            "default", f"file://{(tmp_path / 'data' / 'storage').resolve()}/default/tmp")
         assert token and token not in output and token.split(".")[-1] not in output
         assert (f"  admin token: in {tmp_path / 'cli.json'}, profile 'admin' (the CLI uses it; "
                 "`corral profile env admin` prints it)\n") in lines, output

@@ -4,11 +4,13 @@ dependencies from files, and the corral job specs a batch compiles to."""
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import pytest
 
 import corral.pipeline as hb
 from corral.batch.v1 import job_spec_pb2, job_state_pb2
+from corral.cli_config import Config, Profile
 from corral.pipeline.backend.service import compile_batch
 
 SCRATCH = "file:///storage/default/tmp/run1"
@@ -225,3 +227,24 @@ def test_a_python_job_compiles_to_the_runner_and_a_call_file() -> None:
     function, args, _, outputs = pickle.loads(data[version_end:])
     assert function(args[0][1]) == 42
     assert outputs == {"result": f"{j._dirname}/result1", "json": f"{j._dirname}/result1-json.json"}
+
+
+def test_service_backend_with_no_arguments_takes_the_environment_then_the_profile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As hailtop.batch reads hailctl's configuration: here `corral profile set`, which corral up's admin
+    profile has already (the `default` project and a scratch directory under its storage)."""
+    config = tmp_path / "config.json"
+    monkeypatch.setenv("CORRAL_CONFIG", str(config))
+    for variable in ("CORRAL_BILLING_PROJECT", "CORRAL_REMOTE_TMPDIR"):
+        monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ValueError, match=r"`corral profile set billing_project NAME`"):
+        hb.ServiceBackend()
+    Config({"lab": Profile(token="t", billing_project="lab", remote_tmpdir="file:///data/lab/tmp")}, "lab").save()
+    backend = hb.ServiceBackend()
+    assert (backend._billing_project, backend.remote_tmpdir) == ("lab", "file:///data/lab/tmp")
+    monkeypatch.setenv("CORRAL_BILLING_PROJECT", "other")
+    assert hb.ServiceBackend()._billing_project == "other"
+    assert hb.ServiceBackend(billing_project="given")._billing_project == "given"
+    Config({"lab": Profile(token="t", billing_project="lab")}, "lab").save()
+    with pytest.raises(ValueError, match=r"`corral profile set remote_tmpdir URL`"):
+        hb.ServiceBackend()

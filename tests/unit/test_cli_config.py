@@ -118,7 +118,39 @@ def test_corral_up_writes_its_admin_profile_where_it_is_told(tmp_path: Path, con
     running = Running(supervisor=None, lifeline=None, lock_fd=-1,  # type: ignore[arg-type]
                       endpoints={"frontend": "localhost:5", "auth": "localhost:6", "ca_cert": CA},
                       admin_token="new-admin-token")
-    _write_client_config(UpConfig(tmp_path / "data", client_config=config), running)
+    _write_client_config(UpConfig(tmp_path / "data", client_config=config), running,
+                         ("file:///data/storage/{project}/",))
     assert running.cli_profile == "alice"
     assert Config.load(config).profiles["admin"] == Profile("localhost:5", "localhost:6", CA, "new-admin-token",
-                                                            "admin")
+                                                            "admin", "default", "file:///data/storage/default/tmp")
+
+
+def test_profile_set_saves_the_pipeline_defaults_and_corral_up_keeps_them(config: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    two_profiles(config)
+    assert main(["profile", "set", "billing_project", "lab"]) == 0
+    assert main(["--profile", "admin", "profile", "set", "remote_tmpdir", "file:///data/lab/tmp"]) == 0
+    saved = Config.load()
+    assert (saved.profiles["alice"].billing_project, saved.profiles["alice"].remote_tmpdir) == ("lab", None)
+    assert saved.profiles["admin"].remote_tmpdir == "file:///data/lab/tmp"
+    assert "profile 'alice': billing_project is lab" in capsys.readouterr().out
+    assert main(["profile", "list"]) == 0
+    assert "* alice  user=alice  frontend=localhost:1  auth=localhost:2  billing_project=lab" in \
+        capsys.readouterr().out.splitlines()
+    # corral up writes its admin profile again at each start: a setting the user gave stays, one they did
+    # not give takes the server's default.
+    write_server_profile(Profile("localhost:3", "localhost:4", CA, "new-token", "admin", billing_project="default",
+                                 remote_tmpdir="file:///data/storage/default/tmp"), "admin", config)
+    admin = Config.load().profiles["admin"]
+    assert (admin.token, admin.billing_project, admin.remote_tmpdir) == ("new-token", "default",
+                                                                         "file:///data/lab/tmp")
+    assert main(["profile", "unset", "billing_project"]) == 0
+    assert Config.load().profiles["alice"].billing_project is None
+    with pytest.raises(SystemExit):  # not a setting: argparse names the choices
+        main(["profile", "set", "region", "x"])
+    assert "invalid choice: 'region'" in capsys.readouterr().err
+
+
+def test_profile_set_without_any_profile_says_how_to_make_one(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "set", "billing_project", "lab"]) == 2
+    assert "no profile yet: `corral login` makes one" in capsys.readouterr().err

@@ -25,6 +25,7 @@ import corral
 from corral import aio
 from corral.batch.v1 import batch_pb2, job_spec_pb2, job_state_pb2
 from corral.builder import BatchBuilder, JobHandle
+from corral.cli_config import Config
 from corral.pipeline import files, pickling
 from corral.pipeline.backend.base import Backend
 from corral.pipeline.exceptions import BatchException
@@ -59,8 +60,9 @@ _JOB_STATES = {job_state_pb2.JOB_STATE_PENDING: "Pending", job_state_pb2.JOB_STA
 
 
 class ServiceBackend(Backend):
-    """Submits batches to corral as `billing_project` (default $CORRAL_BILLING_PROJECT), with intermediate files
-    under `remote_tmpdir` (default $CORRAL_REMOTE_TMPDIR; a URL under one of the project's storage roots, e.g.
+    """Submits batches to corral as `billing_project` (default $CORRAL_BILLING_PROJECT, else the profile's
+    `billing_project`), with intermediate files under `remote_tmpdir` (default $CORRAL_REMOTE_TMPDIR, else the
+    profile's `remote_tmpdir`; a URL under one of the project's storage roots, e.g.
     `file://DATA_DIR/storage/default/tmp` on corral up). It connects as the CLI does: the profile `profile`
     (default the current one of $CORRAL_CONFIG), with `token` in place of its token when given. `bucket`,
     `google_project`, `gcs_requester_pays_configuration` and `gcs_bucket_allow_list` are Google-only and
@@ -83,14 +85,17 @@ class ServiceBackend(Backend):
         if given := [name for name, value in google_only.items() if value is not None]:
             raise NotImplementedError(f"corral's ServiceBackend has no {', '.join(given)}: name the storage with "
                                       "remote_tmpdir (a URL under the billing project's storage roots)")
-        billing_project = billing_project or os.environ.get(BILLING_PROJECT_VARIABLE)
+        saved = Config.load().profile(profile)  # its settings: `corral profile set` (corral up's admin has them)
+        billing_project = billing_project or os.environ.get(BILLING_PROJECT_VARIABLE) or saved.billing_project
         if not billing_project:
             raise ValueError("the billing_project parameter of ServiceBackend must be set, or "
-                             f"${BILLING_PROJECT_VARIABLE}")
-        remote_tmpdir = remote_tmpdir or os.environ.get(REMOTE_TMPDIR_VARIABLE)
+                             f"${BILLING_PROJECT_VARIABLE}, or the profile's (`corral profile set billing_project "
+                             "NAME`)")
+        remote_tmpdir = remote_tmpdir or os.environ.get(REMOTE_TMPDIR_VARIABLE) or saved.remote_tmpdir
         if not remote_tmpdir:
             raise ValueError("the remote_tmpdir parameter of ServiceBackend must be set, or "
-                             f"${REMOTE_TMPDIR_VARIABLE}: a URL under the billing project's storage roots")
+                             f"${REMOTE_TMPDIR_VARIABLE}, or the profile's (`corral profile set remote_tmpdir URL`): "
+                             "a URL under the billing project's storage roots")
         self._billing_project = billing_project
         self.remote_tmpdir = files.url_of(remote_tmpdir).rstrip("/")
         self.regions = regions
@@ -255,7 +260,6 @@ def _output_paths(resource: Resource) -> list[str]:
 
 
 def _profile_with(profile: str | None, token: str) -> tuple[str, str, str | None, str]:
-    from corral.cli_config import Config
     found = Config.load().profile(profile)
     return found.frontend, token, found.ca_cert, found.auth
 
