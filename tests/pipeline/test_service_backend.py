@@ -440,9 +440,22 @@ def test_job_regions_overrides_batch_regions(service_backend: ServiceBackend) ->
     assert job_status["status"]["region"] == the_region, str((job_status, res.debug_info()))
 
 
-@pytest.mark.skip(reason="corral copies a job's outputs only when it succeeds: always_copy_output is accepted "
-                         "and not honoured (docs/pipeline.md)")
-def test_always_copy_output() -> None: ...
+def test_always_copy_output(service_backend: ServiceBackend, output_tmpdir: str) -> None:
+    output_path = os.path.join(output_tmpdir, "test_always_copy_output.txt")
+    b = batch(service_backend)
+    j = b.new_job()
+    j.always_copy_output()
+    j.command(f'echo "hello" > {j.ofile} && false')
+    b.write_output(j.ofile, output_path)
+    res = b.run()
+    assert res.status()["state"] == "failure", str(res.debug_info())
+    b2 = batch(service_backend)
+    input = b2.read_input(output_path)
+    file_exists_j = b2.new_job()
+    file_exists_j.command(f"cat {input}")
+    res = b2.run()
+    succeeded(res)
+    assert res.get_job_log(1)["main"] == "hello\n", str(res.debug_info())
 
 
 def test_no_copy_output_on_failure(service_backend: ServiceBackend, output_tmpdir: str) -> None:

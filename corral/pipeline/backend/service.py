@@ -3,7 +3,8 @@
 Each bash job becomes a job running its commands with its shell in its image (default `debian`); each Python
 job runs corral/pipeline/runner.py in its image (default `python`) on its calls, pickled by this client into
 files under `remote_tmpdir`. Files move with the worker's staging: a job's inputs (`input_files`) are copied in
-before its command and its outputs (`output_files`) out after it succeeds, other jobs' files through a
+before its command and its outputs (`output_files`) out after it succeeds (or fails too, for a job with
+`always_copy_output`: `always_copy_outputs`), other jobs' files through a
 scratch directory `REMOTE_TMPDIR/BATCH_TOKEN/`, which is removed when a run that waited ends.
 
 Paths in commands are under $BATCH_TMPDIR, which the script sets to `/io` in a container (the OCI runtime's
@@ -237,7 +238,7 @@ def _spec(job: Job, scratch: str, uploads: dict[str, bytes]) -> job_spec_pb2.Job
         attributes["name"] = job.name
     spec = job_spec_pb2.JobSpec(
         image=image, argv=job_spec_pb2.Argv(args=[shell, "-c", body]), env=job._env, attributes=attributes,
-        always_run=job._always_run, regions=job._regions or [],
+        always_run=job._always_run, always_copy_outputs=job._always_copy_output, regions=job._regions or [],
         resources=job_spec_pb2.ResourceRequest(cores_mcpu=job._mcpu(), memory_bytes=job._memory_bytes(),
                                                storage_bytes=job._storage_bytes()),
         input_files=[job_spec_pb2.InputFile(from_url=url, to_path=path) for path, url in sorted(inputs.items())],
