@@ -20,7 +20,7 @@ import sys
 import uuid
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import corral
 from corral import aio
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 
 BILLING_PROJECT_VARIABLE = "CORRAL_BILLING_PROJECT"
 REMOTE_TMPDIR_VARIABLE = "CORRAL_REMOTE_TMPDIR"
+REGIONS_VARIABLE = "CORRAL_REGIONS"
+"""Regions (comma-separated) a ServiceBackend's jobs may run in when it is given none (hailtop.batch's
+HAIL_BATCH_REGIONS)."""
 DEFAULT_IMAGE = "debian"
 """Bash jobs' image when neither the job nor the batch names one: corral up seeds it (docs/images.md)."""
 DEFAULT_PYTHON_IMAGE = "python"
@@ -65,7 +68,13 @@ class ServiceBackend(Backend):
     `file://DATA_DIR/storage/default/tmp` on corral up). It connects as the CLI does: the profile `profile`
     (default the current one of $CORRAL_CONFIG), with `token` in place of its token when given. `bucket`,
     `google_project`, `gcs_requester_pays_configuration` and `gcs_bucket_allow_list` are Google-only and
-    refused when set."""
+    refused when set. `regions` are where its batches' jobs may run by default (`Batch(default_regions=...)`
+    and a job's `regions()` choose otherwise): as given, else $CORRAL_REGIONS (comma-separated), else the
+    service's `default_region()`, asked when first needed. `ANY_REGION` leaves it none, and a Batch then takes
+    the default region, as hailtop.batch's does."""
+
+    ANY_REGION: ClassVar[list[str]] = ["any_region"]
+    """Given as `regions`: the backend names no region (hailtop.batch's value)."""
 
     def __init__(self, *args: Any, billing_project: str | None = None, bucket: str | None = None,
                  remote_tmpdir: str | None = None, google_project: str | None = None, token: str | None = None,
@@ -94,10 +103,35 @@ class ServiceBackend(Backend):
                              f"${REMOTE_TMPDIR_VARIABLE}: a URL under the billing project's storage roots")
         self._billing_project = billing_project
         self.remote_tmpdir = files.url_of(remote_tmpdir).rstrip("/")
-        self.regions = regions
         self._profile = profile
         self._token = token
         self._client: corral.Client | None = None
+        if regions is None and (listed := os.environ.get(REGIONS_VARIABLE)):
+            regions = [region.strip() for region in listed.split(",") if region.strip()]
+        self._regions: list[str] | None = None if regions == ServiceBackend.ANY_REGION else regions
+        self._regions_known = regions is not None
+        """False until `regions` is first read, when neither the caller nor $CORRAL_REGIONS named any: it is then
+        the service's default region."""
+
+    @property
+    def regions(self) -> list[str] | None:
+        """The regions its batches' jobs may run in by default (None: none named)."""
+        if not self._regions_known:
+            self._regions, self._regions_known = [self.default_region()], True
+        return self._regions
+
+    @regions.setter
+    def regions(self, regions: list[str] | None) -> None:
+        self._regions, self._regions_known = regions, True
+
+    def supported_regions(self) -> list[str]:
+        """The regions the service runs jobs in, the preferred first (corral's ListRegions)."""
+        return list(self._connected().regions().regions)
+
+    def default_region(self) -> str:
+        """The service's default region: where it places a job that names none first (the first of
+        `supported_regions()`: a cloud deployment's first configured region, `local` on corral up)."""
+        return self._connected().regions().default_region
 
     def _connected(self) -> corral.Client:
         if self._client is None:
