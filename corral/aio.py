@@ -274,6 +274,11 @@ class Client(AsyncCalls):
         return self._pages(self._batches.ListBatches, pb.ListBatchesRequest(query=query, page_size=page_size),
                            "batches")
 
+    async def regions(self) -> pb.ListRegionsResponse:
+        """The regions the deployment runs jobs in (`regions`, the preferred first) and `default_region`, where a
+        job that names none is placed first."""
+        return await self._call(self._batches.ListRegions, pb.ListRegionsRequest())
+
     async def cancel_batch(self, batch_id: int, reason: str = "") -> batch_pb2.Batch:
         """Cancel the batch: its jobs that are not `always_run` drain in the background. Cancelling again,
         or a finished batch, changes nothing (the batch returned then has no `cancellation`)."""

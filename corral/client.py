@@ -116,6 +116,7 @@ class Client:
     get_batch = _blocking(aio.Client.get_batch)
     list_batches = _blocking(aio.Client.list_batches)
     cancel_batch = _blocking(aio.Client.cancel_batch)
+    regions = _blocking(aio.Client.regions)
     watch = _blocking(aio.Client.watch)
     wait = _blocking(aio.Client.wait)
     # Jobs, logs, groups, re-runs and locks (corral/calls.py).

@@ -78,6 +78,8 @@ class Batch:
         self._default_memory = default_memory
         self._default_cpu = default_cpu
         self._default_storage = default_storage
+        if default_regions is None and isinstance(backend, ServiceBackend):  # as hailtop.batch's Batch does
+            default_regions = backend.regions or [backend.default_region()]
         self._default_regions = default_regions
         self._default_timeout = default_timeout
         self._default_shell = default_shell

@@ -157,8 +157,7 @@ class Job:
         return self
 
     def always_copy_output(self, always_copy_output: bool = True) -> Job:
-        """Asked to copy its outputs even when it fails. Accepted, but corral copies a job's outputs only when it
-        succeeds (docs/pipeline.md)."""
+        """Copy its outputs even when it fails (those it wrote; one it did not is no further error)."""
         self._always_copy_output = always_copy_output
         return self
 

@@ -130,6 +130,15 @@ class BatchStore:
         rows = await self.db.fetchall("SELECT name FROM regions", name="region_names")
         return frozenset(row["name"] for row in rows)
 
+    async def machine_regions(self) -> list[str]:
+        """The regions the deployment's machines are made in, the preferred first (ListRegions): the cloud's
+        configured regions in its order where add_regions ranked them, else every region by region_id (a
+        deployment with no cloud, whose local provider makes machines in each)."""
+        rows = await self.db.fetchall("SELECT name, preference FROM regions ORDER BY region_id",
+                                      name="machine_regions")
+        ranked = sorted((r for r in rows if r["preference"] is not None), key=lambda r: r["preference"])
+        return [r["name"] for r in (ranked or rows)]
+
     async def get_update(self, batch_id: int, update_id: int) -> dict[str, Any] | None:
         return await self.db.fetchone(
             "SELECT * FROM batch_updates WHERE batch_id = %s AND update_id = %s", (batch_id, update_id),

@@ -495,6 +495,11 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         next_token = base64.urlsafe_b64encode(str(rows[-1]["batch_id"]).encode()).decode() if len(rows) == limit else ""
         return pb.ListBatchesResponse(batches=await self.batch_protos(rows), next_page_token=next_token)
 
+    async def ListRegions(self, request: pb.ListRegionsRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.ListRegionsResponse:
+        regions = await self.batches.machine_regions()
+        return pb.ListRegionsResponse(regions=regions, default_region=regions[0] if regions else "")
+
     async def CancelBatch(self, request: pb.CancelBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CancelBatchResponse:
         principal = current_principal()

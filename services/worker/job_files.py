@@ -22,6 +22,7 @@ below it; an output directory sends each file in it.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import posixpath
@@ -144,20 +145,63 @@ def copy_outputs(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: Ur
     work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for f in spec.output_files:
-            try:
-                check_url(f.to_url)
-                target = stores.locate(f.to_url)
-                parent_fd, name = _parent_beneath(work_fd, f.from_path, create=False)
-                try:
-                    fd = _open_output(parent_fd, name, f.from_path)
-                finally:
-                    os.close(parent_fd)
-                _copy_out(fd, f.from_path, uid, target.fs, target.path, stores.timeout_s)
-            except Exception as e:
-                missing = None if _local(f.to_url) else f"the bucket or container of {f.to_url} does not exist"
-                raise CopyRefused(f"{f.from_path} -> {f.to_url}: {_reason(e, missing, stores.timeout_s)}") from e
+            _copy_output(f, work_fd, uid, check_url, stores)
     finally:
         os.close(work_fd)
+
+
+async def copy_outputs_after_failure(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: UrlCheck, *,
+                                     stores: ObjectStores) -> str:
+    """After the command failed: for a job with `always_copy_outputs`, copy the outputs it left in `work` (in a
+    thread), and return what to add to the attempt's message about those that could not be copied ("" when
+    none). An output the command did not make is passed over: it failed before making it."""
+    if not spec.always_copy_outputs or not spec.output_files:
+        return ""
+    try:
+        problems = await asyncio.to_thread(_copy_outputs_left, spec, work, uid, check_url, stores)
+    except Exception as e:  # noqa: BLE001 - the attempt ends as the command did; the copy's failure is said
+        problems = [str(e)]
+    return f"; output files not copied: {'; '.join(problems)}" if problems else ""
+
+
+def _copy_outputs_left(spec: job_spec_pb2.JobSpec, work: Path, uid: int, check_url: UrlCheck,
+                       stores: ObjectStores) -> list[str]:
+    """`copy_outputs`, each output on its own: one not there is passed over, and one that cannot be copied
+    does not stop the others. Returns why each of those could not be copied."""
+    problems = []
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for f in spec.output_files:
+            try:
+                _copy_output(f, work_fd, uid, check_url, stores)
+            except CopyRefused as e:
+                if not _not_made(e):
+                    problems.append(str(e))
+    finally:
+        os.close(work_fd)
+    return problems
+
+
+def _not_made(e: CopyRefused) -> bool:
+    """Whether `_copy_output` refused because the output, or a directory on its way, is not there."""
+    inner = e.__cause__
+    return isinstance(inner, CopyRefused) and isinstance(inner.__cause__, FileNotFoundError)
+
+
+def _copy_output(f: job_spec_pb2.OutputFile, work_fd: int, uid: int, check_url: UrlCheck,
+                 stores: ObjectStores) -> None:
+    try:
+        check_url(f.to_url)
+        target = stores.locate(f.to_url)
+        parent_fd, name = _parent_beneath(work_fd, f.from_path, create=False)
+        try:
+            fd = _open_output(parent_fd, name, f.from_path)
+        finally:
+            os.close(parent_fd)
+        _copy_out(fd, f.from_path, uid, target.fs, target.path, stores.timeout_s)
+    except Exception as e:
+        missing = None if _local(f.to_url) else f"the bucket or container of {f.to_url} does not exist"
+        raise CopyRefused(f"{f.from_path} -> {f.to_url}: {_reason(e, missing, stores.timeout_s)}") from e
 
 
 def _resolved(source: Location, check_url: UrlCheck) -> str:

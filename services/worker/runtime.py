@@ -24,8 +24,9 @@ from corral.batch.v1 import job_spec_pb2
 from services.policy.sizes import binary_size
 from services.worker.attempt_limits import AttemptLimits
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
-from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs, give_to,
-                                       make_directory_beneath, path_refusals, url_refusals)
+from services.worker.job_files import (UrlCheck, allow_all_urls, copy_inputs, copy_outputs,
+                                       copy_outputs_after_failure, give_to, make_directory_beneath,
+                                       path_refusals, url_refusals)
 from services.worker.job_process import Ended, IsolatedCommand, Isolation, Launcher, PlainCommand, StartFailed
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
@@ -331,12 +332,17 @@ class ProcessRuntime:
         def outcome(state: str, reason: str, message: str, exit_code: int | None = None) -> JobOutcome:
             return self._outcome(job, state, reason, message, exit_code=exit_code, start_ms=start_ms, ended=ended)
 
+        async def failed(reason: str, message: str, exit_code: int | None = None) -> JobOutcome:
+            message += await copy_outputs_after_failure(job.spec, work, uid, self.config.check_url,
+                                                        stores=self.config.object_stores)
+            return outcome("Failed", reason, message, exit_code)
+
         if ending == CANCELLED:
             return outcome("Cancelled", CANCELLED, "cancelled while running; its processes were killed")
         if ending == TIMED_OUT:
-            return outcome("Failed", TIMED_OUT, f"timed out after {timeout_s:g} s; its processes were killed")
+            return await failed(TIMED_OUT, f"timed out after {timeout_s:g} s; its processes were killed")
         if ending is not None:  # the limit watch's words: it hit its process limit, or wrote past its storage
-            return outcome("Failed", EXITED, ending, None if ended is None else _exit_code(ended.wait_status))
+            return await failed(EXITED, ending, None if ended is None else _exit_code(ended.wait_status))
         if ended is None and isinstance(command, IsolatedCommand) and not command.launcher.alive:
             return outcome("Error", SYSTEM_ERROR, f"the worker's job launcher (pid {command.launcher.pid}) died "
                            "while the job ran, and its processes with it")
@@ -350,7 +356,9 @@ class ProcessRuntime:
         at_a_limit = None if limits is None else await asyncio.to_thread(limits.at_end, exit_code, message)
         if at_a_limit is not None:
             state, words = at_a_limit
-            return outcome(state, EXITED if state == "Failed" else SYSTEM_ERROR, words, exit_code)
+            if state == "Failed":
+                return await failed(EXITED, words, exit_code)
+            return outcome(state, SYSTEM_ERROR, words, exit_code)
         if code == 0:
             try:
                 await asyncio.to_thread(copy_outputs, job.spec, work, uid, self.config.check_url,
@@ -362,10 +370,10 @@ class ProcessRuntime:
                 log.write_error is not None and out_of_space(log.write_error)):
             return outcome("Error", SYSTEM_ERROR, f"{ran_out(work)}; the command {message}", exit_code)
         if job.memory_bytes > 0 and _reports_allocation_failure(log):
-            return outcome("Failed", OUT_OF_MEMORY, f"ran out of memory: {message} after an allocation failed "
-                           f"under its limit of {job.memory_bytes} bytes (an address-space limit per process, "
-                           "approximate)", exit_code)
-        return outcome("Failed", EXITED, message, exit_code)
+            return await failed(OUT_OF_MEMORY, f"ran out of memory: {message} after an allocation failed under "
+                                f"its limit of {job.memory_bytes} bytes (an address-space limit per process, "
+                                "approximate)", exit_code)
+        return await failed(EXITED, message, exit_code)
 
     async def _claim_uid(self) -> UidClaim:
         """A uid of its own for the attempt (the claim looks through /proc: in a thread). Should our task be

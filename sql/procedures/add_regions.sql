@@ -4,6 +4,8 @@
 -- JSON array of region names, at most 63. A name already there keeps its
 -- region_id (jobs store regions as bits of it); a new one takes the lowest
 -- free id. Rows are never removed here: a region jobs name stays known.
+-- The names' order is the cloud's preference: each given name's
+-- `preference` is its position (its first), every other region's NULL.
 -- rc 3: bad names, or more regions than the 63 bits jobs can name.
 DROP PROCEDURE IF EXISTS add_regions;
 DELIMITER $$
@@ -48,6 +50,11 @@ proc: BEGIN
     SET v_added = v_added + 1;
   END LOOP;
   CLOSE new_names;
+  UPDATE regions r
+  LEFT JOIN (SELECT jt.name, MIN(jt.position) - 1 AS preference
+             FROM JSON_TABLE(in_names, '$[*]' COLUMNS (position FOR ORDINALITY, name VARCHAR(64) PATH '$')) jt
+             GROUP BY jt.name) given ON given.name = r.name
+  SET r.preference = given.preference;
   COMMIT;
   SELECT 0 AS rc, 'ok' AS message, v_added AS n_added;
 END $$

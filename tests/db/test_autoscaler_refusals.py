@@ -189,9 +189,16 @@ async def test_a_machine_without_a_price_is_not_created_and_its_pool_waits(world
 
 async def test_the_clouds_regions_are_added_and_a_region_it_lacks_gets_no_machine(world: World) -> None:
     assert await world.store.add_regions(["us-central1", "europe-west4", "us-central1"]) == 2
+    rows = await world.db.fetchall("SELECT name, preference FROM regions ORDER BY region_id")
+    assert [(r["name"], r["preference"]) for r in rows] == [("local", None), ("europe-west4", 1),
+                                                             ("us-central1", 0)]
     assert await world.store.add_regions(["europe-west4"]) == 0
     rows = await world.db.fetchall("SELECT region_id, name FROM regions ORDER BY region_id")
     assert [(r["region_id"], r["name"]) for r in rows] == [(0, "local"), (1, "europe-west4"), (2, "us-central1")]
+    # The names' order is the cloud's preference; a region it was not given this time has none.
+    rows = await world.db.fetchall("SELECT name, preference FROM regions ORDER BY region_id")
+    assert [(r["name"], r["preference"]) for r in rows] == [("local", None), ("europe-west4", 0),
+                                                             ("us-central1", None)]
     for bad in (["Bad Name"], [f"r{i}" for i in range(64)]):
         with pytest.raises(ProcedureError):
             await world.store.add_regions(bad)

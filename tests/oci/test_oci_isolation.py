@@ -179,6 +179,17 @@ async def test_an_output_that_is_a_link_is_not_followed(oci_host: OciHost, tmp_p
     assert "symbolic link" in outcome.error_message and not target.exists()
 
 
+async def test_always_copy_outputs_copies_what_a_failed_container_left(oci_host: OciHost, tmp_path: Path) -> None:
+    made, never = tmp_path / "out" / "made.txt", tmp_path / "out" / "never.txt"
+    outputs = [js.OutputFile(from_path="/io/made.txt", to_url=f"file://{made}"),
+               js.OutputFile(from_path="/io/never.txt", to_url=f"file://{never}")]
+    job_spec = spec("echo partial > /io/made.txt; exit 3", output_files=outputs, always_copy_outputs=True)
+    outcome, log = await run(oci_host.runtime(), oci_host.job(job_spec))
+    assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "exited", 3), (outcome, log)
+    assert outcome.error_message == "exited with code 3"
+    assert made.read_text() == "partial\n" and not never.exists()
+
+
 class CachedImages:
     """An image cache's layout: the root filesystem in a directory named by its digest."""
 

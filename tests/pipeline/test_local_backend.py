@@ -510,3 +510,21 @@ def test_file_urls_and_a_dry_run(batch: Batch, tmp_path: Path, capsys: pytest.Ca
     again.write_output(k.ofile, f"file://{tmp_path}/out.txt")
     again.run()
     assert contents(str(tmp_path / "out.txt")) == "abc"
+
+
+def test_always_copy_output(batch: Batch, tmp_path: Path) -> None:
+    """Not in the original (hailtop.batch's LocalBackend refuses always_copy_output): a failed job's outputs are
+    copied when it asks, those it wrote; one it did not write is no further error. Without it, none is."""
+    j = batch.new_job()
+    j.always_copy_output()
+    j.command(f'echo "hello" > {j.ofile} && false && echo never > {j.never}')
+    batch.write_output(j.ofile, str(tmp_path / "copied.txt"))
+    batch.write_output(j.never, str(tmp_path / "never.txt"))
+    k = batch.new_job()
+    k.command(f'echo "hello" > {k.ofile} && false')
+    batch.write_output(k.ofile, str(tmp_path / "not-copied.txt"))
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        batch.run()
+    assert e.value.returncode == 1
+    assert contents(str(tmp_path / "copied.txt")) == "hello\n"
+    assert not (tmp_path / "never.txt").exists() and not (tmp_path / "not-copied.txt").exists()

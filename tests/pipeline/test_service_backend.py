@@ -28,8 +28,6 @@ NOT_GOOGLE = "needs a Google Cloud Storage bucket or project (corral's storage h
 NO_CLOUDFUSE = "needs cloudfuse: corral does not mount buckets"
 NO_REQUESTER_PAYS = "needs requester-pays buckets, which corral has not"
 NO_QUERY = "needs Hail Query, which corral does not run"
-NO_REGIONS = ("asks the service for its regions (supported_regions, default_region): corral's API has no call "
-              "listing them yet")
 LOCAL_REGION = "local"
 """The region of corral up's workers."""
 
@@ -409,17 +407,48 @@ def test_big_batch_which_uses_slow_path(service_backend: ServiceBackend) -> None
     succeeded(res)
 
 
-@pytest.mark.skip(reason=NO_REGIONS)
-def test_specify_job_region() -> None: ...
+def test_specify_job_region(service_backend: ServiceBackend) -> None:
+    b = batch(service_backend)
+    j = b.new_job("region")
+    possible_regions = service_backend.supported_regions()
+    j.regions(possible_regions)
+    j.command("true")
+    res = b.run()
+    succeeded(res)
 
 
-@pytest.mark.skip(reason=NO_REGIONS)
-def test_use_default_region_when_not_specifying_any_regions() -> None: ...
+def test_use_default_region_when_not_specifying_any_regions(storage: Path, cluster: up.Cluster,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The original's ServiceBackend() takes its settings from hailctl's configuration; this one from the
+    environment (and the connection from the CLI's profile)."""
+    monkeypatch.setenv("CORRAL_BILLING_PROJECT", "default")
+    monkeypatch.setenv("CORRAL_REMOTE_TMPDIR", f"file://{storage}/tmp")
+    monkeypatch.delenv("CORRAL_REGIONS", raising=False)
+    service_backend = ServiceBackend()
+    default_region = service_backend.default_region()
+    try:
+        assert service_backend.regions == [default_region], str(service_backend.regions)
+        # test default works when service backend `regions` has no default set
+        service_backend.regions = None
+        b = batch(service_backend)
+        j = b.new_job("region")
+        j.command("true")
+        assert b._default_regions == [default_region], str(b._default_regions)
+        assert j._regions == [default_region], str(j._regions)
+        res = b.run()
+        job_status = res.get_job(1).status()
+        assert job_status["status"]["region"] == default_region, str((job_status, res.debug_info()))
+    finally:
+        service_backend.close()
+
+
+def test_the_service_lists_corral_ups_one_region(service_backend: ServiceBackend) -> None:
+    """Not in the original: what corral up answers (its workers are in the region 'local')."""
+    assert (service_backend.supported_regions(), service_backend.default_region()) == ([LOCAL_REGION], LOCAL_REGION)
 
 
 def test_job_regions_controls_job_execution_region(service_backend: ServiceBackend) -> None:
-    """The original takes supported_regions()[0]; corral up's workers are in the region 'local'."""
-    the_region = LOCAL_REGION
+    the_region = service_backend.supported_regions()[0]
     b = batch(service_backend)
     j = b.new_job()
     j.regions([the_region])
@@ -430,7 +459,7 @@ def test_job_regions_controls_job_execution_region(service_backend: ServiceBacke
 
 
 def test_job_regions_overrides_batch_regions(service_backend: ServiceBackend) -> None:
-    the_region = LOCAL_REGION
+    the_region = service_backend.supported_regions()[0]
     b = batch(service_backend, default_regions=["some-other-region"])
     j = b.new_job()
     j.regions([the_region])
@@ -440,9 +469,22 @@ def test_job_regions_overrides_batch_regions(service_backend: ServiceBackend) ->
     assert job_status["status"]["region"] == the_region, str((job_status, res.debug_info()))
 
 
-@pytest.mark.skip(reason="corral copies a job's outputs only when it succeeds: always_copy_output is accepted "
-                         "and not honoured (docs/pipeline.md)")
-def test_always_copy_output() -> None: ...
+def test_always_copy_output(service_backend: ServiceBackend, output_tmpdir: str) -> None:
+    output_path = os.path.join(output_tmpdir, "test_always_copy_output.txt")
+    b = batch(service_backend)
+    j = b.new_job()
+    j.always_copy_output()
+    j.command(f'echo "hello" > {j.ofile} && false')
+    b.write_output(j.ofile, output_path)
+    res = b.run()
+    assert res.status()["state"] == "failure", str(res.debug_info())
+    b2 = batch(service_backend)
+    input = b2.read_input(output_path)
+    file_exists_j = b2.new_job()
+    file_exists_j.command(f"cat {input}")
+    res = b2.run()
+    succeeded(res)
+    assert res.get_job_log(1)["main"] == "hello\n", str(res.debug_info())
 
 
 def test_no_copy_output_on_failure(service_backend: ServiceBackend, output_tmpdir: str) -> None:

@@ -149,6 +149,8 @@ TABLE: dict[str, Row] = {
                                                             billing_project="proj", n_jobs=1), SUBMIT),
     B + "GetBatch": Row(lambda w: bpb.GetBatchRequest(batch_id=w.batch_id), READ),
     B + "ListBatches": Row(lambda w: bpb.ListBatchesRequest(), unauthenticated(OK, member=OK, owner=OK, admin=OK)),
+    # The deployment's regions: anyone signed in.
+    B + "ListRegions": Row(lambda w: bpb.ListRegionsRequest(), unauthenticated(OK, member=OK, owner=OK, admin=OK)),
     B + "CancelBatch": Row(lambda w: bpb.CancelBatchRequest(batch_id=w.cancel_batch_id), CHANGE),
     B + "DeleteBatch": Row(lambda w: bpb.DeleteBatchRequest(batch_id=w.delete_batch_id), CHANGE),
     B + "WatchBatch": Row(lambda w: bpb.WatchBatchRequest(batch_id=w.batch_id), READ),

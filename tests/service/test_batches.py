@@ -162,6 +162,7 @@ async def test_every_rpc_refuses_a_caller_without_valid_token(stub, tokens, fron
         stub.CommitUpdate(pb.CommitUpdateRequest(batch_id=1, update_id=1), metadata=metadata),
         stub.GetBatch(pb.GetBatchRequest(batch_id=1), metadata=metadata),
         stub.ListBatches(pb.ListBatchesRequest(), metadata=metadata),
+        stub.ListRegions(pb.ListRegionsRequest(), metadata=metadata),
         stub.CancelBatch(pb.CancelBatchRequest(batch_id=1), metadata=metadata),
     ]
     for call in calls:
@@ -185,6 +186,19 @@ async def test_cancel_records_who_and_why(stub, tokens, frontend) -> None:
         await stub.CreateUpdate(pb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
                                                        batch_id=submitted.batch.batch_id, n_jobs=1), metadata=alice)
     assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+async def test_list_regions_says_where_the_machines_are_made_the_preferred_first(stub, tokens, db) -> None:
+    bob = bearer(tokens["bob"])  # no member of any project: any signed-in user may ask
+    listed = await stub.ListRegions(pb.ListRegionsRequest(), metadata=bob)
+    assert (list(listed.regions), listed.default_region) == (["local"], "local")  # no cloud: every region
+    # A cloud's configured regions, in its order: `local`, which it lacks, is no longer listed.
+    await JobStore(db).add_regions(["us-east1", "europe-west4"])
+    listed = await stub.ListRegions(pb.ListRegionsRequest(), metadata=bob)
+    assert (list(listed.regions), listed.default_region) == (["us-east1", "europe-west4"], "us-east1")
+    await JobStore(db).add_regions(["europe-west4"])  # configured again, with one region only
+    listed = await stub.ListRegions(pb.ListRegionsRequest(), metadata=bob)
+    assert (list(listed.regions), listed.default_region) == (["europe-west4"], "europe-west4")
 
 
 async def test_list_batches_with_a_query_and_pages(stub, tokens, frontend) -> None:

@@ -78,6 +78,8 @@ async def test_grpc_and_rest_through_the_gateway(gateway_port: int, frontend: Fr
         me = await http.get("/api/v1/auth/whoami")  # routed to auth
         assert me.status_code == 200 and me.headers["content-type"] == "application/json", me.text
         assert "root" in me.text
+        regions = await http.get("/api/v1/regions")
+        assert regions.status_code == 200 and regions.json() == {"regions": ["local"], "defaultRegion": "local"}
 
         submitted = await http.post("/api/v1/batches:submit", json={
             "billingProject": "proj", "idempotencyToken": "over-rest", "attributes": {"name": "over-rest"},

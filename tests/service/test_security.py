@@ -126,6 +126,7 @@ CASES: dict[str, Case] = {
         billing_project=w.project, idempotency_token="sec", n_jobs=1)),
     "/corral.batch.v1.BatchService/GetBatch": Case(lambda w: bpb.GetBatchRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.BatchService/ListBatches": Case(lambda w: bpb.ListBatchesRequest(), outsider=None),
+    "/corral.batch.v1.BatchService/ListRegions": Case(lambda w: bpb.ListRegionsRequest(), outsider=None),
     "/corral.batch.v1.BatchService/CancelBatch": Case(lambda w: bpb.CancelBatchRequest(batch_id=w.batch_id),
                                                       member=PD),
     "/corral.batch.v1.BatchService/DeleteBatch": Case(lambda w: bpb.DeleteBatchRequest(batch_id=w.batch_id),

@@ -433,6 +433,47 @@ async def test_input_and_output_files(tmp_path: Path) -> None:
     assert "copying input files failed" in outcome.error_message
 
 
+async def test_always_copy_outputs_copies_what_a_failed_command_left(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    outputs = [js.OutputFile(from_path="/out/made.txt", to_url=f"file://{store}/made.txt"),
+               js.OutputFile(from_path="/out/never.txt", to_url=f"file://{store}/never.txt"),
+               js.OutputFile(from_path="/out/dir", to_url=f"file://{store}/dir")]
+    script = "mkdir -p out/dir && echo partial > out/made.txt && echo y > out/dir/y && exit 3"
+
+    outcome, output = await run(process_runtime(), job(tmp_path, spec(script=script, output_files=outputs,
+                                                                      always_copy_outputs=True), attempt_id="a"))
+    # The attempt ends as the command did; the output it never made is no further error.
+    assert (outcome.state, outcome.end_reason, outcome.exit_code) == ("Failed", "exited", 3), (outcome, output)
+    assert outcome.error_message == "exited with code 3"
+    assert (store / "made.txt").read_text() == "partial\n"
+    assert (store / "dir" / "y").read_text() == "y\n"
+    assert not (store / "never.txt").exists()
+
+    # Killed at its timeout, it has its outputs copied too.
+    timed = spec(script="mkdir out && echo early > out/made.txt && sleep 30", output_files=outputs[:1],
+                 always_copy_outputs=True, timeout=duration_pb2.Duration(seconds=1))
+    outcome, _ = await run(process_runtime(), job(tmp_path, timed, attempt_id="timed"))
+    assert (outcome.state, outcome.end_reason) == ("Failed", "timed_out"), outcome
+    assert (store / "made.txt").read_text() == "early\n"
+
+    # An output that is there and cannot be copied is said in the message, and the others are still copied.
+    refused = spec(script="mkdir out && echo z > out/z && ln -s /etc/hostname out/made.txt && false",
+                   output_files=[outputs[0], js.OutputFile(from_path="/out/z", to_url=f"file://{store}/z")],
+                   always_copy_outputs=True)
+    outcome, _ = await run(process_runtime(), job(tmp_path, refused, attempt_id="refused"))
+    assert (outcome.state, outcome.exit_code) == ("Failed", 1), outcome
+    assert outcome.error_message.startswith("exited with code 1; output files not copied: /out/made.txt -> ")
+    assert "symbolic link" in outcome.error_message
+    assert (store / "z").read_text() == "z\n"
+
+    # Without it a failed command's outputs stay where they were, as before.
+    (store / "made.txt").unlink()
+    outcome, _ = await run(process_runtime(), job(tmp_path, spec(script=script, output_files=outputs),
+                                                 attempt_id="without"))
+    assert (outcome.state, outcome.exit_code) == ("Failed", 3)
+    assert not (store / "made.txt").exists()
+
+
 async def test_every_storage_url_goes_through_the_url_check(tmp_path: Path) -> None:
     (tmp_path / "in.txt").write_text("in\n")
     checked: list[str] = []

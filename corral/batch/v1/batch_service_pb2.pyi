@@ -246,3 +246,15 @@ class RerunFailedJobsResponse(_message.Message):
     UPDATE_FIELD_NUMBER: _ClassVar[int]
     update: _update_pb2.Update
     def __init__(self, update: _Optional[_Union[_update_pb2.Update, _Mapping]] = ...) -> None: ...
+
+class ListRegionsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRegionsResponse(_message.Message):
+    __slots__ = ("regions", "default_region")
+    REGIONS_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_REGION_FIELD_NUMBER: _ClassVar[int]
+    regions: _containers.RepeatedScalarFieldContainer[str]
+    default_region: str
+    def __init__(self, regions: _Optional[_Iterable[str]] = ..., default_region: _Optional[str] = ...) -> None: ...

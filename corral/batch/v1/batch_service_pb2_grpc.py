@@ -93,6 +93,11 @@ class BatchServiceStub:
                 request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchRequest.SerializeToString,
                 response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchResponse.FromString,
                 _registered_method=True)
+        self.ListRegions = channel.unary_unary(
+                '/corral.batch.v1.BatchService/ListRegions',
+                request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsResponse.FromString,
+                _registered_method=True)
         self.RerunFailedJobs = channel.unary_unary(
                 '/corral.batch.v1.BatchService/RerunFailedJobs',
                 request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.RerunFailedJobsRequest.SerializeToString,
@@ -198,6 +203,14 @@ class BatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRegions(self, request, context):
+        """Lists the regions the deployment runs jobs in (JobSpec.regions) and its
+        default one; any signed-in user may ask.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RerunFailedJobs(self, request, context):
         """Creates and commits a new update that re-runs the batch's failed jobs
         and every job depending on them, keeping the dependencies between them
@@ -264,6 +277,11 @@ def add_BatchServiceServicer_to_server(servicer, server):
                     servicer.SubmitBatch,
                     request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchRequest.FromString,
                     response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchResponse.SerializeToString,
+            ),
+            'ListRegions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRegions,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsResponse.SerializeToString,
             ),
             'RerunFailedJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.RerunFailedJobs,
@@ -572,6 +590,33 @@ class BatchService:
             '/corral.batch.v1.BatchService/SubmitBatch',
             corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchRequest.SerializeToString,
             corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRegions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.BatchService/ListRegions',
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,7 +26,7 @@ from corral.batch.v1 import job_state_pb2 as corral_dot_batch_dot_v1_dot_job__st
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63orral/batch/v1/job_spec.proto\x12\x0f\x63orral.batch.v1\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1egoogle/protobuf/duration.proto\"\xd6\x07\n\x07JobSpec\x12\r\n\x05image\x18\x01 \x01(\t\x12%\n\x04\x61rgv\x18\x02 \x01(\x0b\x32\x15.corral.batch.v1.ArgvH\x00\x12\x10\n\x06script\x18\x03 \x01(\tH\x00\x12.\n\x03\x65nv\x18\x04 \x03(\x0b\x32!.corral.batch.v1.JobSpec.EnvEntry\x12\x35\n\tresources\x18\x05 \x01(\x0b\x32 .corral.batch.v1.ResourceRequestH\x01\x12\x16\n\x0cmachine_type\x18\x06 \x01(\tH\x01\x12\x0f\n\x07regions\x18\x07 \x03(\t\x12\x12\n\nalways_run\x18\x08 \x01(\x08\x12*\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cmax_attempts\x18\n \x01(\x05\x12/\n\x0binput_files\x18\x0b \x03(\x0b\x32\x1a.corral.batch.v1.InputFile\x12\x31\n\x0coutput_files\x18\x0c \x03(\x0b\x32\x1b.corral.batch.v1.OutputFile\x12-\n\x07secrets\x18\r \x03(\x0b\x32\x1c.corral.batch.v1.SecretMount\x12\x32\n\x0cnetwork_mode\x18\x0e \x01(\x0e\x32\x1c.corral.batch.v1.NetworkMode\x12<\n\nattributes\x18\x0f \x03(\x0b\x32(.corral.batch.v1.JobSpec.AttributesEntry\x12\'\n\x05locks\x18\x10 \x03(\x0b\x32\x18.corral.batch.v1.JobLock\x12\x10\n\x08priority\x18\x11 \x01(\x05\x12/\n\tjob_group\x18\x12 \x01(\x0b\x32\x1c.corral.batch.v1.JobGroupRef\x12+\n\x07parents\x18\x13 \x03(\x0b\x32\x1a.corral.batch.v1.ParentRef\x12\x32\n\x0cretry_policy\x18\x14 \x01(\x0b\x32\x1c.corral.batch.v1.RetryPolicy\x12>\n\x12provisioning_model\x18\x15 \x01(\x0e\x32\".corral.batch.v1.ProvisioningModel\x12\x19\n\x11image_pull_secret\x18\x16 \x01(\t\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\t\n\x07\x63ommandB\x06\n\x04size\"\x14\n\x04\x41rgv\x12\x0c\n\x04\x61rgs\x18\x01 \x03(\t\"R\n\x0fResourceRequest\x12\x12\n\ncores_mcpu\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\".\n\tInputFile\x12\x10\n\x08\x66rom_url\x18\x01 \x01(\t\x12\x0f\n\x07to_path\x18\x02 \x01(\t\"/\n\nOutputFile\x12\x11\n\tfrom_path\x18\x01 \x01(\t\x12\x0e\n\x06to_url\x18\x02 \x01(\t\"/\n\x0bSecretMount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmount_path\x18\x02 \x01(\t\"P\n\x07JobLock\x12\r\n\x05level\x18\x01 \x01(\t\x12\'\n\x04mode\x18\x02 \x01(\x0e\x32\x19.corral.batch.v1.LockMode\x12\r\n\x05names\x18\x03 \x03(\t\"G\n\x0bJobGroupRef\x12\x16\n\x0cjob_group_id\x18\x01 \x01(\x03H\x00\x12\x19\n\x0fin_update_index\x18\x02 \x01(\x03H\x00\x42\x05\n\x03ref\"t\n\tParentRef\x12\x10\n\x06job_id\x18\x01 \x01(\x03H\x00\x12\x1a\n\x10in_update_offset\x18\x02 \x01(\x03H\x00\x12\x32\n\x0f\x61\x63\x63\x65pted_states\x18\x03 \x03(\x0e\x32\x19.corral.batch.v1.JobStateB\x05\n\x03ref\"\x91\x02\n\x0bRetryPolicy\x12(\n max_preemptions_before_on_demand\x18\x01 \x01(\x05\x12$\n\x1cretry_oom_with_memory_factor\x18\x02 \x01(\x01\x12\x18\n\x10max_memory_bytes\x18\x03 \x01(\x03\x12\x1a\n\x12max_failed_retries\x18\x04 \x01(\x05\x12\x18\n\x10retry_exit_codes\x18\x05 \x03(\x05\x12.\n\x0bretry_delay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0fmax_retry_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration*u\n\x0bNetworkMode\x12\x1c\n\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11NETWORK_MODE_NONE\x10\x01\x12\x18\n\x14NETWORK_MODE_PRIVATE\x10\x02\x12\x17\n\x13NETWORK_MODE_PUBLIC\x10\x03*v\n\x11ProvisioningModel\x12\"\n\x1ePROVISIONING_MODEL_UNSPECIFIED\x10\x00\x12\x1b\n\x17PROVISIONING_MODEL_SPOT\x10\x01\x12 \n\x1cPROVISIONING_MODEL_ON_DEMAND\x10\x02*\xde\x01\n\x08LockMode\x12\x19\n\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x12\n\x0eLOCK_MODE_NONE\x10\x01\x12\x14\n\x10LOCK_MODE_SHARED\x10\x02\x12\x1c\n\x18LOCK_MODE_UNKNOWN_SHARED\x10\x03\x12\x18\n\x14LOCK_MODE_ALL_SHARED\x10\x04\x12\x17\n\x13LOCK_MODE_EXCLUSIVE\x10\x05\x12\x1f\n\x1bLOCK_MODE_UNKNOWN_EXCLUSIVE\x10\x06\x12\x1b\n\x17LOCK_MODE_ALL_EXCLUSIVE\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1e\x63orral/batch/v1/job_spec.proto\x12\x0f\x63orral.batch.v1\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1egoogle/protobuf/duration.proto\"\xf3\x07\n\x07JobSpec\x12\r\n\x05image\x18\x01 \x01(\t\x12%\n\x04\x61rgv\x18\x02 \x01(\x0b\x32\x15.corral.batch.v1.ArgvH\x00\x12\x10\n\x06script\x18\x03 \x01(\tH\x00\x12.\n\x03\x65nv\x18\x04 \x03(\x0b\x32!.corral.batch.v1.JobSpec.EnvEntry\x12\x35\n\tresources\x18\x05 \x01(\x0b\x32 .corral.batch.v1.ResourceRequestH\x01\x12\x16\n\x0cmachine_type\x18\x06 \x01(\tH\x01\x12\x0f\n\x07regions\x18\x07 \x03(\t\x12\x12\n\nalways_run\x18\x08 \x01(\x08\x12*\n\x07timeout\x18\t \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x14\n\x0cmax_attempts\x18\n \x01(\x05\x12/\n\x0binput_files\x18\x0b \x03(\x0b\x32\x1a.corral.batch.v1.InputFile\x12\x31\n\x0coutput_files\x18\x0c \x03(\x0b\x32\x1b.corral.batch.v1.OutputFile\x12-\n\x07secrets\x18\r \x03(\x0b\x32\x1c.corral.batch.v1.SecretMount\x12\x32\n\x0cnetwork_mode\x18\x0e \x01(\x0e\x32\x1c.corral.batch.v1.NetworkMode\x12<\n\nattributes\x18\x0f \x03(\x0b\x32(.corral.batch.v1.JobSpec.AttributesEntry\x12\'\n\x05locks\x18\x10 \x03(\x0b\x32\x18.corral.batch.v1.JobLock\x12\x10\n\x08priority\x18\x11 \x01(\x05\x12/\n\tjob_group\x18\x12 \x01(\x0b\x32\x1c.corral.batch.v1.JobGroupRef\x12+\n\x07parents\x18\x13 \x03(\x0b\x32\x1a.corral.batch.v1.ParentRef\x12\x32\n\x0cretry_policy\x18\x14 \x01(\x0b\x32\x1c.corral.batch.v1.RetryPolicy\x12>\n\x12provisioning_model\x18\x15 \x01(\x0e\x32\".corral.batch.v1.ProvisioningModel\x12\x19\n\x11image_pull_secret\x18\x16 \x01(\t\x12\x1b\n\x13\x61lways_copy_outputs\x18\x17 \x01(\x08\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\t\n\x07\x63ommandB\x06\n\x04size\"\x14\n\x04\x41rgv\x12\x0c\n\x04\x61rgs\x18\x01 \x03(\t\"R\n\x0fResourceRequest\x12\x12\n\ncores_mcpu\x18\x01 \x01(\x03\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x03\x12\x15\n\rstorage_bytes\x18\x03 \x01(\x03\".\n\tInputFile\x12\x10\n\x08\x66rom_url\x18\x01 \x01(\t\x12\x0f\n\x07to_path\x18\x02 \x01(\t\"/\n\nOutputFile\x12\x11\n\tfrom_path\x18\x01 \x01(\t\x12\x0e\n\x06to_url\x18\x02 \x01(\t\"/\n\x0bSecretMount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmount_path\x18\x02 \x01(\t\"P\n\x07JobLock\x12\r\n\x05level\x18\x01 \x01(\t\x12\'\n\x04mode\x18\x02 \x01(\x0e\x32\x19.corral.batch.v1.LockMode\x12\r\n\x05names\x18\x03 \x03(\t\"G\n\x0bJobGroupRef\x12\x16\n\x0cjob_group_id\x18\x01 \x01(\x03H\x00\x12\x19\n\x0fin_update_index\x18\x02 \x01(\x03H\x00\x42\x05\n\x03ref\"t\n\tParentRef\x12\x10\n\x06job_id\x18\x01 \x01(\x03H\x00\x12\x1a\n\x10in_update_offset\x18\x02 \x01(\x03H\x00\x12\x32\n\x0f\x61\x63\x63\x65pted_states\x18\x03 \x03(\x0e\x32\x19.corral.batch.v1.JobStateB\x05\n\x03ref\"\x91\x02\n\x0bRetryPolicy\x12(\n max_preemptions_before_on_demand\x18\x01 \x01(\x05\x12$\n\x1cretry_oom_with_memory_factor\x18\x02 \x01(\x01\x12\x18\n\x10max_memory_bytes\x18\x03 \x01(\x03\x12\x1a\n\x12max_failed_retries\x18\x04 \x01(\x05\x12\x18\n\x10retry_exit_codes\x18\x05 \x03(\x05\x12.\n\x0bretry_delay\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0fmax_retry_delay\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration*u\n\x0bNetworkMode\x12\x1c\n\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11NETWORK_MODE_NONE\x10\x01\x12\x18\n\x14NETWORK_MODE_PRIVATE\x10\x02\x12\x17\n\x13NETWORK_MODE_PUBLIC\x10\x03*v\n\x11ProvisioningModel\x12\"\n\x1ePROVISIONING_MODEL_UNSPECIFIED\x10\x00\x12\x1b\n\x17PROVISIONING_MODEL_SPOT\x10\x01\x12 \n\x1cPROVISIONING_MODEL_ON_DEMAND\x10\x02*\xde\x01\n\x08LockMode\x12\x19\n\x15LOCK_MODE_UNSPECIFIED\x10\x00\x12\x12\n\x0eLOCK_MODE_NONE\x10\x01\x12\x14\n\x10LOCK_MODE_SHARED\x10\x02\x12\x1c\n\x18LOCK_MODE_UNKNOWN_SHARED\x10\x03\x12\x18\n\x14LOCK_MODE_ALL_SHARED\x10\x04\x12\x17\n\x13LOCK_MODE_EXCLUSIVE\x10\x05\x12\x1f\n\x1bLOCK_MODE_UNKNOWN_EXCLUSIVE\x10\x06\x12\x1b\n\x17LOCK_MODE_ALL_EXCLUSIVE\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,34 +37,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBSPEC_ENVENTRY']._serialized_options = b'8\001'
   _globals['_JOBSPEC_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_JOBSPEC_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_NETWORKMODE']._serialized_start=1902
-  _globals['_NETWORKMODE']._serialized_end=2019
-  _globals['_PROVISIONINGMODEL']._serialized_start=2021
-  _globals['_PROVISIONINGMODEL']._serialized_end=2139
-  _globals['_LOCKMODE']._serialized_start=2142
-  _globals['_LOCKMODE']._serialized_end=2364
+  _globals['_NETWORKMODE']._serialized_start=1931
+  _globals['_NETWORKMODE']._serialized_end=2048
+  _globals['_PROVISIONINGMODEL']._serialized_start=2050
+  _globals['_PROVISIONINGMODEL']._serialized_end=2168
+  _globals['_LOCKMODE']._serialized_start=2171
+  _globals['_LOCKMODE']._serialized_end=2393
   _globals['_JOBSPEC']._serialized_start=117
-  _globals['_JOBSPEC']._serialized_end=1099
-  _globals['_JOBSPEC_ENVENTRY']._serialized_start=987
-  _globals['_JOBSPEC_ENVENTRY']._serialized_end=1029
-  _globals['_JOBSPEC_ATTRIBUTESENTRY']._serialized_start=1031
-  _globals['_JOBSPEC_ATTRIBUTESENTRY']._serialized_end=1080
-  _globals['_ARGV']._serialized_start=1101
-  _globals['_ARGV']._serialized_end=1121
-  _globals['_RESOURCEREQUEST']._serialized_start=1123
-  _globals['_RESOURCEREQUEST']._serialized_end=1205
-  _globals['_INPUTFILE']._serialized_start=1207
-  _globals['_INPUTFILE']._serialized_end=1253
-  _globals['_OUTPUTFILE']._serialized_start=1255
-  _globals['_OUTPUTFILE']._serialized_end=1302
-  _globals['_SECRETMOUNT']._serialized_start=1304
-  _globals['_SECRETMOUNT']._serialized_end=1351
-  _globals['_JOBLOCK']._serialized_start=1353
-  _globals['_JOBLOCK']._serialized_end=1433
-  _globals['_JOBGROUPREF']._serialized_start=1435
-  _globals['_JOBGROUPREF']._serialized_end=1506
-  _globals['_PARENTREF']._serialized_start=1508
-  _globals['_PARENTREF']._serialized_end=1624
-  _globals['_RETRYPOLICY']._serialized_start=1627
-  _globals['_RETRYPOLICY']._serialized_end=1900
+  _globals['_JOBSPEC']._serialized_end=1128
+  _globals['_JOBSPEC_ENVENTRY']._serialized_start=1016
+  _globals['_JOBSPEC_ENVENTRY']._serialized_end=1058
+  _globals['_JOBSPEC_ATTRIBUTESENTRY']._serialized_start=1060
+  _globals['_JOBSPEC_ATTRIBUTESENTRY']._serialized_end=1109
+  _globals['_ARGV']._serialized_start=1130
+  _globals['_ARGV']._serialized_end=1150
+  _globals['_RESOURCEREQUEST']._serialized_start=1152
+  _globals['_RESOURCEREQUEST']._serialized_end=1234
+  _globals['_INPUTFILE']._serialized_start=1236
+  _globals['_INPUTFILE']._serialized_end=1282
+  _globals['_OUTPUTFILE']._serialized_start=1284
+  _globals['_OUTPUTFILE']._serialized_end=1331
+  _globals['_SECRETMOUNT']._serialized_start=1333
+  _globals['_SECRETMOUNT']._serialized_end=1380
+  _globals['_JOBLOCK']._serialized_start=1382
+  _globals['_JOBLOCK']._serialized_end=1462
+  _globals['_JOBGROUPREF']._serialized_start=1464
+  _globals['_JOBGROUPREF']._serialized_end=1535
+  _globals['_PARENTREF']._serialized_start=1537
+  _globals['_PARENTREF']._serialized_end=1653
+  _globals['_RETRYPOLICY']._serialized_start=1656
+  _globals['_RETRYPOLICY']._serialized_end=1929
 # @@protoc_insertion_point(module_scope)

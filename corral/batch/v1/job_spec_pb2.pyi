@@ -51,7 +51,7 @@ LOCK_MODE_UNKNOWN_EXCLUSIVE: LockMode
 LOCK_MODE_ALL_EXCLUSIVE: LockMode
 
 class JobSpec(_message.Message):
-    __slots__ = ("image", "argv", "script", "env", "resources", "machine_type", "regions", "always_run", "timeout", "max_attempts", "input_files", "output_files", "secrets", "network_mode", "attributes", "locks", "priority", "job_group", "parents", "retry_policy", "provisioning_model", "image_pull_secret")
+    __slots__ = ("image", "argv", "script", "env", "resources", "machine_type", "regions", "always_run", "timeout", "max_attempts", "input_files", "output_files", "secrets", "network_mode", "attributes", "locks", "priority", "job_group", "parents", "retry_policy", "provisioning_model", "image_pull_secret", "always_copy_outputs")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class JobSpec(_message.Message):
     RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
     PROVISIONING_MODEL_FIELD_NUMBER: _ClassVar[int]
     IMAGE_PULL_SECRET_FIELD_NUMBER: _ClassVar[int]
+    ALWAYS_COPY_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     image: str
     argv: Argv
     script: str
@@ -110,7 +111,8 @@ class JobSpec(_message.Message):
     retry_policy: RetryPolicy
     provisioning_model: ProvisioningModel
     image_pull_secret: str
-    def __init__(self, image: _Optional[str] = ..., argv: _Optional[_Union[Argv, _Mapping]] = ..., script: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceRequest, _Mapping]] = ..., machine_type: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., always_run: _Optional[bool] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_attempts: _Optional[int] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ..., output_files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., secrets: _Optional[_Iterable[_Union[SecretMount, _Mapping]]] = ..., network_mode: _Optional[_Union[NetworkMode, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., locks: _Optional[_Iterable[_Union[JobLock, _Mapping]]] = ..., priority: _Optional[int] = ..., job_group: _Optional[_Union[JobGroupRef, _Mapping]] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., provisioning_model: _Optional[_Union[ProvisioningModel, str]] = ..., image_pull_secret: _Optional[str] = ...) -> None: ...
+    always_copy_outputs: bool
+    def __init__(self, image: _Optional[str] = ..., argv: _Optional[_Union[Argv, _Mapping]] = ..., script: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceRequest, _Mapping]] = ..., machine_type: _Optional[str] = ..., regions: _Optional[_Iterable[str]] = ..., always_run: _Optional[bool] = ..., timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_attempts: _Optional[int] = ..., input_files: _Optional[_Iterable[_Union[InputFile, _Mapping]]] = ..., output_files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., secrets: _Optional[_Iterable[_Union[SecretMount, _Mapping]]] = ..., network_mode: _Optional[_Union[NetworkMode, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., locks: _Optional[_Iterable[_Union[JobLock, _Mapping]]] = ..., priority: _Optional[int] = ..., job_group: _Optional[_Union[JobGroupRef, _Mapping]] = ..., parents: _Optional[_Iterable[_Union[ParentRef, _Mapping]]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., provisioning_model: _Optional[_Union[ProvisioningModel, str]] = ..., image_pull_secret: _Optional[str] = ..., always_copy_outputs: _Optional[bool] = ...) -> None: ...
 
 class Argv(_message.Message):
     __slots__ = ("args",)

@@ -4,7 +4,8 @@ Jobs run in dependency order, as many at once as the machine has cores, each as 
 (bash jobs with their shell, Python jobs with this interpreter): not in containers, so a job's image is not
 used, and its cpu and memory are not enforced. Every job shares one scratch directory ($BATCH_TMPDIR), so a
 file passes from one job to the next where it lies; inputs are linked (local paths) or copied (URLs) in before
-the first job, and `write_output` copies once its job has succeeded. A failed job's dependents are not run
+the first job, and `write_output` copies once its job has succeeded (or, for an `always_copy_output` job,
+once it ended, what it wrote). A failed job's dependents are not run
 (except `always_run` ones); the others go on, and `run()` then raises the first failure's
 `subprocess.CalledProcessError`.
 """
@@ -178,6 +179,12 @@ class _Run:
             except (OSError, NotImplementedError) as e:
                 output, code = output + f"\n{name}: {e}\n".encode(), 1
                 self._say(f"{name}: {e}")
+        elif job._always_copy_output:
+            try:
+                self._copy_outputs(job, missing_ok=True)
+            except (OSError, NotImplementedError) as e:
+                output += f"\n{name}: output files not copied: {e}\n".encode()
+                self._say(f"{name}: output files not copied: {e}")
         if code != 0:
             self._say(f"{name} failed (exit code {code})")
             error = subprocess.CalledProcessError(code, argv, output=output)
@@ -186,10 +193,14 @@ class _Run:
             return False
         return True
 
-    def _copy_outputs(self, job: Job) -> None:
+    def _copy_outputs(self, job: Job, missing_ok: bool = False) -> None:
+        """Copy the job's outputs to where `write_output` said; one it did not write is an error unless
+        `missing_ok` (after it failed, with always_copy_output)."""
         for resource in sorted(job._external_outputs, key=str):
             source = os.path.join(self.scratch, resource._relative_path())
             if not os.path.lexists(source):
+                if missing_ok:
+                    continue
                 raise FileNotFoundError(f"its output {_name(job, resource)} was not written (no file {source})")
             for dest in getattr(resource, "_output_paths", []):
                 files.copy(source, dest)

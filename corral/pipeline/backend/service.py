@@ -3,7 +3,8 @@
 Each bash job becomes a job running its commands with its shell in its image (default `debian`); each Python
 job runs corral/pipeline/runner.py in its image (default `python`) on its calls, pickled by this client into
 files under `remote_tmpdir`. Files move with the worker's staging: a job's inputs (`input_files`) are copied in
-before its command and its outputs (`output_files`) out after it succeeds, other jobs' files through a
+before its command and its outputs (`output_files`) out after it succeeds (or fails too, for a job with
+`always_copy_output`: `always_copy_outputs`), other jobs' files through a
 scratch directory `REMOTE_TMPDIR/BATCH_TOKEN/`, which is removed when a run that waited ends.
 
 Paths in commands are under $BATCH_TMPDIR, which the script sets to `/io` in a container (the OCI runtime's
@@ -19,7 +20,7 @@ import sys
 import uuid
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import corral
 from corral import aio
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 
 BILLING_PROJECT_VARIABLE = "CORRAL_BILLING_PROJECT"
 REMOTE_TMPDIR_VARIABLE = "CORRAL_REMOTE_TMPDIR"
+REGIONS_VARIABLE = "CORRAL_REGIONS"
+"""Regions (comma-separated) a ServiceBackend's jobs may run in when it is given none (hailtop.batch's
+HAIL_BATCH_REGIONS)."""
 DEFAULT_IMAGE = "debian"
 """Bash jobs' image when neither the job nor the batch names one: corral up seeds it (docs/images.md)."""
 DEFAULT_PYTHON_IMAGE = "python"
@@ -66,7 +70,13 @@ class ServiceBackend(Backend):
     `file://DATA_DIR/storage/default/tmp` on corral up). It connects as the CLI does: the profile `profile`
     (default the current one of $CORRAL_CONFIG), with `token` in place of its token when given. `bucket`,
     `google_project`, `gcs_requester_pays_configuration` and `gcs_bucket_allow_list` are Google-only and
-    refused when set."""
+    refused when set. `regions` are where its batches' jobs may run by default (`Batch(default_regions=...)`
+    and a job's `regions()` choose otherwise): as given, else $CORRAL_REGIONS (comma-separated), else the
+    service's `default_region()`, asked when first needed. `ANY_REGION` leaves it none, and a Batch then takes
+    the default region, as hailtop.batch's does."""
+
+    ANY_REGION: ClassVar[list[str]] = ["any_region"]
+    """Given as `regions`: the backend names no region (hailtop.batch's value)."""
 
     def __init__(self, *args: Any, billing_project: str | None = None, bucket: str | None = None,
                  remote_tmpdir: str | None = None, google_project: str | None = None, token: str | None = None,
@@ -98,10 +108,35 @@ class ServiceBackend(Backend):
                              "a URL under the billing project's storage roots")
         self._billing_project = billing_project
         self.remote_tmpdir = files.url_of(remote_tmpdir).rstrip("/")
-        self.regions = regions
         self._profile = profile
         self._token = token
         self._client: corral.Client | None = None
+        if regions is None and (listed := os.environ.get(REGIONS_VARIABLE)):
+            regions = [region.strip() for region in listed.split(",") if region.strip()]
+        self._regions: list[str] | None = None if regions == ServiceBackend.ANY_REGION else regions
+        self._regions_known = regions is not None
+        """False until `regions` is first read, when neither the caller nor $CORRAL_REGIONS named any: it is then
+        the service's default region."""
+
+    @property
+    def regions(self) -> list[str] | None:
+        """The regions its batches' jobs may run in by default (None: none named)."""
+        if not self._regions_known:
+            self._regions, self._regions_known = [self.default_region()], True
+        return self._regions
+
+    @regions.setter
+    def regions(self, regions: list[str] | None) -> None:
+        self._regions, self._regions_known = regions, True
+
+    def supported_regions(self) -> list[str]:
+        """The regions the service runs jobs in, the preferred first (corral's ListRegions)."""
+        return list(self._connected().regions().regions)
+
+    def default_region(self) -> str:
+        """The service's default region: where it places a job that names none first (the first of
+        `supported_regions()`: a cloud deployment's first configured region, `local` on corral up)."""
+        return self._connected().regions().default_region
 
     def _connected(self) -> corral.Client:
         if self._client is None:
@@ -242,7 +277,7 @@ def _spec(job: Job, scratch: str, uploads: dict[str, bytes]) -> job_spec_pb2.Job
         attributes["name"] = job.name
     spec = job_spec_pb2.JobSpec(
         image=image, argv=job_spec_pb2.Argv(args=[shell, "-c", body]), env=job._env, attributes=attributes,
-        always_run=job._always_run, regions=job._regions or [],
+        always_run=job._always_run, always_copy_outputs=job._always_copy_output, regions=job._regions or [],
         resources=job_spec_pb2.ResourceRequest(cores_mcpu=job._mcpu(), memory_bytes=job._memory_bytes(),
                                                storage_bytes=job._storage_bytes()),
         input_files=[job_spec_pb2.InputFile(from_url=url, to_path=path) for path, url in sorted(inputs.items())],

@@ -45,7 +45,7 @@ from services.policy.sizes import binary_size
 from services.worker.disk import is_full, out_of_space, ran_out, reports_out_of_space
 from services.worker.host_limits import (attempt_max_processes, default_deployment_max_processes,
                                          worker_max_processes)
-from services.worker.job_files import copy_inputs, copy_outputs, path_refusals
+from services.worker.job_files import copy_inputs, copy_outputs, copy_outputs_after_failure, path_refusals
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
 from services.worker.oci import cgroups, layer, network
@@ -502,18 +502,25 @@ class OciRuntime:
             return self._outcome(job, state, reason, message, exit_code=exit_code, start_ms=attempt.start_ms,
                                  usage=usage if started else None)
 
+        async def failed(reason: str, message: str, exit_code: int | None = None) -> JobOutcome:
+            message += await copy_outputs_after_failure(job.spec, root, uid, self.config.check_url,
+                                                        stores=self.config.object_stores)
+            return outcome("Failed", reason, message, exit_code)
+
         if ending == CANCELLED:
             return outcome("Cancelled", CANCELLED, "cancelled while running; its container was killed")
         if ending == TIMED_OUT:
-            return outcome("Failed", TIMED_OUT, f"timed out after {timeout_s:g} s; its container was killed")
+            return await failed(TIMED_OUT, f"timed out after {timeout_s:g} s; its container was killed")
         if ending == OVER_LIMIT:
-            return outcome("Failed", EXITED, attempt.over_limit, code)
+            return await failed(EXITED, attempt.over_limit, code)
         if not started:
             words = last_error(runc_log) or f"runc exited with code {code}"
             return outcome("Error", SYSTEM_ERROR, f"the container did not start: {words}")
         if at_a_limit is not None and (code == 0 or not out_of_memory):
             state, words = at_a_limit
-            return outcome(state, EXITED if state == "Failed" else SYSTEM_ERROR, words, code)
+            if state == "Failed":
+                return await failed(EXITED, words, code)
+            return outcome(state, SYSTEM_ERROR, words, code)
         if code == 0:
             try:
                 await asyncio.to_thread(copy_outputs, job.spec, root, uid, self.config.check_url,
@@ -522,11 +529,11 @@ class OciRuntime:
                 return outcome("Error", SYSTEM_ERROR, f"copying output files failed: {e}", 0)
             return outcome("Success", EXITED, "", 0)
         if out_of_memory:
-            return outcome("Failed", OUT_OF_MEMORY, f"ran out of memory: the kernel killed a process of the job at "
-                           f"its cgroup's limit of {self._memory_limit(job)} bytes; the command {message}", code)
+            return await failed(OUT_OF_MEMORY, f"ran out of memory: the kernel killed a process of the job at its "
+                                f"cgroup's limit of {self._memory_limit(job)} bytes; the command {message}", code)
         if is_full(oci_dir) or reports_out_of_space(log.recent):
             return outcome("Error", SYSTEM_ERROR, f"{ran_out(oci_dir)}; the command {message}", code)
-        return outcome("Failed", EXITED, message, code)
+        return await failed(EXITED, message, code)
 
     async def _supervise(self, attempt: _Attempt, stop: asyncio.Event, timeout_s: float | None) -> str | None:
         """Wait for runc to exit, a cancel, the timeout or a limit passed; stop the container in the last
