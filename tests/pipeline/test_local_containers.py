@@ -23,6 +23,10 @@ from tests.conftest import BASE_IMAGE_CACHE
 WHY_NOT = "; ".join(why_not_containers())
 pytestmark = [pytest.mark.skipif(bool(WHY_NOT), reason=WHY_NOT or "-"), pytest.mark.timeout(900)]
 STATE_ROOT = Path("/run/corral/oci")
+"""OciRuntimeConfig's default state root: one directory per runtime, `pipeline-PID-XXXXXX` for LocalBackend's."""
+CGROUPS = Path("/sys/fs/cgroup")
+PIPELINE_CGROUPS = "**/corral/pipeline/pipeline-*"
+"""LocalBackend's runtimes' cgroups, in any hierarchy (v1 or v2)."""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -35,14 +39,17 @@ def base_images() -> None:
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[hb.LocalBackend]:
-    """A backend whose runs must leave nothing: no runtime state of theirs, no mount, no work directory."""
+    """A backend whose runs must leave nothing: no runtime state of theirs, no cgroup, no mount, no work
+    directory."""
     before = {p.name for p in STATE_ROOT.glob("pipeline-*")} if STATE_ROOT.exists() else set()
+    cgroups_before = set(CGROUPS.glob(PIPELINE_CGROUPS))
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     with hb.LocalBackend(tmp_dir=str(scratch), containers=True) as backend:
         yield backend
     left = {p.name for p in STATE_ROOT.glob("pipeline-*")} - before if STATE_ROOT.exists() else set()
     assert left == set()
+    assert set(CGROUPS.glob(PIPELINE_CGROUPS)) - cgroups_before == set()
     assert mounts_under(tmp_path) == []
     assert list(scratch.glob("containers-*")) == []
 
