@@ -127,6 +127,19 @@ async def test_a_host_that_cannot_make_bridges_refuses_network_modes_saying_why(
 
 
 
+async def test_a_runtime_that_offers_no_networks_makes_no_bridge_and_refuses_network_modes(
+        oci_host: OciHost) -> None:
+    """A pipeline's LocalBackend's runtime (offers_networks=False): loopback only, nothing of the host's changed."""
+    runtime = oci_host.runtime(offers_networks=False)
+    await runtime.start()
+    outcome, _ = await run(runtime, oci_host.job(spec("true", network_mode=js.NETWORK_MODE_PUBLIC)))
+    assert (outcome.state, outcome.end_reason) == ("Error", "refused")
+    assert "cannot be offered on this host: this runtime offers no network but loopback" in outcome.error_message
+    none, _ = await run(runtime, oci_host.job(spec("true"), attempt_id="a2"))
+    assert none.state == "Success"
+    assert list(Path("/sys/class/net").glob(f"crl-{owner_hash(runtime.owner.dir)}-*")) == []
+
+
 async def test_a_bridge_of_the_workers_name_that_is_not_its_own_is_left_alone(oci_host: OciHost) -> None:
     runtime = oci_host.runtime()
     bridge = f"crl-{owner_hash(runtime.owner.dir)}-p"

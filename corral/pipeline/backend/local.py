@@ -1,13 +1,19 @@
-"""`LocalBackend`: runs a batch on this machine, with no server, as processes.
+"""`LocalBackend`: runs a batch on this machine, with no server: in containers where it can, else as processes.
 
-Jobs run in dependency order, as many at once as the machine has cores, each as a process of this machine
-(bash jobs with their shell, Python jobs with this interpreter): not in containers, so a job's image is not
-used, and its cpu and memory are not enforced. Every job shares one scratch directory ($BATCH_TMPDIR), so a
-file passes from one job to the next where it lies; inputs are linked (local paths) or copied (URLs) in before
-the first job, and `write_output` copies once its job has succeeded (or, for an `always_copy_output` job,
-once it ended, what it wrote). A failed job's dependents are not run
-(except `always_run` ones); the others go on, and `run()` then raises the first failure's
-`subprocess.CalledProcessError`.
+Jobs run in dependency order, as many at once as the machine has cores. Where the worker's OCI runtime can
+run here (root, runc, umoci, cgroups: containers.py), each job runs in a container of its image as a corral
+worker would run it (its spec compiled as the ServiceBackend compiles it, its files copied in and out of
+/io, its cpu and memory limits, loopback only, a uid of its own); otherwise, or with `containers=False`,
+each runs as a process of this machine (bash jobs with their shell, Python jobs with this interpreter),
+where its image is not used and its cpu and memory are not enforced. The first line of output says which,
+and why not containers. Files pass between jobs through one scratch directory: a process's $BATCH_TMPDIR,
+where a file lies for the next job; a container's files are copied from it and back (only a job that
+succeeded copies back, or one that always_copy_output). Inputs are linked (local paths) or copied (URLs) in before the first job, and
+`write_output` copies once its job has succeeded (or, for an `always_copy_output` job, once it
+ended, what it wrote). A failed job's dependents are not run (except
+`always_run` ones); the others go on, and `run()` then raises the first failure: the command's
+`subprocess.CalledProcessError`, or, in a container, a `BatchException` for a job that ended in error (its
+image could not be had, an output was not written).
 """
 
 from __future__ import annotations
@@ -23,29 +29,41 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from corral.batch.v1 import job_spec_pb2
 from corral.pipeline import files, pickling
 from corral.pipeline.backend.base import Backend
+from corral.pipeline.exceptions import BatchException
 from corral.pipeline.job import DEFAULT_SHELL, BashJob, Job, PythonJob
 from corral.pipeline.resource import Resource
 
 if TYPE_CHECKING:
+    from corral.pipeline.backend.containers import Containers
     from corral.pipeline.batch import Batch
 
 RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
-SAYS_HOW = ("LocalBackend: jobs run as processes of this machine, not in containers (their images are not used, "
-            "cpu and memory are not enforced)")
+CONTAINERS_VARIABLE = "CORRAL_PIPELINE_CONTAINERS"
+"""'0' runs LocalBackend's jobs as processes, '1' in containers (or fails saying why not), unset: where the
+machine can; the `containers` argument wins over it."""
+SAYS_CONTAINERS = ("LocalBackend: jobs run in OCI containers of their images under runc, as a corral worker runs "
+                   "them (files copied in and out of /io, cpu and memory limited, no network, a uid of their own)")
+SAYS_PROCESSES = ("LocalBackend: jobs run as processes of this machine, not in containers (their images are not "
+                  "used, cpu and memory are not enforced): {why}")
 
 
 class LocalBackend(Backend):
     """Runs batches on this machine; `tmp_dir` holds each run's scratch directory (`TMP_DIR/batch/XXXXXX`).
-    `gsa_key_file` and `extra_docker_run_flags` are accepted for hailtop.batch's scripts and not used: jobs run
-    as processes, not with Docker."""
+    `containers` (not in hailtop.batch): True runs jobs in containers (a run fails saying why where the
+    machine cannot), False as processes, None (default) as $CORRAL_PIPELINE_CONTAINERS says ('1' or '0'), else
+    in containers where the machine can. `gsa_key_file` and `extra_docker_run_flags` are accepted for
+    hailtop.batch's scripts and not used: containers are run with runc, not Docker."""
 
     def __init__(self, tmp_dir: str = "/tmp/", gsa_key_file: str | None = None,
-                 extra_docker_run_flags: str | None = None, parallelism: int | None = None):
+                 extra_docker_run_flags: str | None = None, parallelism: int | None = None,
+                 containers: bool | None = None):
         self._tmp_dir = os.path.abspath(os.path.expanduser(tmp_dir)).rstrip("/") or "/"
         self._parallelism = parallelism or os.cpu_count() or 1
         """How many jobs run at once (default: the machine's cores)."""
+        self._containers = containers
 
     def _output_path(self, path: str) -> str:
         return path if files.is_url(path) else os.path.abspath(os.path.expanduser(path))
@@ -54,13 +72,34 @@ class LocalBackend(Backend):
              **backend_kwargs: Any) -> None:
         if backend_kwargs:
             raise ValueError(f"LocalBackend does not support any of these keywords: {backend_kwargs}")
-        print(SAYS_HOW, flush=True)
+        why_not = self._why_not_containers()
+        print(SAYS_PROCESSES.format(why=why_not) if why_not else SAYS_CONTAINERS, flush=True)
         scratch = self._scratch_dir()
+        run = _Run(batch, scratch, self._parallelism, dry_run, verbose)
         try:
-            return _Run(batch, scratch, self._parallelism, dry_run, verbose).run()
+            if not why_not and not dry_run:
+                from corral.pipeline.backend.containers import Containers  # imports the worker's runtime
+                run.containers = Containers(self._tmp_dir)
+            return run.run()
         finally:
+            if run.containers is not None:
+                run.containers.close()
             if delete_scratch_on_exit:
                 shutil.rmtree(scratch, ignore_errors=True)
+
+    def _why_not_containers(self) -> str:
+        """Why this run's jobs run as processes; '' when they run in containers."""
+        wanted = self._containers
+        if wanted is None and os.environ.get(CONTAINERS_VARIABLE, "") in ("0", "1"):
+            wanted = os.environ[CONTAINERS_VARIABLE] == "1"
+        if wanted is False:
+            return ("asked for (containers=False)" if self._containers is False
+                    else f"asked for (${CONTAINERS_VARIABLE}=0)")
+        from corral.pipeline.backend.containers import why_not_containers
+        reasons = why_not_containers()
+        if reasons and wanted:
+            raise BatchException("LocalBackend cannot run jobs in containers on this machine: " + "; ".join(reasons))
+        return "; ".join(reasons)
 
     def _scratch_dir(self) -> str:
         while True:
@@ -83,10 +122,15 @@ class _Run:
         self.verbose = verbose
         self.print_lock = threading.Lock()
         self.first_error: BaseException | None = None
+        self.containers: Containers | None = None
+        """The worker's OCI runtime, when jobs run in containers."""
+        self.specs: dict[Job, job_spec_pb2.JobSpec] = {}
 
     def run(self) -> None:
         self._stage_inputs()
         jobs = self.batch._unsubmitted_jobs()
+        if self.containers is not None:
+            self._compile(jobs)
         children: dict[Job, list[Job]] = {job: [] for job in jobs}
         for job in jobs:
             for parent in job._dependencies:
@@ -143,8 +187,29 @@ class _Run:
             for dest in file._output_paths:
                 files.copy(local or path, dest)
 
+    def _compile(self, jobs: list[Job]) -> None:
+        """Each job's spec, as the ServiceBackend submits it with the scratch directory as its scratch URL, and
+        the files the specs read; every image checked that can be without a registry, before any job runs."""
+        from corral.pipeline.backend.service import job_spec
+        from services.worker.oci.images import ImageUnavailable
+        assert self.containers is not None
+        uploads: dict[str, bytes] = {}
+        missing = []
+        for job in jobs:
+            self.specs[job] = spec = job_spec(job, files.url_of(self.scratch), uploads)
+            try:
+                self.containers.images.layout_of(spec.image)
+            except ImageUnavailable as e:
+                missing.append(f"job {job._job_id} ({job.name or job._uid}): image {spec.image!r}: {e}")
+        if missing:
+            raise BatchException("LocalBackend: no job was run, for these images cannot be had: " + "; ".join(missing))
+        for url, data in uploads.items():
+            files.write_bytes(url, data)
+
     def _run_job(self, job: Job) -> bool:
         """Run `job` and copy its outputs; whether it succeeded (a failure is kept as `first_error`)."""
+        if self.containers is not None:
+            return self._run_container(job)
         os.makedirs(os.path.join(self.scratch, job._dirname), exist_ok=True)
         if isinstance(job, PythonJob):
             lines = []
@@ -192,6 +257,29 @@ class _Run:
                 self.first_error = self.first_error or error
             return False
         return True
+
+    def _run_container(self, job: Job) -> bool:
+        """Run `job`'s spec in a container (the runtime copies its files in and out); whether it succeeded."""
+        assert self.containers is not None
+        spec = self.specs[job]
+        name = f"job {job._job_id}" + (f" ({job.name})" if job.name else "")
+        if self.verbose:
+            self._say(f"# {name} in {spec.image}\n{spec.argv.args[-1]}")
+        outcome, output = self.containers.run(spec, job._job_id)
+        if output:
+            self._say(f"--- {name} ---\n{output.decode(errors='replace').rstrip()}")
+        if outcome.state == "Success":
+            return True
+        error: BaseException
+        if outcome.state == "Failed":
+            code = outcome.exit_code if outcome.exit_code is not None else -9  # timed out: killed
+            error = subprocess.CalledProcessError(code, list(spec.argv.args), output=output)
+        else:
+            error = BatchException(f"{name} ended in error: {outcome.error_message}")
+        self._say(f"{name} failed: {outcome.error_message}")
+        with self.print_lock:
+            self.first_error = self.first_error or error
+        return False
 
     def _copy_outputs(self, job: Job, missing_ok: bool = False) -> None:
         """Copy the job's outputs to where `write_output` said; one it did not write is an error unless

@@ -225,13 +225,16 @@ def compile_batch(batch: Batch, billing_project: str, scratch: str,
     uploads: dict[str, bytes] = {}
     handles: dict[Job, JobHandle | int] = {job: job._job_id for job in batch._jobs if job._submitted}
     for job in batch._unsubmitted_jobs():
-        spec = _spec(job, scratch, uploads)
+        spec = job_spec(job, scratch, uploads)
         handles[job] = builder.add_job(spec, parents=[handles[p] for p in job._dependencies],
                                        accept=ALL_STATES if job._always_run else ("succeeded",))
     return builder, uploads
 
 
-def _spec(job: Job, scratch: str, uploads: dict[str, bytes]) -> job_spec_pb2.JobSpec:
+def job_spec(job: Job, scratch: str, uploads: dict[str, bytes]) -> job_spec_pb2.JobSpec:
+    """`job` as a corral job spec whose files pass through `scratch` (a URL); the files it reads that the client
+    writes (Python calls, long scripts) are added to `uploads` (URL to bytes). LocalBackend runs the same specs
+    in containers."""
     inputs: dict[str, str] = {}  # container path to URL
     if isinstance(job, PythonJob):
         image = job._image or DEFAULT_PYTHON_IMAGE

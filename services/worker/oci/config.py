@@ -86,4 +86,8 @@ class OciRuntimeConfig:
     private_networks: tuple[ipaddress.IPv4Network, ...] = ()
     """The deployment's private ranges: all that NETWORK_MODE_PRIVATE jobs reach, and what PUBLIC jobs do
     not (network.py)."""
+    offers_networks: bool = True
+    """Whether the runtime makes the host's bridges and chains for private and public networks when it starts;
+    False: it changes no host network setting, and jobs asking for either are refused (a pipeline's
+    LocalBackend, whose jobs have loopback only)."""
     clock_ms: Callable[[], int] = field(default=_wall_ms)

@@ -180,6 +180,9 @@ class OciRuntime:
         """The bridges and chains of private and public networks; where they cannot be made, jobs that ask for
         them are refused saying why (NETWORK_MODE_NONE needs none of it)."""
         self._network, self._network_why_not = None, ""
+        if not self.config.offers_networks:
+            self._network_why_not = "this runtime offers no network but loopback (offers_networks is off)"
+            return
         if why_not := network.host_refusals():
             self._network_why_not = "; ".join(why_not)
             return
