@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import corral.pipeline as hb
-from corral.pipeline.backend.containers import why_not_containers
+from services.worker.pipeline_containers import why_not_containers
 from corral.pipeline.backend.local import SAYS_CONTAINERS
 from corral.pipeline.exceptions import BatchException
 from services.registry import seed, seed_cache

@@ -248,3 +248,20 @@ def test_service_backend_with_no_arguments_takes_the_environment_then_the_profil
     Config({"lab": Profile(token="t", billing_project="lab")}, "lab").save()
     with pytest.raises(ValueError, match=r"`corral profile set remote_tmpdir URL`"):
         hb.ServiceBackend()
+
+
+def test_where_only_the_client_is_installed_the_local_backend_runs_processes_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The containers come from corral's worker, found as an entry point: without it, processes (or, asked for
+    containers, a refusal naming what is missing)."""
+    import corral.pipeline.backend.local as local
+    monkeypatch.setattr(local, "entry_points", lambda group, name: [])
+    monkeypatch.delenv("CORRAL_PIPELINE_CONTAINERS", raising=False)
+    b = hb.Batch(backend=hb.LocalBackend(tmp_dir=str(tmp_path)))
+    b.new_job().command("true")
+    b.run()
+    assert "corral's worker is not installed here" in capsys.readouterr().out.splitlines()[0]
+    b = hb.Batch(backend=hb.LocalBackend(tmp_dir=str(tmp_path), containers=True))
+    b.new_job().command("true")
+    with pytest.raises(hb.BatchException, match="corral's worker is not installed here"):
+        b.run()

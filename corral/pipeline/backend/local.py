@@ -1,7 +1,8 @@
 """`LocalBackend`: runs a batch on this machine, with no server: in containers where it can, else as processes.
 
 Jobs run in dependency order, as many at once as the machine has cores. Where the worker's OCI runtime can
-run here (root, runc, umoci, cgroups: containers.py), each job runs in a container of its image as a corral
+run here (root, runc, umoci, cgroups; services/worker/pipeline_containers.py, which corral's worker
+provides as the entry point `corral.pipeline:containers`), each job runs in a container of its image as a corral
 worker would run it (its spec compiled as the ServiceBackend compiles it, its files copied in and out of
 /io, its cpu and memory limits, loopback only, a uid of its own); otherwise, or with `containers=False`,
 each runs as a process of this machine (bash jobs with their shell, Python jobs with this interpreter),
@@ -26,7 +27,9 @@ import subprocess
 import sys
 import threading
 import uuid
+from importlib.metadata import entry_points
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from corral.batch.v1 import job_spec_pb2
@@ -37,10 +40,12 @@ from corral.pipeline.job import DEFAULT_SHELL, BashJob, Job, PythonJob
 from corral.pipeline.resource import Resource
 
 if TYPE_CHECKING:
-    from corral.pipeline.backend.containers import Containers
     from corral.pipeline.batch import Batch
 
 RUNNER = Path(__file__).resolve().parent.parent / "runner.py"
+CONTAINERS_ENTRY_POINT = ("corral.pipeline", "containers")
+"""Where the module that runs jobs in containers is found: the worker's OCI runtime is the server's, which the
+client imports nothing of, so the server names it as an entry point (as it names `corral up` to the CLI)."""
 CONTAINERS_VARIABLE = "CORRAL_PIPELINE_CONTAINERS"
 """'0' runs LocalBackend's jobs as processes, '1' in containers (or fails saying why not), unset: where the
 machine can; the `containers` argument wins over it."""
@@ -78,8 +83,9 @@ class LocalBackend(Backend):
         run = _Run(batch, scratch, self._parallelism, dry_run, verbose)
         try:
             if not why_not and not dry_run:
-                from corral.pipeline.backend.containers import Containers  # imports the worker's runtime
-                run.containers = Containers(self._tmp_dir)
+                containers = _container_runtime()
+                assert containers is not None  # or why_not would say it is missing
+                run.containers = containers.Containers(self._tmp_dir)
             return run.run()
         finally:
             if run.containers is not None:
@@ -95,8 +101,9 @@ class LocalBackend(Backend):
         if wanted is False:
             return ("asked for (containers=False)" if self._containers is False
                     else f"asked for (${CONTAINERS_VARIABLE}=0)")
-        from corral.pipeline.backend.containers import why_not_containers
-        reasons = why_not_containers()
+        containers = _container_runtime()
+        reasons = containers.why_not_containers() if containers is not None else [
+            "corral's worker is not installed here (only its client), and it runs the containers"]
         if reasons and wanted:
             raise BatchException("LocalBackend cannot run jobs in containers on this machine: " + "; ".join(reasons))
         return "; ".join(reasons)
@@ -122,7 +129,7 @@ class _Run:
         self.verbose = verbose
         self.print_lock = threading.Lock()
         self.first_error: BaseException | None = None
-        self.containers: Containers | None = None
+        self.containers: Any = None
         """The worker's OCI runtime, when jobs run in containers."""
         self.specs: dict[Job, job_spec_pb2.JobSpec] = {}
 
@@ -191,16 +198,13 @@ class _Run:
         """Each job's spec, as the ServiceBackend submits it with the scratch directory as its scratch URL, and
         the files the specs read; every image checked that can be without a registry, before any job runs."""
         from corral.pipeline.backend.service import job_spec
-        from services.worker.oci.images import ImageUnavailable
         assert self.containers is not None
         uploads: dict[str, bytes] = {}
         missing = []
         for job in jobs:
             self.specs[job] = spec = job_spec(job, files.url_of(self.scratch), uploads)
-            try:
-                self.containers.images.layout_of(spec.image)
-            except ImageUnavailable as e:
-                missing.append(f"job {job._job_id} ({job.name or job._uid}): image {spec.image!r}: {e}")
+            if (why := self.containers.missing(spec.image)) is not None:
+                missing.append(f"job {job._job_id} ({job.name or job._uid}): image {spec.image!r}: {why}")
         if missing:
             raise BatchException("LocalBackend: no job was run, for these images cannot be had: " + "; ".join(missing))
         for url, data in uploads.items():
@@ -301,3 +305,10 @@ class _Run:
 def _name(job: Job, resource: Resource) -> str:
     return repr(job._resources_inverse.get(resource, resource._relative_path()))
 
+
+def _container_runtime() -> ModuleType | None:
+    """The module that runs a job in a container (services/worker/pipeline_containers.py), or None where
+    corral's worker is not installed."""
+    group, name = CONTAINERS_ENTRY_POINT
+    found = entry_points(group=group, name=name)
+    return next(iter(found)).load() if found else None

@@ -178,6 +178,15 @@ class Containers:
         self._attempts = 0
         self._lock = threading.Lock()
 
+    def missing(self, image: str) -> str | None:
+        """Why `image` cannot be had without a registry (a layout or base image that is not there); None when it
+        can be, or when a registry is asked for it as the job starts."""
+        try:
+            self.images.layout_of(image)
+        except ImageUnavailable as e:
+            return str(e)
+        return None
+
     def run(self, spec: job_spec_pb2.JobSpec, job_id: int) -> tuple[JobOutcome, bytes]:
         """Run `spec` to its end, as a worker runs an attempt: its outcome and its output."""
         with self._lock:
