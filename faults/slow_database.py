@@ -10,8 +10,9 @@ A thread reads the batch through the API all along.
 
 It checks that the batch completes with every job succeeded, nothing lost
 or recorded twice, no service process died, no API call failed with
-INTERNAL or UNKNOWN, and no deadlock (MariaDB 1213) reached a log: the loops
-back off and recover. It prints the hold, the failed loop cycles the driver
+INTERNAL or UNKNOWN, and no deadlock (MariaDB 1213) reached a loop or a
+caller (the database layer's retries of a deadlocked transaction are
+counted, not failed): the loops back off and recover. It prints the hold, the failed loop cycles the driver
 logged, the API calls and their failures, and how long the batch took to
 finish after the last hold ended.
 """
@@ -31,6 +32,8 @@ from faults.audit import audit
 from faults.stack import Stack, alive, progress
 
 NAME = "slow-database"
+RETRIED = re.compile(r"^.* INFO retrying \S+ after MySQL error 1213 \(attempt \d+\)$", re.MULTILINE)
+"""services.db.database's line for a deadlock it retried whole."""
 HELP = "row locks held on the hot tables for seconds while a batch runs"
 
 
@@ -106,7 +109,11 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     outcome.figure(f"{NAME}.failed_cycles", logs.count("cycle failed"), "driver loop cycles")
     outcome.figure(f"{NAME}.api_calls", reader.calls, "GetBatch")
     outcome.figure(f"{NAME}.api_failures", sum(reader.failures.values()), str(reader.failures or ""))
-    deadlocks = len(re.findall(r"\b1213\b|Deadlock found", logs))
+    # A deadlock the database layer retried is logged as such (INFO, "retrying NAME after MySQL error 1213")
+    # and is the design working; one that reached a loop or a caller is any other line naming it.
+    retried = RETRIED.findall(logs)
+    outcome.figure(f"{NAME}.deadlocks_retried", len(retried), "")
+    deadlocks = len(re.findall(r"\b1213\b|Deadlock found", RETRIED.sub("", logs)))
     outcome.figure(f"{NAME}.deadlocks_logged", deadlocks, "")
     if deadlocks:
         outcome.broken.append(f"{deadlocks} deadlock errors reached the driver's log")
