@@ -125,10 +125,12 @@ def test_every_process_serves_its_metrics_and_they_move(tmp_path: Path) -> None:
         assert WORKER <= set(samples), part
     assert sum(total(after[p], "corral_worker_log_upload_bytes_total") for p in workers) \
         >= sum(len(f"job {i}\n") for i in range(N_JOBS))
-    if runtime == "oci":  # busybox, pulled once per worker from corral up's registry
-        assert sum(total(after[p], "corral_worker_image_pulls_total", outcome="pulled") for p in workers) \
-            == len(workers)
-        assert all(total(after[p], "corral_worker_image_cache_bytes") > 0 for p in workers)
+    if runtime == "oci":  # busybox, pulled from corral up's registry once by each worker that ran a job
+        # (the autoscaler may start a second worker that the jobs, a quarter core each, never reach)
+        ran = [p for p in workers if total(after[p], "corral_worker_log_upload_bytes_total") > 0]
+        assert ran and all(total(after[p], "corral_worker_image_pulls_total", outcome="pulled") == 1 for p in ran)
+        assert all(total(after[p], "corral_worker_image_pulls_total", outcome="pulled") <= 1 for p in workers)
+        assert all(total(after[p], "corral_worker_image_cache_bytes") > 0 for p in ran)
 
 
 @pytest.mark.parametrize("address", ["nonsense", "127.0.0.1", "127.0.0.1:notaport"])
