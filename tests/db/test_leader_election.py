@@ -116,7 +116,9 @@ async def test_a_leader_deposed_by_force_steps_down_when_its_renewal_is_refused(
     forced = await world.store.elect_leader("operator")  # a newer epoch, by the administrator's hand
     await eventually(lambda: not leader.election.is_leader, what="the leader steps down")
     assert leader.election.step_downs[0].startswith("the renewal was refused: stale leader epoch")
-    assert ("driver-a", "deposed", None) in campaigns.events  # type: ignore[attr-defined]
+    # The loops are told after the step-down has asked who leads now (a read): not at the same instant.
+    await eventually(lambda: ("driver-a", "deposed", None) in campaigns.events,  # type: ignore[attr-defined]
+                     what="the loops told it was deposed")
     # The forced epoch holds no lease: the driver campaigns again and leads under the next epoch.
     await eventually(lambda: leader.election.is_leader, what="leading again")
     assert (epoch, forced, leader.election.state.epoch) == (world.epoch + 1, world.epoch + 2, world.epoch + 3)
