@@ -161,7 +161,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     login.set_defaults(run=_login)
     whoami = commands.add_parser("whoami", help="who the CLI is: the user of the token it would use")
     whoami.set_defaults(run=_whoami)
-    profile = commands.add_parser("profile", help="the saved profiles: list them, pick the current one, or set the pipeline library's defaults")
+    profile = commands.add_parser(
+        "profile", help="the saved profiles: list them, pick the current one, or set the pipeline library's defaults")
     actions = profile.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
     actions.add_parser("list", help="every profile; * marks the current one")
     actions.add_parser("use", help="make a profile current").add_argument("name")

@@ -1,20 +1,19 @@
 """`LocalBackend`: runs a batch on this machine, with no server: in containers where it can, else as processes.
 
-Jobs run in dependency order, as many at once as the machine has cores. Where the worker's OCI runtime can
-run here (root, runc, umoci, cgroups; services/worker/pipeline_containers.py, which corral's worker
-provides as the entry point `corral.pipeline:containers`), each job runs in a container of its image as a corral
-worker would run it (its spec compiled as the ServiceBackend compiles it, its files copied in and out of
-/io, its cpu and memory limits, loopback only, a uid of its own); otherwise, or with `containers=False`,
-each runs as a process of this machine (bash jobs with their shell, Python jobs with this interpreter),
-where its image is not used and its cpu and memory are not enforced. The first line of output says which,
-and why not containers. Files pass between jobs through one scratch directory: a process's $BATCH_TMPDIR,
-where a file lies for the next job; a container's files are copied from it and back (only a job that
-succeeded copies back, or one that always_copy_output). Inputs are linked (local paths) or copied (URLs) in before the first job, and
-`write_output` copies once its job has succeeded (or, for an `always_copy_output` job, once it
-ended, what it wrote). A failed job's dependents are not run (except
-`always_run` ones); the others go on, and `run()` then raises the first failure: the command's
-`subprocess.CalledProcessError`, or, in a container, a `BatchException` for a job that ended in error (its
-image could not be had, an output was not written).
+Jobs run in dependency order, as many at once as the machine has cores. Where the worker's OCI runtime can run
+here (root, runc, umoci, cgroups; services/worker/pipeline_containers.py, which corral's worker provides as
+the entry point `corral.pipeline:containers`), each job runs in a container of its image as a corral worker
+would run it (its spec compiled as the ServiceBackend compiles it, its files copied in and out of /io, its cpu
+and memory limits, loopback only, a uid of its own); otherwise, or with `containers=False`, each runs as a
+process of this machine (bash jobs with their shell, Python jobs with this interpreter), where its image is
+not used and its cpu and memory are not enforced. The first line of output says which, and why not containers.
+Files pass between jobs through one scratch directory: a process's $BATCH_TMPDIR, where a file lies for the
+next job; a container's files are copied from it and back (only a job that succeeded copies back, or one that
+is always_copy_output). Inputs are linked (local paths) or copied (URLs) in before the first job, and
+`write_output` copies once its job has succeeded (or, for an `always_copy_output` job, once it ended, what it
+wrote). A failed job's dependents are not run (except `always_run` ones); the others go on, and `run()` then
+raises the first failure: the command's `subprocess.CalledProcessError`, or, in a container, a
+`BatchException` for a job that ended in error (its image could not be had, an output was not written).
 """
 
 from __future__ import annotations
