@@ -18,13 +18,19 @@
 #   - .venv with corral installed editable (`pip install -e .`: pyproject's
 #     dependencies, no extras), re-installed when pyproject.toml changes.
 # test adds:
-#   - Debian packages: Node.js for buf and Azurite, golang-grpc-gateway
+#   - Debian packages: Node.js for buf, Azurite and axe-core, golang-grpc-gateway
 #     (protoc-gen-swagger, with which scripts/gen_protos.py writes
-#     corral/openapi.json), and Slurm with munge (`bench slurm-compare` runs a
-#     private one on loopback; the system services are not used);
+#     corral/openapi.json), Slurm with munge (`bench slurm-compare` runs a
+#     private one on loopback; the system services are not used), and Chromium
+#     with NSS's certutil for the web tier (tests/web: Playwright drives
+#     Debian's Chromium, as `playwright install` cannot download its own here,
+#     and certutil makes it trust a test's CA);
 #   - the dev and bench extras in .venv (`pip install -e '.[dev,bench]'`);
 #   - the buf CLI in .tools/;
-#   - Azurite (the Azure Blob Storage emulator) in .tools/azurite.
+#   - Azurite (the Azure Blob Storage emulator) in .tools/azurite;
+#   - axe-core, the accessibility checker the web tier injects into pages, in
+#     .tools/axe: `npm ci` from tests/web/package-lock.json, which pins its
+#     version and records its integrity hash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,7 +52,7 @@ fi
 
 RUN_PACKAGES=(mariadb-server mariadb-client runc umoci skopeo iptables docker-registry busybox-static
               mmdebstrap faketime debian-archive-keyring)
-TEST_PACKAGES=(nodejs npm golang-grpc-gateway slurm-wlm munge)
+TEST_PACKAGES=(nodejs npm golang-grpc-gateway slurm-wlm munge chromium libnss3-tools)
 BUF_VERSION=1.75.0
 # Azurite runs in a prefix of its own: npm prunes packages it was not asked for, so sharing buf's would
 # remove one or the other. 3.35.0 is the newest that runs on Node.js 20 (3.36 wants 21, 3.37 wants 22).
@@ -153,4 +159,17 @@ if [[ $(cat .tools/azurite/node_modules/azurite/package.json 2>/dev/null) != *"\
     npm install --no-save --no-audit --no-fund --loglevel=error --prefix .tools/azurite "azurite@$AZURITE_VERSION" >/dev/null
 else
     say "azurite present"
+fi
+
+# `npm ci` installs exactly what the lock file names and checks each package's integrity hash against it; it
+# wants package.json and the lock beside node_modules, so both are copied into the prefix, and a changed lock
+# installs again.
+if ! cmp -s tests/web/package-lock.json .tools/axe/package-lock.json \
+    || [[ ! -f .tools/axe/node_modules/axe-core/axe.min.js ]]; then
+    say "installing axe-core into .tools/axe (npm ci, tests/web/package-lock.json)"
+    mkdir -p .tools/axe
+    cp tests/web/package.json tests/web/package-lock.json .tools/axe/
+    npm ci --no-audit --no-fund --loglevel=error --prefix .tools/axe >/dev/null
+else
+    say "axe-core present"
 fi

@@ -26,8 +26,9 @@ TIERS = {
     "oci": "containers under real runc",
     "clouds": "the cloud providers through their SDKs, against loopback servers",
     "pipeline": "the pipeline library (corral.pipeline): its model, its local backend, and one corral up",
+    "web": "the web UI in a real browser (Chromium)",
 }
-LONGEST_FIRST = ("e2e", "faults", "oci", "bench", "pipeline", "clouds", "helm", "service", "db", "unit")
+LONGEST_FIRST = ("e2e", "web", "faults", "oci", "bench", "pipeline", "clouds", "helm", "service", "db", "unit")
 """The order the tiers run in: modules that each start a whole system first, many short tests last, so that
 the two processes of `scripts/test.sh` end together rather than one waiting on the other's last `corral up`
 (pytest-xdist hands out modules in this order as each process becomes free)."""
