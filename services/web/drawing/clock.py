@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import math
 
-TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
-                172800, 604800, 2592000)
-"""Round units of time a time axis steps by: seconds, minutes, hours, days, a week, 30 days."""
+DAY_S, YEAR_S = 86_400, 365 * 86_400
+TICK_STEPS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, DAY_S,
+                2 * DAY_S, 7 * DAY_S, 30 * DAY_S, 90 * DAY_S, YEAR_S, 5 * YEAR_S, 10 * YEAR_S, 100 * YEAR_S)
+"""Round units of time a time axis steps by: seconds, minutes, hours, days, a week, 30 and 90 days, years."""
 
 
 def utc(seconds: float, pattern: str = "%Y-%m-%d %H:%M:%S") -> str:
@@ -36,10 +38,14 @@ def time_ticks(low: float, high: float, most: int = 8) -> tuple[int, list[int]]:
     the step since the epoch, so minutes fall on minutes and days on UTC midnights."""
     span = max(high - low, 1.0)
     step = next((s for s in TICK_STEPS_S if span / s <= most), TICK_STEPS_S[-1])
-    first = -(-int(low) // step) * step
-    return step, list(range(first, int(high) + 1, step))
+    first = math.ceil(low / step) * step
+    return step, list(range(first, math.floor(high) + 1, step))
 
 
 def tick_pattern(step_s: int) -> str:
     """The strftime pattern for ticks `step_s` apart: seconds shown only when they matter."""
-    return "%H:%M:%S" if step_s < 60 else "%H:%M" if step_s < 86400 else "%d %b"
+    if step_s < 60:
+        return "%H:%M:%S"
+    if step_s < DAY_S:
+        return "%H:%M"
+    return "%d %b" if step_s < 30 * DAY_S else "%b %Y" if step_s < YEAR_S else "%Y"

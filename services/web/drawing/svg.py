@@ -80,13 +80,15 @@ def nice_step(span: float, most: int) -> float:
 
 
 def nice_ticks(low: float, high: float, most: int = 6) -> list[float]:
-    """Round values from at or below `low` to at or above `high`, at most `most`+1 of them
-    (0, 20, 40, 60 for 3 to 57)."""
+    """Round values from at or below `low` to at or above `high`, at most `most`+1 steps apart
+    (0, 20, 40, 60 for 3 to 57). A range too narrow to cut (a constant series) is widened upwards."""
     if high < low:
         low, high = high, low
-    if high == low:
-        high = low + 1.0
+    scale = max(1.0, abs(low), abs(high))
+    if high - low < scale * 1e-9:
+        high = low + scale
     step = nice_step(high - low, most)
+    decimals = max(0, 1 - math.floor(math.log10(step)))  # keeps 0.1 * 3 from printing as 0.30000000000000004
     first = math.floor(low / step)
     last = math.ceil(high / step)
-    return [round(i * step, 10) for i in range(first, last + 1)]
+    return [round(i * step, decimals) + 0.0 for i in range(first, last + 1)]

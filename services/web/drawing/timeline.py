@@ -6,7 +6,8 @@ the lane that frees first. Each bar is coloured by its outcome's class, links to
 <title> (job, attempt, duration, outcome); an attempt still running is drawn to `now`.
 
 Readable at 10,000 attempts: beyond `max_bars`, each row's attempts are merged into segments, one per
-stretch of time (the axis cut into as many columns as keep rows × columns within `max_bars`), each
+stretch of time (the axis cut into as many columns as keep rows × columns within `max_bars`, but at
+least MIN_COLUMNS and at most MAX_COLUMNS), each
 counting the attempts that started in it with a stripe per outcome; beyond `max_rows` workers, the
 workers that started last share one row, "other workers". The summary says which of these happened.
 Times are shown in UTC.
@@ -18,7 +19,7 @@ import collections
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from services.web.drawing.clock import duration, tick_pattern, time_ticks, utc
+from services.web.drawing.clock import DAY_S, duration, tick_pattern, time_ticks, utc
 from services.web.drawing.svg import attr, count, document, num, plural, shorten, text
 
 OUTCOMES = ("running", "succeeded", "failed", "error", "cancelled", "preempted", "worker_lost")
@@ -128,8 +129,8 @@ def draw_timeline(bars: Sequence[Bar], *, now: float, href: Callable[[int], str]
     for index, row in enumerate(rows):
         if merged:
             height = MERGED_ROW_PT
-            drawn = _merged_row(row, low, high, columns, y, x_of)
-            segments += len(drawn)
+            drawn, n = _merged_row(row, low, high, columns, y, x_of)
+            segments += n
         else:
             placed = _lanes(row.bars, now)
             height = (max(lane for _, lane in placed) + 1) * LANE_PT
@@ -175,6 +176,7 @@ def _legend(outcomes: collections.Counter[str]) -> list[str]:
 def _axis(low: float, high: float, top: float, x_of: Callable[[float], float]) -> list[str]:
     step, ticks = time_ticks(low, high)
     pattern = tick_pattern(step)
+    dated = step < DAY_S
     out = ['<g class="axis">',
            f'<line x1="{num(LABEL_PT)}" y1="{num(top - 4)}" x2="{num(LABEL_PT + PLOT_PT)}" y2="{num(top - 4)}"/>',
            f'<text x="4" y="{num(top - 8)}">UTC</text>']
@@ -182,7 +184,7 @@ def _axis(low: float, high: float, top: float, x_of: Callable[[float], float]) -
     for tick in ticks:
         x = x_of(tick)
         label = utc(tick, pattern)
-        if step < 86400 and utc(tick, "%Y-%m-%d") != day:
+        if dated and utc(tick, "%Y-%m-%d") != day:
             day = utc(tick, "%Y-%m-%d")
             out.append(f'<text x="{num(x)}" y="{num(top - 22)}" text-anchor="middle">{day}</text>')
         out.append(f'<line x1="{num(x)}" y1="{num(top - 8)}" x2="{num(x)}" y2="{num(top - 4)}"/>'
@@ -204,8 +206,8 @@ def _bar(bar: Bar, lane: int, top: float, now: float, x_of: Callable[[float], fl
 
 
 def _merged_row(row: _Row, low: float, high: float, columns: int, top: float,
-                x_of: Callable[[float], float]) -> list[str]:
-    """A segment per column of the axis in which attempts started, a stripe per outcome."""
+                x_of: Callable[[float], float]) -> tuple[list[str], int]:
+    """A segment per column of the axis in which attempts started, a stripe per outcome; and how many."""
     width_s = (high - low) / columns
     by_column: dict[int, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for bar in row.bars:
@@ -227,4 +229,4 @@ def _merged_row(row: _Row, low: float, high: float, columns: int, top: float,
                        f'class="merged {outcome_class(outcome)}"/>')
             y += height
         out.append("</g>")
-    return out
+    return out, len(by_column)
