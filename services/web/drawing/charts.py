@@ -88,7 +88,8 @@ def line_chart(series: Sequence[Series], *, title: str, y_label: str, y_format: 
         cls = f"series series-{i % SERIES_CLASSES}"
         if len(s.points) == 1:
             (x, y), = s.points
-            body.append(f'<circle cx="{px(x)}" cy="{py(y)}" r="2.5" class="{cls}"><title>{text(s.name)}</title></circle>')
+            body.append(f'<circle cx="{px(x)}" cy="{py(y)}" r="2.5" class="{cls}">'
+                        f"<title>{text(s.name)}</title></circle>")
         elif s.points:
             body.append(f'<path d="M{"L".join(at(x, y) for x, y in s.points)}" class="{cls}">'
                         f"<title>{text(s.name)}</title></path>")

@@ -40,7 +40,6 @@ LABEL_CHARS = 19
 """A job box's first line, its id and name, is cut to this many characters."""
 LAYOUTS = LayoutCache()
 """The process's layouts, shared by every drawing that is not given its own."""
-OTHER_GROUPS = -1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +101,15 @@ def draw_dag(nodes: Sequence[DagNode], *, href: Callable[[int], str], max_nodes:
     return _summary(nodes, level, jobs, layouts)
 
 
+def _dot_number(n: int) -> str:
+    """`n` as part of a `dot` node name, which may not hold a minus sign."""
+    return str(n) if n >= 0 else f"m{-n}"
+
+
+def _job_box(job_id: int) -> str:
+    return f"j{_dot_number(job_id)}"
+
+
 def _legend(state_counts: Mapping[str, int]) -> list[str]:
     """A swatch, the state's name and its count for each state present: colour is never the only cue."""
     out = ['<g class="legend">']
@@ -143,16 +151,16 @@ def _edge_paths(placement: Placement, top: float, edges: Iterable[tuple[str, str
 def _jobs(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, href: Callable[[int], str],
           layouts: LayoutCache) -> Dag:
     ordered = sorted(nodes, key=lambda n: n.job_id)
-    edges = [(f"j{p}", f"j{c}") for p, c in parent_edges(nodes)]
+    edges = [(_job_box(p), _job_box(c)) for p, c in parent_edges(nodes)]
     width_pt, height_pt = JOB_BOX
-    graph = Graph(tuple(Box(f"j{n.job_id}", width_pt, height_pt, level[n.job_id]) for n in ordered), tuple(edges))
+    graph = Graph(tuple(Box(_job_box(n.job_id), width_pt, height_pt, level[n.job_id]) for n in ordered), tuple(edges))
     placement = layouts.place(graph)
     states = collections.Counter("other" if n.state not in STATES else n.state for n in nodes)
     top, height = _frame(placement)
     body = [*_legend(states), _note(placement, LEGEND_HEIGHT_PT + 12), *_edge_paths(placement, top, edges),
             f'<g class="nodes" transform="translate(0,{num(top)})">']
     for node in ordered:
-        cx, cy = placement.centres[f"j{node.job_id}"]
+        cx, cy = placement.centres[_job_box(node.job_id)]
         x, y = cx - width_pt / 2, cy - height_pt / 2
         state = node.state if node.state in STATES else "other"
         tip = f"job {node.job_id}: {node.name} ({node.state}, job group {node.group_id})"
@@ -173,18 +181,19 @@ def _jobs(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, href: C
 
 @dataclasses.dataclass
 class _Aggregate:
-    group: int
+    group: int | None
+    """None for 'other groups'."""
     first_level: int
     last_level: int
     states: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
     @property
     def name(self) -> str:
-        group = "o" if self.group == OTHER_GROUPS else str(self.group)
+        group = "o" if self.group is None else _dot_number(self.group)
         return f"g{group}_l{self.first_level}"
 
 
-def _band(keys: Sequence[tuple[int, int]]) -> int:
+def _band(keys: Sequence[tuple[int | None, int]]) -> int:
     """The smallest band of levels (1, 2, 4, …) that keeps the (group, band) boxes within MAX_AGGREGATES."""
     band = 1
     while len({(g, lv // band) for g, lv in keys}) > MAX_AGGREGATES:
@@ -196,11 +205,11 @@ def _summary(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, layo
     sizes = collections.Counter(n.group_id for n in nodes)
     shown = sorted(sorted(sizes, key=lambda g: (-sizes[g], g))[: MAX_GROUPS - 1 if len(sizes) > MAX_GROUPS else None])
     shown_set = set(shown)
-    group_of = {n.job_id: (n.group_id if n.group_id in shown_set else OTHER_GROUPS) for n in nodes}
+    group_of = {n.job_id: (n.group_id if n.group_id in shown_set else None) for n in nodes}
     band = _band([(group_of[n.job_id], level[n.job_id]) for n in nodes])
     n_levels = max(level.values()) + 1
 
-    aggregates: dict[tuple[int, int], _Aggregate] = {}
+    aggregates: dict[tuple[int | None, int], _Aggregate] = {}
     for node in nodes:
         key = (group_of[node.job_id], level[node.job_id] // band)
         if key not in aggregates:
@@ -214,7 +223,7 @@ def _summary(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, layo
                                        for (a, b), n in key_counts.items() if a != b})
 
     # Boxes by level, then group, "other groups" last: the order `dot` and the fallback start from.
-    ordered = sorted(aggregates.values(), key=lambda a: (a.first_level, a.group == OTHER_GROUPS, a.group))
+    ordered = sorted(aggregates.values(), key=lambda a: (a.first_level, a.group is None, a.group or 0))
     edges = sorted(edge_counts)
     width_pt, height_pt = AGGREGATE_BOX
     graph = Graph(tuple(Box(a.name, width_pt, height_pt, a.first_level // band) for a in ordered), tuple(edges))
@@ -255,7 +264,7 @@ def _aggregate_box(a: _Aggregate, centre: tuple[float, float]) -> list[str]:
     width_pt, height_pt = AGGREGATE_BOX
     x, y = centre[0] - width_pt / 2, centre[1] - height_pt / 2
     total = sum(a.states.values())
-    group = "other groups" if a.group == OTHER_GROUPS else f"group {a.group}"
+    group = "other groups" if a.group is None else f"group {a.group}"
     levels = f"level {a.first_level}" if a.first_level == a.last_level else f"levels {a.first_level}–{a.last_level}"
     failed = a.states["failed"] + a.states["error"]
     line = plural(total, "job") + (f" · {count(failed)} failed" if failed else "")

@@ -67,6 +67,14 @@ def document(*, kind: str, width: float, height: float, title: str, desc: str, b
             f"{inner}</svg>")
 
 
+def standalone(svg: str, stylesheet_href: str) -> str:
+    """A drawing as a document of its own (served as image/svg+xml, opened by a link): an XML declaration
+    and a processing instruction that links the stylesheet, which an inline drawing gets from its page.
+    Without it, a browser fills every shape black."""
+    return (f'<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<?xml-stylesheet type="text/css" href="{attr(stylesheet_href)}"?>\n{svg}')
+
+
 def nice_step(span: float, most: int) -> float:
     """The smallest step of 1, 2 or 5 times a power of ten that cuts `span` into at most `most` parts."""
     if span <= 0 or not math.isfinite(span):

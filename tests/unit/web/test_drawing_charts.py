@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.web.drawing.charts import Series, bar_chart, bar_table, line_chart, line_table
-from services.web.drawing.svg import nice_ticks
+from services.web.drawing.svg import nice_ticks, standalone
 from tests.examples import examples
 from tests.unit.web.svg_checks import SVG, as_shown, parsed, texts
 
@@ -112,3 +112,11 @@ def test_the_drawing_package_imports_only_the_standard_library_and_itself() -> N
     outside = {m for m in found if m.split(".")[0] not in sys.stdlib_module_names
                and not m.startswith("services.web.drawing")}
     assert outside == set()
+
+
+def test_a_standalone_drawing_links_its_stylesheet() -> None:
+    svg = bar_chart([("a", 1.0)], title="t", y_format=str)
+    document = standalone(svg, '/static/drawing.css?v="1"&x')
+    assert document.startswith('<?xml version="1.0" encoding="UTF-8"?>\n'
+                               '<?xml-stylesheet type="text/css" href="/static/drawing.css?v=&quot;1&quot;&amp;x"?>\n')
+    assert parsed(document.encode()).get("role") == "img"

@@ -37,7 +37,7 @@ def dags(draw: st.DrawFn, most: int = 40) -> list[DagNode]:
         earlier = st.sampled_from(ids[:i]) if i else st.nothing()
         parents = draw(st.lists(earlier | st.integers(1, 20_000), max_size=4))
         nodes.append(DagNode(job_id, draw(st.text(max_size=30) | st.sampled_from(NASTY)),
-                             draw(st.sampled_from(STATES) | st.text(max_size=8)), draw(st.integers(0, 5)),
+                             draw(st.sampled_from(STATES) | st.text(max_size=8)), draw(st.integers(-1, 30)),
                              tuple(parents)))
     return nodes
 
