@@ -110,8 +110,9 @@ def _job_box(job_id: int) -> str:
     return f"j{_dot_number(job_id)}"
 
 
-def _legend(state_counts: Mapping[str, int]) -> list[str]:
-    """A swatch, the state's name and its count for each state present: colour is never the only cue."""
+def _legend(state_counts: Mapping[str, int]) -> tuple[list[str], float]:
+    """A swatch, the state's name and its count for each state present (colour is never the only cue); and
+    the legend's width."""
     out = ['<g class="legend">']
     x = 8.0
     for state in [*STATES, "other"]:
@@ -123,7 +124,7 @@ def _legend(state_counts: Mapping[str, int]) -> list[str]:
                    f'<text x="{num(x + 16)}" y="16">{text(label)}</text>')
         x += 24 + 7 * len(label)
     out.append("</g>")
-    return out
+    return out, x
 
 
 def _note(placement: Placement, y: float) -> str:
@@ -153,11 +154,11 @@ def _jobs(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, href: C
     ordered = sorted(nodes, key=lambda n: n.job_id)
     edges = [(_job_box(p), _job_box(c)) for p, c in parent_edges(nodes)]
     width_pt, height_pt = JOB_BOX
-    graph = Graph(tuple(Box(_job_box(n.job_id), width_pt, height_pt, level[n.job_id]) for n in ordered), tuple(edges))
-    placement = layouts.place(graph)
-    states = collections.Counter("other" if n.state not in STATES else n.state for n in nodes)
+    boxes = tuple(Box(_job_box(n.job_id), width_pt, height_pt, level[n.job_id]) for n in ordered)
+    placement = layouts.place(Graph(boxes, tuple(edges)))
+    legend, legend_width = _legend(collections.Counter("other" if n.state not in STATES else n.state for n in nodes))
     top, height = _frame(placement)
-    body = [*_legend(states), _note(placement, LEGEND_HEIGHT_PT + 12), *_edge_paths(placement, top, edges),
+    body = [*legend, _note(placement, LEGEND_HEIGHT_PT + 12), *_edge_paths(placement, top, edges),
             f'<g class="nodes" transform="translate(0,{num(top)})">']
     for node in ordered:
         cx, cy = placement.centres[_job_box(node.job_id)]
@@ -173,8 +174,8 @@ def _jobs(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, href: C
             f'<text x="{num(x + 6)}" y="{num(y + 32)}" class="state-name">{text(state)}</text></g></a>')
     body.append("</g>")
     summary = f"{jobs}; each job drawn" + (f" ({placement.note})" if placement.note else "")
-    width = max(placement.width_pt, 8 + sum(24 + 7 * len(f"{s} {count(n)}") for s, n in states.items()))
-    svg = document(kind="dag", width=width, height=height, title="The batch's jobs and their dependencies",
+    svg = document(kind="dag", width=max(placement.width_pt, legend_width), height=height,
+                   title="The batch's jobs and their dependencies",
                    desc=f"{summary}. Parents above their children; each box links to its job.", body=body)
     return Dag(svg, summary + ".")
 
@@ -231,8 +232,9 @@ def _summary(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, layo
     states = collections.Counter[str]()
     for a in ordered:
         states.update(a.states)
+    legend, legend_width = _legend(states)
     top, height = _frame(placement)
-    body = [*_legend(states), _note(placement, LEGEND_HEIGHT_PT + 12),
+    body = [*legend, _note(placement, LEGEND_HEIGHT_PT + 12),
             *_edge_paths(placement, top, edges, lambda e: 1 + len(str(edge_counts[e])) * 0.75),
             f'<g class="edge-counts" transform="translate(0,{num(top)})">']
     for edge in edges:
@@ -245,15 +247,14 @@ def _summary(nodes: Sequence[DagNode], level: Mapping[int, int], jobs: str, layo
         body += _aggregate_box(a, placement.centres[a.name])
     body.append("</g>")
 
-    groups = len({a.group for a in ordered})
+    groups = len({a.group for a in ordered if a.group is not None})
     how = f"drawn as {plural(len(ordered), 'group')} of jobs by job group and level"
     if band > 1:
         how += f" (levels in bands of {band})"
     if len(sizes) > len(shown):
         how += f"; the {plural(len(sizes) - len(shown), 'smallest job group')} drawn as 'other groups'"
     summary = f"{jobs}; {how}" + (f" ({placement.note})" if placement.note else "")
-    width = max(placement.width_pt, 8 + sum(24 + 7 * len(f"{s} {count(n)}") for s, n in states.items()))
-    svg = document(kind="dag", width=width, height=height,
+    svg = document(kind="dag", width=max(placement.width_pt, legend_width), height=height,
                    title=f"The batch's jobs by job group and level ({plural(groups, 'job group')} shown)",
                    desc=f"{summary}. Each box counts the jobs of one job group at one level, with a bar of their "
                         "states; each edge counts the dependencies between two boxes.", body=body)
