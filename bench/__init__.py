@@ -42,6 +42,7 @@ BENCHMARKS = (
     "bench.failover",
     "bench.fuzz_query",
     "bench.warm_image",
+    "bench.web_drawing",
 )
 
 

@@ -13,8 +13,9 @@
 #     of the container runtime (runc, umoci, skopeo) and iptables (containers'
 #     networks, services/worker/oci/network.py), the OCI registry `corral up`
 #     runs on loopback (docker-registry), the static busybox it seeds it with
-#     (busybox-static) and what builds its Debian base images (mmdebstrap,
-#     faketime for Java's trust store, Debian's archive keys);
+#     (busybox-static), what builds its Debian base images (mmdebstrap,
+#     faketime for Java's trust store, Debian's archive keys) and Graphviz
+#     (graphviz: `dot` lays out the web UI's DAG, services/web/drawing/);
 #   - .venv with corral installed editable (`pip install -e .`: pyproject's
 #     dependencies, no extras), re-installed when pyproject.toml changes.
 # test adds:
@@ -51,7 +52,7 @@ if [[ $LEVEL != run && $LEVEL != test ]]; then
 fi
 
 RUN_PACKAGES=(mariadb-server mariadb-client runc umoci skopeo iptables docker-registry busybox-static
-              mmdebstrap faketime debian-archive-keyring)
+              mmdebstrap faketime debian-archive-keyring graphviz)
 TEST_PACKAGES=(nodejs npm golang-grpc-gateway slurm-wlm munge chromium libnss3-tools)
 BUF_VERSION=1.75.0
 # Azurite runs in a prefix of its own: npm prunes packages it was not asked for, so sharing buf's would

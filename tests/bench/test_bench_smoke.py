@@ -18,7 +18,7 @@ import pymysql
 import pytest
 
 from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, oci_start,
-                   pipeline_scatter, query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image)
+                   pipeline_scatter, query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image, web_drawing)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -462,3 +462,18 @@ def test_pipeline_scatter_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) 
     assert list(printed) == pipeline_scatter.figure_names(pipeline_scatter.SMOKE_JOBS)
     assert all(value >= 0 for value, _ in printed.values())
     assert results_of(tmp_path, "pipeline-scatter", printed)["parameters"]["n_jobs"] == pipeline_scatter.SMOKE_JOBS
+
+
+def test_web_drawing_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    result = run_bench(mariadb_server, tmp_path, "web-drawing")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == web_drawing.figure_names(smoke=True)
+    assert all(value > 0 for name, (value, _) in printed.items() if not name.endswith(".dot_cpu"))  # ms ticks
+    assert {unit for _, unit in printed.values()} == {"s", "ms"}
+    results = results_of(tmp_path, "web-drawing", printed)
+    small, summarised = results["parameters"]["dags"]
+    assert small["summary"].endswith("; each job drawn.")
+    assert "drawn as" in summarised["summary"] and summarised["n_jobs"] == web_drawing.SMOKE_SIZES[1]
+    assert results["parameters"]["timeline"]["n_attempts"] == web_drawing.SMOKE_TIMELINE_ATTEMPTS
