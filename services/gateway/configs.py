@@ -6,6 +6,9 @@
   `grpc_json_transcoder` from the descriptor set, and then routed the same
   way. Errors come back as JSON `google.rpc.Status` with the HTTP status of
   the gRPC code; server streams as one JSON message per line.
+  Every other path goes to the web UI (services.web), if the deployment
+  has one: HTTP/1.1 over mutual TLS, its event streams without a timeout;
+  `/api/...` and gRPC that no route takes stay 404 (never the UI's page).
 - internal: mutual TLS for workers only, routing the driver's services to the
   one driver that says SERVING on gRPC health: the leader; and, if the
   deployment has one, an enrollment listener for new workers without a
@@ -159,9 +162,16 @@ def access_log(deployment: Deployment, gateway: str) -> list[Config]:
     }]
 
 
-def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> Config:
-    """An upstream over HTTP/2 and mutual TLS, health-checked by gRPC health, balanced over healthy hosts."""
+def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment,
+             http_health_path: str | None = None) -> Config:
+    """An upstream over HTTP/2 and mutual TLS, health-checked by gRPC health, balanced over healthy hosts; with
+    `http_health_path`, over HTTP/1.1 (the web UI), its health a GET of that path."""
     limits = deployment.limits
+    if http_health_path is None:
+        protocol: Config = {"http2_protocol_options": hardening.upstream_http2_options(limits)}
+        health: Config = {"grpc_health_check": {"service_name": HEALTH_SERVICE[name]}}
+    else:
+        protocol, health = {"http_protocol_options": {}}, {"http_health_check": {"path": http_health_path}}
     interval = _seconds(limits.health_check_interval_s)
     ip_only = all(_is_ip(h.host) for h in hosts)
     return {
@@ -175,7 +185,7 @@ def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> C
         "typed_extension_protocol_options": {
             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                 "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": hardening.upstream_http2_options(limits)},
+                "explicit_http_config": protocol,
             },
         },
         "load_assignment": {
@@ -192,14 +202,14 @@ def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> C
             # success puts a host (a newly elected leader) in at once.
             "unhealthy_threshold": 2,
             "healthy_threshold": 1,
-            "grpc_health_check": {"service_name": HEALTH_SERVICE[name]},
+            **health,
         }],
         "transport_socket": {
             "name": _TLS_SOCKET,
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
                 "common_tls_context": {
-                    "alpn_protocols": ["h2"],
+                    "alpn_protocols": ["h2"] if http_health_path is None else ["http/1.1"],
                     "tls_certificates": [_certificate(deployment.tls)],
                     "validation_context": {
                         "trusted_ca": {"filename": str(deployment.tls.ca_cert)},
@@ -210,6 +220,30 @@ def _cluster(name: str, hosts: tuple[Address, ...], deployment: Deployment) -> C
             },
         },
     }
+
+
+WEB_STREAMS = r"/batches/[0-9]+/(events|jobs/[0-9]+/log/live)"
+"""The web UI's server-sent event streams: long requests, with no timeout."""
+
+
+def _web_routes(deployment: Deployment) -> list[Config]:
+    """With a web UI: `/api/...` that the transcoder did not take, and gRPC to no service of ours, are 404
+    here (a REST or gRPC client gets its own kind of error, not a page); everything else goes to the UI,
+    without the REST body checks and with no gateway token."""
+    if not deployment.webs:
+        return []
+    disabled = {"@type": "type.googleapis.com/envoy.config.route.v3.FilterConfig", "disabled": True}
+    web = {"request_headers_to_remove": [GATEWAY_TOKEN_HEADER],
+           "typed_per_filter_config": {BUFFER: disabled, LUA: disabled}}
+    return [
+        {"match": {"prefix": "/api/"}, "direct_response": {"status": 404}},
+        {"match": {"prefix": "/", "headers": [{"name": "content-type", "string_match": {"prefix": "application/grpc"}}]},
+         "direct_response": {"status": 404}},
+        {"match": {"safe_regex": {"regex": WEB_STREAMS}},
+         "route": {"cluster": "web", "timeout": "0s", "idle_timeout": "0s"}, **web},
+        {"match": {"prefix": "/"}, "route": {"cluster": "web", "timeout": _seconds(deployment.limits.route_timeout_s)},
+         **web},
+    ]
 
 
 def _is_ip(host: str) -> bool:
@@ -262,6 +296,7 @@ def _routes(services: list[RoutedService], timeout_s: float, auth_token: str | N
 
 BODY_SIZE_LIMIT = "envoy.filters.http.body_size_limit"
 BUFFER = "envoy.filters.http.buffer"
+LUA = "envoy.filters.http.lua"
 
 
 def _router() -> Config:
@@ -292,7 +327,7 @@ def _rest_buffer(deployment: Deployment) -> Config:
 def _rest_body_keys(deployment: Deployment) -> Config:
     """Refuse a REST body key that no field of the request has, naming it (services.gateway.rest_body_keys:
     the transcoder would drop it without a word)."""
-    return {"name": "envoy.filters.http.lua", "typed_config": {
+    return {"name": LUA, "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.http.lua.v3.Lua",
         "default_source_code": {"filename": str(lua_path(deployment.descriptor_set))}}}
 
@@ -371,7 +406,8 @@ def public_config(deployment: Deployment) -> Config:
                 "name": "corral",
                 "domains": ["*"],
                 "routes": [_openapi_route(deployment),
-                           *_routes(services + reflection, limits.route_timeout_s, deployment.auth_token)],
+                           *_routes(services + reflection, limits.route_timeout_s, deployment.auth_token),
+                           *_web_routes(deployment)],
             }],
         },
     }
@@ -388,7 +424,8 @@ def public_config(deployment: Deployment) -> Config:
         "static_resources": {
             "listeners": [_listener("public", deployment.public_listen, tls_context, manager, limits)],
             "clusters": [_cluster("auth", (deployment.auth,), deployment),
-                         _cluster("frontend", deployment.frontends, deployment)],
+                         _cluster("frontend", deployment.frontends, deployment),
+                         *([_cluster("web", deployment.webs, deployment, "/healthz")] if deployment.webs else [])],
         },
     }, "public", deployment.public_stats_listen, deployment.public_admin_socket, deployment)
 

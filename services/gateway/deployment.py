@@ -178,12 +178,15 @@ class Deployment:
     """Where new workers, which have no certificate yet, enroll (issue 16): TLS with the gateway's
     certificate and no client certificate, forwarding WorkerEnrollmentService/Enroll alone to the leading
     driver (anything else: 404, which gRPC clients read as UNIMPLEMENTED). None: no such listener."""
+    webs: tuple[Address, ...] = ()
+    """The web UI's listeners (services.web: HTTPS, for the gateway's certificate alone), served at `/` of the
+    public listener; none: no UI, and `/` is 404."""
     worker_san_prefix: str = "spiffe://corral/worker/"
     """Only client certificates with a URI SAN starting with this reach the internal gateway ('' accepts
     any certificate the CA signed)."""
 
     def __post_init__(self) -> None:
-        for upstream in (self.auth, *self.frontends, *self.drivers):
+        for upstream in (self.auth, *self.frontends, *self.drivers, *self.webs):
             if upstream.port == 0:
                 raise ValueError(f"upstream {upstream} needs its port")
         if not self.frontends:
@@ -207,6 +210,7 @@ class Deployment:
             auth=Address.parse(fields["auth"]),
             frontends=tuple(Address.parse(a) for a in fields["frontends"]),
             drivers=tuple(Address.parse(a) for a in fields["drivers"]),
+            webs=tuple(Address.parse(a) for a in fields.get("webs") or ()),
             descriptor_set=Path(fields["descriptor_set"]),
             access_log=Path(fields["access_log"]),
             limits=limits,

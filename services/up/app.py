@@ -63,8 +63,8 @@ from services.driver.leader import LeaseSettings
 from services.registry.local import LocalRegistry
 from services.registry.seed import seed
 from services.up import database, gateway
-from services.up.certificates import (GATEWAY_TOKEN_FILE, REGISTRY_LOGIN, REGISTRY_PUSH_LOGIN, certificates,
-                                      secrets_keys)
+from services.up.certificates import (GATEWAY_TOKEN_FILE, REGISTRY_LOGIN, REGISTRY_PUSH_LOGIN, WEB_IDENTITY,
+                                      certificates, secrets_keys)
 from services.up.config import UpConfig
 from services.up.metrics import METRICS_IDENTITY, write_metrics_targets
 from services.up.ports import free_port
@@ -117,7 +117,7 @@ class Running:
                 supervisor.say(f"could not create {self.stopping_file} ({e}): a driver may start a machine as "
                                "everything stops")
         # The public gateway and the frontend first: no new work comes in.
-        supervisor.end(["gateway-public", "frontend"], SERVICE_GRACE_S)
+        supervisor.end(["gateway-public", "web", "frontend"], SERVICE_GRACE_S)
         # Every worker, while the drivers still serve, so that each deactivates itself cleanly: found
         # from their pid files, as some were started by a driver that has died since.
         workers = [Recorded(record) for record in pid_files.live("worker-")]
@@ -261,15 +261,16 @@ def start(config: UpConfig) -> Running:
             # The scraper's client certificate: every metrics port answers only a certificate of the CA.
             metrics_certs = ca.provision(METRICS_IDENTITY, data / "certs" / METRICS_IDENTITY).key.parent
 
-        def service(name: str, module: str, account: str, args: list[str], lifeline: bool = False,
+        def service(name: str, module: str, account: str | None, args: list[str], lifeline: bool = False,
                     policy: RestartPolicy | None = None) -> None:
             """Start `python -m MODULE ARGS` as part NAME, with its own database URL in its environment
-            (never on the command line); with `lifeline`, it hands the lifeline on to its workers."""
+            (never on the command line; none without an `account`); with `lifeline`, it hands the lifeline on
+            to its workers."""
             ports = run_dir / f"{name}.ports"
             if running.metrics_dir is not None:  # a port of its own, kept across restarts as its others are
                 args = [*args, "--metrics-address", f"127.0.0.1:{free_port()}",
                         "--metrics-port-file", str(running.metrics_dir / f"{name}.port")]
-            part_env = {**env, DATABASE_URL_VARIABLE: service_urls[account]}
+            part_env = {**env, DATABASE_URL_VARIABLE: service_urls[account]} if account else dict(env)
             if lifeline:
                 part_env.update(running.lifeline.environment())
             supervisor.start(ServiceProcess(name, [sys.executable, "-m", module, *args, "--ports-file", str(ports)],
@@ -337,6 +338,16 @@ def start(config: UpConfig) -> Running:
                  # Behind the gateway, people's reflection reaches the frontend alone.
                  *(["--reflect-also", "corral.auth.v1.AuthService"] if config.gateway else []), *urls,
                  "--own-registry", registry_url, *registry_push, *allowed, *mirrors])
+        if config.gateway:
+            # The web UI, behind the public gateway: the users' own tokens, no database account. It tells auth
+            # where a sign-in comes from with the gateway's token.
+            web_certs = ca.provision(WEB_IDENTITY, data / "certs" / WEB_IDENTITY).key.parent
+            write_atomically(web_certs / GATEWAY_TOKEN_FILE, (certs["auth"] / GATEWAY_TOKEN_FILE).read_bytes(), 0o600)
+            web_port = free_port()
+            service("web", "services.web", None,
+                    ["--certs-dir", str(web_certs), "--address", f"127.0.0.1:{web_port}",
+                     "--frontend-address", f"localhost:{frontend}", "--auth-address", f"localhost:{auth_public}",
+                     "--login-source-token-file", str(web_certs / GATEWAY_TOKEN_FILE)])
         if registry is not None:
             registry.wait_ready()
             seed_dir = config.base_image_cache or data / "registry" / "seed"
@@ -345,7 +356,8 @@ def start(config: UpConfig) -> Running:
                 if seeded.pushed:  # pushed through the push registry; workers pull it from the other
                     image = seeded.reference.split("/", 1)[1]
                     supervisor.say(f"registry: seeded {registry.pull.address}/{image} ({seeded.digest})")
-        for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend"]:
+        for name in ["auth", *(f"driver-{i}" for i in range(config.n_drivers)), "frontend",
+                     *(["web"] if config.gateway else [])]:
             _wait_for(run_dir / f"{name}.ports", supervisor)
         public = {"frontend": f"localhost:{frontend}", "auth": f"localhost:{auth_public}"}
         if config.gateway:
@@ -354,11 +366,12 @@ def start(config: UpConfig) -> Running:
                                       frontend_ports=[frontend], driver_ports=driver_ports,
                                       stats_ports=(free_port(), free_port()) if running.metrics_dir else None,
                                       auth_token=gateway_token, enroll_port=enroll_port,
-                                      limits=config.gateway_limits)
+                                      limits=config.gateway_limits, web_ports=[web_port])
             gateway.start_gateways(plan, supervisor, data, logs, lambda: _check_started(supervisor),
                                    running.metrics_dir)
             running.gateway = f"localhost:{gateway_port}"
             public = {"frontend": running.gateway, "auth": running.gateway, "gateway": running.gateway,
+                      "web": f"https://{running.gateway}/",
                       "workers_gateway": workers_driver_addresses}
             if plan.enroll_listen is not None:  # cloud workers enroll here (local ones are given a certificate)
                 public["workers_enroll"] = f"localhost:{plan.enroll_listen.port}"

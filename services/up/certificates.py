@@ -40,6 +40,9 @@ copies into each worker's certificate directory (services.registry.local)."""
 REGISTRY_PUSH_LOGIN = "registry-push-login.json"
 """In the frontend's certificate directory: the push login of corral up's registry, with which it imports
 projects' images (`corral images import`); no other service holds it (services.registry.local)."""
+WEB_IDENTITY = "web"
+"""The web UI's certificate identity (DATA/certs/web): it serves the gateway alone, and is no service role (it
+calls corral with its users' tokens, never with its certificate)."""
 SECRETS_KEY = "job-secrets.key"
 SECRETS_PUBLIC_KEY = "job-secrets.pub"
 

@@ -36,7 +36,7 @@ from services.up.supervisor import Supervisor
 LOOPBACK = "127.0.0.1"
 GATEWAYS = ("public", "internal")
 """The gateways, by the name of their config (`envoy-NAME.yaml`); the part of each is `gateway-NAME`."""
-UPSTREAMS = {"public": ("auth", "frontend"), "internal": ()}
+UPSTREAMS = {"public": ("auth", "frontend", "web"), "internal": ()}
 """The Envoy clusters of each gateway that must have a healthy host before corral is up. Not the drivers:
 none is healthy until one leads, which after a restart may wait for the old lease to expire, and workers
 keep trying meanwhile."""
@@ -45,10 +45,12 @@ keep trying meanwhile."""
 def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_port: int, auth_port: int,
                frontend_ports: Sequence[int], driver_ports: Sequence[int],
                stats_ports: tuple[int, int] | None = None, limits: Limits = Limits(),
-               auth_token: str | None = None, enroll_port: int | None = None) -> Deployment:
+               auth_token: str | None = None, enroll_port: int | None = None,
+               web_ports: Sequence[int] = ()) -> Deployment:
     """The description of what `corral up` runs, every listener on loopback, every path absolute but the
     admin sockets' (relative to DATA/run); with `stats_ports` (public, internal), statistics listeners; with
-    `enroll_port`, the internal gateway's enrollment listener (new workers without a certificate)."""
+    `enroll_port`, the internal gateway's enrollment listener (new workers without a certificate); with
+    `web_ports`, the web UI at `/`."""
     tls = TlsFiles.of(gateway_certs, "gateway")
     return Deployment(
         public_listen=Address(LOOPBACK, public_port),
@@ -61,6 +63,7 @@ def deployment(data: Path, gateway_certs: Path, *, public_port: int, internal_po
         auth=Address(LOOPBACK, auth_port),
         frontends=tuple(Address(LOOPBACK, port) for port in frontend_ports),
         drivers=tuple(Address(LOOPBACK, port) for port in driver_ports),
+        webs=tuple(Address(LOOPBACK, port) for port in web_ports),
         descriptor_set=(data / "gateway" / "descriptors.binpb").resolve(),
         access_log=(data / "logs" / "gateway-access.log").resolve(),
         # The connection cap within what corral up may give Envoy in file descriptors (ulimit -Hn).
