@@ -63,6 +63,9 @@ def serve_forever(config: UpConfig) -> int:
     if running.gateway is not None:
         print(f"corral's address: {running.gateway} (the public gateway: gRPC, and REST at "
               f"https://{running.gateway}/api/v1/..., TLS verified with {running.endpoints['ca_cert']})")
+    if "web" in running.endpoints:
+        print(f"The web UI: {running.endpoints['web']} (open it in a browser and sign in with a corral user's name "
+              f"and password; the browser must trust {running.endpoints['ca_cert']})")
     print(jobs_runtime_line(config.worker_runtime))
     for name, value in running.endpoints.items():
         print(f"  {name:<9} {value}")

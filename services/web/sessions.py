@@ -51,6 +51,12 @@ def login_nonce_matches(cookie: str | None, offered: str | None) -> bool:
     return bool(cookie) and bool(offered) and hmac.compare_digest(str(cookie).encode(), str(offered).encode())
 
 
+def forget(response: object, name: str) -> None:
+    """Remove a cookie from the browser: with the attributes it was set with, without which a browser keeps
+    a `__Host-` cookie (it refuses any Set-Cookie of that name that is not Secure)."""
+    response.del_cookie(name, path="/", secure=True, httponly=True, samesite="Strict")  # type: ignore[attr-defined]
+
+
 def cookie_attributes(expires_at: datetime.datetime | None) -> dict[str, object]:
     """aiohttp's set_cookie arguments for a session cookie that ends when its token does."""
     attributes: dict[str, object] = {"path": "/", "secure": True, "httponly": True, "samesite": "Strict"}

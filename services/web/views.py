@@ -4,6 +4,7 @@ template filter (FILTERS)."""
 from __future__ import annotations
 
 import datetime
+import math
 import time
 
 from google.protobuf import timestamp_pb2
@@ -53,6 +54,14 @@ def usd(micro_usd: int | None) -> str:
     if 0 < abs(usd_value) < 0.01:
         return f"${usd_value:.4f}"
     return f"${usd_value:,.2f}"
+
+
+def usd_axis(usd_value: float) -> str:
+    """Dollars on a chart's axis: cents, or as many places as a small amount needs to show."""
+    if usd_value == 0 or abs(usd_value) >= 0.01:
+        return f"${usd_value:,.2f}"
+    places = min(8, 1 - math.floor(math.log10(abs(usd_value))))
+    return f"${usd_value:.{places}f}"
 
 
 def seconds_of(stamp: timestamp_pb2.Timestamp | None) -> float | None:

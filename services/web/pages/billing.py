@@ -44,7 +44,7 @@ async def billing_page(request: web.Request) -> web.Response:
     day_bars = [(day, by_day.get(day, 0) / 1e6) for day, _ in day_bars]
     user_bars = sorted(((line.username, line.cost_micro_usd / 1e6) for line in users.lines),
                        key=lambda bar: -bar[1])[:USERS_SHOWN]
-    money = lambda usd: views.usd(round(usd * 1e6))  # noqa: E731
+    money = views.usd_axis
     limit = project.limit_micro_usd if project.HasField("limit_micro_usd") else None
     remaining = None if limit is None else limit - project.spend_micro_usd - project.reserved_micro_usd
     reservations = await _reservations(request, chosen)

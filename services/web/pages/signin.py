@@ -67,7 +67,7 @@ async def login(request: web.Request) -> web.StreamResponse:
     expires = (answer.expires_at.ToDatetime(datetime.timezone.utc) if answer.HasField("expires_at") else None)
     response = web.HTTPSeeOther(_next_path(str(form.get("next", "")) or request.query.get("next")))
     response.set_cookie(sessions.SESSION_COOKIE, answer.token, **sessions.cookie_attributes(expires))  # type: ignore[arg-type]
-    response.del_cookie(sessions.LOGIN_COOKIE, path="/")
+    sessions.forget(response, sessions.LOGIN_COOKIE)
     return response
 
 
@@ -80,7 +80,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
         pass  # already ended
     backend.forget(session.token)
     response = web.HTTPSeeOther("/login")
-    response.del_cookie(sessions.SESSION_COOKIE, path="/")
+    sessions.forget(response, sessions.SESSION_COOKIE)
     return response
 
 
