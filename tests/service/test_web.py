@@ -16,7 +16,8 @@ from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as pb
 from corral.batch.v1 import batch_service_pb2_grpc, job_spec_pb2
-from services.auth.app import AuthApp
+from services.auth.app import AuthApp, AuthConfig
+from services.auth.app import start as start_auth
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database
@@ -25,6 +26,7 @@ from services.frontend.app import FrontendApp
 from services.web import sessions
 from services.web.app import CONTENT_SECURITY_POLICY, make_app
 from services.web.backend import Backend
+from tests.conftest import service_url
 from tests.service.conftest import bearer, person_channel
 
 PASSWORDS = {"alice": "alice-password-1", "bob": "bob-password-22", "root": "root-password-333"}
@@ -256,3 +258,45 @@ async def test_an_administrator_sees_the_admin_page(browsers, people) -> None:
     alice = browsers["alice"]
     await alice.sign_in("alice")
     assert 'href="/admin"' not in (await alice.get("/batches")).text
+
+
+@pytest.fixture
+async def gated_site(db_config, certs: DevCertificateAuthority, frontend: FrontendApp,
+                     tmp_path: Path) -> AsyncIterator[str]:
+    """A web and an auth that share the gateway's token: auth believes the web's word on where a sign-in
+    comes from (the web, in turn, answers the gateway alone when it serves TLS)."""
+    token_file = tmp_path / "gateway.token"
+    token_file.write_text("t" * 40)
+    auth = await start_auth(AuthConfig(service_url(db_config, "auth"), certs.directory,
+                                       gateway_token_file=token_file))
+    backend = Backend(f"localhost:{frontend.public_port}", f"localhost:{auth.public_port}",
+                      Path(certs.directory) / "ca.pem", token_file.read_text())
+    runner = web.AppRunner(make_app(backend))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    finally:
+        await runner.cleanup()
+        await backend.close()
+        await auth.stop()
+
+
+async def test_sign_ins_through_the_web_are_throttled_by_the_browsers_address(gated_site: str) -> None:
+    """Failed sign-ins count against the address the gateway saw (its X-Forwarded-For), not against the web's
+    own: one address is locked out, another is not."""
+    async def attempt(source: str, username: str) -> int:
+        browser = Browser(gated_site)
+        try:
+            form = await browser.get("/login")
+            nonce = re.search(r'name="nonce" value="([^"]+)"', form.text).group(1)  # type: ignore[union-attr]
+            answer = await browser.post("/login", {"username": username, "password": "wrong", "nonce": nonce},
+                                        headers={"X-Forwarded-For": f"203.0.113.9, {source}"})
+            return answer.status_code
+        finally:
+            await browser.close()
+
+    statuses = [await attempt("10.1.1.1", f"someone{i}") for i in range(12)]
+    assert statuses[:10] == [401] * 10 and statuses[-1] == 429
+    assert await attempt("10.1.1.2", "someone-else") == 401
