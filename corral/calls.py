@@ -134,10 +134,13 @@ class AsyncCalls:
         """The items in `field` of the list call `method`, page by page from `request` on."""
         return Pages(functools.partial(self._call, method), request, field)
 
-    def jobs(self, batch_id: int, query: str = "", page_size: int = 100) -> AsyncIterator[job_pb2.Job]:
-        """The batch's jobs matching `query` (the query language), by increasing id."""
-        return self._pages(self._jobs.ListJobs, jpb.ListJobsRequest(batch_id=batch_id, query=query,
-                                                                    page_size=page_size), "jobs")
+    def jobs(self, batch_id: int, query: str = "", page_size: int = 100, with_parents: bool = False,
+             with_attempts: bool = False) -> AsyncIterator[job_pb2.Job]:
+        """The batch's jobs matching `query` (the query language), by increasing id; with their parents' ids
+        (`parent_job_ids`) and their attempts when asked (each read once per page, not per job)."""
+        return self._pages(self._jobs.ListJobs, jpb.ListJobsRequest(
+            batch_id=batch_id, query=query, page_size=page_size, with_parents=with_parents,
+            with_attempts=with_attempts), "jobs")
 
     async def get_job(self, batch_id: int, job_id: int) -> job_pb2.Job:
         """One job with its spec and attempts."""
