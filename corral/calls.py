@@ -355,6 +355,11 @@ class AsyncCalls:
             if not token:
                 return page.total_micro_usd, lines
 
+    async def reservations(self, project: str) -> list[spend_pb2.Reservation]:
+        """The budget the project's running work holds now, per batch (the largest first, at most 1000)."""
+        return list((await self._call(self._billing.GetSpend, cpb.GetSpendRequest(billing_project=project))
+                     ).reservations)
+
     async def create_user(self, username: str, roles: Sequence[str] = ("user",), password: str | None = None,
                           service: bool = False, display_name: str = "", email: str = "") -> user_pb2.User:
         """A person (or service identity); administrators only."""
