@@ -151,6 +151,9 @@ class Client:
     reopen_billing_project = _blocking(aio.Client.reopen_billing_project)
     spend = _blocking(aio.Client.spend)
     reservations = _blocking(aio.Client.reservations)
+    # The fleet (administrators).
+    pools = _blocking(aio.Client.pools)
+    instances = _blocking(aio.Client.instances)
     # Users and tokens (the auth service).
     create_user = _blocking(aio.Client.create_user)
     users = _blocking(aio.Client.users)
