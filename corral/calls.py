@@ -1,4 +1,4 @@
-"""Jobs, logs, job groups, re-runs, locks, secrets, images, billing projects and users: the calls of
+"""Jobs, logs, job groups, re-runs, locks, secrets, images, billing projects, the fleet and users: the calls of
 `corral.aio.Client` beyond batches (which `corral.Client` wraps, blocking).
 
 Jobs, groups and billing go to the frontend; users and tokens to the auth
@@ -23,7 +23,9 @@ from google.protobuf import duration_pb2
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc, token_pb2, user_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
-from corral.batch.v1 import batch_service_pb2_grpc, image_pb2, image_service_pb2_grpc
+from corral.batch.v1 import batch_service_pb2_grpc, fleet_pb2, fleet_service_pb2_grpc, image_pb2
+from corral.batch.v1 import image_service_pb2_grpc
+from corral.batch.v1 import fleet_service_pb2 as fpb
 from corral.batch.v1 import image_service_pb2 as ipb
 from corral.batch.v1 import job_explanation_pb2, job_group_pb2, job_group_service_pb2_grpc, job_pb2
 from corral.batch.v1 import job_group_service_pb2 as gpb
@@ -48,6 +50,8 @@ while the client still writes to it (grpc/grpc#36066)."""
 _STATES = {"failed": job_state_pb2.JOB_STATE_FAILED, "error": job_state_pb2.JOB_STATE_ERROR,
            "cancelled": job_state_pb2.JOB_STATE_CANCELLED}
 _ROLES = {"user": user_pb2.ROLE_USER, "developer": user_pb2.ROLE_DEVELOPER, "admin": user_pb2.ROLE_ADMIN}
+_INSTANCE_STATES = {"pending": fleet_pb2.INSTANCE_STATE_PENDING, "active": fleet_pb2.INSTANCE_STATE_ACTIVE,
+                    "inactive": fleet_pb2.INSTANCE_STATE_INACTIVE, "deleted": fleet_pb2.INSTANCE_STATE_DELETED}
 _BREAKDOWNS = {None: spend_pb2.SPEND_BREAKDOWN_UNSPECIFIED, "day": spend_pb2.SPEND_BREAKDOWN_DAY,
                "batch": spend_pb2.SPEND_BREAKDOWN_BATCH, "user": spend_pb2.SPEND_BREAKDOWN_USER}
 
@@ -110,6 +114,7 @@ class AsyncCalls:
     _groups: job_group_service_pb2_grpc.JobGroupServiceStub
     _billing: billing_service_pb2_grpc.BillingServiceStub
     _locks: lock_service_pb2_grpc.LockServiceStub
+    _fleet: fleet_service_pb2_grpc.FleetServiceStub
     _secrets: secret_service_pb2_grpc.SecretServiceStub
     _images: image_service_pb2_grpc.ImageServiceStub
     _auth: auth_service_pb2_grpc.AuthServiceStub | None
@@ -121,6 +126,7 @@ class AsyncCalls:
         self._groups = job_group_service_pb2_grpc.JobGroupServiceStub(channel)
         self._billing = billing_service_pb2_grpc.BillingServiceStub(channel)
         self._locks = lock_service_pb2_grpc.LockServiceStub(channel)
+        self._fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
         self._secrets = secret_service_pb2_grpc.SecretServiceStub(channel)
         self._images = image_service_pb2_grpc.ImageServiceStub(channel)
         self._auth = auth_service_pb2_grpc.AuthServiceStub(auth_channel) if auth_channel is not None else None
@@ -134,10 +140,13 @@ class AsyncCalls:
         """The items in `field` of the list call `method`, page by page from `request` on."""
         return Pages(functools.partial(self._call, method), request, field)
 
-    def jobs(self, batch_id: int, query: str = "", page_size: int = 100) -> AsyncIterator[job_pb2.Job]:
-        """The batch's jobs matching `query` (the query language), by increasing id."""
-        return self._pages(self._jobs.ListJobs, jpb.ListJobsRequest(batch_id=batch_id, query=query,
-                                                                    page_size=page_size), "jobs")
+    def jobs(self, batch_id: int, query: str = "", page_size: int = 100, with_parents: bool = False,
+             with_attempts: bool = False) -> AsyncIterator[job_pb2.Job]:
+        """The batch's jobs matching `query` (the query language), by increasing id; with their parents' ids
+        (`parent_job_ids`) and their attempts when asked (each read once per page, not per job)."""
+        return self._pages(self._jobs.ListJobs, jpb.ListJobsRequest(
+            batch_id=batch_id, query=query, page_size=page_size, with_parents=with_parents,
+            with_attempts=with_attempts), "jobs")
 
     async def get_job(self, batch_id: int, job_id: int) -> job_pb2.Job:
         """One job with its spec and attempts."""
@@ -351,6 +360,24 @@ class AsyncCalls:
             token = page.next_page_token
             if not token:
                 return page.total_micro_usd, lines
+
+    async def reservations(self, project: str) -> list[spend_pb2.Reservation]:
+        """The budget the project's running work holds now, per batch (the largest first, at most 1000)."""
+        return list((await self._call(self._billing.GetSpend, cpb.GetSpendRequest(billing_project=project))
+                     ).reservations)
+
+    async def pools(self) -> list[fleet_pb2.Pool]:
+        """The deployment's pools (and job-private collection) with their instances' counts; administrators
+        only."""
+        return list((await self._call(self._fleet.ListPools, fpb.ListPoolsRequest())).pools)
+
+    def instances(self, pool: str = "", state: str | None = None) -> AsyncIterator[fleet_pb2.Instance]:
+        """The instances of `pool` (default: every pool) in `state` (pending, active, inactive, deleted; default:
+        every state but deleted), by name; administrators only."""
+        if state is not None and state not in _INSTANCE_STATES:
+            raise UsageError(f"unknown state {state!r}: pending, active, inactive or deleted")
+        request = fpb.ListInstancesRequest(pool=pool, state=_INSTANCE_STATES.get(state or "", 0))
+        return self._pages(self._fleet.ListInstances, request, "instances")
 
     async def create_user(self, username: str, roles: Sequence[str] = ("user",), password: str | None = None,
                           service: bool = False, display_name: str = "", email: str = "") -> user_pb2.User:

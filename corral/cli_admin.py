@@ -1,9 +1,9 @@
-"""`corral billing ...` and `corral users ...`: billing projects and people.
+"""`corral billing ...`, `corral users ...` and `corral admin ...`: billing projects, people and machines.
 
 Members read their projects and spend; changing a project and everything
-under `corral users` is for administrators (the services refuse others
-with PERMISSION_DENIED). Users and tokens go to the auth service at the
-address `corral login` saved.
+under `corral users` and `corral admin` (the pools and their instances) is
+for administrators (the services refuse others with PERMISSION_DENIED).
+Users and tokens go to the auth service at the address `corral login` saved.
 """
 
 from __future__ import annotations
@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from corral.auth.v1 import user_pb2
+from corral.batch.v1 import fleet_pb2
 from corral.billing.v1 import billing_project_pb2
 from corral.cli_common import open_client, print_json, seconds_option, usd, with_json
+from corral.quantities import format_bytes, format_mcpu
 from corral.errors import UsageError
 from corral.refusal_words import USD, Option, option_words
 
@@ -33,6 +36,8 @@ USERS_OPTIONS = {
     "ttl": Option("--ttl-days"),
 }
 """The request fields `corral users ...` sets, as its options and arguments say them."""
+ADMIN_OPTIONS = {"pool": Option("--pool"), "state": Option("--state")}
+"""The request fields `corral admin ...` sets, as its options say them."""
 
 
 def project_line(p: billing_project_pb2.BillingProject) -> str:
@@ -125,8 +130,43 @@ def _users(args: argparse.Namespace) -> int:
     return 0
 
 
+def _when(at: Any) -> str:
+    """A Timestamp as `2026-01-02 03:04:05Z`; '-' when unset."""
+    return f"{at.ToDatetime():%Y-%m-%d %H:%M:%S}Z" if at.seconds or at.nanos else "-"
+
+
+def pool_line(p: fleet_pb2.Pool) -> str:
+    machine = (f"cores={format_mcpu(p.cores_mcpu)} memory={format_bytes(p.memory_bytes)} "
+               f"storage={format_bytes(p.storage_bytes)}" if p.shared else "machine per job")
+    return (f"{p.name}  {p.provider}  {p.machine_type or '-'}  {machine}  spot={'yes' if p.spot else 'no'}  "
+            f"max={p.max_instances}  {'enabled' if p.enabled else 'disabled'}  "
+            f"pending={p.n_pending} active={p.n_active} inactive={p.n_inactive}")
+
+
+def instance_line(i: fleet_pb2.Instance) -> str:
+    state = fleet_pb2.InstanceState.Name(i.state).removeprefix("INSTANCE_STATE_").lower()
+    free = format_mcpu(i.free_cores_mcpu) if i.HasField("free_cores_mcpu") else "-"
+    return (f"{i.name}  {i.pool}  {state}  cores={format_mcpu(i.cores_mcpu)} free={free}  "
+            f"running={i.n_running_attempts}  heartbeat={_when(i.last_heartbeat_at)}  created={_when(i.created_at)}")
+
+
+def _admin(args: argparse.Namespace) -> int:
+    with open_client(args) as client:
+        if args.action == "pools":
+            found: list[Any] = client.pools()
+            line: Callable[[Any], str] = pool_line
+        else:
+            found, line = list(client.instances(args.pool or "", args.state)), instance_line
+    if args.json:
+        print_json(found)
+    else:
+        for item in found:
+            print(line(item))
+    return 0
+
+
 def add_commands(commands: Any) -> None:
-    """Add `billing` and `users` with their subcommands."""
+    """Add `billing`, `users` and `admin` with their subcommands."""
     billing = commands.add_parser("billing", help="billing projects: members, limits, spend")
     actions = billing.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
     with_json(actions.add_parser("list", help="the projects you may see"))
@@ -175,3 +215,11 @@ def add_commands(commands: Any) -> None:
     deactivate = with_json(actions.add_parser("deactivate", help="deactivate a user and revoke their tokens"))
     deactivate.add_argument("username")
     users.set_defaults(run=_users, words=option_words(USERS_OPTIONS))
+
+    admin = commands.add_parser("admin", help="the deployment's pools and instances (admin)")
+    actions = admin.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
+    with_json(actions.add_parser("pools", help="every pool, with its instances' counts by state"))
+    instances = with_json(actions.add_parser("instances", help="instances by name (default: all but deleted)"))
+    instances.add_argument("--pool", help="only this pool's")
+    instances.add_argument("--state", choices=("pending", "active", "inactive", "deleted"), help="only in this state")
+    admin.set_defaults(run=_admin, words=option_words(ADMIN_OPTIONS))

@@ -150,6 +150,10 @@ class Client:
     close_billing_project = _blocking(aio.Client.close_billing_project)
     reopen_billing_project = _blocking(aio.Client.reopen_billing_project)
     spend = _blocking(aio.Client.spend)
+    reservations = _blocking(aio.Client.reservations)
+    # The fleet (administrators).
+    pools = _blocking(aio.Client.pools)
+    instances = _blocking(aio.Client.instances)
     # Users and tokens (the auth service).
     create_user = _blocking(aio.Client.create_user)
     users = _blocking(aio.Client.users)

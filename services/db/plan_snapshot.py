@@ -186,11 +186,11 @@ async def read_deployment(db: Database) -> Deployment:
     The frontend reads it at every submission and ExplainJob; a tiny table."""
     rows = await db.fetchall(
         "SELECT name, is_pool, provider, worker_cores, worker_memory_bytes, worker_storage_bytes, max_instances, "
-        "enabled FROM instance_collections ORDER BY name", name="deployment_collections")
+        "enabled, worker_type, preemptible FROM instance_collections ORDER BY name", name="deployment_collections")
     return Deployment(tuple(InstanceCollection(
         r["name"], bool(r["is_pool"]), r["provider"], int(r["worker_cores"] or 0) * 1000,
         int(r["worker_memory_bytes"] or 0), int(r["worker_storage_bytes"] or 0), int(r["max_instances"]),
-        bool(r["enabled"])) for r in rows))
+        bool(r["enabled"]), r["worker_type"] or "", bool(r["preemptible"])) for r in rows))
 
 
 async def read_pool_machines(db: Database, collection: InstanceCollection) -> PoolMachines:

@@ -12,6 +12,7 @@ import grpc
 
 from corral.batch.v1 import (
     batch_service_pb2_grpc,
+    fleet_service_pb2_grpc,
     image_service_pb2_grpc,
     job_group_service_pb2_grpc,
     job_service_pb2_grpc,
@@ -45,6 +46,8 @@ from services.frontend.billing import BillingServicer
 from services.frontend.billing_store import BillingStore
 from services.frontend.explain_store import ExplainStore
 from services.frontend.field_limits import request_field_limits
+from services.frontend.fleet import FleetServicer
+from services.frontend.fleet_store import FleetStore
 from services.frontend.group_store import GroupReadStore
 from services.frontend.job_groups import JobGroupServicer
 from services.frontend.job_store import JobReadStore
@@ -228,6 +231,8 @@ async def start(config: FrontendConfig) -> FrontendApp:
                         ImageServicer(secrets, own_registry, limits, config.image_import_dir,
                                       notifier.held_images if config.driver_addresses else None),
                         image_service_pb2_grpc.add_ImageServiceServicer_to_server),
+                Service("corral.batch.v1.FleetService", FleetServicer(FleetStore(reads)),
+                        fleet_service_pb2_grpc.add_FleetServiceServicer_to_server),
             ]
 
         services = services_on(db)

@@ -58,6 +58,8 @@ DEFAULT_WATCH_INTERVAL_S = 10.0
 MIN_WATCH_INTERVAL_S = 1.0
 MAX_WATCH_INTERVAL_S = 3600.0
 MAX_BATCH_DELTAS = 100
+MAX_RESERVATIONS = 1000
+"""Batches GetSpend lists the reservations of (the largest)."""
 
 _STATES = {"open": project_pb.BILLING_PROJECT_STATE_OPEN, "closed": project_pb.BILLING_PROJECT_STATE_CLOSED,
            "deleted": project_pb.BILLING_PROJECT_STATE_DELETED}
@@ -323,7 +325,11 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
                     lines.append(spend_pb2.SpendLine(username=user, cost_micro_usd=micro_from_usd(cost)))
                     keys.append(user)
         next_token = page_tokens.encode(f"{breakdown}:{keys[-1]}") if breakdown and len(keys) == limit else ""
-        return pb.GetSpendResponse(total_micro_usd=micro_from_usd(total_usd), lines=lines, next_page_token=next_token)
+        reservations = [spend_pb2.Reservation(batch_id=r["batch_id"], reserved_micro_usd=int(r["reserved_micro_usd"]),
+                                              since=_timestamp(r["since_ms"]), n_attempts=r["n_attempts"])
+                        for r in await self.store.reservations(name, MAX_RESERVATIONS)]
+        return pb.GetSpendResponse(total_micro_usd=micro_from_usd(total_usd), lines=lines, next_page_token=next_token,
+                                   reservations=reservations)
 
     @staticmethod
     def _spend_after(breakdown: str | None, token: str, violations: list[FieldViolation]) -> str | None:

@@ -257,6 +257,20 @@ class BillingStore:
             (name, first_day or _EPOCH_DAY, last_day, after, limit), name="billing_spend_lines_by_user")
         return [(r["k"], float(r["cost_usd"])) for r in rows]
 
+    async def reservations(self, name: str, limit: int) -> list[dict[str, Any]]:
+        """Per batch whose unfinished attempts hold budget (schedule_jobs' reservations, migration 0013):
+        batch_id, reserved_micro_usd, since_ms (their oldest start; None before any started) and n_attempts,
+        the largest first. Only open and running batches are read: a complete batch's jobs are all final,
+        and a job's attempt ends (giving its reservation back) as the job completes."""
+        return await self.db.fetchall(
+            """SELECT a.batch_id, SUM(a.reserved_micro_usd) AS reserved_micro_usd, MIN(a.start_time_ms) AS since_ms,
+                      COUNT(*) AS n_attempts
+               FROM batches b
+               JOIN attempts a ON a.batch_id = b.batch_id AND a.end_time_ms IS NULL AND a.reserved_micro_usd > 0
+               WHERE b.billing_project = %s AND b.state IN ('open', 'running')
+               GROUP BY a.batch_id ORDER BY reserved_micro_usd DESC, a.batch_id LIMIT %s""",
+            (name, limit), name="billing_reservations")
+
     async def spend_lines_by_batch(self, name: str, after: int, limit: int) -> list[tuple[int, float]]:
         """(batch id, whole-life cost) ascending, ids after `after`; batches that cost nothing have no line.
 

@@ -72,8 +72,8 @@ def _int_column(column: str, least: int = INT32_MIN) -> Integer:
 
 
 def request_field_limits(limits: Limits) -> FieldLimits:
-    """Limits by field for BatchService, JobService, JobGroupService, LockService, SecretService and
-    BillingService."""
+    """Limits by field for BatchService, JobService, JobGroupService, FleetService, LockService, SecretService,
+    ImageService and BillingService."""
     batch_id = Integer(INT64_MIN, INT64_MAX, column="batches.batch_id")
     page_size = Integer(0, INT32_MAX, by_servicer=True)  # a negative one is refused; a larger one is the cap
     page_token = Text(PAGE_TOKEN_CHARS)
@@ -90,7 +90,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         table[f"{BATCH}{request}Request.job_id"] = _int_column("jobs.job_id")
     for request in ("CreateJobGroups", "AddJobs", "CommitUpdate"):
         table[f"{BATCH}{request}Request.update_id"] = _int_column("batch_updates.update_id")
-    for request in ("ListBatches", "ListJobs", "ListJobGroups"):
+    for request in ("ListBatches", "ListJobs", "ListJobGroups", "ListInstances"):
         table[f"{BATCH}{request}Request.page_size"] = page_size
         table[f"{BATCH}{request}Request.page_token"] = page_token
     for request in ("ListBatches", "WatchBatch", "ListJobs"):
@@ -176,6 +176,8 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}GetJobGroupRequest.job_group_id": _int_column("job_groups.job_group_id"),
         f"{BATCH}ListJobGroupsRequest.parent_job_group_id": _int_column("job_groups.parent_id"),
         f"{BATCH}CancelJobGroupRequest.job_group_id": _int_column("job_groups.job_group_id"),
+        # FleetService
+        f"{BATCH}ListInstancesRequest.pool": Text(100, column="instances.inst_coll"),
         # LockService
         f"{BATCH}ListLocksRequest.billing_project": project,
         f"{BATCH}ListLocksRequest.level": Text(64, column="job_locks.level"),

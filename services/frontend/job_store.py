@@ -64,7 +64,8 @@ _ATTEMPT_ORDER = ("a.attempt_id <=> jt.attempt_id, COALESCE(a.start_time_ms, a.e
 
 
 class JobReadStore:
-    """SQL reads behind GetJob, ListJobs, GetJobAttempts and the log RPCs."""
+    """SQL reads behind GetJob, ListJobs, GetJobAttempts and the log RPCs. ListJobs reads a page's
+    attributes, parents and attempts with one statement each, whatever the page's size."""
 
     def __init__(self, db: Database):
         self.db = db
@@ -96,6 +97,19 @@ class JobReadStore:
             found[row["job_id"]][row["key"]] = row["value"] or ""
         return found
 
+    async def parent_ids(self, batch_id: int, job_ids: list[int]) -> dict[int, list[int]]:
+        """Each job's parents' ids, ascending: one statement for a page of jobs."""
+        found: dict[int, list[int]] = {i: [] for i in job_ids}
+        if not job_ids:
+            return found
+        rows = await self.db.fetchall(
+            f"SELECT job_id, parent_id FROM job_parents WHERE batch_id = %s"
+            f" AND job_id IN ({', '.join(['%s'] * len(job_ids))}) ORDER BY job_id, parent_id",
+            (batch_id, *job_ids), name="page_job_parents")
+        for row in rows:
+            found[row["job_id"]].append(row["parent_id"])
+        return found
+
     async def parents(self, batch_id: int, job_id: int) -> list[dict[str, Any]]:
         """The job's edges: parent_id, accepted_states (bits) and the parent's state."""
         return await self.db.fetchall(
@@ -115,6 +129,18 @@ class JobReadStore:
         return await self.db.fetchall(
             f"{_ATTEMPT_SELECT} WHERE a.batch_id = %s AND a.job_id = %s ORDER BY {_ATTEMPT_ORDER}",
             (batch_id, job_id), name="job_attempts")
+
+    async def page_attempts(self, batch_id: int, job_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+        """Each job's attempts as `attempts` returns them, oldest first: one statement for a page of jobs."""
+        found: dict[int, list[dict[str, Any]]] = {i: [] for i in job_ids}
+        if not job_ids:
+            return found
+        rows = await self.db.fetchall(
+            f"{_ATTEMPT_SELECT} WHERE a.batch_id = %s AND a.job_id IN ({', '.join(['%s'] * len(job_ids))})"
+            f" ORDER BY a.job_id, {_ATTEMPT_ORDER}", (batch_id, *job_ids), name="page_job_attempts")
+        for row in rows:
+            found[row["job_id"]].append(row)
+        return found
 
     async def attempt(self, batch_id: int, job_id: int, attempt_id: str) -> dict[str, Any] | None:
         """One attempt (with its instance's address and state), or None."""

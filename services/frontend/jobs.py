@@ -147,10 +147,19 @@ class JobServicer(job_service_pb2_grpc.JobServiceServicer):
             raise InvalidRequest(FieldViolation("query", e.description)) from None
         await readable_batch(self.batches, request.batch_id, current_principal())
         rows = await self.jobs.list_jobs(request.batch_id, where, params, after, limit)
-        attributes = await self.jobs.attributes(request.batch_id, [r["job_id"] for r in rows])
+        ids = [r["job_id"] for r in rows]
+        attributes = await self.jobs.attributes(request.batch_id, ids)
+        jobs = [job_proto(r, attributes[r["job_id"]]) for r in rows]
+        if request.with_parents:
+            parents = await self.jobs.parent_ids(request.batch_id, ids)
+            for job in jobs:
+                job.parent_job_ids.extend(parents[job.job_id])
+        if request.with_attempts:
+            attempts = await self.jobs.page_attempts(request.batch_id, ids)
+            for job in jobs:
+                job.attempts.extend(attempt_proto(a) for a in attempts[job.job_id])
         return pb.ListJobsResponse(
-            jobs=[job_proto(r, attributes[r["job_id"]]) for r in rows],
-            next_page_token=encode_page_token(rows[-1]["job_id"]) if len(rows) == limit else "")
+            jobs=jobs, next_page_token=encode_page_token(rows[-1]["job_id"]) if len(rows) == limit else "")
 
     async def GetJobAttempts(self, request: pb.GetJobAttemptsRequest, context: grpc.aio.ServicerContext
                              ) -> pb.GetJobAttemptsResponse:

@@ -15,6 +15,7 @@ from google.protobuf.descriptor import ServiceDescriptor
 
 from corral.batch.v1 import (
     batch_service_pb2,
+    fleet_service_pb2,
     image_service_pb2,
     job_group_service_pb2,
     job_service_pb2,
@@ -34,6 +35,7 @@ SERVICES: tuple[ServiceDescriptor, ...] = (
     billing_service_pb2.DESCRIPTOR.services_by_name["BillingService"],
     secret_service_pb2.DESCRIPTOR.services_by_name["SecretService"],
     image_service_pb2.DESCRIPTOR.services_by_name["ImageService"],
+    fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"],
 )
 """Every public service the frontend serves."""
 

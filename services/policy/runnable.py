@@ -51,6 +51,10 @@ class InstanceCollection:
     """The most machines it may have at once."""
     enabled: bool = True
     """A disabled collection gets no machines."""
+    machine_type: str = ""
+    """The type of its machines as its provider names them ('' when none is fixed: job-private)."""
+    spot: bool = False
+    """Its machines are spot / preemptible."""
 
 
 @dataclasses.dataclass(frozen=True)

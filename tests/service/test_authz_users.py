@@ -41,6 +41,8 @@ from google.protobuf import descriptor_pb2
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc
 from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import fleet_service_pb2 as fpb
+from corral.batch.v1 import fleet_service_pb2_grpc
 from corral.batch.v1 import image_service_pb2 as ipb
 from corral.batch.v1 import image_service_pb2_grpc
 from corral.batch.v1 import job_group_pb2, job_spec_pb2
@@ -124,7 +126,7 @@ class Row:
 B, J, G, L, C, A = ("/corral.batch.v1.BatchService/", "/corral.batch.v1.JobService/",
                     "/corral.batch.v1.JobGroupService/", "/corral.batch.v1.LockService/",
                     "/corral.billing.v1.BillingService/", "/corral.auth.v1.AuthService/")
-S, I = "/corral.batch.v1.SecretService/", "/corral.batch.v1.ImageService/"
+S, I, F = "/corral.batch.v1.SecretService/", "/corral.batch.v1.ImageService/", "/corral.batch.v1.FleetService/"
 
 # Reads of a batch: members read, outsiders get the answer of a missing batch.
 READ = unauthenticated(NF, member=OK, owner=OK, admin=OK)
@@ -181,6 +183,9 @@ TABLE: dict[str, Row] = {
     G + "GetJobGroup": Row(lambda w: gpb.GetJobGroupRequest(batch_id=w.batch_id, job_group_id=1), READ),
     G + "ListJobGroups": Row(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id), READ),
     G + "CancelJobGroup": Row(lambda w: gpb.CancelJobGroupRequest(batch_id=w.batch_id, job_group_id=1), CHANGE),
+    # The deployment's machines: administrators only.
+    F + "ListPools": Row(lambda w: fpb.ListPoolsRequest(), ADMIN_ONLY),
+    F + "ListInstances": Row(lambda w: fpb.ListInstancesRequest(pool="standard"), ADMIN_ONLY),
     # A project's locks: whoever may read the project; without one, each sees the projects they read.
     L + "ListLocks": Row(lambda w: lpb.ListLocksRequest(billing_project="proj"), READ),
     S + "CreateSecret": Row(lambda w: spb.CreateSecretRequest(billing_project="proj", name="new",
@@ -234,7 +239,7 @@ def test_every_public_rpc_is_in_the_table() -> None:
     assert len(methods) > 40 and {m.split("/")[1] for m in methods} == {
         "corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
         "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.batch.v1.ImageService",
-        "corral.billing.v1.BillingService", "corral.auth.v1.AuthService"}
+        "corral.batch.v1.FleetService", "corral.billing.v1.BillingService", "corral.auth.v1.AuthService"}
     assert set(TABLE) == set(methods), (f"no row for {sorted(set(methods) - set(TABLE))}; "
                                         f"rows for no method {sorted(set(TABLE) - set(methods))}")
     assert all(set(row.codes) == set(CALLERS) for row in TABLE.values())
@@ -301,6 +306,7 @@ async def stubs(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -> 
         yield {"corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
                "corral.batch.v1.JobGroupService": env.groups,
                "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
+               "corral.batch.v1.FleetService": fleet_service_pb2_grpc.FleetServiceStub(channel),
                "corral.batch.v1.SecretService": env.secrets,
                "corral.batch.v1.ImageService": image_service_pb2_grpc.ImageServiceStub(channel),
                "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),

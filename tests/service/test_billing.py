@@ -22,6 +22,7 @@ from grpc_status import rpc_status
 from hypothesis import given
 from hypothesis import strategies as st
 
+from corral.aio import Client
 from corral.billing.v1 import billing_project_pb2 as project_pb
 from corral.billing.v1 import billing_service_pb2 as pb
 from corral.billing.v1 import billing_service_pb2_grpc, spend_pb2
@@ -493,6 +494,56 @@ async def test_spend_equals_the_cost_of_the_procedures_by_day_user_and_batch(
         if not token:
             break
     assert days == [DAY_1, DAY_2] and not token
+
+
+async def test_spend_lists_the_budget_each_batch_holds(
+        stub, frontend_billing: FrontendServer, certs: DevCertificateAuthority, db: Database, admin_token: str,
+        user_token: UserToken) -> None:
+    """GetSpend lists, per batch, what its unfinished attempts reserved: schedule_jobs' reservations, summing to
+    the project's reserved_micro_usd, given back as the attempts end."""
+    alice, bob = await user_token("alice"), await user_token("bob")
+    await create(stub, admin_token, "proj", ("alice", "bob"), limit_micro_usd=9_000_000)
+    world = await project_world(db, FakeClock(at(0)))
+    big, _, b1 = await world.batch([{"cores_mcpu": 4000}, {"cores_mcpu": 4000}], user="alice")
+    small, _, s1 = await world.batch([{}], user="bob")
+    attempts = {(big, b1): await world.run(big, b1), (small, s1): await world.run(small, s1)}
+    world.clock.now_ms = at(5)
+    attempts[big, b1 + 1] = await world.run(big, b1 + 1)
+
+    async def held() -> dict[int, tuple[int, int, int]]:
+        """What the database says each batch's open attempts reserve: (micro-USD, attempts, first start)."""
+        rows = await db.fetchall(
+            "SELECT batch_id, SUM(reserved_micro_usd) AS r, COUNT(*) AS n, MIN(start_time_ms) AS since "
+            "FROM attempts WHERE end_time_ms IS NULL GROUP BY batch_id")
+        return {int(r["batch_id"]): (int(r["r"]), int(r["n"]), int(r["since"])) for r in rows}
+
+    async def listed(token: str) -> list[tuple[int, int, int, int]]:
+        response = await stub.GetSpend(pb.GetSpendRequest(billing_project="proj"), metadata=bearer(token))
+        return [(r.batch_id, r.reserved_micro_usd, r.n_attempts, r.since.ToMilliseconds())
+                for r in response.reservations]
+
+    expected = await held()
+    assert expected[big][0] > expected[small][0] > 0  # the limit makes schedule_jobs reserve
+    assert expected[big][2] == at(0)  # since its first attempt started
+    for token in (alice, bob, admin_token):
+        assert await listed(token) == [(b, *expected[b]) for b in (big, small)]  # the largest first
+    async with Client(f"localhost:{frontend_billing.port}", bob, certs.ca_cert_path) as client:
+        assert [(r.batch_id, r.reserved_micro_usd) for r in await client.reservations("proj")] == [
+            (b, expected[b][0]) for b in (big, small)]
+    project = await stub.GetBillingProject(pb.GetBillingProjectRequest(billing_project="proj"), metadata=bearer(bob))
+    assert project.billing_project.reserved_micro_usd == expected[big][0] + expected[small][0]
+    # Every page of every breakdown carries them.
+    by_day = await stub.GetSpend(pb.GetSpendRequest(billing_project="proj", breakdown=spend_pb2.SPEND_BREAKDOWN_DAY),
+                                 metadata=bearer(alice))
+    assert [r.batch_id for r in by_day.reservations] == [big, small]
+
+    # An attempt that ends gives its share back; a batch whose attempts all ended holds nothing.
+    assert await world.finish(small, s1, attempts[small, s1], "Success") == "completed"
+    assert await world.finish(big, b1, attempts[big, b1], "Success") == "completed"
+    expected = await held()
+    assert await listed(alice) == [(big, *expected[big])] and expected[big][1:] == (1, at(5))
+    assert await world.finish(big, b1 + 1, attempts[big, b1 + 1], "Failed") == "completed"
+    assert await listed(alice) == []
 
 
 async def test_watch_spend_sends_the_current_spend_then_each_change(

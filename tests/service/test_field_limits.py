@@ -306,8 +306,8 @@ async def send(callers: Callers, method: str, request: message.Message, followin
 
 
 SERVICES = ("corral.batch.v1.BatchService", "corral.batch.v1.JobService", "corral.batch.v1.JobGroupService",
-            "corral.batch.v1.LockService", "corral.batch.v1.SecretService", "corral.batch.v1.ImageService",
-            "corral.billing.v1.BillingService", "corral.auth.v1.AuthService")
+            "corral.batch.v1.FleetService", "corral.batch.v1.LockService", "corral.batch.v1.SecretService",
+            "corral.batch.v1.ImageService", "corral.billing.v1.BillingService", "corral.auth.v1.AuthService")
 
 
 @pytest.mark.parametrize("service", SERVICES)

@@ -2,7 +2,8 @@
 frontend (TLS from the test CA), and people's clients pointed at the gateway only.
 
 - gRPC: the Python client submits and reads a batch through it;
-- REST/JSON with `Authorization: Bearer`: list batches, submit one, read it;
+- REST/JSON with `Authorization: Bearer`: list batches, submit one, read it, list its jobs with their parents
+  and attempts; the fleet's pools and instances;
 - errors: a gRPC error comes back with the HTTP status of its code and the
   google.rpc.Status (with its details) as the JSON body;
 - a server stream (WatchBatch) arrives as JSON, one message per line, while it runs; so does a job's log
@@ -87,6 +88,14 @@ async def test_grpc_and_rest_through_the_gateway(gateway_port: int, frontend: Fr
         assert submitted.status_code == 200, submitted.text
         rest_batch = submitted.json()["batch"]
         assert rest_batch["attributes"] == {"name": "over-rest"} and int(rest_batch["counts"]["nJobs"]) == 1
+
+        jobs = await http.get(f"/api/v1/batches/{batch_id}/jobs?withParents=true&withAttempts=true")
+        assert jobs.status_code == 200 and [int(j["jobId"]) for j in jobs.json()["jobs"]] == [1], jobs.text
+        pools = await http.get("/api/v1/fleet/pools")  # an administrator's
+        assert pools.status_code == 200, pools.text
+        assert [p["name"] for p in pools.json()["pools"]] == ["highcpu", "highmem", "job-private", "standard"]
+        instances = await http.get("/api/v1/fleet/instances?pool=standard&state=INSTANCE_STATE_ACTIVE")
+        assert instances.status_code == 200 and instances.json().get("instances") is None, instances.text
 
         listed = await http.get("/api/v1/batches", headers={"traceparent": TRACEPARENT})
         assert listed.status_code == 200, listed.text

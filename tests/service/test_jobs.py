@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from google.protobuf import duration_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from corral.aio import Client
 from corral.batch.v1 import (
     batch_service_pb2_grpc,
     job_explanation_pb2,
@@ -212,6 +214,128 @@ async def test_attempts_oldest_first_after_a_lost_worker(env: Env) -> None:
     assert [(a.attempt_id, a.instance_name) for a in response.attempts] == [(first, "i1"), (second, "i2")]
     assert response.attempts[0].end_reason == job_pb2.ATTEMPT_END_REASON_WORKER_LOST
     assert response.attempts[1].end_reason == job_pb2.ATTEMPT_END_REASON_UNSPECIFIED
+
+
+async def test_list_jobs_with_parents_and_attempts(env: Env, certs: DevCertificateAuthority,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for, each job of a page comes with its parents' ids and with the attempts GetJobAttempts gives."""
+    w = env.world
+    await w.instance()
+    await w.instance("i2")
+    batch_id = await env.submit(spec(name="a"), spec(-1), spec(-2, -1), spec(), spec(-4, -2))
+    lost = await w.run(batch_id, 1)
+    await w.store.deactivate_instance(w.epoch, "i1", "gone")
+    w.clock.advance(1000)
+    await complete(env, batch_id, 1, await w.run(batch_id, 1, instance="i2"), "Success", exit_code=0)
+    await w.run(batch_id, 4, instance="i2")
+
+    async def listed(**flags: bool) -> list[job_pb2.Job]:
+        found, token = [], ""
+        while True:
+            page = await env.jobs.ListJobs(pb.ListJobsRequest(batch_id=batch_id, page_size=2, page_token=token,
+                                                              **flags), metadata=env.as_("bob"))
+            found += page.jobs
+            token = page.next_page_token
+            if not token:
+                return found
+
+    jobs = await listed(with_parents=True, with_attempts=True)
+    assert [(j.job_id, list(j.parent_job_ids)) for j in jobs] == [(1, []), (2, [1]), (3, [1, 2]), (4, []),
+                                                                  (5, [1, 3])]
+    for job in jobs:
+        one = await env.jobs.GetJobAttempts(pb.GetJobAttemptsRequest(batch_id=batch_id, job_id=job.job_id),
+                                            metadata=env.as_("bob"))
+        assert list(job.attempts) == list(one.attempts)
+        assert not job.HasField("spec")
+    assert [len(j.attempts) for j in jobs] == [2, 0, 0, 1, 0] and jobs[0].attempts[0].attempt_id == lost
+    assert jobs[0].attributes["name"] == "a"
+    async with Client(f"localhost:{env.frontend.public_port}", env.tokens["bob"], certs.ca_cert_path) as client:
+        assert [j async for j in client.jobs(batch_id, page_size=2, with_parents=True, with_attempts=True)] == jobs
+    # A page costs the same statements however many jobs it holds: parents and attempts one each.
+    named: list[str] = []
+    original = Database.fetchall
+
+    def counting(self, sql, params=(), name="query"):  # type: ignore[no-untyped-def]
+        named.append(name)  # every read goes through fetchall (fetchone too)
+        return original(self, sql, params, name)
+
+    monkeypatch.setattr(Database, "fetchall", counting)
+    for size in (1, 5):
+        named.clear()
+        page = await env.jobs.ListJobs(pb.ListJobsRequest(batch_id=batch_id, page_size=size, with_parents=True,
+                                                          with_attempts=True), metadata=env.as_("bob"))
+        assert len(page.jobs) == size
+        assert [n for n in named if n.startswith(("list_jobs", "job_", "page_job_"))] == [
+            "list_jobs", "job_attributes", "page_job_parents", "page_job_attempts"], named
+    monkeypatch.undo()
+    # Each flag alone fills only its own field; neither, neither.
+    assert all(j.parent_job_ids and not j.attempts for j in await listed(with_parents=True) if j.job_id in (2, 3))
+    assert all(j.attempts and not j.parent_job_ids for j in await listed(with_attempts=True) if j.job_id == 1)
+    assert all(not j.attempts and not j.parent_job_ids for j in await listed())
+
+
+@pytest.mark.slow
+async def test_pages_of_a_large_dag_with_parents_and_attempts(env: Env, record_property) -> None:
+    """10,000 jobs in ten layers of 1,000, each job after the first layer waiting on two of the layer before
+    (a chain and a fan-in), each run once through the procedures: every page of 1,000, with parents and
+    attempts, says each job's parents and its one attempt. The time of each page is recorded (the figure
+    docs/performance.md quotes), not asserted."""
+    w = env.world
+    await w.instance("big", cores_mcpu=10_000_000)
+    width, layers = 1000, 10
+    created = await w.store.create_batch("alice", "proj")
+    batch_id = int(created["batch_id"])
+    update = await w.store.create_update(batch_id, width * layers)
+    first = int(update["start_job_id"])
+
+    def parents(job_id: int) -> list[int]:
+        i = job_id - first
+        if i < width:
+            return []
+        above = job_id - width
+        return sorted({above, first + (i - width + 1) % width + (i // width - 1) * width})
+
+    rows = [{"job_id": first + i, "cores_mcpu": 1000, "inst_coll": "standard", "job_group_id": 0,
+             "parents": [{"job_id": p} for p in parents(first + i)]} for i in range(width * layers)]
+    for start in range(0, len(rows), 5000):
+        await w.store.insert_jobs(batch_id, update["update_id"], rows[start:start + 5000])
+    await w.store.commit_update(batch_id, update["update_id"])
+    for layer in range(layers):
+        ids = range(first + layer * width, first + (layer + 1) * width)
+        runs = [{"batch_id": batch_id, "job_id": j, "attempt_id": f"a{j}"} for j in ids]
+        assert {o["outcome"] for o in await w.store.schedule_jobs(w.epoch, "big", runs)} == {"scheduled"}
+        await w.store.mark_jobs_started(w.epoch, "big", [{**r, "start_time_ms": w.clock()} for r in runs])
+        w.clock.advance(1000)
+        await w.store.mark_jobs_complete(w.epoch, "big", [
+            {**r, "state": "Success", "exit_code": 0, "start_time_ms": w.clock() - 1000, "end_time_ms": w.clock()}
+            for r in runs])
+        while (await w.store.release_children(w.epoch, 5000, 5000))["n_children"]:
+            pass
+
+    async def pages(flags: bool) -> list[float]:
+        """Each full page's time, in ms."""
+        took_ms, seen, token = [], 0, ""
+        while True:
+            started = time.perf_counter()
+            page = await env.jobs.ListJobs(pb.ListJobsRequest(batch_id=batch_id, page_size=1000, page_token=token,
+                                                              with_parents=flags, with_attempts=flags),
+                                           metadata=env.as_("alice"))
+            if page.jobs:
+                took_ms.append((time.perf_counter() - started) * 1000)
+            for job in page.jobs:
+                assert list(job.parent_job_ids) == (parents(job.job_id) if flags else [])
+                assert [a.attempt_id for a in job.attempts] == ([f"a{job.job_id}"] if flags else [])
+                assert job.state == job_state_pb2.JOB_STATE_SUCCEEDED
+            seen += len(page.jobs)
+            token = page.next_page_token
+            if not token:
+                assert seen == width * layers and len(took_ms) == layers
+                return sorted(took_ms)
+
+    for flags in (False, True):
+        took_ms = await pages(flags)
+        record_property(f"list_jobs_page_ms{'_with_parents_and_attempts' if flags else ''}", took_ms)
+        print(f"ListJobs pages of 1,000, flags {flags} (ms): {[round(t) for t in took_ms]}")
 
 
 async def test_list_jobs_with_queries_and_pages(env: Env) -> None:

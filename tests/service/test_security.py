@@ -43,6 +43,8 @@ from corral.auth.v1 import auth_service_pb2_grpc
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.batch.v1 import job_group_pb2, job_spec_pb2, job_state_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
+from corral.batch.v1 import fleet_service_pb2 as fpb
+from corral.batch.v1 import fleet_service_pb2_grpc
 from corral.batch.v1 import job_group_service_pb2 as gpb
 from corral.batch.v1 import image_service_pb2 as ipb
 from corral.batch.v1 import image_service_pb2_grpc
@@ -79,6 +81,7 @@ PD, NF = grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND
 MISSING_BATCH_ID = 987_654_321
 SERVICES = (bpb.DESCRIPTOR.services_by_name["BatchService"], jpb.DESCRIPTOR.services_by_name["JobService"],
             gpb.DESCRIPTOR.services_by_name["JobGroupService"], lpb.DESCRIPTOR.services_by_name["LockService"],
+            fpb.DESCRIPTOR.services_by_name["FleetService"],
             spb.DESCRIPTOR.services_by_name["SecretService"], ipb.DESCRIPTOR.services_by_name["ImageService"],
             cpb.DESCRIPTOR.services_by_name["BillingService"], apb.DESCRIPTOR.services_by_name["AuthService"])
 EARLY_ANSWER_S = 0.3
@@ -159,6 +162,10 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.JobGroupService/ListJobGroups": Case(lambda w: gpb.ListJobGroupsRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.JobGroupService/CancelJobGroup": Case(lambda w: gpb.CancelJobGroupRequest(
         batch_id=w.batch_id, job_group_id=1), member=PD),
+    # The fleet is for administrators: refused before any field is read.
+    "/corral.batch.v1.FleetService/ListPools": Case(lambda w: fpb.ListPoolsRequest(), outsider=PD, member=PD),
+    "/corral.batch.v1.FleetService/ListInstances": Case(lambda w: fpb.ListInstancesRequest(pool="standard"),
+                                                        outsider=PD, member=PD),
     "/corral.batch.v1.LockService/ListLocks": Case(lambda w: lpb.ListLocksRequest(billing_project=w.project)),
     # A project's secrets: its members (and administrators) change them, whoever reads the project lists them.
     "/corral.batch.v1.SecretService/CreateSecret": Case(lambda w: spb.CreateSecretRequest(
@@ -361,6 +368,7 @@ async def callers(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority) -
             "corral.batch.v1.BatchService": env.batches, "corral.batch.v1.JobService": env.jobs,
             "corral.batch.v1.JobGroupService": env.groups,
             "corral.batch.v1.LockService": lock_service_pb2_grpc.LockServiceStub(channel),
+            "corral.batch.v1.FleetService": fleet_service_pb2_grpc.FleetServiceStub(channel),
             "corral.batch.v1.SecretService": env.secrets,
             "corral.batch.v1.ImageService": image_service_pb2_grpc.ImageServiceStub(channel),
             "corral.billing.v1.BillingService": billing_service_pb2_grpc.BillingServiceStub(channel),
@@ -455,7 +463,7 @@ async def test_the_snapshot_sees_a_write_that_keeps_the_row_count(env: Env, worl
 async def test_the_cases_are_calls_alice_may_make(env: Env, callers: Callers, world: World) -> None:
     """So refusals above are about the caller, not about a broken request (reads only)."""
     reads = [m for m in CASES if m.split("/")[-1].startswith(("Get", "List", "Explain", "WhoAmI"))
-             and "User" not in m and "Token" not in m]
+             and "User" not in m and "Token" not in m and CASES[m].member is None]  # not administrators' only
     for method in reads:
         code = await callers.call(method, CASES[method].request(world), env.as_("alice"))
         # alice's job 1 ran on no real worker: its log is simply not there.

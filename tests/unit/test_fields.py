@@ -10,8 +10,8 @@ from google.protobuf import descriptor
 
 from corral.auth.v1 import auth_service_pb2
 from corral.batch.v1 import batch_service_pb2 as bpb
-from corral.batch.v1 import (image_service_pb2, job_group_service_pb2, job_service_pb2, job_spec_pb2, lock_service_pb2,
-                              secret_service_pb2)
+from corral.batch.v1 import (fleet_service_pb2, image_service_pb2, job_group_service_pb2, job_service_pb2,
+                              job_spec_pb2, lock_service_pb2, secret_service_pb2)
 from corral.billing.v1 import billing_service_pb2
 from services.auth.field_limits import AUTH_FIELD_LIMITS
 from services.common.fields import (
@@ -107,6 +107,7 @@ def _services() -> list[descriptor.ServiceDescriptor]:
     return [bpb.DESCRIPTOR.services_by_name["BatchService"],
             job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
             job_group_service_pb2.DESCRIPTOR.services_by_name["JobGroupService"],
+            fleet_service_pb2.DESCRIPTOR.services_by_name["FleetService"],
             lock_service_pb2.DESCRIPTOR.services_by_name["LockService"],
             secret_service_pb2.DESCRIPTOR.services_by_name["SecretService"],
             image_service_pb2.DESCRIPTOR.services_by_name["ImageService"],

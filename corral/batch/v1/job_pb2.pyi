@@ -46,7 +46,7 @@ JOB_STEP_MAIN: JobStep
 JOB_STEP_OUTPUT: JobStep
 
 class Job(_message.Message):
-    __slots__ = ("batch_id", "job_id", "update_id", "job_group_id", "user", "billing_project", "state", "spec", "attempts", "attributes", "exit_code", "error_message", "cost_micro_usd", "created_at", "ready_at", "started_at", "completed_at", "rerun_of_job_id", "resources", "normalized_image")
+    __slots__ = ("batch_id", "job_id", "update_id", "job_group_id", "user", "billing_project", "state", "spec", "attempts", "attributes", "exit_code", "error_message", "cost_micro_usd", "created_at", "ready_at", "started_at", "completed_at", "rerun_of_job_id", "resources", "normalized_image", "parent_job_ids")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -74,6 +74,7 @@ class Job(_message.Message):
     RERUN_OF_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     NORMALIZED_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    PARENT_JOB_IDS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     job_id: int
     update_id: int
@@ -94,7 +95,8 @@ class Job(_message.Message):
     rerun_of_job_id: int
     resources: JobResources
     normalized_image: str
-    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ..., resources: _Optional[_Union[JobResources, _Mapping]] = ..., normalized_image: _Optional[str] = ...) -> None: ...
+    parent_job_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, batch_id: _Optional[int] = ..., job_id: _Optional[int] = ..., update_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., state: _Optional[_Union[_job_state_pb2.JobState, str]] = ..., spec: _Optional[_Union[_job_spec_pb2.JobSpec, _Mapping]] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ..., attributes: _Optional[_Mapping[str, str]] = ..., exit_code: _Optional[int] = ..., error_message: _Optional[str] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ready_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., started_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., rerun_of_job_id: _Optional[int] = ..., resources: _Optional[_Union[JobResources, _Mapping]] = ..., normalized_image: _Optional[str] = ..., parent_job_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class JobResources(_message.Message):
     __slots__ = ("cores_mcpu", "memory_bytes", "storage_bytes", "pool")

@@ -29,7 +29,7 @@ from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/batch/v1/job_service.proto\x12\x0f\x63orral.batch.v1\x1a\x19\x63orral/batch/v1/job.proto\x1a%corral/batch/v1/job_explanation.proto\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\"1\n\rGetJobRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"3\n\x0eGetJobResponse\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x14.corral.batch.v1.Job\"Y\n\x0fListJobsRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\r\n\x05query\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"O\n\x10ListJobsResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.corral.batch.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x15GetJobAttemptsRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"D\n\x16GetJobAttemptsResponse\x12*\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x18.corral.batch.v1.Attempt\"\x97\x01\n\x10GetJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\"p\n\x11GetJobLogResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nstart_byte\x18\x03 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\"\x87\x01\n\x13StreamJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\"\xa9\x01\n\x14StreamJobLogResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nstart_byte\x18\x03 \x01(\x03\x12\x16\n\x0e\x61ttempt_number\x18\x04 \x01(\x05\x12\x15\n\rinstance_name\x18\x05 \x01(\t\x12,\n\tjob_state\x18\x06 \x01(\x0e\x32\x19.corral.batch.v1.JobState\"N\n\x16GetAttemptUsageRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\"\xeb\x01\n\x17GetAttemptUsageResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12-\n\x07samples\x18\x02 \x03(\x0b\x32\x1c.corral.batch.v1.UsageSample\x12/\n\x07summary\x18\x03 \x01(\x0b\x32\x1e.corral.batch.v1.ResourceUsage\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12+\n\x08interval\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07runtime\x18\x06 \x01(\t\x12\x0c\n\x04note\x18\x07 \x01(\t\"5\n\x11\x45xplainJobRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"J\n\x12\x45xplainJobResponse\x12\x34\n\x0b\x65xplanation\x18\x01 \x01(\x0b\x32\x1f.corral.batch.v1.JobExplanation2\x90\x08\n\nJobService\x12~\n\x06GetJob\x12\x1e.corral.batch.v1.GetJobRequest\x1a\x1f.corral.batch.v1.GetJobResponse\"3\x90\x02\x01\x82\xd3\xe4\x93\x02*\x12(/api/v1/batches/{batch_id}/jobs/{job_id}\x12{\n\x08ListJobs\x12 .corral.batch.v1.ListJobsRequest\x1a!.corral.batch.v1.ListJobsResponse\"*\x90\x02\x01\x82\xd3\xe4\x93\x02!\x12\x1f/api/v1/batches/{batch_id}/jobs\x12\x9f\x01\n\x0eGetJobAttempts\x12&.corral.batch.v1.GetJobAttemptsRequest\x1a\'.corral.batch.v1.GetJobAttemptsResponse\"<\x90\x02\x01\x82\xd3\xe4\x93\x02\x33\x12\x31/api/v1/batches/{batch_id}/jobs/{job_id}/attempts\x12\x8b\x01\n\tGetJobLog\x12!.corral.batch.v1.GetJobLogRequest\x1a\".corral.batch.v1.GetJobLogResponse\"7\x90\x02\x01\x82\xd3\xe4\x93\x02.\x12,/api/v1/batches/{batch_id}/jobs/{job_id}/log\x12\x9d\x01\n\x0cStreamJobLog\x12$.corral.batch.v1.StreamJobLogRequest\x1a%.corral.batch.v1.StreamJobLogResponse\">\x90\x02\x01\x82\xd3\xe4\x93\x02\x35\x12\x33/api/v1/batches/{batch_id}/jobs/{job_id}/log:stream0\x01\x12\x9f\x01\n\x0fGetAttemptUsage\x12\'.corral.batch.v1.GetAttemptUsageRequest\x1a(.corral.batch.v1.GetAttemptUsageResponse\"9\x90\x02\x01\x82\xd3\xe4\x93\x02\x30\x12./api/v1/batches/{batch_id}/jobs/{job_id}/usage\x12\x92\x01\n\nExplainJob\x12\".corral.batch.v1.ExplainJobRequest\x1a#.corral.batch.v1.ExplainJobResponse\";\x90\x02\x01\x82\xd3\xe4\x93\x02\x32\x12\x30/api/v1/batches/{batch_id}/jobs/{job_id}:explainb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!corral/batch/v1/job_service.proto\x12\x0f\x63orral.batch.v1\x1a\x19\x63orral/batch/v1/job.proto\x1a%corral/batch/v1/job_explanation.proto\x1a\x1f\x63orral/batch/v1/job_state.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\"1\n\rGetJobRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"3\n\x0eGetJobResponse\x12!\n\x03job\x18\x01 \x01(\x0b\x32\x14.corral.batch.v1.Job\"\x86\x01\n\x0fListJobsRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\r\n\x05query\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\x12\x14\n\x0cwith_parents\x18\x05 \x01(\x08\x12\x15\n\rwith_attempts\x18\x06 \x01(\x08\"O\n\x10ListJobsResponse\x12\"\n\x04jobs\x18\x01 \x03(\x0b\x32\x14.corral.batch.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"9\n\x15GetJobAttemptsRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"D\n\x16GetJobAttemptsResponse\x12*\n\x08\x61ttempts\x18\x01 \x03(\x0b\x32\x18.corral.batch.v1.Attempt\"\x97\x01\n\x10GetJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\"p\n\x11GetJobLogResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nstart_byte\x18\x03 \x01(\x03\x12\x13\n\x0btotal_bytes\x18\x04 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x05 \x01(\x08\"\x87\x01\n\x13StreamJobLogRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\x12&\n\x04step\x18\x04 \x01(\x0e\x32\x18.corral.batch.v1.JobStep\x12\x12\n\nstart_byte\x18\x05 \x01(\x03\"\xa9\x01\n\x14StreamJobLogResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x12\n\nstart_byte\x18\x03 \x01(\x03\x12\x16\n\x0e\x61ttempt_number\x18\x04 \x01(\x05\x12\x15\n\rinstance_name\x18\x05 \x01(\t\x12,\n\tjob_state\x18\x06 \x01(\x0e\x32\x19.corral.batch.v1.JobState\"N\n\x16GetAttemptUsageRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\x12\x12\n\nattempt_id\x18\x03 \x01(\t\"\xeb\x01\n\x17GetAttemptUsageResponse\x12\x12\n\nattempt_id\x18\x01 \x01(\t\x12-\n\x07samples\x18\x02 \x03(\x0b\x32\x1c.corral.batch.v1.UsageSample\x12/\n\x07summary\x18\x03 \x01(\x0b\x32\x1e.corral.batch.v1.ResourceUsage\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12+\n\x08interval\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07runtime\x18\x06 \x01(\t\x12\x0c\n\x04note\x18\x07 \x01(\t\"5\n\x11\x45xplainJobRequest\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0e\n\x06job_id\x18\x02 \x01(\x03\"J\n\x12\x45xplainJobResponse\x12\x34\n\x0b\x65xplanation\x18\x01 \x01(\x0b\x32\x1f.corral.batch.v1.JobExplanation2\x90\x08\n\nJobService\x12~\n\x06GetJob\x12\x1e.corral.batch.v1.GetJobRequest\x1a\x1f.corral.batch.v1.GetJobResponse\"3\x90\x02\x01\x82\xd3\xe4\x93\x02*\x12(/api/v1/batches/{batch_id}/jobs/{job_id}\x12{\n\x08ListJobs\x12 .corral.batch.v1.ListJobsRequest\x1a!.corral.batch.v1.ListJobsResponse\"*\x90\x02\x01\x82\xd3\xe4\x93\x02!\x12\x1f/api/v1/batches/{batch_id}/jobs\x12\x9f\x01\n\x0eGetJobAttempts\x12&.corral.batch.v1.GetJobAttemptsRequest\x1a\'.corral.batch.v1.GetJobAttemptsResponse\"<\x90\x02\x01\x82\xd3\xe4\x93\x02\x33\x12\x31/api/v1/batches/{batch_id}/jobs/{job_id}/attempts\x12\x8b\x01\n\tGetJobLog\x12!.corral.batch.v1.GetJobLogRequest\x1a\".corral.batch.v1.GetJobLogResponse\"7\x90\x02\x01\x82\xd3\xe4\x93\x02.\x12,/api/v1/batches/{batch_id}/jobs/{job_id}/log\x12\x9d\x01\n\x0cStreamJobLog\x12$.corral.batch.v1.StreamJobLogRequest\x1a%.corral.batch.v1.StreamJobLogResponse\">\x90\x02\x01\x82\xd3\xe4\x93\x02\x35\x12\x33/api/v1/batches/{batch_id}/jobs/{job_id}/log:stream0\x01\x12\x9f\x01\n\x0fGetAttemptUsage\x12\'.corral.batch.v1.GetAttemptUsageRequest\x1a(.corral.batch.v1.GetAttemptUsageResponse\"9\x90\x02\x01\x82\xd3\xe4\x93\x02\x30\x12./api/v1/batches/{batch_id}/jobs/{job_id}/usage\x12\x92\x01\n\nExplainJob\x12\".corral.batch.v1.ExplainJobRequest\x1a#.corral.batch.v1.ExplainJobResponse\";\x90\x02\x01\x82\xd3\xe4\x93\x02\x32\x12\x30/api/v1/batches/{batch_id}/jobs/{job_id}:explainb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,30 +54,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETJOBREQUEST']._serialized_end=264
   _globals['_GETJOBRESPONSE']._serialized_start=266
   _globals['_GETJOBRESPONSE']._serialized_end=317
-  _globals['_LISTJOBSREQUEST']._serialized_start=319
-  _globals['_LISTJOBSREQUEST']._serialized_end=408
-  _globals['_LISTJOBSRESPONSE']._serialized_start=410
-  _globals['_LISTJOBSRESPONSE']._serialized_end=489
-  _globals['_GETJOBATTEMPTSREQUEST']._serialized_start=491
-  _globals['_GETJOBATTEMPTSREQUEST']._serialized_end=548
-  _globals['_GETJOBATTEMPTSRESPONSE']._serialized_start=550
-  _globals['_GETJOBATTEMPTSRESPONSE']._serialized_end=618
-  _globals['_GETJOBLOGREQUEST']._serialized_start=621
-  _globals['_GETJOBLOGREQUEST']._serialized_end=772
-  _globals['_GETJOBLOGRESPONSE']._serialized_start=774
-  _globals['_GETJOBLOGRESPONSE']._serialized_end=886
-  _globals['_STREAMJOBLOGREQUEST']._serialized_start=889
-  _globals['_STREAMJOBLOGREQUEST']._serialized_end=1024
-  _globals['_STREAMJOBLOGRESPONSE']._serialized_start=1027
-  _globals['_STREAMJOBLOGRESPONSE']._serialized_end=1196
-  _globals['_GETATTEMPTUSAGEREQUEST']._serialized_start=1198
-  _globals['_GETATTEMPTUSAGEREQUEST']._serialized_end=1276
-  _globals['_GETATTEMPTUSAGERESPONSE']._serialized_start=1279
-  _globals['_GETATTEMPTUSAGERESPONSE']._serialized_end=1514
-  _globals['_EXPLAINJOBREQUEST']._serialized_start=1516
-  _globals['_EXPLAINJOBREQUEST']._serialized_end=1569
-  _globals['_EXPLAINJOBRESPONSE']._serialized_start=1571
-  _globals['_EXPLAINJOBRESPONSE']._serialized_end=1645
-  _globals['_JOBSERVICE']._serialized_start=1648
-  _globals['_JOBSERVICE']._serialized_end=2688
+  _globals['_LISTJOBSREQUEST']._serialized_start=320
+  _globals['_LISTJOBSREQUEST']._serialized_end=454
+  _globals['_LISTJOBSRESPONSE']._serialized_start=456
+  _globals['_LISTJOBSRESPONSE']._serialized_end=535
+  _globals['_GETJOBATTEMPTSREQUEST']._serialized_start=537
+  _globals['_GETJOBATTEMPTSREQUEST']._serialized_end=594
+  _globals['_GETJOBATTEMPTSRESPONSE']._serialized_start=596
+  _globals['_GETJOBATTEMPTSRESPONSE']._serialized_end=664
+  _globals['_GETJOBLOGREQUEST']._serialized_start=667
+  _globals['_GETJOBLOGREQUEST']._serialized_end=818
+  _globals['_GETJOBLOGRESPONSE']._serialized_start=820
+  _globals['_GETJOBLOGRESPONSE']._serialized_end=932
+  _globals['_STREAMJOBLOGREQUEST']._serialized_start=935
+  _globals['_STREAMJOBLOGREQUEST']._serialized_end=1070
+  _globals['_STREAMJOBLOGRESPONSE']._serialized_start=1073
+  _globals['_STREAMJOBLOGRESPONSE']._serialized_end=1242
+  _globals['_GETATTEMPTUSAGEREQUEST']._serialized_start=1244
+  _globals['_GETATTEMPTUSAGEREQUEST']._serialized_end=1322
+  _globals['_GETATTEMPTUSAGERESPONSE']._serialized_start=1325
+  _globals['_GETATTEMPTUSAGERESPONSE']._serialized_end=1560
+  _globals['_EXPLAINJOBREQUEST']._serialized_start=1562
+  _globals['_EXPLAINJOBREQUEST']._serialized_end=1615
+  _globals['_EXPLAINJOBRESPONSE']._serialized_start=1617
+  _globals['_EXPLAINJOBRESPONSE']._serialized_end=1691
+  _globals['_JOBSERVICE']._serialized_start=1694
+  _globals['_JOBSERVICE']._serialized_end=2734
 # @@protoc_insertion_point(module_scope)

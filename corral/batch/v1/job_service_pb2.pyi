@@ -28,16 +28,20 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_job_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("batch_id", "query", "page_size", "page_token")
+    __slots__ = ("batch_id", "query", "page_size", "page_token", "with_parents", "with_attempts")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WITH_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    WITH_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     query: str
     page_size: int
     page_token: str
-    def __init__(self, batch_id: _Optional[int] = ..., query: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    with_parents: bool
+    with_attempts: bool
+    def __init__(self, batch_id: _Optional[int] = ..., query: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., with_parents: _Optional[bool] = ..., with_attempts: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

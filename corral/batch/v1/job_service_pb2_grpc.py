@@ -84,8 +84,8 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Lists a batch's jobs by increasing id, filtered by a query; specs and
-        attempts are left out.
+        """Lists a batch's jobs by increasing id, filtered by a query; specs are
+        left out, and parents and attempts unless asked for.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -155,14 +155,16 @@ class GetSpendRequest(_message.Message):
     def __init__(self, billing_project: _Optional[str] = ..., first_day: _Optional[str] = ..., last_day: _Optional[str] = ..., breakdown: _Optional[_Union[_spend_pb2.SpendBreakdown, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetSpendResponse(_message.Message):
-    __slots__ = ("total_micro_usd", "lines", "next_page_token")
+    __slots__ = ("total_micro_usd", "lines", "next_page_token", "reservations")
     TOTAL_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
     LINES_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
     total_micro_usd: int
     lines: _containers.RepeatedCompositeFieldContainer[_spend_pb2.SpendLine]
     next_page_token: str
-    def __init__(self, total_micro_usd: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[_spend_pb2.SpendLine, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    reservations: _containers.RepeatedCompositeFieldContainer[_spend_pb2.Reservation]
+    def __init__(self, total_micro_usd: _Optional[int] = ..., lines: _Optional[_Iterable[_Union[_spend_pb2.SpendLine, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., reservations: _Optional[_Iterable[_Union[_spend_pb2.Reservation, _Mapping]]] = ...) -> None: ...
 
 class WatchSpendRequest(_message.Message):
     __slots__ = ("billing_project", "min_interval")

@@ -168,7 +168,8 @@ class BillingServiceServicer:
 
     def GetSpend(self, request, context):
         """Returns a project's spend over a range of UTC days, in total and
-        optionally split by day, batch or user.
+        optionally split by day, batch or user, and the budget its batches'
+        unfinished attempts hold now.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

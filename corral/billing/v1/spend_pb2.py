@@ -25,17 +25,19 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63orral/billing/v1/spend.proto\x12\x11\x63orral.billing.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n\tSpendLine\x12\r\n\x03\x64\x61y\x18\x01 \x01(\tH\x00\x12\x12\n\x08\x62\x61tch_id\x18\x02 \x01(\x03H\x00\x12\x12\n\x08username\x18\x03 \x01(\tH\x00\x12\x16\n\x0e\x63ost_micro_usd\x18\x04 \x01(\x03\x42\x05\n\x03key\"\x82\x02\n\x0bSpendUpdate\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fspend_micro_usd\x18\x03 \x01(\x03\x12\x17\n\x0f\x64\x65lta_micro_usd\x18\x04 \x01(\x03\x12\x1a\n\x12reserved_micro_usd\x18\x05 \x01(\x03\x12\x1c\n\x0flimit_micro_usd\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x32\n\x0c\x62\x61tch_deltas\x18\x07 \x03(\x0b\x32\x1c.corral.billing.v1.SpendLineB\x12\n\x10_limit_micro_usd*\x7f\n\x0eSpendBreakdown\x12\x1f\n\x1bSPEND_BREAKDOWN_UNSPECIFIED\x10\x00\x12\x17\n\x13SPEND_BREAKDOWN_DAY\x10\x01\x12\x19\n\x15SPEND_BREAKDOWN_BATCH\x10\x02\x12\x18\n\x14SPEND_BREAKDOWN_USER\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x63orral/billing/v1/spend.proto\x12\x11\x63orral.billing.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"a\n\tSpendLine\x12\r\n\x03\x64\x61y\x18\x01 \x01(\tH\x00\x12\x12\n\x08\x62\x61tch_id\x18\x02 \x01(\x03H\x00\x12\x12\n\x08username\x18\x03 \x01(\tH\x00\x12\x16\n\x0e\x63ost_micro_usd\x18\x04 \x01(\x03\x42\x05\n\x03key\"\x82\x02\n\x0bSpendUpdate\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12&\n\x02\x61t\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fspend_micro_usd\x18\x03 \x01(\x03\x12\x17\n\x0f\x64\x65lta_micro_usd\x18\x04 \x01(\x03\x12\x1a\n\x12reserved_micro_usd\x18\x05 \x01(\x03\x12\x1c\n\x0flimit_micro_usd\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x32\n\x0c\x62\x61tch_deltas\x18\x07 \x03(\x0b\x32\x1c.corral.billing.v1.SpendLineB\x12\n\x10_limit_micro_usd\"z\n\x0bReservation\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x1a\n\x12reserved_micro_usd\x18\x02 \x01(\x03\x12)\n\x05since\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nn_attempts\x18\x04 \x01(\x05*\x7f\n\x0eSpendBreakdown\x12\x1f\n\x1bSPEND_BREAKDOWN_UNSPECIFIED\x10\x00\x12\x17\n\x13SPEND_BREAKDOWN_DAY\x10\x01\x12\x19\n\x15SPEND_BREAKDOWN_BATCH\x10\x02\x12\x18\n\x14SPEND_BREAKDOWN_USER\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'corral.billing.v1.spend_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SPENDBREAKDOWN']._serialized_start=445
-  _globals['_SPENDBREAKDOWN']._serialized_end=572
+  _globals['_SPENDBREAKDOWN']._serialized_start=569
+  _globals['_SPENDBREAKDOWN']._serialized_end=696
   _globals['_SPENDLINE']._serialized_start=85
   _globals['_SPENDLINE']._serialized_end=182
   _globals['_SPENDUPDATE']._serialized_start=185
   _globals['_SPENDUPDATE']._serialized_end=443
+  _globals['_RESERVATION']._serialized_start=445
+  _globals['_RESERVATION']._serialized_end=567
 # @@protoc_insertion_point(module_scope)

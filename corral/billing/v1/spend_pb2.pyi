@@ -50,3 +50,15 @@ class SpendUpdate(_message.Message):
     limit_micro_usd: int
     batch_deltas: _containers.RepeatedCompositeFieldContainer[SpendLine]
     def __init__(self, billing_project: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., spend_micro_usd: _Optional[int] = ..., delta_micro_usd: _Optional[int] = ..., reserved_micro_usd: _Optional[int] = ..., limit_micro_usd: _Optional[int] = ..., batch_deltas: _Optional[_Iterable[_Union[SpendLine, _Mapping]]] = ...) -> None: ...
+
+class Reservation(_message.Message):
+    __slots__ = ("batch_id", "reserved_micro_usd", "since", "n_attempts")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    N_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    reserved_micro_usd: int
+    since: _timestamp_pb2.Timestamp
+    n_attempts: int
+    def __init__(self, batch_id: _Optional[int] = ..., reserved_micro_usd: _Optional[int] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., n_attempts: _Optional[int] = ...) -> None: ...
