@@ -20,7 +20,8 @@ import grpc
 
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import auth_service_pb2_grpc, user_pb2
-from corral.batch.v1 import batch_service_pb2_grpc, image_service_pb2_grpc, job_group_service_pb2_grpc
+from corral.batch.v1 import (batch_service_pb2_grpc, fleet_service_pb2_grpc, image_service_pb2_grpc,
+                             job_group_service_pb2_grpc)
 from corral.batch.v1 import job_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2_grpc
 from corral.aio import rate_limit_wait_s
@@ -67,7 +68,7 @@ class Backend:
         self.billing = billing_service_pb2_grpc.BillingServiceStub(self._frontend)
         self.images = image_service_pb2_grpc.ImageServiceStub(self._frontend)
         self.users = auth_service_pb2_grpc.AuthServiceStub(self._auth)
-        self.fleet = _fleet_stub(self._frontend)
+        self.fleet = fleet_service_pb2_grpc.FleetServiceStub(self._frontend)
         self._who: dict[str, tuple[float, Who]] = {}
         self._turns: weakref.WeakValueDictionary[str, asyncio.Semaphore] = weakref.WeakValueDictionary()
 
@@ -109,15 +110,6 @@ class Backend:
 
     def forget(self, token: str) -> None:
         self._who.pop(token, None)
-
-
-def _fleet_stub(channel: grpc.aio.Channel) -> Any:
-    """FleetService's stub (administrators' pools and instances), where the protos have it."""
-    try:
-        from corral.batch.v1 import fleet_service_pb2_grpc
-    except ImportError:  # pragma: no cover - older protos
-        return None
-    return fleet_service_pb2_grpc.FleetServiceStub(channel)
 
 
 class UserCalls:

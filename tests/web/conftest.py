@@ -20,9 +20,11 @@ from tests.web import pages
 from tests.web.browsers import chromium, trusting
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright() -> Iterator[Playwright]:
-    """Playwright's sync API for the session (its driver process, stopped at the end)."""
+    """Playwright's sync API for a module (its driver process, stopped at the module's end). Not for the
+    session: the sync API keeps an asyncio loop running in the main thread while it is started, and the other
+    tiers' async tests, which pytest-xdist may give the same process afterwards, need that thread free."""
     with sync_playwright() as started:
         yield started
 
@@ -32,9 +34,9 @@ def _launch(playwright: Playwright, **options: Any) -> Browser:
     return playwright.chromium.launch(executable_path=chromium(), headless=True, **options)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(playwright: Playwright) -> Iterator[Browser]:
-    """Headless Chromium for the session, trusting no CA but the system's. Closed at the end. The test fails
+    """Headless Chromium for the module, trusting no CA but the system's. Closed at the end. The test fails
     (it is not skipped) when Chromium is not installed: scripts/setup.sh --for test installs it."""
     launched = _launch(playwright)
     try:
@@ -43,10 +45,10 @@ def browser(playwright: Playwright) -> Iterator[Browser]:
         launched.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def _browsers_by_ca() -> Iterator[dict[str, Browser]]:
     """A browser per CA that `new_context` was asked to trust, by the digest of the CA's certificate, launched
-    once for the session (trust is the browser process's) and closed at its end."""
+    once for the module (trust is the browser process's) and closed at the module's end."""
     launched: dict[str, Browser] = {}
     try:
         yield launched

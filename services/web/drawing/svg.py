@@ -54,13 +54,15 @@ def shorten(value: str, limit: int) -> str:
 
 
 def document(*, kind: str, width: float, height: float, title: str, desc: str, body: Iterable[str]) -> str:
-    """The `<svg>` element around `body`: role="img", labelled by its <title> and described by its <desc>,
-    a viewBox so that it scales. Its ids come from a digest of the content, so they are the same for the
+    """The `<svg>` element around `body`: labelled by its <title> and described by its <desc>, a viewBox so
+    that it scales; role="img", or role="group" when it holds links (an image holds nothing a keyboard can
+    reach: its links would be hidden from assistive technology, which axe-core reports as nested-interactive). Its ids come from a digest of the content, so they are the same for the
     same drawing and differ between drawings on one page."""
     inner = "".join(body)
     digest = hashlib.sha256(f"{kind}\0{title}\0{desc}\0{inner}".encode()).hexdigest()[:12]
     ident = f"{kind}-{digest}"
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="drawing {attr(kind)}" role="img" '
+    role = "group" if "<a " in inner else "img"
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" class="drawing {attr(kind)}" role="{role}" '
             f'viewBox="0 0 {num(width)} {num(height)}" width="{num(width)}" height="{num(height)}" '
             f'aria-labelledby="{ident}-title" aria-describedby="{ident}-desc">'
             f'<title id="{ident}-title">{text(title)}</title><desc id="{ident}-desc">{text(desc)}</desc>'

@@ -7,7 +7,8 @@ from aiohttp import web
 
 from corral.auth.v1 import auth_service_pb2 as apb
 from corral.auth.v1 import user_pb2
-from corral.batch.v1 import image_pb2
+from corral.batch.v1 import fleet_pb2, image_pb2
+from corral.batch.v1 import fleet_service_pb2 as flpb
 from corral.batch.v1 import image_service_pb2 as ipb
 from corral.billing.v1 import billing_project_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
@@ -75,9 +76,29 @@ def _project_state(value: int) -> str:
     return billing_project_pb2.BillingProjectState.Name(value).removeprefix("BILLING_PROJECT_STATE_").lower()
 
 
+INSTANCE_STATES = {"": 0, "pending": fleet_pb2.INSTANCE_STATE_PENDING, "active": fleet_pb2.INSTANCE_STATE_ACTIVE,
+                   "inactive": fleet_pb2.INSTANCE_STATE_INACTIVE}
+
+
 async def _fleet(request: web.Request) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """Pools and instances (FleetService)."""
-    return [], []
+    """The pools with their instances by state, and the instances (the active ones unless ?instances=STATE)."""
+    session = session_of(request)
+    backend = request.app[BACKEND]
+    state = INSTANCE_STATES.get(request.query.get("instances", "active"), fleet_pb2.INSTANCE_STATE_ACTIVE)
+    pools, instances = await session.calls.gather(
+        session.calls.call(backend.fleet.ListPools, flpb.ListPoolsRequest()),
+        session.calls.call(backend.fleet.ListInstances, flpb.ListInstancesRequest(state=state, page_size=SHOWN)))
+    return ([{"name": p.name, "machine_type": p.machine_type or "(cores and memory)", "cores": views.cores(p.cores_mcpu),
+              "memory": views.size(p.memory_bytes), "spot": "yes" if p.spot else "no", "max": p.max_instances,
+              "enabled": "yes" if p.enabled else "no",
+              "by_state": f"{p.n_pending} pending, {p.n_active} active, {p.n_inactive} inactive"}
+             for p in pools.pools],
+            [{"name": i.name, "pool": i.pool,
+              "state": fleet_pb2.InstanceState.Name(i.state).removeprefix("INSTANCE_STATE_").lower(),
+              "cores": f"{views.cores(i.cores_mcpu)} ({views.cores(i.free_cores_mcpu)} free)"
+              if i.HasField("free_cores_mcpu") else views.cores(i.cores_mcpu),
+              "jobs": i.n_running_attempts, "heartbeat": views.when(i.last_heartbeat_at),
+              "created": views.when(i.created_at)} for i in instances.instances])
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

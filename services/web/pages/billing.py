@@ -47,7 +47,8 @@ async def billing_page(request: web.Request) -> web.Response:
     money = views.usd_axis
     limit = project.limit_micro_usd if project.HasField("limit_micro_usd") else None
     remaining = None if limit is None else limit - project.spend_micro_usd - project.reserved_micro_usd
-    reservations = await _reservations(request, chosen)
+    reservations = [{"batch_id": r.batch_id, "held": views.usd(r.reserved_micro_usd), "since": views.when(r.since),
+                     "attempts": r.n_attempts} for r in days.reservations]
     return render(request, "billing.html", title=f"Billing: {chosen}", projects=projects, chosen=chosen,
                   project=project, limit=views.usd(limit),
                   remaining=views.usd(remaining) if remaining is not None else "no limit",
@@ -58,11 +59,6 @@ async def billing_page(request: web.Request) -> web.Response:
                   user_chart=charts.bar_chart(user_bars, title="Spend per user", y_format=money),
                   day_rows=[(day, money(usd)) for day, usd in day_bars if usd],
                   user_rows=[(user, money(usd)) for user, usd in user_bars])
-
-
-async def _reservations(request: web.Request, project: str) -> list[dict[str, object]]:
-    """The batches holding part of the project's budget, and how much."""
-    return []
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

@@ -1,6 +1,7 @@
-"""What every drawing must be, checked on its markup: well-formed XML, an accessible <svg> (role="img",
-labelled by its own <title>, described by its own <desc>, a viewBox), no `style` attribute or element and
-no script anywhere (the pages' Content-Security-Policy), links only where the drawing was told."""
+"""What every drawing must be, checked on its markup: well-formed XML, an accessible <svg> (role="img", or
+"group" when it holds links, labelled by its own <title>, described by its own <desc>, a viewBox), no
+`style` attribute or element and no script anywhere (the pages' Content-Security-Policy), links only where
+the drawing was told."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def parsed(svg: str) -> ET.Element:
     """The drawing's root, after checking what every drawing must be."""
     root = ET.fromstring(svg)
     assert root.tag == f"{SVG}svg"
-    assert root.get("role") == "img"
+    links = root.find(".//{http://www.w3.org/2000/svg}a") is not None
+    assert root.get("role") == ("group" if links else "img")
     assert re.fullmatch(r"0 0 [0-9.]+ [0-9.]+", root.get("viewBox", ""))
     title, desc = root[0], root[1]
     assert title.tag == f"{SVG}title" and title.get("id") == root.get("aria-labelledby") and title.text
