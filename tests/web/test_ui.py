@@ -154,11 +154,28 @@ def test_a_failed_jobs_log_and_its_rerun(cluster, context, base, assert_accessib
     expect(page.locator('[data-count="total"]')).to_have_text("3")
 
 
-def test_cancel_a_running_batch(cluster, context, base, assert_accessible, screenshot, script_bytes) -> None:
-    batch_id = submit(cluster, "long", ["sleep 600", "echo never"])
+def test_follow_a_running_jobs_log_then_cancel_its_batch(cluster, context, base, assert_accessible, screenshot,
+                                                          script_bytes) -> None:
+    batch_id = submit(cluster, "long", ["i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.5; done",
+                                        "echo never"])
     page = context.new_page()
     sign_in(page, base, "alice", f"/batches/{batch_id}")
     expect(page.locator('[data-count="running"]')).to_have_text("1", timeout=60_000)
+    page.goto(f"{base}/batches/{batch_id}/jobs/1")
+    page.evaluate("window.corralMarker = 'not reloaded'")
+    log = page.locator("pre.log")
+    served = [int(n) for n in re.findall(r"tick (\d+)", log.text_content() or "")]
+    later = f"tick {max(served, default=0) + 4}"  # written after the page was served: only the live tail has it
+    expect(log).to_contain_text(later, timeout=30_000)
+    assert page.evaluate("window.corralMarker") == "not reloaded"
+    expect(page.get_by_role("heading", name="What the scheduler says")).to_be_visible()  # ExplainJob
+    expect(page.locator("ul.reasons")).to_contain_text("running on")
+    check(page, "job-running", assert_accessible, screenshot, script_bytes)
+    page.goto(f"{base}/batches/{batch_id}/jobs/2")
+    expect(page.get_by_role("heading", name="Why is it not running?")).to_be_visible()
+    expect(page.locator("ul.reasons")).to_contain_text("waiting on parents")
+    check(page, "job-waiting", assert_accessible, screenshot, script_bytes)
+    page.goto(f"{base}/batches/{batch_id}")
     page.get_by_role("link", name="Cancel the batch…").click()
     expect(page.get_by_text("This cannot be undone")).to_be_visible()
     check(page, "confirm-cancel", assert_accessible, screenshot, script_bytes)
