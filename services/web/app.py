@@ -22,6 +22,7 @@ from pathlib import Path
 
 import jinja2
 from aiohttp import web
+from prometheus_client import Histogram
 from yarl import URL
 
 from corral.errors import (CorralError, FailedPrecondition, InvalidArgument, NotFound, PermissionDenied,
@@ -49,6 +50,8 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Strict-Transport-Security": "max-age=31536000",
 }
+PAGE_SECONDS = Histogram("corral_web_request_duration_seconds", "How long the web UI took to answer each request "
+                         "(a stream: to begin), by route and HTTP status", ["route", "status"])
 PUBLIC_PATHS = ("/login", "/static/", "/healthz", "/favicon.ico")
 """What answers without a session."""
 MAX_FORM_BYTES = 64 * 1024
@@ -147,8 +150,11 @@ async def security_headers(request: web.Request, handler: Callable[[web.Request]
         response = await handler(request)
     except web.HTTPException as e:
         response = e
+    took_s = time.perf_counter() - began
+    resource = request.match_info.route.resource
+    PAGE_SECONDS.labels(resource.canonical if resource is not None else "(none)", str(response.status)).observe(took_s)
     if not response.prepared:
-        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - began) * 1000:.1f}"
+        response.headers["Server-Timing"] = f"app;dur={took_s * 1000:.1f}"
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
     if not request.path.startswith("/static/"):
