@@ -67,6 +67,15 @@ async def _fed(source: AsyncIterator[Any]) -> AsyncIterator[asyncio.Queue[object
             await task
 
 
+async def _next(queue: asyncio.Queue[object], response: web.StreamResponse) -> object:
+    """The next item of a fed stream, with a keepalive comment to the browser each KEEPALIVE_S until it comes."""
+    while True:
+        try:
+            return await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+        except asyncio.TimeoutError:
+            await response.write(b": keepalive\n\n")
+
+
 def counts_event(batch: batch_pb2.Batch) -> bytes:
     return event("counts", {"counts": views.counts(batch.counts), "state": views.batch_state(batch),
                             "cost": views.usd(batch.cost_micro_usd),
@@ -94,11 +103,7 @@ async def batch_counts(request: web.Request) -> web.StreamResponse:
     try:
         async with _fed(watch) as queue:
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-                except asyncio.TimeoutError:
-                    await response.write(b": keepalive\n\n")
-                    continue
+                item = await _next(queue, response)
                 if item is None or isinstance(item, CorralError):
                     await response.write(event("gone", {"why": str(item) if item else "the stream ended"}))
                     break
@@ -134,11 +139,7 @@ async def job_log(request: web.Request) -> web.StreamResponse:
     try:
         async with _fed(stream) as queue:
             while True:
-                try:
-                    item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-                except asyncio.TimeoutError:
-                    await response.write(b": keepalive\n\n")
-                    continue
+                item = await _next(queue, response)
                 if item is None:
                     await response.write(event("end", {"state": ""}))
                     break
