@@ -118,8 +118,7 @@ def render(request: web.Request, template: str, status: int = 200, **values: obj
     """A page of `template`, with the session (if any) and the navigation."""
     session: Session | None = request.get(SESSION)
     text = request.app[TEMPLATES].get_template(template).render(
-        who=session.who if session else None, csrf=session.csrf if session else "", path=request.path,
-        request_url=str(request.rel_url), **values)
+        who=session.who if session else None, csrf=session.csrf if session else "", path=request.path, **values)
     return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
 
 

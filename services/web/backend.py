@@ -49,6 +49,9 @@ class Who:
     expires_at: float
     """When the token ends (epoch seconds; 0: never)."""
 
+    def expired(self) -> bool:
+        return 0 < self.expires_at <= time.time()
+
 
 def _channel(address: str, ca_cert: Path) -> grpc.aio.Channel:
     credentials = grpc.ssl_channel_credentials(root_certificates=ca_cert.read_bytes())
@@ -98,7 +101,7 @@ class Backend:
         """The token's user, cached for WHO_CACHE_S (a revoked token is refused by every call regardless)."""
         now = time.monotonic()
         cached = self._who.get(token)
-        if cached is not None and now - cached[0] < WHO_CACHE_S:
+        if cached is not None and now - cached[0] < WHO_CACHE_S and not cached[1].expired():
             return cached[1]
         answer = await self.as_user(token).call(self.users.WhoAmI, apb.WhoAmIRequest())
         expires = answer.token.expires_at.ToSeconds() if answer.token.HasField("expires_at") else 0
