@@ -24,6 +24,8 @@ GROUPS_SHOWN = 200
 """Job groups drawn in a batch's tree (a batch with more says how many are left out)."""
 MAX_QUERY_CHARS = 4096
 """A search box's text beyond this is not sent (the frontend's own limit is in bytes and terms)."""
+MAX_TOKEN_CHARS = 1024
+"""A page token beyond this is not sent (the frontend's are a few dozen characters; it refuses a bad one)."""
 _POSITION = re.compile(r"at character (\d+): (.*)", re.S)
 DONE_MESSAGES = {"cancelled": "The batch was cancelled: its jobs that had not finished are stopping.",
                  "rerun": "The failed jobs run again, as new jobs of this batch.",
@@ -53,7 +55,7 @@ async def batch_list(request: web.Request) -> web.Response:
     session = session_of(request)
     backend = request.app[BACKEND]
     query = request.query.get("q", "")[:MAX_QUERY_CHARS]
-    page = request.query.get("page", "")
+    page = request.query.get("page", "")[:MAX_TOKEN_CHARS]
     error = None
     found: list[batch_pb2.Batch] = []
     next_page = ""
@@ -81,7 +83,7 @@ async def batch_page(request: web.Request) -> web.Response:
     backend = request.app[BACKEND]
     batch_id = batch_id_of(request)
     job_query = request.query.get("jobs", "")[:MAX_QUERY_CHARS]
-    job_page = request.query.get("jobs_page", "")
+    job_page = request.query.get("jobs_page", "")[:MAX_TOKEN_CHARS]
     batch, groups = await session.calls.gather(
         session.calls.call(backend.batches.GetBatch, bpb.GetBatchRequest(batch_id=batch_id)),
         session.calls.call(backend.groups.ListJobGroups, gpb.ListJobGroupsRequest(

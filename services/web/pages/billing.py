@@ -26,7 +26,7 @@ async def billing_page(request: web.Request) -> web.Response:
     listed = await session.calls.call(backend.billing.ListBillingProjects, cpb.ListBillingProjectsRequest(
         member=member, page_size=PROJECTS_SHOWN))
     projects = [p.name for p in listed.billing_projects]
-    chosen = request.query.get("project", "") or (projects[0] if projects else "")
+    chosen = request.query.get("project", "")[:100] or (projects[0] if projects else "")
     if not chosen:
         return render(request, "billing.html", title="Billing", projects=[], chosen="", project=None)
     today = datetime.datetime.now(datetime.timezone.utc).date()

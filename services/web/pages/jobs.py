@@ -44,7 +44,7 @@ async def job_page(request: web.Request) -> web.Response:
     batch_id, job_id = path_id(request, "batch_id"), path_id(request, "job_id")
     job = (await session.calls.call(backend.jobs.GetJob, jpb.GetJobRequest(batch_id=batch_id, job_id=job_id))).job
     attempts = list(job.attempts)
-    chosen_id = request.query.get("attempt", "")
+    chosen_id = request.query.get("attempt", "")[:128]
     chosen = next((a for a in attempts if a.attempt_id == chosen_id), attempts[-1] if attempts else None)
     log, log_bytes, usage = None, 0, None
     explanation: list[dict[str, object]] = []

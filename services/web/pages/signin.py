@@ -17,7 +17,7 @@ MAX_FIELD_CHARS = 1024
 
 def _next_path(value: str | None) -> str:
     """Where to go after signing in: a path of this site only (never another site, `//host` included)."""
-    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+    if not value or len(value) > 2048 or not value.startswith("/") or value.startswith("//") or "\\" in value:
         return "/batches"
     return value
 
