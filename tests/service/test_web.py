@@ -300,3 +300,15 @@ async def test_sign_ins_through_the_web_are_throttled_by_the_browsers_address(ga
     statuses = [await attempt("10.1.1.1", f"someone{i}") for i in range(12)]
     assert statuses[:10] == [401] * 10 and statuses[-1] == 429
     assert await attempt("10.1.1.2", "someone-else") == 401
+
+
+async def test_what_a_url_carries_is_bounded_and_refused_in_words(browsers, people) -> None:
+    alice = browsers["alice"]
+    await alice.sign_in("alice")
+    bad_token = await alice.get("/batches?page=not-a-token")
+    assert bad_token.status_code == 400 and "page_token" in bad_token.text
+    many_terms = await alice.get("/batches?q=" + "a%20" * 1500)
+    assert many_terms.status_code == 200 and 'aria-invalid="true"' in many_terms.text  # over the frontend's terms
+    assert (await alice.get("/batches?q=" + "a" * 20_000)).status_code in (400, 414)  # over aiohttp's line
+    assert (await alice.get("/batches/1/jobs/1?attempt=" + "x" * 3000)).status_code == 404
+    assert (await alice.get("/billing?project=" + "p" * 3000)).status_code in (400, 404)
