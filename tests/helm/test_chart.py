@@ -138,7 +138,8 @@ def hops(docs: list[dict[str, Any]]) -> tuple[set[tuple[str, str, int]], set[tup
 
 
 ARCHITECTURE_HOPS = {
-    ("gateway-public", "auth", 8501), ("gateway-public", "frontend", 8511),
+    ("gateway-public", "auth", 8501), ("gateway-public", "frontend", 8511), ("gateway-public", "web", 8531),
+    ("web", "auth", 8501), ("web", "frontend", 8511),
     ("frontend", "auth", 8502), ("frontend", "driver", 8521),
     ("gateway-internal", "driver", 8521),
 }
@@ -163,9 +164,9 @@ def test_network_policies_allow_exactly_the_architectures_hops(name: str) -> Non
         outside = [(p["port"]) for rule in spec.get("ingress", []) for p in rule["ports"]
                    if any("ipBlock" in peer for peer in rule["from"])]
         assert outside == {"gateway-public": [8443], "gateway-internal": [8444, 8445]}.get(me, []), me
-    # The gateways reach nothing but their upstreams (and DNS, for all).
-    for gateway in ("gateway-public", "gateway-internal"):
-        assert all("podSelector" in peer for rule in policies[gateway]["egress"] for peer in rule["to"])
+    # The gateways and the web reach nothing but their upstreams (and DNS, for all): nothing outside the cluster.
+    for me in ("gateway-public", "gateway-internal", "web"):
+        assert all("podSelector" in peer for rule in policies[me]["egress"] for peer in rule["to"]), me
     # The database: only the parts with an account on it.
     database = values_of(name)["database"]["port"]
     with_database = {me for me, spec in policies.items() for rule in spec.get("egress", [])
@@ -214,6 +215,7 @@ def test_each_pod_holds_only_its_own_keys() -> None:
     [copier] = driver_spec["initContainers"]
     assert secrets_held(driver_spec, copier) == {"corral-job-secrets:job-secrets.key"}
     assert held["corral-gateway-public"] == certificate("gateway") | token
+    assert held["corral-web"] == certificate("web") | token  # no database account, no job secrets
     assert held["corral-gateway-internal"] == certificate("gateway")
     assert held["corral-migrations"] == {"corral-database:migrations"}
 
@@ -227,6 +229,50 @@ def test_environment_references_come_after_what_they_name(name: str) -> None:
             for reference in re.findall(r"\$\((\w+)\)", variable.get("value", "")):
                 assert reference in defined, f"{owner}: {variable['name']} names {reference} before it is set"
             defined.add(variable["name"])
+
+
+@pytest.mark.parametrize("name", VALUE_SETS)
+def test_the_web_serves_the_public_gateway_from_a_stateless_deployment(name: str) -> None:
+    """The web UI: as many replicas as asked (any replica serves any request), its certificate as
+    services.web reads it, the frontend and auth at their public listeners, its port the one the gateway's
+    config names through a headless Service, probed by TCP (it answers the gateway's certificate alone, and
+    the gateway checks its /healthz itself), no database account, and every other part's confinement."""
+    docs = manifests(name)
+    chosen = values_of(name)
+    web = find(docs, "Deployment", "corral-web")
+    spec = web["spec"]["template"]["spec"]
+    [container] = spec["containers"]
+    assert web["spec"]["replicas"] == chosen["web"]["replicas"]
+    assert container["command"] == ["python", "-m", "services.web"]
+    option = dict(zip(container["args"][::2], container["args"][1::2]))
+    assert option["--certs-dir"] == "/etc/corral/tls"
+    [tls] = [v for v in spec["volumes"] if v["name"] == "tls"]
+    assert [item["path"] for item in tls["projected"]["sources"][0]["secret"]["items"]] == [
+        "ca.pem", "web.pem", "web.key"]
+    assert (option["--frontend-address"], option["--auth-address"]) == ("corral-frontend:8511", "corral-auth:8501")
+    for address in (option["--frontend-address"], option["--auth-address"]):
+        service, _, port = address.partition(":")
+        assert int(port) in [p["port"] for p in find(docs, "Service", service)["spec"]["ports"]]
+    assert option["--login-source-token-file"] == "/etc/corral/gateway-token/gateway.token"
+    port = int(option["--address"].removeprefix("0.0.0.0:"))
+    assert container["ports"] == [{"name": "https", "containerPort": port}]
+    service = find(docs, "Service", "corral-web")["spec"]
+    assert service["clusterIP"] == "None"
+    assert service["ports"] == [{"name": "https", "port": port, "targetPort": "https"}]
+    assert yaml.safe_load((CHART / "files" / "kubernetes.yaml").read_text())["webs"] == [f"corral-web:{port}"]
+    assert container["readinessProbe"]["tcpSocket"] == container["livenessProbe"]["tcpSocket"] == {"port": "https"}
+    assert "env" not in container
+    assert container["securityContext"] == chosen["securityContext"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["securityContext"] == chosen["podSecurityContext"] and spec["securityContext"]["runAsNonRoot"]
+    assert spec["automountServiceAccountToken"] is False
+    if chosen["serviceAccount"]["create"]:
+        assert spec["serviceAccountName"] == "corral-web"
+        assert find(docs, "ServiceAccount", "corral-web")["automountServiceAccountToken"] is False
+    if chosen["certificates"]["certManager"]["enabled"]:
+        certificate = find(docs, "Certificate", "corral-web")["spec"]
+        assert certificate["uris"] == ["spiffe://corral/service/web"]
+        assert certificate["secretName"] == chosen["certificates"]["secrets"]["web"]
 
 
 # --- entry points -----------------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 pulled back and unpacked with umoci; every entry point helm/corral runs starts in it under runc, as the chart's
 account with a read-only root; Envoy in the image accepts the chart's configs with the image's descriptor set;
 and the migrations, auth, the frontend and a driver run in it against a real MariaDB until the chart's own
-readiness probe passes inside each container (the driver's: only once it leads). Slow (`-m slow`): a first
-build fetches Debian and every wheel (about 2 minutes here); later builds reuse the cached base layer
-(~/.cache/corral-image) and take seconds."""
+readiness probe passes inside each container (the driver's: only once it leads), and the web UI until it answers
+the gateway's certificate. Slow (`-m slow`): a first build fetches Debian and every wheel (about 2 minutes here);
+later builds reuse the cached base layer (~/.cache/corral-image) and take seconds."""
 
 from __future__ import annotations
 
@@ -178,29 +178,67 @@ def test_the_services_run_in_the_image_until_the_charts_probe_passes(
                              "options": ["rbind", "ro"]},
                   {"destination": "/var/lib/corral/driver", "type": "tmpfs", "source": "tmpfs", "options": ["size=8m"]},
                   {"destination": "/var/run/corral", "type": "tmpfs", "source": "tmpfs", "options": ["size=1m"]}]
-        if component == "auth":  # the gateway's token, as the chart mounts it
-            token = tmp_path / "auth" / "gateway-token"
-            token.mkdir()
-            (token / "gateway.token").write_text("t" * 48)
-            (token / "gateway.token").chmod(0o644)
-            token.chmod(0o755)
-            mounts.append({"destination": "/etc/corral/gateway-token", "type": "bind", "source": str(token),
-                           "options": ["rbind", "ro"]})
+        if component == "auth":
+            mounts.append(gateway_token_mount(tmp_path / "auth" / "gateway-token"))
         configure(bundle, command, mounts, {"CORRAL_DATABASE_URL": url})
-        container = f"corral-{component}-{uuid.uuid4().hex[:6]}"
-        log = tmp_path / f"{component}.log"
-        with open(log, "w") as out:
-            subprocess.run(["runc", "run", "--detach", "--bundle", str(bundle), container], stdout=out, stderr=out,
-                           stdin=subprocess.DEVNULL, timeout=60, check=True)
-        try:
-            deadline = time.monotonic() + 90
-            while True:
-                done = subprocess.run(["runc", "exec", container, *probe], capture_output=True, text=True,
-                                      timeout=30, check=False)
-                if done.returncode == 0:
-                    break
-                assert time.monotonic() < deadline, f"{component}: {done.stderr} {log.read_text()[-3000:]}"
-                time.sleep(1)
-        finally:
-            subprocess.run(["runc", "kill", container, "KILL"], capture_output=True, check=False)
-            subprocess.run(["runc", "delete", "--force", container], capture_output=True, check=False)
+        run_until_passes(bundle, component, probe, tmp_path / f"{component}.log")
+
+
+def gateway_token_mount(directory: Path) -> dict:
+    """The gateway's token, as the chart mounts it (readable by the container's account)."""
+    directory.mkdir(parents=True)
+    (directory / "gateway.token").write_text("t" * 48)
+    (directory / "gateway.token").chmod(0o644)
+    directory.chmod(0o755)
+    return {"destination": "/etc/corral/gateway-token", "type": "bind", "source": str(directory),
+            "options": ["rbind", "ro"]}
+
+
+def run_until_passes(bundle: Path, component: str, check: list[str], log: Path) -> None:
+    """Start the bundle as configured (its output in `log`), run `check` in it until it exits 0 (at most 90 s),
+    then kill it."""
+    container = f"corral-{component}-{uuid.uuid4().hex[:6]}"
+    with open(log, "w") as out:
+        subprocess.run(["runc", "run", "--detach", "--bundle", str(bundle), container], stdout=out, stderr=out,
+                       stdin=subprocess.DEVNULL, timeout=60, check=True)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            done = subprocess.run(["runc", "exec", container, *check], capture_output=True, text=True,
+                                  timeout=30, check=False)
+            if done.returncode == 0:
+                break
+            assert time.monotonic() < deadline, f"{component}: {done.stderr} {log.read_text()[-3000:]}"
+            time.sleep(1)
+    finally:
+        subprocess.run(["runc", "kill", container, "KILL"], capture_output=True, check=False)
+        subprocess.run(["runc", "delete", "--force", container], capture_output=True, check=False)
+
+
+def test_the_web_runs_in_the_image_and_answers_the_gateway(bundle: Path, tmp_path: Path) -> None:
+    """The web UI with the chart's arguments and mounts starts in the image (its templates and static files are
+    there) and answers GET /healthz to the gateway's certificate, as the public gateway's health check asks it
+    (the chart's own probes are TCP: the web answers no other certificate)."""
+    workload = find(manifests("default"), "Deployment", "corral-web")
+    [container] = workload["spec"]["template"]["spec"]["containers"]
+    command = [*container["command"], *container["args"]]
+    port = container["ports"][0]["containerPort"]
+    ca = DevCertificateAuthority(tmp_path / "ca")
+    web_tls = readable_tls(ca, "web", tmp_path / "tls")
+    mounts = [{"destination": "/etc/corral/tls", "type": "bind", "source": str(web_tls), "options": ["rbind", "ro"]},
+              # Only for the check below: the gateway's certificate, which the web answers alone.
+              {"destination": "/etc/corral/gateway", "type": "bind",
+               "source": str(readable_tls(ca, "gateway", tmp_path / "gateway")), "options": ["rbind", "ro"]},
+              gateway_token_mount(tmp_path / "gateway-token"),
+              {"destination": "/var/run/corral", "type": "tmpfs", "source": "tmpfs", "options": ["size=1m"]}]
+    configure(bundle, command, mounts)
+    # As Envoy checks it: the chain to the CA, not the name (the bundle has no /etc/hosts: 127.0.0.1, not localhost).
+    as_gateway = ("import http.client, ssl, sys\n"
+                  "context = ssl.create_default_context(cafile='/etc/corral/gateway/ca.pem')\n"
+                  "context.check_hostname = False\n"
+                  "context.load_cert_chain('/etc/corral/gateway/gateway.pem', '/etc/corral/gateway/gateway.key')\n"
+                  f"connection = http.client.HTTPSConnection('127.0.0.1', {port}, context=context, timeout=3)\n"
+                  "connection.request('GET', '/healthz')\n"
+                  "answer = connection.getresponse()\n"
+                  "sys.exit((answer.status, answer.read()) != (200, b'ok'))\n")
+    run_until_passes(bundle, "web", ["python", "-c", as_gateway], tmp_path / "web.log")

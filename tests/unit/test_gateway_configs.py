@@ -93,7 +93,7 @@ def routes_of(config: dict) -> list[dict]:  # type: ignore[type-arg]
 
 
 def test_every_annotated_service_is_routed_and_streams_have_no_timeout() -> None:
-    deployment = Deployment.load(LOCAL)
+    deployment = dataclasses.replace(Deployment.load(LOCAL), webs=())
     routes = routes_of(public_config(deployment))
     # The one route that is no upstream's: the OpenAPI document, from its file.
     [document] = [r for r in routes if "direct_response" in r]
@@ -201,15 +201,64 @@ def test_the_admin_interface_is_a_private_unix_socket_and_stats_go_through_their
 
 def test_calls_to_auth_carry_the_gateways_token_and_no_others_do() -> None:
     """With a token, every route to auth sets it (a client's own replaced) and every other route drops any;
-    without one (the checked-in configs), no route touches the header."""
+    without one (the checked-in configs), no route to auth or the frontends touches the header, and the web's
+    drop any a browser sends either way."""
     deployment = Deployment.load(LOCAL)
     token = "t" * 43
     routes = routes_of(public_config(dataclasses.replace(deployment, auth_token=token)))
     to_auth = [r for r in routes if r.get("route", {}).get("cluster") == "auth"]
-    others = [r for r in routes if r.get("route", {}).get("cluster") == "frontend"]
+    others = [r for r in routes if r.get("route", {}).get("cluster") in ("frontend", "web")]
     assert to_auth and others
     assert all(r["request_headers_to_add"] == [{"header": {"key": GATEWAY_TOKEN_HEADER, "value": token},
                                                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}] for r in to_auth)
     assert all(r["request_headers_to_remove"] == [GATEWAY_TOKEN_HEADER] for r in others)
+    without = routes_of(public_config(deployment))
     assert not any("request_headers_to_add" in r or "request_headers_to_remove" in r
-                   for r in routes_of(public_config(deployment)))
+                   for r in without if r.get("route", {}).get("cluster") != "web")
+    assert all(r["request_headers_to_remove"] == [GATEWAY_TOKEN_HEADER]
+               for r in without if r.get("route", {}).get("cluster") == "web")
+
+
+def test_the_web_ui_is_served_at_the_root_and_api_paths_stay_404() -> None:
+    """With `webs`, every path no service takes goes to the web cluster: HTTP/1.1 over TLS to the web's
+    identity, health-checked by GET /healthz, its event streams without a timeout; `/api/...` and gRPC that
+    nothing serves stay Envoy's 404, placed before the web's catch-all. Without `webs`: no such cluster or
+    route, and `/` is 404."""
+    deployment = Deployment.load(LOCAL)
+    assert deployment.webs
+    config = public_config(deployment)
+    routes = routes_of(config)
+    to_web = [r for r in routes if r.get("route", {}).get("cluster") == "web"]
+    assert to_web[-1] == routes[-1] and routes[-1]["match"] == {"prefix": "/"}
+    assert routes[-1]["route"]["timeout"] == "65s"
+    [stream] = [r for r in to_web if "safe_regex" in r["match"]]
+    assert (stream["route"]["timeout"], stream["route"]["idle_timeout"]) == ("0s", "0s")
+    api = next(i for i, r in enumerate(routes) if r["match"] == {"prefix": "/api/"})
+    assert routes[api]["direct_response"] == {"status": 404}
+    assert api < routes.index(to_web[0])
+    # Every service's route comes first: gRPC, and REST the transcoder turned into its gRPC path, reach the
+    # services before any 404.
+    assert all(routes.index(r) < api for r in routes if r.get("route", {}).get("cluster") in ("auth", "frontend"))
+    grpc = next(r for r in routes if r["match"].get("headers") ==
+                [{"name": "content-type", "string_match": {"prefix": "application/grpc"}}])
+    assert grpc["direct_response"] == {"status": 404} and routes.index(grpc) < routes.index(to_web[0])
+
+    [web] = [c for c in config["static_resources"]["clusters"] if c["name"] == "web"]
+    endpoints = web["load_assignment"]["endpoints"][0]["lb_endpoints"]
+    assert [e["endpoint"]["address"]["socket_address"] for e in endpoints] == [
+        {"address": a.host, "port_value": a.port} for a in deployment.webs]
+    protocol = web["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+    assert protocol["explicit_http_config"] == {"http_protocol_options": {}}
+    [health] = web["health_checks"]
+    assert health["http_health_check"] == {"path": "/healthz"}
+    tls = web["transport_socket"]["typed_config"]["common_tls_context"]
+    assert tls["alpn_protocols"] == ["http/1.1"]
+    assert tls["tls_certificates"][0]["certificate_chain"]["filename"] == str(deployment.tls.cert)
+    assert tls["validation_context"]["match_typed_subject_alt_names"] == [
+        {"san_type": "URI", "matcher": {"exact": "spiffe://corral/service/web"}}]
+
+    bare = public_config(dataclasses.replace(deployment, webs=()))
+    assert "web" not in {c["name"] for c in bare["static_resources"]["clusters"]}
+    bare_routes = routes_of(bare)
+    assert not any(r.get("route", {}).get("cluster") == "web" for r in bare_routes)
+    assert not any(r["match"].get("prefix") in ("/", "/api/") for r in bare_routes)
