@@ -55,7 +55,9 @@ class Who:
 
 def _channel(address: str, ca_cert: Path) -> grpc.aio.Channel:
     credentials = grpc.ssl_channel_credentials(root_certificates=ca_cert.read_bytes())
-    return grpc.aio.secure_channel(address, credentials, options=[("grpc.max_receive_message_length", 64 << 20)])
+    # Round robin: a name with several frontends behind it (a headless Service) gets calls on each of them.
+    return grpc.aio.secure_channel(address, credentials, options=[("grpc.max_receive_message_length", 64 << 20),
+                                                                  ("grpc.lb_policy_name", "round_robin")])
 
 
 class Backend:
