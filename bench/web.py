@@ -15,7 +15,8 @@ a password, member of the project `lab`), gets:
   its timeline has a bar per job: every layer succeeded but the last, still running.
 
 Both DAGs are bench/web_drawing.py's pipeline: a setup job fans out to samples of four chained steps, every
-50 samples fan in to a gather with two reports, and a final job fans in from every gather.
+50 samples (a cohort, a job group of its own) fan in to a gather with two reports, and a final job fans in
+from every gather.
 
 Then `scientist` and an administrator sign in through the web (the sign-in form and its nonce, the session
 cookie kept by hand), and each page is asked for `--repeats` times, one request at a time. Per page: the
@@ -46,7 +47,7 @@ from bench.common import BenchContext, fresh_database, percentile, positive_int,
 from bench.stack import certificate_authority, work_dir
 from bench.web_drawing import pipeline
 from corral import aio
-from corral.builder import BatchBuilder, JobHandle
+from corral.builder import BatchBuilder, JobGroupHandle, JobHandle
 from services.auth.app import AuthConfig
 from services.auth.app import start as start_auth
 from services.auth.store import AuthStore
@@ -176,12 +177,19 @@ async def seed_batches(store: JobStore, n_batches: int) -> None:
 
 
 def pipeline_builder(n_jobs: int, name: str) -> BatchBuilder:
-    """bench/web_drawing.py's pipeline of about `n_jobs` jobs as no-op jobs with those dependencies."""
+    """bench/web_drawing.py's pipeline of about `n_jobs` jobs as no-op jobs with those dependencies, each
+    cohort of 50 samples in a job group of its own (setup and final in the root group)."""
     batch = BatchBuilder(PROJECT, attributes={"name": name})
     handles: dict[int, JobHandle] = {}
+    cohorts: dict[int, JobGroupHandle] = {}
     for node in pipeline(n_jobs):
+        group = None
+        if node.group_id:
+            group = cohorts.get(node.group_id)
+            if group is None:
+                group = cohorts[node.group_id] = batch.job_group(attributes={"name": f"cohort {node.group_id}"})
         handles[node.job_id] = batch.job("busybox", ["true"], attributes={"name": node.name},
-                                         parents=[handles[p] for p in node.parents])
+                                         parents=[handles[p] for p in node.parents], job_group=group)
     return batch
 
 
@@ -253,6 +261,8 @@ class Answer:
     server_ms: float
     wall_ms: float
     n_bytes: int
+    summary: str
+    """A drawing's summary for people (its X-Corral-Summary), else empty."""
 
 
 class Browser:
@@ -281,7 +291,7 @@ class Browser:
             if timing is None:
                 raise RuntimeError(f"{method} {path}: no Server-Timing")
             return Answer(response.status, body.decode(errors="replace"), float(timing.group(1)), wall_ms,
-                          len(body))
+                          len(body), response.headers.get("X-Corral-Summary", ""))
 
     async def sign_in(self, username: str) -> None:
         form = await self.request("GET", "/login")
@@ -299,6 +309,7 @@ class Measured:
     server_ms: list[float] = dataclasses.field(default_factory=list)
     wall_ms: list[float] = dataclasses.field(default_factory=list)
     n_bytes: int = 0
+    summary: str = ""
 
 
 async def measure(browser: Browser, path: str, repeats: int) -> tuple[Measured, str]:
@@ -311,7 +322,7 @@ async def measure(browser: Browser, path: str, repeats: int) -> tuple[Measured, 
             raise RuntimeError(f"GET {path}: {answer.status} {answer.text[:300]}")
         measured.server_ms.append(answer.server_ms)
         measured.wall_ms.append(answer.wall_ms)
-        measured.n_bytes, text = answer.n_bytes, answer.text
+        measured.n_bytes, measured.summary, text = answer.n_bytes, answer.summary, answer.text
     return measured, text
 
 
@@ -384,4 +395,5 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
             "big_and_dag_submitted_by": "corral.aio.Client.submit (bunches) through the frontend",
             "services": "auth, frontend (quotas lifted) and web in the benchmark's process; TLS between them, "
                         "plain HTTP to the web",
+            "drawing_summaries": {page: m.summary for page, m in measured.items() if m.summary},
             "samples": {page: {"server_ms": m.server_ms, "wall_ms": m.wall_ms} for page, m in measured.items()}}
