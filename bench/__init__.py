@@ -43,6 +43,7 @@ BENCHMARKS = (
     "bench.fuzz_query",
     "bench.warm_image",
     "bench.web_drawing",
+    "bench.web",
 )
 
 

@@ -18,7 +18,8 @@ import pymysql
 import pytest
 
 from bench import (cancel, driver_memory, e2e, failover, fair_share, fanout, fuzz_query, job_start, oci_start,
-                   pipeline_scatter, query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image, web_drawing)
+                   pipeline_scatter, query_limits, sj_mjc, slurm_compare, submit, supervise, warm_image, web,
+                   web_drawing)
 from bench.common import SCHEMA_PREFIX
 from services.db.database import DatabaseConfig
 from services.worker.runtime import can_isolate
@@ -477,3 +478,22 @@ def test_web_drawing_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> No
     assert small["summary"].endswith("; each job drawn.")
     assert "drawn as" in summarised["summary"] and summarised["n_jobs"] == web_drawing.SMOKE_SIZES[1]
     assert results["parameters"]["timeline"]["n_attempts"] == web_drawing.SMOKE_TIMELINE_ATTEMPTS
+
+
+def test_web_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """Every page answers 200 with its Server-Timing (the benchmark refuses anything else), at the smallest
+    sizes: the pipelines submitted, every job of the second given an attempt."""
+    before = bench_schemas(mariadb_server)
+    result = run_bench(mariadb_server, tmp_path, "web")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == web.figure_names()
+    assert all(value > 0 for value, _ in printed.values())
+    assert {unit for _, unit in printed.values()} == {"ms", "bytes"}
+    parameters = results_of(tmp_path, "web", printed)["parameters"]
+    assert parameters["n_batches"] == web.SMOKE_BATCHES
+    assert parameters["n_attempts"] == parameters["n_dag_jobs"] > 0
+    assert len(parameters["samples"]["big"]["server_ms"]) == web.SMOKE_REPEATS
+    assert len(parameters["samples"]["dag_svg_cold"]["server_ms"]) == 1
+    assert bench_schemas(mariadb_server) == before
