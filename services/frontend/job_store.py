@@ -18,8 +18,11 @@ _JOB_COST = """(SELECT COALESCE(SUM(x.`usage` * xr.rate_usd), 0) FROM aggregated
                 JOIN resources xr ON xr.resource_id = x.resource_id
                 WHERE x.batch_id = j.batch_id AND x.job_id = j.job_id)"""
 
+# STRAIGHT_JOIN: jobs first, in the order of their primary key, so that a page (ORDER BY job_id LIMIT n) stops
+# after n rows. Left to itself MariaDB reached jobs through batch_updates, read every job of the batch and
+# its cost subqueries, then sorted: 1.0 s for a page of 50 of a 100,000-job batch, 4 ms this way (bench web).
 _JOB_SELECT = f"""
-SELECT j.batch_id, j.job_id, j.update_id, j.job_group_id, j.state, j.always_run, j.dependency_failed,
+SELECT STRAIGHT_JOIN j.batch_id, j.job_id, j.update_id, j.job_group_id, j.state, j.always_run, j.dependency_failed,
        j.n_pending_parents, j.cores_mcpu, j.memory_bytes, j.storage_bytes, j.inst_coll, j.regions_bits, j.priority,
        j.attempt_id, j.exit_code, j.spec_ref, jbt.user, jbt.billing_project, j.end_reason,
        jbu.time_committed_ms, lat.end_time_ms AS latest_end_time_ms,
