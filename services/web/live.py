@@ -71,8 +71,9 @@ async def _next(queue: asyncio.Queue[object], response: web.StreamResponse) -> o
     """The next item of a fed stream, with a keepalive comment to the browser each KEEPALIVE_S until it comes."""
     while True:
         try:
-            return await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(KEEPALIVE_S):  # not wait_for: tests/unit/test_no_wait_for.py says why
+                return await queue.get()
+        except TimeoutError:
             await response.write(b": keepalive\n\n")
 
 

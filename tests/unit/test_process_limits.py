@@ -105,7 +105,14 @@ async def test_a_job_writing_files_past_its_storage_request_is_killed(tmp_path: 
         assert (outcome.state, outcome.end_reason) == ("Failed", "exited"), (outcome, log)
         assert outcome.error_message.startswith("wrote more than its storage request of 16 MiB (storage_bytes): ")
         assert outcome.error_message.endswith(" in its scratch when checked; its processes were killed")
-        # One file past it: the kernel stops it at 16 MiB (RLIMIT_FSIZE); the job exits 0 and still fails.
+    finally:
+        await runtime.close()
+    # One file past it: the kernel stops it at 16 MiB (RLIMIT_FSIZE); the job exits 0 and still fails. On a
+    # runtime that checks only when the job ends: a check every 0.2 s could kill it (the file is at its request)
+    # before its last line on a loaded machine, as it once did in CI.
+    (tmp_path / "ended").mkdir()
+    runtime = runtime_of_its_own(tmp_path / "ended", storage_check_interval_s=3600)
+    try:
         outcome, log = await run(runtime, job(tmp_path, "head -c 67108864 /dev/zero > big; echo head=$?; "
                                                         "wc -c < big", "s2", storage_bytes=16 * MIB))
         assert log.endswith(f"head={128 + 25}\n{16 * MIB}\n"), log  # after the shell's "File size limit exceeded"
