@@ -3,7 +3,6 @@ template filter (FILTERS)."""
 
 from __future__ import annotations
 
-import datetime
 import math
 import time
 
@@ -11,6 +10,8 @@ from google.protobuf import timestamp_pb2
 
 from corral.batch.v1 import batch_pb2, job_group_pb2, job_state_pb2
 from corral.batch.v1.job_pb2 import AttemptEndReason
+from corral.sizes import binary_size
+from services.web.drawing.clock import utc
 
 JOB_STATES = ("pending", "ready", "creating", "running", "succeeded", "failed", "error", "cancelled")
 """Job states in the order the pages list them (the JobState names, lower case)."""
@@ -73,9 +74,7 @@ def seconds_of(stamp: timestamp_pb2.Timestamp | None) -> float | None:
 
 def when(stamp: timestamp_pb2.Timestamp | None) -> str:
     seconds = seconds_of(stamp)
-    if seconds is None:
-        return ""
-    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "" if seconds is None else utc(seconds) + " UTC"
 
 
 def duration(seconds: float | None) -> str:
@@ -106,14 +105,8 @@ def span(start: timestamp_pb2.Timestamp | None, end: timestamp_pb2.Timestamp | N
 
 
 def size(n_bytes: int | None) -> str:
-    if n_bytes is None:
-        return ""
-    value = float(n_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    """Bytes as the CLI says them ('4 GiB', '2.7 MiB')."""
+    return "" if n_bytes is None else binary_size(n_bytes)
 
 
 def cores(mcpu: int) -> str:
