@@ -295,7 +295,7 @@ async def _static_cache(request: web.Request, response: web.StreamResponse) -> N
         response.headers["Cache-Control"] = "public, max-age=31536000, immutable"
 
 
-def _server_ssl(certs_dir: Path) -> ssl.SSLContext:
+def server_ssl(certs_dir: Path) -> ssl.SSLContext:
     """TLS with its own certificate; callers must show a certificate of the deployment CA (the gateway)."""
     files = TlsFiles.of(certs_dir, "web")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(files.ca_cert))
@@ -315,7 +315,7 @@ async def serve(config: WebConfig) -> None:
     runner = web.AppRunner(make_app(backend, behind_gateway=config.certs_dir is not None), access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
     host, _, port = config.address.rpartition(":")
-    site = web.TCPSite(runner, host, int(port), ssl_context=_server_ssl(config.certs_dir) if config.certs_dir
+    site = web.TCPSite(runner, host, int(port), ssl_context=server_ssl(config.certs_dir) if config.certs_dir
                        else None)
     await site.start()
     bound = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]

@@ -5,6 +5,7 @@ pages refused to another, whatever URL they guess. (The pages in a real browser:
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from services.db.database import Database
 from services.db.store import JobStore
 from services.frontend.app import FrontendApp
 from services.web import sessions
-from services.web.app import CONTENT_SECURITY_POLICY, make_app
+from services.web.app import CONTENT_SECURITY_POLICY, server_ssl, make_app
 from services.web.backend import Backend
 from tests.conftest import service_url
 from tests.service.conftest import bearer, person_channel
@@ -312,3 +313,37 @@ async def test_what_a_url_carries_is_bounded_and_refused_in_words(browsers, peop
     assert (await alice.get("/batches?q=" + "a" * 20_000)).status_code in (400, 414)  # over aiohttp's line
     assert (await alice.get("/batches/1/jobs/1?attempt=" + "x" * 3000)).status_code == 404
     assert (await alice.get("/billing?project=" + "p" * 3000)).status_code in (400, 404)
+
+
+async def test_behind_the_gateway_the_web_answers_the_gateways_certificate_alone(
+        auth_app: AuthApp, frontend: FrontendApp, certs: DevCertificateAuthority, tmp_path: Path) -> None:
+    """Served over TLS, the web asks each caller for a certificate of the deployment CA and answers only the
+    gateway's: a job or a worker holding another certificate of the CA (or none) gets nothing, so the
+    X-Forwarded-For the web reads on a sign-in is the gateway's word."""
+    web_dir = tmp_path / "web-certs"
+    certs.provision("web", web_dir)
+    backend = Backend(f"localhost:{frontend.public_port}", f"localhost:{auth_app.public_port}",
+                      web_dir / "ca.pem", None)
+    runner = web.AppRunner(make_app(backend, behind_gateway=True))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_ssl(web_dir))
+    await site.start()
+    url = f"https://localhost:{site._server.sockets[0].getsockname()[1]}/healthz"  # type: ignore[union-attr]
+    try:
+        def client(identity: str | None) -> httpx.AsyncClient:
+            context = ssl.create_default_context(cafile=str(web_dir / "ca.pem"))
+            if identity is not None:
+                files = certs.issue(identity)
+                context.load_cert_chain(str(files.cert), str(files.key))
+            return httpx.AsyncClient(verify=context, timeout=30)
+
+        async with client("gateway") as gateway:
+            assert (await gateway.get(url)).status_code == 200
+        async with client("frontend") as other:
+            assert (await other.get(url)).status_code == 403
+        async with client(None) as anonymous:
+            with pytest.raises(httpx.HTTPError):
+                await anonymous.get(url)
+    finally:
+        await runner.cleanup()
+        await backend.close()
