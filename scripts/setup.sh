@@ -9,13 +9,19 @@
 #
 # run:
 #   - Debian packages: MariaDB (`corral up` starts a private server of its own;
-#     the system service is neither started nor configured here), the OCI tools
-#     of the container runtime (runc, umoci, skopeo) and iptables (containers'
-#     networks, services/worker/oci/network.py), the OCI registry `corral up`
+#     the system service is neither started nor configured here), the container
+#     runtimes (crun, preferred, and runc: services/worker/oci/runc.py), the OCI
+#     tools (umoci, skopeo) and iptables (containers' networks,
+#     services/worker/oci/network.py), the OCI registry `corral up`
 #     runs on loopback (docker-registry), the static busybox it seeds it with
 #     (busybox-static), what builds its Debian base images (mmdebstrap,
 #     faketime for Java's trust store, Debian's archive keys) and Graphviz
 #     (graphviz: `dot` lays out the web UI's DAG, services/web/drawing/);
+#   - on a hybrid cgroup layout (v1 hierarchies, v2 at /sys/fs/cgroup/unified)
+#     whose v2 holds a controller no v1 hierarchy has (hugetlb, on some hosts),
+#     that controller mounted as a v1 hierarchy of its own, as systemd's hybrid
+#     layout does: crun refuses the layout otherwise (and runc runs the
+#     containers instead, at some four times crun's cost per container);
 #   - .venv with corral installed editable (`pip install -e .`: pyproject's
 #     dependencies, no extras), re-installed when pyproject.toml changes.
 # test adds:
@@ -51,7 +57,7 @@ if [[ $LEVEL != run && $LEVEL != test ]]; then
     exit 2
 fi
 
-RUN_PACKAGES=(mariadb-server mariadb-client runc umoci skopeo iptables docker-registry busybox-static
+RUN_PACKAGES=(mariadb-server mariadb-client crun runc umoci skopeo iptables docker-registry busybox-static
               mmdebstrap faketime debian-archive-keyring graphviz)
 TEST_PACKAGES=(nodejs npm golang-grpc-gateway slurm-wlm munge chromium libnss3-tools)
 BUF_VERSION=1.75.0
@@ -116,6 +122,18 @@ if ((${#missing[@]})); then
     fi
 else
     say "Debian packages present ($LEVEL)"
+fi
+
+# crun 1.8 refuses a hybrid cgroup layout whose v2 holds a controller; a controller that no v1 hierarchy
+# has is in v2, and moves to a v1 hierarchy mounted for it (allowed while no v2 cgroup enables it).
+if [[ -r /sys/fs/cgroup/unified/cgroup.controllers ]]; then
+    for controller in $(cat /sys/fs/cgroup/unified/cgroup.controllers); do
+        say "mounting the cgroup controller $controller as a v1 hierarchy (crun refuses it in the hybrid v2)"
+        if ! { as_root mkdir -p "/sys/fs/cgroup/$controller" &&
+               as_root mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller"; }; then
+            say "could not: the OCI runtime will use runc instead of crun on this host"
+        fi
+    done
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

@@ -190,8 +190,8 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     add_worker_limits(up, "up-HASH, from the data directory's real path")
     up.add_argument("--worker-runtime", choices=("process", "oci", "auto"), default="auto",
                     help="how local workers run jobs: process (each as its own user in namespaces of its own), oci "
-                         "(runc containers of the job's image, pulled from the registry) or auto (oci where this "
-                         "machine can run it, else process) (default: %(default)s)")
+                         "(crun or runc containers of the job's image, pulled from the registry) or auto (oci where "
+                         "this machine can run it, else process) (default: %(default)s)")
     up.add_argument("--unisolated-dev", action="store_true",
                     help="when not run as root, let workers run jobs unisolated as your own user instead of "
                          "refusing them (development only: a job can then read everything corral can)")

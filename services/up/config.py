@@ -75,7 +75,7 @@ class UpConfig:
     """Registries (`host[:port]`) jobs' images may come from although they are not public (the frontend's and
     the drivers' --allowed-registries); the own registry and the mirrors are allowed anyway."""
     worker_runtime: str = "auto"
-    """How local workers run jobs: process, oci (runc containers) or auto (oci where the machine can)."""
+    """How local workers run jobs: process, oci (crun or runc containers) or auto (oci where the machine can)."""
     metrics: bool = False
     """Every service and worker serves Prometheus metrics on a loopback port; the scrape targets are kept in
     `<data_dir>/metrics/targets.json` (Prometheus file_sd), workers coming and going."""

@@ -30,7 +30,8 @@ def jobs_runtime_line(worker_runtime: str) -> str:
         return "Jobs run in the process runtime (--worker-runtime process): as users of their own, not in containers."
     if why_not := oci_host_refusals():
         return f"Jobs run in the process runtime, not in containers: {'; '.join(why_not)}."
-    return ("Jobs run in OCI containers (runc) of their images, pulled from the registry their names say "
+    return ("Jobs run in OCI containers (crun, or runc where crun cannot run) of their images, pulled from the "
+            "registry their names say "
             "(Docker Hub's from corral's registry first, its mirror).")
 
 

@@ -90,8 +90,11 @@ parser.add_argument("--prepull", type=prepull_images, default=(), metavar="IMAGE
                     help="images to pull into the cache when the worker starts, while it takes jobs (at most "
                          f"{MAX_PREPULL_IMAGES}); a failed pull is logged, not fatal (default: none)")
 parser.add_argument("--runtime", choices=("process", "oci", "auto"), default=WorkerConfig.runtime,
-                    help="how jobs run: process, oci (runc containers; the worker does not start where it "
+                    help="how jobs run: process, oci (crun or runc containers; the worker does not start where it "
                          "cannot) or auto (oci where possible, else process) (default: %(default)s)")
+parser.add_argument("--container-runtime", choices=("auto", "crun", "runc"), default=WorkerConfig.container_runtime,
+                    help="what runs the OCI runtime's containers: crun, runc or auto (crun where this host's cgroups "
+                         "let it run, else runc) (default: %(default)s)")
 parser.add_argument("--oci-images-dir", type=Path,
                     help="the OCI runtime's images, unpacked: IMAGE is DIR/IMAGE/rootfs (with DIR/IMAGE/config.json, "
                          "optionally, as umoci unpack writes it)")
@@ -165,6 +168,7 @@ sys.exit(asyncio.run(run(WorkerConfig(
     own_registry_login_file=args.own_registry_login_file, registry_mirrors=tuple(args.registry_mirrors),
     allowed_registries=allowed_registries(args.allowed_registries),
     image_cache_dir=args.image_cache_dir, image_cache_bytes=args.image_cache_bytes, prepull=args.prepull,
-    runtime=args.runtime, oci_images_dir=args.oci_images_dir, private_networks=args.private_networks,
+    runtime=args.runtime, container_runtime=args.container_runtime, oci_images_dir=args.oci_images_dir,
+    private_networks=args.private_networks,
     usage_interval_s=args.usage_interval_s, cloud=args.cloud, limits=WorkerLimits.from_args(args),
     renew_certificate=args.cloud is not None or bool(args.enroll_address)))))

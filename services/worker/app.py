@@ -201,12 +201,12 @@ async def choose_runtime(config: WorkerConfig, stores: ObjectStores, images: Ima
             if config.memory_bytes > 0 and config.cores_mcpu > 0 else {}
         oci = OciRuntime(OciRuntimeConfig(source, owner=oci_owner(config.instance_name), object_stores=stores,
                                           private_networks=config.private_networks,
-                                          **memory_per_core, **caps))
+                                          container_runtime=config.container_runtime, **memory_per_core, **caps))
         why_not += oci.host_refusals()
     if oci is not None and not why_not:
         try:
             await oci.start()
-            log.info("worker %s: jobs run in OCI containers (runc)", config.instance_name)
+            log.info("worker %s: jobs run in OCI containers (%s)", config.instance_name, oci.container_runtime)
             return oci
         except AttemptFailed as e:
             why_not.append(str(e))

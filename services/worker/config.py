@@ -95,8 +95,11 @@ class WorkerConfig:
     """If the worker cannot isolate jobs (it is not root), run them anyway, unisolated, as its own user
     (development only; each attempt's isolation note says so). Otherwise such a worker refuses them."""
     runtime: str = "process"
-    """How jobs run: 'process' (the process runtime), 'oci' (each in a runc container; refuses to start
+    """How jobs run: 'process' (the process runtime), 'oci' (each in a crun or runc container; refuses to start
     where it cannot), or 'auto' (oci where this machine can run it, else process, saying why)."""
+    container_runtime: str = "auto"
+    """What runs the OCI runtime's containers: 'crun', 'runc' or 'auto' (crun where it can run here, else runc;
+    services/worker/oci/runc.py)."""
     oci_images_dir: Path | None = None
     """Where the OCI runtime finds images, unpacked: IMAGE is `DIR/IMAGE/rootfs` (until the worker has an
     image cache that pulls them). The OCI runtime needs it."""

@@ -9,11 +9,25 @@ enough, though: the processes of a crashed worker's attempt could outlive
 it (they die with it, by design, but a uid is worth a check), so a uid is
 also skipped while any process on the host runs with it. Uids are tried
 from a random point of the range so that one is rarely reused soon.
+
+That look reads every process's status (milliseconds on a busy host), so
+a claim skips it when the uid's file says the last holder let it go
+`clean`: it saw the attempt's cgroup removed, so no process of the uid was
+left. A claim marks its file `held` first, so a holder that dies or lets
+go without that certainty leaves it marked, and the next claim looks. The
+range is corral's: no other program may run processes with its uids.
+
+A uid let go clean is also claimed again first, by the same process: only
+the OCI runtime says clean, and nothing of a container's attempt outlives
+it that its uid could reach (its root filesystem, /tmp, /dev/shm and IPC
+namespace go with it), where the process runtime's jobs share the host's
+shared directories, which is why its uids are spread over the range.
 """
 
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import random
 import threading
@@ -32,12 +46,30 @@ class UidClaim:
 
     uid: int
     _fd: int | None
+    _on_clean: Callable[[int], None] | None = None
 
-    def release(self) -> None:
-        """Let other attempts have the uid (idempotent)."""
+    def release(self, clean: bool = False) -> None:
+        """Let other attempts have the uid (idempotent). `clean`: no process of the attempt can be left (its
+        cgroup was removed), so the next claim need not look through the host's processes, and nothing of
+        the attempt outlives it (the OCI runtime's), so the uid may be claimed again first."""
         if self._fd is not None:
-            os.close(self._fd)  # closing drops the flock
-            self._fd = None
+            try:
+                if clean:
+                    _mark(self._fd, CLEAN)
+            finally:
+                os.close(self._fd)  # closing drops the flock
+                self._fd = None
+            if clean and self._on_clean is not None:
+                self._on_clean(self.uid)
+
+
+HELD, CLEAN = b"held", b"clean"
+"""What a uid's claim file says: taken (or its holder died) / let go with no process left."""
+
+
+def _mark(fd: int, word: bytes) -> None:
+    os.pwrite(fd, word, 0)
+    os.ftruncate(fd, len(word))
 
 
 def uids_in_use(proc: Path = Path("/proc")) -> set[int]:
@@ -107,6 +139,8 @@ class JobUids:
         self.first = first
         self.count = count
         self._look = SharedLook(in_use)
+        self._clean: list[int] = []  # let go clean by this process, the latest last
+        self._clean_lock = threading.Lock()
 
     def claim(self) -> UidClaim:
         """A uid no other attempt holds and no process uses; raises NoFreeUid."""
@@ -115,8 +149,10 @@ class JobUids:
         try:
             busy: set[int] = set()  # as of the last look: skipped without taking their locks
             start = random.randrange(self.count)
-            for i in range(self.count):
-                uid = self.first + (start + i) % self.count
+            with self._clean_lock:
+                clean, self._clean = self._clean, []
+            spread = (self.first + (start + i) % self.count for i in range(self.count))
+            for uid in itertools.chain(reversed(clean), spread):
                 if uid in busy:
                     continue
                 fd = os.open(str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
@@ -127,13 +163,28 @@ class JobUids:
                     continue
                 # Look at the processes only now that we hold the lock: no new claim can start any with
                 # the uid, so what runs with it now is a leftover (of a dead claim, or of one that ended
-                # just before our lock) and keeps it taken. One look per claim at most, as a rule.
-                busy = self._look.since_now()
-                if uid in busy:
+                # just before our lock) and keeps it taken. One look per claim at most, as a rule, and
+                # none when the last holder let it go clean.
+                try:
+                    if os.pread(fd, len(CLEAN) + 1, 0) != CLEAN:
+                        busy = self._look.since_now()
+                        if uid in busy:
+                            os.close(fd)
+                            continue
+                    _mark(fd, HELD)
+                except BaseException:
                     os.close(fd)
-                    continue
-                return UidClaim(uid, fd)
+                    raise
+                with self._clean_lock:  # the rest of those let go clean, for the next claims
+                    self._clean[:0] = [u for u in clean if u != uid]
+                return UidClaim(uid, fd, self._let_go_clean)
         finally:
             os.close(dir_fd)
+        with self._clean_lock:
+            self._clean[:0] = clean
         raise NoFreeUid(f"all {self.count} job uids from {self.first} are in use on this host "
                         f"(claims in {self.claims_dir})")
+
+    def _let_go_clean(self, uid: int) -> None:
+        with self._clean_lock:
+            self._clean.append(uid)

@@ -47,7 +47,7 @@ def test_python_openjdk_and_debian_jobs_run_in_the_seeded_base_images(tmp_path: 
         assert re.fullmatch(r"5\.2\.\d+\(1\)-release\n12\.\d+\nls \(GNU coreutils\) 9\.1\n", debian), debian
         shown = cluster.cli("job", str(batch.batch_id), "1")
         assert "image docker.io/library/python:latest (written python)" in shown.stdout, shown.stdout
-        assert re.search(r"ran as: OCI container \(runc\) of the image 'python' \(sha256:[0-9a-f]{64}\)",
+        assert re.search(r"ran as: OCI container \((?:crun|runc)\) of the image 'python' \(sha256:[0-9a-f]{64}\)",
                          shown.stdout), shown.stdout
     finally:
         cluster.stop()

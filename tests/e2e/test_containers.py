@@ -36,7 +36,7 @@ def test_a_job_runs_in_a_container_of_the_registrys_image(tmp_path: Path) -> Non
             assert client.job_log(batch.batch_id, 1).decode().strip() == f"pid=1 host=job-{batch.batch_id}-1"
         shown = cluster.cli("job", str(batch.batch_id), "1")
         assert shown.returncode == 0, shown.stderr
-        assert re.search(r"ran as: OCI container \(runc\) of the image 'busybox' \(sha256:[0-9a-f]{64}\)",
+        assert re.search(r"ran as: OCI container \((?:crun|runc)\) of the image 'busybox' \(sha256:[0-9a-f]{64}\)",
                          shown.stdout), shown.stdout
     finally:
         cluster.stop()
@@ -64,7 +64,8 @@ def test_the_readme_quickstart_runs_in_containers(tmp_path: Path) -> None:
         batch_id = re.search(r"batch (\d+) ", result.stdout).group(1)
         for job_id, image in ((1, "busybox"), (2, "busybox"), (3, "busybox"), (4, "python")):
             shown = cluster.cli("--profile", "alice", "job", batch_id, str(job_id))
-            assert re.search(rf"ran as: OCI container \(runc\) of the image '{image}' \(sha256:[0-9a-f]{{64}}\)",
+            assert re.search(rf"ran as: OCI container \((?:crun|runc)\) of the image '{image}' "
+                             rf"\(sha256:[0-9a-f]{{64}}\)",
                              shown.stdout), shown.stdout
     finally:
         cluster.stop()

@@ -34,6 +34,7 @@ from services.worker.oci.images import DirectoryRootfs, ImageUnavailable, Rootfs
 from services.worker.oci.layer import mounts_under
 from services.worker.oci.network import NETNS_DIR, attempt_hash, owner_hash
 from services.worker.oci.owner import clean_up_dead_owners
+from services.worker.oci.runc import choose
 from services.worker.runtime_api import JobOutcome, JobRun
 
 BUSYBOX = "/bin/busybox"
@@ -43,8 +44,8 @@ CGROUP_ROOT = "corral"
 def _why_not() -> str:
     if os.geteuid() != 0:
         return "the OCI runtime runs containers as root"
-    if shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin") is None:
-        return "runc is not installed"
+    if why_not := choose("auto")[1]:
+        return "; ".join(why_not)
     if not os.path.exists(BUSYBOX) or b"/ld-linux" in Path(BUSYBOX).read_bytes()[:4096]:
         return "the test image needs Debian's busybox-static (a statically linked /bin/busybox)"
     return ""
@@ -142,19 +143,14 @@ class OciHost:
     async def clean_up(self) -> None:
         """Remove what the test's runtimes left (all closed or dead by now), as a worker starting on the host
         would."""
-        runc = shutil.which("runc", path="/usr/sbin:/usr/bin:/sbin:/bin")
-        assert runc is not None
-        await clean_up_dead_owners(self.state_root, CGROUP_ROOT, runc, Hierarchies.of_host(), alive="")
+        await clean_up_dead_owners(self.state_root, CGROUP_ROOT, Hierarchies.of_host(), alive="")
 
     def leftovers(self) -> list[str]:
         """What the test's runtimes left on the host."""
         left = []
         for owner in sorted(self.owners):
-            runc_root = self.state_root / owner / "runc"
-            if runc_root.exists():
-                listed = subprocess.run(["runc", "--root", str(runc_root), "list", "-q"], capture_output=True,
-                                        text=True).stdout.split()
-                left += [f"runc container {c}" for c in listed]
+            for kind in ("crun", "runc"):
+                left += [f"{kind} container {c}" for c in containers(self.state_root / owner / kind)]
             left += [f"cgroup {mount}/{CGROUP_ROOT}/{self.deployment}/{owner}" for mount in Hierarchies.of_host().all
                      if (mount / CGROUP_ROOT / self.deployment / owner).exists()]
             if (self.state_root / owner).exists():
@@ -174,6 +170,14 @@ class OciHost:
         if self.images.held:
             left.append(f"{self.images.held} images not released")
         return left
+
+
+def containers(runtime_root: Path) -> list[str]:
+    """The containers in a runtime's state directory (its kind is the directory's name: crun or runc)."""
+    if not runtime_root.exists():
+        return []
+    return subprocess.run([runtime_root.name, "--root", str(runtime_root), "list", "-q"], capture_output=True,
+                          text=True, check=True).stdout.split()
 
 
 def spec(script: str = "", *argv: str, **fields) -> js.JobSpec:

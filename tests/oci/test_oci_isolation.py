@@ -21,6 +21,7 @@ import pytest
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker.image_tools import Credentials
 from services.worker.oci.images import Rootfs
+from services.worker.oci.runc import choose, kind_of
 from services.worker.runtime_api import SecretVolume
 from tests.oci.host import OciHost, fields, needs_oci, run, spec
 
@@ -59,7 +60,8 @@ async def test_a_job_sees_itself_only_as_an_unprivileged_user(oci_host: OciHost)
     # Its own processes only: the shell and what it runs now; nothing of the host (the test's Python).
     processes = [p.split() for p in seen["processes"].split(";") if p.strip()]
     assert processes[0] == ["1", "sh"] and len(processes) <= 8, processes
-    assert not {p[1] for p in processes} & {"python", "pytest", "runc", "keeper.py", "systemd", "init"}, processes
+    assert not {p[1] for p in processes} & {"python", "pytest", "runc", "crun", "keeper.py", "systemd", "init"}, \
+        processes
     assert int(seen["proc_pids"]) <= 4
     for capabilities in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
         assert int(seen[capabilities], 16) == 0, capabilities
@@ -69,7 +71,7 @@ async def test_a_job_sees_itself_only_as_an_unprivileged_user(oci_host: OciHost)
     assert seen["image_bin"] == "refused" and seen["tmp"] == "written"
     assert (seen["home"], seen["cwd"]) == ("/io", "/io")
     assert seen["kcore_bytes"] == "0" and seen["sysrq"] == "refused"
-    assert "OCI container (runc)" in outcome.isolation
+    assert f"OCI container ({kind_of(choose('auto')[0] or '')})" in outcome.isolation
 
 
 def tree_digest(root: Path) -> str:

@@ -13,6 +13,7 @@ any address.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -114,8 +115,9 @@ async def test_jobs_on_one_bridge_cannot_reach_each_other(oci_host: OciHost) -> 
 async def test_a_host_that_cannot_make_bridges_refuses_network_modes_saying_why(oci_host: OciHost,
                                                                                  monkeypatch: pytest.MonkeyPatch
                                                                                  ) -> None:
+    which = shutil.which  # the one module every caller shares
     monkeypatch.setattr("services.worker.oci.network.shutil.which",
-                        lambda tool, path=None: None if tool == "iptables" else "/usr/sbin/" + tool)
+                        lambda tool, path=None: None if tool == "iptables" else which(tool, path=path))
     runtime = oci_host.runtime()
     await runtime.start()
     outcome, _ = await run(runtime, oci_host.job(spec("true", network_mode=js.NETWORK_MODE_PUBLIC)))

@@ -22,7 +22,7 @@ from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.layer import mounts_under
 from services.worker.oci.network import NETNS_DIR, attempt_hash, owner_hash
 from tests.job_processes import processes_marked, processes_marked_soon
-from tests.oci.host import CGROUP_ROOT, OciHost, needs_oci
+from tests.oci.host import CGROUP_ROOT, OciHost, containers, needs_oci
 
 pytestmark = [pytest.mark.timeout(60), needs_oci]
 
@@ -124,9 +124,7 @@ async def test_a_restarted_worker_kills_what_even_the_keeper_left_running(oci_ho
     assert await runtime.start() == []
     assert not processes_marked(mark)
     assert left_by(oci_host, owner, alive=True) == []
-    listed = subprocess.run(["runc", "--root", str(oci_host.state_root / owner / "runc"), "list", "-q"],
-                            capture_output=True, text=True).stdout
-    assert listed.split() == []
+    assert [c for kind in ("crun", "runc") for c in containers(oci_host.state_root / owner / kind)] == []
 
 
 async def test_two_live_runtimes_cannot_share_a_name(oci_host: OciHost) -> None:

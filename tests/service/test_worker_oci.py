@@ -73,7 +73,7 @@ async def test_a_worker_runs_its_jobs_in_containers(make_cluster: ClusterFactory
     rows = {job_id: await cluster.final(batch_id, job_id) for job_id in (fine, fits, greedy)}
     assert [rows[j]["state"] for j in (fine, fits, greedy)] == ["Success", "Success", "Failed"]
     attempts = {job_id: (await cluster.attempts(batch_id, job_id))[0] for job_id in rows}
-    assert "OCI container (runc)" in attempts[fine]["isolation"]
+    assert any(f"OCI container ({kind})" in attempts[fine]["isolation"] for kind in ("crun", "runc"))
     assert "0.25 cores, 134217728 bytes of memory with no swap" in attempts[fine]["isolation"]
     assert (attempts[greedy]["reason"], attempts[greedy]["exit_code"]) == ("out_of_memory", 137)
     assert 64 * MIB < attempts[greedy]["peak_memory_bytes"] <= 128 * MIB

@@ -87,6 +87,61 @@ def test_a_leftover_process_of_a_dead_claim_keeps_its_uid_taken(tmp_path: Path) 
     assert uids.claim().uid == FIRST
 
 
+def test_a_uid_let_go_clean_is_claimed_without_a_look_and_any_other_with_one(tmp_path: Path) -> None:
+    """Released clean (its cgroup was removed: no process of it is left), the next claim skips the look at
+    the host's processes; released otherwise, or held by a holder that died, the next claim looks."""
+    looks: list[int] = []
+
+    def in_use() -> set[int]:
+        looks.append(1)
+        return set()
+
+    uids = JobUids(tmp_path / "claims", FIRST, 1, in_use=in_use)
+    uids.claim().release()
+    assert len(looks) == 1  # a new uid: looked
+    uids.claim().release(clean=True)
+    assert len(looks) == 2  # the last holder had not said clean
+    claim = uids.claim()
+    assert len(looks) == 2  # clean: no look
+    assert (tmp_path / "claims" / str(FIRST)).read_bytes() == b"held"  # a crash now leaves it dirty
+    claim.release()
+    uids.claim().release()
+    assert len(looks) == 3  # released without the word: looked again
+
+
+def test_a_uid_let_go_clean_is_claimed_again_first_and_others_spread(tmp_path: Path) -> None:
+    """The OCI runtime's uids, let go clean, are reused at once (no look, no new claim file); a uid let go
+    otherwise goes back to the spread over the range."""
+    uids = JobUids(tmp_path / "claims", FIRST, 1000, in_use=lambda: ())
+    a, b = uids.claim(), uids.claim()
+    a.release(clean=True)
+    b.release(clean=True)
+    assert uids.claim().uid == b.uid  # the latest first
+    assert uids.claim().uid == a.uid
+    dirty = uids.claim()
+    dirty.release()
+    assert [uids.claim().uid for _ in range(3)].count(dirty.uid) <= 1  # spread: rarely the same again
+
+
+def test_a_clean_mark_does_not_survive_a_holder_that_died(tmp_path: Path) -> None:
+    """A claim marks its file held as it takes it: a holder killed after a clean claim leaves it dirty."""
+    claims = tmp_path / "claims"
+    uids = JobUids(claims, FIRST, 1, in_use=lambda: ())
+    uids.claim().release(clean=True)
+    program = ("import pathlib, sys; from services.worker.job_uids import JobUids; "
+               f"c = JobUids(pathlib.Path({str(claims)!r}), {FIRST}, 1, in_use=lambda: ()).claim(); "
+               "print(c.uid, flush=True); sys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None
+        assert int(holder.stdout.readline()) == FIRST
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    looked = []
+    with pytest.raises(NoFreeUid):  # a process of the uid lives on: the look sees it
+        JobUids(claims, FIRST, 1, in_use=lambda: looked.append(1) or {FIRST}).claim()
+    assert looked == [1]
+
+
 def test_uids_in_use_sees_this_process() -> None:
     assert os.getuid() in uids_in_use()
 

@@ -23,6 +23,7 @@ from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavai
 from services.worker.oci.network import (FALLBACK_RESOLVERS, NON_PUBLIC, PRIVATE, PUBLIC, Plan, choose_subnet,
                                          resolvers, veth_name)
 from services.worker.oci.layer import LayerError, ensure_dir, mounts_under, open_root
+from services.worker.oci.runc import crun_refusals
 
 
 def container(**fields) -> Container:
@@ -314,3 +315,15 @@ def test_resolvers_a_job_can_reach() -> None:
     assert resolvers(conf, PRIVATE, private) == ["10.197.0.2"]
     assert resolvers("nameserver 127.0.0.53\n", PUBLIC, ()) == list(FALLBACK_RESOLVERS)
     assert resolvers("nameserver 127.0.0.53\n", PRIVATE, ()) == []
+
+
+def test_crun_is_refused_where_cgroup_v2_holds_a_controller_beside_v1(tmp_path: Path) -> None:
+    hybrid = tmp_path / "unified"
+    hybrid.mkdir()
+    (hybrid / "cgroup.controllers").write_text("hugetlb\n")
+    assert crun_refusals(hybrid) == [
+        f"crun refuses this host's hybrid cgroup layout: its cgroup v2 ({hybrid}) holds the controllers hugetlb "
+        "(mount each as a cgroup v1 hierarchy to free it, as scripts/setup.sh does)"]
+    (hybrid / "cgroup.controllers").write_text("\n")
+    assert crun_refusals(hybrid) == []
+    assert crun_refusals(tmp_path / "absent") == []  # v1 alone, or v2 alone

@@ -48,8 +48,8 @@ client imports nothing of, so the server names it as an entry point (as it names
 CONTAINERS_VARIABLE = "CORRAL_PIPELINE_CONTAINERS"
 """'0' runs LocalBackend's jobs as processes, '1' in containers (or fails saying why not), unset: where the
 machine can; the `containers` argument wins over it."""
-SAYS_CONTAINERS = ("LocalBackend: jobs run in OCI containers of their images under runc, as a corral worker runs "
-                   "them (files copied in and out of /io, cpu and memory limited, no network, a uid of their own)")
+SAYS_CONTAINERS = ("LocalBackend: jobs run in OCI containers of their images under crun or runc, as a corral worker "
+                   "runs them (files copied in and out of /io, cpu and memory limited, no network, a uid of their own)")
 SAYS_PROCESSES = ("LocalBackend: jobs run as processes of this machine, not in containers (their images are not "
                   "used, cpu and memory are not enforced): {why}")
 

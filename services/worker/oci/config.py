@@ -40,8 +40,10 @@ class OciRuntimeConfig:
     cores_mcpu: int = 0
     """The cores the worker offers, in thousandths (its cgroup's process cap and each attempt's share of it are
     computed from them); 0: the host's cpus."""
-    runc: str = "runc"
-    """runc's name or path (looked up in /usr/sbin:/usr/bin:/sbin:/bin)."""
+    container_runtime: str = "auto"
+    """What runs the containers: 'crun', 'runc', a path to either (looked up in /usr/sbin:/usr/bin:/sbin:/bin;
+    a name starting with 'crun' is driven as crun), or 'auto': crun where it is installed and this host's
+    cgroups let it run, else runc (runc.py)."""
     layer: str = "auto"
     """How an attempt's writable root filesystem is made: 'overlayfs', 'copy' (of the whole image), or
     'auto' (overlayfs where a probe on the scratch filesystem mounts one, else copy)."""

@@ -7,7 +7,8 @@ Everything it makes is named after it, so that it can be found again:
     STATE_ROOT/OWNER/lock                 flock()ed while the runtime lives
     STATE_ROOT/OWNER/cgroup               the path of its cgroup (below its
                                           deployment's, worker_cgroup.py)
-    STATE_ROOT/OWNER/runc/                runc's state directory (--root)
+    STATE_ROOT/OWNER/crun/, runc/         the container runtime's state
+                                          directory (--root), one per runtime
     STATE_ROOT/OWNER/attempts/ID.json     one record per attempt in progress:
                                           its container, its oci/ directory
                                           (mounts, writable layer), its cgroup;
@@ -47,7 +48,7 @@ from services.common.files import try_lock
 from services.worker.oci.cgroups import Hierarchies, remove_if_empty, remove_tree
 from services.worker.oci import network
 from services.worker.oci.layer import remove_oci_dir
-from services.worker.oci.runc import Runc, RuncError
+from services.worker.oci.runc import CRUN, RUNC, Runc, RuncError, find
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,6 @@ class Owner:
         self.state_root = state_root
         self.name = name
         self.dir = state_root / name
-        self.runc_root = self.dir / "runc"
         self.records_dir = self.dir / "attempts"
         self.cgroup_parent = cgroup_parent
         """Its cgroup in each hierarchy, its attempts' parent: '/CGROUP_ROOT/DEPLOYMENT/OWNER'."""
@@ -101,8 +101,11 @@ class Owner:
                             f"{self.dir}/lock): each worker needs a name of its own")
         self._lock_fd = fd
         (self.dir / "cgroup").write_text(self.cgroup_parent)
-        self.runc_root.mkdir(mode=0o700, exist_ok=True)
         self.records_dir.mkdir(mode=0o700, exist_ok=True)
+
+    def runtime_root(self, kind: str) -> Path:
+        """The state directory (--root) of the runtime `kind` (CRUN or RUNC): their formats differ."""
+        return self.dir / kind
 
     def release(self) -> None:
         """Let the name go (its directory is removed first: call once nothing of it is left)."""
@@ -131,19 +134,26 @@ class Owner:
         return found
 
 
-async def clean_up(owner: Owner, runc_binary: str, hierarchies: Hierarchies) -> list[str]:
+async def clean_up(owner: Owner, hierarchies: Hierarchies) -> list[str]:
     """Remove every container, attempt directory and cgroup recorded or named under `owner`; returns what
     could not be removed, in words (it stays recorded for the next try)."""
     left: list[str] = []
-    runc = Runc(runc_binary, owner.runc_root)
-    try:
-        for container_id in await runc.list():
-            logger.warning("OCI runtime %s: removing container %s left by a worker that is gone", owner.name,
-                           container_id)
-            await runc.kill(container_id, "KILL")
-            await runc.delete(container_id)
-    except RuncError as e:
-        left.append(str(e))
+    for kind in (CRUN, RUNC):
+        root = owner.runtime_root(kind)
+        if not root.is_dir():
+            continue
+        if (binary := find(kind)) is None:
+            left.append(f"{root}: {kind}'s containers, and {kind} is not installed to remove them")
+            continue
+        runtime = Runc(binary, root)
+        try:
+            for container_id in await runtime.list():
+                logger.warning("OCI runtime %s: removing container %s left by a worker that is gone", owner.name,
+                               container_id)
+                await runtime.kill(container_id, "KILL")
+                await runtime.delete(container_id)
+        except RuncError as e:
+            left.append(str(e))
     for record in owner.records():
         left_of_network = await asyncio.to_thread(network.tear_down_attempt, owner.dir, record.container_id)
         if left_of_network:
@@ -169,8 +179,8 @@ async def clean_up(owner: Owner, runc_binary: str, hierarchies: Hierarchies) -> 
     return left
 
 
-async def clean_up_dead_owners(state_root: Path, cgroup_root: str, runc_binary: str,
-                               hierarchies: Hierarchies, alive: str) -> list[str]:
+async def clean_up_dead_owners(state_root: Path, cgroup_root: str, hierarchies: Hierarchies,
+                               alive: str) -> list[str]:
     """Clean up after every owner under `state_root` whose runtime is gone (but `alive`, ours); returns
     what could not be removed."""
     left: list[str] = []
@@ -185,7 +195,7 @@ async def clean_up_dead_owners(state_root: Path, cgroup_root: str, runc_binary: 
         try:
             logger.warning("OCI runtime %s: cleaning up after %s, which is gone", alive, entry.name)
             dead = Owner.found(state_root, entry.name, cgroup_root)
-            not_removed = await clean_up(dead, runc_binary, hierarchies)
+            not_removed = await clean_up(dead, hierarchies)
             if not_removed:
                 left += not_removed
             else:

@@ -1,60 +1,112 @@
-"""runc, as the OCI runtime drives it: one state directory per worker
-(`runc --root`), a container per attempt, started detached under a keeper
-(keeper.py: the parent of the job's first process, which reports its exit
-status and kills the container if the worker dies), killed and deleted
-with runc's own commands.
+"""The container runtime's command line, as the OCI runtime drives it: crun
+or runc (the same commands), one state directory per worker and runtime
+(`--root`), a container per attempt, started under the worker's keeper
+(keeper.py: one long-lived process, the parent of every container, which
+reports each job's exit status and kills the containers if the worker
+dies), killed and deleted with the runtime's own commands.
 
-runc's own words go to a JSON log file of the attempt (`--log`), which
-`last_error` reads; when runc fails before the job runs it also prints them
-on its stderr, the log pipe, so they reach the job's log too (they are
-useful there: `exec: "x": executable file not found in $PATH`). runc writes
-the pid file only once the job's process runs, so its presence tells a job
-that started from a container that never did.
+crun, in C, is the one to prefer: a container costs it a fraction of what
+runc, a Go program that starts three processes per container and copies
+its own binary into a memfd each time, spends (docs/performance.md,
+"containers"). It refuses a hybrid cgroup layout whose cgroup v2 holds a
+controller, though (`crun_refusals`); runc then runs them.
+
+The runtime's own words go to a JSON log file of the attempt (`--log`),
+which `last_error` reads; when it fails before the job runs it also prints
+them on its stderr, the log pipe, so they reach the job's log too (they
+are useful there: `executable file not found in $PATH`). The pid file is
+written once the container's process exists, so its absence after the
+runtime exited tells a container that never started.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
+import contextlib
 import json
 import os
+import select
 import shutil
+import signal
+import socket
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-"""Where the worker finds runc and cp (never the job's PATH)."""
+"""Where the worker finds the runtime and cp (never the job's PATH)."""
 COMMAND_TIMEOUT_S = 30.0
-"""How long a runc kill, delete or list may take."""
+"""How long a kill, delete or list may take."""
 KEEPER = Path(__file__).with_name("keeper.py")
 """Run by its path with `python -I -S`: it imports nothing of corral."""
+KEEPER_TIMEOUT_S = 10.0
+"""How long the worker waits for the keeper's answer to a start (it spawns and answers at once); past it, the
+keeper is killed and the next attempt gets a new one."""
+CRUN, RUNC = "crun", "runc"
+CGROUP_V2_HYBRID = Path("/sys/fs/cgroup/unified")
 
 
 class RuncError(Exception):
-    """runc failed; the message has its words."""
+    """The runtime failed; the message has its words."""
 
 
 def find(program: str) -> str | None:
     return shutil.which(program, path=SYSTEM_PATH)
 
 
+def kind_of(binary: str) -> str:
+    """CRUN or RUNC: how a runtime binary is driven (crun in the foreground, runc detached), by its name."""
+    return CRUN if os.path.basename(binary).startswith(CRUN) else RUNC
+
+
+def crun_refusals(hybrid: Path = CGROUP_V2_HYBRID) -> list[str]:
+    """Why crun cannot run containers on this host's cgroups (empty if it can): crun 1.8 refuses a hybrid
+    layout (v1 hierarchies, and v2 at /sys/fs/cgroup/unified) whose v2 holds a controller. scripts/setup.sh
+    mounts such a controller as a v1 hierarchy of its own, as systemd's hybrid layout does, which frees it."""
+    try:
+        held = (hybrid / "cgroup.controllers").read_text().split()
+    except OSError:
+        return []  # not hybrid: v1 alone, or v2 alone at /sys/fs/cgroup
+    if held:
+        return [f"crun refuses this host's hybrid cgroup layout: its cgroup v2 ({hybrid}) holds the "
+                f"controllers {', '.join(held)} (mount each as a cgroup v1 hierarchy to free it, as "
+                "scripts/setup.sh does)"]
+    return []
+
+
+def choose(wanted: str) -> tuple[str | None, list[str]]:
+    """The runtime binary to use for `wanted` ('auto', 'crun', 'runc' or a path), or None and why not. 'auto'
+    is crun where it is installed and can run here, else runc."""
+    if wanted == "auto":
+        if (crun := find(CRUN)) is not None and not crun_refusals():
+            return crun, []
+        wanted = RUNC
+    binary = find(wanted)
+    if binary is None:
+        return None, [f"{wanted} is not installed (looked in {SYSTEM_PATH})"]
+    if kind_of(binary) == CRUN and (why_not := crun_refusals()):
+        return None, why_not
+    return binary, []
+
+
 class Runc:
-    """runc with one state directory (`--root`)."""
+    """crun or runc with one state directory (`--root`)."""
 
     def __init__(self, binary: str, root: Path):
         self.binary = binary
         self.root = root
+        self.kind = kind_of(binary)
 
-    async def run(self, container_id: str, bundle: Path, log: Path, pid_file: Path,
-                  output_fd: int) -> asyncio.subprocess.Process:
-        """Start the container under its keeper, the job's stdout and stderr both on `output_fd`, its stdin
-        /dev/null. The keeper's exit status is the job's (runc's if the job never started). Call it from the
-        thread that lives as long as the worker (the event loop's): the keeper is told when that thread
-        ends."""
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-S", str(KEEPER), str(os.getpid()), self.binary, str(self.root), container_id,
-            str(log), str(bundle), str(pid_file),
-            stdin=asyncio.subprocess.DEVNULL, stdout=output_fd, stderr=output_fd, env={}, cwd="/",
-            start_new_session=True)
+    def run_argv(self, container_id: str, bundle: Path, log: Path, pid_file: Path) -> list[str]:
+        """How the keeper starts the container: crun in the foreground, runc detached (see keeper.py)."""
+        return [self.binary, "--root", str(self.root), "--log", str(log), "--log-format", "json", "run",
+                *(["--detach"] if self.kind == RUNC else []), "--bundle", str(bundle), "--pid-file", str(pid_file),
+                container_id]
+
+    def kill_argv(self, container_id: str) -> list[str]:
+        return [self.binary, "--root", str(self.root), "kill", "--all", container_id, "KILL"]
 
     async def kill(self, container_id: str, signal_name: str) -> None:
         """Send the signal to every process of the container; a container that is gone is no error."""
@@ -81,17 +133,169 @@ class Runc:
         except TimeoutError:
             process.kill()
             await process.wait()
-            raise RuncError(f"runc {args[0]} took over {COMMAND_TIMEOUT_S:g} s") from None
+            raise RuncError(f"{self.kind} {args[0]} took over {COMMAND_TIMEOUT_S:g} s") from None
         words = err.decode(errors="replace").strip()
         if process.returncode != 0:
             if missing_ok and ("does not exist" in words or "not exist" in words):
                 return ""
-            raise RuncError(f"runc {' '.join(args[:2])}: {words or f'exit code {process.returncode}'}")
+            raise RuncError(f"{self.kind} {' '.join(args[:2])}: {words or f'exit code {process.returncode}'}")
         return out.decode(errors="replace")
 
 
+class KeptContainer:
+    """A container the keeper started: its runtime's process (to kill if it is stuck) and, once it ended,
+    the job's exit status (128 + the signal; the runtime's own if the container never started)."""
+
+    def __init__(self, pid: int, pidfd: int, status_fd: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = pidfd
+        self._status_fd = status_fd
+        self._ended = asyncio.get_running_loop().create_future()
+        self._said = b""
+        os.set_blocking(status_fd, False)
+        asyncio.get_running_loop().add_reader(status_fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self._status_fd, 64)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._said += data
+            return
+        asyncio.get_running_loop().remove_reader(self._status_fd)
+        os.close(self._status_fd)
+        os.close(self._pidfd)
+        try:
+            self.returncode = int(self._said.strip())
+        except ValueError:
+            self.returncode = 255  # the keeper died before it could say
+        if not self._ended.done():
+            self._ended.set_result(self.returncode)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._ended)
+
+    def kill_runtime(self) -> None:
+        """SIGKILL the runtime's process group (a runtime that is stuck), if it still runs."""
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+
+
+class Keeper:
+    """The worker's keeper process (keeper.py), started from the event loop's thread (it dies with the thread
+    that started it); `run` asks it to start a container."""
+
+    def __init__(self, proc: subprocess.Popen, requests: socket.socket):
+        self.proc = proc
+        self._requests = requests
+        self._count = 0
+        self._failed = False
+        self._asking = threading.Lock()  # one request and its answer at a time
+
+    @classmethod
+    def start(cls) -> Keeper:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", "-S", str(KEEPER), str(os.getpid())], cwd="/", env={},
+                                    stdin=theirs, stdout=subprocess.DEVNULL, start_new_session=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            ours.close()
+            raise RuncError(f"could not start the containers' keeper: {e}") from e
+        finally:
+            theirs.close()
+        ours.settimeout(KEEPER_TIMEOUT_S)
+        return cls(proc, ours)
+
+    @property
+    def alive(self) -> bool:
+        """Whether it runs and answered every request so far (a readable socket is one it closed: it speaks
+        only when asked)."""
+        if self._failed or self._requests.fileno() < 0:
+            return False
+        closed = select.poll()
+        closed.register(self._requests, select.POLLIN)
+        return not closed.poll(0) and self.proc.poll() is None
+
+    async def run(self, runtime: Runc, container_id: str, bundle: Path, log: Path, pid_file: Path,
+                  output_fd: int) -> KeptContainer:
+        """Start the container, the job's stdout and stderr both on `output_fd`, its stdin /dev/null.
+        Raises RuncError if the keeper failed (it is then killed, and its containers with it)."""
+        request = {"argv": runtime.run_argv(container_id, bundle, log, pid_file), "detached": runtime.kind == RUNC,
+                   "pid_file": str(pid_file), "kill": runtime.kill_argv(container_id)}
+        status_read, status_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid, pidfd = await asyncio.to_thread(self._ask, request, output_fd, status_write)
+        except BaseException:
+            os.close(status_read)
+            raise
+        finally:
+            os.close(status_write)
+        return KeptContainer(pid, pidfd, status_read)
+
+    def _ask(self, request: dict, output_fd: int, status_fd: int) -> tuple[int, int]:
+        with self._asking:
+            self._count += 1
+            number = str(self._count)
+            try:
+                self._requests.sendmsg([json.dumps({"n": self._count, **request}).encode()], [
+                    (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [output_fd, status_fd]))])
+                reply, ancillary, _, _ = self._requests.recvmsg(4096, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC)
+            except OSError as e:  # a timeout too
+                self.kill()
+                raise RuncError(f"the containers' keeper (pid {self.proc.pid}) did not answer: {e}") from e
+        fds = array.array("i")
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+        said_number, _, answer = reply.decode("utf-8", "replace").partition(" ")
+        word, _, detail = answer.partition(" ")
+        if word == "started" and said_number == number and len(fds) == 1 and detail.isdigit():
+            return int(detail), fds[0]
+        for fd in fds:
+            os.close(fd)
+        if word == "error" and said_number == number:
+            raise RuncError(f"the containers' keeper could not start it: {detail}")
+        self.kill()
+        raise RuncError(f"the containers' keeper (pid {self.proc.pid}) " +
+                        ("died" if not reply else f"answered {reply[:100]!r} to request {number}"))
+
+    def kill(self) -> None:
+        """Kill it (its containers are then killed by the runtime's cleanup, owner.py)."""
+        self._failed = True
+        self.proc.kill()
+        self.proc.wait()
+
+    def discard(self) -> None:
+        """Let a keeper that failed go: killed if it still runs (its containers are then killed by the
+        runtime's cleanup, owner.py), its socket closed."""
+        if self.proc.poll() is None:
+            self.kill()
+        self._requests.close()
+
+    def close(self) -> None:
+        """Let it go: it exits once its socket is closed and no container it keeps is left."""
+        self._requests.close()
+        try:
+            self.proc.wait(timeout=KEEPER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def __del__(self) -> None:
+        # A runtime dropped without `close`: the keeper is not left behind (nor Popen's warning about it).
+        if self.proc.returncode is None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+
 def last_error(log: Path) -> str:
-    """runc's last error in its JSON log, '' if none."""
+    """The runtime's last error in its JSON log, '' if none."""
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
@@ -106,16 +310,16 @@ def last_error(log: Path) -> str:
     return ""
 
 
-async def wait_until_running(keeper: asyncio.subprocess.Process, pid_file: Path) -> bool:
-    """Wait until the job's process runs (runc wrote its pid file) or the keeper exited (runc could not
-    start it); whether it runs."""
-    exited = asyncio.ensure_future(keeper.wait())
+async def wait_until_running(container: KeptContainer, pid_file: Path) -> bool:
+    """Wait until the job's process exists (the runtime wrote its pid file) or the job ended before (the
+    runtime could not start it); whether it runs."""
+    ended = asyncio.ensure_future(container.wait())
     try:
         delay = 0.001
         while not pid_file.exists():
-            if (await asyncio.wait({exited}, timeout=delay))[0]:
+            if (await asyncio.wait({ended}, timeout=delay))[0]:
                 return pid_file.exists()
-            delay = min(2 * delay, 0.005)  # a stat every 5 ms at most: runc takes some 30 ms
+            delay = min(2 * delay, 0.005)  # a stat every 5 ms at most
         return True
     finally:
-        exited.cancel()
+        ended.cancel()

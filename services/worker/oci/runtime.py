@@ -1,4 +1,4 @@
-"""The OCI runtime: each attempt in a container of its own, run by runc.
+"""The OCI runtime: each attempt in a container of its own, run by crun or runc.
 (The interface and what outcomes mean are in runtime_api.py; the parts of
 an attempt in the modules beside this one.)
 
@@ -15,8 +15,9 @@ step, and whatever was made is undone whatever happens (`_teardown`):
    it starts, each with a process cap (worker_cgroup.py, host_limits.py);
 4. for a private or public network, its namespace, veth pair and address
    (network.py), and a resolv.conf;
-5. the bundle's config.json (bundle.py), then `runc run --detach` under
-   its keeper (runc.py, keeper.py), the output into the log;
+5. the bundle's config.json (bundle.py), then the container runtime's
+   `run` (crun where it can run here, else runc: runc.py), started by the
+   worker's keeper (keeper.py), the output into the log;
 6. while it runs, the watch over its limits (attempt_limits.py): a fork
    the kernel refused at its process cap, or its writable layer holding
    more than its storage request, kills it (RLIMIT_FSIZE holds each file
@@ -29,13 +30,11 @@ step, and whatever was made is undone whatever happens (`_teardown`):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import re
 import resource
-import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +53,8 @@ from services.worker.oci.config import OciRuntimeConfig
 from services.worker.oci.images import ImageUnavailable, Rootfs
 from services.worker.oci.owner import AttemptRecord, Owner, OwnerBusy, clean_up, clean_up_dead_owners
 from services.worker.oci.refusals import oci_refusals
-from services.worker.oci.runc import Runc, RuncError, find, last_error, wait_until_running
+from services.worker.oci.runc import (Keeper, KeptContainer, Runc, RuncError, choose, kind_of, last_error,
+                                     wait_until_running)
 from services.worker.runtime_api import (CANCELLED, EXITED, OUT_OF_MEMORY, REFUSED, SYSTEM_ERROR, TIMED_OUT,
                                          JobOutcome, JobRun, attempt_timeout_s, signal_name)
 from services.worker import attempt_limits, worker_cgroup  # modules: they import this package's cgroups
@@ -82,14 +82,13 @@ class AttemptRefused(AttemptFailed):
     refused): Error with reason refused, not tried again."""
 
 
-def host_refusals(runc: str = "runc") -> list[str]:
-    """Why this machine cannot run the OCI runtime at all (with `runc`); empty if it can. `corral up` asks
-    too, to say where its workers' jobs will run."""
+def host_refusals(container_runtime: str = "auto") -> list[str]:
+    """Why this machine cannot run the OCI runtime at all (with `container_runtime`: see
+    OciRuntimeConfig); empty if it can. `corral up` asks too, to say where its workers' jobs will run."""
     reasons = []
     if os.geteuid() != 0:
         reasons.append(f"the OCI runtime runs containers as root (this process runs as uid {os.geteuid()})")
-    if find(runc) is None:
-        reasons.append(f"{runc} is not installed (looked in /usr/sbin:/usr/bin:/sbin:/bin)")
+    reasons += choose(container_runtime)[1]
     try:
         if missing := cgroups.Hierarchies.of_host().missing():
             reasons.append(f"the cgroup controllers {', '.join(missing)} are not mounted")
@@ -99,8 +98,8 @@ def host_refusals(runc: str = "runc") -> list[str]:
 
 
 class OciRuntime:
-    """Runs each attempt in a container of its own, with runc (see the module's docstring and
-    docs/containers.md). Needs root on Linux, runc, and cgroups with the memory,
+    """Runs each attempt in a container of its own, with crun or runc (see the module's docstring and
+    docs/containers.md). Needs root on Linux, crun or runc, and cgroups with the memory,
     cpu, cpuacct and pids controllers (v1, or v2)."""
 
     name = "oci"
@@ -131,6 +130,7 @@ class OciRuntime:
         self._starting = asyncio.Lock()
         self._started = False
         self._runc: Runc | None = None
+        self._keeper: Keeper | None = None
         self._hierarchies: cgroups.Hierarchies | None = None
         self._layers: dict[int, str] = {}  # scratch filesystem (device) -> how its attempts' layers are made
         self._network: network.Plan | None = None
@@ -139,8 +139,9 @@ class OciRuntime:
     # -- the host ---------------------------------------------------------------------------------
 
     def host_refusals(self) -> list[str]:
-        """Why this machine cannot run the OCI runtime at all; empty if it can."""
-        return host_refusals(self.config.runc)
+        """Why this machine cannot run the OCI runtime at all; empty if it can (and, once started, without
+        looking again: the look reads the host's mounts, some milliseconds, and each job is checked)."""
+        return [] if self._started else host_refusals(self.config.container_runtime)
 
     async def start(self) -> list[str]:
         """Take the worker's name on this host and clean up what a dead worker left (this one's
@@ -151,15 +152,15 @@ class OciRuntime:
                 return []
             if refusals := self.host_refusals():
                 raise AttemptFailed("the OCI runtime", "; ".join(refusals))
-            runc = find(self.config.runc)
-            assert runc is not None
+            binary, _ = choose(self.config.container_runtime)
+            assert binary is not None
             hierarchies = cgroups.Hierarchies.of_host()
             try:
                 await asyncio.to_thread(self.owner.claim)
             except (OwnerBusy, OSError) as e:
                 raise AttemptFailed("the OCI runtime", str(e)) from e
-            left = await clean_up(self.owner, runc, hierarchies)
-            left += await clean_up_dead_owners(self.config.state_root, self.config.cgroup_root, runc, hierarchies,
+            left = await clean_up(self.owner, hierarchies)
+            left += await clean_up_dead_owners(self.config.state_root, self.config.cgroup_root, hierarchies,
                                                alive=self.config.owner)
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
@@ -173,7 +174,9 @@ class OciRuntime:
                 raise AttemptFailed("the OCI runtime", str(e)) from e
             await self._set_up_network()
             self._worker_cgroup = worker
-            self._runc, self._hierarchies, self._started = Runc(runc, self.owner.runc_root), hierarchies, True
+            runtime = Runc(binary, self.owner.runtime_root(kind_of(binary)))
+            runtime.root.mkdir(mode=0o700, exist_ok=True)
+            self._runc, self._hierarchies, self._started = runtime, hierarchies, True
             return left
 
     async def _set_up_network(self) -> None:
@@ -202,7 +205,10 @@ class OciRuntime:
             if not self._started or self._stops:
                 return
             assert self._runc is not None and self._hierarchies is not None
-            left = await clean_up(self.owner, self._runc.binary, self._hierarchies)
+            if self._keeper is not None:
+                await asyncio.to_thread(self._keeper.close)
+                self._keeper = None
+            left = await clean_up(self.owner, self._hierarchies)
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
             self._worker_cgroup = None  # clean_up removed it, and the deployment's if it was the last
@@ -219,9 +225,17 @@ class OciRuntime:
     def _network_refusals(self, spec: job_spec_pb2.JobSpec) -> list[str]:
         if spec.network_mode == job_spec_pb2.NETWORK_MODE_NONE:
             return []
-        why_not = network.host_refusals() or ([self._network_why_not] if self._network_why_not else [])
+        if self._started:  # the bridges were tried: the reason, if any, is known
+            why_not = [self._network_why_not] if self._network_why_not else []
+        else:
+            why_not = network.host_refusals() or ([self._network_why_not] if self._network_why_not else [])
         mode = job_spec_pb2.NetworkMode.Name(spec.network_mode)
         return [f"network_mode {mode} cannot be offered on this host: {why}" for why in why_not]
+
+    @property
+    def container_runtime(self) -> str:
+        """What runs the containers: crun or runc, once started."""
+        return self._runc.kind if self._runc is not None else "crun or runc"
 
     def attempt_max_processes(self, job: JobRun) -> int:
         """The attempt's pids.max: its cores' share of the worker's cap, at most `max_processes`."""
@@ -230,8 +244,8 @@ class OciRuntime:
     def isolation(self, job: JobRun) -> str:
         """See `ContainerRuntime.isolation`."""
         image = f"{job.spec.image!r}" + (f" ({digest})" if (digest := self._digests.get(job.attempt_id)) else "")
-        return (f"OCI container (runc) of the image {image} on a writable layer of its own; as a uid of "
-                "its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
+        return (f"OCI container ({self.container_runtime}) of the image {image} on a writable layer of its own; as "
+                "a uid of its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
                 f"IPC, UTS and cgroup namespaces and {self._network_words(job.spec)}; cgroup limits: "
                 f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
                 f"{self.attempt_max_processes(job)} processes and threads (its worker's {self.max_processes} "
@@ -344,13 +358,7 @@ class OciRuntime:
         await self._fill(attempt, root, cwd, uid, gid)
         binds = await self._secrets(attempt, uid, gid) + await self._network_of(attempt)
 
-        try:
-            attempt.cgroup = await asyncio.to_thread(
-                cgroups.AttemptCgroup.create, self._hierarchies, attempt.cgroup_path,
-                cgroups.Limits(job.cores_mcpu, self._memory_limit(job), self.attempt_max_processes(job)))
-        except cgroups.CgroupError as e:
-            raise AttemptFailed("cgroup", str(e)) from e
-        self._cgroups[job.attempt_id] = attempt.cgroup
+        cgroup = cgroups.AttemptCgroup(self._hierarchies, attempt.cgroup_path)  # made below, with the bundle
         container = Container(
             argv=tuple(job.spec.argv.args) if job.spec.WhichOneof("command") == "argv" else
             ("/bin/sh", "-c", job.spec.script),
@@ -359,16 +367,28 @@ class OciRuntime:
                            {"CORRAL_BATCH_ID": str(job.batch_id), "CORRAL_JOB_ID": str(job.job_id),
                             "CORRAL_ATTEMPT_ID": job.attempt_id}),
             cwd=cwd, uid=uid, gid=gid, hostname=f"job-{job.batch_id}-{job.job_id}",
-            cgroups_path=attempt.cgroup.runc_path, shm_bytes=self.config.shm_bytes,
+            cgroups_path=cgroup.runc_path, shm_bytes=self.config.shm_bytes,
             network_namespace=attempt.network.netns_path if attempt.network else "",
             max_open_files=_open_files_limit(self.config.max_open_files), max_file_bytes=max(0, job.storage_bytes),
             read_only_binds=binds,
             annotations=(("corral.owner", self.config.owner), ("corral.attempt", job.attempt_id)))
+        limits = cgroups.Limits(job.cores_mcpu, self._memory_limit(job), self.attempt_max_processes(job))
+
+        def cgroup_and_bundle() -> None:  # one hop to a thread for both
+            try:
+                attempt.cgroup = cgroups.AttemptCgroup.create(self._hierarchies, attempt.cgroup_path, limits)
+            except cgroups.CgroupError as e:
+                raise AttemptFailed("cgroup", str(e)) from e
+            try:
+                layer.write_private(attempt.oci_dir / "config.json", json.dumps(config_json(container)).encode())
+            except OSError as e:
+                raise AttemptFailed("bundle", f"could not write config.json: {e}") from e
+
         try:
-            await asyncio.to_thread(layer.write_private, attempt.oci_dir / "config.json",
-                                    json.dumps(config_json(container)).encode())
-        except OSError as e:
-            raise AttemptFailed("bundle", f"could not write config.json: {e}") from e
+            await asyncio.to_thread(cgroup_and_bundle)
+        finally:
+            if attempt.cgroup is not None:
+                self._cgroups[job.attempt_id] = attempt.cgroup
         if stop.is_set():
             return self._outcome(job, "Cancelled", CANCELLED, "cancelled before the command started")
         attempt.limits = attempt_limits.AttemptLimits(
@@ -397,6 +417,8 @@ class OciRuntime:
             await asyncio.to_thread(fill)
         except (layer.LayerError, OSError) as e:
             raise AttemptFailed("root filesystem", str(e)) from e
+        if not job.spec.input_files:
+            return  # each hop to a thread costs the worker some 0.3 ms of CPU: none for nothing
         try:
             made = await asyncio.to_thread(copy_inputs, job.spec, root, self.config.check_url,
                                            stores=self.config.object_stores)
@@ -457,12 +479,16 @@ class OciRuntime:
         """Run the container, its output into `log`, to its end; read what it used; copy its outputs."""
         assert self._runc is not None and attempt.cgroup is not None and attempt.oci_dir is not None
         job, oci_dir = attempt.job, attempt.oci_dir
-        runc_log, pid_file = oci_dir / "runc.log", oci_dir / "pid"
+        runc_log, pid_file = oci_dir / "runtime.log", oci_dir / "pid"
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         pipe = None
+        kind = self._runc.kind
         try:
             try:
-                runc = await self._runc.run(attempt.container_id, oci_dir, runc_log, pid_file, write_fd)
+                runc = await self._kept().run(self._runc, attempt.container_id, oci_dir, runc_log, pid_file,
+                                              write_fd)
+            except RuncError as e:
+                raise AttemptFailed(kind, str(e)) from e
             finally:
                 os.close(write_fd)
             attempt.runc = runc
@@ -473,8 +499,8 @@ class OciRuntime:
                 async with asyncio.timeout(self.config.start_timeout_s):
                     running = await wait_until_running(runc, pid_file)
             except TimeoutError:
-                raise AttemptFailed("runc", f"the container did not start in {self.config.start_timeout_s:g} s "
-                                    "(runc is stuck); it was killed") from None
+                raise AttemptFailed(kind, f"the container did not start in {self.config.start_timeout_s:g} s "
+                                    f"({kind} is stuck); it was killed") from None
             if running:
                 attempt.start_ms = self.config.clock_ms()
                 await on_started(1)
@@ -492,14 +518,17 @@ class OciRuntime:
         started = pid_file.exists()
         code = runc.returncode
         assert code is not None
-        usage = await asyncio.to_thread(attempt.cgroup.usage)
-        out_of_memory = await asyncio.to_thread(attempt.cgroup.out_of_memory)
         message = f"exited with code {code}"
         if 128 < code < 128 + 65:
             message = f"killed by {signal_name(code - 128)} (exit code {code})"
-        at_a_limit = None
-        if started and ending is None and attempt.limits is not None:  # runc's cgroup is still there: read it
-            at_a_limit = await asyncio.to_thread(attempt.limits.at_end, code, message)
+        cgroup, limits = attempt.cgroup, attempt.limits
+        read_limits = started and ending is None and limits is not None  # the runtime's cgroup is still there
+
+        def readings() -> tuple[cgroups.Usage, bool, tuple[str, str] | None]:  # one hop to a thread
+            return (cgroup.usage(), cgroup.out_of_memory(),
+                    limits.at_end(code, message) if read_limits and limits is not None else None)
+
+        usage, out_of_memory, at_a_limit = await asyncio.to_thread(readings)
 
         def outcome(state: str, reason: str, message: str, exit_code: int | None = None) -> JobOutcome:
             return self._outcome(job, state, reason, message, exit_code=exit_code, start_ms=attempt.start_ms,
@@ -517,7 +546,7 @@ class OciRuntime:
         if ending == OVER_LIMIT:
             return await failed(EXITED, attempt.over_limit, code)
         if not started:
-            words = last_error(runc_log) or f"runc exited with code {code}"
+            words = last_error(runc_log) or f"{kind} exited with code {code}"
             return outcome("Error", SYSTEM_ERROR, f"the container did not start: {words}")
         if at_a_limit is not None and (code == 0 or not out_of_memory):
             state, words = at_a_limit
@@ -583,11 +612,11 @@ class OciRuntime:
                 async with asyncio.timeout(self.config.kill_grace_s):
                     await attempt.runc.wait()
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):  # the keeper and runc, in its process group
-                    os.killpg(attempt.runc.pid, signal.SIGKILL)
+                attempt.runc.kill_runtime()  # stuck itself: the keeper then reaps it and says so
                 await attempt.runc.wait()
         if self._runc is not None and attempt.container_id and (self._runc.root / attempt.container_id).exists():
-            # A detached container stays, stopped, until deleted (runc's cgroup with it, read by now).
+            # A detached container (runc's) stays, stopped, until deleted (its cgroup with it, read by now);
+            # crun deletes its own as it exits, unless it was killed before.
             try:
                 await self._runc.delete(attempt.container_id)
             except RuncError as e:
@@ -597,20 +626,27 @@ class OciRuntime:
         if attempt.cgroup is not None:
             self._cgroups.pop(attempt.job.attempt_id, None)
             attempt.cgroup.close()
-        if attempt.cgroup_path and self._hierarchies is not None:
-            left += await asyncio.to_thread(cgroups.remove_tree, self._hierarchies, attempt.cgroup_path)
-        if attempt.oci_dir is not None:
-            try:
-                await asyncio.to_thread(layer.remove_oci_dir, attempt.oci_dir)
-            except OSError as e:
-                left.append(f"{attempt.oci_dir}: {e}")
+        hierarchies, cgroup_path, oci_dir = self._hierarchies, attempt.cgroup_path, attempt.oci_dir
+
+        def remove() -> list[str]:  # one hop to a thread for both
+            not_removed = []
+            if cgroup_path and hierarchies is not None:
+                not_removed += cgroups.remove_tree(hierarchies, cgroup_path)
+            if oci_dir is not None:
+                try:
+                    layer.remove_oci_dir(oci_dir)
+                except OSError as e:
+                    not_removed.append(f"{oci_dir}: {e}")
+            return not_removed
+
+        left += await asyncio.to_thread(remove)
         if attempt.rootfs is not None:
             try:
                 await self.config.rootfs.release(attempt.rootfs)
             except Exception as e:  # noqa: BLE001 - the source's trouble; the attempt is over either way
                 logger.warning("could not release the image %s: %s", attempt.rootfs.image, e)
         if attempt.claim is not None:
-            attempt.claim.release()
+            attempt.claim.release(clean=not left and bool(attempt.cgroup_path))
         if left:
             for what in left:
                 logger.warning("attempt %s: could not clean up %s", attempt.container_id, what)
@@ -618,6 +654,14 @@ class OciRuntime:
             self.owner.forget(attempt.container_id)
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _kept(self) -> Keeper:
+        """The worker's keeper, started anew if it is gone (from the event loop's thread: it dies with it)."""
+        if self._keeper is None or not self._keeper.alive:
+            if self._keeper is not None:
+                self._keeper.discard()
+            self._keeper = Keeper.start()
+        return self._keeper
 
     def _memory_limit(self, job: JobRun) -> int:
         """The job's memory limit: what it reserved, else the worker's memory per core for its cores
@@ -673,7 +717,7 @@ class _Attempt:
     recorded: bool = False
     rootfs: Rootfs | None = None
     cgroup: cgroups.AttemptCgroup | None = None
-    runc: asyncio.subprocess.Process | None = None
+    runc: KeptContainer | None = None
     start_ms: int | None = None
     network_made: bool = False
     network: network.AttemptNetwork | None = None
