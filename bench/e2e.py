@@ -152,6 +152,17 @@ def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> 
     return batch
 
 
+def failures(client: corral.Client, batch_id: int, most: int = 3) -> str:
+    """What the last attempts of the first jobs that did not succeed said."""
+    said = []
+    for job in client.jobs(batch_id, "state!=success", page_size=most):
+        attempt = client.get_job(batch_id, job.job_id).attempts[-1]
+        said.append(f"job {job.job_id}: {attempt.end_reason}: {attempt.error_message}")
+        if len(said) == most:
+            break
+    return "; ".join(said)
+
+
 def latencies_ms(client: corral.Client, batch_id: int) -> tuple[list[float], list[float]]:
     """Per job, ready -> running and running -> final, from the batch's events."""
     committed_ms: float | None = None
@@ -243,7 +254,8 @@ def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: i
                 trips, runs = ((after - before) / n_jobs for before, after in
                                zip(statements_before, database_statements(ctx.server)))
                 if noop.counts.n_succeeded != n_jobs:
-                    raise RuntimeError(f"not every no-op job succeeded: {noop.counts}")
+                    raise RuntimeError(f"not every no-op job succeeded: {noop.counts}; "
+                                       + failures(client, noop.batch_id))
                 to_running, to_final = latencies_ms(client, noop.batch_id)
 
                 progress(f"{NAME}: a chain of {n_links:,} jobs")
