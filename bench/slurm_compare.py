@@ -153,6 +153,8 @@ def start_systems(stack: contextlib.ExitStack, ctx: BenchContext, work_dir: Path
         systems[slurm_label(profile)] = System(slurm.array_s, slurm.chain_s)
     for runtime in runtimes:
         progress(f"{NAME}: starting corral up ({MAX_WORKERS} workers of {WORKER_CORES} cores, the {runtime} runtime)")
+        # Its workers sit idle through the other systems' turns (minutes each): they must outlive them, or
+        # the next turn would time the autoscaler starting them again.
         running = stack.enter_context(corral_up(ctx.server, work_dir / f"corral-{runtime}", runtime, WORKER_CORES,
                                                 MAX_WORKERS, idle_timeout_s=3600))
         warm_up(running.client, MAX_WORKERS, WORKER_CORES, NAME)
