@@ -145,6 +145,41 @@ async def _check_consistent(config: DatabaseConfig) -> None:
         await db.close()
 
 
+@dataclasses.dataclass(frozen=True)
+class Corral:
+    """A running `corral up` and its administrator's client."""
+
+    up: up_process.UpProcess
+    client: corral.Client
+    database_url: str
+    """Its schema on the runner's server."""
+
+
+@contextlib.contextmanager
+def corral_up(server: DatabaseConfig, work_dir: Path, runtime: str, worker_cores: int, max_workers: int,
+              idle_timeout_s: int) -> Iterator[Corral]:
+    """`corral up` on a fresh schema of SERVER, at most MAX_WORKERS local workers per pool of WORKER_CORES
+    cores running jobs with RUNTIME (one of RUNTIMES), and its administrator's client. On the way out it
+    is stopped, then the schema checked and dropped."""
+    with fresh_schema(server) as database_url:
+        up = up_process.start(work_dir, "--database-url", database_url, "--worker-cores", str(worker_cores),
+                              "--max-workers", str(max_workers), "--idle-timeout", str(idle_timeout_s),
+                              "--worker-runtime", runtime)
+        try:
+            with corral.Client(up.endpoints["frontend"], up.admin_token, ca_cert=up.endpoints["ca_cert"]) as client:
+                yield Corral(up, client, database_url)
+        finally:
+            up.stop()
+
+
+def warm_up(client: corral.Client, max_workers: int, worker_cores: int, bench: str = NAME) -> None:
+    """Bring the autoscaler's workers up before anything is timed: enough one-second jobs to keep every
+    worker busy while it starts."""
+    n_warm = int(2 * max_workers * worker_cores / JOB_CORES)
+    progress(f"{bench}: warm-up ({n_warm} jobs)")
+    client.wait(client.submit(noop_batch(n_warm, "warm-up", ("sleep", "1"))).batch_id)
+
+
 def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> corral.BatchBuilder:
     batch = corral.BatchBuilder("default", attributes={"name": name})
     for _ in range(n_jobs):
@@ -161,6 +196,15 @@ def failures(client: corral.Client, batch_id: int, most: int = 3) -> str:
         if len(said) == most:
             break
     return "; ".join(said)
+
+
+def chain_batch(n_links: int, name: str) -> corral.BatchBuilder:
+    """N_LINKS jobs of `true`, each the child of the one before."""
+    chain = corral.BatchBuilder("default", attributes={"name": name})
+    previous = None
+    for _ in range(n_links):
+        previous = chain.job("busybox", ["true"], cores=JOB_CORES, parents=[previous] if previous is not None else [])
+    return chain
 
 
 def latencies_ms(client: corral.Client, batch_id: int) -> tuple[list[float], list[float]]:
@@ -220,57 +264,44 @@ class Measured:
 
 def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: int) -> Measured:
     """Start corral up, run both workloads, stop it (blocking: run in a thread)."""
-    with fresh_schema(ctx.server) as database_url, tempfile.TemporaryDirectory(prefix="corral-bench-e2e-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="corral-bench-e2e-") as tmp, contextlib.ExitStack() as stack:
         workers = (f"{args.fleet} simulated workers of {args.worker_cores} cores" if args.fleet else
                    f"{args.max_workers} workers of {args.worker_cores} cores per pool, the {args.runtime} runtime")
         progress(f"{NAME}: starting corral up ({workers})")
         # With a fleet, the autoscaler starts nothing: the pools may hold no machine of their own.
-        up = up_process.start(Path(tmp), "--database-url", database_url, "--worker-cores", str(args.worker_cores),
-                              "--max-workers", "0" if args.fleet else str(args.max_workers), "--idle-timeout", "120",
-                              "--worker-runtime", args.runtime)
-        try:
-            with contextlib.ExitStack() as stack, \
-                    corral.Client(up.endpoints["frontend"], up.admin_token, ca_cert=up.endpoints["ca_cert"]) as client:
-                if args.fleet:
-                    stack.enter_context(fleet(up, database_url, args.fleet, FLEET_POOL, args.worker_cores * 1000))
-                    n_warm = args.fleet * args.worker_cores * 4
-                    command: tuple[str, ...] = ("true",)
-                else:
-                    # Enough one-second jobs to keep every worker busy while it starts.
-                    n_warm = int(2 * args.max_workers * args.worker_cores / JOB_CORES)
-                    command = ("sleep", "1")
-                progress(f"{NAME}: warm-up ({n_warm} jobs)")
-                client.wait(client.submit(noop_batch(n_warm, "warm-up", command)).batch_id)
+        running = stack.enter_context(corral_up(ctx.server, Path(tmp), args.runtime, args.worker_cores,
+                                                0 if args.fleet else args.max_workers, idle_timeout_s=120))
+        up, client = running.up, running.client
+        if args.fleet:
+            stack.enter_context(fleet(up, running.database_url, args.fleet, FLEET_POOL, args.worker_cores * 1000))
+            n_warm = args.fleet * args.worker_cores * 4
+            progress(f"{NAME}: warm-up ({n_warm} jobs)")
+            client.wait(client.submit(noop_batch(n_warm, "warm-up")).batch_id)
+        else:
+            warm_up(client, args.max_workers, args.worker_cores)
 
-                progress(f"{NAME}: {n_jobs:,} no-op jobs")
-                batch = noop_batch(n_jobs, "bench-e2e-noop")
-                database_pid = server_pid(ctx.server)
-                cpu_before = CpuSnapshot.of(up.data_dir, database_pid)
-                statements_before = database_statements(ctx.server)
-                started = time.perf_counter()
-                noop = client.wait(client.submit(batch).batch_id)
-                noop_s = time.perf_counter() - started
-                cpu = cpu_ms_per_job(cpu_before, CpuSnapshot.of(up.data_dir, database_pid), n_jobs)
-                trips, runs = ((after - before) / n_jobs for before, after in
-                               zip(statements_before, database_statements(ctx.server)))
-                if noop.counts.n_succeeded != n_jobs:
-                    raise RuntimeError(f"not every no-op job succeeded: {noop.counts}; "
-                                       + failures(client, noop.batch_id))
-                to_running, to_final = latencies_ms(client, noop.batch_id)
+        progress(f"{NAME}: {n_jobs:,} no-op jobs")
+        batch = noop_batch(n_jobs, "bench-e2e-noop")
+        database_pid = server_pid(ctx.server)
+        cpu_before = CpuSnapshot.of(up.data_dir, database_pid)
+        statements_before = database_statements(ctx.server)
+        started = time.perf_counter()
+        noop = client.wait(client.submit(batch).batch_id)
+        noop_s = time.perf_counter() - started
+        cpu = cpu_ms_per_job(cpu_before, CpuSnapshot.of(up.data_dir, database_pid), n_jobs)
+        trips, runs = ((after - before) / n_jobs for before, after in
+                       zip(statements_before, database_statements(ctx.server)))
+        if noop.counts.n_succeeded != n_jobs:
+            raise RuntimeError(f"not every no-op job succeeded: {noop.counts}; " + failures(client, noop.batch_id))
+        to_running, to_final = latencies_ms(client, noop.batch_id)
 
-                progress(f"{NAME}: a chain of {n_links:,} jobs")
-                chain = corral.BatchBuilder("default", attributes={"name": "bench-e2e-chain"})
-                previous = None
-                for _ in range(n_links):
-                    previous = chain.job("busybox", ["true"], cores=JOB_CORES,
-                                         parents=[previous] if previous is not None else [])
-                started = time.perf_counter()
-                linked = client.wait(client.submit(chain).batch_id)
-                chain_s = time.perf_counter() - started
-                if linked.counts.n_succeeded != n_links:
-                    raise RuntimeError(f"not every link succeeded: {linked.counts}")
-        finally:
-            up.stop()
+        progress(f"{NAME}: a chain of {n_links:,} jobs")
+        chain = chain_batch(n_links, "bench-e2e-chain")
+        started = time.perf_counter()
+        linked = client.wait(client.submit(chain).batch_id)
+        chain_s = time.perf_counter() - started
+        if linked.counts.n_succeeded != n_links:
+            raise RuntimeError(f"not every link succeeded: {linked.counts}")
     return Measured(noop_s, to_running, to_final, chain_s, cpu, (trips, runs))
 
 

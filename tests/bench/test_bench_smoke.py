@@ -239,26 +239,68 @@ def test_e2e_fleet_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None
 
 
 def test_slurm_compare_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
-    """corral and a private Slurm on loopback, the same work: both finish, and the ratios are theirs."""
+    """corral and two private Slurms on loopback, untuned and tuned, the same work: all finish, each Slurm
+    runs with its profile's settings, and the ratios are theirs."""
     before = bench_schemas(mariadb_server)
     result = run_bench(mariadb_server, tmp_path, "slurm-compare")
     assert result.returncode == 0, result.stderr
 
     printed = summary(result.stdout)
-    assert list(printed) == slurm_compare.figure_names()
+    assert list(printed) == slurm_compare.figure_names() == [
+        f"slurm-compare.{system}.{figure}" for figure in ("jobs_per_s", "s_per_link")
+        for system in ("corral", "slurm", "slurm.tuned", "ratio", "ratio.tuned")]
     assert all(value > 0 for value, _ in printed.values())
-    corral_rate, slurm_rate, rate_ratio, corral_link, slurm_link, link_ratio = (
-        printed[name][0] for name in slurm_compare.figure_names())
-    assert rate_ratio == pytest.approx(corral_rate / slurm_rate, rel=0.02)
-    assert link_ratio == pytest.approx(slurm_link / corral_link, rel=0.02)
+    for profile in ("", ".tuned"):
+        value = {name.removeprefix("slurm-compare."): v for name, (v, _) in printed.items()}
+        assert value[f"ratio{profile}.jobs_per_s"] == pytest.approx(
+            value["corral.jobs_per_s"] / value[f"slurm{profile}.jobs_per_s"], rel=0.02)
+        assert value[f"ratio{profile}.s_per_link"] == pytest.approx(
+            value[f"slurm{profile}.s_per_link"] / value["corral.s_per_link"], rel=0.02)
     results = results_of(tmp_path, "slurm-compare", printed)
-    rounds = results["parameters"]["rounds"]
-    assert {key: len(times) for key, times in rounds.items()} == {
-        "corral.noop": 1, "slurm.noop": 1, "corral.chain": 1, "slurm.chain": 1}
+    parameters = results["parameters"]
+    assert {key: len(times) for key, times in parameters["rounds"].items()} == {
+        f"{system}.{work}": 1 for system in ("corral", "slurm", "slurm.tuned") for work in ("noop", "chain")}
+    assert parameters["orders"] == [["corral", "slurm", "slurm.tuned"]]
+    # What each slurmctld said it runs with (`scontrol show config`): today's settings and the guide's.
+    assert parameters["slurm_config"] == {
+        "untuned": {"SchedulerType": "sched/builtin", "SchedulerParameters": "defer",
+                    "PriorityType": "priority/basic", "SlurmctldDebug": "info", "SlurmdDebug": "info",
+                    "MessageTimeout": "10 sec"},
+        "tuned": {"SchedulerType": "sched/builtin",
+                  "SchedulerParameters": "defer,batch_sched_delay=0,sched_min_interval=0,default_queue_depth=1000",
+                  "PriorityType": "priority/basic", "SlurmctldDebug": "error", "SlurmdDebug": "error",
+                  "MessageTimeout": "30 sec"}}
     assert bench_schemas(mariadb_server) == before
-    # Its munged (socket in /tmp/corral-munge-*) is stopped, with slurmctld and slurmd before it.
+    # Each munged (socket in /tmp/corral-munge-*) is stopped, with its slurmctld and slurmd before it.
     leftovers = subprocess.run(["pgrep", "-af", "munged .*corral-munge-"], capture_output=True, text=True).stdout
     assert leftovers == "", f"the benchmark's munged is still running: {leftovers}"
+
+
+def test_slurm_compare_both_runtimes_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
+    """corral with processes and with containers in the same rounds as one Slurm, alternating."""
+    if why_not := oci_start.why_not():
+        pytest.skip(f"no OCI runtime here: {why_not}")
+    result = run_bench(mariadb_server, tmp_path, "slurm-compare", "--runtime", "process,oci", "--slurm", "tuned",
+                       "--jobs", "20", "--rounds", "2")
+    assert result.returncode == 0, result.stderr
+
+    printed = summary(result.stdout)
+    assert list(printed) == slurm_compare.figure_names(("process", "oci"), ("tuned",)) == [
+        f"slurm-compare.{system}.{figure}" for figure in ("jobs_per_s", "s_per_link")
+        for system in ("corral", "corral.oci", "slurm.tuned", "ratio.tuned", "ratio.oci.tuned")]
+    assert all(value > 0 for value, _ in printed.values())
+    parameters = results_of(tmp_path, "slurm-compare", printed)["parameters"]
+    assert parameters["orders"] == [["corral", "slurm.tuned", "corral.oci"], ["corral.oci", "slurm.tuned", "corral"]]
+    assert set(parameters["slurm_config"]) == {"tuned"}
+
+
+def test_slurm_compare_refuses_unknown_choices(tmp_path: Path) -> None:
+    for option, value in (("--runtime", "process,docker"), ("--slurm", "untuned,fast"), ("--slurm", "")):
+        refused = subprocess.run([sys.executable, "-m", "bench", "slurm-compare", option, value, "--out",
+                                  str(tmp_path)], cwd=REPO_DIR, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2, (option, value)
+        assert "a comma-separated list of" in refused.stderr, refused.stderr
+    assert not list(tmp_path.iterdir())
 
 
 def test_e2e_smoke(mariadb_server: DatabaseConfig, tmp_path: Path) -> None:
