@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -215,13 +214,9 @@ class Keeper:
 
     @property
     def alive(self) -> bool:
-        """Whether it runs and answered every request so far (a readable socket is one it closed: it speaks
-        only when asked)."""
-        if self._failed or self._requests.fileno() < 0:
-            return False
-        closed = select.poll()
-        closed.register(self._requests, select.POLLIN)
-        return not closed.poll(0) and self.proc.poll() is None
+        """Whether it runs and answered every request so far. (Not whether its socket is readable: with
+        attempts starting at once, an answer may be waiting there for the thread that asked.)"""
+        return not self._failed and self._requests.fileno() >= 0 and self.proc.poll() is None
 
     async def run(self, runtime: Runc, container_id: str, bundle: Path, log: Path, pid_file: Path,
                   output_fd: int) -> KeptContainer:
