@@ -96,6 +96,14 @@ async def test_the_next_tenant_of_a_slot_sees_nothing_of_the_first(oci_host: Oci
     assert "here" not in seen_by_b.pop("left")
     assert seen_by_b == dict.fromkeys(TABLES, "0")
 
+    # The first tenant's entries were found by a walk of the host's table (the worker cannot know what was
+    # there before it); a later tenant's, from the kernel's new-connection events.
+    c = spec(f"echo outside=$(nc -w 3 {INTERNET} {outside.port} </dev/null | head -n 1)",
+             network_mode=js.NETWORK_MODE_PUBLIC)
+    outcome, log = await run(runtime, oci_host.job(c, attempt_id="c", job_id=5))
+    assert outcome.state == "Success" and fields(log)["outside"].startswith("reached-"), (outcome, log)
+    assert tracked(address) == []
+
 
 async def test_a_slot_holding_sockets_that_cannot_be_reset_is_discarded(oci_host: OciHost, outside: Outside,
                                                                          holder: int) -> None:

@@ -209,7 +209,9 @@ class OciRuntime:
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
             self._worker_cgroup = None  # clean_up removed it, and the deployment's if it was the last
-            self._network = self._slots = None  # and the attempts' networks and the bridges
+            if self._slots is not None:
+                self._slots.close()
+            self._network = self._slots = None  # clean_up removed the attempts' networks and the bridges
             if not left:
                 await asyncio.to_thread(self.owner.release)
                 self._started = False

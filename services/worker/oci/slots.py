@@ -291,14 +291,14 @@ class ConnectionsKept(NetworkError):
     given to anyone again (a remote's packets for the old tenant's connections would reach them)."""
 
 
-def reset(slot: Slot, sent_at_reset: int, reuse: bool) -> tuple[list[str], int]:
+def reset(slot: Slot, sent_at_reset: int, reuse: bool, connections: netlink.Connections) -> tuple[list[str], int]:
     """Reset a slot whose attempt is over (only forget its connections if it is not to be reused): what
     cannot be reset (empty if it is clean again), and its sent packets now (what its next reset compares
     with). Raises ConnectionsKept."""
     sent = slot.sent_packets()
     if sent != sent_at_reset:  # it sent something: the host may track its connections
         try:
-            netlink.forget_connections(slot.address)
+            connections.forget(slot.address)
         except OSError as e:
             raise ConnectionsKept(f"could not delete the host's connection tracking entries of {slot.address}: "
                                   f"{e}") from e
@@ -363,6 +363,11 @@ class Slots:
         self._demand = {m: Demand(window_s) for m in self._free}
         self._sent: dict[Slot, int] = {}
         """Each slot's sent packets at its last reset."""
+        self._connections = netlink.Connections(plan.subnet)
+
+    def close(self) -> None:
+        """Stop following the host's new connections (the slots themselves are network.tear_down's)."""
+        self._connections.close()
 
     async def acquire(self, mode: str) -> Slot:
         """A free slot of `mode` (the longest free), else a new one. Raises NetworkError."""
@@ -399,7 +404,8 @@ class Slots:
         self._demand[mode].note(now, self._in_use[mode])
         keep = reusable and len(self._free[mode]) + self._in_use[mode] < self._demand[mode].peak(now)
         try:
-            found, self._sent[slot] = await asyncio.to_thread(reset, slot, self._sent[slot], keep)
+            found, self._sent[slot] = await asyncio.to_thread(reset, slot, self._sent[slot], keep,
+                                                              self._connections)
         except ConnectionsKept as e:
             return await self._discard(slot, hold=True) + [str(e)]
         except (OSError, ValueError) as e:
