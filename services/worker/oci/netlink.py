@@ -197,6 +197,7 @@ class Connections:
         except BaseException:
             self._socket.close()
             raise
+        self._subnet = subnet
         self._keys: dict[bytes, set[bytes]] = {}
         """Address (4 bytes) -> the keys of the entries it started since it was last forgotten."""
         self._generation = 0
@@ -239,22 +240,31 @@ class Connections:
                 length = _HEADER.unpack_from(data, offset)[0]
                 key = _entry_key(data[offset + _HEADER.size:offset + length])
                 offset += (length + 3) & ~3
-                if key is not None and len(keys := self._keys.setdefault(_source(key), set())) <= \
-                        self.KEYS_PER_ADDRESS:
+                source = _source(key) if key is not None else b""
+                if len(source) == 4 and ipaddress.IPv4Address(source) in self._subnet and \
+                        len(keys := self._keys.setdefault(source, set())) <= self.KEYS_PER_ADDRESS:
                     keys.add(key)
 
 
 def _attach_filter(sock: socket.socket, subnet: ipaddress.IPv4Network) -> None:
-    """A classic BPF filter keeping the IPv4 events whose original source is in `subnet`: the family is
-    byte 16 (nfgenmsg's, after the 16-byte header), and the source address is the first attribute's first
-    attribute's first attribute (CTA_TUPLE_ORIG, CTA_TUPLE_IP, CTA_IP_V4_SRC: 4-byte headers), at byte 32."""
-    program = [(0x30, 0, 0, 16),  # ldb [16]: the family
-               (0x15, 0, 4, socket.AF_INET),  # jeq AF_INET, else drop
-               (0x20, 0, 0, 32),  # ld [32]: the source address (network order, as BPF loads)
-               (0x54, 0, 0, int(subnet.netmask)),  # and the mask
-               (0x15, 0, 1, int(subnet.network_address)),  # jeq the subnet, else drop
-               (0x06, 0, 0, 0xFFFFFFFF),  # keep it all
-               (0x06, 0, 0, 0)]  # drop
+    """A classic BPF filter dropping the events of other sources than `subnet`'s and of other families.
+    An IPv4 event's source address is at byte 32: after the 16-byte header, nfgenmsg (4 bytes, the family
+    first), and three attributes' 4-byte headers (CTA_TUPLE_ORIG, CTA_TUPLE_IP, CTA_IP_V4_SRC), which the
+    filter checks: an event laid out otherwise is kept, for `_read` to sort out, never dropped unseen."""
+    def type_at(offset: int, kind: int) -> list[tuple[int, int, int, int]]:
+        """Keep (jump to `keep`, patched below) unless the attribute type at `offset` is `kind`."""
+        native = int.from_bytes(struct.pack("=H", kind), "big")  # BPF loads big-endian
+        flags = int.from_bytes(struct.pack("=H", _NLA_TYPE), "big")
+        return [(0x28, 0, 0, offset), (0x54, 0, 0, flags), (0x15, 0, -1, native)]  # ldh; and; jeq
+
+    program = [(0x30, 0, 0, 16), (0x15, 0, -2, socket.AF_INET)]  # ldb [16]: the family; else drop
+    program += type_at(22, CTA_TUPLE_ORIG) + type_at(26, CTA_TUPLE_IP) + type_at(30, CTA_IP_V4_SRC)
+    program += [(0x20, 0, 0, 32), (0x54, 0, 0, int(subnet.netmask)),  # ld [32]: the source; and the mask
+                (0x15, 0, -2, int(subnet.network_address))]  # jeq the subnet, else drop
+    keep, drop = len(program), len(program) + 1
+    program = [(code, jt, {-1: keep, -2: drop}[jf] - i - 1 if jf < 0 else jf, k)
+               for i, (code, jt, jf, k) in enumerate(program)]
+    program += [(0x06, 0, 0, 0xFFFFFFFF), (0x06, 0, 0, 0)]  # keep it all; drop
     code = (_SockFilter * len(program))(*(_SockFilter(*op) for op in program))
     fprog = _SockFprog(len(program), ctypes.cast(code, ctypes.POINTER(_SockFilter)))
     sock.setsockopt(socket.SOL_SOCKET, _SO_ATTACH_FILTER, bytes(fprog))
