@@ -13,8 +13,9 @@ step, and whatever was made is undone whatever happens (`_teardown`):
 3. its cgroup with its limits and the out-of-memory watch (cgroups.py),
    below its worker's and its deployment's, which the runtime makes when
    it starts, each with a process cap (worker_cgroup.py, host_limits.py);
-4. for a private or public network, its namespace, veth pair and address
-   (network.py), and a resolv.conf;
+4. for a private or public network, a namespace with its veth pair and
+   address, kept from an earlier attempt once reset, or made (slots.py),
+   and a resolv.conf;
 5. the bundle's config.json (bundle.py), then `runc run --detach` under
    its keeper (runc.py, keeper.py), the output into the log;
 6. while it runs, the watch over its limits (attempt_limits.py): a fork
