@@ -19,7 +19,8 @@ new one):
 - the host's connection tracking entries of its address (NATed
   connections: a remote's packets for the old tenant's would reach the
   next) are deleted, when the slot sent anything since its last reset
-  (the bridge end's rx_packets: nothing sent, no entry);
+  (the bridge end's rx_packets: nothing sent, no entry), as the kernel's
+  events named them or by a walk of the table (netlink.Connections);
 - its neighbour entries (which addresses the tenant tried) are deleted;
 - any socket still there (tcp, udp, raw, icmp, unix, packet: a process
   still alive in it, or a connection closing, FIN_WAIT and the like) cannot
@@ -32,7 +33,9 @@ sysctls or netfilter, so these are not checked.
 
 A slot is looked into by a thread made for the look, which joins its
 namespace (setns is per thread) and ends with the look: no thread of the
-worker's is ever left in a job's namespace.
+worker's is ever left in a job's namespace. Its TCP and UDP hash tables
+are its own (`_new_netns`), so that the look reads its sockets, not the
+host's whole table.
 
 How many are kept: as many as attempts of the mode ran at once in the last
 `window_s` (`Demand`), at most the /25's addresses; a reset slot beyond
