@@ -32,7 +32,7 @@ from services.registry.seed import seed
 from services.registry.server import RegistryServer
 from services.up.ports import free_port
 from services.worker.images import ImageCache
-from services.worker.oci import cgroups, layer, network
+from services.worker.oci import cgroups, layer, slots
 from services.worker.oci import runc as runc_module
 from services.worker.oci import runtime as oci_runtime_module
 from services.worker.oci.config import OciRuntimeConfig
@@ -57,7 +57,7 @@ STEPS = (
     ("job runs until exit", OciRuntime, "_supervise"),
     ("teardown", OciRuntime, "_teardown"),
     ("  runtime delete (runc's; crun deletes its own)", runc_module.Runc, "delete"),
-    ("  network teardown", network, "tear_down_attempt"),
+    ("  network teardown", slots.Slots, "release"),
     ("  cgroup removal", cgroups, "remove_tree"),
     ("  overlay unmount, removal", layer, "remove_oci_dir"),
 )

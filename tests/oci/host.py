@@ -8,8 +8,9 @@ closes them and checks that nothing the test made is left (acceptance 4):
 no runc container in their state, no cgroup under their names or their
 deployment's in any hierarchy, no mount under the test's directory, no
 attempt's oci/ directory (writable layer, bundle), no bridge or iptables
-chain or rule of theirs, no network namespace or veth of the test's
-attempts (others' tests may be running theirs on the host meanwhile)."""
+chain or rule of theirs, no network namespace or veth of their attempt
+networks (named after their owners: others' tests may be running theirs
+on the host meanwhile)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from services.worker.oci.cgroups import Hierarchies
 from services.worker.image_tools import Credentials
 from services.worker.oci.images import DirectoryRootfs, ImageUnavailable, Rootfs, RootfsSource
 from services.worker.oci.layer import mounts_under
-from services.worker.oci.network import NETNS_DIR, attempt_hash, owner_hash
+from services.worker.oci.network import NETNS_DIR, owner_hash
+from services.worker.oci.slots import slot_of
 from services.worker.oci.owner import clean_up_dead_owners
 from services.worker.oci.runc import choose
 from services.worker.runtime_api import JobOutcome, JobRun
@@ -159,12 +161,9 @@ class OciHost:
             left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
             rules = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
             left += [f"iptables rule or chain {line}" for line in rules.splitlines() if f"CORRAL-{h}" in line]
+            left += slots_left(h)
         left += [f"cgroup {mount}/{CGROUP_ROOT}/{self.deployment}" for mount in Hierarchies.of_host().all
                  if (mount / CGROUP_ROOT / self.deployment).exists()]
-        # Attempts' namespaces and veth ends, named after their containers: OWNER-BATCH-JOB-ATTEMPT.
-        hashes = {attempt_hash(f"{owner}-{b}-{j}-{a}") for owner in self.owners for b, j, a in self.attempts}
-        left += [f"network namespace crl-{h}" for h in sorted(hashes) if (NETNS_DIR / f"crl-{h}").exists()]
-        left += [f"veth crv-{h}" for h in sorted(hashes) if Path("/sys/class/net", f"crv-{h}").exists()]
         left += [f"mount {point}" for point in mounts_under(self.dir)]
         left += [f"attempt directory {d}" for d in self.scratch.glob("*/oci")]
         if self.images.held:
@@ -178,6 +177,13 @@ def containers(runtime_root: Path) -> list[str]:
         return []
     return subprocess.run([runtime_root.name, "--root", str(runtime_root), "list", "-q"], capture_output=True,
                           text=True, check=True).stdout.split()
+
+
+def slots_left(owner_hash: str) -> list[str]:
+    """The attempt networks (network namespaces, veth ends) of the owner hashed to `owner_hash` on the host."""
+    netns = sorted(n for n in os.listdir(NETNS_DIR) if slot_of(owner_hash, n)) if NETNS_DIR.is_dir() else []
+    veths = sorted(n for n in os.listdir("/sys/class/net") if slot_of(owner_hash, n))
+    return [f"network namespace {n}" for n in netns] + [f"veth {n}" for n in veths]
 
 
 def spec(script: str = "", *argv: str, **fields) -> js.JobSpec:

@@ -20,9 +20,9 @@ import pytest
 
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.layer import mounts_under
-from services.worker.oci.network import NETNS_DIR, attempt_hash, owner_hash
+from services.worker.oci.network import owner_hash
 from tests.job_processes import processes_marked, processes_marked_soon
-from tests.oci.host import CGROUP_ROOT, OciHost, containers, needs_oci
+from tests.oci.host import CGROUP_ROOT, OciHost, containers, needs_oci, slots_left
 
 pytestmark = [pytest.mark.timeout(60), needs_oci]
 
@@ -83,10 +83,7 @@ def left_by(oci_host: OciHost, owner: str, alive: bool = False) -> list[str]:
         left += [f"bridge crl-{h}-{m}" for m in "pv" if Path("/sys/class/net", f"crl-{h}-{m}").exists()]
         left += [f"iptables {line}" for line in subprocess.run(["iptables-save"], capture_output=True, text=True)
                  .stdout.splitlines() if f"CORRAL-{h}" in line]
-    h = attempt_hash(f"{owner}-9-1-crash")  # the crashing worker's container (others' tests may run theirs)
-    left += [f"network namespace crl-{h}"] if (NETNS_DIR / f"crl-{h}").exists() else []
-    left += [f"veth crv-{h}"] if Path("/sys/class/net", f"crv-{h}").exists() else []
-    return left
+    return left + slots_left(owner_hash(oci_host.state_root / owner))  # its attempt's network
 
 
 @pytest.mark.parametrize("mode", ["NETWORK_MODE_NONE", "NETWORK_MODE_PUBLIC"])

@@ -29,14 +29,12 @@ deployment: they all take their /24 from it) before it accepts anything,
 and accepts towards its own bridges only replies. No rule of one worker's
 accepts traffic for another's bridge, whatever order they start and stop in.
 
-Per attempt: a network namespace `crl-C` (C: a hash of the container's id,
-at /var/run/netns/crl-C, handed to runc), a veth pair (`crv-C` on the
-bridge, an isolated port so that jobs cannot reach each other; `eth0` in the
-namespace), an address of the mode's /25 (a file per address under the
-owner's state directory), loopback up, a default route via the gateway.
+Per attempt: a slot of slots.py, a network namespace with a veth pair on
+the mode's bridge and an address of its /25, kept for the next attempt
+after a reset (its names from H too).
 
 Which mode gets what is the pure part (`Plan`: names, addresses, rules);
-`HostNetwork` and `AttemptNetwork` run `ip` and `iptables`.
+`HostNetwork` runs `ip` and `iptables`.
 """
 
 from __future__ import annotations
@@ -84,18 +82,6 @@ def owner_hash(owner_dir: Path) -> str:
     """8 hex digits naming an owner's bridges and chains: of its state directory, so that runtimes of one
     name under two state roots (whose locks do not see each other) do not share them."""
     return hashlib.sha256(str(owner_dir).encode()).hexdigest()[:8]
-
-
-def attempt_hash(container_id: str) -> str:
-    return hashlib.sha256(container_id.encode()).hexdigest()[:11]
-
-
-def netns_name(container_id: str) -> str:
-    return f"crl-{attempt_hash(container_id)}"
-
-
-def veth_name(container_id: str) -> str:
-    return f"crv-{attempt_hash(container_id)}"  # 15 characters, the kernel's most
 
 
 @dataclass(frozen=True)
@@ -236,7 +222,7 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _ip_batch(*commands: str, netns: str | None = None) -> None:
+def ip_batch(*commands: str, netns: str | None = None) -> None:
     """`ip` commands run by one `ip -batch` (in the namespace `netns`, if given), stopping at the first that
     fails. The commands' words are the module's own names and addresses: no quoting needed."""
     argv = ("ip", *(("-n", netns) if netns else ()), "-batch", "-")
@@ -251,7 +237,7 @@ def _iptables(table: str, *args: str, check: bool = True) -> subprocess.Complete
     return _run("iptables", "-w", "5", "-t", table, *args, check=check)
 
 
-def _sysctl(path: str, value: str) -> None:
+def sysctl(path: str, value: str) -> None:
     try:
         Path("/proc/sys", path).write_text(value)
     except FileNotFoundError:
@@ -273,8 +259,7 @@ def _routed() -> list[ipaddress.IPv4Network]:
 
 
 class HostNetwork:
-    """One worker's bridges and chains (see the module's docstring); its state is `dir/network.json` and
-    `dir/addresses/`."""
+    """One worker's bridges and chains (see the module's docstring); its state is `dir/network.json`."""
 
     def __init__(self, state_root: Path, owner_dir: Path, owner: str,
                  private_networks: tuple[ipaddress.IPv4Network, ...]):
@@ -296,7 +281,6 @@ class HostNetwork:
             if there := _existing(plan):
                 raise NetworkError(f"{', '.join(there)} already exist(s), not made by this worker: another "
                                    "program's, or a worker's of another state root (left untouched)")
-            (self.dir / "addresses").mkdir(mode=0o700, exist_ok=True)
             (self.dir / "network.json").write_text(plan.to_json())  # before anything it names is made
             self.plan = plan
         finally:
@@ -304,11 +288,11 @@ class HostNetwork:
         if Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() != "1":
             logger.warning("turning on IPv4 forwarding (net.ipv4.ip_forward) for the containers' networks; "
                            "what else is forwarded is up to the host's FORWARD chain")
-            _sysctl("net/ipv4/ip_forward", "1")
+            sysctl("net/ipv4/ip_forward", "1")
         for mode in (PUBLIC, PRIVATE):
             bridge = plan.bridge(mode)
             _run("ip", "link", "add", bridge, "type", "bridge")
-            _sysctl(f"net/ipv6/conf/{bridge}/disable_ipv6", "1")
+            sysctl(f"net/ipv6/conf/{bridge}/disable_ipv6", "1")
             _run("ip", "addr", "add", f"{plan.gateway(mode)}/{plan.mode_subnet(mode).prefixlen}", "dev", bridge)
             _run("ip", "link", "set", bridge, "up")
         for kind, (table, _) in plan.chains.items():
@@ -342,7 +326,8 @@ def _claimed(state_root: Path) -> list[Plan]:
 
 
 def tear_down(owner_dir: Path) -> list[str]:
-    """Remove the bridges and chains an owner's `network.json` names (if any); what could not be removed."""
+    """Remove the bridges and chains an owner's `network.json` names (if any; its attempts' networks first,
+    slots.remove_all); what could not be removed."""
     path = owner_dir / "network.json"
     if not path.exists():
         return []
@@ -370,81 +355,4 @@ def tear_down(owner_dir: Path) -> list[str]:
                 left.append(str(e))
     if not left:
         path.unlink()
-    return left
-
-
-# -- one attempt --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AttemptNetwork:
-    """An attempt's namespace, veth pair and address (see the module's docstring)."""
-
-    container_id: str
-    mode: str
-    address: str
-    """With its prefix length, e.g. 10.199.3.2/25."""
-
-    @property
-    def netns(self) -> str:
-        return netns_name(self.container_id)
-
-    @property
-    def netns_path(self) -> str:
-        return str(NETNS_DIR / self.netns)
-
-    @property
-    def veth(self) -> str:
-        return veth_name(self.container_id)
-
-
-def set_up_attempt(plan: Plan, owner_dir: Path, container_id: str, mode: str) -> AttemptNetwork:
-    """Claim an address and make the attempt's namespace and veth pair; on failure what was made is left
-    for `tear_down_attempt` (the caller's record names it)."""
-    claimed = None
-    for address in plan.addresses(mode):
-        try:
-            fd = os.open(owner_dir / "addresses" / str(address), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            continue
-        os.write(fd, container_id.encode())
-        os.close(fd)
-        claimed = address
-        break
-    if claimed is None:
-        raise NetworkError(f"no free address for a {mode} container: {len(plan.addresses(mode))} attempts have one")
-    attempt = AttemptNetwork(container_id, mode, f"{claimed}/{plan.mode_subnet(mode).prefixlen}")
-    # Three `ip` processes in all (each command its own process cost some 2 ms of CPU apiece, eight times).
-    _ip_batch(f"netns add {attempt.netns}",
-              f"link add {attempt.veth} type veth peer name eth0 netns {attempt.netns}")
-    _sysctl(f"net/ipv6/conf/{attempt.veth}/disable_ipv6", "1")  # before it is up: no IPv6 address, ever
-    _ip_batch(f"link set {attempt.veth} master {plan.bridge(mode)}",
-              f"link set dev {attempt.veth} type bridge_slave isolated on",  # jobs cannot reach each other
-              f"link set {attempt.veth} up")
-    _ip_batch(f"addr add {attempt.address} dev eth0", "link set lo up", "link set eth0 up",
-              f"route add default via {plan.gateway(mode)}", netns=attempt.netns)
-    return attempt
-
-
-def tear_down_attempt(owner_dir: Path, container_id: str) -> list[str]:
-    """Remove an attempt's namespace, veth pair and address claim (whatever of them exists); what could not
-    be removed."""
-    left = []
-    netns, veth = netns_name(container_id), veth_name(container_id)
-    if (NETNS_DIR / netns).exists():
-        try:
-            _run("ip", "netns", "del", netns)  # its eth0, and so the veth pair, goes with it
-        except NetworkError as e:
-            left.append(str(e))
-    if Path("/sys/class/net", veth).exists():
-        done = _run("ip", "link", "del", veth, check=False)
-        if done.returncode != 0 and Path("/sys/class/net", veth).exists():  # else the namespace's end took it
-            left.append(f"ip link del {veth}: {done.stderr.strip()}")
-    addresses = owner_dir / "addresses"
-    for claim in addresses.iterdir() if addresses.is_dir() else []:
-        try:
-            if claim.read_text() == container_id:
-                claim.unlink()
-        except OSError:
-            pass
     return left

@@ -11,12 +11,12 @@ Everything it makes is named after it, so that it can be found again:
                                           directory (--root), one per runtime
     STATE_ROOT/OWNER/attempts/ID.json     one record per attempt in progress:
                                           its container, its oci/ directory
-                                          (mounts, writable layer), its cgroup;
-                                          its network namespace and veth pair
-                                          are named after its container
+                                          (mounts, writable layer), its cgroup
     STATE_ROOT/OWNER/network.json         the worker's subnet, bridges and
                                           iptables chains (network.py)
-    STATE_ROOT/OWNER/addresses/IP         an attempt's address, claimed
+    /var/run/netns/crl-H-mNN, crvHmNN     its attempt networks, kept for the
+                                          next attempt (slots.py; H hashes
+                                          its directory, as network.json's)
     /sys/fs/cgroup/*/CGROUP_ROOT/DEPLOYMENT/OWNER/   the attempts' cgroups
     containers OWNER-BATCH-JOB-ATTEMPT
 
@@ -26,9 +26,9 @@ same name is refused) and cleans up, for its own name (a previous run of
 the same worker) and for every dead owner under the state root (workers
 of other names, e.g. the local provider's, which names each new worker
 anew): kill and delete their containers, unmount and remove each recorded
-attempt's directory and network namespace, kill what is left in their
-cgroups and remove them (and their deployment's, once empty), remove
-their bridges and iptables chains.
+attempt's directory, kill what is left in their cgroups and remove them
+(and their deployment's, once empty), remove their attempt networks,
+bridges and iptables chains.
 STATE_ROOT is on /run (a tmpfs): after a reboot nothing is left to clean
 but the attempts' directories on the scratch disk, which the worker's own
 scratch handling owns.
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from services.common.files import try_lock
 from services.worker.oci.cgroups import Hierarchies, remove_if_empty, remove_tree
-from services.worker.oci import network
+from services.worker.oci import network, slots
 from services.worker.oci.layer import remove_oci_dir
 from services.worker.oci.runc import CRUN, RUNC, Runc, RuncError, find
 
@@ -155,10 +155,6 @@ async def clean_up(owner: Owner, hierarchies: Hierarchies) -> list[str]:
         except RuncError as e:
             left.append(str(e))
     for record in owner.records():
-        left_of_network = await asyncio.to_thread(network.tear_down_attempt, owner.dir, record.container_id)
-        if left_of_network:
-            left += left_of_network
-            continue
         if not record.oci_dir.endswith("/oci"):
             left.append(f"attempt record {record.container_id} names {record.oci_dir!r}, not an oci/ directory")
             continue
@@ -173,6 +169,7 @@ async def clean_up(owner: Owner, hierarchies: Hierarchies) -> list[str]:
         left += await asyncio.to_thread(remove_if_empty, hierarchies, deployment)
     if owner.dir.is_dir():
         try:
+            left += await asyncio.to_thread(slots.remove_all, network.owner_hash(owner.dir))
             left += await asyncio.to_thread(network.tear_down, owner.dir)
         except (network.NetworkError, OSError, ValueError) as e:
             left.append(f"the network of {owner.name}: {e}")

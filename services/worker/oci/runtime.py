@@ -13,8 +13,9 @@ step, and whatever was made is undone whatever happens (`_teardown`):
 3. its cgroup with its limits and the out-of-memory watch (cgroups.py),
    below its worker's and its deployment's, which the runtime makes when
    it starts, each with a process cap (worker_cgroup.py, host_limits.py);
-4. for a private or public network, its namespace, veth pair and address
-   (network.py), and a resolv.conf;
+4. for a private or public network, a namespace with its veth pair and
+   address, kept from an earlier attempt once reset, or made (slots.py),
+   and a resolv.conf;
 5. the bundle's config.json (bundle.py), then the container runtime's
    `run` (crun where it can run here, else runc: runc.py), started by the
    worker's keeper (keeper.py), the output into the log;
@@ -47,7 +48,7 @@ from services.worker.host_limits import (attempt_max_processes, default_deployme
 from services.worker.job_files import copy_inputs, copy_outputs, copy_outputs_after_failure, path_refusals
 from services.worker.job_uids import JobUids, NoFreeUid, UidClaim
 from services.worker.logs import LogPipe, LogSink
-from services.worker.oci import cgroups, layer, network
+from services.worker.oci import cgroups, layer, network, slots
 from services.worker.oci.bundle import Container, config_json, merged_env
 from services.worker.oci.config import OciRuntimeConfig
 from services.worker.oci.images import ImageUnavailable, Rootfs
@@ -134,6 +135,8 @@ class OciRuntime:
         self._hierarchies: cgroups.Hierarchies | None = None
         self._layers: dict[int, str] = {}  # scratch filesystem (device) -> how its attempts' layers are made
         self._network: network.Plan | None = None
+        self._slots: slots.Slots | None = None
+        """The worker's attempt networks, kept for the next attempt (made with the bridges)."""
         self._network_why_not = ""  # why the worker's bridges could not be made, if so
 
     # -- the host ---------------------------------------------------------------------------------
@@ -182,7 +185,7 @@ class OciRuntime:
     async def _set_up_network(self) -> None:
         """The bridges and chains of private and public networks; where they cannot be made, jobs that ask for
         them are refused saying why (NETWORK_MODE_NONE needs none of it)."""
-        self._network, self._network_why_not = None, ""
+        self._network, self._slots, self._network_why_not = None, None, ""
         if not self.config.offers_networks:
             self._network_why_not = "this runtime offers no network but loopback (offers_networks is off)"
             return
@@ -193,6 +196,7 @@ class OciRuntime:
                                    self.config.private_networks)
         try:
             self._network = await asyncio.to_thread(host.set_up)
+            self._slots = slots.Slots(self._network)
         except (network.NetworkError, OSError) as e:
             self._network_why_not = f"the worker's bridges could not be made: {e}"
             logger.warning("OCI runtime %s: %s", self.config.owner, self._network_why_not)
@@ -212,6 +216,9 @@ class OciRuntime:
             for what in left:
                 logger.warning("OCI runtime %s: could not clean up %s", self.config.owner, what)
             self._worker_cgroup = None  # clean_up removed it, and the deployment's if it was the last
+            if self._slots is not None:
+                self._slots.close()
+            self._network = self._slots = None  # clean_up removed the attempts' networks and the bridges
             if not left:
                 await asyncio.to_thread(self.owner.release)
                 self._started = False
@@ -448,12 +455,10 @@ class OciRuntime:
         mode = _network_mode(attempt.job.spec)
         if mode is None:
             return ()
-        if self._network is None:
+        if self._slots is None:
             raise AttemptFailed("network", self._network_why_not or "the worker has no bridges")
-        attempt.network_made = True  # named after the container: found by the teardown whatever is made
         try:
-            attempt.network = await asyncio.to_thread(network.set_up_attempt, self._network, self.owner.dir,
-                                                      attempt.container_id, mode)
+            attempt.network = await self._slots.acquire(mode)
         except (network.NetworkError, OSError) as e:
             raise AttemptFailed("network", str(e)) from e
         try:
@@ -621,8 +626,8 @@ class OciRuntime:
                 await self._runc.delete(attempt.container_id)
             except RuncError as e:
                 left.append(str(e))
-        if attempt.network_made:
-            left += await asyncio.to_thread(network.tear_down_attempt, self.owner.dir, attempt.container_id)
+        if attempt.network is not None and self._slots is not None:  # kept for the next attempt if clean
+            left += await self._slots.release(attempt.network, reusable=not left)
         if attempt.cgroup is not None:
             self._cgroups.pop(attempt.job.attempt_id, None)
             attempt.cgroup.close()
@@ -719,8 +724,7 @@ class _Attempt:
     cgroup: cgroups.AttemptCgroup | None = None
     runc: KeptContainer | None = None
     start_ms: int | None = None
-    network_made: bool = False
-    network: network.AttemptNetwork | None = None
+    network: slots.Slot | None = None
     limits: attempt_limits.AttemptLimits | None = None
     """What its limit watch reads, once its container is about to run."""
     over_limit: str = ""
