@@ -18,26 +18,22 @@ has a single thread, forks and then runs Python.
 
 from __future__ import annotations
 
-import array
 import asyncio
-import contextlib
 import json
 import os
 import resource
 import select
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.worker.helper_process import HelperProcess
+
 LAUNCHER = Path(__file__).with_name("launcher.py")
 """The launcher program, run by its path with `python -I -S`: it imports nothing of corral."""
-LAUNCH_TIMEOUT_S = 10.0
-"""How long the worker waits for the launcher's answer to a start (it forks and answers at once); past it,
-the launcher is killed and the next attempt gets a new one."""
 SYSTEM_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 """Where the worker looks for util-linux's prlimit (never the job's PATH)."""
 
@@ -190,41 +186,25 @@ def _finds_program(name: str, env: dict[str, str], cwd: Path) -> bool:
     return shutil.which(name, path=env.get("PATH", os.defpath)) is not None
 
 
-class Launcher:
+class Launcher(HelperProcess):
     """The worker's job launcher (launcher.py): one long-lived, single-threaded root process that forks
-    each isolated attempt, so the worker never forks for one. Requests go over an anonymous socketpair;
-    each start waits for the launcher's answer (it forks and answers at once)."""
-
-    def __init__(self, proc: subprocess.Popen, requests: socket.socket):
-        self.proc = proc
-        self.pid = proc.pid
-        self._requests = requests
-        self._count = 0
-        self._failed = False
+    each isolated attempt, so the worker never forks for one. Each start waits for the launcher's answer (it
+    forks and answers at once)."""
 
     @classmethod
     def start(cls) -> Launcher:
         """Start a launcher. Call it from the thread that lives as long as the worker (the event loop's): the
         launcher dies with the thread that started it (PR_SET_PDEATHSIG)."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            # A clean exec, no preexec_fn: the launcher's only descriptors are the socket (its stdin),
-            # /dev/null and the worker's stderr (for its last words).
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(LAUNCHER), str(os.getpid())], cwd="/", env={},
-                                    stdin=theirs, stdout=subprocess.DEVNULL, start_new_session=True)
+            return cls.spawn(LAUNCHER)
         except (OSError, subprocess.SubprocessError) as e:
-            ours.close()
             raise StartFailed(f"could not start the job launcher: {e}") from e
-        finally:
-            theirs.close()
-        ours.settimeout(LAUNCH_TIMEOUT_S)
-        return cls(proc, ours)
 
     @property
     def alive(self) -> bool:
         """Whether it still runs and answered every request so far. Its socket tells first: the launcher
-        speaks only when asked, so a readable socket is one it closed, and a dying process closes its
-        descriptors before its children get their PR_SET_PDEATHSIG."""
+        speaks only when asked (one start at a time), so a readable socket is one it closed, and a dying
+        process closes its descriptors before its children get their PR_SET_PDEATHSIG."""
         if self._failed or self._requests.fileno() < 0:
             return False
         closed = select.poll()
@@ -234,61 +214,28 @@ class Launcher:
     def launch(self, instructions: dict, output_fd: int, status_fd: int) -> int:
         """Start an attempt of `jobinit.run_attempt`; returns a pidfd of its top process. Raises StartFailed;
         if the launcher failed us, it is killed (and its attempts with it)."""
-        self._count += 1
         memfd = os.memfd_create("corral-attempt", os.MFD_CLOEXEC)  # the environment stays off command lines
         try:
             data = memoryview(json.dumps(instructions).encode())
             while data:
                 data = data[os.write(memfd, data):]
-            self._requests.sendmsg([f"start {self._count}".encode()], [
-                (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [memfd, output_fd, status_fd]))])
-            reply, ancillary, _, _ = self._requests.recvmsg(4096, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC)
+            count, reply, pidfds = self.ask(f"start {self._count + 1}".encode(), [memfd, output_fd, status_fd], 1)
         except OSError as e:  # a timeout too
-            self.kill()
             raise StartFailed(f"the job launcher (pid {self.pid}) did not answer: {e}") from e
         finally:
             os.close(memfd)
-        pidfds = _received_fds(ancillary)
         number, _, answer = reply.decode("utf-8", "replace").partition(" ")
         kind, _, detail = answer.partition(" ")
-        if kind == "started" and number == str(self._count) and len(pidfds) == 1:
+        if kind == "started" and number == count and len(pidfds) == 1:
             return pidfds[0]
         for fd in pidfds:
             os.close(fd)
-        if kind == "error" and number == str(self._count):
+        if kind == "error" and number == count:
             raise StartFailed(detail)
         self.kill()
         raise StartFailed(f"the job launcher (pid {self.pid}) " +
-                          ("died" if not reply else f"answered {reply[:100]!r} to request {self._count}"))
+                          ("died" if not reply else f"answered {reply[:100]!r} to request {count}"))
 
-    def kill(self) -> None:
-        """Kill it: every attempt it started dies with it."""
-        self._failed = True
-        self.proc.kill()
-        self.proc.wait()
-
-    def close(self) -> None:
-        """Let it go: it exits when its socket closes (and its attempts still running die with it)."""
-        self._requests.close()
-        try:
-            self.proc.wait(timeout=LAUNCH_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def __del__(self) -> None:
-        # A runtime dropped without `close`: the launcher is not left behind (nor Popen's warning about it).
-        # At interpreter exit what `close` needs may be gone already; the launcher then dies with us.
-        if self.proc.returncode is None:
-            with contextlib.suppress(Exception):
-                self.close()
-
-
-def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
-    fds = array.array("i")
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-    return list(fds)
 
 
 class IsolatedCommand:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from services.worker import job_process
+from services.worker import helper_process
 from services.worker import runtime as runtime_module
 from services.worker.logs import LogSink
 from services.worker.runtime import ProcessRuntime, ProcessRuntimeConfig, can_isolate
@@ -131,7 +131,7 @@ async def test_a_dead_launcher_ends_its_attempts_in_error_and_the_next_gets_a_ne
 
 @isolating
 async def test_a_launcher_that_stops_answering_is_replaced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(job_process, "LAUNCH_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(helper_process, "ANSWER_TIMEOUT_S", 0.5)
     runtime = ProcessRuntime()
     try:
         assert (await run(runtime, job(tmp_path, spec("true"), attempt_id="first")))[0].state == "Success"

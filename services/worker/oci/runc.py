@@ -21,7 +21,6 @@ runtime exited tells a container that never started.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import json
@@ -30,9 +29,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
+
+from services.worker.helper_process import HelperProcess
 
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 """Where the worker finds the runtime and cp (never the job's PATH)."""
@@ -40,9 +40,6 @@ COMMAND_TIMEOUT_S = 30.0
 """How long a kill, delete or list may take."""
 KEEPER = Path(__file__).with_name("keeper.py")
 """Run by its path with `python -I -S`: it imports nothing of corral."""
-KEEPER_TIMEOUT_S = 10.0
-"""How long the worker waits for the keeper's answer to a start (it spawns and answers at once); past it, the
-keeper is killed and the next attempt gets a new one."""
 CRUN, RUNC = "crun", "runc"
 CGROUP_V2_HYBRID = Path("/sys/fs/cgroup/unified")
 
@@ -187,30 +184,20 @@ class KeptContainer:
                 os.killpg(self.pid, signal.SIGKILL)
 
 
-class Keeper:
+class Keeper(HelperProcess):
     """The worker's keeper process (keeper.py), started from the event loop's thread (it dies with the thread
-    that started it); `run` asks it to start a container."""
+    that started it); `run` asks it to start a container, from several threads at once."""
 
     def __init__(self, proc: subprocess.Popen, requests: socket.socket):
-        self.proc = proc
-        self._requests = requests
-        self._count = 0
-        self._failed = False
+        super().__init__(proc, requests)
         self._asking = threading.Lock()  # one request and its answer at a time
 
     @classmethod
     def start(cls) -> Keeper:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            proc = subprocess.Popen([sys.executable, "-I", "-S", str(KEEPER), str(os.getpid())], cwd="/", env={},
-                                    stdin=theirs, stdout=subprocess.DEVNULL, start_new_session=True)
+            return cls.spawn(KEEPER)
         except (OSError, subprocess.SubprocessError) as e:
-            ours.close()
             raise RuncError(f"could not start the containers' keeper: {e}") from e
-        finally:
-            theirs.close()
-        ours.settimeout(KEEPER_TIMEOUT_S)
-        return cls(proc, ours)
 
     @property
     def alive(self) -> bool:
@@ -236,19 +223,11 @@ class Keeper:
 
     def _ask(self, request: dict, output_fd: int, status_fd: int) -> tuple[int, int]:
         with self._asking:
-            self._count += 1
-            number = str(self._count)
             try:
-                self._requests.sendmsg([json.dumps({"n": self._count, **request}).encode()], [
-                    (socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [output_fd, status_fd]))])
-                reply, ancillary, _, _ = self._requests.recvmsg(4096, socket.CMSG_SPACE(4), socket.MSG_CMSG_CLOEXEC)
+                number, reply, fds = self.ask(json.dumps({"n": self._count + 1, **request}).encode(),
+                                              [output_fd, status_fd], 1)
             except OSError as e:  # a timeout too
-                self.kill()
-                raise RuncError(f"the containers' keeper (pid {self.proc.pid}) did not answer: {e}") from e
-        fds = array.array("i")
-        for level, kind, data in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+                raise RuncError(f"the containers' keeper (pid {self.pid}) did not answer: {e}") from e
         said_number, _, answer = reply.decode("utf-8", "replace").partition(" ")
         word, _, detail = answer.partition(" ")
         if word == "started" and said_number == number and len(fds) == 1 and detail.isdigit():
@@ -258,14 +237,8 @@ class Keeper:
         if word == "error" and said_number == number:
             raise RuncError(f"the containers' keeper could not start it: {detail}")
         self.kill()
-        raise RuncError(f"the containers' keeper (pid {self.proc.pid}) " +
+        raise RuncError(f"the containers' keeper (pid {self.pid}) " +
                         ("died" if not reply else f"answered {reply[:100]!r} to request {number}"))
-
-    def kill(self) -> None:
-        """Kill it (its containers are then killed by the runtime's cleanup, owner.py)."""
-        self._failed = True
-        self.proc.kill()
-        self.proc.wait()
 
     def discard(self) -> None:
         """Let a keeper that failed go: killed if it still runs (its containers are then killed by the
@@ -273,20 +246,6 @@ class Keeper:
         if self.proc.poll() is None:
             self.kill()
         self._requests.close()
-
-    def close(self) -> None:
-        """Let it go: it exits once its socket is closed and no container it keeps is left."""
-        self._requests.close()
-        try:
-            self.proc.wait(timeout=KEEPER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.kill()
-
-    def __del__(self) -> None:
-        # A runtime dropped without `close`: the keeper is not left behind (nor Popen's warning about it).
-        if self.proc.returncode is None:
-            with contextlib.suppress(Exception):
-                self.close()
 
 
 def last_error(log: Path) -> str:
