@@ -4,6 +4,7 @@ process still runs with the uid."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -49,18 +51,25 @@ def test_a_claim_is_seen_by_other_processes_and_freed_when_released(tmp_path: Pa
 def test_a_claim_whose_holder_died_is_free_again(tmp_path: Path) -> None:
     """A worker that crashes holding a claim: the kernel drops its lock."""
     claims = tmp_path / "claims"
-    program = ("import pathlib, sys; from services.worker.job_uids import JobUids; "
-               f"c = JobUids(pathlib.Path({str(claims)!r}), {FIRST}, 1, in_use=lambda: ()).claim(); "
-               "print(c.uid, flush=True); sys.stdin.read()")
-    with subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
-        assert holder.stdout is not None
-        assert int(holder.stdout.readline()) == FIRST
+    with holding(claims) as holder:
         uids = JobUids(claims, FIRST, 1, in_use=lambda: ())
         with pytest.raises(NoFreeUid):
             uids.claim()
         holder.send_signal(signal.SIGKILL)  # the crash
         holder.wait()
     assert uids.claim().uid == FIRST
+
+
+@contextlib.contextmanager
+def holding(claims: Path) -> Iterator[subprocess.Popen]:
+    """Another process holding the claim of FIRST, until it is killed."""
+    program = ("import pathlib, sys; from services.worker.job_uids import JobUids; "
+               f"c = JobUids(pathlib.Path({str(claims)!r}), {FIRST}, 1, in_use=lambda: ()).claim(); "
+               "print(c.uid, flush=True); sys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
+        assert holder.stdout is not None
+        assert int(holder.stdout.readline()) == FIRST
+        yield holder
 
 def test_a_uid_that_processes_still_use_is_skipped(tmp_path: Path) -> None:
     running = {FIRST}
@@ -128,12 +137,7 @@ def test_a_clean_mark_does_not_survive_a_holder_that_died(tmp_path: Path) -> Non
     claims = tmp_path / "claims"
     uids = JobUids(claims, FIRST, 1, in_use=lambda: ())
     uids.claim().release(clean=True)
-    program = ("import pathlib, sys; from services.worker.job_uids import JobUids; "
-               f"c = JobUids(pathlib.Path({str(claims)!r}), {FIRST}, 1, in_use=lambda: ()).claim(); "
-               "print(c.uid, flush=True); sys.stdin.read()")
-    with subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE) as holder:
-        assert holder.stdout is not None
-        assert int(holder.stdout.readline()) == FIRST
+    with holding(claims) as holder:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     looked = []
