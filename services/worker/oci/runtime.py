@@ -252,8 +252,8 @@ class OciRuntime:
         """See `ContainerRuntime.isolation`."""
         image = f"{job.spec.image!r}" + (f" ({digest})" if (digest := self._digests.get(job.attempt_id)) else "")
         return (f"OCI container ({self.container_runtime}) of the image {image} on a writable layer of its own; as "
-                "a uid of its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, mount, "
-                f"IPC, UTS and cgroup namespaces and {self._network_words(job.spec)}; cgroup limits: "
+                "a uid of its own, never root, with no capabilities, no_new_privs and a seccomp filter; its own PID, "
+                f"mount, IPC, UTS and cgroup namespaces and {self._network_words(job.spec)}; cgroup limits: "
                 f"{job.cores_mcpu / 1000:g} cores, {self._memory_limit(job)} bytes of memory with no swap, "
                 f"{self.attempt_max_processes(job)} processes and threads (its worker's {self.max_processes} "
                 f"shared out by cores); {self._storage_words(job)}. Shared with the host: the kernel.")
