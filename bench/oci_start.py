@@ -43,6 +43,8 @@ IMAGE = "busybox"
 
 # (step, object, attribute): the steps of one attempt in the order they happen. Steps in `TEARDOWN`
 # happen inside the teardown (its total is the "teardown" step).
+RUNTIME_DELETE = "  runtime delete (runc's; crun deletes its own)"
+"""The one step a runtime may skip: crun, in the foreground, deletes its container itself."""
 STEPS = (
     ("uid claim", OciRuntime, "_claim_uid"),
     ("attempt directory", layer, "make_attempt_dir"),
@@ -56,7 +58,7 @@ STEPS = (
     ("the runtime until the job runs", oci_runtime_module, "wait_until_running"),
     ("job runs until exit", OciRuntime, "_supervise"),
     ("teardown", OciRuntime, "_teardown"),
-    ("  runtime delete (runc's; crun deletes its own)", runc_module.Runc, "delete"),
+    (RUNTIME_DELETE, runc_module.Runc, "delete"),
     ("  network teardown", slots.Slots, "release"),
     ("  cgroup removal", cgroups, "remove_tree"),
     ("  overlay unmount, removal", layer, "remove_oci_dir"),

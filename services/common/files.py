@@ -19,10 +19,16 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     os.replace(partial, path)
 
 
-def try_lock(path: Path) -> int | None:
+def try_lock(path: Path, create: bool = True) -> int | None:
     """An exclusive flock on `path` (made 0600 if missing, never through a link), held by the returned
-    descriptor until it is closed; None if another process holds it. A process that dies lets it go."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    descriptor until it is closed; None if another process holds it. A process that dies lets it go.
+    `create=False`: None too if there is no such file (one being made or removed by its holder)."""
+    try:
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0) | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        if create:
+            raise
+        return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

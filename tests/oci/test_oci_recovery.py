@@ -21,6 +21,7 @@ import pytest
 from services.worker.oci.cgroups import Hierarchies
 from services.worker.oci.layer import mounts_under
 from services.worker.oci.network import owner_hash
+from services.worker.oci.owner import clean_up_dead_owners
 from tests.job_processes import processes_marked, processes_marked_soon
 from tests.oci.host import CGROUP_ROOT, OciHost, containers, needs_oci, slots_left
 
@@ -130,3 +131,16 @@ async def test_two_live_runtimes_cannot_share_a_name(oci_host: OciHost) -> None:
     second = oci_host.runtime(owner=first.config.owner)
     with pytest.raises(Exception, match="another OCI runtime named"):
         await second.start()
+
+
+async def test_a_runtime_being_made_or_removed_is_not_taken_for_dead(oci_host: OciHost) -> None:
+    """A runtime's directory without its lock is one being made (before its lock) or removed (its release
+    removes it, lock and all, while it holds the lock): another runtime's cleanup must not lock it anew and
+    clean it up under its owner."""
+    half = oci_host.state_root / "half"
+    half.mkdir(parents=True)
+    try:
+        assert await clean_up_dead_owners(oci_host.state_root, CGROUP_ROOT, Hierarchies.of_host(), alive="") == []
+        assert half.is_dir() and not (half / "lock").exists()
+    finally:
+        half.rmdir()

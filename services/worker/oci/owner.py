@@ -186,7 +186,9 @@ async def clean_up_dead_owners(state_root: Path, cgroup_root: str, hierarchies: 
     for entry in sorted(state_root.iterdir()):
         if entry.name == alive or not entry.is_dir():
             continue
-        fd = try_lock(entry / "lock")
+        # Never made here: a directory without its lock is one its runtime is making or removing (its release
+        # removes the directory, lock and all, while it still holds the lock), not a dead one's.
+        fd = try_lock(entry / "lock", create=False)
         if fd is None:
             continue  # a live runtime's
         try:
