@@ -187,6 +187,17 @@ def noop_batch(n_jobs: int, name: str, command: tuple[str, ...] = ("true",)) -> 
     return batch
 
 
+def completed(client: corral.Client, builder: corral.BatchBuilder, n_jobs: int, what: str) -> tuple[float, Any]:
+    """Submit the batch and wait for it: seconds from the submission call to its completion, and the batch.
+    Raises if not all its `n_jobs` succeeded, saying what the first failed attempts said."""
+    started = time.perf_counter()
+    done = client.wait(client.submit(builder).batch_id)
+    elapsed = time.perf_counter() - started
+    if done.counts.n_succeeded != n_jobs:
+        raise RuntimeError(f"not every {what} succeeded: {done.counts}; " + failures(client, done.batch_id))
+    return elapsed, done
+
+
 def failures(client: corral.Client, batch_id: int, most: int = 3) -> str:
     """What the last attempts of the first jobs that did not succeed said."""
     said = []
@@ -285,23 +296,14 @@ def measure(ctx: BenchContext, args: argparse.Namespace, n_jobs: int, n_links: i
         database_pid = server_pid(ctx.server)
         cpu_before = CpuSnapshot.of(up.data_dir, database_pid)
         statements_before = database_statements(ctx.server)
-        started = time.perf_counter()
-        noop = client.wait(client.submit(batch).batch_id)
-        noop_s = time.perf_counter() - started
+        noop_s, noop = completed(client, batch, n_jobs, "no-op job")
         cpu = cpu_ms_per_job(cpu_before, CpuSnapshot.of(up.data_dir, database_pid), n_jobs)
         trips, runs = ((after - before) / n_jobs for before, after in
                        zip(statements_before, database_statements(ctx.server)))
-        if noop.counts.n_succeeded != n_jobs:
-            raise RuntimeError(f"not every no-op job succeeded: {noop.counts}; " + failures(client, noop.batch_id))
         to_running, to_final = latencies_ms(client, noop.batch_id)
 
         progress(f"{NAME}: a chain of {n_links:,} jobs")
-        chain = chain_batch(n_links, "bench-e2e-chain")
-        started = time.perf_counter()
-        linked = client.wait(client.submit(chain).batch_id)
-        chain_s = time.perf_counter() - started
-        if linked.counts.n_succeeded != n_links:
-            raise RuntimeError(f"not every link succeeded: {linked.counts}")
+        chain_s, _ = completed(client, chain_batch(n_links, "bench-e2e-chain"), n_links, "link of the chain")
     return Measured(noop_s, to_running, to_final, chain_s, cpu, (trips, runs))
 
 
@@ -325,8 +327,8 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
     for name, value in zip(names[-2:], measured.statements):
         ctx.figures.add(name, round(value, 1), "statements")
     image = f"{NAME}.png" if mode(args) == "process" else f"{NAME}-{mode(args)}.png"
-    plot(to_running, to_final, ctx.out_dir / image,
-         f"{NAME}: {len(to_final):,} no-op jobs ({f'{args.fleet} simulated workers' if args.fleet else args.runtime + ' runtime'})")
+    workers = f"{args.fleet} simulated workers" if args.fleet else f"{args.runtime} runtime"
+    plot(to_running, to_final, ctx.out_dir / image, f"{NAME}: {len(to_final):,} no-op jobs ({workers})")
     return {
         "n_jobs": n_jobs,
         "n_links": n_links,

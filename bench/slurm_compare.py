@@ -32,14 +32,13 @@ import contextlib
 import dataclasses
 import statistics
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import corral
 from bench.common import BenchContext, positive_int, progress
-from bench.e2e import JOB_CORES, RUNTIMES, chain_batch, corral_up, noop_batch, warm_up
+from bench.e2e import JOB_CORES, RUNTIMES, chain_batch, completed, corral_up, noop_batch, warm_up
 from bench.slurm import PROFILES, SlurmCluster, profile_settings
 
 NAME = "slurm-compare"
@@ -110,22 +109,11 @@ class System:
 
 def corral_system(client: corral.Client) -> System:
     def noop_s(n_jobs: int) -> float:
-        batch = noop_batch(n_jobs, "bench-slurm-compare-noop")
-        started = time.perf_counter()
-        done = client.wait(client.submit(batch).batch_id)
-        elapsed = time.perf_counter() - started
-        if done.counts.n_succeeded != n_jobs:
-            raise RuntimeError(f"not every corral job succeeded: {done.counts}")
-        return elapsed
+        return completed(client, noop_batch(n_jobs, "bench-slurm-compare-noop"), n_jobs, "corral job")[0]
 
     def chain_s(n_links: int) -> float:
-        chain = chain_batch(n_links, "bench-slurm-compare-chain")
-        started = time.perf_counter()
-        done = client.wait(client.submit(chain).batch_id)
-        elapsed = time.perf_counter() - started
-        if done.counts.n_succeeded != n_links:
-            raise RuntimeError(f"not every link of corral's chain succeeded: {done.counts}")
-        return elapsed
+        return completed(client, chain_batch(n_links, "bench-slurm-compare-chain"), n_links,
+                         "link of corral's chain")[0]
 
     return System(noop_s, chain_s)
 
