@@ -26,6 +26,7 @@ from corral import aio
 from corral.batch.v1 import batch_event_pb2, batch_pb2, batch_service_pb2, batch_service_pb2_grpc
 from corral.cli_common import EXIT_INTERRUPTED
 from services.common.tls import DevCertificateAuthority, TlsFiles
+from tests import ctrl_c
 
 WAIT_S = 30.0
 MISSING = 404
@@ -229,7 +230,8 @@ def test_ctrl_c_stops_a_command_at_once(server, tmp_path: Path, command: list[st
     # PYTHONFAULTHANDLER: a command that does not end is sent SIGABRT, and its threads' stacks say where it hung.
     with subprocess.Popen([sys.executable, "-m", "corral.cli", *command],
                           env={**os.environ, "CORRAL_CONFIG": str(config), "PYTHONFAULTHANDLER": "1"},
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          preexec_fn=ctrl_c.as_at_a_terminal) as process:
         try:
             assert batches.started.wait(WAIT_S), "the call never reached the server"
             process.send_signal(signal.SIGINT)

@@ -23,6 +23,7 @@ from corral.cli_common import EXIT_INTERRUPTED
 from services.auth.app import AuthApp
 from services.common.tls import DevCertificateAuthority
 from services.worker.logs import LogSink
+from tests import ctrl_c
 from tests.service.test_cli_jobs import logged_in
 from tests.service.test_jobs import Env, complete, env, refused, spec  # noqa: F401 - env is a fixture
 
@@ -157,7 +158,7 @@ async def test_corral_logs_follow_waits_says_why_it_ends_and_stops_at_ctrl_c(
     followers = [await asyncio.create_subprocess_exec(
         sys.executable, "-m", "corral.cli", "logs", "-f", str(batch_id), str(job_id),
         env={**os.environ, "CORRAL_CONFIG": str(config)}, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE) for job_id in (1, 2)]
+        stderr=asyncio.subprocess.PIPE, preexec_fn=ctrl_c.as_at_a_terminal) for job_id in (1, 2)]
     try:
         for job_id, follower in enumerate(followers, 1):
             assert follower.stderr is not None
