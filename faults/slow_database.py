@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, help="holds (default 3; 2 with --short)")
 
 
-def _hold_locks(stack: Stack, batch_id: int, seconds: float) -> None:
+def hold_locks(stack: Stack, batch_id: int, seconds: float) -> None:
     """Lock the batch's jobs and every instance row for `seconds`, then roll back."""
     kwargs = stack.database().connect_kwargs()
     kwargs["database"] = kwargs.pop("db", None)
@@ -94,7 +94,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     marks = stack.log_marks()
     for n in range(rounds):
         progress(f"{NAME}: hold {n + 1} of {rounds}: {hold_s:g} s")
-        _hold_locks(stack, batch_id, hold_s)
+        hold_locks(stack, batch_id, hold_s)
         time.sleep(1.0)
     released = time.monotonic()
     try:

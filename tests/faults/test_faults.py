@@ -55,6 +55,6 @@ def test_short(stack: Stack, name: str) -> None:
 def test_long(name: str, tmp_path: Path) -> None:
     skip_unless_possible(name)
     done = subprocess.run([sys.executable, "-m", "faults", name, "--work-dir", str(tmp_path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=3600)
+                          capture_output=True, text=True, timeout=5400)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 lost, 0 duplicated" in done.stdout
