@@ -1,7 +1,9 @@
-"""`corral db`: apply `sql/` to a database and show what is applied.
+"""`corral db`: apply `sql/` to a database and show what is applied; back it up and restore it.
 
     corral db migrate --database-url mysql://root@localhost/corral?unix_socket=/run/mysqld/mysqld.sock
     corral db status --json
+    corral db backup --data-dir DATA corral.sql.gz
+    corral db restore --database-url URL corral.sql.gz
 
 Errors the operator must act on (edited history, a failing statement, an
 unreachable server) print one `error: ...` line to stderr and exit 1.
@@ -10,20 +12,24 @@ unreachable server) print one `error: ...` line to stderr and exit 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import pymysql
 
+from services.db.backup import BackupError, backup, restore
 from services.db.database import DatabaseConfig
 from services.db.migrations import SQL_DIR, MigrationError, MigrationStatus, migrate, status
+from services.db.server import administrator
 from services.db.sqlfile import SqlFileError
 
 DATABASE_URL_ENV = "CORRAL_DATABASE_URL"
 
-_ERRORS = (MigrationError, SqlFileError, pymysql.MySQLError)
+_ERRORS = (MigrationError, SqlFileError, BackupError, pymysql.MySQLError)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
@@ -71,6 +77,29 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     status_parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     status_parser.set_defaults(run=run_status)
 
+    target = argparse.ArgumentParser(add_help=False)
+    where = target.add_mutually_exclusive_group()
+    where.add_argument("--database-url", type=_database_config, default=os.environ.get(DATABASE_URL_ENV),
+                       metavar="URL", help=f"the database, as an account that may read (backup) or create "
+                                           f"(restore) every table (default: ${DATABASE_URL_ENV})")
+    where.add_argument("--data-dir", type=Path, metavar="DATA",
+                       help="`corral up`'s data directory: its private server, as its administrator")
+    target.add_argument("--database", metavar="NAME", type=_database_name,
+                        help="this database instead of the URL's (with --data-dir: instead of corral), e.g. to "
+                             "try a backup out beside the live database")
+    backup_parser = db_commands.add_parser(
+        "backup", parents=[target], help="write a consistent backup of the database while it serves",
+        description="Dump every table in one consistent snapshot (mariadb-dump --single-transaction, gzip), "
+        "without stopping anything; the file is readable by you only and appears once whole.")
+    backup_parser.add_argument("file", type=Path, metavar="FILE", help="where the backup goes (e.g. corral.sql.gz)")
+    backup_parser.set_defaults(run=run_backup)
+    restore_parser = db_commands.add_parser(
+        "restore", parents=[target], help="load a backup into an empty database, then migrate it",
+        description="Load FILE into the database, which must be empty or absent, then apply the migrations "
+        "newer than the backup and every procedure and trigger. Stop the services first.")
+    restore_parser.add_argument("file", type=Path, metavar="FILE", help="a backup `corral db backup` wrote")
+    restore_parser.set_defaults(run=run_restore)
+
 
 def run_migrate(args: argparse.Namespace) -> int:
     """`corral db migrate`: one line per applied file, then a summary."""
@@ -117,6 +146,51 @@ def run_status(args: argparse.Namespace) -> int:
     if missing:
         return _fail(f"applied migrations are missing from the sql directory: {', '.join(missing)}")
     return 0
+
+
+def _target(args: argparse.Namespace) -> DatabaseConfig:
+    if args.data_dir is not None:
+        try:
+            config = administrator(args.data_dir.expanduser() / "mariadb", "corral")
+        except FileNotFoundError:
+            raise BackupError(f"{args.data_dir} holds no database of `corral up` (no mariadb/admin.password)") from None
+    elif args.database_url is None:
+        raise BackupError(f"name the database: --database-url URL, --data-dir DATA or ${DATABASE_URL_ENV}")
+    else:
+        config = args.database_url
+    return dataclasses.replace(config, database=args.database) if args.database else config
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    """`corral db backup`: the file's size and what it holds."""
+    try:
+        config = _target(args)
+        size = backup(config, args.file)
+    except _ERRORS as e:
+        return _fail(e)
+    print(f"{config.database}: backed up to {args.file} ({size / 1e6:.1f} MB)")
+    return 0
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    """`corral db restore`: what came back, and what happens to the attempts that were running."""
+    try:
+        config = _target(args)
+        restored = restore(config, args.file)
+    except _ERRORS as e:
+        return _fail(e)
+    for name in restored.applied_migrations:
+        print(f"applied migration {name}")
+    print(f"{config.database}: restored {restored.batches} batches, {restored.jobs} jobs from {args.file}; "
+          f"{restored.open_attempts} attempts were running at backup time: their jobs run again once their "
+          f"workers are declared dead")
+    return 0
+
+
+def _database_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_]{1,64}", name):
+        raise argparse.ArgumentTypeError(f"{name!r}: a database name is 1 to 64 letters, digits and underscores")
+    return name
 
 
 def _database_config(url: str) -> DatabaseConfig:

@@ -39,13 +39,20 @@ class ServerAlreadyRunning(RuntimeError):
 _SBIN = ("/usr/sbin", "/usr/local/sbin", "/usr/bin")
 
 
-def _find(program: str) -> str:
+def find_program(program: str) -> str:
     found = shutil.which(program) or next(
         (str(Path(d) / program) for d in _SBIN if (Path(d) / program).exists()), None
     )
     if found is None:
         raise RuntimeError(f"{program} not found: run scripts/setup.sh --for run (it installs mariadb-server)")
     return found
+
+
+def administrator(root: Path, database: str) -> DatabaseConfig:
+    """The administrator's login to the private server whose root is `root` (`corral up`'s DATA/mariadb), on
+    `database`. Raises FileNotFoundError if no server was ever started there."""
+    password = (root / "admin.password").read_text().strip()
+    return DatabaseConfig(unix_socket=str(root / "mysqld.sock"), user="root", password=password, database=database)
 
 
 def server_pid(config: DatabaseConfig) -> int | None:
@@ -128,7 +135,7 @@ class PrivateMariaDB:
                                        "server it starts itself: stop that one, or pass --database-url to use it")
         if not (datadir / "mysql").is_dir():
             installed = subprocess.run(
-                [_find("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
+                [find_program("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
                  "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
                 capture_output=True, text=True, errors="replace",
             )
@@ -141,7 +148,8 @@ class PrivateMariaDB:
         # any other server's.
         (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
         self.process = subprocess.Popen(
-            [*self.launcher, _find("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={self.socket}",
+            [*self.launcher, find_program("mariadbd"), "--no-defaults", f"--datadir={datadir}",
+             f"--socket={self.socket}",
              f"--pid-file={self.root / 'mysqld.pid'}", "--skip-networking", f"--log-error={self.root / 'error.log'}",
              "--innodb-buffer-pool-size=512M", "--innodb-log-file-size=256M", *durability, "--skip-log-bin",
              f"--tmpdir={self.root / 'tmp'}", "--max-connections=500", "--innodb-lock-wait-timeout=20", *user_args],

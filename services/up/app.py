@@ -212,7 +212,7 @@ def start(config: UpConfig) -> Running:
         stopping_file.unlink(missing_ok=True)  # an earlier run's, which the drivers would obey
         # No worker runs now: the keys of those of an earlier run (that did not exit cleanly) go too.
         shutil.rmtree(data / "worker-certs", ignore_errors=True)
-        database_url, service_urls = database.prepare(config.database_url or None, data, supervisor)
+        database_url, service_urls = database.prepare(config.database_url or None, data, supervisor, config.restore)
         ca, certs = certificates(data)
         secrets_key, secrets_public_key = secrets_keys(data, certs)
         for stale in run_dir.glob("*.ports"):

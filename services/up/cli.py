@@ -82,6 +82,7 @@ def _up(args: argparse.Namespace) -> int:
                                   base_image_cache=(args.base_image_cache.expanduser().resolve()
                                                     if args.base_image_cache else None),
                                   registry_port=args.registry_port,
+                                  restore=args.restore.expanduser().resolve() if args.restore else None,
                                   registry_mirrors=tuple(args.registry_mirrors),
                                   worker_runtime=args.worker_runtime,
                                   metrics=args.metrics, gateway=args.gateway, provider=args.provider,
@@ -158,6 +159,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     up.add_argument("--database-url", default=os.environ.get("CORRAL_DATABASE_URL"),
                     help="use this MySQL/MariaDB (an administrator's URL: corral up migrates it and creates the "
                          "services' accounts) instead of a private MariaDB (default: $CORRAL_DATABASE_URL)")
+    up.add_argument("--restore", type=Path, metavar="FILE",
+                    help="first load this backup (`corral db backup`) into the database, which must be empty: a "
+                         "data directory whose mariadb/ was lost, or a new --database-url database")
     up.add_argument("--drivers", type=int, default=2, help="driver processes: one leads (default: 2)")
     up.add_argument("--worker-cores", type=int, help="cores each local worker declares (kept; first default 2)")
     up.add_argument("--max-workers", type=int, help="most local workers per pool at once (kept; first default "

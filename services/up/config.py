@@ -101,3 +101,5 @@ class UpConfig:
     """What jobs may take of the workers' hosts (processes, how often storage is checked), handed to the drivers
     for every worker they start; None: the defaults, the deployment named after the data directory
     (services.common.worker_limits.deployment_of_data_dir)."""
+    restore: Path | None = None
+    """A backup (`corral db backup`) to load into the database first; it must be empty (services.db.backup)."""

@@ -11,6 +11,7 @@ from services.auth.store import AuthStore
 from services.common.parent_death import launcher
 from services.common.processes import Child, Ending
 from services.db.accounts import grant_service_accounts, service_passwords
+from services.db.backup import restore
 from services.db.database import Database, DatabaseConfig
 from services.db.migrations import migrate
 from services.db.server import PrivateMariaDB
@@ -61,15 +62,23 @@ class DatabaseServer:
         return f"the last line of {self.server.root / 'error.log'}: {lines[-1] if lines else '(empty)'}"
 
 
-def prepare(database_url: str | None, data: Path, supervisor: Supervisor) -> tuple[str, dict[str, str]]:
-    """The administrator's URL of the database, migrated, and each service's own URL. Without `database_url`,
-    the data directory's private server, started now as a part of `supervisor`."""
+def prepare(database_url: str | None, data: Path, supervisor: Supervisor,
+            restore_from: Path | None = None) -> tuple[str, dict[str, str]]:
+    """The administrator's URL of the database, migrated (after loading `restore_from` into it, if given),
+    and each service's own URL. Without `database_url`, the data directory's private server, started now as
+    a part of `supervisor`."""
     if database_url is None:
         database = DatabaseServer.in_data_dir(data / "mariadb")
         supervisor.start(database)
         assert database.admin is not None
         database_url = dataclasses.replace(database.admin, database="corral").to_url()
-    migrate(DatabaseConfig.from_url(database_url), create_database=True)
+    if restore_from is not None:
+        restored = restore(DatabaseConfig.from_url(database_url), restore_from)
+        supervisor.say(f"database: restored {restored.batches} batches and {restored.jobs} jobs from {restore_from};"
+                       f" {restored.open_attempts} attempts were running then: their jobs run again once their "
+                       "workers are declared dead")
+    else:
+        migrate(DatabaseConfig.from_url(database_url), create_database=True)
     return database_url, service_databases(database_url, data)
 
 
