@@ -25,8 +25,8 @@ from types import ModuleType
 from faults.audit import Audit
 from faults.stack import UP_ARGS, running
 
-FAULTS = ("leader-kill", "paused-leader", "frontend-kill", "database-restart", "slow-database", "partition", "disk-full",
-          "chaos")
+FAULTS = ("leader-kill", "paused-leader", "frontend-kill", "database-restart", "slow-database", "partition",
+          "disk-full", "restore", "upgrade", "chaos")
 """The fault programs, by name (the module is the name with '_' for '-')."""
 
 

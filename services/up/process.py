@@ -69,11 +69,12 @@ class UpProcess:
 
 
 def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
-          timeout_s: float = 180) -> UpProcess:
+          timeout_s: float = 180, repo: Path = REPO_DIR) -> UpProcess:
     """Start `corral up --data-dir WORK_DIR/data UP_ARGS` (or `command` instead of
     `corral up`, e.g. the README's scripts/up.sh) with CORRAL_CONFIG in WORK_DIR,
     and wait until it says it is up. Its workers use the process runtime, it runs no gateway and seeds its
-    registry with busybox alone, unless UP_ARGS (or `command`) say otherwise."""
+    registry with busybox alone, unless UP_ARGS (or `command`) say otherwise. It runs in `repo`, whose
+    code it and what it starts then import (another release's tree, say)."""
     env = {**os.environ, CONFIG_VARIABLE: str(work_dir / "cli.json")}
     data_dir = work_dir / "data"
     if command is None and "--worker-runtime" not in up_args:
@@ -89,7 +90,7 @@ def start(work_dir: Path, *up_args: str, command: Sequence[str] | None = None,
         # once would clash) and whose hops the benchmarks' figures do not include.
         up_args = ("--no-gateway", *up_args)
     argv = [*(command or [sys.executable, "-m", "corral.cli", "up"]), "--data-dir", str(data_dir), *up_args]
-    process = subprocess.Popen(argv, env=env, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    process = subprocess.Popen(argv, env=env, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True)
     lines: list[str] = []
     try:

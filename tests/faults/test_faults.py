@@ -40,6 +40,8 @@ def short_args(name: str) -> argparse.Namespace:
 def skip_unless_possible(name: str) -> None:
     if getattr(module(name), "NEEDS_ROOT", False) and os.geteuid() != 0:
         pytest.skip(f"the {name} fault needs root (iptables, cgroups, mounts)")
+    if hasattr(module(name), "unavailable") and (why := module(name).unavailable()):
+        pytest.skip(why)
 
 
 @pytest.mark.parametrize("name", FAULTS)
