@@ -260,9 +260,28 @@ class Scheduler(Loop):
                 user = owners[(p.batch_id, p.job_id)]
                 cores_by_user[user] = cores_by_user.get(user, 0) + p.cores_mcpu
             self._started(pool, cores_by_user)
-            await self._dispatcher.run(scheduled)
+            try:
+                await self._dispatcher.run(scheduled)
+            except Exception as e:  # noqa: BLE001 - whatever stopped the Run commands, their attempts end now
+                await self._never_sent(epoch, scheduled, e)
+                raise
             JOBS_SCHEDULED.labels(pool).inc(len(scheduled))
         return len(scheduled)
+
+    async def _never_sent(self, epoch: int, scheduled: Sequence[Placement], error: Exception) -> None:
+        """End the attempts whose Run commands could not be made (a spec or a secret unreadable now) as
+        system errors, so that their jobs run again at once: left open, each would wait for its worker to be
+        declared gone, minutes later if the worker idles. Those that were sent run and report as usual: their
+        end is recorded once, whichever comes first (MJC of an ended attempt changes nothing)."""
+        log.warning("scheduler: the Run commands of %d attempts could not be sent (%s): ending them as system "
+                    "errors", len(scheduled), error)
+        now = self._clock_ms()
+        message = f"its Run command could not be sent: {type(error).__name__}: {error}; not the job's failure"
+        await self._store.mark_jobs_complete(epoch, None, [
+            {"batch_id": p.batch_id, "job_id": p.job_id, "attempt_id": p.attempt_id, "instance_name": p.instance,
+             "state": "Error", "exit_code": None, "error_message": message[:1000], "start_time_ms": None,
+             "end_time_ms": now, "reason": "system_error", "cpu_time_ms": None, "peak_memory_bytes": None}
+            for p in scheduled])
 
     def _take_out(self, pool: str, placements: Sequence[Placement], scheduled: Sequence[Placement],
                   cancelled: bool) -> None:

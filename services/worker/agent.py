@@ -51,6 +51,7 @@ import grpc
 from google.protobuf import timestamp_pb2
 
 from corral import __version__
+from corral.batch.v1 import job_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
@@ -497,9 +498,9 @@ class Worker:
         if self.attempts.get(key) is not None or self._completion_unacked(run.attempt):
             return ""  # a re-sent RunJob: it runs, or ran, already
         if self._leaving or self.stop_reason in (Stop.SHUTDOWN, Stop.PREEMPTED, Stop.REFUSED):
-            return "the worker is leaving and takes no new jobs"
+            return self._never_ran(run, "the worker is leaving and takes no new jobs")
         if run.HasField("deadline") and run.deadline.ToMilliseconds() < wall_ms():
-            return "the RunJob arrived after its deadline"
+            return self._never_ran(run, "the RunJob arrived after its deadline")
         secrets, secret_refusals = delivered_secrets(run.spec, run.secrets)
         credentials, pull_refusals = pull_credentials(
             run.spec, run.image_pull_secret if run.HasField("image_pull_secret") else None,
@@ -522,6 +523,15 @@ class Worker:
         # A spec the runtime refuses still runs to an Error outcome (so the job says why); the ack says it too.
         return "; ".join(self.runtime.check(run.spec) + file_url_refusals(run.spec, run.storage_roots)
                          + secret_refusals)
+
+    def _never_ran(self, run: ws.RunJob, refusal: str) -> str:
+        """Refuse `run` and end its attempt at once, as a system error the driver runs again elsewhere: the
+        refusal alone would leave the attempt open in the database until this worker is declared gone."""
+        self._emit(pb.WorkerSessionRequest(job_completed=ws.JobCompleted(
+            attempt=run.attempt, state=job_state_pb2.JOB_STATE_ERROR, error_message=f"{refusal}: not the job's failure",
+            end_reason=job_pb2.AttemptEndReason.Value("ATTEMPT_END_REASON_" + SYSTEM_ERROR.upper()),
+            end_time=timestamp(wall_ms()))))
+        return refusal
 
     def _no_room(self, run: ws.RunJob) -> str:
         """Why `run` does not fit in what this worker has free now, in words ('' if it fits). The scheduler

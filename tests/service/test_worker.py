@@ -33,6 +33,7 @@ from services.common.usage_series import decode
 from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.driver.app import DriverApp, DriverConfig, start as start_driver
+from services.driver import sessions as sessions_module
 from services.driver.scheduler import Placement
 from services.driver.servicer import SessionSettings
 from services.common.specs import SpecStore
@@ -581,6 +582,58 @@ async def test_a_runjob_that_never_arrived_is_sent_again_on_the_next_session(
     await eventually(lambda: worker.worker.sessions_opened >= 3, what="a third session")
     await asyncio.sleep(0.5)
     assert len(await cluster.attempts(batch_id, job_id)) == 1
+    assert await check_invariants(cluster.driver.db) == []
+
+
+async def test_a_runjob_refused_after_its_deadline_ends_its_attempt_at_once_and_the_job_runs_again(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RunJob the worker refuses (it came after its deadline, or while the worker leaves) used to leave its
+    attempt open until the worker was declared gone, minutes later for an idle one. The worker now ends it
+    at once as a system error: the job runs again under a new attempt, not counted as a failure."""
+    await cluster.worker("w1")
+    monkeypatch.setattr(sessions_module, "RUN_DEADLINE_MS", -60_000)  # every RunJob is late
+    batch_id, [job_id] = await cluster.submit(script("true"))
+
+    async def refused() -> list[dict[str, Any]]:
+        return [a for a in await cluster.attempts(batch_id, job_id) if a["reason"] == "system_error"]
+
+    await eventually(refused, what="the late RunJob's attempt to end")
+    monkeypatch.setattr(sessions_module, "RUN_DEADLINE_MS", 60_000)
+    job = await cluster.final(batch_id, job_id)
+    assert (job["state"], job["n_failed_retries"]) == ("Success", 0)
+    first = (await refused())[0]
+    assert first["start_time_ms"] is None and first["end_time_ms"] is not None
+    assert "the RunJob arrived after its deadline: not the job's failure" in first["error_message"]
+    assert [a["reason"] for a in await cluster.attempts(batch_id, job_id)][-1] == "exited"
+    assert await check_invariants(cluster.driver.db) == []
+
+
+async def test_run_commands_that_cannot_be_made_end_their_attempts_and_the_jobs_run_again(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After SJ committed, the Run commands could not be made (a spec unreadable for a moment): the attempts
+    end at once as system errors and their jobs run on the next cycle, instead of waiting for their idle
+    worker to be declared gone."""
+    await cluster.worker("w1")
+    assert cluster.driver.sessions is not None
+    sessions, failed = cluster.driver.sessions, []
+    send_for_real = sessions.run
+
+    async def fail_the_first(placements: list[Placement]) -> None:
+        if failed:
+            await send_for_real(placements)
+        else:
+            failed.extend(placements)
+            raise OSError("the spec store is away")
+
+    monkeypatch.setattr(sessions, "run", fail_the_first)
+    batch_id, [job_id] = await cluster.submit(script("true"))
+    job = await cluster.final(batch_id, job_id)
+    assert (job["state"], job["n_failed_retries"]) == ("Success", 0)
+    first, second = sorted(await cluster.attempts(batch_id, job_id), key=lambda a: a["end_time_ms"])
+    assert first["attempt_id"] == failed[0].attempt_id
+    assert (first["reason"], first["start_time_ms"]) == ("system_error", None)
+    assert "its Run command could not be sent: OSError: the spec store is away" in first["error_message"]
+    assert second["reason"] == "exited"
     assert await check_invariants(cluster.driver.db) == []
 
 
