@@ -75,15 +75,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------ the faults
 
 
-def _api_answers(stack: Stack) -> bool:
-    try:
-        with stack.client() as client:
-            next(iter(client.list_batches(page_size=1)), None)
-        return True
-    except corral.CorralError:
-        return False
-
-
 def _new_leader(stack: Stack, epoch: int) -> None:
     eventually(lambda: (now := stack.leader()) is not None and now[0] > epoch, RECOVERY_S, 0.05, "a new leader")
 
@@ -113,20 +104,20 @@ def worker_kill(stack: Stack, rng: random.Random) -> str:
     return f"worker {name} (pid {workers[name]})"
 
 
-def frontend_kill(stack: Stack, rng: random.Random) -> str:
-    pid = eventually(stack.frontend_pid, RECOVERY_S, 0.1, "a frontend")
+def _killed_and_back(stack: Stack, pid_of: Callable[[], int | None], what: str) -> int:
+    """SIGKILL the process `pid_of` names; wait until `corral up` has started another and the API answers."""
+    pid = eventually(pid_of, RECOVERY_S, 0.1, what)
     kill(pid)
-    eventually(lambda: stack.frontend_pid() not in (None, pid) and _api_answers(stack), RECOVERY_S, 0.2,
-               "the frontend back")
-    return f"frontend (pid {pid})"
+    eventually(lambda: pid_of() not in (None, pid) and stack.api_answers(), RECOVERY_S, 0.2, f"{what} back")
+    return pid
+
+
+def frontend_kill(stack: Stack, rng: random.Random) -> str:
+    return f"frontend (pid {_killed_and_back(stack, stack.frontend_pid, 'the frontend')})"
 
 
 def database_restart(stack: Stack, rng: random.Random) -> str:
-    pid = eventually(stack.mariadb_pid, RECOVERY_S, 0.2, "MariaDB")
-    kill(pid)
-    eventually(lambda: stack.mariadb_pid() not in (None, pid) and _api_answers(stack), RECOVERY_S, 0.2,
-               "MariaDB back")
-    return f"MariaDB (pid {pid}) killed"
+    return f"MariaDB (pid {_killed_and_back(stack, stack.mariadb_pid, 'MariaDB')}) killed"
 
 
 def database_hang(stack: Stack, rng: random.Random) -> str:

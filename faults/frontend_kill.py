@@ -34,15 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, help="jobs in the batch (default 20,000; 2,000 with --short)")
 
 
-def _frontend_answers(stack: Stack) -> bool:
-    try:
-        with stack.client() as client:
-            next(iter(client.list_batches(page_size=1)), None)
-        return True
-    except corral.CorralError:
-        return False
-
-
 def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     n_jobs = args.jobs or (2000 if args.short else 20_000)
     outcome = Outcome()
@@ -80,7 +71,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
     # The client retries a bunch refused with UNAVAILABLE (corral/retries.py), so the first submission may ride
     # out the restart and finish by itself; either way the same builder submitted again must give its one batch.
     outcome.figure(f"{NAME}.first_finished", int("batch" in first), "(1: the client's retries carried it through)")
-    eventually(lambda: stack.frontend_pid() not in (None, frontend) and _frontend_answers(stack), 120, 0.2,
+    eventually(lambda: stack.frontend_pid() not in (None, frontend) and stack.api_answers(), 120, 0.2,
                "the frontend to be restarted")
     outcome.figure(f"{NAME}.frontend_away", time.monotonic() - killed, "s")
     started = time.monotonic()

@@ -94,6 +94,15 @@ class Stack:
         with self.client() as client:
             return client.submit(batch(name, n_jobs, argv)).batch_id
 
+    def api_answers(self) -> bool:
+        """Whether the frontend answers a call that reads the database (a list of batches' first page)."""
+        try:
+            with self.client() as client:
+                next(iter(client.list_batches(page_size=1)), None)
+            return True
+        except corral.CorralError:
+            return False
+
     def database(self) -> DatabaseConfig:
         """The administrator's connection to corral's database."""
         config = DatabaseConfig.from_url(self.up.endpoints["database"])
