@@ -68,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
                                                        "in data/logs); default: a temporary one, removed after")
         fault.add_arguments(sub)
     args = parser.parse_args(argv)
-    with running(*UP_ARGS, work_dir=args.work_dir) as stack:
-        outcome: Outcome = module(args.fault).inject(stack, args)
+    fault = module(args.fault)
+    if getattr(fault, "OWN_DEPLOYMENT", False):  # it starts the corral ups it needs itself
+        outcome: Outcome = fault.inject(None, args)
+    else:
+        with running(*UP_ARGS, work_dir=args.work_dir) as stack:
+            outcome = fault.inject(stack, args)
     if outcome.audit is not None:
         for line in outcome.audit.lines():
             print(line)

@@ -38,6 +38,8 @@ from services.up import process as up_process
 
 NAME = "upgrade"
 HELP = "the previous release stopped and this one started on the same data directory while a batch runs"
+OWN_DEPLOYMENT = True
+"""It starts its own `corral up`s (the previous release's, then this one's); `--work-dir` is not used."""
 
 LINKED = (".tools",)
 """What the exported tree borrows from this checkout: the tools scripts/setup.sh installed (not in git)."""
@@ -85,7 +87,7 @@ def _ended(stack: Stack, batch_id: int) -> int:
                            (batch_id,))[0]["n"])
 
 
-def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
+def inject(stack: Stack | None, args: argparse.Namespace) -> Outcome:
     """`stack` is not used: an upgrade needs a deployment that began on the previous release."""
     n_jobs = args.jobs or (300 if args.short else 20_000)
     rev = args.rev or previous_release()
