@@ -14,7 +14,7 @@ round, the long version rounds until `--minutes` have passed. The faults:
 the leader SIGKILLed, the leader SIGSTOPped until a standby leads, a worker
 SIGKILLed, the frontend SIGKILLed, MariaDB SIGKILLed (`corral up` restarts
 it), MariaDB SIGSTOPped for seconds, row locks held on the hot tables, and
-(as root) a worker cut off the network for longer than the heartbeat
+(as root) a worker cut off the network for less or more than the heartbeat
 deadline. Each waits until what it broke is back before the next.
 
 At the end the load stops, every batch must complete, and it checks:
@@ -57,8 +57,10 @@ FINAL = {job_state_pb2.JOB_STATE_SUCCEEDED, job_state_pb2.JOB_STATE_FAILED, job_
          job_state_pb2.JOB_STATE_CANCELLED}
 RECOVERY_S = 120.0
 """How long a part a strike broke may take to be back before the strike counts as broken."""
-CUT_S = 25.0
-"""How long a partition lasts: past the heartbeat deadline the faults give `corral up` (20 s)."""
+CUTS_S = (8.0, 25.0)
+"""How long a partition lasts: under the heartbeat deadline the faults give `corral up` (20 s: the worker's
+session breaks and comes back), or past it (the worker is declared lost and its jobs run again). The short
+version cuts only under it (the partition fault's short version cuts past it)."""
 SUBMIT_TRIES = 20
 
 
@@ -79,14 +81,14 @@ def _new_leader(stack: Stack, epoch: int) -> None:
     eventually(lambda: (now := stack.leader()) is not None and now[0] > epoch, RECOVERY_S, 0.05, "a new leader")
 
 
-def leader_kill(stack: Stack, rng: random.Random) -> str:
+def leader_kill(stack: Stack, rng: random.Random, short: bool) -> str:
     epoch, address, pid = eventually(stack.leader, RECOVERY_S, 0.1, "a leader")
     kill(pid)
     _new_leader(stack, epoch)
     return f"driver {address} (pid {pid}, epoch {epoch})"
 
 
-def leader_pause(stack: Stack, rng: random.Random) -> str:
+def leader_pause(stack: Stack, rng: random.Random, short: bool) -> str:
     epoch, address, pid = eventually(stack.leader, RECOVERY_S, 0.1, "a leader")
     kill(pid, signal.SIGSTOP)
     try:
@@ -97,7 +99,7 @@ def leader_pause(stack: Stack, rng: random.Random) -> str:
     return f"driver {address} (pid {pid}, epoch {epoch}) stopped until a standby led"
 
 
-def worker_kill(stack: Stack, rng: random.Random) -> str:
+def worker_kill(stack: Stack, rng: random.Random, short: bool) -> str:
     workers = eventually(stack.worker_pids, RECOVERY_S, 0.2, "a live worker")
     name = rng.choice(sorted(workers))
     kill(workers[name])
@@ -112,15 +114,15 @@ def _killed_and_back(stack: Stack, pid_of: Callable[[], int | None], what: str) 
     return pid
 
 
-def frontend_kill(stack: Stack, rng: random.Random) -> str:
+def frontend_kill(stack: Stack, rng: random.Random, short: bool) -> str:
     return f"frontend (pid {_killed_and_back(stack, stack.frontend_pid, 'the frontend')})"
 
 
-def database_restart(stack: Stack, rng: random.Random) -> str:
+def database_restart(stack: Stack, rng: random.Random, short: bool) -> str:
     return f"MariaDB (pid {_killed_and_back(stack, stack.mariadb_pid, 'MariaDB')}) killed"
 
 
-def database_hang(stack: Stack, rng: random.Random) -> str:
+def database_hang(stack: Stack, rng: random.Random, short: bool) -> str:
     pid = eventually(stack.mariadb_pid, RECOVERY_S, 0.2, "MariaDB")
     seconds = rng.uniform(2, 8)
     kill(pid, signal.SIGSTOP)
@@ -131,7 +133,7 @@ def database_hang(stack: Stack, rng: random.Random) -> str:
     return f"MariaDB (pid {pid}) stopped for {seconds:.1f} s"
 
 
-def slow_database(stack: Stack, rng: random.Random) -> str:
+def slow_database(stack: Stack, rng: random.Random, short: bool) -> str:
     rows = stack.query("SELECT MAX(batch_id) b FROM batches")
     batch_id = int(rows[0]["b"] or 0)
     seconds = rng.uniform(2, 6)
@@ -139,15 +141,16 @@ def slow_database(stack: Stack, rng: random.Random) -> str:
     return f"batch {batch_id}'s jobs and every instance locked for {seconds:.1f} s"
 
 
-def partition(stack: Stack, rng: random.Random) -> str:
+def partition(stack: Stack, rng: random.Random, short: bool) -> str:
     workers = eventually(stack.worker_pids, RECOVERY_S, 0.2, "a live worker")
     name = rng.choice(sorted(workers))
+    cut_s = CUTS_S[0] if short else rng.choice(CUTS_S)
     with cut_off(workers[name]):
-        time.sleep(CUT_S)
-    return f"worker {name} (pid {workers[name]}) cut off for {CUT_S:g} s"
+        time.sleep(cut_s)
+    return f"worker {name} (pid {workers[name]}) cut off for {cut_s:g} s"
 
 
-STRIKES: dict[str, Callable[[Stack, random.Random], str]] = {
+STRIKES: dict[str, Callable[[Stack, random.Random, bool], str]] = {
     "leader-kill": leader_kill, "paused-leader": leader_pause, "worker-kill": worker_kill,
     "frontend-kill": frontend_kill, "database-restart": database_restart, "database-hang": database_hang,
     "slow-database": slow_database, "partition": partition}
@@ -366,7 +369,7 @@ def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
                 at = time.monotonic()
                 progress(f"{NAME}: {name} at {at - started:.0f} s")
                 try:
-                    what = STRIKES[name](stack, rng)
+                    what = STRIKES[name](stack, rng, args.short)
                 except TimeoutError as e:
                     outcome.broken.append(f"{name} at {at - started:.0f} s: {e}")
                     break

@@ -39,7 +39,7 @@ HELP = "the database's disk lost while a batch runs; corral up --restore from a 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=int, help="one-second jobs in the batch (default 2,000; 200 with --short)")
+    parser.add_argument("--jobs", type=int, help="one-second jobs in the batch (default 2,000; 120 with --short)")
 
 
 def _ended(stack: Stack, batch_id: int) -> int:
@@ -48,7 +48,7 @@ def _ended(stack: Stack, batch_id: int) -> int:
 
 
 def inject(stack: Stack, args: argparse.Namespace) -> Outcome:
-    n_jobs = args.jobs or (200 if args.short else 2000)
+    n_jobs = args.jobs or (120 if args.short else 2000)
     outcome = Outcome()
     first = stack.submit("fault-restore", n_jobs, ["sleep", "1"])
     eventually(lambda: _ended(stack, first) >= n_jobs // 3, 300 + n_jobs, 0.2, "a third of the jobs to end")

@@ -46,7 +46,7 @@ LINKED = (".tools",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--jobs", type=int, help="half-second jobs in the batch (default 20,000; 300 with --short)")
+    parser.add_argument("--jobs", type=int, help="half-second jobs in the batch (default 20,000; 200 with --short)")
     parser.add_argument("--from", dest="rev", metavar="REV",
                         help="the release upgraded from (default: the commit before the newest migration)")
 
@@ -89,7 +89,7 @@ def _ended(stack: Stack, batch_id: int) -> int:
 
 def inject(stack: Stack | None, args: argparse.Namespace) -> Outcome:
     """`stack` is not used: an upgrade needs a deployment that began on the previous release."""
-    n_jobs = args.jobs or (300 if args.short else 20_000)
+    n_jobs = args.jobs or (200 if args.short else 20_000)
     rev = args.rev or previous_release()
     outcome = Outcome()
     with tempfile.TemporaryDirectory(prefix="corral-upgrade-") as tmp, contextlib.ExitStack() as stopping:
