@@ -41,6 +41,7 @@ from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.bunches import bunches
 from services.common.errors import FailedPrecondition, FieldViolation, InvalidRequest, PermissionDenied, RequestError
 from services.common.identity import current_principal
+from services.common.session_protocol import PROTOCOL, spoken, worker_refusal
 from services.driver.scheduler import Placement
 from services.driver.held_images import held_images
 from services.driver.sessions import Session, SessionRegistry, instance_token, reported_images, reported_names
@@ -192,12 +193,15 @@ class DriverServicer(driver_service_pb2_grpc.DriverServiceServicer):
             raise NotLeader(f"this driver's epoch {epoch} is older than the worker's {first.hello.epoch_seen}")
         hello = first.hello
         instance = hello.instance_name
+        if refusal := worker_refusal(spoken(hello.protocol)):
+            log.warning("%s: %s", instance, refusal)
+            raise FailedPrecondition(refusal)
         if await self._check_token(instance, hello.instance_token) != "active":
             raise FailedPrecondition(f"instance {instance} is not active: it was deactivated")
         session = self._sessions.open(instance)
         self._on_change("worker_connected")
         yield pb.WorkerSessionResponse(welcome=ws.Welcome(epoch=epoch, config=self._settings.proto(),
-                                                          takes_event_bunches=True))
+                                                          takes_event_bunches=True, protocol=PROTOCOL))
         # Queued before this session's first event is recorded, so before any acknowledgement of it: a
         # completion the worker re-sends is still unacknowledged there when the RunJob arrives.
         await self._resend_unstarted(instance)

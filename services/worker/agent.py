@@ -56,6 +56,7 @@ from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc, instance_pb2
 from corral.driver.v1 import worker_session_pb2 as ws
 from services.common.bunches import bunches
+from services.common.session_protocol import PROTOCOL, driver_refusal, spoken
 from services.common.tls import TlsFiles
 from services.common.usage_series import UsageSeries
 from services.worker.attempts import (
@@ -91,6 +92,10 @@ DRAIN_FLUSH_S = 60.0
 DRAIN_SETTLE_S = 1.0
 """Once the driver has acknowledged a drain and nothing runs: how long a RunJob it sent before it heard of
 the drain may still take to arrive (it runs, and the worker waits for it)."""
+
+
+class DriverRefused(Exception):
+    """This worker will not work for the session's driver (services.common.session_protocol)."""
 
 
 class Stop(enum.Enum):
@@ -316,6 +321,10 @@ class Worker:
                     self._request_stop(Stop.REFUSED)
                     return
                 why = f"{e.code().name}: {e.details()}"
+            except DriverRefused as e:
+                log.error("%s: leaving the session: %s", self.config.instance_name, e)
+                self._request_stop(Stop.REFUSED)
+                return
             log.warning("%s: session %s; looking for the leader", self.config.instance_name, why)
             await self._link.forget()
             if self.sessions_opened > welcomed:
@@ -329,7 +338,7 @@ class Worker:
         queue: asyncio.Queue[pb.WorkerSessionRequest] = asyncio.Queue()
         queue.put_nowait(self._numbered(pb.WorkerSessionRequest(hello=ws.Hello(
             instance_name=self.config.instance_name, instance_token=self._token,
-            epoch_seen=self._link.epoch_seen, takes_command_bunches=True))))
+            epoch_seen=self._link.epoch_seen, takes_command_bunches=True, protocol=PROTOCOL))))
         self._event_bunches = False  # until this session's driver says it takes them
         if self._drain_reason is not None:  # a new driver must not schedule here either
             queue.put_nowait(self._numbered(pb.WorkerSessionRequest(draining=ws.Draining(reason=self._drain_reason))))
@@ -346,8 +355,11 @@ class Worker:
                 if message is grpc.aio.EOF:
                     return
                 self._heard_at = time.monotonic()
-                if message.WhichOneof("payload") == "welcome" and heartbeats is None:
-                    heartbeats = asyncio.create_task(self._heartbeats(queue))
+                if message.WhichOneof("payload") == "welcome":
+                    if refusal := driver_refusal(spoken(message.welcome.protocol)):
+                        raise DriverRefused(refusal)
+                    if heartbeats is None:
+                        heartbeats = asyncio.create_task(self._heartbeats(queue))
                 self._on_command(message)
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]

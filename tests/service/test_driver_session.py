@@ -17,6 +17,7 @@ from corral.batch.v1 import job_spec_pb2, job_state_pb2
 from corral.driver.v1 import driver_service_pb2 as pb
 from corral.driver.v1 import driver_service_pb2_grpc
 from corral.driver.v1 import worker_session_pb2 as ws
+from services.common.session_protocol import PROTOCOL, driver_refusal, spoken, worker_refusal
 from services.common.server import Listener, Service, serve
 from services.common.tls import DevCertificateAuthority
 from services.db.database import DatabaseConfig
@@ -132,6 +133,44 @@ async def test_a_session_with_a_forged_token_is_refused(world: World, driver: di
             await call.read()
         assert error.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert driver["registry"].live_instances() == set()
+
+
+@pytest.mark.parametrize("worker_protocol", [0, PROTOCOL - 1, PROTOCOL, PROTOCOL + 1])
+async def test_a_driver_takes_workers_of_its_protocol_and_the_one_before_and_refuses_newer_ones(
+        world: World, driver: dict, certs: DevCertificateAuthority, worker_protocol: int) -> None:
+    """Drivers are upgraded before workers (services/common/session_protocol.py): a worker that predates
+    numbering (0, protocol 1) or speaks this driver's protocol or the one before is welcomed, and told the
+    driver's; a newer one is refused with FAILED_PRECONDITION saying what to do."""
+    await world.store.create_instance(world.epoch, "i1", "standard", 2000, "activation-secret")
+    async with service_channel(certs.issue("worker-i1"), driver["port"]) as channel:
+        stub = driver_service_pb2_grpc.DriverServiceStub(channel)
+        activated = await stub.ActivateWorker(pb.ActivateWorkerRequest(instance_name="i1",
+                                                                       activation_token="activation-secret"))
+        call = stub.WorkerSession()
+        await call.write(pb.WorkerSessionRequest(hello=ws.Hello(
+            instance_name="i1", instance_token=activated.instance_token, protocol=worker_protocol)))
+        if worker_protocol > PROTOCOL:
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await call.read()
+            assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert error.value.details() == (f"this worker speaks session protocol {worker_protocol}, newer than "
+                                             f"this driver's {PROTOCOL}: upgrade the drivers before the workers")
+            assert driver["registry"].live_instances() == set()
+        else:
+            assert (await read_until(call, "welcome")).welcome.protocol == PROTOCOL
+            assert driver["registry"].live_instances() == {"i1"}
+        call.cancel()
+
+
+def test_which_pairs_of_protocols_talk() -> None:
+    """Every pair: a driver takes its own protocol and the one before (0 is 1); a worker works only for a
+    driver at least as new as itself."""
+    assert spoken(0) == 1 and spoken(PROTOCOL) == PROTOCOL
+    for worker in range(1, PROTOCOL + 3):
+        assert (worker_refusal(worker) == "") == (PROTOCOL - 1 <= worker <= PROTOCOL), worker
+    for driver_protocol in range(1, PROTOCOL + 3):
+        assert (driver_refusal(driver_protocol) == "") == (driver_protocol >= PROTOCOL), driver_protocol
+    assert "upgrade the drivers before the workers" in driver_refusal(spoken(0))
 
 
 async def welcomed_session(world: World, driver: dict, certs: DevCertificateAuthority,

@@ -33,6 +33,7 @@ from services.common.usage_series import decode
 from services.db.invariants import check_invariants
 from services.db.store import JobStore
 from services.driver.app import DriverApp, DriverConfig, start as start_driver
+from services.driver import servicer as servicer_module
 from services.driver import sessions as sessions_module
 from services.driver.scheduler import Placement
 from services.driver.servicer import SessionSettings
@@ -733,6 +734,18 @@ async def test_drain_finishes_running_jobs_then_deactivates(cluster: Cluster) ->
 
 
 # ---------------------------------------------------------------- activation
+
+
+async def test_a_worker_newer_than_its_driver_leaves_saying_why(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A driver from before session protocols were numbered welcomes with 0 (protocol 1): this worker, of a
+    newer protocol, does not work for it (drivers are upgraded first). It leaves and exits as refused."""
+    monkeypatch.setattr(servicer_module, "PROTOCOL", 0)
+    app = await cluster.worker("w1")
+    assert await asyncio.wait_for(app.wait(), 20) == agent_module.EXIT_DEACTIVATED
+    assert not app.worker.sessions_opened
+    assert (f"leaving the session: the driver speaks session protocol 1, older than this worker's "
+            f"{agent_module.PROTOCOL}: upgrade the drivers before the workers") in caplog.text
 
 
 async def test_a_wrong_activation_token_exits_2(cluster: Cluster) -> None:

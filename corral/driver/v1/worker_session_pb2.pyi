@@ -28,16 +28,18 @@ DRAIN_REASON_PREEMPTION_NOTICE: DrainReason
 DRAIN_REASON_UNHEALTHY: DrainReason
 
 class Hello(_message.Message):
-    __slots__ = ("instance_name", "instance_token", "epoch_seen", "takes_command_bunches")
+    __slots__ = ("instance_name", "instance_token", "epoch_seen", "takes_command_bunches", "protocol")
     INSTANCE_NAME_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     EPOCH_SEEN_FIELD_NUMBER: _ClassVar[int]
     TAKES_COMMAND_BUNCHES_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     instance_name: str
     instance_token: str
     epoch_seen: int
     takes_command_bunches: bool
-    def __init__(self, instance_name: _Optional[str] = ..., instance_token: _Optional[str] = ..., epoch_seen: _Optional[int] = ..., takes_command_bunches: _Optional[bool] = ...) -> None: ...
+    protocol: int
+    def __init__(self, instance_name: _Optional[str] = ..., instance_token: _Optional[str] = ..., epoch_seen: _Optional[int] = ..., takes_command_bunches: _Optional[bool] = ..., protocol: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("free_cores_mcpu", "free_memory_bytes", "running_attempts", "rollups")
@@ -138,14 +140,16 @@ class Draining(_message.Message):
     def __init__(self, reason: _Optional[_Union[DrainReason, str]] = ..., deadline: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("epoch", "config", "takes_event_bunches")
+    __slots__ = ("epoch", "config", "takes_event_bunches", "protocol")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     TAKES_EVENT_BUNCHES_FIELD_NUMBER: _ClassVar[int]
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     config: _instance_pb2.SessionConfig
     takes_event_bunches: bool
-    def __init__(self, epoch: _Optional[int] = ..., config: _Optional[_Union[_instance_pb2.SessionConfig, _Mapping]] = ..., takes_event_bunches: _Optional[bool] = ...) -> None: ...
+    protocol: int
+    def __init__(self, epoch: _Optional[int] = ..., config: _Optional[_Union[_instance_pb2.SessionConfig, _Mapping]] = ..., takes_event_bunches: _Optional[bool] = ..., protocol: _Optional[int] = ...) -> None: ...
 
 class RunJob(_message.Message):
     __slots__ = ("attempt", "user", "billing_project", "spec", "cores_mcpu", "memory_bytes", "storage_bytes", "log_url", "attempt_token", "deadline", "trace_context", "storage_roots", "secrets", "image_pull_secret")
