@@ -552,23 +552,37 @@ async def test_an_idle_worker_deactivates_itself_and_exits_0(make_cluster: Clust
     assert await check_invariants(cluster.driver.db) == []
 
 
+def intercept_the_first_run(cluster: Cluster, monkeypatch: pytest.MonkeyPatch,
+                            first: Callable[[Callable[[list[Placement]], Awaitable[None]], list[Placement]],
+                                            Awaitable[None]]) -> list[Placement]:
+    """The driver's first Run commands go to `first(send_for_real, placements)` instead; later ones as usual.
+    Returns the first placements (filled once the scheduler sends them)."""
+    assert cluster.driver.sessions is not None
+    sessions, seen = cluster.driver.sessions, []
+    send_for_real = sessions.run
+
+    async def run(placements: list[Placement]) -> None:
+        if seen:
+            await send_for_real(placements)
+            return
+        seen.extend(placements)
+        await first(send_for_real, placements)
+
+    monkeypatch.setattr(sessions, "run", run)
+    return seen
+
+
 async def test_a_runjob_that_never_arrived_is_sent_again_on_the_next_session(
         cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A RunJob lost with its session (or never sent: a leader paused after its scheduler committed)
     would leave the attempt open, and its job waiting, until the worker left. The next session starts
     with it again; the attempt runs once, under the attempt id it was scheduled with."""
     worker = await cluster.worker("w1")
-    assert cluster.driver.sessions is not None
-    sessions, lost = cluster.driver.sessions, []
-    send_for_real = sessions.run
 
-    async def lose_the_first(placements: list[Placement]) -> None:
-        if lost:
-            await send_for_real(placements)
-        else:
-            lost.extend(placements)
+    async def lose(send_for_real: Callable[[list[Placement]], Awaitable[None]], placements: list[Placement]) -> None:
+        pass
 
-    monkeypatch.setattr(sessions, "run", lose_the_first)
+    lost = intercept_the_first_run(cluster, monkeypatch, lose)
     batch_id, [job_id] = await cluster.submit(script("true"))
     await eventually(lambda: lost, what="the scheduler placing the job")
     await asyncio.sleep(1.0)
@@ -592,22 +606,16 @@ async def test_a_runjob_refused_after_its_deadline_ends_its_attempt_at_once_and_
     attempt open until the worker was declared gone, minutes later for an idle one. The worker now ends it
     at once as a system error: the job runs again under a new attempt, not counted as a failure."""
     await cluster.worker("w1")
-    assert cluster.driver.sessions is not None
-    sessions, late = cluster.driver.sessions, []
-    send_for_real = sessions.run
 
-    async def the_first_late(placements: list[Placement]) -> None:
-        if late:
-            await send_for_real(placements)
-            return
-        late.extend(placements)
+    async def send_late(send_for_real: Callable[[list[Placement]], Awaitable[None]],
+                        placements: list[Placement]) -> None:
         monkeypatch.setattr(sessions_module, "RUN_DEADLINE_MS", -60_000)  # its deadline has passed
         try:
             await send_for_real(placements)
         finally:
             monkeypatch.setattr(sessions_module, "RUN_DEADLINE_MS", 60_000)
 
-    monkeypatch.setattr(sessions, "run", the_first_late)
+    late = intercept_the_first_run(cluster, monkeypatch, send_late)
     batch_id, [job_id] = await cluster.submit(script("true"))
 
     async def refused() -> list[dict[str, Any]]:
@@ -629,18 +637,11 @@ async def test_run_commands_that_cannot_be_made_end_their_attempts_and_the_jobs_
     end at once as system errors and their jobs run on the next cycle, instead of waiting for their idle
     worker to be declared gone."""
     await cluster.worker("w1")
-    assert cluster.driver.sessions is not None
-    sessions, failed = cluster.driver.sessions, []
-    send_for_real = sessions.run
 
-    async def fail_the_first(placements: list[Placement]) -> None:
-        if failed:
-            await send_for_real(placements)
-        else:
-            failed.extend(placements)
-            raise OSError("the spec store is away")
+    async def fail(send_for_real: Callable[[list[Placement]], Awaitable[None]], placements: list[Placement]) -> None:
+        raise OSError("the spec store is away")
 
-    monkeypatch.setattr(sessions, "run", fail_the_first)
+    failed = intercept_the_first_run(cluster, monkeypatch, fail)
     batch_id, [job_id] = await cluster.submit(script("true"))
     job = await cluster.final(batch_id, job_id)
     assert (job["state"], job["n_failed_retries"]) == ("Success", 0)
