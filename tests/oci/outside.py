@@ -56,7 +56,23 @@ while True:
 
 
 def sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.strip()}")
+
+
+def remove_stale_stand_ins() -> None:
+    """Deletes what a stand-in killed before its cleanup left: its namespace and its host side, which keeps
+    the routes. Called with the lock held, so every stand-in that exists now is stale."""
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for name in namespaces:
+        if name.startswith("crlt-out-"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout.splitlines()
+    for line in links:
+        name = line.split(":")[1].strip().split("@")[0]
+        if name.startswith("crlto-"):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
 
 
 @dataclass
@@ -82,6 +98,7 @@ async def outside() -> AsyncIterator[Outside]:
     lock = os.open(LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        remove_stale_stand_ins()
         sh("ip", "netns", "add", netns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
         sh("ip", "addr", "add", f"{HOST_SIDE}/24", "dev", veth)
