@@ -84,11 +84,15 @@ class ProcessCount:
     """The most it has had at once (pids.peak), where the kernel keeps it."""
     limit: int
     """Its own cap (pids.max)."""
+    refusals_known: bool = True
+    """False when the counter of refused forks went with the container: cgroup v1 counts them in the runtime's
+    cgroup, which crun removes as its container exits. `refused` then says nothing, and an attempt that reached
+    its own cap (pids.peak) is taken to have hit it."""
 
 
 def hit_own_limit(count: ProcessCount) -> bool:
     """Whether a fork was refused because the attempt had reached its own cap (not an ancestor's)."""
-    return count.refused > 0 and max(count.current, count.peak or 0) >= count.limit
+    return (count.refused > 0 or not count.refusals_known) and max(count.current, count.peak or 0) >= count.limit
 
 
 def refused_by_others(count: ProcessCount) -> bool:

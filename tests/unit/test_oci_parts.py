@@ -15,7 +15,7 @@ import pytest
 from corral.batch.v1 import job_spec_pb2 as js
 from services.worker.oci import oci_refusals
 from services.worker.oci.bundle import Container, config_json, merged_env
-from services.worker.host_limits import ProcessCount
+from services.worker.host_limits import ProcessCount, hit_own_limit
 from services.worker.oci.cgroups import V1, V2, AttemptCgroup, Hierarchies, Limits, Usage, read_usage
 from services.worker.oci.owner import Owner
 from services.worker.worker_cgroup import ProcessRuntimeClaim, WorkerCgroup
@@ -217,6 +217,29 @@ def test_cgroup_v2_the_workers_and_deployments_caps_and_refused_forks(tmp_path: 
     assert attempt.processes().refused == 15
     (root / "corral/up-1/w7/pids.current").write_text("40\n")
     assert worker.processes() == (40, 3072)
+
+
+def test_cgroup_v1_refused_forks_go_with_cruns_cgroup(tmp_path: Path) -> None:
+    """cgroup v1 counts a refused fork in runc's cgroup below the attempt's; crun removes that one as its
+    container exits, and an attempt whose peak reached its own cap is then taken to have hit it."""
+    hierarchies = Hierarchies(V1, {"pids": tmp_path / "pids"}, (tmp_path / "pids",))
+    attempt_dir = tmp_path / "pids/corral/d/w/7-3-a1"
+    (attempt_dir / "job").mkdir(parents=True)
+    for name, value in (("pids.max", "75"), ("pids.current", "0"), ("pids.peak", "75"), ("pids.events", "max 0")):
+        (attempt_dir / name).write_text(f"{value}\n")
+    (attempt_dir / "job/pids.events").write_text("max 4\n")
+    cgroup = AttemptCgroup(hierarchies, "/corral/d/w/7-3-a1")
+    cgroup.container = True
+    count = cgroup.processes()
+    assert count.refused == 4 and count.refusals_known and hit_own_limit(count)
+    (attempt_dir / "job/pids.events").unlink()
+    (attempt_dir / "job").rmdir()  # the container exited
+    count = cgroup.processes()
+    assert count.refused == 0 and not count.refusals_known and hit_own_limit(count)
+    (attempt_dir / "pids.peak").write_text("40\n")
+    assert not hit_own_limit(cgroup.processes())  # below its own cap: not its limit
+    # The process runtime's jobs fork in the attempt's cgroup itself: its count is all there is.
+    assert AttemptCgroup(hierarchies, "/corral/d/w/7-3-a1").processes().refusals_known
 
 
 def test_a_dead_process_runtimes_claim_is_swept_and_a_live_ones_kept(tmp_path: Path) -> None:

@@ -17,8 +17,11 @@ its own cgroup when the container is deleted.
 **Refused forks.** The kernel counts a fork it refused for a pids.max in
 `pids.events` (`max`): cgroup v1 (and v2 before 6.11) in the cgroup of the
 process that forked (runc's, `…/ATTEMPT/job`, which goes with the
-container, so it is read while the container exists), whichever level's
-cap was full; v2 since 6.11 in the cgroup whose cap was full and, for
+container, so it is read while the container exists: crun removes it as
+its container exits, so a job that ends before the limit watch looks has
+no count left, and one whose pids.peak reached its own cap is taken to
+have hit it, `ProcessCount.refusals_known`), whichever level's cap was
+full; v2 since 6.11 in the cgroup whose cap was full and, for
 `max`, its ancestors (so a fork refused by the worker's or the
 deployment's cap is not seen at the attempt there). `processes` reads both
 the attempt's and runc's, with pids.current and pids.peak, so that the
@@ -51,6 +54,7 @@ runs, for sampling.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import signal
@@ -142,6 +146,8 @@ class AttemptCgroup:
         self.path = path
         """Its path in each hierarchy, e.g. '/corral/worker-1/7-3-a1'."""
         self._oom_eventfd: int | None = None
+        self.container = False
+        """A container runs in it, in runc's cgroup below (`create`), not the process runtime's job."""
 
     @property
     def runc_path(self) -> str:
@@ -155,6 +161,7 @@ class AttemptCgroup:
     def create(cls, hierarchies: Hierarchies, path: str, limits: Limits) -> AttemptCgroup:
         """Make the cgroup and set its limits; raises CgroupError (what was made is left to `remove_tree`)."""
         cgroup = cls(hierarchies, path)
+        cgroup.container = True
         try:
             if hierarchies.version == V1:
                 cgroup._create_v1(limits)
@@ -218,7 +225,10 @@ class AttemptCgroup:
 
     def processes(self) -> ProcessCount:
         """Its processes and the forks the kernel refused them (the attempt's cgroup and runc's below it)."""
-        return read_processes(self.hierarchies, self.path)
+        count = read_processes(self.hierarchies, self.path)
+        if self.container and self.hierarchies.version == V1 and not (self.dir("pids") / RUNC_CHILD).exists():
+            return dataclasses.replace(count, refusals_known=False)  # v1 counted them there (module docstring)
+        return count
 
     def out_of_memory(self) -> bool:
         """Whether the kernel killed a process of the attempt for going over its memory limit. Read it
