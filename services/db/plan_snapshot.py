@@ -64,8 +64,27 @@ FROM {CANCELLED_GROUPS} g
 STRAIGHT_JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = g.batch_id AND r.job_group_id = g.job_group_id
 GROUP BY r.user, r.inst_coll
 """
-# 3. Less, for a user with more than DEMAND_BATCHES running batches, the (masked) ready demand of those past
-#    the first DEMAND_BATCHES (the cancellation RFC's bound): first who they are, by an index.
+# 3. Less all the (masked) ready demand of every group of a running batch that is held, itself or through an
+#    ancestor (migration 0029): a hold takes always-run jobs out too.
+HELD_GROUPS = """(SELECT DISTINCT a.batch_id, a.job_group_id
+      FROM job_groups_held h
+      JOIN batches b ON b.batch_id = h.batch_id AND b.state = 'running'
+      JOIN job_group_self_and_ancestors a ON a.batch_id = h.batch_id AND a.ancestor_id = h.job_group_id)"""
+"""A derived table of every (batch_id, job_group_id) of a running batch that is held, itself or through an
+ancestor."""
+_DEMAND_HELD_GROUPS = f"""
+SELECT r.user, r.inst_coll,
+       SUM(r.n_ready_always_run_jobs + IF(c.batch_id IS NULL, r.n_ready_cancellable_jobs, 0)) AS n_ready_jobs,
+       SUM(r.ready_always_run_cores_mcpu + IF(c.batch_id IS NULL, r.ready_cancellable_cores_mcpu, 0))
+         AS ready_cores_mcpu
+FROM {HELD_GROUPS} g
+STRAIGHT_JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = g.batch_id AND r.job_group_id = g.job_group_id
+LEFT JOIN {CANCELLED_GROUPS} c ON c.batch_id = g.batch_id AND c.job_group_id = g.job_group_id
+GROUP BY r.user, r.inst_coll
+"""
+# 4. Less, for a user with more than DEMAND_BATCHES running batches, the (masked) ready demand of those past
+#    the first DEMAND_BATCHES (the cancellation RFC's bound) that step 3 did not take off: first who they are,
+#    by an index.
 DEMAND_BATCHES = 50
 _DEEP_USERS = f"""
 SELECT user FROM batches WHERE state = 'running' GROUP BY user HAVING COUNT(*) > {DEMAND_BATCHES}
@@ -80,8 +99,23 @@ FROM (SELECT b.batch_id, ROW_NUMBER() OVER (PARTITION BY b.user ORDER BY b.batch
 JOIN user_inst_coll_resources_by_job_group r ON r.batch_id = rb.batch_id
 LEFT JOIN (SELECT DISTINCT batch_id, job_group_id FROM job_groups_cancelled_self_or_ancestor) g
   ON g.batch_id = r.batch_id AND g.job_group_id = r.job_group_id
-WHERE rb.batch_rank > {DEMAND_BATCHES}
+LEFT JOIN (SELECT DISTINCT batch_id, job_group_id FROM job_groups_held_self_or_ancestor) h
+  ON h.batch_id = r.batch_id AND h.job_group_id = r.job_group_id
+WHERE rb.batch_rank > {DEMAND_BATCHES} AND h.batch_id IS NULL
 GROUP BY r.user, r.inst_coll
+"""
+# 5. Less each job held one by one that the steps before counted: Ready, may run, its group not held, its
+#    batch among its user's first DEMAND_BATCHES running ones (few rows: hold_jobs bounds them per batch).
+_DEMAND_HELD_JOBS = f"""
+SELECT j.user, j.inst_coll, COUNT(*) AS n_ready_jobs, SUM(j.cores_mcpu) AS ready_cores_mcpu
+FROM jobs_held hj
+STRAIGHT_JOIN jobs j ON j.batch_id = hj.batch_id AND j.job_id = hj.job_id AND j.state = 'Ready'
+WHERE {{may_run}}
+  AND NOT EXISTS (SELECT 1 FROM job_groups_held_self_or_ancestor y
+                  WHERE y.batch_id = j.batch_id AND y.job_group_id = j.job_group_id)
+  AND (SELECT COUNT(*) FROM batches b WHERE b.user = j.user AND b.state = 'running'
+       AND b.batch_id <= j.batch_id) <= {DEMAND_BATCHES}
+GROUP BY j.user, j.inst_coll
 """
 
 # Active instances with their free cores, and the memory and storage their running jobs reserve (kept on the
@@ -136,6 +170,10 @@ async def read_demand(db: Database) -> dict[str, list[UserDemand]]:
         everything = list(await cursor.fetchall())
         await cursor.execute(_DEMAND_CANCELLED)
         less = list(await cursor.fetchall())
+        await cursor.execute(_DEMAND_HELD_GROUPS)
+        less += list(await cursor.fetchall())
+        await cursor.execute(_DEMAND_HELD_JOBS.format(may_run=MAY_RUN))
+        less += list(await cursor.fetchall())
         await cursor.execute(_DEEP_USERS)
         deep = [r["user"] for r in await cursor.fetchall()]
         if deep:

@@ -122,6 +122,19 @@ class JobStore:
         status, _ = await self.db.call("cancel_job_group", batch_id, job_group_id, user, reason, self.clock_ms())
         return status
 
+    async def hold_jobs(self, batch_id: int, user: str, job_group_id: int = 0, job_id: int | None = None,
+                        max_held_jobs: int | None = None) -> Row:
+        """Hold a job group (0 = the whole batch) or one job (`job_id`) in O(1): Ready, but not scheduled until
+        released. `message`: held, already held, or complete (a final job: nothing held)."""
+        status, _ = await self.db.call("hold_jobs", batch_id, job_group_id, job_id, user, self.clock_ms(),
+                                       max_held_jobs)
+        return status
+
+    async def release_jobs(self, batch_id: int, job_group_id: int = 0, job_id: int | None = None) -> Row:
+        """Release the hold of a job group (0 = the whole batch) or of one job. `message`: released or not held."""
+        status, _ = await self.db.call("release_jobs", batch_id, job_group_id, job_id)
+        return status
+
     async def delete_batch(self, batch_id: int) -> Row:
         """Hide a batch from every read (cancel it first with cancel_job_group)."""
         status, _ = await self.db.call("delete_batch", batch_id)

@@ -13,6 +13,10 @@
 -- and one lookup, and a head is never cut short by jobs the cancellers have
 -- not drained yet.
 --
+-- A held job (migration 0029: its group or an ancestor is held, or the
+-- job itself) is passed over as a cancelled one is: it stays Ready, and
+-- the walk goes on past it. Its hold is gathered once per call too.
+--
 -- Each candidate carries reserve_micro_usd: what schedule_jobs would
 -- reserve for it (job_worst_case_micro_usd at the reservation rates read
 -- now), 0 when its billing project has no limit. The planner takes it as
@@ -32,6 +36,7 @@ proc: BEGIN
   DECLARE v_user VARCHAR(100);
   DECLARE v_depth INT;
   DECLARE v_any_cancelled BOOLEAN;
+  DECLARE v_any_held BOOLEAN;
   DECLARE v_cpu_rate DOUBLE;
   DECLARE v_memory_rate DOUBLE;
   DECLARE looks CURSOR FOR
@@ -51,8 +56,9 @@ proc: BEGIN
   -- TRUNCATE, does not commit the snapshot this read runs in. Dropping them
   -- on every call made the connection parse its routines again on the next
   -- (see create_completion_tables).
-  IF @corral_scratch_ready_heads <=> 'a8392ad15ff2' THEN
+  IF @corral_scratch_ready_heads <=> '09b15a34681d' THEN
     DELETE FROM tmp_cancelled_groups;
+    DELETE FROM tmp_held_groups;
     DELETE FROM tmp_ready_heads;
   ELSE
     SET @corral_scratch_ready_heads = NULL;
@@ -62,12 +68,18 @@ proc: BEGIN
       job_group_id INT NOT NULL,
       PRIMARY KEY (batch_id, job_group_id)
     ) ENGINE=MEMORY;
+    DROP TEMPORARY TABLE IF EXISTS tmp_held_groups;
+    CREATE TEMPORARY TABLE tmp_held_groups (
+      batch_id BIGINT NOT NULL,
+      job_group_id INT NOT NULL,
+      PRIMARY KEY (batch_id, job_group_id)
+    ) ENGINE=MEMORY;
     DROP TEMPORARY TABLE IF EXISTS tmp_ready_heads;
     CREATE TEMPORARY TABLE tmp_ready_heads (
       batch_id BIGINT NOT NULL,
       job_id INT NOT NULL
     ) ENGINE=MEMORY;
-    SET @corral_scratch_ready_heads = 'a8392ad15ff2';
+    SET @corral_scratch_ready_heads = '09b15a34681d';
   END IF;
 
   -- Every group of a running batch that is cancelled, itself or through an
@@ -77,6 +89,13 @@ proc: BEGIN
     FROM job_groups_cancelled_self_or_ancestor x
     JOIN batches b ON b.batch_id = x.batch_id AND b.state = 'running';
   SET v_any_cancelled = EXISTS (SELECT 1 FROM tmp_cancelled_groups);
+  -- Every group of a running batch that is held, itself or through an
+  -- ancestor; and whether any job is held one by one.
+  INSERT IGNORE INTO tmp_held_groups (batch_id, job_group_id)
+    SELECT y.batch_id, y.job_group_id
+    FROM job_groups_held_self_or_ancestor y
+    JOIN batches b ON b.batch_id = y.batch_id AND b.state = 'running';
+  SET v_any_held = EXISTS (SELECT 1 FROM tmp_held_groups) OR EXISTS (SELECT 1 FROM jobs_held);
 
   OPEN looks;
   heads: LOOP
@@ -84,7 +103,20 @@ proc: BEGIN
     IF v_done THEN
       LEAVE heads;
     END IF;
-    IF v_any_cancelled THEN
+    IF v_any_held THEN
+      INSERT INTO tmp_ready_heads (batch_id, job_id)
+        SELECT j.batch_id, j.job_id
+        FROM jobs j FORCE INDEX (jobs_ready_queue)
+        LEFT JOIN tmp_cancelled_groups g ON g.batch_id = j.batch_id AND g.job_group_id = j.job_group_id
+        LEFT JOIN tmp_held_groups hg ON hg.batch_id = j.batch_id AND hg.job_group_id = j.job_group_id
+        LEFT JOIN jobs_held hj ON hj.batch_id = j.batch_id AND hj.job_id = j.job_id
+        WHERE j.state = 'Ready' AND j.inst_coll = v_pool AND j.user = v_user
+          AND (j.always_run OR (NOT j.dependency_failed AND g.batch_id IS NULL))
+          AND hg.batch_id IS NULL AND hj.batch_id IS NULL
+        ORDER BY j.priority DESC, j.batch_id, j.job_id
+        LIMIT v_depth;
+    ELSEIF v_any_cancelled THEN
+      -- The same without the holds' joins: nothing is held.
       INSERT INTO tmp_ready_heads (batch_id, job_id)
         SELECT j.batch_id, j.job_id
         FROM jobs j FORCE INDEX (jobs_ready_queue)
@@ -94,7 +126,7 @@ proc: BEGIN
         ORDER BY j.priority DESC, j.batch_id, j.job_id
         LIMIT v_depth;
     ELSE
-      -- The same without the join: no group of a running batch is cancelled.
+      -- The same without the join: nothing is held, and no group of a running batch is cancelled.
       INSERT INTO tmp_ready_heads (batch_id, job_id)
         SELECT j.batch_id, j.job_id
         FROM jobs j FORCE INDEX (jobs_ready_queue)

@@ -10,7 +10,8 @@
 -- instance.
 -- Per-job outcome: scheduled, creating, already_scheduled, not_found,
 -- not_ready, cancelled (its group is cancelled or a dependency failed, and
--- it is not always_run), over_budget, no_capacity; a scheduled job's row
+-- it is not always_run), held (its group, an ancestor or the job is held:
+-- migration 0029), over_budget, no_capacity; a scheduled job's row
 -- also carries what a Run command needs (spec_ref, memory_bytes,
 -- storage_bytes, timeout_ms, user, billing_project, trace_context,
 -- budget_timeout_ms: the project's max_job_duration_ms where it has a
@@ -60,7 +61,7 @@ proc: BEGIN
     LEAVE proc;
   END IF;
   CALL create_change_tables();
-  IF @@in_transaction = 0 AND @corral_scratch_schedule <=> '8870df7b6b07' THEN
+  IF @@in_transaction = 0 AND @corral_scratch_schedule <=> 'fe1c20890310' THEN
     TRUNCATE TABLE tmp_schedule;
     TRUNCATE TABLE tmp_schedule_instances;
   ELSE
@@ -85,6 +86,7 @@ proc: BEGIN
       reserve_ms BIGINT NULL,
       reserve_micro_usd BIGINT NOT NULL DEFAULT 0,
       group_cancelled BOOLEAN NOT NULL DEFAULT FALSE,
+      held BOOLEAN NOT NULL DEFAULT FALSE,
       outcome VARCHAR(32) NULL,
       PRIMARY KEY (batch_id, job_id)
     );
@@ -96,7 +98,7 @@ proc: BEGIN
       candidates_mcpu BIGINT NOT NULL DEFAULT 0,
       used_mcpu BIGINT NOT NULL DEFAULT 0
     );
-    SET @corral_scratch_schedule = '8870df7b6b07';
+    SET @corral_scratch_schedule = 'fe1c20890310';
   END IF;
   INSERT INTO tmp_schedule (batch_id, job_id, attempt_id, instance_name)
     SELECT jt.batch_id, jt.job_id, jt.attempt_id, COALESCE(jt.instance_name, in_instance_name)
@@ -147,7 +149,10 @@ proc: BEGIN
   END IF;
   UPDATE tmp_schedule t
     SET t.group_cancelled = EXISTS (SELECT 1 FROM job_groups_cancelled_self_or_ancestor x
-                                    WHERE x.batch_id = t.batch_id AND x.job_group_id = t.job_group_id);
+                                    WHERE x.batch_id = t.batch_id AND x.job_group_id = t.job_group_id),
+        t.held = EXISTS (SELECT 1 FROM job_groups_held_self_or_ancestor y
+                         WHERE y.batch_id = t.batch_id AND y.job_group_id = t.job_group_id)
+                 OR EXISTS (SELECT 1 FROM jobs_held h WHERE h.batch_id = t.batch_id AND h.job_id = t.job_id);
 
   -- The instances, locked in name order (the scratch table's key leads the
   -- join, so only their rows are touched), then read by subqueries, which
@@ -179,6 +184,7 @@ proc: BEGIN
       WHEN t.old_state = 'Creating' AND t.old_attempt_id = t.attempt_id THEN 'start_created'
       WHEN t.old_state <> 'Ready' THEN 'not_ready'
       WHEN NOT t.always_run AND (t.dependency_failed OR t.group_cancelled) THEN 'cancelled'
+      WHEN t.held THEN 'held'
       ELSE 'candidate' END;
 
   -- What each limited project has left: its limit less its spend and what

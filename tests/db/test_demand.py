@@ -1,7 +1,9 @@
 """The scheduler's demand read (`plan_snapshot.read_demand`) says what the view user_inst_coll_fair_share
 says, on data with every case the view handles: several users and pools, Ready and running jobs, nested job
 groups cancelled (masking cancellable demand, not always-run demand), a cancelled batch, a completed batch,
-and a user with more running batches than the bound (demand from the first 50 alone)."""
+a user with more running batches than the bound (demand from the first 50 alone), and holds (migration 0029:
+groups and batches held, some cancelled too, and jobs held one by one, in held groups or not, always-run or
+not, before and past the bound)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ async def test_the_demand_read_is_the_views(world: World) -> None:
     await world.instance("i2", cores_mcpu=10**9, inst_coll="highmem")
     instance = {"standard": "i1", "highmem": "i2"}
 
-    async def batch(user: str, n_jobs: int, cancel: str | None = None) -> int:
+    async def batch(user: str, n_jobs: int, cancel: str | None = None, hold: str | None = None) -> int:
         groups = [{"job_group_id": 1, "parent_id": 0}, {"job_group_id": 2, "parent_id": 1},
                   {"job_group_id": 3, "parent_id": 0}]
         jobs = [{"inst_coll": rng.choice(POOLS), "cores_mcpu": rng.choice((250, 500, 1000, 2000)),
@@ -43,11 +45,18 @@ async def test_the_demand_read_is_the_views(world: World) -> None:
             await world.store.cancel_job_group(batch_id, 1, user, "test")  # and its subgroup 2
         elif cancel == "batch":
             await world.store.cancel_job_group(batch_id, 0, user, "test")
+        if hold == "group":
+            await world.store.hold_jobs(batch_id, user, job_group_id=rng.choice((1, 3)))
+        elif hold == "batch":
+            await world.store.hold_jobs(batch_id, user)
+        if hold is not None:  # and some jobs one by one, whatever their group
+            for job_id in rng.sample(range(start, start + n_jobs), k=min(n_jobs, 3)):
+                await world.store.hold_jobs(batch_id, user, job_id=job_id)
         return batch_id
 
     for i in range(6):
-        await batch("alice", 8, cancel=("group", "batch", None)[i % 3])
-        await batch("bob", 5, cancel=None if i % 2 else "group")
+        await batch("alice", 8, cancel=("group", "batch", None)[i % 3], hold=("group", None, "jobs", "batch")[i % 4])
+        await batch("bob", 5, cancel=None if i % 2 else "group", hold=("jobs", None, "group")[i % 3])
     # A completed batch: its jobs ran and ended.
     done, _, first = await world.batch([{}, {}], user="bob")
     for job_id in (first, first + 1):
@@ -56,7 +65,7 @@ async def test_the_demand_read_is_the_views(world: World) -> None:
     assert (await world.batch_row(done))["state"] == "complete"
     # A user past the bound: 60 running batches, some cancelled.
     for i in range(DEMAND_BATCHES + 10):
-        await batch("dora", 2, cancel="group" if i % 7 == 0 else None)
+        await batch("dora", 2, cancel="group" if i % 7 == 0 else None, hold=("jobs", None, "group", None, "batch")[i % 5])
 
     expected = await view_demand(world)
     assert {d.user for ds in expected.values() for d in ds} >= {"alice", "bob", "dora"}

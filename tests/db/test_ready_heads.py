@@ -1,11 +1,13 @@
 """The heads of the users' queues (read_ready_heads, through plan_snapshot.read_queues) against a model: on
 random batches with nested groups, some cancelled, priorities, jobs that always run, jobs a parent failed and
-jobs already running, each user's head in each pool is exactly the first `depth` Ready jobs that may run, in
+jobs already running, and (in one run) holds of groups, batches and single jobs, each user's head in each pool is exactly the first `depth` Ready jobs that may run, in
 queue order, as a plain Python reading of every job decides it, each with the locks it declares."""
 
 from __future__ import annotations
 
 import random
+
+import pytest
 
 from services.db.invariants import check_invariants
 from services.db.plan_snapshot import read_queues
@@ -19,7 +21,7 @@ LOCKS = ([], [], [{"level": "db", "mode": "exclusive", "name": "x"}],
 USERS = ("alice", "bob")
 
 
-async def _build(world: World, rng: random.Random) -> None:
+async def _build(world: World, rng: random.Random, holds: bool = False) -> None:
     await world.instance("i1", cores_mcpu=100_000)
     for _ in range(6):
         user = rng.choice(USERS)
@@ -37,6 +39,15 @@ async def _build(world: World, rng: random.Random) -> None:
                 await world.run(batch_id, start + i)
         for g in rng.sample(range(5), rng.choice([0, 0, 1, 2])):
             await world.store.cancel_job_group(batch_id, g, user, "test")
+        if holds:  # some groups (0: the batch) and some jobs held, some of those released again
+            for g in rng.sample(range(5), rng.choice([0, 1, 2])):
+                await world.store.hold_jobs(batch_id, user, job_group_id=g)
+                if rng.random() < 0.25:
+                    await world.store.release_jobs(batch_id, job_group_id=g)
+            for job_id in rng.sample(range(start, start + len(jobs)), rng.choice([0, 1, 3])):
+                await world.store.hold_jobs(batch_id, user, job_id=job_id)
+                if rng.random() < 0.25:
+                    await world.store.release_jobs(batch_id, job_id=job_id)
 
 
 async def _model(world: World, looks: dict[str, dict[str, int]]) -> dict[str, dict[str, list[tuple[int, int]]]]:
@@ -46,8 +57,14 @@ async def _model(world: World, looks: dict[str, dict[str, int]]) -> dict[str, di
     cancelled = {(r["batch_id"], r["job_group_id"]) for r in await world.db.fetchall(
         "SELECT a.batch_id, a.job_group_id FROM job_groups_cancelled c "
         "JOIN job_group_self_and_ancestors a ON a.batch_id = c.batch_id AND a.ancestor_id = c.job_group_id")}
+    held_groups = {(r["batch_id"], r["job_group_id"]) for r in await world.db.fetchall(
+        "SELECT a.batch_id, a.job_group_id FROM job_groups_held h "
+        "JOIN job_group_self_and_ancestors a ON a.batch_id = h.batch_id AND a.ancestor_id = h.job_group_id")}
+    held_jobs = {(r["batch_id"], r["job_id"]) for r in await world.db.fetchall("SELECT * FROM jobs_held")}
 
     def may_run(j: dict) -> bool:
+        if (j["batch_id"], j["job_group_id"]) in held_groups or (j["batch_id"], j["job_id"]) in held_jobs:
+            return False
         return bool(j["always_run"]) or (not j["dependency_failed"]
                                          and (j["batch_id"], j["job_group_id"]) not in cancelled)
 
@@ -59,9 +76,10 @@ async def _model(world: World, looks: dict[str, dict[str, int]]) -> dict[str, di
             for pool, users in looks.items()}
 
 
-async def test_each_head_is_the_first_jobs_that_may_run_in_queue_order(world: World) -> None:
+@pytest.mark.parametrize("holds", [False, True], ids=["nothing-held", "holds"])
+async def test_each_head_is_the_first_jobs_that_may_run_in_queue_order(world: World, holds: bool) -> None:
     rng = random.Random(19)
-    await _build(world, rng)
+    await _build(world, rng, holds)
     # A parent that failed its child, as the releaser leaves it until the canceller drains it.
     ready = await world.db.fetchall("SELECT batch_id, job_id FROM jobs WHERE state = 'Ready' AND NOT always_run")
     for r in rng.sample(ready, 4):

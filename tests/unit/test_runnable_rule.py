@@ -77,7 +77,7 @@ SOURCES = {path.stem: _folded(path.read_text()) for path in ROUTINES}
 SOURCES["plan_snapshot.MAY_RUN"] = _folded(plan_snapshot.MAY_RUN)
 
 EXPECTED = {
-    "read_ready_heads": Counter({"may run": 2}),
+    "read_ready_heads": Counter({"may run": 3}),
     "schedule_jobs": Counter({"must not run": 1}),
     "cancel_ready_jobs": Counter({"must not run": 1}),
     "plan_snapshot.MAY_RUN": Counter({"may run": 1}),
