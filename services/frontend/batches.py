@@ -131,6 +131,12 @@ def _batch_message(row: dict[str, Any], counts: BatchCounts, attributes: dict[st
     )
 
 
+_HOLD_CHANGES = {"held": pb.HOLD_CHANGE_HELD, "already held": pb.HOLD_CHANGE_ALREADY_HELD,
+                 "complete": pb.HOLD_CHANGE_COMPLETE, "released": pb.HOLD_CHANGE_RELEASED,
+                 "not held": pb.HOLD_CHANGE_NOT_HELD}
+"""hold_jobs' and release_jobs' words as the API says them."""
+
+
 class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
     """The batch half of the frontend."""
 
@@ -511,6 +517,25 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
             await self.notify("batch_cancelled", request.batch_id, 0, row["billing_project"])
         batch = await self.batch_proto(await self._batch_row(request.batch_id, principal))
         return pb.CancelBatchResponse(batch=batch)
+
+    async def HoldJobs(self, request: pb.HoldJobsRequest, context: grpc.aio.ServicerContext
+                       ) -> pb.HoldJobsResponse:
+        principal = current_principal()
+        await self._own_batch(request.batch_id, principal)
+        job_id = request.job_id if request.WhichOneof("target") == "job_id" else None
+        status = await self.jobs.hold_jobs(request.batch_id, principal.name, request.job_group_id, job_id,
+                                           max_held_jobs=self.limits.max_held_jobs_per_batch)
+        return pb.HoldJobsResponse(change=_HOLD_CHANGES[status["message"]])
+
+    async def ReleaseJobs(self, request: pb.ReleaseJobsRequest, context: grpc.aio.ServicerContext
+                          ) -> pb.ReleaseJobsResponse:
+        principal = current_principal()
+        row = await self._own_batch(request.batch_id, principal)
+        job_id = request.job_id if request.WhichOneof("target") == "job_id" else None
+        status = await self.jobs.release_jobs(request.batch_id, request.job_group_id, job_id)
+        if status["message"] == "released":  # its jobs may start at the next cycle: wake the scheduler
+            await self.notify("jobs_ready", request.batch_id, 0, row["billing_project"])
+        return pb.ReleaseJobsResponse(change=_HOLD_CHANGES[status["message"]])
 
     async def DeleteBatch(self, request: pb.DeleteBatchRequest, context: grpc.aio.ServicerContext
                           ) -> pb.DeleteBatchResponse:

@@ -21,6 +21,7 @@ before the deployment changed): then the reason is CANNOT_RUN, saying why.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 
 from services.policy.planner import BLOCKED_BY_LOCK, Wait
 
@@ -63,6 +64,17 @@ class Cancelled:
     job_group_id: int
     cancelled_by: str
     reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """The hold that keeps the job from being scheduled: its own, or its nearest held group's (0 = the
+    batch)."""
+
+    job_group_id: int | None
+    """None: the job itself is held."""
+    held_by: str
+    time_held_ms: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +122,7 @@ class JobFacts:
     """Where the current attempt runs (Running, Creating)."""
     parents: tuple[Parent, ...] = ()
     cancelled: Cancelled | None = None
+    held: Held | None = None
     scheduling: Scheduling | None = None
 
 
@@ -166,6 +179,17 @@ def _scheduling(facts: JobFacts) -> list[Reason]:
     return [Reason(wait.code, wait.detail, wait.holders, lock, regions)]
 
 
+def _hold(facts: JobFacts) -> list[Reason]:
+    h = facts.held
+    if h is None or (facts.cancelled is not None and not facts.always_run):  # a cancelled job is not coming back
+        return []
+    when = datetime.datetime.fromtimestamp(h.time_held_ms / 1000, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S UTC")
+    what = ("the job" if h.job_group_id is None else f"batch {facts.batch_id}" if h.job_group_id == 0
+            else f"job group {h.job_group_id}")
+    return [Reason("HELD", f"{what} was held by {h.held_by} at {when}; it is not scheduled until released")]
+
+
 def explain(facts: JobFacts) -> list[Reason]:
     """Every reason that applies to the job now, most decisive first.
 
@@ -180,8 +204,8 @@ def explain(facts: JobFacts) -> list[Reason]:
     if facts.state == "Creating":
         return [Reason("STARTING", f"its machine {facts.instance} is being created" if facts.instance
                        else "its machine is being created")]
-    reasons = _cancellation(facts) + _parents(facts)
-    if facts.state == "Ready" and not any(r.code in ("BATCH_CANCELLED", "JOB_GROUP_CANCELLED", "PARENT_FAILED")
-                                          for r in reasons):
+    reasons = _cancellation(facts) + _hold(facts) + _parents(facts)
+    if facts.state == "Ready" and not any(r.code in ("BATCH_CANCELLED", "JOB_GROUP_CANCELLED", "PARENT_FAILED",
+                                                     "HELD") for r in reasons):
         reasons += _scheduling(facts)
     return reasons

@@ -1,6 +1,7 @@
 """The facts behind ExplainJob, read from the database.
 
-Each read is bounded: parents of one job, its nearest cancelled group, and
+Each read is bounded: parents of one job, its nearest cancelled group, its
+hold (its own, or its nearest held group's), and
 for a Ready job the planner's snapshot of its pool, read as the scheduler
 reads it (`services.db.plan_snapshot`: each user's queue only as deep as the
 planner looks, locks only at the candidates' levels), then `plan` on it. A
@@ -28,7 +29,7 @@ from services.db.database import Database
 from services.db.plan_snapshot import (
     read_demand, read_deployment, read_pool_machines, read_snapshot, read_workers,
 )
-from services.frontend.explain import Cancelled, JobFacts, LockConflict, Parent, Scheduling
+from services.frontend.explain import Cancelled, Held, JobFacts, LockConflict, Parent, Scheduling
 from services.policy import planner
 from services.policy.lock_contention import locks_from_rows
 from services.policy.runnable import Needs, never_runs
@@ -46,7 +47,22 @@ ORDER BY c.job_group_id = 0 DESC, a.level
 LIMIT 1
 """
 
-# The queue's order: priority, then batch, then job; only jobs the scheduler may run.
+# The job's own hold, else its nearest held group's (the batch's first), as for a cancellation.
+_HELD = """
+SELECT job_group_id, held_by, time_held_ms FROM (
+  SELECT 0 AS k, NULL AS job_group_id, held_by, time_held_ms FROM jobs_held WHERE batch_id = %s AND job_id = %s
+  UNION ALL
+  (SELECT 1 AS k, h.job_group_id, h.held_by, h.time_held_ms
+   FROM job_group_self_and_ancestors a
+   JOIN job_groups_held h ON h.batch_id = a.batch_id AND h.job_group_id = a.ancestor_id
+   WHERE a.batch_id = %s AND a.job_group_id = %s
+   ORDER BY h.job_group_id = 0 DESC, a.level
+   LIMIT 1)) holds
+ORDER BY k
+LIMIT 1
+"""
+
+# The queue's order: priority, then batch, then job; only jobs the scheduler may run (not held).
 _AHEAD = """
 SELECT COUNT(*) AS n FROM (
   SELECT 1 FROM batches ob
@@ -57,6 +73,9 @@ SELECT COUNT(*) AS n FROM (
           SELECT 1 FROM job_group_self_and_ancestors oa
           JOIN job_groups_cancelled oc ON oc.batch_id = oa.batch_id AND oc.job_group_id = oa.ancestor_id
           WHERE oa.batch_id = oj.batch_id AND oa.job_group_id = oj.job_group_id)))
+    AND NOT EXISTS (SELECT 1 FROM job_groups_held_self_or_ancestor y
+                    WHERE y.batch_id = oj.batch_id AND y.job_group_id = oj.job_group_id)
+    AND NOT EXISTS (SELECT 1 FROM jobs_held hj WHERE hj.batch_id = oj.batch_id AND hj.job_id = oj.job_id)
   LIMIT %s) ahead
 """
 
@@ -96,12 +115,14 @@ class ExplainStore:
         if state not in ("Pending", "Ready"):
             return facts
         cancelled = await self.db.fetchone(_CANCELLED, (batch_id, job["job_group_id"]), name="explain_cancelled")
+        held = await self.db.fetchone(_HELD, (batch_id, job_id, batch_id, job["job_group_id"]), name="explain_held")
         facts = dataclasses.replace(
             facts, parents=tuple(Parent(p["parent_id"], p["state"], p["accepted_states"]) for p in parents),
             cancelled=Cancelled(cancelled["job_group_id"], cancelled["cancelled_by"], cancelled["reason"])
-            if cancelled else None)
+            if cancelled else None,
+            held=Held(held["job_group_id"], held["held_by"], int(held["time_held_ms"])) if held else None)
         stopped = (cancelled is not None or facts.dependency_failed) and not facts.always_run
-        if state != "Ready" or stopped:  # the planner's reason would not be shown
+        if state != "Ready" or stopped or held is not None:  # the planner's reason would not be shown
             return facts
         return dataclasses.replace(facts, scheduling=await self.scheduling(job, locks))
 

@@ -83,7 +83,7 @@ def request_field_limits(limits: Limits) -> FieldLimits:
     for request in ("GetBatch", "ListBatches", "CancelBatch", "DeleteBatch", "WatchBatch", "CreateUpdate",
                     "CreateJobGroups", "AddJobs", "CommitUpdate", "RerunFailedJobs", "GetJob", "ListJobs",
                     "GetJobAttempts", "GetJobLog", "StreamJobLog", "GetAttemptUsage", "ExplainJob", "GetJobGroup",
-                    "ListJobGroups", "CancelJobGroup"):
+                    "ListJobGroups", "CancelJobGroup", "HoldJobs", "ReleaseJobs"):
         if request != "ListBatches":
             table[f"{BATCH}{request}Request.batch_id"] = batch_id
     for request in ("GetJob", "GetJobAttempts", "GetJobLog", "StreamJobLog", "GetAttemptUsage", "ExplainJob"):
@@ -176,6 +176,10 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}GetJobGroupRequest.job_group_id": _int_column("job_groups.job_group_id"),
         f"{BATCH}ListJobGroupsRequest.parent_job_group_id": _int_column("job_groups.parent_id"),
         f"{BATCH}CancelJobGroupRequest.job_group_id": _int_column("job_groups.job_group_id"),
+        f"{BATCH}HoldJobsRequest.job_group_id": _int_column("job_groups_held.job_group_id"),
+        f"{BATCH}HoldJobsRequest.job_id": _int_column("jobs_held.job_id"),
+        f"{BATCH}ReleaseJobsRequest.job_group_id": _int_column("job_groups_held.job_group_id"),
+        f"{BATCH}ReleaseJobsRequest.job_id": _int_column("jobs_held.job_id"),
         # FleetService
         f"{BATCH}ListInstancesRequest.pool": Text(100, column="instances.inst_coll"),
         # LockService

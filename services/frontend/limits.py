@@ -90,6 +90,8 @@ class Limits:
     """Entries in a spec's `input_files`, and again in its `output_files`."""
     max_regions_per_job: int = 64
     """Entries in a spec's `regions`."""
+    max_held_jobs_per_batch: int = 1_000
+    """Jobs of one batch held one by one (HoldJobs with a job_id); more are held as a job group, one row."""
     max_locks_per_job: int = 64
     """Entries in a spec's `locks`."""
     max_names_per_lock: int = 1_000

@@ -155,6 +155,8 @@ TABLE: dict[str, Row] = {
     B + "ListRegions": Row(lambda w: bpb.ListRegionsRequest(), unauthenticated(OK, member=OK, owner=OK, admin=OK)),
     B + "CancelBatch": Row(lambda w: bpb.CancelBatchRequest(batch_id=w.cancel_batch_id), CHANGE),
     B + "DeleteBatch": Row(lambda w: bpb.DeleteBatchRequest(batch_id=w.delete_batch_id), CHANGE),
+    B + "HoldJobs": Row(lambda w: bpb.HoldJobsRequest(batch_id=w.batch_id, job_id=1), CHANGE),
+    B + "ReleaseJobs": Row(lambda w: bpb.ReleaseJobsRequest(batch_id=w.batch_id, job_id=1), CHANGE),
     B + "WatchBatch": Row(lambda w: bpb.WatchBatchRequest(batch_id=w.batch_id), READ),
     B + "CreateUpdate": Row(lambda w: bpb.CreateUpdateRequest(idempotency_token=uuid.uuid4().hex,
                                                               batch_id=w.batch_id, n_jobs=1), CHANGE),

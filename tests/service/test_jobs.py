@@ -687,3 +687,64 @@ async def test_storage_larger_than_its_pools_machine_is_refused_and_0_reserves_t
     job = (await env.jobs.GetJob(pb.GetJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))).job
     assert job.resources == job_pb2.JobResources(cores_mcpu=250, memory_bytes=gib, storage_bytes=2 * gib,
                                                  pool="standard")
+
+
+async def test_hold_and_release_over_grpc(env: Env) -> None:
+    """HoldJobs and ReleaseJobs of a batch, a job group and a job, each way, with what ExplainJob says, and
+    who may: the batch's owner (bob, a member, may not; carol, an outsider, finds nothing)."""
+    w = env.world
+    # Groups 1 and 2, 2 under 1; job 3 in group 2.
+    groups = (job_group_pb2.JobGroupSpec(), job_group_pb2.JobGroupSpec(parent=job_spec_pb2.JobGroupRef(
+        in_update_index=0)))
+    batch_id = await env.submit(spec(), spec(), spec(job_group=job_spec_pb2.JobGroupRef(in_update_index=1)),
+                                groups=groups)
+    await w.instance(cores_mcpu=8000)
+
+    async def codes_of(job_id: int) -> list[str]:
+        answer = await env.jobs.ExplainJob(pb.ExplainJobRequest(batch_id=batch_id, job_id=job_id),
+                                           metadata=env.as_("alice"))
+        return [job_explanation_pb2.WaitReasonCode.Name(r.code).removeprefix("WAIT_REASON_CODE_")
+                for r in answer.explanation.reasons]
+
+    async def hold(who: str = "alice", **target: int) -> int:
+        return (await env.batches.HoldJobs(bpb.HoldJobsRequest(batch_id=batch_id, **target),
+                                           metadata=env.as_(who))).change
+
+    async def release(**target: int) -> int:
+        return (await env.batches.ReleaseJobs(bpb.ReleaseJobsRequest(batch_id=batch_id, **target),
+                                              metadata=env.as_("alice"))).change
+
+    assert await hold() == bpb.HOLD_CHANGE_HELD
+    assert await hold() == bpb.HOLD_CHANGE_ALREADY_HELD
+    answer = await env.jobs.ExplainJob(pb.ExplainJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))
+    [reason] = answer.explanation.reasons
+    assert reason.code == job_explanation_pb2.WAIT_REASON_CODE_HELD
+    assert reason.detail.startswith(f"batch {batch_id} was held by alice at ")
+    assert await release() == bpb.HOLD_CHANGE_RELEASED
+    assert await release() == bpb.HOLD_CHANGE_NOT_HELD
+    assert await codes_of(1) == []
+    # A job group (with the group under it), then one job.
+    assert await hold(job_group_id=1) == bpb.HOLD_CHANGE_HELD
+    assert [await codes_of(j) for j in (1, 2, 3)] == [[], [], ["HELD"]]
+    assert await hold(job_id=2) == bpb.HOLD_CHANGE_HELD
+    assert await codes_of(2) == ["HELD"]
+    assert await release(job_group_id=1) == bpb.HOLD_CHANGE_RELEASED
+    assert await release(job_id=2) == bpb.HOLD_CHANGE_RELEASED
+    assert [await codes_of(j) for j in (1, 2, 3)] == [[], [], []]
+    # A final job has nothing to hold.
+    attempt = await w.run(batch_id, 1)
+    await complete(env, batch_id, 1, attempt, "Success")
+    assert await hold(job_id=1) == bpb.HOLD_CHANGE_COMPLETE
+    # Refusals: what does not exist, and who may not.
+    for target in ({"job_id": 99}, {"job_group_id": 77}):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await hold(**target)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value.details()
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await release(**target)
+        assert e.value.code() == grpc.StatusCode.NOT_FOUND, e.value.details()
+    for who, code in (("bob", grpc.StatusCode.PERMISSION_DENIED), ("carol", grpc.StatusCode.NOT_FOUND)):
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await hold(who)
+        assert e.value.code() == code
+    assert await w.db.fetchone("SELECT 1 FROM job_groups_held WHERE batch_id = %s", (batch_id,)) is None

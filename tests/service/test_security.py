@@ -134,6 +134,9 @@ CASES: dict[str, Case] = {
                                                       member=PD),
     "/corral.batch.v1.BatchService/DeleteBatch": Case(lambda w: bpb.DeleteBatchRequest(batch_id=w.batch_id),
                                                       member=PD),
+    "/corral.batch.v1.BatchService/HoldJobs": Case(lambda w: bpb.HoldJobsRequest(batch_id=w.batch_id), member=PD),
+    "/corral.batch.v1.BatchService/ReleaseJobs": Case(lambda w: bpb.ReleaseJobsRequest(batch_id=w.batch_id),
+                                                      member=PD),
     "/corral.batch.v1.BatchService/WatchBatch": Case(lambda w: bpb.WatchBatchRequest(batch_id=w.batch_id)),
     "/corral.batch.v1.BatchService/CreateUpdate": Case(lambda w: bpb.CreateUpdateRequest(
         batch_id=w.batch_id, n_jobs=1, idempotency_token="sec"), member=PD),

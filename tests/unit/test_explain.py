@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from services.frontend.explain import (
     FINAL_STATES,
     Cancelled,
+    Held,
     JobFacts,
     LockConflict,
     Parent,
@@ -45,6 +46,23 @@ def test_decisive_reasons_hide_the_schedulers() -> None:
     assert (reason.code, reason.detail) == ("JOB_GROUP_CANCELLED", "job group 2 was cancelled by bob: wrong input")
     # always_run jobs run anyway: then the scheduler's reason applies.
     assert codes(dataclasses.replace(facts, always_run=True)) == ["NO_CAPACITY_IN_REGIONS"]
+
+
+def test_a_held_job_says_which_hold_and_hides_the_schedulers_reason() -> None:
+    at = 1_764_497_400_000  # 2025-11-30 10:10:00 UTC
+    for held, what in ((Held(0, "alice", at), "batch 1"), (Held(3, "bob", at), "job group 3"),
+                       (Held(None, "alice", at), "the job")):
+        [reason] = explain(dataclasses.replace(READY, held=held, scheduling=NO_ROOM))
+        assert (reason.code, reason.detail) == (
+            "HELD", f"{what} was held by {held.held_by} at 2025-11-30 10:10:00 UTC; it is not scheduled until "
+                    "released")
+    # A pending job under a hold: held, and waiting on its parents too.
+    pending = dataclasses.replace(READY, state="Pending", held=Held(0, "alice", at), parents=(Parent(1, "Running", 1),))
+    assert codes(pending) == ["HELD", "WAITING_ON_PARENTS"]
+    # A cancellation is the decisive reason: a cancelled job never comes back to wait for its release.
+    cancelled = dataclasses.replace(READY, held=Held(0, "alice", at), cancelled=Cancelled(0, "alice", ""))
+    assert codes(cancelled) == ["BATCH_CANCELLED"]
+    assert codes(dataclasses.replace(cancelled, always_run=True)) == ["HELD"]
 
 
 def test_pending_jobs_wait_on_parents_and_know_about_failed_ones() -> None:

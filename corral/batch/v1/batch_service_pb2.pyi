@@ -6,12 +6,28 @@ from corral.batch.v1 import job_state_pb2 as _job_state_pb2
 from corral.batch.v1 import update_pb2 as _update_pb2
 from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class HoldChange(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    HOLD_CHANGE_UNSPECIFIED: _ClassVar[HoldChange]
+    HOLD_CHANGE_HELD: _ClassVar[HoldChange]
+    HOLD_CHANGE_ALREADY_HELD: _ClassVar[HoldChange]
+    HOLD_CHANGE_COMPLETE: _ClassVar[HoldChange]
+    HOLD_CHANGE_RELEASED: _ClassVar[HoldChange]
+    HOLD_CHANGE_NOT_HELD: _ClassVar[HoldChange]
+HOLD_CHANGE_UNSPECIFIED: HoldChange
+HOLD_CHANGE_HELD: HoldChange
+HOLD_CHANGE_ALREADY_HELD: HoldChange
+HOLD_CHANGE_COMPLETE: HoldChange
+HOLD_CHANGE_RELEASED: HoldChange
+HOLD_CHANGE_NOT_HELD: HoldChange
 
 class CreateBatchRequest(_message.Message):
     __slots__ = ("billing_project", "attributes", "callback_url", "cancel_after_n_failures", "idempotency_token", "n_jobs", "n_job_groups")
@@ -89,6 +105,38 @@ class CancelBatchResponse(_message.Message):
     BATCH_FIELD_NUMBER: _ClassVar[int]
     batch: _batch_pb2.Batch
     def __init__(self, batch: _Optional[_Union[_batch_pb2.Batch, _Mapping]] = ...) -> None: ...
+
+class HoldJobsRequest(_message.Message):
+    __slots__ = ("batch_id", "job_group_id", "job_id")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    job_group_id: int
+    job_id: int
+    def __init__(self, batch_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., job_id: _Optional[int] = ...) -> None: ...
+
+class HoldJobsResponse(_message.Message):
+    __slots__ = ("change",)
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    change: HoldChange
+    def __init__(self, change: _Optional[_Union[HoldChange, str]] = ...) -> None: ...
+
+class ReleaseJobsRequest(_message.Message):
+    __slots__ = ("batch_id", "job_group_id", "job_id")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    job_group_id: int
+    job_id: int
+    def __init__(self, batch_id: _Optional[int] = ..., job_group_id: _Optional[int] = ..., job_id: _Optional[int] = ...) -> None: ...
+
+class ReleaseJobsResponse(_message.Message):
+    __slots__ = ("change",)
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    change: HoldChange
+    def __init__(self, change: _Optional[_Union[HoldChange, str]] = ...) -> None: ...
 
 class DeleteBatchRequest(_message.Message):
     __slots__ = ("batch_id",)

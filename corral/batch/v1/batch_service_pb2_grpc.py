@@ -58,6 +58,16 @@ class BatchServiceStub:
                 request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.CancelBatchRequest.SerializeToString,
                 response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.CancelBatchResponse.FromString,
                 _registered_method=True)
+        self.HoldJobs = channel.unary_unary(
+                '/corral.batch.v1.BatchService/HoldJobs',
+                request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.HoldJobsRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.HoldJobsResponse.FromString,
+                _registered_method=True)
+        self.ReleaseJobs = channel.unary_unary(
+                '/corral.batch.v1.BatchService/ReleaseJobs',
+                request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ReleaseJobsRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ReleaseJobsResponse.FromString,
+                _registered_method=True)
         self.DeleteBatch = channel.unary_unary(
                 '/corral.batch.v1.BatchService/DeleteBatch',
                 request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.DeleteBatchRequest.SerializeToString,
@@ -139,6 +149,27 @@ class BatchServiceServicer:
         in the background. Cancelling again changes nothing, and so does
         cancelling a finished batch (complete, no update open): the response's
         batch is then complete and has no cancellation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def HoldJobs(self, request, context):
+        """Holds a batch, one of its job groups (with the groups under it) or one
+        job: its Ready jobs stay Ready but are not scheduled until ReleaseJobs,
+        and the autoscaler starts no machine for them; jobs already running go
+        on (a held job's later attempts wait). One O(1) write, whatever the
+        number of jobs; jobs a later update adds to a held group are held too.
+        Holding again changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseJobs(self, request, context):
+        """Releases what HoldJobs held: the hold of the batch, of one job group or
+        of one job, and only that one (a job whose group is held as well stays
+        held until that hold is released too). Releasing again changes nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -242,6 +273,16 @@ def add_BatchServiceServicer_to_server(servicer, server):
                     servicer.CancelBatch,
                     request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.CancelBatchRequest.FromString,
                     response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.CancelBatchResponse.SerializeToString,
+            ),
+            'HoldJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.HoldJobs,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.HoldJobsRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.HoldJobsResponse.SerializeToString,
+            ),
+            'ReleaseJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseJobs,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ReleaseJobsRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ReleaseJobsResponse.SerializeToString,
             ),
             'DeleteBatch': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteBatch,
@@ -401,6 +442,60 @@ class BatchService:
             '/corral.batch.v1.BatchService/CancelBatch',
             corral_dot_batch_dot_v1_dot_batch__service__pb2.CancelBatchRequest.SerializeToString,
             corral_dot_batch_dot_v1_dot_batch__service__pb2.CancelBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HoldJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.BatchService/HoldJobs',
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.HoldJobsRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.HoldJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.BatchService/ReleaseJobs',
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.ReleaseJobsRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.ReleaseJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,6 +31,7 @@ class WaitReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WAIT_REASON_CODE_FINISHED: _ClassVar[WaitReasonCode]
     WAIT_REASON_CODE_RETRY_DELAY: _ClassVar[WaitReasonCode]
     WAIT_REASON_CODE_CANNOT_RUN: _ClassVar[WaitReasonCode]
+    WAIT_REASON_CODE_HELD: _ClassVar[WaitReasonCode]
 WAIT_REASON_CODE_UNSPECIFIED: WaitReasonCode
 WAIT_REASON_CODE_WAITING_ON_PARENTS: WaitReasonCode
 WAIT_REASON_CODE_PARENT_FAILED: WaitReasonCode
@@ -47,6 +48,7 @@ WAIT_REASON_CODE_RUNNING: WaitReasonCode
 WAIT_REASON_CODE_FINISHED: WaitReasonCode
 WAIT_REASON_CODE_RETRY_DELAY: WaitReasonCode
 WAIT_REASON_CODE_CANNOT_RUN: WaitReasonCode
+WAIT_REASON_CODE_HELD: WaitReasonCode
 
 class JobExplanation(_message.Message):
     __slots__ = ("batch_id", "job_id", "state", "reasons", "explained_at")
