@@ -216,6 +216,19 @@ class AsyncCalls:
         return (await self._call(self._groups.CancelJobGroup, gpb.CancelJobGroupRequest(
             batch_id=batch_id, job_group_id=job_group_id, reason=reason))).job_group
 
+    async def hold(self, batch_id: int, job_id: int | None = None, job_group_id: int | None = None) -> str:
+        """Hold the batch, one job group (with the groups under it) or one job: its Ready jobs stay Ready but
+        are not scheduled until `release`. Returns what changed: 'held', 'already held' or 'complete' (a final
+        job: nothing to hold)."""
+        request = bpb.HoldJobsRequest(batch_id=batch_id, **_hold_target(job_id, job_group_id))
+        return _change_words((await self._call(self._batches.HoldJobs, request)).change)
+
+    async def release(self, batch_id: int, job_id: int | None = None, job_group_id: int | None = None) -> str:
+        """Release the hold of the batch, of one job group or of one job (only that hold: a job whose group is
+        held too stays held). Returns 'released' or 'not held'."""
+        request = bpb.ReleaseJobsRequest(batch_id=batch_id, **_hold_target(job_id, job_group_id))
+        return _change_words((await self._call(self._batches.ReleaseJobs, request)).change)
+
     async def delete_batch(self, batch_id: int) -> None:
         """Cancel the batch if it runs and hide it from every read."""
         await self._call(self._batches.DeleteBatch, bpb.DeleteBatchRequest(batch_id=batch_id))
@@ -399,3 +412,15 @@ class AsyncCalls:
         """Deactivate a user and revoke their tokens; administrators only."""
         return (await self._call(self._auth_stub().DeactivateUser,
                                  apb.DeactivateUserRequest(username=username))).user
+
+
+def _hold_target(job_id: int | None, job_group_id: int | None) -> dict[str, int]:
+    if job_id is not None and job_group_id is not None:
+        raise ValueError("hold or release a job or a job group, not both")
+    return {"job_id": job_id} if job_id is not None else (
+        {"job_group_id": job_group_id} if job_group_id is not None else {})
+
+
+def _change_words(change: int) -> str:
+    """HOLD_CHANGE_ALREADY_HELD -> 'already held'."""
+    return bpb.HoldChange.Name(change).removeprefix("HOLD_CHANGE_").lower().replace("_", " ")

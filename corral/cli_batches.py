@@ -1,4 +1,4 @@
-"""`corral submit`, `ls`, `status`, `cancel`, `wait`: the batch commands.
+"""`corral submit`, `ls`, `status`, `cancel`, `hold`, `release`, `wait`: the batch commands.
 
 Human output by default, `--json` for scripts.
 """
@@ -14,6 +14,7 @@ from corral.batch.v1 import batch_pb2
 from corral.batch_file import read_batch_file
 from corral.batch_file_words import FileSource, file_refusal
 from corral.cli_common import EXIT_NOT_ALL_SUCCEEDED, open_client, with_json
+from corral.errors import UsageError
 from corral.refusal_words import Option, option_words
 
 
@@ -76,6 +77,32 @@ def _cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _what(args: argparse.Namespace) -> str:
+    if args.job_id is not None:
+        return f"job {args.batch_id}/{args.job_id}"
+    return f"job group {args.batch_id}/{args.group}" if args.group is not None else f"batch {args.batch_id}"
+
+
+_HOLD_WORDS = {"held": "{what} is held: its ready jobs are not scheduled until `corral release`",
+               "already held": "{what} was already held",
+               "complete": "{what} is already complete: nothing to hold",
+               "released": "{what} is released: its ready jobs are scheduled again",
+               "not held": "{what} was not held: nothing to release"}
+
+
+def _hold_or_release(args: argparse.Namespace) -> int:
+    if args.job_id is not None and args.group is not None:
+        raise UsageError(f"corral {args.verb}: name a job or --group, not both")
+    with open_client(args) as client:
+        call = client.hold if args.verb == "hold" else client.release
+        change = call(args.batch_id, job_id=args.job_id, job_group_id=args.group)
+    if args.json:
+        print(json.dumps({"change": change}))
+    else:
+        print(_HOLD_WORDS[change].format(what=_what(args)))
+    return 0
+
+
 def _wait(args: argparse.Namespace) -> int:
     with open_client(args) as client:
         batch = client.wait(args.batch_id, progress=not args.quiet)
@@ -84,7 +111,7 @@ def _wait(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    """Add submit, ls, status, cancel and wait."""
+    """Add submit, ls, status, cancel, hold, release and wait."""
     submit = with_json(commands.add_parser("submit", help="submit a batch file (YAML, see docs/batch-file.md)"))
     submit.add_argument("file")
     submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
@@ -100,6 +127,14 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     cancel.add_argument("batch_id", type=int)
     cancel.add_argument("--reason", default="cancelled from the command line")
     cancel.set_defaults(run=_cancel, words=option_words({"reason": Option("--reason")}))
+    for name, words in (("hold", "hold a batch, a job group or a job: its ready jobs wait until released"),
+                        ("release", "release the hold of a batch, a job group or a job")):
+        command = with_json(commands.add_parser(name, help=words))
+        command.add_argument("batch_id", type=int)
+        command.add_argument("job_id", type=int, nargs="?", help="one job of the batch (default: the batch)")
+        command.add_argument("--group", type=int, metavar="JOB_GROUP_ID",
+                             help="a job group of the batch, with the groups under it")
+        command.set_defaults(run=_hold_or_release, verb=name)
     wait = with_json(commands.add_parser(
         "wait", help="wait until a batch completes, showing progress; exit 0 if every job succeeded, "
                      f"{EXIT_NOT_ALL_SUCCEEDED} if not"))

@@ -129,6 +129,8 @@ class Client:
     follow_log_messages = _blocking(aio.Client.follow_log_messages)
     job_groups = _blocking(aio.Client.job_groups)
     cancel_job_group = _blocking(aio.Client.cancel_job_group)
+    hold = _blocking(aio.Client.hold)
+    release = _blocking(aio.Client.release)
     delete_batch = _blocking(aio.Client.delete_batch)
     rerun_failed = _blocking(aio.Client.rerun_failed)
     locks = _blocking(aio.Client.locks)

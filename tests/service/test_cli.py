@@ -70,6 +70,18 @@ async def test_login_submit_ls_status_cancel(cli_env, frontend: FrontendApp, aut
     assert listed.returncode == 0 and f"batch {batch['batchId']}" in listed.stdout
     status = await corral(cli_env, "status", batch["batchId"])
     assert "running" in status.stdout and "jobs=3" in status.stdout
+    held = await corral(cli_env, "hold", batch["batchId"])
+    assert held.returncode == 0 and held.stdout.startswith(f"batch {batch['batchId']} is held"), held.stderr
+    assert "was already held" in (await corral(cli_env, "hold", batch["batchId"])).stdout
+    job = await corral(cli_env, "hold", batch["batchId"], "1", "--json")
+    assert json.loads(job.stdout) == {"change": "held"}, job.stderr
+    assert "job group" in (await corral(cli_env, "release", batch["batchId"], "--group", "0")).stdout
+    assert "is released" in (await corral(cli_env, "release", batch["batchId"], "1")).stdout
+    assert "was not held" in (await corral(cli_env, "release", batch["batchId"])).stdout
+    both = await corral(cli_env, "hold", batch["batchId"], "1", "--group", "0")
+    assert both.returncode != 0 and "not both" in both.stderr
+    nothing = await corral(cli_env, "hold", batch["batchId"], "99")
+    assert nothing.returncode == EXIT_NOT_FOUND and "no job 99" in nothing.stderr
     cancelled = await corral(cli_env, "cancel", batch["batchId"], "--reason", "typo")
     assert "cancelled by alice: typo" in cancelled.stdout
 
