@@ -21,7 +21,9 @@ from services.driver.metrics import PROVIDER_REFUSALS
 from services.driver.providers.errors import InvalidRequest, PermissionDenied, ProviderError, TransientError
 from services.driver.providers.interface import InstanceProvider, InstanceRequest
 from services.driver.store import DriverStore
-from services.policy.placement import Backoffs, BackoffSettings, RegionDemand, Refusal, place
+from services.policy.fair_share import UserDemand
+from services.policy.placement import Backoffs, BackoffSettings, RegionDemand, Refusal, demand_by_region, place
+from services.policy.planner import JOBS_PER_CYCLE, Worker, depths
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +37,15 @@ def instances_to_create(ready_mcpu: int, free_mcpu: int, worker_cores_mcpu: int,
     return max(0, min(wanted, max_new, max_instances - n_live))
 
 
-REGION_SAMPLE_JOBS = 10_000
-"""How many of a pool's Ready jobs the autoscaler reads to split its demand by region: the split of the
-first this many (by the queue index) is taken as the split of the whole, so a pool with a million Ready
-jobs costs no more than one with ten thousand."""
+def queue_looks(users: list[UserDemand], jobs_per_cycle: int = JOBS_PER_CYCLE) -> dict[str, int]:
+    """How deep the autoscaler reads each user's queue of a pool to split its demand by region: as deep as the
+    scheduler looks once the pool has room for every user's demand (`planner.depths`: `jobs_per_cycle` shared
+    in proportion to ready cores, at least one job each), so the machines it makes are for the jobs the
+    scheduler tries first. A cycle reads at most `jobs_per_cycle` jobs plus one per user, however many are
+    Ready."""
+    room = Worker("", 0, sum(max(0, u.ready_cores_mcpu) for u in users))
+    return depths([room], users, jobs_per_cycle)
+
 
 _REFUSAL_KINDS: tuple[tuple[type[ProviderError], Refusal], ...] = (
     (PermissionDenied, Refusal.CONFIGURATION), (InvalidRequest, Refusal.CONFIGURATION),
@@ -94,13 +101,15 @@ class Autoscaler(Loop):
     def __init__(self, store: DriverStore, provider: InstanceProvider, epoch: Callable[[], int | None],
                  region: str = "local", period_s: float = 15.0, any_region: bool = False,
                  backoff: BackoffSettings = BackoffSettings(), clock_s: Callable[[], float] = time.monotonic,
-                 provider_regions: Collection[str] | None = None, stopping: Stopping | None = None):
+                 provider_regions: Collection[str] | None = None, stopping: Stopping | None = None,
+                 jobs_per_cycle: int = JOBS_PER_CYCLE):
         """`region`: the pool's preferred region; `any_region`: a machine for jobs that may all run anywhere
         is asked for with `InstanceRequest.any_region`, so that the provider itself may try its other
         regions in the same call; `backoff`: how long a refused pool or region waits; `clock_s`: the
         back-offs' clock; `provider_regions`: the regions the provider makes machines in (a cloud's
         configured ones: a region of the table it does not have, such as `local`, gets none); `stopping`: when
-        no machine may be started, whatever the demand."""
+        no machine may be started, whatever the demand; `jobs_per_cycle`: the scheduler's, how deep the heads
+        of the queues that split demand by region are read (`queue_looks`)."""
         super().__init__(period_s)
         self._store = store
         self._provider = provider
@@ -113,6 +122,7 @@ class Autoscaler(Loop):
         self._stopping = stopping or Stopping()
         self._said_stopping: str | None = None
         self.created: list[str] = []
+        self.jobs_per_cycle = jobs_per_cycle
 
     async def cycle(self) -> None:
         epoch = self._epoch()
@@ -141,7 +151,7 @@ class Autoscaler(Loop):
             pool_regions = self._pool_regions(regions)
             placed = place(n_on_demand + n, cores_mcpu, pool_regions,
                            self.backoffs.open_regions(pool.name, pool_regions, self._clock_s()),
-                           await self._demand_by_region(pool.name, ready_mcpu, regions))
+                           await self._demand_by_region(pool.name, demand.get(pool.name, []), ready_mcpu, regions))
             for i, placement in enumerate(placed):
                 if self._stopped():  # asked again right before each: the demand read above may be the stop's own
                     return
@@ -168,18 +178,16 @@ class Autoscaler(Loop):
         return [self._region, *(name for name in regions.values() if name != self._region
                                 and (self._provider_regions is None or name in self._provider_regions))]
 
-    async def _demand_by_region(self, pool: str, ready_mcpu: int, regions: dict[int, str]) -> list[RegionDemand]:
-        """The pool's ready cores by the regions their jobs may run in, scaled from a sample (one region:
-        all of it anywhere, nothing read)."""
+    async def _demand_by_region(self, pool: str, users: list[UserDemand], ready_mcpu: int,
+                                regions: dict[int, str]) -> list[RegionDemand]:
+        """The pool's ready cores by the regions their jobs may run in, split as the heads of its users' queues
+        are (`placement.demand_by_region`), read as the scheduler reads them (`read_ready_heads`, as deep as
+        `queue_looks`); one region: all of it anywhere, nothing read."""
         if len(self._pool_regions(regions)) <= 1:
             return [RegionDemand(None, ready_mcpu)]
-        sample = await self._store.ready_by_regions(pool, REGION_SAMPLE_JOBS)
-        sampled_mcpu = sum(cores_mcpu for _, cores_mcpu in sample)
-        if sampled_mcpu <= 0:
-            return [RegionDemand(None, ready_mcpu)]
-        return [RegionDemand(None if bits is None else
-                             frozenset(name for bit, name in regions.items() if (bits >> bit) & 1),
-                             cores_mcpu * ready_mcpu // sampled_mcpu) for bits, cores_mcpu in sample]
+        queues = (await self._store.read_queues({pool: queue_looks(users, self.jobs_per_cycle)})).get(pool, {})
+        heads = [(job.regions_bits, job.cores_mcpu) for queue in queues.values() for job in queue]
+        return demand_by_region(heads, ready_mcpu, regions)
 
     async def _create(self, epoch: int, request: InstanceRequest) -> bool:
         """Record the instance, then ask the cloud for it, and record where the cloud put it; False if it

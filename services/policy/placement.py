@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
 class Refusal(enum.Enum):
@@ -114,6 +114,28 @@ class RegionDemand:
     regions: frozenset[str] | None
     """Where they may run; None: anywhere."""
     cores_mcpu: int
+
+
+def demand_by_region(heads: Iterable[tuple[int | None, int]], ready_mcpu: int,
+                     regions: Mapping[int, str]) -> list[RegionDemand]:
+    """A pool's ready cores (`ready_mcpu`) split by the regions their jobs may run in, in the proportions of
+    `heads`: (regions_bits, cores_mcpu) of the jobs at the heads of the users' queues, those the scheduler
+    looks at first (bit i of regions_bits: region `regions[i]`; None: anywhere). No heads: all anywhere.
+
+    The split is taken from the heads, not from the queue at large, so that `place` makes machines only in
+    regions where a job the scheduler looks at may run: each machine made is given work, and the queue moves.
+    Split by the whole queue instead, a batch of region-a jobs queued before as many region-b jobs had
+    machines made in region-b (the earlier region of a tie) that the scheduler, looking at region-a's jobs,
+    never used: idle, they left, and were made again, for ever (the design's deadlock with regions)."""
+    by_bits: dict[int | None, int] = {}
+    for bits, cores_mcpu in heads:
+        by_bits[bits] = by_bits.get(bits, 0) + cores_mcpu
+    seen_mcpu = sum(by_bits.values())
+    if seen_mcpu <= 0:
+        return [RegionDemand(None, ready_mcpu)]
+    return [RegionDemand(None if bits is None else
+                         frozenset(name for bit, name in regions.items() if (bits >> bit) & 1),
+                         cores_mcpu * ready_mcpu // seen_mcpu) for bits, cores_mcpu in by_bits.items()]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.policy.placement import Backoff, Backoffs, BackoffSettings, Placement, RegionDemand, Refusal, place
+from services.policy.placement import (
+    Backoff, Backoffs, BackoffSettings, Placement, RegionDemand, Refusal, demand_by_region, place,
+)
 
 
 def regions_of(placed: list[Placement]) -> list[str]:
@@ -36,6 +38,42 @@ def test_machines_go_only_to_open_regions_where_some_demand_may_run(n: int, core
         if p.anywhere:  # only demand that may run anywhere goes there
             assert all(d.regions is None for d in demand if d.cores_mcpu > 0 and d.regions is not None
                        and next((r for r in REGIONS if r in open_regions and may_run(d, r)), None) == p.region)
+
+
+BIT_OF = {name: bit for bit, name in enumerate(REGIONS)}
+heads_of_queues = st.lists(st.tuples(st.none() | st.integers(1, 2 ** len(REGIONS) - 1), st.integers(1, 16_000)),
+                           max_size=12)
+"""(regions_bits, cores_mcpu) of the jobs at the heads of the queues, the jobs the scheduler looks at."""
+
+
+@given(st.integers(0, 20), st.integers(1, 16_000), open_sets, heads_of_queues, st.integers(0, 10**7))
+def test_every_machine_made_is_for_a_job_the_scheduler_looks_at(n: int, cores: int, open_regions: set[str],
+                                                                 heads: list[tuple[int | None, int]],
+                                                                 ready: int) -> None:
+    """The design's deadlock needs a machine made where no job the scheduler looks at may run: idle, it
+    leaves, and is made there again. Split by the heads, demand never brings one."""
+    regions = dict(enumerate(REGIONS))
+    placed = place(n, cores, REGIONS, open_regions, demand_by_region(heads, ready, regions))
+    for p in placed:
+        assert any(bits is None or (bits >> BIT_OF[p.region]) & 1 for bits, _ in heads) or not heads, (p, heads)
+
+
+@given(st.integers(1, 20), st.integers(1, 16_000), st.sampled_from(REGIONS), heads_of_queues, st.integers(1, 10**7))
+def test_heads_in_one_region_bring_machines_there_alone(n: int, cores: int, region: str,
+                                                        behind: list[tuple[int | None, int]], ready: int) -> None:
+    """However much of the queue behind the heads is elsewhere (it is not read), the machines go to the heads'
+    region while it is open."""
+    only = [(1 << BIT_OF[region], cores_mcpu) for _, cores_mcpu in behind] or [(1 << BIT_OF[region], 1000)]
+    placed = place(n, cores, REGIONS, set(REGIONS), demand_by_region(only, ready, dict(enumerate(REGIONS))))
+    assert regions_of(placed) == [region] * n
+
+
+def test_demand_is_split_as_the_heads_are_and_scaled_to_the_whole() -> None:
+    regions = {1: "east", 2: "west"}
+    split = demand_by_region([(0b10, 1000), (0b100, 3000), (0b10, 1000), (None, 5000)], 100_000, regions)
+    assert split == [RegionDemand(frozenset({"east"}), 20_000), RegionDemand(frozenset({"west"}), 30_000),
+                     RegionDemand(None, 50_000)]
+    assert demand_by_region([], 7000, regions) == [RegionDemand(None, 7000)]
 
 
 @given(st.integers(0, 20), st.integers(1, 16_000), open_sets, demands)

@@ -26,12 +26,6 @@ FROM instance_collections c
 WHERE c.is_pool AND c.enabled
 """
 
-_READY_BY_REGIONS = """
-SELECT regions_bits, SUM(cores_mcpu) AS cores_mcpu
-FROM (SELECT regions_bits, cores_mcpu FROM jobs WHERE state = 'Ready' AND inst_coll = %s LIMIT {limit}) ready
-GROUP BY regions_bits
-"""
-
 _SEEN = """
 SELECT name, state, COALESCE(last_heartbeat_ms, time_activated_ms, time_created_ms) AS seen_ms
 FROM instances WHERE state IN ('pending', 'active')
@@ -114,13 +108,6 @@ class InstanceReads:
         rows = await self.db.fetchall("SELECT region_id, name FROM regions ORDER BY region_id",
                                       name="autoscaler_regions")
         return {int(r["region_id"]): r["name"] for r in rows}
-
-    async def ready_by_regions(self, pool: str, sample_jobs: int) -> list[tuple[int | None, int]]:
-        """(regions_bits, cores) of the first `sample_jobs` Ready jobs of the pool (by the queue index),
-        summed by the regions they may run in; None: anywhere."""
-        rows = await self.db.fetchall(_READY_BY_REGIONS.format(limit=int(sample_jobs)), (pool,),
-                                      name="autoscaler_ready_regions")
-        return [(None if r["regions_bits"] is None else int(r["regions_bits"]), int(r["cores_mcpu"])) for r in rows]
 
     async def priced(self, cpu_product: str, memory_product: str) -> bool:
         """Whether both products have a price."""
