@@ -384,6 +384,15 @@ class AsyncCalls:
         only."""
         return list((await self._call(self._fleet.ListPools, fpb.ListPoolsRequest())).pools)
 
+    async def pause_pool(self, pool: str) -> fleet_pb2.Pool:
+        """Pause a pool: nothing new starts there and it gets no new machine; its running jobs finish.
+        Administrators only."""
+        return (await self._call(self._fleet.PausePool, fpb.PausePoolRequest(pool=pool))).pool
+
+    async def resume_pool(self, pool: str) -> fleet_pb2.Pool:
+        """Resume a paused pool: its ready jobs are scheduled again. Administrators only."""
+        return (await self._call(self._fleet.ResumePool, fpb.ResumePoolRequest(pool=pool))).pool
+
     def instances(self, pool: str = "", state: str | None = None) -> AsyncIterator[fleet_pb2.Instance]:
         """The instances of `pool` (default: every pool) in `state` (pending, active, inactive, deleted; default:
         every state but deleted), by name; administrators only."""

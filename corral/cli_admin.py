@@ -140,7 +140,8 @@ def pool_line(p: fleet_pb2.Pool) -> str:
                f"storage={format_bytes(p.storage_bytes)}" if p.shared else "machine per job")
     return (f"{p.name}  {p.provider}  {p.machine_type or '-'}  {machine}  spot={'yes' if p.spot else 'no'}  "
             f"max={p.max_instances}  {'enabled' if p.enabled else 'disabled'}  "
-            f"pending={p.n_pending} active={p.n_active} inactive={p.n_inactive}")
+            f"pending={p.n_pending} active={p.n_active} inactive={p.n_inactive}"
+            + (f"  paused by {p.paused_by} at {_when(p.paused_at)}" if p.paused else ""))
 
 
 def instance_line(i: fleet_pb2.Instance) -> str:
@@ -162,6 +163,20 @@ def _admin(args: argparse.Namespace) -> int:
     else:
         for item in found:
             print(line(item))
+    return 0
+
+
+def _pools(args: argparse.Namespace) -> int:
+    with open_client(args) as client:
+        if args.action == "ls":
+            found = client.pools()
+        else:
+            found = [(client.pause_pool if args.action == "pause" else client.resume_pool)(args.pool)]
+    if args.json:
+        print_json(found)
+    else:
+        for pool in found:
+            print(pool_line(pool))
     return 0
 
 
@@ -223,3 +238,11 @@ def add_commands(commands: Any) -> None:
     instances.add_argument("--pool", help="only this pool's")
     instances.add_argument("--state", choices=("pending", "active", "inactive", "deleted"), help="only in this state")
     admin.set_defaults(run=_admin, words=option_words(ADMIN_OPTIONS))
+
+    pools = commands.add_parser("pools", help="pause and resume pools (admin)")
+    actions = pools.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
+    with_json(actions.add_parser("ls", help="every pool, as `corral admin pools`"))
+    for action, words in (("pause", "nothing new starts in the pool and it gets no new machine; running jobs "
+                                    "finish"), ("resume", "the pool's ready jobs are scheduled again")):
+        with_json(actions.add_parser(action, help=words)).add_argument("pool")
+    pools.set_defaults(run=_pools)

@@ -155,6 +155,8 @@ class Client:
     reservations = _blocking(aio.Client.reservations)
     # The fleet (administrators).
     pools = _blocking(aio.Client.pools)
+    pause_pool = _blocking(aio.Client.pause_pool)
+    resume_pool = _blocking(aio.Client.resume_pool)
     instances = _blocking(aio.Client.instances)
     # Users and tokens (the auth service).
     create_user = _blocking(aio.Client.create_user)

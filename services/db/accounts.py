@@ -65,7 +65,7 @@ ACCOUNTS: dict[str, Account] = {
         read_all=True,
         writes={"secrets": ("INSERT", "UPDATE", "DELETE")},
         procedures=("create_batch", "create_update", "insert_job_groups", "insert_jobs", "commit_update",
-                    "cancel_job_group", "hold_jobs", "release_jobs", "delete_batch", "discard_batch",
+                    "cancel_job_group", "hold_jobs", "release_jobs", "set_pool_paused", "delete_batch", "discard_batch",
                     "rerun_failed_jobs", "check_job_limits",
                     "read_ready_heads", "create_billing_project", "add_billing_project_member",
                     "remove_billing_project_member", "set_billing_project_limit", "set_billing_project_open",

@@ -119,11 +119,13 @@ GROUP BY j.user, j.inst_coll
 """
 
 # Active instances with their free cores, and the memory and storage their running jobs reserve (kept on the
-# instance by schedule_jobs and complete_jobs_core, migration 0018).
+# instance by schedule_jobs and complete_jobs_core, migration 0018); none of a paused pool (migration 0030),
+# where nothing new starts.
 _WORKERS = """
 SELECT i.name, i.inst_coll, COALESCE(r.region_id, 0) AS region_id, i.free_cores_mcpu, i.memory_bytes,
        i.storage_bytes, i.preemptible, i.used_memory_bytes, i.used_storage_bytes
 FROM instances i LEFT JOIN regions r ON r.name = i.region
+JOIN instance_collections c ON c.name = i.inst_coll AND NOT c.paused
 WHERE i.state = 'active' {pool}
 ORDER BY i.name
 """
@@ -224,11 +226,14 @@ async def read_deployment(db: Database) -> Deployment:
     The frontend reads it at every submission and ExplainJob; a tiny table."""
     rows = await db.fetchall(
         "SELECT name, is_pool, provider, worker_cores, worker_memory_bytes, worker_storage_bytes, max_instances, "
-        "enabled, worker_type, preemptible FROM instance_collections ORDER BY name", name="deployment_collections")
+        "enabled, worker_type, preemptible, paused, paused_by, time_paused_ms FROM instance_collections ORDER BY name",
+        name="deployment_collections")
     return Deployment(tuple(InstanceCollection(
         r["name"], bool(r["is_pool"]), r["provider"], int(r["worker_cores"] or 0) * 1000,
         int(r["worker_memory_bytes"] or 0), int(r["worker_storage_bytes"] or 0), int(r["max_instances"]),
-        bool(r["enabled"]), r["worker_type"] or "", bool(r["preemptible"])) for r in rows))
+        bool(r["enabled"]), r["worker_type"] or "", bool(r["preemptible"]),
+        (r["paused_by"] or "?") if r["paused"] else None, r["time_paused_ms"] if r["paused"] else None)
+        for r in rows))
 
 
 async def read_pool_machines(db: Database, collection: InstanceCollection) -> PoolMachines:

@@ -231,7 +231,7 @@ async def start(config: FrontendConfig) -> FrontendApp:
                         ImageServicer(secrets, own_registry, limits, config.image_import_dir,
                                       notifier.held_images if config.driver_addresses else None),
                         image_service_pb2_grpc.add_ImageServiceServicer_to_server),
-                Service("corral.batch.v1.FleetService", FleetServicer(FleetStore(reads)),
+                Service("corral.batch.v1.FleetService", FleetServicer(FleetStore(reads), notifier),
                         fleet_service_pb2_grpc.add_FleetServiceServicer_to_server),
             ]
 

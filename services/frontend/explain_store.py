@@ -154,12 +154,17 @@ class ExplainStore:
         collection = deployment.get(pool)
         if never is not None or collection is None:
             return Scheduling(never=never)
+        key = (job["batch_id"], job["job_id"])
+        if collection.paused_by is not None:  # the planner's first rule, whatever else holds: nothing starts there
+            alone = planner.Candidate(key, job["user"], job["billing_project"], int(job["cores_mcpu"]))
+            paused = planner.plan(planner.Snapshot(pool, (), (), {job["user"]: [alone]},
+                                                   paused_by=collection.paused_by))
+            return Scheduling(paused.waits[key])
         workers = [w for w in (await read_workers(self.db, pool)).get(pool, []) if w.free_cores_mcpu > 0]
         demands = (await read_demand(self.db)).get(pool, [])
         snapshot = dataclasses.replace(
             await read_snapshot(self.db, pool, workers, demands, planner.JOBS_PER_CYCLE, self._clock() / 1000),
             machines=await read_pool_machines(self.db, collection))
-        key = (job["batch_id"], job["job_id"])
         result = planner.plan(snapshot)
         if any(p.key == key for p in result.placements):
             return Scheduling()

@@ -182,6 +182,8 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}ReleaseJobsRequest.job_id": _int_column("jobs_held.job_id"),
         # FleetService
         f"{BATCH}ListInstancesRequest.pool": Text(100, column="instances.inst_coll"),
+        f"{BATCH}PausePoolRequest.pool": Text(100, column="instance_collections.name"),
+        f"{BATCH}ResumePoolRequest.pool": Text(100, column="instance_collections.name"),
         # LockService
         f"{BATCH}ListLocksRequest.billing_project": project,
         f"{BATCH}ListLocksRequest.level": Text(64, column="job_locks.level"),

@@ -19,6 +19,7 @@ from services.frontend import page_tokens
 from services.frontend.fleet_store import FleetStore
 from services.frontend.job_protos import timestamp
 from services.frontend.jobs import page_size
+from services.frontend.notify import Notify, no_notify
 
 _STATES = {"pending": fleet_pb2.INSTANCE_STATE_PENDING, "active": fleet_pb2.INSTANCE_STATE_ACTIVE,
            "inactive": fleet_pb2.INSTANCE_STATE_INACTIVE, "deleted": fleet_pb2.INSTANCE_STATE_DELETED}
@@ -29,20 +30,42 @@ _LIVE = ("pending", "active")
 class FleetServicer(fleet_service_pb2_grpc.FleetServiceServicer):
     """See the module docstring."""
 
-    def __init__(self, store: FleetStore):
+    def __init__(self, store: FleetStore, notify: Notify = no_notify):
         self.store = store
+        self.notify = notify
 
     async def ListPools(self, request: pb.ListPoolsRequest, context: grpc.aio.ServicerContext
                         ) -> pb.ListPoolsResponse:
         current_principal().require_admin()
+        return pb.ListPoolsResponse(pools=await self._pools())
+
+    async def PausePool(self, request: pb.PausePoolRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.PausePoolResponse:
+        principal = current_principal()
+        principal.require_admin()
+        await self.store.set_paused(request.pool, True, principal.name)
+        return pb.PausePoolResponse(pool=(await self._pools(request.pool))[0])
+
+    async def ResumePool(self, request: pb.ResumePoolRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.ResumePoolResponse:
+        principal = current_principal()
+        principal.require_admin()
+        changed = await self.store.set_paused(request.pool, False, principal.name)
+        if changed == "resumed":  # its ready jobs may start at the next cycle
+            await self.notify("jobs_ready", 0)
+        return pb.ResumePoolResponse(pool=(await self._pools(request.pool))[0])
+
+    async def _pools(self, name: str | None = None) -> list[fleet_pb2.Pool]:
         deployment = await self.store.deployment()
         counts = await self.store.instance_counts()
-        return pb.ListPoolsResponse(pools=[fleet_pb2.Pool(
+        return [fleet_pb2.Pool(
             name=c.name, shared=c.is_pool, provider=c.provider, machine_type=c.machine_type,
             cores_mcpu=c.cores_mcpu, memory_bytes=c.memory_bytes, storage_bytes=c.storage_bytes, spot=c.spot,
             max_instances=c.max_instances, enabled=c.enabled, n_pending=counts.get((c.name, "pending"), 0),
-            n_active=counts.get((c.name, "active"), 0), n_inactive=counts.get((c.name, "inactive"), 0))
-            for c in deployment.collections])
+            n_active=counts.get((c.name, "active"), 0), n_inactive=counts.get((c.name, "inactive"), 0),
+            paused=c.paused_by is not None, paused_by=c.paused_by or "",
+            paused_at=timestamp(c.time_paused_ms))
+            for c in deployment.collections if name is None or c.name == name]
 
     async def ListInstances(self, request: pb.ListInstancesRequest, context: grpc.aio.ServicerContext
                             ) -> pb.ListInstancesResponse:

@@ -8,6 +8,8 @@ cores as the scheduling procedures keep them, running attempts as the attempts t
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from services.db.database import Database
@@ -28,10 +30,17 @@ FROM instances i
 
 
 class FleetStore:
-    """SQL reads behind ListPools and ListInstances."""
+    """SQL reads behind ListPools and ListInstances, and the pause of a pool (PausePool, ResumePool)."""
 
-    def __init__(self, db: Database):
+    def __init__(self, db: Database, clock_ms: Callable[[], int] = lambda: int(time.time() * 1000)):
         self.db = db
+        self._clock_ms = clock_ms
+
+    async def set_paused(self, pool: str, paused: bool, user: str) -> str:
+        """Pause or resume a pool (set_pool_paused): 'paused', 'already paused', 'resumed' or 'not paused';
+        NotFoundError for no such pool."""
+        status, _ = await self.db.call("set_pool_paused", pool, paused, user, self._clock_ms())
+        return str(status["message"])
 
     async def deployment(self) -> Deployment:
         """The instance collections, by name."""

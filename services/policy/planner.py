@@ -7,7 +7,8 @@ the same kind of snapshot and reports the reason the plan gives for one job.
 Pure: no I/O, no clock (the snapshot carries `now_s`), no randomness
 (attempt ids are the caller's).
 
-A cycle, per pool:
+A cycle, per pool (a paused pool places nothing: every job looked at waits
+with POOL_PAUSED):
 1. fair share: the pool's free cores water-filled over the users' ready
    demand (`fair_share.allocate_cores`), and from it how many of each user's
    jobs the cycle looks at (`fair_share.scheduling_shares`, at least one per
@@ -59,6 +60,7 @@ from services.policy.sizes import binary_size
 JobKey = tuple[int, int]
 """(batch_id, job_id)."""
 
+POOL_PAUSED = "POOL_PAUSED"
 RETRY_DELAY = "RETRY_DELAY"
 BILLING_LIMIT_REACHED = "BILLING_LIMIT_REACHED"
 BLOCKED_BY_LOCK = "BLOCKED_BY_LOCK"
@@ -68,7 +70,7 @@ QUEUED_BEHIND_OWN_JOBS = "QUEUED_BEHIND_OWN_JOBS"
 JOBS_PER_CYCLE = 300
 """How many jobs a scheduling cycle looks at, over all users of a pool (the scheduler's default, and
 ExplainJob's)."""
-RULES = (RETRY_DELAY, BILLING_LIMIT_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS, OVER_FAIR_SHARE)
+RULES = (POOL_PAUSED, RETRY_DELAY, BILLING_LIMIT_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS, OVER_FAIR_SHARE)
 """The rules a job looked at is checked against, in order (module docstring)."""
 
 
@@ -158,6 +160,8 @@ class Snapshot:
     """Per billing project of a candidate; a project not here is open and unlimited."""
     jobs_per_cycle: int = JOBS_PER_CYCLE
     now_s: float = 0.0
+    paused_by: str | None = None
+    """Who paused the pool (None: it runs): then nothing is placed (POOL_PAUSED)."""
     machines: PoolMachines | None = None
     """The pool's machines (starting, active, its max_instances), so that a job finding no room is told what
     it waits for and whether it comes (`runnable.machine_outlook`); None: not read (the scheduler, which
@@ -377,6 +381,10 @@ def _order(queue: Sequence[Candidate], running: Mapping[str, HeldLocks], now_s: 
 
 def plan(snapshot: Snapshot) -> Plan:
     """Placements for this cycle and, for every other candidate, the first rule that stopped it."""
+    if snapshot.paused_by is not None:
+        wait = Wait(POOL_PAUSED, f"pool {snapshot.pool} was paused by {snapshot.paused_by}: nothing new starts "
+                                 "there until it is resumed")
+        return Plan((), {job.key: wait for queue in snapshot.queues.values() for job in queue}, {}, ())
     first_fit = _plan(snapshot, prefer_holders=False)
     if not _warm(snapshot):
         return first_fit

@@ -55,6 +55,9 @@ class InstanceCollection:
     """The type of its machines as its provider names them ('' when none is fixed: job-private)."""
     spot: bool = False
     """Its machines are spot / preemptible."""
+    paused_by: str | None = None
+    """Who paused the pool (None: it runs): nothing new starts there and it gets no new machine."""
+    time_paused_ms: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

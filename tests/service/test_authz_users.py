@@ -188,6 +188,9 @@ TABLE: dict[str, Row] = {
     # The deployment's machines: administrators only.
     F + "ListPools": Row(lambda w: fpb.ListPoolsRequest(), ADMIN_ONLY),
     F + "ListInstances": Row(lambda w: fpb.ListInstancesRequest(pool="standard"), ADMIN_ONLY),
+    # Resumed by the next call (the rows run in method order): a pool left paused would hold up the others.
+    F + "PausePool": Row(lambda w: fpb.PausePoolRequest(pool="standard"), ADMIN_ONLY),
+    F + "ResumePool": Row(lambda w: fpb.ResumePoolRequest(pool="standard"), ADMIN_ONLY),
     # A project's locks: whoever may read the project; without one, each sees the projects they read.
     L + "ListLocks": Row(lambda w: lpb.ListLocksRequest(billing_project="proj"), READ),
     S + "CreateSecret": Row(lambda w: spb.CreateSecretRequest(billing_project="proj", name="new",

@@ -141,3 +141,58 @@ async def test_corral_admin_pools_and_instances(env: Env, auth_app: AuthApp, cer
     assert lines["instances --pool standard"][1].startswith("i3  standard  pending  cores=2 free=2  running=0  "
                                                             "heartbeat=-  created=2023-")
     assert lines["instances --pool standard"][2].startswith("i4  standard  inactive  cores=2 free=-  running=0")
+
+
+async def test_a_paused_pool_starts_nothing_until_resumed(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
+                                                          tmp_path: Path) -> None:
+    """PausePool and ResumePool each way (administrators only), what they change for the scheduler (its workers'
+    read leaves the pool out; the autoscaler's pools too) and ExplainJob (POOL_PAUSED), and `corral pools`."""
+    from corral.batch.v1 import job_explanation_pb2
+    from corral.batch.v1 import job_service_pb2 as jpb
+    from services.db.plan_snapshot import read_workers
+    from services.driver.store import DriverStore
+
+    w = env.world
+    await w.instance("i1", 4000)
+    batch_id = await env.submit(spec())
+    root = env.as_("root")
+    async with person_channel(certs.issue("someone"), env.frontend.public_port) as channel:
+        fleet = fleet_service_pb2_grpc.FleetServiceStub(channel)
+        paused = (await fleet.PausePool(pb.PausePoolRequest(pool="standard"), metadata=root)).pool
+        assert (paused.name, paused.paused, paused.paused_by) == ("standard", True, "root")
+        first_at = paused.paused_at.ToMilliseconds()
+        again = (await fleet.PausePool(pb.PausePoolRequest(pool="standard"), metadata=root)).pool
+        assert again.paused and again.paused_at.ToMilliseconds() == first_at  # the first pause is kept
+        assert "standard" not in await read_workers(w.db)  # the scheduler places nothing there
+        assert "standard" not in {p.name for p in await DriverStore(w.db).pools()}  # nor makes machines
+        [reason] = (await env.jobs.ExplainJob(jpb.ExplainJobRequest(batch_id=batch_id, job_id=1),
+                                              metadata=env.as_("alice"))).explanation.reasons
+        assert reason.code == job_explanation_pb2.WAIT_REASON_CODE_POOL_PAUSED
+        assert reason.detail.startswith("pool standard was paused by root")
+        for who in ("alice", "bob"):
+            assert (await refused(fleet.PausePool(pb.PausePoolRequest(pool="highmem"), metadata=env.as_(who)))
+                    ).code() == grpc.StatusCode.PERMISSION_DENIED
+        for call in (fleet.PausePool(pb.PausePoolRequest(pool="nope"), metadata=root),
+                     fleet.PausePool(pb.PausePoolRequest(pool="job-private"), metadata=root)):
+            assert (await refused(call)).code() == grpc.StatusCode.NOT_FOUND
+        resumed = (await fleet.ResumePool(pb.ResumePoolRequest(pool="standard"), metadata=root)).pool
+        assert (resumed.paused, resumed.paused_by, resumed.HasField("paused_at")) == (False, "", False)
+        assert not (await fleet.ResumePool(pb.ResumePoolRequest(pool="standard"), metadata=root)).pool.paused
+        assert [x.name for x in (await read_workers(w.db))["standard"]] == ["i1"]
+        answer = await env.jobs.ExplainJob(jpb.ExplainJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))
+        assert list(answer.explanation.reasons) == []  # room, nothing in the way
+    # The CLI, as an administrator.
+    people = AuthStore(auth_app.db)
+    await people.create_user("admin", roles=frozenset({"admin"}), password="admin's password")
+    certs.ensure()
+    cli = {**os.environ, "CORRAL_CONFIG": str(tmp_path / "admin.json"), "CORRAL_PASSWORD": "admin's password"}
+    login = await corral(cli, "login", "admin", "--frontend", f"localhost:{env.frontend.public_port}",
+                         "--auth", f"localhost:{auth_app.public_port}", "--ca-cert", str(certs.ca_cert_path))
+    assert login.returncode == 0, login.stderr
+    paused_line = await corral(cli, "pools", "pause", "highmem")
+    assert paused_line.returncode == 0 and paused_line.stdout.startswith("highmem  local") and \
+        "paused by admin at " in paused_line.stdout, paused_line.stderr
+    listed = await corral(cli, "pools", "ls")
+    assert [line.split()[0] for line in listed.stdout.splitlines() if "paused by" in line] == ["highmem"]
+    resumed_line = await corral(cli, "pools", "resume", "highmem")
+    assert resumed_line.returncode == 0 and "paused" not in resumed_line.stdout

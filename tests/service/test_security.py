@@ -169,6 +169,10 @@ CASES: dict[str, Case] = {
     "/corral.batch.v1.FleetService/ListPools": Case(lambda w: fpb.ListPoolsRequest(), outsider=PD, member=PD),
     "/corral.batch.v1.FleetService/ListInstances": Case(lambda w: fpb.ListInstancesRequest(pool="standard"),
                                                         outsider=PD, member=PD),
+    "/corral.batch.v1.FleetService/PausePool": Case(lambda w: fpb.PausePoolRequest(pool="standard"),
+                                                    outsider=PD, member=PD),
+    "/corral.batch.v1.FleetService/ResumePool": Case(lambda w: fpb.ResumePoolRequest(pool="standard"),
+                                                     outsider=PD, member=PD),
     "/corral.batch.v1.LockService/ListLocks": Case(lambda w: lpb.ListLocksRequest(billing_project=w.project)),
     # A project's secrets: its members (and administrators) change them, whoever reads the project lists them.
     "/corral.batch.v1.SecretService/CreateSecret": Case(lambda w: spb.CreateSecretRequest(

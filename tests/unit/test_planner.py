@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from services.policy import planner
 from services.policy.fair_share import UserDemand
 from services.policy.lock_contention import LockInterest, LockMode, LockRequest, conflicts, locks_from_rows
-from services.policy.planner import Budget, Candidate, Snapshot, Worker, plan
+from services.policy.planner import POOL_PAUSED, Budget, Candidate, Snapshot, Worker, plan
 from tests.examples import examples
 
 USERS = ("ann", "bob", "cat")
@@ -458,3 +458,14 @@ def test_a_spend_that_reads_as_the_limit_has_reached_it() -> None:
     [wait] = plan(snapshot).waits.values()
     assert (wait.code, wait.detail) == (planner.BILLING_LIMIT_REACHED,
                                         "billing project p spent $0.000005 of its $0.000005 limit")
+
+
+@given(snapshots(), st.sampled_from(["alice", "root"]))
+def test_a_paused_pool_places_nothing_and_says_so_for_every_job_it_was_given(snapshot: Snapshot, who: str) -> None:
+    paused = dataclasses.replace(snapshot, paused_by=who)
+    plan_ = plan(paused)
+    assert plan_.placements == () and plan_.never_fit == ()
+    keys = {job.key for queue in paused.queues.values() for job in queue}
+    assert set(plan_.waits) == keys
+    assert all(w.code == POOL_PAUSED and f"paused by {who}" in w.detail for w in plan_.waits.values())
+    _keeps_every_promise(snapshot)  # and the same snapshot running keeps the others

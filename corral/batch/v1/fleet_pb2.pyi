@@ -23,7 +23,7 @@ INSTANCE_STATE_INACTIVE: InstanceState
 INSTANCE_STATE_DELETED: InstanceState
 
 class Pool(_message.Message):
-    __slots__ = ("name", "shared", "provider", "machine_type", "cores_mcpu", "memory_bytes", "storage_bytes", "spot", "max_instances", "enabled", "n_pending", "n_active", "n_inactive")
+    __slots__ = ("name", "shared", "provider", "machine_type", "cores_mcpu", "memory_bytes", "storage_bytes", "spot", "max_instances", "enabled", "n_pending", "n_active", "n_inactive", "paused", "paused_by", "paused_at")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
     PROVIDER_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,9 @@ class Pool(_message.Message):
     N_PENDING_FIELD_NUMBER: _ClassVar[int]
     N_ACTIVE_FIELD_NUMBER: _ClassVar[int]
     N_INACTIVE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_BY_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_AT_FIELD_NUMBER: _ClassVar[int]
     name: str
     shared: bool
     provider: str
@@ -50,7 +53,10 @@ class Pool(_message.Message):
     n_pending: int
     n_active: int
     n_inactive: int
-    def __init__(self, name: _Optional[str] = ..., shared: _Optional[bool] = ..., provider: _Optional[str] = ..., machine_type: _Optional[str] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., spot: _Optional[bool] = ..., max_instances: _Optional[int] = ..., enabled: _Optional[bool] = ..., n_pending: _Optional[int] = ..., n_active: _Optional[int] = ..., n_inactive: _Optional[int] = ...) -> None: ...
+    paused: bool
+    paused_by: str
+    paused_at: _timestamp_pb2.Timestamp
+    def __init__(self, name: _Optional[str] = ..., shared: _Optional[bool] = ..., provider: _Optional[str] = ..., machine_type: _Optional[str] = ..., cores_mcpu: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., storage_bytes: _Optional[int] = ..., spot: _Optional[bool] = ..., max_instances: _Optional[int] = ..., enabled: _Optional[bool] = ..., n_pending: _Optional[int] = ..., n_active: _Optional[int] = ..., n_inactive: _Optional[int] = ..., paused: _Optional[bool] = ..., paused_by: _Optional[str] = ..., paused_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Instance(_message.Message):
     __slots__ = ("name", "pool", "state", "region", "machine_type", "spot", "cores_mcpu", "free_cores_mcpu", "memory_bytes", "n_running_attempts", "created_at", "activated_at", "last_heartbeat_at", "deactivated_at", "deactivation_reason")

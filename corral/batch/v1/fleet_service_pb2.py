@@ -26,7 +26,7 @@ from corral.batch.v1 import fleet_pb2 as corral_dot_batch_dot_v1_dot_fleet__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#corral/batch/v1/fleet_service.proto\x12\x0f\x63orral.batch.v1\x1a\x1b\x63orral/batch/v1/fleet.proto\x1a\x1cgoogle/api/annotations.proto\"\x12\n\x10ListPoolsRequest\"9\n\x11ListPoolsResponse\x12$\n\x05pools\x18\x01 \x03(\x0b\x32\x15.corral.batch.v1.Pool\"z\n\x14ListInstancesRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12-\n\x05state\x18\x02 \x01(\x0e\x32\x1e.corral.batch.v1.InstanceState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"^\n\x15ListInstancesResponse\x12,\n\tinstances\x18\x01 \x03(\x0b\x32\x19.corral.batch.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x87\x02\n\x0c\x46leetService\x12r\n\tListPools\x12!.corral.batch.v1.ListPoolsRequest\x1a\".corral.batch.v1.ListPoolsResponse\"\x1e\x90\x02\x01\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/fleet/pools\x12\x82\x01\n\rListInstances\x12%.corral.batch.v1.ListInstancesRequest\x1a&.corral.batch.v1.ListInstancesResponse\"\"\x90\x02\x01\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/fleet/instancesb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#corral/batch/v1/fleet_service.proto\x12\x0f\x63orral.batch.v1\x1a\x1b\x63orral/batch/v1/fleet.proto\x1a\x1cgoogle/api/annotations.proto\"\x12\n\x10ListPoolsRequest\"9\n\x11ListPoolsResponse\x12$\n\x05pools\x18\x01 \x03(\x0b\x32\x15.corral.batch.v1.Pool\" \n\x10PausePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"8\n\x11PausePoolResponse\x12#\n\x04pool\x18\x01 \x01(\x0b\x32\x15.corral.batch.v1.Pool\"!\n\x11ResumePoolRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\"9\n\x12ResumePoolResponse\x12#\n\x04pool\x18\x01 \x01(\x0b\x32\x15.corral.batch.v1.Pool\"z\n\x14ListInstancesRequest\x12\x0c\n\x04pool\x18\x01 \x01(\t\x12-\n\x05state\x18\x02 \x01(\x0e\x32\x1e.corral.batch.v1.InstanceState\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"^\n\x15ListInstancesResponse\x12,\n\tinstances\x18\x01 \x03(\x0b\x32\x19.corral.batch.v1.Instance\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x95\x04\n\x0c\x46leetService\x12r\n\tListPools\x12!.corral.batch.v1.ListPoolsRequest\x1a\".corral.batch.v1.ListPoolsResponse\"\x1e\x90\x02\x01\x82\xd3\xe4\x93\x02\x15\x12\x13/api/v1/fleet/pools\x12\x82\x01\n\tPausePool\x12!.corral.batch.v1.PausePoolRequest\x1a\".corral.batch.v1.PausePoolResponse\".\x90\x02\x02\x82\xd3\xe4\x93\x02%\" /api/v1/fleet/pools/{pool}:pause:\x01*\x12\x86\x01\n\nResumePool\x12\".corral.batch.v1.ResumePoolRequest\x1a#.corral.batch.v1.ResumePoolResponse\"/\x90\x02\x02\x82\xd3\xe4\x93\x02&\"!/api/v1/fleet/pools/{pool}:resume:\x01*\x12\x82\x01\n\rListInstances\x12%.corral.batch.v1.ListInstancesRequest\x1a&.corral.batch.v1.ListInstancesResponse\"\"\x90\x02\x01\x82\xd3\xe4\x93\x02\x19\x12\x17/api/v1/fleet/instancesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,16 +35,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FLEETSERVICE'].methods_by_name['ListPools']._loaded_options = None
   _globals['_FLEETSERVICE'].methods_by_name['ListPools']._serialized_options = b'\220\002\001\202\323\344\223\002\025\022\023/api/v1/fleet/pools'
+  _globals['_FLEETSERVICE'].methods_by_name['PausePool']._loaded_options = None
+  _globals['_FLEETSERVICE'].methods_by_name['PausePool']._serialized_options = b'\220\002\002\202\323\344\223\002%\" /api/v1/fleet/pools/{pool}:pause:\001*'
+  _globals['_FLEETSERVICE'].methods_by_name['ResumePool']._loaded_options = None
+  _globals['_FLEETSERVICE'].methods_by_name['ResumePool']._serialized_options = b'\220\002\002\202\323\344\223\002&\"!/api/v1/fleet/pools/{pool}:resume:\001*'
   _globals['_FLEETSERVICE'].methods_by_name['ListInstances']._loaded_options = None
   _globals['_FLEETSERVICE'].methods_by_name['ListInstances']._serialized_options = b'\220\002\001\202\323\344\223\002\031\022\027/api/v1/fleet/instances'
   _globals['_LISTPOOLSREQUEST']._serialized_start=115
   _globals['_LISTPOOLSREQUEST']._serialized_end=133
   _globals['_LISTPOOLSRESPONSE']._serialized_start=135
   _globals['_LISTPOOLSRESPONSE']._serialized_end=192
-  _globals['_LISTINSTANCESREQUEST']._serialized_start=194
-  _globals['_LISTINSTANCESREQUEST']._serialized_end=316
-  _globals['_LISTINSTANCESRESPONSE']._serialized_start=318
-  _globals['_LISTINSTANCESRESPONSE']._serialized_end=412
-  _globals['_FLEETSERVICE']._serialized_start=415
-  _globals['_FLEETSERVICE']._serialized_end=678
+  _globals['_PAUSEPOOLREQUEST']._serialized_start=194
+  _globals['_PAUSEPOOLREQUEST']._serialized_end=226
+  _globals['_PAUSEPOOLRESPONSE']._serialized_start=228
+  _globals['_PAUSEPOOLRESPONSE']._serialized_end=284
+  _globals['_RESUMEPOOLREQUEST']._serialized_start=286
+  _globals['_RESUMEPOOLREQUEST']._serialized_end=319
+  _globals['_RESUMEPOOLRESPONSE']._serialized_start=321
+  _globals['_RESUMEPOOLRESPONSE']._serialized_end=378
+  _globals['_LISTINSTANCESREQUEST']._serialized_start=380
+  _globals['_LISTINSTANCESREQUEST']._serialized_end=502
+  _globals['_LISTINSTANCESRESPONSE']._serialized_start=504
+  _globals['_LISTINSTANCESRESPONSE']._serialized_end=598
+  _globals['_FLEETSERVICE']._serialized_start=601
+  _globals['_FLEETSERVICE']._serialized_end=1134
 # @@protoc_insertion_point(module_scope)

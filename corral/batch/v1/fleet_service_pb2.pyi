@@ -18,6 +18,30 @@ class ListPoolsResponse(_message.Message):
     pools: _containers.RepeatedCompositeFieldContainer[_fleet_pb2.Pool]
     def __init__(self, pools: _Optional[_Iterable[_Union[_fleet_pb2.Pool, _Mapping]]] = ...) -> None: ...
 
+class PausePoolRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
+
+class PausePoolResponse(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: _fleet_pb2.Pool
+    def __init__(self, pool: _Optional[_Union[_fleet_pb2.Pool, _Mapping]] = ...) -> None: ...
+
+class ResumePoolRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    def __init__(self, pool: _Optional[str] = ...) -> None: ...
+
+class ResumePoolResponse(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: _fleet_pb2.Pool
+    def __init__(self, pool: _Optional[_Union[_fleet_pb2.Pool, _Mapping]] = ...) -> None: ...
+
 class ListInstancesRequest(_message.Message):
     __slots__ = ("pool", "state", "page_size", "page_token")
     POOL_FIELD_NUMBER: _ClassVar[int]

@@ -41,6 +41,16 @@ class FleetServiceStub:
                 request_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListPoolsRequest.SerializeToString,
                 response_deserializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListPoolsResponse.FromString,
                 _registered_method=True)
+        self.PausePool = channel.unary_unary(
+                '/corral.batch.v1.FleetService/PausePool',
+                request_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.PausePoolRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.PausePoolResponse.FromString,
+                _registered_method=True)
+        self.ResumePool = channel.unary_unary(
+                '/corral.batch.v1.FleetService/ResumePool',
+                request_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ResumePoolRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ResumePoolResponse.FromString,
+                _registered_method=True)
         self.ListInstances = channel.unary_unary(
                 '/corral.batch.v1.FleetService/ListInstances',
                 request_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListInstancesRequest.SerializeToString,
@@ -61,6 +71,25 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PausePool(self, request, context):
+        """Pauses a pool: nothing new starts there and the autoscaler makes no
+        machine for it; its running jobs finish, and its idle machines leave as
+        usual. Its ready jobs wait (ExplainJob: POOL_PAUSED). Pausing again
+        changes nothing (the first pause's author and time are kept). Admin
+        only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumePool(self, request, context):
+        """Resumes a paused pool: its ready jobs are scheduled again. Resuming a
+        pool that runs changes nothing. Admin only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListInstances(self, request, context):
         """Lists instances by name, filtered by pool and state. Admin only.
         """
@@ -75,6 +104,16 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.ListPools,
                     request_deserializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListPoolsRequest.FromString,
                     response_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListPoolsResponse.SerializeToString,
+            ),
+            'PausePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.PausePool,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.PausePoolRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.PausePoolResponse.SerializeToString,
+            ),
+            'ResumePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumePool,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ResumePoolRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_fleet__service__pb2.ResumePoolResponse.SerializeToString,
             ),
             'ListInstances': grpc.unary_unary_rpc_method_handler(
                     servicer.ListInstances,
@@ -111,6 +150,60 @@ class FleetService:
             '/corral.batch.v1.FleetService/ListPools',
             corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListPoolsRequest.SerializeToString,
             corral_dot_batch_dot_v1_dot_fleet__service__pb2.ListPoolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PausePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.FleetService/PausePool',
+            corral_dot_batch_dot_v1_dot_fleet__service__pb2.PausePoolRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_fleet__service__pb2.PausePoolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.FleetService/ResumePool',
+            corral_dot_batch_dot_v1_dot_fleet__service__pb2.ResumePoolRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_fleet__service__pb2.ResumePoolResponse.FromString,
             options,
             channel_credentials,
             insecure,

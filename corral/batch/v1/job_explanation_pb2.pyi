@@ -32,6 +32,7 @@ class WaitReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WAIT_REASON_CODE_RETRY_DELAY: _ClassVar[WaitReasonCode]
     WAIT_REASON_CODE_CANNOT_RUN: _ClassVar[WaitReasonCode]
     WAIT_REASON_CODE_HELD: _ClassVar[WaitReasonCode]
+    WAIT_REASON_CODE_POOL_PAUSED: _ClassVar[WaitReasonCode]
 WAIT_REASON_CODE_UNSPECIFIED: WaitReasonCode
 WAIT_REASON_CODE_WAITING_ON_PARENTS: WaitReasonCode
 WAIT_REASON_CODE_PARENT_FAILED: WaitReasonCode
@@ -49,6 +50,7 @@ WAIT_REASON_CODE_FINISHED: WaitReasonCode
 WAIT_REASON_CODE_RETRY_DELAY: WaitReasonCode
 WAIT_REASON_CODE_CANNOT_RUN: WaitReasonCode
 WAIT_REASON_CODE_HELD: WaitReasonCode
+WAIT_REASON_CODE_POOL_PAUSED: WaitReasonCode
 
 class JobExplanation(_message.Message):
     __slots__ = ("batch_id", "job_id", "state", "reasons", "explained_at")

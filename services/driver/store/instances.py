@@ -23,7 +23,7 @@ SELECT c.name, c.worker_cores, c.worker_memory_bytes, c.worker_storage_bytes, c.
           WHERE i.inst_coll = c.name AND i.state IN ('pending', 'active') AND NOT i.preemptible)
          AS on_demand_free_mcpu
 FROM instance_collections c
-WHERE c.is_pool AND c.enabled
+WHERE c.is_pool AND c.enabled AND NOT c.paused  -- a paused pool gets no new machine (migration 0030)
 """
 
 _SEEN = """
