@@ -256,3 +256,29 @@ async def test_corral_submit_estimate_of_a_large_batch_file_writes_nothing(
     single = await corral(cli_login, "submit", "--estimate", str(one), "--json")
     figures = json.loads(single.stdout)
     assert f"worst case: ${n_jobs * int(figures['worstCaseMicroUsd']) / 1e6:,.6f}" in done.stdout
+
+
+async def test_the_pipelines_dry_run_prints_the_estimate_and_submits_nothing(
+        env: Env, cli_login: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`Batch.run(dry_run=True)` on a ServiceBackend: the specs, then the service's estimate."""
+    import corral.pipeline as hb
+
+    monkeypatch.setenv("CORRAL_CONFIG", cli_login["CORRAL_CONFIG"])
+    before = await snapshot(env.world.db)
+    def dry_run() -> object:
+        with hb.ServiceBackend(billing_project="default", remote_tmpdir=f"file://{tmp_path}/tmp/") as backend:
+            b = hb.Batch(backend=backend, name="dry")
+            for i in range(3):
+                j = b.new_job(name=f"step-{i}")
+                j.command("echo hello")
+                j.timeout(600)
+            return b.run(dry_run=True)
+
+    # In a thread: the blocking client waits for the frontend, which serves on this test's event loop.
+    assert await asyncio.to_thread(dry_run) is None
+    assert await snapshot(env.world.db) == before
+    out = capsys.readouterr().out
+    assert "echo hello" in out
+    assert "estimate of 3 jobs in billing project default (nothing submitted):" in out
+    assert "expected:   $" in out and "(0 priced from history, 3 from timeout)" in out
