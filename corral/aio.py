@@ -217,6 +217,42 @@ class Client(AsyncCalls):
             raise
         return committed.batch
 
+    async def estimate(self, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
+                       parallelism: int = PARALLEL_BUNCHES) -> pb.EstimateBatchResponse:
+        """What the builder's batch would cost, without submitting it (EstimateBatch; the server writes
+        nothing): `worst_case_micro_usd`, what a spending limit reserves for its jobs' attempts, and
+        `expected_micro_usd`, from the history of each job's `name` in the billing project or else from its
+        timeout, with how many jobs were priced each way. The jobs are checked as `submit` would have them
+        checked, and refused alike. A batch too large for one request is priced in bunches, whose figures add
+        up to the batch's."""
+        groups = builder.job_group_specs()
+        settings = dict(billing_project=builder.billing_project, n_jobs=len(builder), n_job_groups=len(groups))
+        limit = asyncio.Semaphore(parallelism)
+
+        async def price(first_index: int, end_index: int) -> pb.EstimateBatchResponse:
+            async with limit:
+                # The groups go with the first bunch, checked there, when one request may hold them.
+                request = pb.EstimateBatchRequest(first_index=first_index, **settings, job_groups=(
+                    groups if first_index == 0 and len(groups) <= SMALL_BATCH else []))
+                request.MergeFromString(_repeated_field(_ESTIMATE_JOBS, builder.serialized_specs(first_index,
+                                                                                                 end_index)))
+                try:
+                    return await self._call(self._batches.EstimateBatch, request)
+                except CorralError as e:
+                    e.offsets["jobs"] = first_index
+                    raise
+
+        spans = builder.bunches(bunch_size, BUNCH_BYTES) or [(0, 0)]  # no jobs: the server says what is wrong
+        parts = await asyncio.gather(*(price(first, end) for first, end in spans))
+        total = pb.EstimateBatchResponse(limited=any(part.limited for part in parts))
+        for part in parts:
+            total.worst_case_micro_usd += part.worst_case_micro_usd
+            total.expected_micro_usd += part.expected_micro_usd
+            total.n_jobs += part.n_jobs
+            total.n_jobs_from_history += part.n_jobs_from_history
+            total.n_jobs_from_timeout += part.n_jobs_from_timeout
+        return total
+
     async def update(self, batch_id: int, builder: BatchBuilder, bunch_size: int = BUNCH_SIZE,
                      parallelism: int = PARALLEL_BUNCHES) -> pb.CommitUpdateResponse:
         """Add the builder's jobs and job groups to the existing batch `batch_id` (an update: CreateUpdate,
@@ -338,6 +374,7 @@ class Client(AsyncCalls):
 
 
 _ADD_JOBS_JOBS = pb.AddJobsRequest.DESCRIPTOR.fields_by_name["jobs"].number
+_ESTIMATE_JOBS = pb.EstimateBatchRequest.DESCRIPTOR.fields_by_name["jobs"].number
 
 
 def _repeated_field(number: int, messages: list[bytes]) -> bytes:

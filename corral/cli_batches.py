@@ -14,6 +14,7 @@ from corral.batch.v1 import batch_pb2
 from corral.batch_file import read_batch_file
 from corral.batch_file_words import FileSource, file_refusal
 from corral.cli_common import EXIT_NOT_ALL_SUCCEEDED, open_client, with_json
+from corral.costs import estimate_lines
 from corral.errors import UsageError
 from corral.refusal_words import Option, option_words
 
@@ -42,6 +43,15 @@ def _submit(args: argparse.Namespace) -> int:
     source = builder.source
     if isinstance(source, FileSource):  # a refusal names the file's keys, lines and units
         args.words = lambda error: file_refusal(source, error)
+    if args.estimate:
+        with open_client(args) as client:
+            estimate = client.estimate(builder)
+        if args.json:
+            print(json.dumps(json_format.MessageToDict(estimate, always_print_fields_with_no_presence=True),
+                             indent=2))
+        else:
+            print("\n".join(estimate_lines(estimate, builder.billing_project)))
+        return 0
     with open_client(args) as client:
         batch = client.submit(builder)
     if args.quiet:
@@ -115,6 +125,9 @@ def add_commands(commands: argparse._SubParsersAction) -> None:
     submit = with_json(commands.add_parser("submit", help="submit a batch file (YAML, see docs/batch-file.md)"))
     submit.add_argument("file")
     submit.add_argument("-q", "--quiet", action="store_true", help="print only the new batch's id")
+    submit.add_argument("--estimate", action="store_true",
+                        help="submit nothing: print what the batch would cost, its worst case (what a spending "
+                             "limit reserves) and its expected cost (from each job name's history, else its timeout)")
     submit.set_defaults(run=_submit)
     ls = with_json(commands.add_parser("ls", help="list batches matching a query (newest first)"))
     ls.add_argument("query", nargs="*", help="e.g. state=running name=~align")

@@ -112,6 +112,7 @@ class Client:
 
     # Batches (corral/aio.py).
     submit = _blocking(aio.Client.submit)
+    estimate = _blocking(aio.Client.estimate)
     update = _blocking(aio.Client.update)
     get_batch = _blocking(aio.Client.get_batch)
     list_batches = _blocking(aio.Client.list_batches)

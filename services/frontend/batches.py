@@ -22,6 +22,7 @@ from corral.batch.v1 import batch_pb2, batch_service_pb2_grpc, job_state_pb2, up
 from corral.batch.v1 import batch_service_pb2 as pb
 from services.common.errors import (
     DeadlineExceeded,
+    FailedPrecondition,
     FieldViolation,
     InvalidRequest,
     NotFound,
@@ -35,6 +36,8 @@ from services.common.image_refs import ImageReference
 from services.db.database import ConflictError, PermissionDeniedError, ProcedureError
 from services.db.store import JobStore
 from services.frontend import query as query_language
+from services.frontend.estimate_store import EstimateStore
+from services.frontend.estimates import estimate
 from services.frontend.access import owned_batch, readable_batch
 from services.frontend.batch_store import BatchCounts, BatchStore, sees_everything
 from services.frontend.field_limits import FIRST_UPDATE_SUFFIX, RERUN_PREFIX, SUBMIT_SUFFIX
@@ -60,6 +63,7 @@ log = logging.getLogger(__name__)
 
 MAX_PAGE_SIZE = 1000
 REQUIRED_TOKEN = "required: a client-generated unique string (e.g. a UUID), so that a retried call does not repeat it"
+EMPTY_ESTIMATE = "a batch needs at least one job; there is nothing to price"
 EMPTY_SUBMISSION = ("a batch needs at least one job (one of none would complete at once, having done nothing); to "
                     "open a batch and add its jobs later, use CreateBatch and CreateUpdate")
 MAX_RESERVED_IDS = 2**31 - 1
@@ -155,6 +159,7 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         self.images = images or ImageChecks(max_registries=limits.max_registries_per_request)
         self.own_registry = own_registry or OwnRegistryNames()
         """How corral's own registry is named: its projects' images are their members' (image_access)."""
+        self.estimates = EstimateStore(batches.db)
 
     # -- helpers -------------------------------------------------------------
 
@@ -472,6 +477,58 @@ class BatchServicer(batch_service_pb2_grpc.BatchServiceServicer):
         assert update is not None
         batch = await self.batch_proto(await self._batch_row(batch_id, principal))
         return pb.SubmitBatchResponse(batch=batch, update=update_proto(update))
+
+    async def EstimateBatch(self, request: pb.EstimateBatchRequest, context: grpc.aio.ServicerContext
+                            ) -> pb.EstimateBatchResponse:
+        """SubmitBatch's checks of the batch's content, then its prices (services.frontend.estimates); reads only."""
+        principal = current_principal()
+        violations = []
+        if not request.billing_project:
+            violations.append(FieldViolation("billing_project", "required"))
+        if not request.jobs:
+            violations.append(FieldViolation("jobs", EMPTY_ESTIMATE))
+        if len(request.jobs) > self.limits.max_jobs_per_bunch:
+            violations.append(FieldViolation(
+                "jobs", f"EstimateBatch takes at most {self.limits.max_jobs_per_bunch} jobs "
+                        "(max_jobs_per_bunch); price a larger batch in bunches (first_index, n_jobs)"))
+        n_jobs = request.n_jobs or request.first_index + len(request.jobs)
+        n_job_groups = request.n_job_groups or len(request.job_groups)
+        message = "invalid request"
+        if request.first_index + len(request.jobs) > n_jobs:
+            violations.append(FieldViolation(
+                "n_jobs", f"the batch has {n_jobs:,} jobs: {len(request.jobs):,} from first_index "
+                          f"{request.first_index:,} go past its end"))
+        elif n_jobs > self.limits.max_jobs_per_batch:
+            message = (f"a batch may have at most {self.limits.max_jobs_per_batch:,} jobs (max_jobs_per_batch), "
+                       f"not {n_jobs:,}")
+            violations.append(FieldViolation("n_jobs" if request.n_jobs else "jobs", message))
+        if len(request.job_groups) > n_job_groups:
+            violations.append(FieldViolation("n_job_groups", f"job_groups holds {len(request.job_groups):,} "
+                                                             f"groups, more than n_job_groups"))
+        if violations:
+            raise InvalidRequest(violations, message)
+        # Who may price a batch is who may submit it (create_batch's order: membership, then state).
+        access = await self.estimates.project(request.billing_project, principal.name)
+        if access is None or not (access.member or sees_everything(principal)):
+            raise NotFound(f"no billing project {request.billing_project}")
+        if not access.member:
+            raise PermissionDenied(f"{principal.name} is not a member of billing project {request.billing_project}")
+        if access.state != "open":
+            raise FailedPrecondition(f"billing project {request.billing_project} is {access.state}")
+        too_many = fan_out_violation(request.jobs, self.limits.max_children_per_job)
+        if too_many is not None:
+            raise InvalidRequest(too_many, too_many.description)
+        block = UpdateBlock(1, n_jobs, 1, n_job_groups)
+        first_job_id = 1 + request.first_index
+        specs = list(request.jobs)
+        violations = job_group_rows(request.job_groups, block, 0, new_batch=True)[1]
+        violations += await self._job_violations(specs, first_job_id, block, request.billing_project, principal,
+                                                 new_batch=True)
+        if violations:
+            raise InvalidRequest(violations)
+        pools = pool_machines(await self.batches.deployment())
+        rows = [job_row(spec, first_job_id + i, block, "", pools) for i, spec in enumerate(specs)]
+        return await estimate(self.estimates, request.billing_project, access.limited, rows, specs)
 
     async def GetBatch(self, request: pb.GetBatchRequest, context: grpc.aio.ServicerContext) -> pb.GetBatchResponse:
         return pb.GetBatchResponse(batch=await self.batch_proto(await self._batch_row(request.batch_id,

@@ -106,10 +106,10 @@ def request_field_limits(limits: Limits) -> FieldLimits:
     for request in ("CreateBatch", "CreateUpdate"):
         table[f"{BATCH}{request}Request.n_jobs"] = _int_column("batch_updates.n_jobs", 0)
         table[f"{BATCH}{request}Request.n_job_groups"] = _int_column("batch_updates.n_job_groups", 0)
-    for request in ("CreateJobGroups", "SubmitBatch"):
+    for request in ("CreateJobGroups", "SubmitBatch", "EstimateBatch"):
         table[f"{BATCH}{request}Request.job_groups"] = Repeated(limits.max_job_groups_per_bunch,
                                                                 setting="max_job_groups_per_bunch")
-    for request in ("AddJobs", "SubmitBatch"):
+    for request in ("AddJobs", "SubmitBatch", "EstimateBatch"):
         table[f"{BATCH}{request}Request.jobs"] = Repeated(limits.max_jobs_per_bunch, setting="max_jobs_per_bunch")
     for request in ("CancelBatch", "CancelJobGroup"):
         table[f"{BATCH}{request}Request.reason"] = Text(1024, column="job_groups_cancelled.reason")
@@ -126,6 +126,11 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BATCH}CreateJobGroupsRequest.first_index": _int_column("job_groups.job_group_id", 0),
         f"{BATCH}AddJobsRequest.first_index": _int_column("jobs.job_id", 0),
         f"{BATCH}AddJobsRequest.bunch_index": _UNUSED,
+        # EstimateBatch reads the project and positions jobs as SubmitBatch and AddJobs would.
+        f"{BATCH}EstimateBatchRequest.billing_project": project,
+        f"{BATCH}EstimateBatchRequest.first_index": _int_column("jobs.job_id", 0),
+        f"{BATCH}EstimateBatchRequest.n_jobs": _int_column("batch_updates.n_jobs", 0),
+        f"{BATCH}EstimateBatchRequest.n_job_groups": _int_column("batch_updates.n_job_groups", 0),
         f"{BATCH}RerunFailedJobsRequest.states": Repeated(ENUM_LIST_ITEMS),
         f"{BATCH}RerunFailedJobsRequest.idempotency_token": _token(IDEMPOTENCY_TOKEN_CHARS - len(RERUN_PREFIX)),
         # JobGroupSpec and JobGroupRef

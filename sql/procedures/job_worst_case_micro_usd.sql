@@ -5,7 +5,8 @@
 -- The one place this rule is written: schedule_jobs reserves it before an
 -- attempt of a project with a spending limit starts, cancel_unaffordable_jobs
 -- cancels a job it can never fit, and read_ready_heads hands it to the
--- planner (services/policy/planner.py), which computes no price of its own.
+-- planner (services/policy/planner.py), which computes no price of its own;
+-- estimate_job_prices prices a batch with it before it is submitted.
 -- NULL when in_reserve_ms is NULL.
 -- A function, not a procedure, so that set-based statements can call it
 -- per row; DETERMINISTIC NO SQL (it reads nothing), so MariaDB may fold it.

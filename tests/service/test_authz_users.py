@@ -169,6 +169,8 @@ TABLE: dict[str, Row] = {
                                                               update_id=w.update_ids["CommitUpdate"]), CHANGE),
     B + "SubmitBatch": Row(lambda w: bpb.SubmitBatchRequest(idempotency_token=uuid.uuid4().hex,
                                                             billing_project="proj", jobs=[spec()]), SUBMIT),
+    # Pricing a batch: who may submit it.
+    B + "EstimateBatch": Row(lambda w: bpb.EstimateBatchRequest(billing_project="proj", jobs=[spec()]), SUBMIT),
     B + "RerunFailedJobs": Row(lambda w: bpb.RerunFailedJobsRequest(batch_id=w.batch_id, idempotency_token="rerun"),
                                CHANGE),
     J + "GetJob": Row(lambda w: jpb.GetJobRequest(batch_id=w.batch_id, job_id=1), READ),

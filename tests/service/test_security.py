@@ -148,6 +148,8 @@ CASES: dict[str, Case] = {
         batch_id=w.batch_id, update_id=w.update_id), member=PD),
     "/corral.batch.v1.BatchService/SubmitBatch": Case(lambda w: bpb.SubmitBatchRequest(
         idempotency_token=uuid.uuid4().hex, billing_project=w.project, jobs=[spec()])),
+    "/corral.batch.v1.BatchService/EstimateBatch": Case(lambda w: bpb.EstimateBatchRequest(
+        billing_project=w.project, jobs=[spec()])),
     "/corral.batch.v1.BatchService/RerunFailedJobs": Case(lambda w: bpb.RerunFailedJobsRequest(
         batch_id=w.batch_id, idempotency_token="sec"), member=PD),
     "/corral.batch.v1.JobService/GetJob": Case(lambda w: jpb.GetJobRequest(batch_id=w.batch_id, job_id=1)),

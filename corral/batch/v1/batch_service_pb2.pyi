@@ -279,6 +279,38 @@ class SubmitBatchResponse(_message.Message):
     update: _update_pb2.Update
     def __init__(self, batch: _Optional[_Union[_batch_pb2.Batch, _Mapping]] = ..., update: _Optional[_Union[_update_pb2.Update, _Mapping]] = ...) -> None: ...
 
+class EstimateBatchRequest(_message.Message):
+    __slots__ = ("billing_project", "job_groups", "jobs", "first_index", "n_jobs", "n_job_groups")
+    BILLING_PROJECT_FIELD_NUMBER: _ClassVar[int]
+    JOB_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    N_JOBS_FIELD_NUMBER: _ClassVar[int]
+    N_JOB_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    billing_project: str
+    job_groups: _containers.RepeatedCompositeFieldContainer[_job_group_pb2.JobGroupSpec]
+    jobs: _containers.RepeatedCompositeFieldContainer[_job_spec_pb2.JobSpec]
+    first_index: int
+    n_jobs: int
+    n_job_groups: int
+    def __init__(self, billing_project: _Optional[str] = ..., job_groups: _Optional[_Iterable[_Union[_job_group_pb2.JobGroupSpec, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[_job_spec_pb2.JobSpec, _Mapping]]] = ..., first_index: _Optional[int] = ..., n_jobs: _Optional[int] = ..., n_job_groups: _Optional[int] = ...) -> None: ...
+
+class EstimateBatchResponse(_message.Message):
+    __slots__ = ("worst_case_micro_usd", "expected_micro_usd", "n_jobs", "n_jobs_from_history", "n_jobs_from_timeout", "limited")
+    WORST_CASE_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_MICRO_USD_FIELD_NUMBER: _ClassVar[int]
+    N_JOBS_FIELD_NUMBER: _ClassVar[int]
+    N_JOBS_FROM_HISTORY_FIELD_NUMBER: _ClassVar[int]
+    N_JOBS_FROM_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    LIMITED_FIELD_NUMBER: _ClassVar[int]
+    worst_case_micro_usd: int
+    expected_micro_usd: int
+    n_jobs: int
+    n_jobs_from_history: int
+    n_jobs_from_timeout: int
+    limited: bool
+    def __init__(self, worst_case_micro_usd: _Optional[int] = ..., expected_micro_usd: _Optional[int] = ..., n_jobs: _Optional[int] = ..., n_jobs_from_history: _Optional[int] = ..., n_jobs_from_timeout: _Optional[int] = ..., limited: _Optional[bool] = ...) -> None: ...
+
 class RerunFailedJobsRequest(_message.Message):
     __slots__ = ("batch_id", "states", "idempotency_token")
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]

@@ -103,6 +103,11 @@ class BatchServiceStub:
                 request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchRequest.SerializeToString,
                 response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchResponse.FromString,
                 _registered_method=True)
+        self.EstimateBatch = channel.unary_unary(
+                '/corral.batch.v1.BatchService/EstimateBatch',
+                request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.EstimateBatchRequest.SerializeToString,
+                response_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.EstimateBatchResponse.FromString,
+                _registered_method=True)
         self.ListRegions = channel.unary_unary(
                 '/corral.batch.v1.BatchService/ListRegions',
                 request_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.ListRegionsRequest.SerializeToString,
@@ -234,6 +239,19 @@ class BatchServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def EstimateBatch(self, request, context):
+        """Prices a batch without submitting it: the worst case a spending limit
+        would reserve for its jobs and what they are expected to cost (see
+        EstimateBatchResponse). Writes nothing. The jobs and groups are checked
+        as SubmitBatch checks them, with the same limits and answers; the caller
+        must be a member of the billing project, which must be open. A batch too
+        large for one request is priced in bunches (first_index, n_jobs), the
+        figures of the bunches adding up to the batch's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListRegions(self, request, context):
         """Lists the regions the deployment runs jobs in (JobSpec.regions) and its
         default one; any signed-in user may ask.
@@ -318,6 +336,11 @@ def add_BatchServiceServicer_to_server(servicer, server):
                     servicer.SubmitBatch,
                     request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchRequest.FromString,
                     response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchResponse.SerializeToString,
+            ),
+            'EstimateBatch': grpc.unary_unary_rpc_method_handler(
+                    servicer.EstimateBatch,
+                    request_deserializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.EstimateBatchRequest.FromString,
+                    response_serializer=corral_dot_batch_dot_v1_dot_batch__service__pb2.EstimateBatchResponse.SerializeToString,
             ),
             'ListRegions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRegions,
@@ -685,6 +708,33 @@ class BatchService:
             '/corral.batch.v1.BatchService/SubmitBatch',
             corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchRequest.SerializeToString,
             corral_dot_batch_dot_v1_dot_batch__service__pb2.SubmitBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EstimateBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.batch.v1.BatchService/EstimateBatch',
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.EstimateBatchRequest.SerializeToString,
+            corral_dot_batch_dot_v1_dot_batch__service__pb2.EstimateBatchResponse.FromString,
             options,
             channel_credentials,
             insecure,

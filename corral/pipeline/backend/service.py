@@ -27,6 +27,7 @@ from corral import aio
 from corral.batch.v1 import batch_pb2, job_spec_pb2, job_state_pb2
 from corral.builder import BatchBuilder, JobHandle
 from corral.cli_config import Config
+from corral.costs import estimate_lines
 from corral.pipeline import files, pickling
 from corral.pipeline.backend.base import Backend
 from corral.pipeline.exceptions import BatchException
@@ -165,15 +166,17 @@ class ServiceBackend(Backend):
         """Submit the batch; with `wait`, wait for it (a progress line unless `disable_progress_bar`), then remove
         its scratch files (unless `delete_scratch_on_exit=False`). `callback` is a URL the service POSTs to when the
         batch completes; `token` names the scratch directory (default: random). `open` opens no browser: corral
-        has no web page for a batch. Returns the batch's handle (None for a dry run, which prints the specs)."""
+        has no web page for a batch. Returns the batch's handle (None for a dry run, which prints the specs and the
+        batch's estimate: its worst case and expected cost, from the service, which writes nothing)."""
         if unknown:
             raise ValueError(f"ServiceBackend.run does not support any of these keywords: {unknown}")
         batch._scratch_token = batch._scratch_token or token or uuid.uuid4().hex[:12]
         scratch = f"{self.remote_tmpdir}/{batch._scratch_token}"
         builder, uploads = compile_batch(batch, self._billing_project, scratch, callback)
-        if dry_run:
+        if dry_run:  # the specs, then what they would cost: EstimateBatch writes nothing
             for spec in builder.specs():
                 print(spec)
+            print("\n".join(estimate_lines(self._connected().estimate(builder), self._billing_project)), flush=True)
             return None
         for url, data in uploads.items():
             files.write_bytes(url, data)
