@@ -50,13 +50,18 @@ def project_line(p: billing_project_pb2.BillingProject) -> str:
             f"spend={usd(p.spend_micro_usd)}")
 
 
-def _emit_projects(args: argparse.Namespace, projects: list[billing_project_pb2.BillingProject]) -> int:
+def _emit(args: argparse.Namespace, items: list[Any], line: Callable[[Any], str]) -> int:
+    """The messages as JSON (`--json`), else one line each."""
     if args.json:
-        print_json(projects)
+        print_json(items)
     else:
-        for p in projects:
-            print(project_line(p))
+        for item in items:
+            print(line(item))
     return 0
+
+
+def _emit_projects(args: argparse.Namespace, projects: list[billing_project_pb2.BillingProject]) -> int:
+    return _emit(args, projects, project_line)
 
 
 def _limit_usd(text: str) -> float | None:
@@ -158,12 +163,7 @@ def _admin(args: argparse.Namespace) -> int:
             line: Callable[[Any], str] = pool_line
         else:
             found, line = list(client.instances(args.pool or "", args.state)), instance_line
-    if args.json:
-        print_json(found)
-    else:
-        for item in found:
-            print(line(item))
-    return 0
+    return _emit(args, found, line)
 
 
 def _pools(args: argparse.Namespace) -> int:
@@ -172,12 +172,7 @@ def _pools(args: argparse.Namespace) -> int:
             found = client.pools()
         else:
             found = [(client.pause_pool if args.action == "pause" else client.resume_pool)(args.pool)]
-    if args.json:
-        print_json(found)
-    else:
-        for pool in found:
-            print(pool_line(pool))
-    return 0
+    return _emit(args, found, pool_line)
 
 
 def add_commands(commands: Any) -> None:
