@@ -24,6 +24,8 @@ def _print_batch(batch: batch_pb2.Batch) -> None:
     state = batch_pb2.BatchState.Name(batch.state).removeprefix("BATCH_STATE_").lower()
     if batch.HasField("cancellation"):
         state += f" (cancelled by {batch.cancellation.cancelled_by}: {batch.cancellation.reason})"
+    if batch.HasField("hold"):
+        state += f" (held by {batch.hold.held_by})"
     print(f"batch {batch.batch_id}  {state}  user={batch.user}  project={batch.billing_project}  "
           f"jobs={c.n_jobs} pending={c.n_pending} ready={c.n_ready} running={c.n_running} "
           f"succeeded={c.n_succeeded} failed={c.n_failed} errored={c.n_errored} cancelled={c.n_cancelled}  "

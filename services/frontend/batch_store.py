@@ -19,7 +19,7 @@ from services.db.plan_snapshot import read_deployment
 from services.policy.runnable import Deployment
 
 _BATCH_SELECT = """
-SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms,
+SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms, h.held_by, h.time_held_ms,
        g.cancel_after_n_failures,
        (SELECT COALESCE(SUM(x.`usage` * r.rate_usd), 0) FROM aggregated_job_group_resources x
           JOIN resources r ON r.resource_id = x.resource_id
@@ -31,6 +31,7 @@ SELECT b.*, c.cancelled_by, c.reason AS cancel_reason, c.time_cancelled_ms,
 FROM batches b
 JOIN job_groups g ON g.batch_id = b.batch_id AND g.job_group_id = 0
 LEFT JOIN job_groups_cancelled c ON c.batch_id = b.batch_id AND c.job_group_id = 0
+LEFT JOIN job_groups_held h ON h.batch_id = b.batch_id AND h.job_group_id = 0
 """
 
 _VISIBLE = """

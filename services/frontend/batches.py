@@ -124,6 +124,8 @@ def _batch_message(row: dict[str, Any], counts: BatchCounts, attributes: dict[st
     return batch_pb2.Batch(
         batch_id=row["batch_id"], user=row["user"], billing_project=row["billing_project"],
         attributes=attributes, state=_BATCH_STATES[row["state"]], cancellation=cancellation,
+        hold=batch_pb2.HoldInfo(held_by=row["held_by"], held_at=_timestamp(row["time_held_ms"]))
+        if row.get("held_by") is not None else None,
         counts=batch_pb2.JobCounts(
             n_jobs=counts.n_jobs, n_pending=counts.n_pending, n_ready=counts.n_ready,
             n_running=counts.n_running, n_succeeded=counts.n_succeeded, n_failed=counts.n_failed,

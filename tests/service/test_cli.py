@@ -73,6 +73,7 @@ async def test_login_submit_ls_status_cancel(cli_env, frontend: FrontendApp, aut
     held = await corral(cli_env, "hold", batch["batchId"])
     assert held.returncode == 0 and held.stdout.startswith(f"batch {batch['batchId']} is held"), held.stderr
     assert "was already held" in (await corral(cli_env, "hold", batch["batchId"])).stdout
+    assert "running (held by alice)" in (await corral(cli_env, "status", batch["batchId"])).stdout
     job = await corral(cli_env, "hold", batch["batchId"], "1", "--json")
     assert json.loads(job.stdout) == {"change": "held"}, job.stderr
     assert "job group" in (await corral(cli_env, "release", batch["batchId"], "--group", "0")).stdout

@@ -716,13 +716,19 @@ async def test_hold_and_release_over_grpc(env: Env) -> None:
 
     assert await hold() == bpb.HOLD_CHANGE_HELD
     assert await hold() == bpb.HOLD_CHANGE_ALREADY_HELD
+
+    async def batch_hold() -> tuple[str, bool] | None:
+        batch = (await env.batches.GetBatch(bpb.GetBatchRequest(batch_id=batch_id), metadata=env.as_("bob"))).batch
+        return (batch.hold.held_by, batch.hold.HasField("held_at")) if batch.HasField("hold") else None
+
+    assert await batch_hold() == ("alice", True)  # shown to whoever reads the batch
     answer = await env.jobs.ExplainJob(pb.ExplainJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))
     [reason] = answer.explanation.reasons
     assert reason.code == job_explanation_pb2.WAIT_REASON_CODE_HELD
     assert reason.detail.startswith(f"batch {batch_id} was held by alice at ")
     assert await release() == bpb.HOLD_CHANGE_RELEASED
     assert await release() == bpb.HOLD_CHANGE_NOT_HELD
-    assert await codes_of(1) == []
+    assert await codes_of(1) == [] and await batch_hold() is None
     # A job group (with the group under it), then one job.
     assert await hold(job_group_id=1) == bpb.HOLD_CHANGE_HELD
     assert [await codes_of(j) for j in (1, 2, 3)] == [[], [], ["HELD"]]

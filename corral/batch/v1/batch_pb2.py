@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63orral/batch/v1/batch.proto\x12\x0f\x63orral.batch.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa9\x04\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x17\n\x0f\x62illing_project\x18\x03 \x01(\t\x12:\n\nattributes\x18\x04 \x03(\x0b\x32&.corral.batch.v1.Batch.AttributesEntry\x12*\n\x05state\x18\x05 \x01(\x0e\x32\x1b.corral.batch.v1.BatchState\x12\x37\n\x0c\x63\x61ncellation\x18\x06 \x01(\x0b\x32!.corral.batch.v1.CancellationInfo\x12*\n\x06\x63ounts\x18\x07 \x01(\x0b\x32\x1a.corral.batch.v1.JobCounts\x12\x16\n\x0e\x63ost_micro_usd\x18\x08 \x01(\x03\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x63ompleted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x63\x61llback_url\x18\x0b \x01(\t\x12$\n\x17\x63\x61ncel_after_n_failures\x18\x0c \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rlast_event_id\x18\r \x01(\x03\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1a\n\x18_cancel_after_n_failures\"\x9d\x01\n\x10\x43\x61ncellationInfo\x12\x14\n\x0c\x63\x61ncelled_by\x18\x01 \x01(\t\x12\x30\n\x0c\x63\x61ncelled_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x31\n\x05\x63\x61use\x18\x04 \x01(\x0e\x32\".corral.batch.v1.CancellationCause\"\xa1\x01\n\tJobCounts\x12\x0e\n\x06n_jobs\x18\x01 \x01(\x03\x12\x11\n\tn_pending\x18\x02 \x01(\x03\x12\x0f\n\x07n_ready\x18\x03 \x01(\x03\x12\x11\n\tn_running\x18\x04 \x01(\x03\x12\x13\n\x0bn_succeeded\x18\x05 \x01(\x03\x12\x10\n\x08n_failed\x18\x06 \x01(\x03\x12\x11\n\tn_errored\x18\x07 \x01(\x03\x12\x13\n\x0bn_cancelled\x18\x08 \x01(\x03*r\n\nBatchState\x12\x1b\n\x17\x42\x41TCH_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x42\x41TCH_STATE_OPEN\x10\x01\x12\x17\n\x13\x42\x41TCH_STATE_RUNNING\x10\x02\x12\x18\n\x14\x42\x41TCH_STATE_COMPLETE\x10\x03*\xc8\x01\n\x11\x43\x61ncellationCause\x12\"\n\x1e\x43\x41NCELLATION_CAUSE_UNSPECIFIED\x10\x00\x12#\n\x1f\x43\x41NCELLATION_CAUSE_USER_REQUEST\x10\x01\x12$\n CANCELLATION_CAUSE_FAILURE_LIMIT\x10\x02\x12$\n CANCELLATION_CAUSE_BILLING_LIMIT\x10\x03\x12\x1e\n\x1a\x43\x41NCELLATION_CAUSE_DELETED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63orral/batch/v1/batch.proto\x12\x0f\x63orral.batch.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd2\x04\n\x05\x42\x61tch\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x03\x12\x0c\n\x04user\x18\x02 \x01(\t\x12\x17\n\x0f\x62illing_project\x18\x03 \x01(\t\x12:\n\nattributes\x18\x04 \x03(\x0b\x32&.corral.batch.v1.Batch.AttributesEntry\x12*\n\x05state\x18\x05 \x01(\x0e\x32\x1b.corral.batch.v1.BatchState\x12\x37\n\x0c\x63\x61ncellation\x18\x06 \x01(\x0b\x32!.corral.batch.v1.CancellationInfo\x12*\n\x06\x63ounts\x18\x07 \x01(\x0b\x32\x1a.corral.batch.v1.JobCounts\x12\x16\n\x0e\x63ost_micro_usd\x18\x08 \x01(\x03\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0c\x63ompleted_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0c\x63\x61llback_url\x18\x0b \x01(\t\x12$\n\x17\x63\x61ncel_after_n_failures\x18\x0c \x01(\x05H\x00\x88\x01\x01\x12\x15\n\rlast_event_id\x18\r \x01(\x03\x12\'\n\x04hold\x18\x0e \x01(\x0b\x32\x19.corral.batch.v1.HoldInfo\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x1a\n\x18_cancel_after_n_failures\"H\n\x08HoldInfo\x12\x0f\n\x07held_by\x18\x01 \x01(\t\x12+\n\x07held_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9d\x01\n\x10\x43\x61ncellationInfo\x12\x14\n\x0c\x63\x61ncelled_by\x18\x01 \x01(\t\x12\x30\n\x0c\x63\x61ncelled_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x31\n\x05\x63\x61use\x18\x04 \x01(\x0e\x32\".corral.batch.v1.CancellationCause\"\xa1\x01\n\tJobCounts\x12\x0e\n\x06n_jobs\x18\x01 \x01(\x03\x12\x11\n\tn_pending\x18\x02 \x01(\x03\x12\x0f\n\x07n_ready\x18\x03 \x01(\x03\x12\x11\n\tn_running\x18\x04 \x01(\x03\x12\x13\n\x0bn_succeeded\x18\x05 \x01(\x03\x12\x10\n\x08n_failed\x18\x06 \x01(\x03\x12\x11\n\tn_errored\x18\x07 \x01(\x03\x12\x13\n\x0bn_cancelled\x18\x08 \x01(\x03*r\n\nBatchState\x12\x1b\n\x17\x42\x41TCH_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x42\x41TCH_STATE_OPEN\x10\x01\x12\x17\n\x13\x42\x41TCH_STATE_RUNNING\x10\x02\x12\x18\n\x14\x42\x41TCH_STATE_COMPLETE\x10\x03*\xc8\x01\n\x11\x43\x61ncellationCause\x12\"\n\x1e\x43\x41NCELLATION_CAUSE_UNSPECIFIED\x10\x00\x12#\n\x1f\x43\x41NCELLATION_CAUSE_USER_REQUEST\x10\x01\x12$\n CANCELLATION_CAUSE_FAILURE_LIMIT\x10\x02\x12$\n CANCELLATION_CAUSE_BILLING_LIMIT\x10\x03\x12\x1e\n\x1a\x43\x41NCELLATION_CAUSE_DELETED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,16 +34,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_BATCH_ATTRIBUTESENTRY']._loaded_options = None
   _globals['_BATCH_ATTRIBUTESENTRY']._serialized_options = b'8\001'
-  _globals['_BATCHSTATE']._serialized_start=961
-  _globals['_BATCHSTATE']._serialized_end=1075
-  _globals['_CANCELLATIONCAUSE']._serialized_start=1078
-  _globals['_CANCELLATIONCAUSE']._serialized_end=1278
+  _globals['_BATCHSTATE']._serialized_start=1076
+  _globals['_BATCHSTATE']._serialized_end=1190
+  _globals['_CANCELLATIONCAUSE']._serialized_start=1193
+  _globals['_CANCELLATIONCAUSE']._serialized_end=1393
   _globals['_BATCH']._serialized_start=82
-  _globals['_BATCH']._serialized_end=635
-  _globals['_BATCH_ATTRIBUTESENTRY']._serialized_start=558
-  _globals['_BATCH_ATTRIBUTESENTRY']._serialized_end=607
-  _globals['_CANCELLATIONINFO']._serialized_start=638
-  _globals['_CANCELLATIONINFO']._serialized_end=795
-  _globals['_JOBCOUNTS']._serialized_start=798
-  _globals['_JOBCOUNTS']._serialized_end=959
+  _globals['_BATCH']._serialized_end=676
+  _globals['_BATCH_ATTRIBUTESENTRY']._serialized_start=599
+  _globals['_BATCH_ATTRIBUTESENTRY']._serialized_end=648
+  _globals['_HOLDINFO']._serialized_start=678
+  _globals['_HOLDINFO']._serialized_end=750
+  _globals['_CANCELLATIONINFO']._serialized_start=753
+  _globals['_CANCELLATIONINFO']._serialized_end=910
+  _globals['_JOBCOUNTS']._serialized_start=913
+  _globals['_JOBCOUNTS']._serialized_end=1074
 # @@protoc_insertion_point(module_scope)

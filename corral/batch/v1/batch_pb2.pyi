@@ -35,7 +35,7 @@ CANCELLATION_CAUSE_BILLING_LIMIT: CancellationCause
 CANCELLATION_CAUSE_DELETED: CancellationCause
 
 class Batch(_message.Message):
-    __slots__ = ("batch_id", "user", "billing_project", "attributes", "state", "cancellation", "counts", "cost_micro_usd", "created_at", "completed_at", "callback_url", "cancel_after_n_failures", "last_event_id")
+    __slots__ = ("batch_id", "user", "billing_project", "attributes", "state", "cancellation", "counts", "cost_micro_usd", "created_at", "completed_at", "callback_url", "cancel_after_n_failures", "last_event_id", "hold")
     class AttributesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class Batch(_message.Message):
     CALLBACK_URL_FIELD_NUMBER: _ClassVar[int]
     CANCEL_AFTER_N_FAILURES_FIELD_NUMBER: _ClassVar[int]
     LAST_EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    HOLD_FIELD_NUMBER: _ClassVar[int]
     batch_id: int
     user: str
     billing_project: str
@@ -69,7 +70,16 @@ class Batch(_message.Message):
     callback_url: str
     cancel_after_n_failures: int
     last_event_id: int
-    def __init__(self, batch_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[BatchState, str]] = ..., cancellation: _Optional[_Union[CancellationInfo, _Mapping]] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., callback_url: _Optional[str] = ..., cancel_after_n_failures: _Optional[int] = ..., last_event_id: _Optional[int] = ...) -> None: ...
+    hold: HoldInfo
+    def __init__(self, batch_id: _Optional[int] = ..., user: _Optional[str] = ..., billing_project: _Optional[str] = ..., attributes: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[BatchState, str]] = ..., cancellation: _Optional[_Union[CancellationInfo, _Mapping]] = ..., counts: _Optional[_Union[JobCounts, _Mapping]] = ..., cost_micro_usd: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., completed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., callback_url: _Optional[str] = ..., cancel_after_n_failures: _Optional[int] = ..., last_event_id: _Optional[int] = ..., hold: _Optional[_Union[HoldInfo, _Mapping]] = ...) -> None: ...
+
+class HoldInfo(_message.Message):
+    __slots__ = ("held_by", "held_at")
+    HELD_BY_FIELD_NUMBER: _ClassVar[int]
+    HELD_AT_FIELD_NUMBER: _ClassVar[int]
+    held_by: str
+    held_at: _timestamp_pb2.Timestamp
+    def __init__(self, held_by: _Optional[str] = ..., held_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CancellationInfo(_message.Message):
     __slots__ = ("cancelled_by", "cancelled_at", "reason", "cause")
