@@ -69,7 +69,8 @@ class QuotaStore:
             params += [after[0], after[0], after[1]]
         if reader is not None:
             where.append("((q.kind = 'user' AND q.name = %s) OR (q.kind = 'project' AND EXISTS ("
-                         "SELECT 1 FROM billing_project_members m JOIN billing_projects p ON p.name = m.billing_project "
+                         "SELECT 1 FROM billing_project_members m "
+                         "JOIN billing_projects p ON p.name = m.billing_project "
                          "WHERE m.billing_project = q.name AND m.user = %s AND p.state <> 'deleted')))")
             params += [reader, reader]
         rows = await self.db.fetchall(f"SELECT q.* FROM quotas q WHERE {' AND '.join(where)} "
