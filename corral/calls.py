@@ -34,10 +34,11 @@ from corral.batch.v1 import job_service_pb2_grpc, job_state_pb2, lock_pb2, lock_
 from corral.batch.v1 import lock_service_pb2 as lpb
 from corral.batch.v1 import secret_pb2, secret_service_pb2_grpc
 from corral.batch.v1 import secret_service_pb2 as spb
-from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, spend_pb2
+from corral.billing.v1 import billing_project_pb2, billing_service_pb2_grpc, quota_pb2, spend_pb2
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.errors import CorralError, UsageError, from_rpc_error
 from corral.pages import Pages
+from corral.quantities import parse_mcpu
 
 T = TypeVar("T")
 LOG_READ_BYTES = 4 * 1024 * 1024
@@ -360,6 +361,26 @@ class AsyncCalls:
         """Reopen a closed project; administrators only."""
         return (await self._call(self._billing.ReopenBillingProject,
                                  cpb.ReopenBillingProjectRequest(billing_project=project))).billing_project
+
+    async def set_quota(self, name: str, *, user: bool = False, running_cores: str | int | float | None = None,
+                        running_jobs: int | None = None, ready_jobs: int | None = None, weight: int = 1
+                        ) -> quota_pb2.Quota:
+        """Set the quota of billing project `name` (of user `name` if `user`), whole: caps on its running cores
+        (cores, or "250m"), running jobs and ready (open) jobs, each None for no cap, counted across every pool,
+        and its fair-share weight (1 to 1000). No cap and weight 1 clears it. Administrators only."""
+        return (await self._call(self._billing.SetQuota, cpb.SetQuotaRequest(
+            kind=quota_pb2.QUOTA_KIND_USER if user else quota_pb2.QUOTA_KIND_PROJECT, name=name,
+            max_running_cores_mcpu=None if running_cores is None else parse_mcpu(running_cores),
+            max_running_jobs=running_jobs, max_ready_jobs=ready_jobs, weight=weight))).quota
+
+    def quotas(self, kind: str | None = None) -> AsyncIterator[quota_pb2.Quota]:
+        """The quotas set (`kind`: 'project' or 'user'; None: both), projects first, by name: administrators
+        see every one, others their projects' and their own."""
+        kinds = {None: quota_pb2.QUOTA_KIND_UNSPECIFIED, "project": quota_pb2.QUOTA_KIND_PROJECT,
+                 "user": quota_pb2.QUOTA_KIND_USER}
+        if kind not in kinds:
+            raise UsageError(f"a quota's kind is 'project' or 'user', not {kind!r}")
+        return self._pages(self._billing.ListQuotas, cpb.ListQuotasRequest(kind=kinds[kind]), "quotas")
 
     async def spend(self, project: str, breakdown: str | None = None, first_day: str = "", last_day: str = ""
                     ) -> tuple[int, list[spend_pb2.SpendLine]]:

@@ -27,6 +27,7 @@ from corral import (
     cli_images,
     cli_jobs,
     cli_locks,
+    cli_quotas,
     cli_secrets,
     reachability,
 )
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_secrets.add_commands(commands)
     cli_images.add_commands(commands)
     cli_admin.add_commands(commands)
+    cli_quotas.add_commands(commands)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(commands)
     return parser

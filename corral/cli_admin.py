@@ -135,7 +135,7 @@ def _users(args: argparse.Namespace) -> int:
     return 0
 
 
-def _when(at: Any) -> str:
+def when_text(at: Any) -> str:
     """A Timestamp as `2026-01-02 03:04:05Z`; '-' when unset."""
     return f"{at.ToDatetime():%Y-%m-%d %H:%M:%S}Z" if at.seconds or at.nanos else "-"
 
@@ -146,14 +146,15 @@ def pool_line(p: fleet_pb2.Pool) -> str:
     return (f"{p.name}  {p.provider}  {p.machine_type or '-'}  {machine}  spot={'yes' if p.spot else 'no'}  "
             f"max={p.max_instances}  {'enabled' if p.enabled else 'disabled'}  "
             f"pending={p.n_pending} active={p.n_active} inactive={p.n_inactive}"
-            + (f"  paused by {p.paused_by} at {_when(p.paused_at)}" if p.paused else ""))
+            + (f"  paused by {p.paused_by} at {when_text(p.paused_at)}" if p.paused else ""))
 
 
 def instance_line(i: fleet_pb2.Instance) -> str:
     state = fleet_pb2.InstanceState.Name(i.state).removeprefix("INSTANCE_STATE_").lower()
     free = format_mcpu(i.free_cores_mcpu) if i.HasField("free_cores_mcpu") else "-"
     return (f"{i.name}  {i.pool}  {state}  cores={format_mcpu(i.cores_mcpu)} free={free}  "
-            f"running={i.n_running_attempts}  heartbeat={_when(i.last_heartbeat_at)}  created={_when(i.created_at)}")
+            f"running={i.n_running_attempts}  heartbeat={when_text(i.last_heartbeat_at)}  "
+            f"created={when_text(i.created_at)}")
 
 
 def _admin(args: argparse.Namespace) -> int:

@@ -154,6 +154,9 @@ class Client:
     reopen_billing_project = _blocking(aio.Client.reopen_billing_project)
     spend = _blocking(aio.Client.spend)
     reservations = _blocking(aio.Client.reservations)
+    # Quotas and fair-share weights (set by administrators).
+    set_quota = _blocking(aio.Client.set_quota)
+    quotas = _blocking(aio.Client.quotas)
     # The fleet (administrators).
     pools = _blocking(aio.Client.pools)
     pause_pool = _blocking(aio.Client.pause_pool)

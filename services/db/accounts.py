@@ -69,7 +69,7 @@ ACCOUNTS: dict[str, Account] = {
                     "rerun_failed_jobs", "check_job_limits",
                     "read_ready_heads", "create_billing_project", "add_billing_project_member",
                     "remove_billing_project_member", "set_billing_project_limit", "set_billing_project_open",
-                    "delete_billing_project", "estimate_job_prices"),
+                    "delete_billing_project", "estimate_job_prices", "set_quota"),
         # Everything but the sealed contents, which it could not open anyway.
         reads={"secrets": ("billing_project", "name", "file_names", "key_id", "created_by", "time_created_ms")}),
     "driver": Account(

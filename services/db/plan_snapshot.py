@@ -18,6 +18,11 @@ lock and writer token, migration 0016), not job by job, and only those
 that can matter to a candidate (`lock_contention.LockInterest`: in its
 billing project, at its levels, and there only the names a candidate asks
 for), so the planner decides exactly as if it had read every lock.
+Quotas (migration 0031) only for the candidates' projects and users, and
+what those with a cap run, across every pool, from the fair-share counters
+of their running batches only (an index on batches, then the counters by
+batch: the cost grows with their running batches, not their jobs or their
+history).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from services.db.database import Database
 from services.policy.fair_share import UserDemand
 from services.policy.lock_contention import BIG_LOCK_LEVEL, LockInterest, Locks, locks_from_rows
 from services.policy.planner import (
-    Budget, Candidate, HeldLock, Holder, JobKey, Snapshot, Worker, depths,
+    Budget, Candidate, HeldLock, Holder, JobKey, Quota, QuotaKey, Snapshot, Usage, Worker, depths,
 )
 from services.policy.runnable import Deployment, InstanceCollection, PoolMachines
 
@@ -152,6 +157,31 @@ SELECT p.name, p.state, p.limit_usd,
        (SELECT COALESCE(SUM(v.reserved_micro_usd), 0) FROM aggregated_billing_project_reservations v
         WHERE v.billing_project = p.name) AS reserved_micro_usd
 FROM billing_projects p WHERE p.name IN ({projects})
+"""
+
+_QUOTAS = """
+SELECT kind, name, max_running_cores_mcpu, max_running_jobs, weight, set_by FROM quotas
+WHERE (kind = 'project' AND name IN ({projects})) OR (kind = 'user' AND name IN ({users}))
+"""
+
+# What runs (Creating and Running jobs; the cores of Running ones, as the fair-share counters keep them: a job
+# Creating its own machine has none of a pool's), across every pool, per project and per user with a capped
+# quota: their running batches by an index, then those batches' counter rows by theirs.
+_PROJECT_USAGE = """
+SELECT b.billing_project AS name, COALESCE(SUM(r.running_cores_mcpu), 0) AS cores_mcpu,
+       COALESCE(SUM(r.n_running_jobs + r.n_creating_jobs), 0) AS n_jobs
+FROM batches b FORCE INDEX (batches_billing_project_state)
+STRAIGHT_JOIN user_inst_coll_resources_by_job_group r FORCE INDEX (user_resources_batch) ON r.batch_id = b.batch_id
+WHERE b.billing_project IN ({names}) AND b.state = 'running'
+GROUP BY b.billing_project
+"""
+_USER_USAGE = """
+SELECT b.user AS name, COALESCE(SUM(r.running_cores_mcpu), 0) AS cores_mcpu,
+       COALESCE(SUM(r.n_running_jobs + r.n_creating_jobs), 0) AS n_jobs
+FROM batches b FORCE INDEX (batches_user_state)
+STRAIGHT_JOIN user_inst_coll_resources_by_job_group r FORCE INDEX (user_resources_batch) ON r.batch_id = b.batch_id
+WHERE b.user IN ({names}) AND b.state = 'running'
+GROUP BY b.user
 """
 
 
@@ -305,8 +335,33 @@ async def snapshot_of(db: Database, pool: str, workers: Sequence[Worker], demand
                                    name="scheduler_budgets"):
             limit = float(r["limit_usd"]) if r["limit_usd"] is not None else None
             budgets[r["name"]] = Budget(r["state"], limit, float(r["spend_usd"]), int(r["reserved_micro_usd"]))
+    quotas, usage = await read_quotas(db, projects, sorted({c.user for c in candidates}))
     return Snapshot(pool, tuple(workers), tuple(demands), {u: list(q) for u, q in queues.items()}, held, budgets,
-                    jobs_per_cycle, now_s)
+                    jobs_per_cycle, now_s, quotas=quotas, usage=usage)
+
+
+async def read_quotas(db: Database, projects: Sequence[str], users: Sequence[str]
+                      ) -> tuple[dict[QuotaKey, Quota], dict[QuotaKey, Usage]]:
+    """The quotas of these projects and users, and what those with a cap run now across every pool."""
+    if not projects and not users:
+        return {}, {}
+    rows = await db.fetchall(_QUOTAS.format(projects=_marks(len(projects)) if projects else "NULL",
+                                            users=_marks(len(users)) if users else "NULL"),
+                             (*projects, *users), name="scheduler_quotas")
+    quotas: dict[QuotaKey, Quota] = {}
+    for r in rows:
+        quotas[(r["kind"], r["name"])] = Quota(
+            int(r["max_running_cores_mcpu"]) if r["max_running_cores_mcpu"] is not None else None,
+            int(r["max_running_jobs"]) if r["max_running_jobs"] is not None else None, int(r["weight"]), r["set_by"])
+    usage: dict[QuotaKey, Usage] = {}
+    for kind, sql in (("project", _PROJECT_USAGE), ("user", _USER_USAGE)):
+        capped = sorted(name for (k, name), q in quotas.items()
+                        if k == kind and (q.max_running_cores_mcpu is not None or q.max_running_jobs is not None))
+        if capped:
+            for r in await db.fetchall(sql.format(names=_marks(len(capped))), tuple(capped),
+                                       name=f"scheduler_{kind}_usage"):
+                usage[(kind, r["name"])] = Usage(int(r["cores_mcpu"]), int(r["n_jobs"]))
+    return quotas, usage
 
 
 async def locks_of(db: Database, keys: list[JobKey]) -> dict[JobKey, Locks]:

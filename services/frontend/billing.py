@@ -23,7 +23,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from corral.billing.v1 import billing_project_pb2 as project_pb
 from corral.billing.v1 import billing_service_pb2 as pb
-from corral.billing.v1 import billing_service_pb2_grpc, spend_pb2
+from corral.billing.v1 import billing_service_pb2_grpc, quota_pb2, spend_pb2
 from services.common.errors import (
     AlreadyExists,
     FailedPrecondition,
@@ -46,6 +46,7 @@ from services.frontend.billing_store import (
     sees_every_project,
     usd_from_micro,
 )
+from services.frontend.quota_store import KINDS, MAX_CAP, MAX_WEIGHT, QuotaRow, QuotaStore
 
 _PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 # The auth service's username rule (services/auth/servicer.py).
@@ -151,11 +152,43 @@ def _day(text: str, field: str) -> tuple[datetime.date | None, list[FieldViolati
     return None, [FieldViolation(field, "a UTC day, YYYY-MM-DD")]
 
 
-class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
-    """Billing projects, their members, limits and spend."""
+_QUOTA_KINDS = {quota_pb2.QUOTA_KIND_PROJECT: "project", quota_pb2.QUOTA_KIND_USER: "user"}
+_QUOTA_KIND_PROTOS = {kind: proto for proto, kind in _QUOTA_KINDS.items()}
 
-    def __init__(self, store: BillingStore, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+
+def quota_proto(row: QuotaRow) -> quota_pb2.Quota:
+    return quota_pb2.Quota(kind=_QUOTA_KIND_PROTOS[row.kind], name=row.name,
+                           max_running_cores_mcpu=row.max_running_cores_mcpu, max_running_jobs=row.max_running_jobs,
+                           max_ready_jobs=row.max_ready_jobs, weight=row.weight, set_by=row.set_by,
+                           set_at=_timestamp(row.time_set_ms))
+
+
+def _quota(request: pb.SetQuotaRequest) -> tuple[QuotaRow, list[FieldViolation]]:
+    """The quota a SetQuota asks for, and what is wrong with it (set_quota checks the same ranges)."""
+    violations = []
+    kind = _QUOTA_KINDS.get(request.kind)
+    if kind is None:
+        violations.append(FieldViolation("kind", "QUOTA_KIND_PROJECT or QUOTA_KIND_USER"))
+    if not request.name:
+        violations.append(FieldViolation("name", "required: the billing project or the username"))
+    caps = {}
+    for field in ("max_running_cores_mcpu", "max_running_jobs", "max_ready_jobs"):
+        value = getattr(request, field) if request.HasField(field) else None
+        if value is not None and not 1 <= value <= MAX_CAP:
+            violations.append(FieldViolation(field, f"must be between 1 and {MAX_CAP}, or unset for no cap"))
+        caps[field] = value
+    if not 0 <= request.weight <= MAX_WEIGHT:
+        violations.append(FieldViolation("weight", f"must be between 1 and {MAX_WEIGHT} (0 means 1)"))
+    return QuotaRow(kind or "", request.name, weight=request.weight or 1, **caps), violations
+
+
+class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
+    """Billing projects, their members, limits, spend, and the quotas of projects and users."""
+
+    def __init__(self, store: BillingStore, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 quotas: QuotaStore | None = None):
         self.store = store
+        self.quotas = quotas or QuotaStore(store.db, store.clock_ms)
         self._sleep = sleep
         self.active_watches = 0
         """WatchSpend streams being served (a gauge; tests check streams end)."""
@@ -258,6 +291,34 @@ class BillingServicer(billing_service_pb2_grpc.BillingServiceServicer):
         project = await self._change(request.billing_project, principal, lambda: self.store.set_limit(
             request.billing_project, _limit_usd(request), duration_ms))
         return pb.SetLimitResponse(billing_project=project_proto(project))
+
+    async def SetQuota(self, request: pb.SetQuotaRequest, context: grpc.aio.ServicerContext) -> pb.SetQuotaResponse:
+        principal = current_principal()
+        principal.require_admin()
+        quota, violations = _quota(request)
+        _raise_if(violations)
+        return pb.SetQuotaResponse(quota=quota_proto(await self.quotas.set_quota(quota, principal.name)))
+
+    async def ListQuotas(self, request: pb.ListQuotasRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.ListQuotasResponse:
+        principal = current_principal()
+        limit, violations = _page_size(request.page_size)
+        kinds = KINDS if request.kind == quota_pb2.QUOTA_KIND_UNSPECIFIED else \
+            tuple(k for k in (_QUOTA_KINDS.get(request.kind),) if k)
+        if not kinds:
+            violations.append(FieldViolation("kind", "unknown kind"))
+        after = None
+        if request.page_token:
+            kind, _, name = (page_tokens.decode(request.page_token) or "").partition(":")
+            if kind not in KINDS or not name:
+                violations.append(FieldViolation("page_token", "not a token this service returned"))
+            after = (kind, name)
+        _raise_if(violations)
+        rows = await self.quotas.list_quotas(kinds, None if sees_every_project(principal) else principal.name,
+                                             after, limit)
+        return pb.ListQuotasResponse(
+            quotas=[quota_proto(r) for r in rows],
+            next_page_token=page_tokens.encode(f"{rows[-1].kind}:{rows[-1].name}") if len(rows) == limit else "")
 
     async def CloseBillingProject(self, request: pb.CloseBillingProjectRequest, context: grpc.aio.ServicerContext
                                   ) -> pb.CloseBillingProjectResponse:

@@ -29,6 +29,7 @@ from services.common.fields import (
 )
 from services.frontend.billing_store import MAX_MICRO_USD
 from services.frontend.limits import Limits
+from services.frontend.quota_store import MAX_CAP, MAX_WEIGHT
 from services.frontend.watch import MAX_EVENTS_PER_MESSAGE
 
 BATCH = "corral.batch.v1."
@@ -232,6 +233,16 @@ def request_field_limits(limits: Limits) -> FieldLimits:
         f"{BILLING}GetSpendRequest.page_size": page_size,
         f"{BILLING}GetSpendRequest.page_token": page_token,
         f"{BILLING}WatchSpendRequest.min_interval": Unchecked("clamped to between 1 s and 1 h"),
+        f"{BILLING}SetQuotaRequest.name": Text(100, column="quotas.name"),
+        f"{BILLING}SetQuotaRequest.max_running_cores_mcpu": Integer(1, MAX_CAP, column="quotas.max_running_cores_mcpu",
+                                                                    by_servicer=True),
+        f"{BILLING}SetQuotaRequest.max_running_jobs": Integer(1, MAX_CAP, column="quotas.max_running_jobs",
+                                                              by_servicer=True),
+        f"{BILLING}SetQuotaRequest.max_ready_jobs": Integer(1, MAX_CAP, column="quotas.max_ready_jobs",
+                                                            by_servicer=True),
+        f"{BILLING}SetQuotaRequest.weight": Integer(0, MAX_WEIGHT, column="quotas.weight", by_servicer=True),
+        f"{BILLING}ListQuotasRequest.page_size": page_size,
+        f"{BILLING}ListQuotasRequest.page_token": page_token,
     })
     for request in ("GetBillingProject", "AddMember", "RemoveMember", "SetLimit", "CloseBillingProject",
                     "ReopenBillingProject", "DeleteBillingProject", "GetSpend", "WatchSpend"):

@@ -11,12 +11,21 @@ running cores, hand out free cores until they reach the next user's running
 level, then split equally between them, and so on, until the cores or the
 demand run out; nobody gets more than their ready demand. Everything is in
 integer mcpu, so the result is exact and the same on every run.
+
+Weighted: a user's `weight` (an integer, 1 by default; the planner makes it
+the product of the user's quota weight and their billing project's, see
+`services.policy.planner`) scales their level. A user's level is running
+cores / weight, and topping up to level L gives each user L x weight - running
+(within their demand): when every user wants more, a user of weight 2 ends
+with twice the cores of one of weight 1. With every weight 1 this is the
+plain water-filling above, to the mcpu.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,12 +39,16 @@ class UserDemand:
     ready_cores_mcpu: int
     """Cores the user's Ready jobs ask for (cancellable demand of cancelled
     groups already left out by the view): the most they can be given."""
+    weight: int = 1
+    """Their fair-share weight: their level is running cores / weight."""
 
     def __post_init__(self) -> None:
         for field in ("running_cores_mcpu", "ready_cores_mcpu"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{field} must be a non-negative int, got {value!r}")
+        if not isinstance(self.weight, int) or isinstance(self.weight, bool) or self.weight < 1:
+            raise ValueError(f"weight must be a positive int, got {self.weight!r}")
 
 
 def _by_user(demands: Iterable[UserDemand]) -> dict[str, UserDemand]:
@@ -94,6 +107,8 @@ def allocate_cores(free_cores_mcpu: int, demands: Sequence[UserDemand]) -> dict[
         raise ValueError(f"free_cores_mcpu must be non-negative, got {free_cores_mcpu}")
     by_user = _by_user(demands)
     to_give = min(free_cores_mcpu, sum(d.ready_cores_mcpu for d in by_user.values()))
+    if any(d.weight != 1 for d in by_user.values()):
+        return _allocate_weighted(to_give, by_user)
     lo = water_level(to_give, by_user.values())
     allocation = {user: _filled(lo, d) for user, d in by_user.items()}
 
@@ -109,10 +124,38 @@ def allocate_cores(free_cores_mcpu: int, demands: Sequence[UserDemand]) -> dict[
     return allocation
 
 
+def _weighted_fill(level: int, d: UserDemand) -> int:
+    """What `d` receives when everyone is topped up to weighted `level` (capped by demand)."""
+    return min(max(level * d.weight - d.running_cores_mcpu, 0), d.ready_cores_mcpu)
+
+
+def _allocate_weighted(to_give: int, by_user: Mapping[str, UserDemand]) -> dict[str, int]:
+    """`allocate_cores` with weights: the highest integer level L (cores per unit of weight) whose top-up
+    costs at most `to_give`, found by bisection (the cost is monotone in L), then what is left, less than
+    what one more step of L costs, handed out in name order, each user at most their step."""
+    lo, hi = 0, max((d.running_cores_mcpu + d.ready_cores_mcpu + d.weight - 1) // d.weight
+                    for d in by_user.values()) if by_user else 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(_weighted_fill(mid, d) for d in by_user.values()) <= to_give:
+            lo = mid
+        else:
+            hi = mid - 1
+    allocation = {user: _weighted_fill(lo, d) for user, d in by_user.items()}
+    remainder = to_give - sum(allocation.values())
+    for user in sorted(by_user):
+        if remainder <= 0:
+            break
+        step = min(_weighted_fill(lo + 1, by_user[user]) - allocation[user], remainder)
+        allocation[user] += step
+        remainder -= step
+    return allocation
+
+
 def fair_share_order(demands: Iterable[UserDemand]) -> list[str]:
-    """Users from the fewest running cores to the most (ties by name): the
-    order the scheduler serves them in, and who wins when shares are short."""
-    return [d.user for d in sorted(demands, key=lambda d: (d.running_cores_mcpu, d.user))]
+    """Users from the lowest level (running cores / weight) to the highest (ties by name): the order the
+    scheduler serves them in, and who wins when shares are short."""
+    return [d.user for d in sorted(demands, key=lambda d: (Fraction(d.running_cores_mcpu, d.weight), d.user))]
 
 
 def _apportion(total: int, weights: Mapping[str, int], order: Sequence[str]) -> dict[str, int]:

@@ -10,10 +10,13 @@ Pure: no I/O, no clock (the snapshot carries `now_s`), no randomness
 A cycle, per pool (a paused pool places nothing: every job looked at waits
 with POOL_PAUSED):
 1. fair share: the pool's free cores water-filled over the users' ready
-   demand (`fair_share.allocate_cores`), and from it how many of each user's
+   demand (`fair_share.allocate_cores`; a user's demand is capped at what
+   their queue's head can start under the quotas, `quota_room`, so that a
+   user at a quota leaves their share to the others), and from it how many of each user's
    jobs the cycle looks at (`fair_share.scheduling_shares`, at least one per
    user with demand, so the head of every queue gets a real reason);
-2. users in fair-share order (lowest running level first); within a user,
+2. users in fair-share order (lowest running level, running cores / weight,
+   first; a user's weight is `user_weight`); within a user,
    the jobs looked at are tried by priority, then by lock contention aged by
    waiting time (Ganeti's predictive queue, `lock_contention`), then by key;
 3. each job is checked against the rules, in this order, and the first that
@@ -27,6 +30,10 @@ with POOL_PAUSED):
      job whose worst case exceeds what the limit leaves after the spend
      alone can never run, says so, and is listed in `Plan.never_fit` (the
      scheduler cancels it, saying why);
+   - QUOTA_REACHED: its billing project's or its user's quota (an
+     administrator's cap on running cores or running jobs, counted across
+     every pool: `Snapshot.quotas`, `Snapshot.usage`) would be passed by
+     what runs, what this cycle placed before it and the job itself;
    - BLOCKED_BY_LOCK: one of its locks clashes with a lock held by a running
      job, or by a job placed earlier in this cycle, of the same billing
      project (locks are named per project);
@@ -63,6 +70,7 @@ JobKey = tuple[int, int]
 POOL_PAUSED = "POOL_PAUSED"
 RETRY_DELAY = "RETRY_DELAY"
 BILLING_LIMIT_REACHED = "BILLING_LIMIT_REACHED"
+QUOTA_REACHED = "QUOTA_REACHED"
 BLOCKED_BY_LOCK = "BLOCKED_BY_LOCK"
 NO_CAPACITY_IN_REGIONS = "NO_CAPACITY_IN_REGIONS"
 OVER_FAIR_SHARE = "OVER_FAIR_SHARE"
@@ -70,7 +78,8 @@ QUEUED_BEHIND_OWN_JOBS = "QUEUED_BEHIND_OWN_JOBS"
 JOBS_PER_CYCLE = 300
 """How many jobs a scheduling cycle looks at, over all users of a pool (the scheduler's default, and
 ExplainJob's)."""
-RULES = (POOL_PAUSED, RETRY_DELAY, BILLING_LIMIT_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS, OVER_FAIR_SHARE)
+RULES = (POOL_PAUSED, RETRY_DELAY, BILLING_LIMIT_REACHED, QUOTA_REACHED, BLOCKED_BY_LOCK, NO_CAPACITY_IN_REGIONS,
+         OVER_FAIR_SHARE)
 """The rules a job looked at is checked against, in order (module docstring)."""
 
 
@@ -141,6 +150,29 @@ class Budget:
         return self.limit_usd * 1000000 - self.spend_usd * 1000000 - self.reserved_micro_usd
 
 
+QuotaKey = tuple[str, str]
+"""('project', billing project) or ('user', username)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Quota:
+    """An administrator's caps on what a billing project or a user runs across every pool (None: no cap)."""
+
+    max_running_cores_mcpu: int | None = None
+    max_running_jobs: int | None = None
+    weight: int = 1
+    """Its fair-share weight (services.policy.fair_share)."""
+    set_by: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """What a billing project or a user runs now across every pool (Creating and Running jobs)."""
+
+    cores_mcpu: int = 0
+    jobs: int = 0
+
+
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
     """One pool as the scheduler sees it at the start of a cycle."""
@@ -162,6 +194,10 @@ class Snapshot:
     now_s: float = 0.0
     paused_by: str | None = None
     """Who paused the pool (None: it runs): then nothing is placed (POOL_PAUSED)."""
+    quotas: Mapping[QuotaKey, Quota] = dataclasses.field(default_factory=dict)
+    """The quotas of the candidates' projects and users; one not here has no cap."""
+    usage: Mapping[QuotaKey, Usage] = dataclasses.field(default_factory=dict)
+    """What each quota's project or user runs now, across every pool; one not here runs nothing."""
     machines: PoolMachines | None = None
     """The pool's machines (starting, active, its max_instances), so that a job finding no room is told what
     it waits for and whether it comes (`runnable.machine_outlook`); None: not read (the scheduler, which
@@ -296,6 +332,58 @@ def _never_fits(job: Candidate, budget: Budget) -> bool:
     return job.reserve_micro_usd > budget.limit_usd * 1000000 - budget.spend_usd * 1000000
 
 
+def _quota_keys(job: Candidate) -> tuple[QuotaKey, QuotaKey]:
+    return ("project", job.billing_project), ("user", job.user)
+
+
+def _quota_stop(job: Candidate, quotas: Mapping[QuotaKey, Quota], usage: Mapping[QuotaKey, Usage],
+                placed: Mapping[QuotaKey, Usage]) -> Wait | None:
+    """QUOTA_REACHED if what the project or the user runs (`usage`), plus what this cycle placed before the
+    job (`placed`), plus the job, passes one of their caps: the project's first, cores before jobs."""
+    for key in _quota_keys(job):
+        quota = quotas.get(key)
+        if quota is None:
+            continue
+        now, this_cycle = usage.get(key, Usage()), placed.get(key, Usage())
+        whose = f"billing project {key[1]}" if key[0] == "project" else f"user {key[1]}"
+        cap = quota.max_running_cores_mcpu
+        if cap is not None and now.cores_mcpu + this_cycle.cores_mcpu + job.cores_mcpu > cap:
+            return Wait(QUOTA_REACHED,
+                        f"the quota of {whose} (set by {quota.set_by or '?'}) caps its running cores at {_cores(cap)}: "
+                        f"it runs {_cores(now.cores_mcpu)} across every pool, {_cores(this_cycle.cores_mcpu)} start "
+                        f"this cycle, and the job needs {_cores(job.cores_mcpu)}")
+        cap = quota.max_running_jobs
+        if cap is not None and now.jobs + this_cycle.jobs + 1 > cap:
+            return Wait(QUOTA_REACHED,
+                        f"the quota of {whose} (set by {quota.set_by or '?'}) caps its running jobs at {cap}: it runs "
+                        f"{now.jobs} across every pool and {this_cycle.jobs} start this cycle")
+    return None
+
+
+def _count(placed: dict[QuotaKey, Usage], job: Candidate) -> None:
+    for key in _quota_keys(job):
+        was = placed.get(key, Usage())
+        placed[key] = Usage(was.cores_mcpu + job.cores_mcpu, was.jobs + 1)
+
+
+def quota_room(queue: Sequence[Candidate], quotas: Mapping[QuotaKey, Quota],
+               usage: Mapping[QuotaKey, Usage]) -> int | None:
+    """The cores of the jobs of one user's `queue` (as read) that the quotas would let start if the user
+    were alone, or None when none of them is stopped by a quota (the user's demand is then not capped):
+    the fair share gives a user no more than this, so a user at a quota leaves their share to others."""
+    if not quotas:
+        return None
+    placed: dict[QuotaKey, Usage] = {}
+    room, stopped = 0, False
+    for job in queue:
+        if _quota_stop(job, quotas, usage, placed) is not None:
+            stopped = True
+            continue
+        _count(placed, job)
+        room += job.cores_mcpu
+    return room if stopped else None
+
+
 def _lock_stop(job: Candidate, held: HeldLocks | None) -> Wait | None:
     if not job.locks or not held:
         return None
@@ -395,6 +483,34 @@ def plan(snapshot: Snapshot) -> Plan:
     return preferring if preferring.waits == first_fit.waits else first_fit
 
 
+def user_weight(user: str, queue: Sequence[Candidate], quotas: Mapping[QuotaKey, Quota]) -> int:
+    """A user's fair-share weight in a pool: their quota's weight times that of the billing project of the
+    head of their queue (the job they would start next), each 1 without a quota."""
+    weight = quotas[("user", user)].weight if ("user", user) in quotas else 1
+    if queue and ("project", queue[0].billing_project) in quotas:
+        weight *= quotas[("project", queue[0].billing_project)].weight
+    return weight
+
+
+def weighted(snapshot: Snapshot) -> list[UserDemand]:
+    """The snapshot's demands, each with its user's weight (`user_weight`)."""
+    if not snapshot.quotas:
+        return list(snapshot.demands)
+    return [dataclasses.replace(d, weight=user_weight(d.user, snapshot.queues.get(d.user, ()), snapshot.quotas))
+            for d in snapshot.demands]
+
+
+def _within_quotas(snapshot: Snapshot, demands: Sequence[UserDemand]) -> list[UserDemand]:
+    """The users' demands, each capped at what their queue could start under the quotas (`quota_room`)."""
+    if not snapshot.quotas:
+        return list(demands)
+    capped = []
+    for d in demands:
+        room = quota_room(snapshot.queues.get(d.user, ()), snapshot.quotas, snapshot.usage)
+        capped.append(d if room is None else dataclasses.replace(d, ready_cores_mcpu=min(d.ready_cores_mcpu, room)))
+    return capped
+
+
 def _warm(snapshot: Snapshot) -> bool:
     """Whether some worker holds some candidate's image (else preferring holders changes nothing)."""
     held = frozenset().union(*(w.images for w in snapshot.workers))
@@ -405,11 +521,12 @@ def _warm(snapshot: Snapshot) -> bool:
 def _plan(snapshot: Snapshot, prefer_holders: bool) -> Plan:
     """`plan`, each job going first-fit, or to the first worker with room that holds its image if
     `prefer_holders` (first-fit where none does)."""
-    demands = list(snapshot.demands)
-    allocation = _allocation(snapshot.workers, demands)
+    demands = weighted(snapshot)
+    allocation = _allocation(snapshot.workers, _within_quotas(snapshot, demands))
     looked_at = _depths(allocation, demands, snapshot.jobs_per_cycle)
     handed_out = _cores(sum(allocation.values()))
     running_by_user = {d.user: d.running_cores_mcpu for d in demands}
+    weight_of = {d.user: f" (fair-share weight {d.weight})" for d in demands if d.weight != 1}
     free = {w.name: _Room(w.free_cores_mcpu, w.free_memory_bytes, w.free_storage_bytes) for w in snapshot.workers}
     # The running jobs' locks, indexed (weights read them as they were; the rule's index also takes the
     # locks of the jobs this cycle places).
@@ -420,6 +537,8 @@ def _plan(snapshot: Snapshot, prefer_holders: bool) -> Plan:
     waits: dict[JobKey, Wait] = {}
     reserved: dict[str, int] = {}
     """Per project, what this cycle's placements reserve."""
+    placed_usage: dict[QuotaKey, Usage] = {}
+    """Per quota, what this cycle's placements run."""
     never_fit: list[JobKey] = []
     for user in fair_share_order(demands):
         queue = list(snapshot.queues.get(user, ()))
@@ -433,7 +552,7 @@ def _plan(snapshot: Snapshot, prefer_holders: bool) -> Plan:
             project_held = held.setdefault(job.billing_project, HeldLocks())
             budget = snapshot.budgets.get(job.billing_project)
             stop = _retry_stop(job, snapshot.now_s) or _budget_stop(job, budget, reserved.get(job.billing_project, 0)) \
-                or _lock_stop(job, project_held)
+                or _quota_stop(job, snapshot.quotas, snapshot.usage, placed_usage) or _lock_stop(job, project_held)
             if stop is not None:
                 waits[job.key] = stop
                 if stop.code == BILLING_LIMIT_REACHED and budget is not None and budget.state == "open" \
@@ -457,11 +576,12 @@ def _plan(snapshot: Snapshot, prefer_holders: bool) -> Plan:
             if used + job.cores_mcpu > share:
                 waits[job.key] = Wait(OVER_FAIR_SHARE,
                                       f"user {user} runs {_cores(running_by_user.get(user, 0))} cores of pool "
-                                      f"{snapshot.pool} and is given {_cores(share)} of the {handed_out} "
-                                      "cores handed out this cycle by fair share; others wait too")
+                                      f"{snapshot.pool}{weight_of.get(user, '')} and is given {_cores(share)} of "
+                                      f"the {handed_out} cores handed out this cycle by fair share; others wait too")
                 continue
             used += job.cores_mcpu
             reserved[job.billing_project] = reserved.get(job.billing_project, 0) + job.reserve_micro_usd
+            _count(placed_usage, job)
             free[where.name].take(job)
             if job.locks:
                 project_held.add(job.key, job.locks)

@@ -6,7 +6,10 @@
 --                           in_max_jobs_per_batch jobs (reserved ids count:
 --                           an update not committed yet is still promised);
 --   7 (RESOURCE_EXHAUSTED)  the user's or the project's open jobs would pass
---                           in_max_open_jobs_per_user / _per_project;
+--                           in_max_open_jobs_per_user / _per_project, or
+--                           the max_ready_jobs of the user's or the
+--                           project's quota (migration 0031; counted the
+--                           same way, and only when such a quota is set);
 -- and out_message names the limit and its value.
 --
 -- Open jobs, counted without reading jobs: over the owner's (or project's)
@@ -26,8 +29,13 @@ CREATE PROCEDURE job_limits_check(IN in_batch_id BIGINT, IN in_user VARCHAR(100)
 BEGIN
   DECLARE v_reserved BIGINT DEFAULT 0;
   DECLARE v_open BIGINT;
+  DECLARE v_user_quota BIGINT DEFAULT NULL;
+  DECLARE v_project_quota BIGINT DEFAULT NULL;
 
   SET out_rc = 0, out_message = 'ok';
+  SELECT MAX(IF(kind = 'user', max_ready_jobs, NULL)), MAX(IF(kind = 'project', max_ready_jobs, NULL))
+    INTO v_user_quota, v_project_quota
+    FROM quotas WHERE (kind = 'user' AND name = in_user) OR (kind = 'project' AND name = in_billing_project);
   IF in_max_jobs_per_batch IS NOT NULL THEN
     IF in_batch_id IS NOT NULL THEN
       SELECT COALESCE(MAX(n_reserved_jobs), 0) INTO v_reserved FROM batches WHERE batch_id = in_batch_id;
@@ -39,7 +47,7 @@ BEGIN
                                FORMAT(v_reserved + in_n_new_jobs, 0));
     END IF;
   END IF;
-  IF out_rc = 0 AND in_max_open_jobs_per_user IS NOT NULL THEN
+  IF out_rc = 0 AND (in_max_open_jobs_per_user IS NOT NULL OR v_user_quota IS NOT NULL) THEN
     SELECT COALESCE(SUM(IF(EXISTS (SELECT 1 FROM job_groups_cancelled c
                                    WHERE c.batch_id = b.batch_id AND c.job_group_id = 0),
                            b.n_jobs, b.n_reserved_jobs)
@@ -48,14 +56,19 @@ BEGIN
       INTO v_open
       FROM batches b FORCE INDEX (batches_user_state)
       WHERE b.user = in_user AND b.state IN ('open', 'running');
-    IF v_open + in_n_new_jobs > in_max_open_jobs_per_user THEN
+    IF v_user_quota IS NOT NULL AND v_open + in_n_new_jobs > v_user_quota THEN
+      SET out_rc = 7,
+          out_message = CONCAT('user ', in_user, ' has ', FORMAT(v_open, 0), ' open jobs; ',
+                               FORMAT(in_n_new_jobs, 0), ' more would pass the quota (max_ready_jobs) of user ',
+                               in_user, ': ', FORMAT(v_user_quota, 0));
+    ELSEIF v_open + in_n_new_jobs > in_max_open_jobs_per_user THEN
       SET out_rc = 7,
           out_message = CONCAT('user ', in_user, ' has ', FORMAT(v_open, 0), ' open jobs; ',
                                FORMAT(in_n_new_jobs, 0), ' more would pass the limit (max_open_jobs_per_user) of ',
                                FORMAT(in_max_open_jobs_per_user, 0));
     END IF;
   END IF;
-  IF out_rc = 0 AND in_max_open_jobs_per_project IS NOT NULL THEN
+  IF out_rc = 0 AND (in_max_open_jobs_per_project IS NOT NULL OR v_project_quota IS NOT NULL) THEN
     SELECT COALESCE(SUM(IF(EXISTS (SELECT 1 FROM job_groups_cancelled c
                                    WHERE c.batch_id = b.batch_id AND c.job_group_id = 0),
                            b.n_jobs, b.n_reserved_jobs)
@@ -64,7 +77,12 @@ BEGIN
       INTO v_open
       FROM batches b FORCE INDEX (batches_billing_project_state)
       WHERE b.billing_project = in_billing_project AND b.state IN ('open', 'running');
-    IF v_open + in_n_new_jobs > in_max_open_jobs_per_project THEN
+    IF v_project_quota IS NOT NULL AND v_open + in_n_new_jobs > v_project_quota THEN
+      SET out_rc = 7,
+          out_message = CONCAT('billing project ', in_billing_project, ' has ', FORMAT(v_open, 0), ' open jobs; ',
+                               FORMAT(in_n_new_jobs, 0), ' more would pass the quota (max_ready_jobs) of billing ',
+                               'project ', in_billing_project, ': ', FORMAT(v_project_quota, 0));
+    ELSEIF v_open + in_n_new_jobs > in_max_open_jobs_per_project THEN
       SET out_rc = 7,
           out_message = CONCAT('billing project ', in_billing_project, ' has ', FORMAT(v_open, 0), ' open jobs; ',
                                FORMAT(in_n_new_jobs, 0),

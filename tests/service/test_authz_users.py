@@ -53,6 +53,7 @@ from corral.batch.v1 import lock_service_pb2_grpc
 from corral.batch.v1 import secret_service_pb2 as spb
 from corral.billing.v1 import billing_service_pb2 as cpb
 from corral.billing.v1 import billing_service_pb2_grpc
+from corral.billing.v1 import quota_pb2
 from services.auth.app import AuthApp
 from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
@@ -219,6 +220,10 @@ TABLE: dict[str, Row] = {
     C + "DeleteBillingProject": Row(lambda w: cpb.DeleteBillingProjectRequest(billing_project="doomed"),
                                     PROJECT_CHANGE),
     C + "GetSpend": Row(lambda w: cpb.GetSpendRequest(billing_project="proj"), READ),
+    # Quotas: administrators set them (this one is the default, so it leaves nothing set for the other rows);
+    # anyone signed in lists those they may see.
+    C + "SetQuota": Row(lambda w: cpb.SetQuotaRequest(kind=quota_pb2.QUOTA_KIND_USER, name="alice"), ADMIN_ONLY),
+    C + "ListQuotas": Row(lambda w: cpb.ListQuotasRequest(), unauthenticated(OK, member=OK, owner=OK, admin=OK)),
     C + "WatchSpend": Row(lambda w: cpb.WatchSpendRequest(billing_project="proj"), READ),
     # Login takes no token; one sent along must still be valid.
     A + "Login": Row(lambda w: apb.LoginRequest(username="dave", password=PASSWORD),

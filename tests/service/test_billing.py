@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from corral.aio import Client
 from corral.billing.v1 import billing_project_pb2 as project_pb
 from corral.billing.v1 import billing_service_pb2 as pb
-from corral.billing.v1 import billing_service_pb2_grpc, spend_pb2
+from corral.billing.v1 import billing_service_pb2_grpc, quota_pb2, spend_pb2
 from services.common.tls import DevCertificateAuthority
 from services.db.database import Database, FailedPreconditionError
 from services.db.store import JobStore
@@ -113,6 +113,9 @@ def every_rpc(stub: billing_service_pb2_grpc.BillingServiceStub, project: str, m
         "GetSpend": lambda: stub.GetSpend(pb.GetSpendRequest(billing_project=project), metadata=metadata),
         "WatchSpend": lambda: stub.WatchSpend(
             pb.WatchSpendRequest(billing_project=project), metadata=metadata).read(),
+        "SetQuota": lambda: stub.SetQuota(
+            pb.SetQuotaRequest(kind=quota_pb2.QUOTA_KIND_PROJECT, name=project, weight=2), metadata=metadata),
+        "ListQuotas": lambda: stub.ListQuotas(pb.ListQuotasRequest(), metadata=metadata),
     }
 
 
@@ -272,7 +275,8 @@ async def test_non_members_are_refused_and_members_may_not_manage(
             ("lab", grpc.StatusCode.NOT_FOUND, "no billing project lab"),
             ("no-such-project", grpc.StatusCode.NOT_FOUND, "no billing project no-such-project")):
         calls = every_rpc(stub, project, bearer(carol), username="carol")
-        for rpc in calls.keys() - {"CreateBillingProject", "ListBillingProjects"}:  # those two: elsewhere
+        # Those: elsewhere (the quotas' in tests/service/test_quotas.py: administrators only, or a list).
+        for rpc in calls.keys() - {"CreateBillingProject", "ListBillingProjects", "SetQuota", "ListQuotas"}:
             error = await refused(calls[rpc]())
             assert (error.code(), error.details()) == (code, details), rpc
     for request in (pb.ListBillingProjectsRequest(), pb.ListBillingProjectsRequest(member="alice")):

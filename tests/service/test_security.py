@@ -54,6 +54,7 @@ from corral.batch.v1 import lock_service_pb2_grpc
 from corral.batch.v1 import secret_service_pb2 as spb
 from corral.billing.v1 import billing_service_pb2_grpc
 from corral.billing.v1 import billing_service_pb2 as cpb
+from corral.billing.v1 import quota_pb2
 from corral.driver.v1 import driver_service_pb2 as dpb
 from corral.driver.v1 import driver_service_pb2_grpc
 from corral.worker.v1 import worker_service_pb2 as wpb
@@ -206,6 +207,10 @@ CASES: dict[str, Case] = {
     "/corral.billing.v1.BillingService/DeleteBillingProject": Case(lambda w: cpb.DeleteBillingProjectRequest(
         billing_project=w.project), member=PD),
     "/corral.billing.v1.BillingService/GetSpend": Case(lambda w: cpb.GetSpendRequest(billing_project=w.project)),
+    # Quotas: administrators set them; anyone lists those they may see (their projects' and their own).
+    "/corral.billing.v1.BillingService/SetQuota": Case(lambda w: cpb.SetQuotaRequest(
+        kind=quota_pb2.QUOTA_KIND_PROJECT, name=w.project, max_running_jobs=1), outsider=PD, member=PD),
+    "/corral.billing.v1.BillingService/ListQuotas": Case(lambda w: cpb.ListQuotasRequest(), outsider=None),
     "/corral.billing.v1.BillingService/WatchSpend": Case(lambda w: cpb.WatchSpendRequest(
         billing_project=w.project)),
     # Logout and WhoAmI concern only the caller's own session.

@@ -10,7 +10,10 @@
 - every candidate is placed or says why it waits, never both;
 - a job's reason is the first rule that stopped it (each earlier rule can be
   shown not to have applied);
-- fair share: no user is given more cores than their water-filled share;
+- fair share: no user is given more cores than their water-filled share (weighted: a user's weight is their
+  quota's times their queue head's project's), and users are served in weighted fair-share order;
+- quotas: no project's or user's running cores or jobs, counted across pools, pass their caps once the
+  cycle's placements are added (unless nothing of theirs is placed), and a QUOTA_REACHED job names the quota;
 - budgets: a job's worst case is the one it is given (the database prices
   it), never one the planner works out from its size;
 - the same snapshot gives the same plan;
@@ -27,9 +30,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from services.policy import planner
-from services.policy.fair_share import UserDemand
+from services.policy.fair_share import UserDemand, fair_share_order
 from services.policy.lock_contention import LockInterest, LockMode, LockRequest, conflicts, locks_from_rows
-from services.policy.planner import POOL_PAUSED, Budget, Candidate, Snapshot, Worker, plan
+from services.policy.planner import POOL_PAUSED, Budget, Candidate, Quota, Snapshot, Usage, Worker, plan
 from tests.examples import examples
 
 USERS = ("ann", "bob", "cat")
@@ -83,8 +86,29 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                          draw(st.one_of(st.none(), st.floats(0, 10))), draw(st.floats(0, 10)),
                          draw(st.sampled_from([0, 0, 1_000_000, 3_000_000])))
                for p in PROJECTS}
+    quotas, usage = {}, {}
+    for key in [("project", p) for p in PROJECTS] + [("user", u) for u in USERS]:
+        if draw(st.booleans()):
+            quotas[key] = Quota(draw(st.one_of(st.none(), st.integers(0, 16).map(lambda n: n * 500))),
+                                draw(st.one_of(st.none(), st.integers(0, 6))), draw(st.integers(1, 3)), "admin")
+            usage[key] = Usage(draw(st.integers(0, 8)) * 500, draw(st.integers(0, 4)))
     return Snapshot("standard", workers, demands, queues, held, budgets,
-                    jobs_per_cycle=draw(st.integers(1, 12)), now_s=1200.0)
+                    jobs_per_cycle=draw(st.integers(1, 12)), now_s=1200.0, quotas=quotas, usage=usage)
+
+
+def _quota_passed(snapshot: Snapshot, job: Candidate, placed: dict[tuple[str, str], Usage]) -> bool:
+    """Whether `job` would pass a cap of its project's or user's quota with `placed` started by the cycle."""
+    for key in (("project", job.billing_project), ("user", job.user)):
+        quota = snapshot.quotas.get(key)
+        if quota is None:
+            continue
+        now, more = snapshot.usage.get(key, Usage()), placed.get(key, Usage())
+        if quota.max_running_cores_mcpu is not None and \
+                now.cores_mcpu + more.cores_mcpu + job.cores_mcpu > quota.max_running_cores_mcpu:
+            return True
+        if quota.max_running_jobs is not None and now.jobs + more.jobs + 1 > quota.max_running_jobs:
+            return True
+    return False
 
 
 def _budget_stops(snapshot: Snapshot, job: Candidate, placed_micro_usd: int) -> bool:
@@ -152,7 +176,27 @@ def _keeps_every_promise(snapshot: Snapshot) -> None:
             assert cost <= budget.left_micro_usd()
         assert budget is None or budget.state == "open"
 
-    # Fair share: nobody beyond their water-filled share.
+    # Quotas: what runs plus what the cycle starts stays within every cap of a project or user it starts for.
+    placed_usage: dict[tuple[str, str], Usage] = {}
+    for p in result.placements:
+        job = jobs[p.key]
+        for key in (("project", job.billing_project), ("user", job.user)):
+            was = placed_usage.get(key, Usage())
+            placed_usage[key] = Usage(was.cores_mcpu + job.cores_mcpu, was.jobs + 1)
+    for key, more in placed_usage.items():
+        quota, now = snapshot.quotas.get(key), snapshot.usage.get(key, Usage())
+        if quota is not None:
+            assert quota.max_running_cores_mcpu is None or \
+                now.cores_mcpu + more.cores_mcpu <= quota.max_running_cores_mcpu
+            assert quota.max_running_jobs is None or now.jobs + more.jobs <= quota.max_running_jobs
+
+    # Fair share: nobody beyond their water-filled share, users served in weighted order.
+    weighted = planner.weighted(snapshot)
+    assert {d.user: d.weight for d in weighted} == {
+        d.user: planner.user_weight(d.user, snapshot.queues.get(d.user, ()), snapshot.quotas) for d in snapshot.demands}
+    order = fair_share_order(weighted)
+    first_placed = [jobs[p.key].user for p in result.placements]
+    assert first_placed == sorted(first_placed, key=order.index)
     given_cores = defaultdict(int)
     for p in result.placements:
         given_cores[jobs[p.key].user] += p.cores_mcpu
@@ -184,6 +228,12 @@ def _keeps_every_promise(snapshot: Snapshot) -> None:
                 snapshot.budgets[job.billing_project].state == "open" and
                 job.reserve_micro_usd > snapshot.budgets[job.billing_project].limit_usd * 1000000
                 - snapshot.budgets[job.billing_project].spend_usd * 1000000)
+        if planner.QUOTA_REACHED in earlier:  # it fit its quotas before the cycle placed anything
+            assert not _quota_passed(snapshot, job, {}), wait
+        if wait.code == planner.QUOTA_REACHED:  # and not once the cycle placed what it did
+            assert _quota_passed(snapshot, job, placed_usage)
+            assert f"the quota of billing project {job.billing_project} " in wait.detail or \
+                f"the quota of user {job.user} " in wait.detail
         if planner.BLOCKED_BY_LOCK in earlier:  # nothing running clashes (what was placed before may not)
             assert not any(_clashes(job.locks, h) for h in snapshot.held.get(job.billing_project, {}).values())
         if wait.code == planner.BLOCKED_BY_LOCK:
@@ -275,6 +325,7 @@ def test_the_planner_takes_the_worst_case_it_is_given(snapshot: Snapshot) -> Non
     """The planner prices no job itself (the database does: job_worst_case_micro_usd): given nothing to
     reserve, no job waits for money, however big it is; given more than the limit, every job the cycle looks
     at (past its retry back-off) can never run, and says what it was given."""
+    snapshot = dataclasses.replace(snapshot, quotas={}, usage={})  # quotas change which jobs are looked at
     free = plan(_priced(snapshot, 0))
     assert free.never_fit == ()
     assert planner.BILLING_LIMIT_REACHED not in {w.code for w in free.waits.values()}
@@ -469,3 +520,49 @@ def test_a_paused_pool_places_nothing_and_says_so_for_every_job_it_was_given(sna
     assert set(plan_.waits) == keys
     assert all(w.code == POOL_PAUSED and f"paused by {who}" in w.detail for w in plan_.waits.values())
     _keeps_every_promise(snapshot)  # and the same snapshot running keeps the others
+
+
+def test_a_quota_of_four_cores_holds_and_names_itself() -> None:
+    queue = [Candidate((1, i), "ann", "p1", 1000) for i in range(1, 7)]
+    quotas = {("project", "p1"): Quota(max_running_cores_mcpu=4000, set_by="admin")}
+    snapshot = Snapshot("standard", [Worker("w0", 0, 16000)], [UserDemand("ann", 1000, 6000)], {"ann": queue},
+                        jobs_per_cycle=10, quotas=quotas, usage={("project", "p1"): Usage(1000, 1)})
+    result = plan(snapshot)
+    assert [p.key for p in result.placements] == [(1, 1), (1, 2), (1, 3)]  # 1 running + 3 = 4
+    wait = result.waits[(1, 4)]
+    assert (wait.code, wait.detail) == (planner.QUOTA_REACHED, "the quota of billing project p1 (set by admin) caps "
+                                        "its running cores at 4: it runs 1 across every pool, 3 start this cycle, "
+                                        "and the job needs 1")
+    jobs_cap = {("user", "ann"): Quota(max_running_jobs=2, set_by="root")}
+    result = plan(dataclasses.replace(snapshot, quotas=jobs_cap, usage={("user", "ann"): Usage(1000, 1)}))
+    assert [p.key for p in result.placements] == [(1, 1)]
+    assert result.waits[(1, 2)].detail == ("the quota of user ann (set by root) caps its running jobs at 2: it runs 1 "
+                                           "across every pool and 1 start this cycle")
+
+
+def test_a_user_at_a_quota_leaves_their_share_to_the_others() -> None:
+    """Without the cap on ann's demand, fair share would hand her half of the free cores, which she cannot use
+    under her quota, and bob would wait (OVER_FAIR_SHARE) beside idle cores."""
+    ann = [Candidate((1, i), "ann", "p1", 1000) for i in range(1, 9)]
+    bob = [Candidate((2, i), "bob", "p2", 1000) for i in range(1, 9)]
+    snapshot = Snapshot("standard", [Worker("w0", 0, 8000)], [UserDemand("ann", 0, 8000), UserDemand("bob", 0, 8000)],
+                        {"ann": ann, "bob": bob}, jobs_per_cycle=20,
+                        quotas={("user", "ann"): Quota(max_running_cores_mcpu=2000)})
+    result = plan(snapshot)
+    assert result.allocation == {"ann": 2000, "bob": 6000}
+    assert sum(1 for p in result.placements if p.key[0] == 2) == 6
+    assert {result.waits[c.key].code for c in ann[2:]} <= {planner.QUOTA_REACHED, planner.QUEUED_BEHIND_OWN_JOBS}
+
+
+def test_a_project_of_weight_two_gets_twice_the_share_of_one_of_weight_one() -> None:
+    ann = [Candidate((1, i), "ann", "heavy", 1000) for i in range(1, 13)]
+    bob = [Candidate((2, i), "bob", "light", 1000) for i in range(1, 13)]
+    snapshot = Snapshot("standard", [Worker("w0", 0, 9000)],
+                        [UserDemand("ann", 0, 12000), UserDemand("bob", 0, 12000)], {"ann": ann, "bob": bob},
+                        jobs_per_cycle=30, quotas={("project", "heavy"): Quota(weight=2)})
+    result = plan(snapshot)
+    assert result.allocation == {"ann": 6000, "bob": 3000}
+    assert sum(1 for p in result.placements if p.key[0] == 1) == 6
+    assert sum(1 for p in result.placements if p.key[0] == 2) == 3
+    assert "(fair-share weight 2)" not in result.waits[(2, 4)].detail
+    assert result.waits[(1, 7)].detail.startswith("user ann runs 0 cores of pool standard (fair-share weight 2) ")

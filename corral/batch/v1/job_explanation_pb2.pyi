@@ -33,6 +33,7 @@ class WaitReasonCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WAIT_REASON_CODE_CANNOT_RUN: _ClassVar[WaitReasonCode]
     WAIT_REASON_CODE_HELD: _ClassVar[WaitReasonCode]
     WAIT_REASON_CODE_POOL_PAUSED: _ClassVar[WaitReasonCode]
+    WAIT_REASON_CODE_QUOTA_REACHED: _ClassVar[WaitReasonCode]
 WAIT_REASON_CODE_UNSPECIFIED: WaitReasonCode
 WAIT_REASON_CODE_WAITING_ON_PARENTS: WaitReasonCode
 WAIT_REASON_CODE_PARENT_FAILED: WaitReasonCode
@@ -51,6 +52,7 @@ WAIT_REASON_CODE_RETRY_DELAY: WaitReasonCode
 WAIT_REASON_CODE_CANNOT_RUN: WaitReasonCode
 WAIT_REASON_CODE_HELD: WaitReasonCode
 WAIT_REASON_CODE_POOL_PAUSED: WaitReasonCode
+WAIT_REASON_CODE_QUOTA_REACHED: WaitReasonCode
 
 class JobExplanation(_message.Message):
     __slots__ = ("batch_id", "job_id", "state", "reasons", "explained_at")

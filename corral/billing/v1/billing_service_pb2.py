@@ -23,12 +23,13 @@ _sym_db = _symbol_database.Default()
 
 
 from corral.billing.v1 import billing_project_pb2 as corral_dot_billing_dot_v1_dot_billing__project__pb2
+from corral.billing.v1 import quota_pb2 as corral_dot_billing_dot_v1_dot_quota__pb2
 from corral.billing.v1 import spend_pb2 as corral_dot_billing_dot_v1_dot_spend__pb2
 from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'corral/billing/v1/billing_service.proto\x12\x11\x63orral.billing.v1\x1a\'corral/billing/v1/billing_project.proto\x1a\x1d\x63orral/billing/v1/spend.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\"n\n\x1b\x43reateBillingProjectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x0flimit_micro_usd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x0f\n\x07members\x18\x03 \x03(\tB\x12\n\x10_limit_micro_usd\"Z\n\x1c\x43reateBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"3\n\x18GetBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"W\n\x19GetBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"\x8a\x01\n\x1aListBillingProjectsRequest\x12\x35\n\x05state\x18\x01 \x01(\x0e\x32&.corral.billing.v1.BillingProjectState\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"s\n\x1bListBillingProjectsResponse\x12;\n\x10\x62illing_projects\x18\x01 \x03(\x0b\x32!.corral.billing.v1.BillingProject\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"=\n\x10\x41\x64\x64MemberRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\"O\n\x11\x41\x64\x64MemberResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"@\n\x13RemoveMemberRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\"R\n\x14RemoveMemberResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"\x91\x01\n\x0fSetLimitRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x1c\n\x0flimit_micro_usd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x33\n\x10max_job_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\x12\n\x10_limit_micro_usd\"N\n\x10SetLimitResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"5\n\x1a\x43loseBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"Y\n\x1b\x43loseBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"6\n\x1bReopenBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"Z\n\x1cReopenBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"6\n\x1b\x44\x65leteBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"\x1e\n\x1c\x44\x65leteBillingProjectResponse\"\xac\x01\n\x0fGetSpendRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x11\n\tfirst_day\x18\x02 \x01(\t\x12\x10\n\x08last_day\x18\x03 \x01(\t\x12\x34\n\tbreakdown\x18\x04 \x01(\x0e\x32!.corral.billing.v1.SpendBreakdown\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"\xa7\x01\n\x10GetSpendResponse\x12\x17\n\x0ftotal_micro_usd\x18\x01 \x01(\x03\x12+\n\x05lines\x18\x02 \x03(\x0b\x32\x1c.corral.billing.v1.SpendLine\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\x12\x34\n\x0creservations\x18\x04 \x03(\x0b\x32\x1e.corral.billing.v1.Reservation\"]\n\x11WatchSpendRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12/\n\x0cmin_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"D\n\x12WatchSpendResponse\x12.\n\x06update\x18\x01 \x01(\x0b\x32\x1e.corral.billing.v1.SpendUpdate2\xa7\x0e\n\x0e\x42illingService\x12\x9c\x01\n\x14\x43reateBillingProject\x12..corral.billing.v1.CreateBillingProjectRequest\x1a/.corral.billing.v1.CreateBillingProjectResponse\"#\x82\xd3\xe4\x93\x02\x1d\"\x18/api/v1/billing-projects:\x01*\x12\xa5\x01\n\x11GetBillingProject\x12+.corral.billing.v1.GetBillingProjectRequest\x1a,.corral.billing.v1.GetBillingProjectResponse\"5\x90\x02\x01\x82\xd3\xe4\x93\x02,\x12*/api/v1/billing-projects/{billing_project}\x12\x99\x01\n\x13ListBillingProjects\x12-.corral.billing.v1.ListBillingProjectsRequest\x1a..corral.billing.v1.ListBillingProjectsResponse\"#\x90\x02\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/api/v1/billing-projects\x12\x98\x01\n\tAddMember\x12#.corral.billing.v1.AddMemberRequest\x1a$.corral.billing.v1.AddMemberResponse\"@\x90\x02\x02\x82\xd3\xe4\x93\x02\x37\"2/api/v1/billing-projects/{billing_project}/members:\x01*\x12\xa9\x01\n\x0cRemoveMember\x12&.corral.billing.v1.RemoveMemberRequest\x1a\'.corral.billing.v1.RemoveMemberResponse\"H\x90\x02\x02\x82\xd3\xe4\x93\x02?*=/api/v1/billing-projects/{billing_project}/members/{username}\x12\x93\x01\n\x08SetLimit\x12\".corral.billing.v1.SetLimitRequest\x1a#.corral.billing.v1.SetLimitResponse\">\x90\x02\x02\x82\xd3\xe4\x93\x02\x35\x1a\x30/api/v1/billing-projects/{billing_project}/limit:\x01*\x12\xb4\x01\n\x13\x43loseBillingProject\x12-.corral.billing.v1.CloseBillingProjectRequest\x1a..corral.billing.v1.CloseBillingProjectResponse\">\x90\x02\x02\x82\xd3\xe4\x93\x02\x35\"0/api/v1/billing-projects/{billing_project}:close:\x01*\x12\xb8\x01\n\x14ReopenBillingProject\x12..corral.billing.v1.ReopenBillingProjectRequest\x1a/.corral.billing.v1.ReopenBillingProjectResponse\"?\x90\x02\x02\x82\xd3\xe4\x93\x02\x36\"1/api/v1/billing-projects/{billing_project}:reopen:\x01*\x12\xae\x01\n\x14\x44\x65leteBillingProject\x12..corral.billing.v1.DeleteBillingProjectRequest\x1a/.corral.billing.v1.DeleteBillingProjectResponse\"5\x90\x02\x02\x82\xd3\xe4\x93\x02,**/api/v1/billing-projects/{billing_project}\x12\x90\x01\n\x08GetSpend\x12\".corral.billing.v1.GetSpendRequest\x1a#.corral.billing.v1.GetSpendResponse\";\x90\x02\x01\x82\xd3\xe4\x93\x02\x32\x12\x30/api/v1/billing-projects/{billing_project}/spend\x12\x9e\x01\n\nWatchSpend\x12$.corral.billing.v1.WatchSpendRequest\x1a%.corral.billing.v1.WatchSpendResponse\"A\x90\x02\x01\x82\xd3\xe4\x93\x02\x38\x12\x36/api/v1/billing-projects/{billing_project}/spend:watch0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'corral/billing/v1/billing_service.proto\x12\x11\x63orral.billing.v1\x1a\'corral/billing/v1/billing_project.proto\x1a\x1d\x63orral/billing/v1/quota.proto\x1a\x1d\x63orral/billing/v1/spend.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\"n\n\x1b\x43reateBillingProjectRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1c\n\x0flimit_micro_usd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x0f\n\x07members\x18\x03 \x03(\tB\x12\n\x10_limit_micro_usd\"Z\n\x1c\x43reateBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"3\n\x18GetBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"W\n\x19GetBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"\x8a\x01\n\x1aListBillingProjectsRequest\x12\x35\n\x05state\x18\x01 \x01(\x0e\x32&.corral.billing.v1.BillingProjectState\x12\x0e\n\x06member\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"s\n\x1bListBillingProjectsResponse\x12;\n\x10\x62illing_projects\x18\x01 \x03(\x0b\x32!.corral.billing.v1.BillingProject\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"=\n\x10\x41\x64\x64MemberRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\"O\n\x11\x41\x64\x64MemberResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"@\n\x13RemoveMemberRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x10\n\x08username\x18\x02 \x01(\t\"R\n\x14RemoveMemberResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"\x91\x01\n\x0fSetLimitRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x1c\n\x0flimit_micro_usd\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x33\n\x10max_job_duration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\x12\n\x10_limit_micro_usd\"N\n\x10SetLimitResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"5\n\x1a\x43loseBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"Y\n\x1b\x43loseBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"6\n\x1bReopenBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"Z\n\x1cReopenBillingProjectResponse\x12:\n\x0f\x62illing_project\x18\x01 \x01(\x0b\x32!.corral.billing.v1.BillingProject\"6\n\x1b\x44\x65leteBillingProjectRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\"\x1e\n\x1c\x44\x65leteBillingProjectResponse\"\xac\x01\n\x0fGetSpendRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12\x11\n\tfirst_day\x18\x02 \x01(\t\x12\x10\n\x08last_day\x18\x03 \x01(\t\x12\x34\n\tbreakdown\x18\x04 \x01(\x0e\x32!.corral.billing.v1.SpendBreakdown\x12\x11\n\tpage_size\x18\x05 \x01(\x05\x12\x12\n\npage_token\x18\x06 \x01(\t\"\xa7\x01\n\x10GetSpendResponse\x12\x17\n\x0ftotal_micro_usd\x18\x01 \x01(\x03\x12+\n\x05lines\x18\x02 \x03(\x0b\x32\x1c.corral.billing.v1.SpendLine\x12\x17\n\x0fnext_page_token\x18\x03 \x01(\t\x12\x34\n\x0creservations\x18\x04 \x03(\x0b\x32\x1e.corral.billing.v1.Reservation\"]\n\x11WatchSpendRequest\x12\x17\n\x0f\x62illing_project\x18\x01 \x01(\t\x12/\n\x0cmin_interval\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"D\n\x12WatchSpendResponse\x12.\n\x06update\x18\x01 \x01(\x0b\x32\x1e.corral.billing.v1.SpendUpdate\"\xff\x01\n\x0fSetQuotaRequest\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.corral.billing.v1.QuotaKind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12#\n\x16max_running_cores_mcpu\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10max_running_jobs\x18\x04 \x01(\x05H\x01\x88\x01\x01\x12\x1b\n\x0emax_ready_jobs\x18\x05 \x01(\x03H\x02\x88\x01\x01\x12\x0e\n\x06weight\x18\x06 \x01(\x05\x42\x19\n\x17_max_running_cores_mcpuB\x13\n\x11_max_running_jobsB\x11\n\x0f_max_ready_jobs\";\n\x10SetQuotaResponse\x12\'\n\x05quota\x18\x01 \x01(\x0b\x32\x18.corral.billing.v1.Quota\"f\n\x11ListQuotasRequest\x12*\n\x04kind\x18\x01 \x01(\x0e\x32\x1c.corral.billing.v1.QuotaKind\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"W\n\x12ListQuotasResponse\x12(\n\x06quotas\x18\x01 \x03(\x0b\x32\x18.corral.billing.v1.Quota\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t2\x94\x10\n\x0e\x42illingService\x12\x9c\x01\n\x14\x43reateBillingProject\x12..corral.billing.v1.CreateBillingProjectRequest\x1a/.corral.billing.v1.CreateBillingProjectResponse\"#\x82\xd3\xe4\x93\x02\x1d\"\x18/api/v1/billing-projects:\x01*\x12\xa5\x01\n\x11GetBillingProject\x12+.corral.billing.v1.GetBillingProjectRequest\x1a,.corral.billing.v1.GetBillingProjectResponse\"5\x90\x02\x01\x82\xd3\xe4\x93\x02,\x12*/api/v1/billing-projects/{billing_project}\x12\x99\x01\n\x13ListBillingProjects\x12-.corral.billing.v1.ListBillingProjectsRequest\x1a..corral.billing.v1.ListBillingProjectsResponse\"#\x90\x02\x01\x82\xd3\xe4\x93\x02\x1a\x12\x18/api/v1/billing-projects\x12\x98\x01\n\tAddMember\x12#.corral.billing.v1.AddMemberRequest\x1a$.corral.billing.v1.AddMemberResponse\"@\x90\x02\x02\x82\xd3\xe4\x93\x02\x37\"2/api/v1/billing-projects/{billing_project}/members:\x01*\x12\xa9\x01\n\x0cRemoveMember\x12&.corral.billing.v1.RemoveMemberRequest\x1a\'.corral.billing.v1.RemoveMemberResponse\"H\x90\x02\x02\x82\xd3\xe4\x93\x02?*=/api/v1/billing-projects/{billing_project}/members/{username}\x12\x93\x01\n\x08SetLimit\x12\".corral.billing.v1.SetLimitRequest\x1a#.corral.billing.v1.SetLimitResponse\">\x90\x02\x02\x82\xd3\xe4\x93\x02\x35\x1a\x30/api/v1/billing-projects/{billing_project}/limit:\x01*\x12u\n\x08SetQuota\x12\".corral.billing.v1.SetQuotaRequest\x1a#.corral.billing.v1.SetQuotaResponse\" \x90\x02\x02\x82\xd3\xe4\x93\x02\x17\"\x12/api/v1/quotas:set:\x01*\x12t\n\nListQuotas\x12$.corral.billing.v1.ListQuotasRequest\x1a%.corral.billing.v1.ListQuotasResponse\"\x19\x90\x02\x01\x82\xd3\xe4\x93\x02\x10\x12\x0e/api/v1/quotas\x12\xb4\x01\n\x13\x43loseBillingProject\x12-.corral.billing.v1.CloseBillingProjectRequest\x1a..corral.billing.v1.CloseBillingProjectResponse\">\x90\x02\x02\x82\xd3\xe4\x93\x02\x35\"0/api/v1/billing-projects/{billing_project}:close:\x01*\x12\xb8\x01\n\x14ReopenBillingProject\x12..corral.billing.v1.ReopenBillingProjectRequest\x1a/.corral.billing.v1.ReopenBillingProjectResponse\"?\x90\x02\x02\x82\xd3\xe4\x93\x02\x36\"1/api/v1/billing-projects/{billing_project}:reopen:\x01*\x12\xae\x01\n\x14\x44\x65leteBillingProject\x12..corral.billing.v1.DeleteBillingProjectRequest\x1a/.corral.billing.v1.DeleteBillingProjectResponse\"5\x90\x02\x02\x82\xd3\xe4\x93\x02,**/api/v1/billing-projects/{billing_project}\x12\x90\x01\n\x08GetSpend\x12\".corral.billing.v1.GetSpendRequest\x1a#.corral.billing.v1.GetSpendResponse\";\x90\x02\x01\x82\xd3\xe4\x93\x02\x32\x12\x30/api/v1/billing-projects/{billing_project}/spend\x12\x9e\x01\n\nWatchSpend\x12$.corral.billing.v1.WatchSpendRequest\x1a%.corral.billing.v1.WatchSpendResponse\"A\x90\x02\x01\x82\xd3\xe4\x93\x02\x38\x12\x36/api/v1/billing-projects/{billing_project}/spend:watch0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,6 +48,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BILLINGSERVICE'].methods_by_name['RemoveMember']._serialized_options = b'\220\002\002\202\323\344\223\002?*=/api/v1/billing-projects/{billing_project}/members/{username}'
   _globals['_BILLINGSERVICE'].methods_by_name['SetLimit']._loaded_options = None
   _globals['_BILLINGSERVICE'].methods_by_name['SetLimit']._serialized_options = b'\220\002\002\202\323\344\223\0025\0320/api/v1/billing-projects/{billing_project}/limit:\001*'
+  _globals['_BILLINGSERVICE'].methods_by_name['SetQuota']._loaded_options = None
+  _globals['_BILLINGSERVICE'].methods_by_name['SetQuota']._serialized_options = b'\220\002\002\202\323\344\223\002\027\"\022/api/v1/quotas:set:\001*'
+  _globals['_BILLINGSERVICE'].methods_by_name['ListQuotas']._loaded_options = None
+  _globals['_BILLINGSERVICE'].methods_by_name['ListQuotas']._serialized_options = b'\220\002\001\202\323\344\223\002\020\022\016/api/v1/quotas'
   _globals['_BILLINGSERVICE'].methods_by_name['CloseBillingProject']._loaded_options = None
   _globals['_BILLINGSERVICE'].methods_by_name['CloseBillingProject']._serialized_options = b'\220\002\002\202\323\344\223\0025\"0/api/v1/billing-projects/{billing_project}:close:\001*'
   _globals['_BILLINGSERVICE'].methods_by_name['ReopenBillingProject']._loaded_options = None
@@ -57,50 +62,58 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BILLINGSERVICE'].methods_by_name['GetSpend']._serialized_options = b'\220\002\001\202\323\344\223\0022\0220/api/v1/billing-projects/{billing_project}/spend'
   _globals['_BILLINGSERVICE'].methods_by_name['WatchSpend']._loaded_options = None
   _globals['_BILLINGSERVICE'].methods_by_name['WatchSpend']._serialized_options = b'\220\002\001\202\323\344\223\0028\0226/api/v1/billing-projects/{billing_project}/spend:watch'
-  _globals['_CREATEBILLINGPROJECTREQUEST']._serialized_start=196
-  _globals['_CREATEBILLINGPROJECTREQUEST']._serialized_end=306
-  _globals['_CREATEBILLINGPROJECTRESPONSE']._serialized_start=308
-  _globals['_CREATEBILLINGPROJECTRESPONSE']._serialized_end=398
-  _globals['_GETBILLINGPROJECTREQUEST']._serialized_start=400
-  _globals['_GETBILLINGPROJECTREQUEST']._serialized_end=451
-  _globals['_GETBILLINGPROJECTRESPONSE']._serialized_start=453
-  _globals['_GETBILLINGPROJECTRESPONSE']._serialized_end=540
-  _globals['_LISTBILLINGPROJECTSREQUEST']._serialized_start=543
-  _globals['_LISTBILLINGPROJECTSREQUEST']._serialized_end=681
-  _globals['_LISTBILLINGPROJECTSRESPONSE']._serialized_start=683
-  _globals['_LISTBILLINGPROJECTSRESPONSE']._serialized_end=798
-  _globals['_ADDMEMBERREQUEST']._serialized_start=800
-  _globals['_ADDMEMBERREQUEST']._serialized_end=861
-  _globals['_ADDMEMBERRESPONSE']._serialized_start=863
-  _globals['_ADDMEMBERRESPONSE']._serialized_end=942
-  _globals['_REMOVEMEMBERREQUEST']._serialized_start=944
-  _globals['_REMOVEMEMBERREQUEST']._serialized_end=1008
-  _globals['_REMOVEMEMBERRESPONSE']._serialized_start=1010
-  _globals['_REMOVEMEMBERRESPONSE']._serialized_end=1092
-  _globals['_SETLIMITREQUEST']._serialized_start=1095
-  _globals['_SETLIMITREQUEST']._serialized_end=1240
-  _globals['_SETLIMITRESPONSE']._serialized_start=1242
-  _globals['_SETLIMITRESPONSE']._serialized_end=1320
-  _globals['_CLOSEBILLINGPROJECTREQUEST']._serialized_start=1322
-  _globals['_CLOSEBILLINGPROJECTREQUEST']._serialized_end=1375
-  _globals['_CLOSEBILLINGPROJECTRESPONSE']._serialized_start=1377
-  _globals['_CLOSEBILLINGPROJECTRESPONSE']._serialized_end=1466
-  _globals['_REOPENBILLINGPROJECTREQUEST']._serialized_start=1468
-  _globals['_REOPENBILLINGPROJECTREQUEST']._serialized_end=1522
-  _globals['_REOPENBILLINGPROJECTRESPONSE']._serialized_start=1524
-  _globals['_REOPENBILLINGPROJECTRESPONSE']._serialized_end=1614
-  _globals['_DELETEBILLINGPROJECTREQUEST']._serialized_start=1616
-  _globals['_DELETEBILLINGPROJECTREQUEST']._serialized_end=1670
-  _globals['_DELETEBILLINGPROJECTRESPONSE']._serialized_start=1672
-  _globals['_DELETEBILLINGPROJECTRESPONSE']._serialized_end=1702
-  _globals['_GETSPENDREQUEST']._serialized_start=1705
-  _globals['_GETSPENDREQUEST']._serialized_end=1877
-  _globals['_GETSPENDRESPONSE']._serialized_start=1880
-  _globals['_GETSPENDRESPONSE']._serialized_end=2047
-  _globals['_WATCHSPENDREQUEST']._serialized_start=2049
-  _globals['_WATCHSPENDREQUEST']._serialized_end=2142
-  _globals['_WATCHSPENDRESPONSE']._serialized_start=2144
-  _globals['_WATCHSPENDRESPONSE']._serialized_end=2212
-  _globals['_BILLINGSERVICE']._serialized_start=2215
-  _globals['_BILLINGSERVICE']._serialized_end=4046
+  _globals['_CREATEBILLINGPROJECTREQUEST']._serialized_start=227
+  _globals['_CREATEBILLINGPROJECTREQUEST']._serialized_end=337
+  _globals['_CREATEBILLINGPROJECTRESPONSE']._serialized_start=339
+  _globals['_CREATEBILLINGPROJECTRESPONSE']._serialized_end=429
+  _globals['_GETBILLINGPROJECTREQUEST']._serialized_start=431
+  _globals['_GETBILLINGPROJECTREQUEST']._serialized_end=482
+  _globals['_GETBILLINGPROJECTRESPONSE']._serialized_start=484
+  _globals['_GETBILLINGPROJECTRESPONSE']._serialized_end=571
+  _globals['_LISTBILLINGPROJECTSREQUEST']._serialized_start=574
+  _globals['_LISTBILLINGPROJECTSREQUEST']._serialized_end=712
+  _globals['_LISTBILLINGPROJECTSRESPONSE']._serialized_start=714
+  _globals['_LISTBILLINGPROJECTSRESPONSE']._serialized_end=829
+  _globals['_ADDMEMBERREQUEST']._serialized_start=831
+  _globals['_ADDMEMBERREQUEST']._serialized_end=892
+  _globals['_ADDMEMBERRESPONSE']._serialized_start=894
+  _globals['_ADDMEMBERRESPONSE']._serialized_end=973
+  _globals['_REMOVEMEMBERREQUEST']._serialized_start=975
+  _globals['_REMOVEMEMBERREQUEST']._serialized_end=1039
+  _globals['_REMOVEMEMBERRESPONSE']._serialized_start=1041
+  _globals['_REMOVEMEMBERRESPONSE']._serialized_end=1123
+  _globals['_SETLIMITREQUEST']._serialized_start=1126
+  _globals['_SETLIMITREQUEST']._serialized_end=1271
+  _globals['_SETLIMITRESPONSE']._serialized_start=1273
+  _globals['_SETLIMITRESPONSE']._serialized_end=1351
+  _globals['_CLOSEBILLINGPROJECTREQUEST']._serialized_start=1353
+  _globals['_CLOSEBILLINGPROJECTREQUEST']._serialized_end=1406
+  _globals['_CLOSEBILLINGPROJECTRESPONSE']._serialized_start=1408
+  _globals['_CLOSEBILLINGPROJECTRESPONSE']._serialized_end=1497
+  _globals['_REOPENBILLINGPROJECTREQUEST']._serialized_start=1499
+  _globals['_REOPENBILLINGPROJECTREQUEST']._serialized_end=1553
+  _globals['_REOPENBILLINGPROJECTRESPONSE']._serialized_start=1555
+  _globals['_REOPENBILLINGPROJECTRESPONSE']._serialized_end=1645
+  _globals['_DELETEBILLINGPROJECTREQUEST']._serialized_start=1647
+  _globals['_DELETEBILLINGPROJECTREQUEST']._serialized_end=1701
+  _globals['_DELETEBILLINGPROJECTRESPONSE']._serialized_start=1703
+  _globals['_DELETEBILLINGPROJECTRESPONSE']._serialized_end=1733
+  _globals['_GETSPENDREQUEST']._serialized_start=1736
+  _globals['_GETSPENDREQUEST']._serialized_end=1908
+  _globals['_GETSPENDRESPONSE']._serialized_start=1911
+  _globals['_GETSPENDRESPONSE']._serialized_end=2078
+  _globals['_WATCHSPENDREQUEST']._serialized_start=2080
+  _globals['_WATCHSPENDREQUEST']._serialized_end=2173
+  _globals['_WATCHSPENDRESPONSE']._serialized_start=2175
+  _globals['_WATCHSPENDRESPONSE']._serialized_end=2243
+  _globals['_SETQUOTAREQUEST']._serialized_start=2246
+  _globals['_SETQUOTAREQUEST']._serialized_end=2501
+  _globals['_SETQUOTARESPONSE']._serialized_start=2503
+  _globals['_SETQUOTARESPONSE']._serialized_end=2562
+  _globals['_LISTQUOTASREQUEST']._serialized_start=2564
+  _globals['_LISTQUOTASREQUEST']._serialized_end=2666
+  _globals['_LISTQUOTASRESPONSE']._serialized_start=2668
+  _globals['_LISTQUOTASRESPONSE']._serialized_end=2755
+  _globals['_BILLINGSERVICE']._serialized_start=2758
+  _globals['_BILLINGSERVICE']._serialized_end=4826
 # @@protoc_insertion_point(module_scope)

@@ -1,6 +1,7 @@
 import datetime
 
 from corral.billing.v1 import billing_project_pb2 as _billing_project_pb2
+from corral.billing.v1 import quota_pb2 as _quota_pb2
 from corral.billing.v1 import spend_pb2 as _spend_pb2
 from google.api import annotations_pb2 as _annotations_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
@@ -179,3 +180,43 @@ class WatchSpendResponse(_message.Message):
     UPDATE_FIELD_NUMBER: _ClassVar[int]
     update: _spend_pb2.SpendUpdate
     def __init__(self, update: _Optional[_Union[_spend_pb2.SpendUpdate, _Mapping]] = ...) -> None: ...
+
+class SetQuotaRequest(_message.Message):
+    __slots__ = ("kind", "name", "max_running_cores_mcpu", "max_running_jobs", "max_ready_jobs", "weight")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_CORES_MCPU_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_JOBS_FIELD_NUMBER: _ClassVar[int]
+    MAX_READY_JOBS_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    kind: _quota_pb2.QuotaKind
+    name: str
+    max_running_cores_mcpu: int
+    max_running_jobs: int
+    max_ready_jobs: int
+    weight: int
+    def __init__(self, kind: _Optional[_Union[_quota_pb2.QuotaKind, str]] = ..., name: _Optional[str] = ..., max_running_cores_mcpu: _Optional[int] = ..., max_running_jobs: _Optional[int] = ..., max_ready_jobs: _Optional[int] = ..., weight: _Optional[int] = ...) -> None: ...
+
+class SetQuotaResponse(_message.Message):
+    __slots__ = ("quota",)
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    quota: _quota_pb2.Quota
+    def __init__(self, quota: _Optional[_Union[_quota_pb2.Quota, _Mapping]] = ...) -> None: ...
+
+class ListQuotasRequest(_message.Message):
+    __slots__ = ("kind", "page_size", "page_token")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    kind: _quota_pb2.QuotaKind
+    page_size: int
+    page_token: str
+    def __init__(self, kind: _Optional[_Union[_quota_pb2.QuotaKind, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListQuotasResponse(_message.Message):
+    __slots__ = ("quotas", "next_page_token")
+    QUOTAS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    quotas: _containers.RepeatedCompositeFieldContainer[_quota_pb2.Quota]
+    next_page_token: str
+    def __init__(self, quotas: _Optional[_Iterable[_Union[_quota_pb2.Quota, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -67,6 +67,16 @@ class BillingServiceStub:
                 request_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetLimitRequest.SerializeToString,
                 response_deserializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetLimitResponse.FromString,
                 _registered_method=True)
+        self.SetQuota = channel.unary_unary(
+                '/corral.billing.v1.BillingService/SetQuota',
+                request_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetQuotaRequest.SerializeToString,
+                response_deserializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetQuotaResponse.FromString,
+                _registered_method=True)
+        self.ListQuotas = channel.unary_unary(
+                '/corral.billing.v1.BillingService/ListQuotas',
+                request_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.ListQuotasRequest.SerializeToString,
+                response_deserializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.ListQuotasResponse.FromString,
+                _registered_method=True)
         self.CloseBillingProject = channel.unary_unary(
                 '/corral.billing.v1.BillingService/CloseBillingProject',
                 request_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.CloseBillingProjectRequest.SerializeToString,
@@ -145,6 +155,25 @@ class BillingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQuota(self, request, context):
+        """Sets the quota of a billing project or a user, whole: caps on running
+        cores, running jobs and ready (open) jobs, each unset for none, and a
+        fair-share weight. A quota with no cap and weight 1 is the default and
+        is cleared. Admin only; NOT_FOUND for no such project or user.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuotas(self, request, context):
+        """Lists the quotas that are set, by kind then name: administrators see
+        every quota, others those of the projects they are members of and their
+        own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseBillingProject(self, request, context):
         """Closes a project: new batches and updates are refused.
         """
@@ -215,6 +244,16 @@ def add_BillingServiceServicer_to_server(servicer, server):
                     servicer.SetLimit,
                     request_deserializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetLimitRequest.FromString,
                     response_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetLimitResponse.SerializeToString,
+            ),
+            'SetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQuota,
+                    request_deserializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetQuotaRequest.FromString,
+                    response_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.SetQuotaResponse.SerializeToString,
+            ),
+            'ListQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuotas,
+                    request_deserializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.ListQuotasRequest.FromString,
+                    response_serializer=corral_dot_billing_dot_v1_dot_billing__service__pb2.ListQuotasResponse.SerializeToString,
             ),
             'CloseBillingProject': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseBillingProject,
@@ -407,6 +446,60 @@ class BillingService:
             '/corral.billing.v1.BillingService/SetLimit',
             corral_dot_billing_dot_v1_dot_billing__service__pb2.SetLimitRequest.SerializeToString,
             corral_dot_billing_dot_v1_dot_billing__service__pb2.SetLimitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.billing.v1.BillingService/SetQuota',
+            corral_dot_billing_dot_v1_dot_billing__service__pb2.SetQuotaRequest.SerializeToString,
+            corral_dot_billing_dot_v1_dot_billing__service__pb2.SetQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/corral.billing.v1.BillingService/ListQuotas',
+            corral_dot_billing_dot_v1_dot_billing__service__pb2.ListQuotasRequest.SerializeToString,
+            corral_dot_billing_dot_v1_dot_billing__service__pb2.ListQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,
