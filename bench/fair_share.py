@@ -31,6 +31,11 @@ lock reads and checks are part of it.
 jobs, as a scientist's million-job batch would: the scheduler reads only
 the head of each queue, so a cycle should cost what it costs without it.
 
+`--held-deep-queue N` gives the first user one more running batch of N
+Ready jobs at a higher priority, so at the head of their queue, and holds
+it (HoldJobs of the batch): the walk of read_ready_heads steps over every
+held job each cycle (docs/known-limits.md), which this measures.
+
 `--limit-usd USD` gives the users' billing project a spending limit, so
 every candidate is priced at its worst case (read_ready_heads) and its
 project's budget is read and checked; make it large enough that nothing
@@ -90,6 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--deep-queue", type=positive_int, metavar="N",
                         help="also give the first user one more running batch of N Ready jobs (over the three pools): "
                              "a cycle should not cost more for it")
+    parser.add_argument("--held-deep-queue", type=positive_int, metavar="N",
+                        help="also give the first user one more running batch of N Ready jobs at the head of their "
+                             "queue (a higher priority), held: the queue's walk passes over them every cycle")
     parser.add_argument("--limit-usd", type=float, metavar="USD",
                         help="the billing project's spending limit (default none): candidates are then priced and "
                              "budgets checked")
@@ -206,6 +214,10 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         if args.deep_queue:
             shapes = tuple(JobShape(pool, job_cores_mcpu(0)) for pool in POOLS)
             await ready_batch(JobStore(db), "user000", "bench", args.deep_queue, shapes)
+        if args.held_deep_queue:
+            shapes = tuple(JobShape(pool, job_cores_mcpu(0), priority=1) for pool in POOLS)
+            held = await ready_batch(JobStore(db), "user000", "bench", args.held_deep_queue, shapes)
+            await JobStore(db).hold_jobs(held.batch_id, "user000")
         progress(f"{NAME}: built in {time.perf_counter() - started:.0f} s; {repetitions} computations")
         store = DriverStore(db)
         for _ in range(WARM_UP):
@@ -243,6 +255,7 @@ async def run(ctx: BenchContext, args: argparse.Namespace) -> dict[str, Any]:
         "free_cores_mcpu": free_mcpu,
         "repetitions": repetitions,
         "deep_queue_jobs": args.deep_queue or 0,
+        "held_deep_queue_jobs": args.held_deep_queue or 0,
         "limit_usd": args.limit_usd,
         "jobs_per_cycle": JOBS_PER_CYCLE,
         "target_ms": TARGET_MS,

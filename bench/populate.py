@@ -41,6 +41,8 @@ class JobShape:
     """The pool it runs in."""
     cores_mcpu: int = 1000
     """Cores it asks for."""
+    priority: int = 0
+    """Its priority (higher: earlier in its user's queue)."""
 
 
 async def ready_batch(store: JobStore, user: str, billing_project: str, n_jobs: int,
@@ -59,7 +61,7 @@ async def ready_batch(store: JobStore, user: str, billing_project: str, n_jobs: 
         for job_id in range(start + first, start + min(first + bunch, n_jobs)):
             shape = shapes[(job_id - start) % len(shapes)]
             rows.append({"job_id": job_id, "job_group_id": 0, "cores_mcpu": shape.cores_mcpu,
-                         "inst_coll": shape.inst_coll})
+                         "inst_coll": shape.inst_coll, "priority": shape.priority})
         async with limit:
             await store.insert_jobs(batch_id, update_id, rows)
 
