@@ -238,15 +238,15 @@ def kill(pid: int, sig: int = signal.SIGKILL) -> None:
 @contextlib.contextmanager
 def running(*up_args: str, work_dir: Path | None = None) -> Iterator[Stack]:
     """`corral up UP_ARGS` on a fresh data directory; stopped (by its pid) afterwards."""
-    with contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as cleanup:
         if work_dir is None:
-            work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="corral-fault-")))
+            work_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="corral-fault-")))
         work_dir.mkdir(parents=True, exist_ok=True)
         progress(f"starting corral up in {work_dir}")
-        up = up_process.start(work_dir, *up_args)
+        stack = Stack(up_process.start(work_dir, *up_args))
         try:
-            yield Stack(up)
+            yield stack
         finally:
             progress("stopping corral up")
             with contextlib.suppress(subprocess.TimeoutExpired):
-                up.stop()
+                stack.up.stop()  # the one running now: a fault may have started another (restore does)

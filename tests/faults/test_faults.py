@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with running(*UP_ARGS, work_dir=tmp_path_factory.mktemp("faults")) as stack:
         yield stack
+    # Stopped, whichever `corral up` ran last (restore starts another): one left running outlived the suite.
+    assert stack.up.process.poll() is not None, f"corral up (pid {stack.up.process.pid}) is still running"
 
 
 def short_args(name: str) -> argparse.Namespace:
