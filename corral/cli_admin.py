@@ -17,7 +17,7 @@ from typing import Any
 from corral.auth.v1 import user_pb2
 from corral.batch.v1 import fleet_pb2
 from corral.billing.v1 import billing_project_pb2
-from corral.cli_common import open_client, print_json, seconds_option, usd, with_json
+from corral.cli_common import open_client, print_json, print_messages, seconds_option, usd, with_json
 from corral.quantities import format_bytes, format_mcpu
 from corral.errors import UsageError
 from corral.refusal_words import USD, Option, option_words
@@ -50,18 +50,8 @@ def project_line(p: billing_project_pb2.BillingProject) -> str:
             f"spend={usd(p.spend_micro_usd)}")
 
 
-def _emit(args: argparse.Namespace, items: list[Any], line: Callable[[Any], str]) -> int:
-    """The messages as JSON (`--json`), else one line each."""
-    if args.json:
-        print_json(items)
-    else:
-        for item in items:
-            print(line(item))
-    return 0
-
-
 def _emit_projects(args: argparse.Namespace, projects: list[billing_project_pb2.BillingProject]) -> int:
-    return _emit(args, projects, project_line)
+    return print_messages(args, projects, project_line)
 
 
 def _limit_usd(text: str) -> float | None:
@@ -164,7 +154,7 @@ def _admin(args: argparse.Namespace) -> int:
             line: Callable[[Any], str] = pool_line
         else:
             found, line = list(client.instances(args.pool or "", args.state)), instance_line
-    return _emit(args, found, line)
+    return print_messages(args, found, line)
 
 
 def _pools(args: argparse.Namespace) -> int:
@@ -173,7 +163,7 @@ def _pools(args: argparse.Namespace) -> int:
             found = client.pools()
         else:
             found = [(client.pause_pool if args.action == "pause" else client.resume_pool)(args.pool)]
-    return _emit(args, found, pool_line)
+    return print_messages(args, found, pool_line)
 
 
 def add_commands(commands: Any) -> None:

@@ -9,7 +9,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import grpc
 import yaml
@@ -168,6 +168,16 @@ def with_json(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def print_json(messages: Iterable[message.Message]) -> None:
     print(json.dumps([json_format.MessageToDict(m) for m in messages], indent=2))
+
+
+def print_messages(args: argparse.Namespace, messages: list[Any], line: Callable[[Any], str]) -> int:
+    """The messages as JSON (`--json`), else one line each; the command's exit code (0)."""
+    if args.json:
+        print_json(messages)
+    else:
+        for item in messages:
+            print(line(item))
+    return 0
 
 
 def usd(micro_usd: int) -> str:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from corral import quantities
 from corral.billing.v1 import quota_pb2
 from corral.cli_admin import when_text
-from corral.cli_common import open_client, print_json, with_json
+from corral.cli_common import open_client, print_messages, with_json
 from corral.errors import UsageError
 from corral.quantities import format_mcpu
 from corral.refusal_words import CORES, Option, option_words
@@ -90,12 +90,7 @@ def _quotas(args: argparse.Namespace) -> int:
                 ready_jobs=_merged(args.ready_jobs, current.max_ready_jobs
                                    if current.HasField("max_ready_jobs") else None),
                 weight=args.weight if args.weight is not None else (current.weight or 1))]
-    if args.json:
-        print_json(found)
-    else:
-        for quota in found:
-            print(quota_line(quota))
-    return 0
+    return print_messages(args, found, quota_line)
 
 
 def add_commands(commands: Any) -> None:
