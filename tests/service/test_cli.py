@@ -43,6 +43,19 @@ async def corral(env: dict[str, str], *args: str) -> subprocess.CompletedProcess
                                    capture_output=True, text=True, timeout=60)
 
 
+async def logged_in(who: str, frontend_port: int, auth_app: AuthApp, certs: DevCertificateAuthority,
+                    tmp_path: Path, admin: bool = False) -> dict[str, str]:
+    """A new user `who` (an administrator if `admin`) and the environment of a CLI logged in as them."""
+    await AuthStore(auth_app.db).create_user(who, roles=frozenset({"admin"}) if admin else frozenset(),
+                                             password=f"{who}'s password")
+    certs.ensure()
+    env = {**os.environ, "CORRAL_CONFIG": str(tmp_path / f"{who}.json"), "CORRAL_PASSWORD": f"{who}'s password"}
+    login = await corral(env, "login", who, "--frontend", f"localhost:{frontend_port}",
+                         "--auth", f"localhost:{auth_app.public_port}", "--ca-cert", str(certs.ca_cert_path))
+    assert login.returncode == 0, login.stderr
+    return env
+
+
 @pytest.fixture
 async def cli_env(frontend: FrontendApp, auth_app: AuthApp, certs: DevCertificateAuthority,  # noqa: F811
                   tmp_path: Path, db: Database) -> dict[str, str]:

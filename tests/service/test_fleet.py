@@ -8,7 +8,6 @@ same database (`tests.world.World`); the expected pools are migration 0002's loc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import grpc
@@ -17,10 +16,9 @@ from corral.batch.v1 import fleet_pb2, fleet_service_pb2_grpc
 from corral.batch.v1 import fleet_service_pb2 as pb
 from corral.cli_common import EXIT_PERMISSION_DENIED
 from services.auth.app import AuthApp
-from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from tests.service.conftest import person_channel
-from tests.service.test_cli import corral
+from tests.service.test_cli import corral, logged_in
 from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
 from tests.world import World
 
@@ -113,16 +111,9 @@ async def test_pools_with_counts_and_instances_by_pool_and_state(env: Env, certs
 async def test_corral_admin_pools_and_instances(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
                                                 tmp_path: Path) -> None:
     await machines(env)
-    people = AuthStore(auth_app.db)
-    await people.create_user("admin", roles=frozenset({"admin"}), password="admin's password")
-    await people.create_user("dave", password="dave's password")
-    certs.ensure()
     lines: dict[str, list[str]] = {}
     for who in ("admin", "dave"):
-        cli = {**os.environ, "CORRAL_CONFIG": str(tmp_path / f"{who}.json"), "CORRAL_PASSWORD": f"{who}'s password"}
-        login = await corral(cli, "login", who, "--frontend", f"localhost:{env.frontend.public_port}",
-                             "--auth", f"localhost:{auth_app.public_port}", "--ca-cert", str(certs.ca_cert_path))
-        assert login.returncode == 0, login.stderr
+        cli = await logged_in(who, env.frontend.public_port, auth_app, certs, tmp_path, admin=who == "admin")
         if who == "dave":
             refused_ = await corral(cli, "admin", "pools")
             assert refused_.returncode == EXIT_PERMISSION_DENIED and "not an administrator" in refused_.stderr
@@ -182,13 +173,7 @@ async def test_a_paused_pool_starts_nothing_until_resumed(env: Env, auth_app: Au
         answer = await env.jobs.ExplainJob(jpb.ExplainJobRequest(batch_id=batch_id, job_id=1), metadata=env.as_("alice"))
         assert list(answer.explanation.reasons) == []  # room, nothing in the way
     # The CLI, as an administrator.
-    people = AuthStore(auth_app.db)
-    await people.create_user("admin", roles=frozenset({"admin"}), password="admin's password")
-    certs.ensure()
-    cli = {**os.environ, "CORRAL_CONFIG": str(tmp_path / "admin.json"), "CORRAL_PASSWORD": "admin's password"}
-    login = await corral(cli, "login", "admin", "--frontend", f"localhost:{env.frontend.public_port}",
-                         "--auth", f"localhost:{auth_app.public_port}", "--ca-cert", str(certs.ca_cert_path))
-    assert login.returncode == 0, login.stderr
+    cli = await logged_in("admin", env.frontend.public_port, auth_app, certs, tmp_path, admin=True)
     paused_line = await corral(cli, "pools", "pause", "highmem")
     assert paused_line.returncode == 0 and paused_line.stdout.startswith("highmem  local") and \
         "paused by admin at " in paused_line.stdout, paused_line.stderr

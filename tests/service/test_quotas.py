@@ -5,7 +5,6 @@ ready-jobs cap refusing a submission with RESOURCE_EXHAUSTED, ExplainJob naming 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import grpc
@@ -15,10 +14,9 @@ from corral.batch.v1 import job_service_pb2 as jpb
 from corral.billing.v1 import billing_service_pb2 as pb
 from corral.billing.v1 import billing_service_pb2_grpc, quota_pb2
 from services.auth.app import AuthApp
-from services.auth.store import AuthStore
 from services.common.tls import DevCertificateAuthority
 from tests.service.conftest import person_channel
-from tests.service.test_cli import corral
+from tests.service.test_cli import corral, logged_in
 from tests.service.test_jobs import Env, env, refused, spec, violations  # noqa: F401 - env is a fixture
 
 PROJECT, USER = quota_pb2.QUOTA_KIND_PROJECT, quota_pb2.QUOTA_KIND_USER
@@ -92,13 +90,7 @@ async def test_quotas_hold_submissions_and_explain_their_waits(env: Env, certs: 
 
 async def test_corral_quotas_set_and_ls(env: Env, auth_app: AuthApp, certs: DevCertificateAuthority,
                                         tmp_path: Path) -> None:
-    people = AuthStore(auth_app.db)
-    await people.create_user("admin", roles=frozenset({"admin"}), password="admin's password")
-    certs.ensure()
-    cli = {**os.environ, "CORRAL_CONFIG": str(tmp_path / "admin.json"), "CORRAL_PASSWORD": "admin's password"}
-    login = await corral(cli, "login", "admin", "--frontend", f"localhost:{env.frontend.public_port}",
-                         "--auth", f"localhost:{auth_app.public_port}", "--ca-cert", str(certs.ca_cert_path))
-    assert login.returncode == 0, login.stderr
+    cli = await logged_in("admin", env.frontend.public_port, auth_app, certs, tmp_path, admin=True)
     first = await corral(cli, "quotas", "set", "proj", "--running-cores", "4", "--running-jobs", "8", "--weight", "2")
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith("project proj  running_cores=4  running_jobs=8  ready_jobs=none  weight=2  "
