@@ -167,22 +167,17 @@ WHERE (kind = 'project' AND name IN ({projects})) OR (kind = 'user' AND name IN 
 # What runs (Creating and Running jobs; the cores of Running ones, as the fair-share counters keep them: a job
 # Creating its own machine has none of a pool's), across every pool, per project and per user with a capped
 # quota: their running batches by an index, then those batches' counter rows by theirs.
-_PROJECT_USAGE = """
-SELECT b.billing_project AS name, COALESCE(SUM(r.running_cores_mcpu), 0) AS cores_mcpu,
+_USAGE = """
+SELECT b.{column} AS name, COALESCE(SUM(r.running_cores_mcpu), 0) AS cores_mcpu,
        COALESCE(SUM(r.n_running_jobs + r.n_creating_jobs), 0) AS n_jobs
-FROM batches b FORCE INDEX (batches_billing_project_state)
+FROM batches b FORCE INDEX ({index})
 STRAIGHT_JOIN user_inst_coll_resources_by_job_group r FORCE INDEX (user_resources_batch) ON r.batch_id = b.batch_id
-WHERE b.billing_project IN ({names}) AND b.state = 'running'
-GROUP BY b.billing_project
+WHERE b.{column} IN ({{names}}) AND b.state = 'running'
+GROUP BY b.{column}
 """
-_USER_USAGE = """
-SELECT b.user AS name, COALESCE(SUM(r.running_cores_mcpu), 0) AS cores_mcpu,
-       COALESCE(SUM(r.n_running_jobs + r.n_creating_jobs), 0) AS n_jobs
-FROM batches b FORCE INDEX (batches_user_state)
-STRAIGHT_JOIN user_inst_coll_resources_by_job_group r FORCE INDEX (user_resources_batch) ON r.batch_id = b.batch_id
-WHERE b.user IN ({names}) AND b.state = 'running'
-GROUP BY b.user
-"""
+_USAGE_BY_KIND = {"project": _USAGE.format(column="billing_project", index="batches_billing_project_state"),
+                  "user": _USAGE.format(column="user", index="batches_user_state")}
+"""The usage read of a project's quota, and of a user's, each by its own index on batches."""
 
 
 def _marks(n: int) -> str:
@@ -354,7 +349,7 @@ async def read_quotas(db: Database, projects: Sequence[str], users: Sequence[str
             int(r["max_running_cores_mcpu"]) if r["max_running_cores_mcpu"] is not None else None,
             int(r["max_running_jobs"]) if r["max_running_jobs"] is not None else None, int(r["weight"]), r["set_by"])
     usage: dict[QuotaKey, Usage] = {}
-    for kind, sql in (("project", _PROJECT_USAGE), ("user", _USER_USAGE)):
+    for kind, sql in _USAGE_BY_KIND.items():
         capped = sorted(name for (k, name), q in quotas.items()
                         if k == kind and (q.max_running_cores_mcpu is not None or q.max_running_jobs is not None))
         if capped:
