@@ -9,6 +9,11 @@
 -- (state = 'running') lets exactly one caller win. If a process dies between
 -- commit and this check, the driver's completion loop calls it again.
 --
+-- Holds of single jobs (jobs_held, migration 0029) go with the batch's
+-- completion: every job of it is final, so they hold nothing, and the reads
+-- that look at every held job (the queue heads, the demand) see only those
+-- of running batches.
+--
 -- Events: the transaction that flips a batch to complete appends its
 -- batch_completed event, with the final counts, whether it was cancelled and
 -- its cost. Every job's final change committed before this check could see
@@ -52,6 +57,7 @@ BEGIN
     IF ROW_COUNT() = 1 THEN
       INSERT INTO batch_completions (batch_id, n_jobs, time_completed_ms)
         SELECT batch_id, n_jobs, time_completed_ms FROM batches WHERE batch_id = v_batch_id;
+      DELETE FROM jobs_held WHERE batch_id = v_batch_id;
       SELECT n_jobs, time_completed_ms INTO v_n_jobs, v_completed_ms FROM batches WHERE batch_id = v_batch_id;
       SELECT COALESCE(SUM(n_succeeded), 0), COALESCE(SUM(n_failed), 0), COALESCE(SUM(n_errored), 0),
              COALESCE(SUM(n_cancelled), 0)

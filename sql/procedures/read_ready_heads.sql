@@ -90,7 +90,8 @@ proc: BEGIN
     JOIN batches b ON b.batch_id = x.batch_id AND b.state = 'running';
   SET v_any_cancelled = EXISTS (SELECT 1 FROM tmp_cancelled_groups);
   -- Every group of a running batch that is held, itself or through an
-  -- ancestor; and whether any job is held one by one.
+  -- ancestor; and whether any job is held one by one (only jobs of running
+  -- batches are: check_completions drops a batch's at its completion).
   INSERT IGNORE INTO tmp_held_groups (batch_id, job_group_id)
     SELECT y.batch_id, y.job_group_id
     FROM job_groups_held_self_or_ancestor y

@@ -106,6 +106,24 @@ async def test_a_held_group_holds_the_jobs_a_later_update_adds(world: World) -> 
     assert await heads(world) == [] and await ready_cores(world) == 0
 
 
+async def test_a_completed_batch_drops_its_jobs_holds_and_keeps_its_own(world: World) -> None:
+    await world.instance("i1", cores_mcpu=100_000)
+    batch_id, _, start = await world.batch([{}, {}])
+    first = await world.run(batch_id, start)
+    assert (await world.store.hold_jobs(batch_id, "alice", job_id=start))["message"] == "held"  # running: its retries
+    await world.store.hold_jobs(batch_id, "alice", job_id=start + 1)
+    await world.store.release_jobs(batch_id, job_id=start + 1)
+    second = await world.run(batch_id, start + 1)
+    await world.store.hold_jobs(batch_id, "alice")
+    for job_id, attempt in ((start, first), (start + 1, second)):
+        await world.finish(batch_id, job_id, attempt, "Success")
+    assert (await world.batch_row(batch_id))["state"] == "complete"
+    assert await world.db.fetchone("SELECT 1 FROM jobs_held WHERE batch_id = %s", (batch_id,)) is None
+    # The batch's own hold stays: a later update's jobs are held.
+    assert await world.db.fetchone("SELECT 1 FROM job_groups_held WHERE batch_id = %s", (batch_id,)) is not None
+    assert await check_invariants(world.db) == []
+
+
 async def test_holds_go_with_their_batch(world: World) -> None:
     batch_id, _, start = await world.batch([{}, {}], groups=GROUPS)
     await world.store.hold_jobs(batch_id, "alice", job_group_id=2)
