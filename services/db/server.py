@@ -133,10 +133,14 @@ class PrivateMariaDB:
             what = f"pid {foreign}" if foreign > 0 else f"something on {self.socket}"
             raise ServerAlreadyRunning(f"a MariaDB server ({what}) already serves {self.root}; corral uses only a "
                                        "server it starts itself: stop that one, or pass --database-url to use it")
+        # Its temporary files beside its data, not in the host's /tmp: private like the rest, and apart from
+        # any other server's (two install-db bootstraps at once in /tmp once clashed on a temporary table).
+        (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
         if not (datadir / "mysql").is_dir():
             installed = subprocess.run(
                 [find_program("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
-                 "--auth-root-authentication-method=normal", "--skip-test-db", *user_args],
+                 "--auth-root-authentication-method=normal", "--skip-test-db", f"--tmpdir={self.root / 'tmp'}",
+                 *user_args],
                 capture_output=True, text=True, errors="replace",
             )
             if installed.returncode != 0:  # its own words, which say why (a full disk, a port, a bad datadir)
@@ -144,9 +148,6 @@ class PrivateMariaDB:
                 raise RuntimeError(f"mariadb-install-db failed (exit {installed.returncode}) in {datadir}: "
                                    + " | ".join(words))
         durability = (["--innodb-flush-log-at-trx-commit=2", "--sync-binlog=0"] if self.fast_unsafe else [])
-        # Its temporary files beside its data, not in the host's /tmp: private like the rest, and apart from
-        # any other server's.
-        (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
         self.process = subprocess.Popen(
             [*self.launcher, find_program("mariadbd"), "--no-defaults", f"--datadir={datadir}",
              f"--socket={self.socket}",
