@@ -23,7 +23,7 @@ from services.worker.oci.images import DirectoryRootfs, ImageConfig, ImageUnavai
 from services.worker.oci.network import (FALLBACK_RESOLVERS, NON_PUBLIC, PRIVATE, PUBLIC, Plan, choose_subnet,
                                          resolvers)
 from services.worker.oci.layer import LayerError, ensure_dir, mounts_under, open_root
-from services.worker.oci.runc import crun_refusals
+from services.worker.oci.runc import Runc, RuncError, crun_refusals
 
 
 def container(**fields) -> Container:
@@ -350,3 +350,24 @@ def test_crun_is_refused_where_cgroup_v2_holds_a_controller_beside_v1(tmp_path: 
     (hybrid / "cgroup.controllers").write_text("\n")
     assert crun_refusals(hybrid) == []
     assert crun_refusals(tmp_path / "absent") == []  # v1 alone, or v2 alone
+
+
+async def test_a_container_gone_while_it_is_deleted_is_deleted(tmp_path: Path) -> None:
+    """`delete` of a container whose state its runtime removed meanwhile (its crashing container exited) is
+    done: crun then says it cannot open the container's state directory. Any other refusal still raises. The
+    stand-in answers with the words crun gave in a CI run."""
+    root = tmp_path / "state"
+    root.mkdir()
+    stand_in = tmp_path / "crun"
+    stand_in.write_text("#!/bin/sh\n"
+                        "for last; do :; done\n"
+                        f"echo \"crun: cannot open directory '{root}/$last': No such file or directory\" >&2\n"
+                        "exit 1\n")
+    stand_in.chmod(0o755)
+    await Runc(str(stand_in), root).delete("w-9-1-crash")
+    other = tmp_path / "other"
+    other.write_text("#!/bin/sh\necho 'crun: cannot open directory /sys/fs/cgroup/x: No such file or directory' >&2\n"
+                     "exit 1\n")
+    other.chmod(0o755)
+    with pytest.raises(RuncError, match="cgroup"):
+        await Runc(str(other), root).delete("w-9-1-crash")

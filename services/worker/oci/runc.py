@@ -132,10 +132,16 @@ class Runc:
             raise RuncError(f"{self.kind} {args[0]} took over {COMMAND_TIMEOUT_S:g} s") from None
         words = err.decode(errors="replace").strip()
         if process.returncode != 0:
-            if missing_ok and ("does not exist" in words or "not exist" in words):
+            if missing_ok and _gone(words, self.root / args[-1]):
                 return ""
             raise RuncError(f"{self.kind} {' '.join(args[:2])}: {words or f'exit code {process.returncode}'}")
         return out.decode(errors="replace")
+
+
+def _gone(words: str, state_dir: Path) -> bool:
+    """Whether a runtime's refusal says the container is not there (any more): runc's "does not exist", or
+    crun's "cannot open directory" of its state when the container's own exit removed it meanwhile."""
+    return "not exist" in words or ("No such file or directory" in words and f"'{state_dir}'" in words)
 
 
 class KeptContainer:
